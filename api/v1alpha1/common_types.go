@@ -1,0 +1,40 @@
+package v1alpha1
+
+// LocalObjectReference names an object in the same namespace.
+type LocalObjectReference struct {
+	// name of the referenced object.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	Name string `json:"name"`
+}
+
+// Condition types shared by every kind.
+const (
+	// ConditionReady is True when the object does what its spec asks.
+	ConditionReady = "Ready"
+	// ConditionProgressing is True while a change is being rolled out.
+	ConditionProgressing = "Progressing"
+	// ConditionDegraded is True when the object works but not fully.
+	ConditionDegraded = "Degraded"
+)
+
+// Reasons shared by every kind.
+const (
+	// ReasonReconciling means the operator is still creating or updating children.
+	ReasonReconciling = "Reconciling"
+	// ReasonAvailable means every child is in the state the spec asks for.
+	ReasonAvailable = "Available"
+	// ReasonInvalidSpec means the spec cannot be acted on; the message says why.
+	ReasonInvalidSpec = "InvalidSpec"
+	// ReasonNotImplemented means this capability has not been built yet.
+	ReasonNotImplemented = "NotImplemented"
+)
+
+// Annotations understood on every kind.
+const (
+	// AnnotationAdopt, set to "true", lets daytwo take over existing children
+	// of the same name that it does not own yet.
+	AnnotationAdopt = "daytwo.dev/adopt"
+)

@@ -1,0 +1,307 @@
+package v1alpha1
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// DatabaseSize is a tier that sets instances, resources and storage at once.
+// +kubebuilder:validation:Enum=small;medium;large
+type DatabaseSize string
+
+const (
+	// SizeSmall is 1 instance, 1 CPU, 1Gi memory, 10Gi storage.
+	SizeSmall DatabaseSize = "small"
+	// SizeMedium is 2 instances, 2 CPU, 4Gi memory, 50Gi storage.
+	SizeMedium DatabaseSize = "medium"
+	// SizeLarge is 3 instances, 4 CPU, 16Gi memory, 200Gi storage.
+	SizeLarge DatabaseSize = "large"
+)
+
+// DatabaseDeletionPolicy says what happens to a Database's data when it is deleted.
+// +kubebuilder:validation:Enum=Delete;Retain;Snapshot
+type DatabaseDeletionPolicy string
+
+const (
+	// DatabaseDeletionDelete removes everything, volumes included.
+	DatabaseDeletionDelete DatabaseDeletionPolicy = "Delete"
+	// DatabaseDeletionRetain keeps the volumes and the credentials Secret.
+	DatabaseDeletionRetain DatabaseDeletionPolicy = "Retain"
+	// DatabaseDeletionSnapshot takes a final backup to spec.backupStorage, then deletes.
+	DatabaseDeletionSnapshot DatabaseDeletionPolicy = "Snapshot"
+)
+
+// DatabasePhase is a one-word summary for `kubectl get`; conditions are the contract.
+type DatabasePhase string
+
+// Database phases.
+const (
+	DatabasePhaseCreating  DatabasePhase = "Creating"
+	DatabasePhaseReady     DatabasePhase = "Ready"
+	DatabasePhaseUpgrading DatabasePhase = "Upgrading"
+	DatabasePhaseDegraded  DatabasePhase = "Degraded"
+	DatabasePhaseDeleting  DatabasePhase = "Deleting"
+)
+
+// ParameterSource says where an effective PostgreSQL parameter value came from.
+// +kubebuilder:validation:Enum=Tuned;User;Default
+type ParameterSource string
+
+// Parameter sources.
+const (
+	ParameterTuned   ParameterSource = "Tuned"
+	ParameterUser    ParameterSource = "User"
+	ParameterDefault ParameterSource = "Default"
+)
+
+// Database condition types and reasons.
+const (
+	// ConditionPendingRestart is True when a changed parameter needs a restart to apply.
+	ConditionPendingRestart = "PendingRestart"
+	// ConditionUpgradeFailed is True when a version change was rolled back.
+	ConditionUpgradeFailed = "UpgradeFailed"
+	// ReasonMajorUpgradeUnsupported means a major version change was asked for and refused.
+	ReasonMajorUpgradeUnsupported = "MajorUpgradeUnsupported"
+	// ReasonRestoreFailed means bootstrap from a backup could not complete.
+	ReasonRestoreFailed = "RestoreFailed"
+)
+
+// DatabaseSpec is what a user declares for a PostgreSQL database.
+// +kubebuilder:validation:XValidation:rule="self.deletionPolicy != 'Snapshot' || has(self.backupStorage)",message="deletionPolicy Snapshot needs spec.backupStorage to hold the final backup"
+// +kubebuilder:validation:XValidation:rule="has(oldSelf.bootstrap) == has(self.bootstrap)",message="bootstrap is immutable"
+type DatabaseSpec struct {
+	// version is the PostgreSQL major version.
+	// +required
+	// +kubebuilder:validation:Enum="13";"14";"15";"16";"17";"18"
+	// +kubebuilder:validation:XValidation:rule="int(self) >= int(oldSelf)",message="version must not go down: PostgreSQL cannot be downgraded in place"
+	Version string `json:"version"`
+
+	// image overrides the PostgreSQL image. It must be an image of the same
+	// major version; changing it is how a minor upgrade is asked for.
+	// Defaults to postgres:<version>.
+	// +optional
+	// +kubebuilder:validation:MaxLength=512
+	// +kubebuilder:validation:Pattern=`^[^\s@]+$`
+	Image string `json:"image,omitempty"`
+
+	// size is the tier that sets instances, resources and storage; explicit
+	// instances, resources and storage override it.
+	// +optional
+	// +kubebuilder:default=small
+	Size DatabaseSize `json:"size,omitempty"`
+
+	// instances overrides the tier's number of PostgreSQL pods.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=9
+	Instances *int32 `json:"instances,omitempty"`
+
+	// resources overrides the tier's CPU and memory for each instance.
+	// +optional
+	Resources *corev1.ResourceRequirements `json:"resources,omitempty"`
+
+	// storage overrides the tier's volume for each instance.
+	// +optional
+	Storage *DatabaseStorage `json:"storage,omitempty"`
+
+	// parameters are postgresql.conf settings; they win over tuned values.
+	// Settings daytwo must control (listen_addresses, port, data_directory,
+	// hba_file, ident_file, archive_command, ...) are refused.
+	// +optional
+	// +kubebuilder:validation:MaxProperties=200
+	// +kubebuilder:validation:XValidation:rule="self.all(k, k.matches('^[a-z][a-z0-9_.]*$'))",message="parameter names must be lower-case postgresql.conf names"
+	// +kubebuilder:validation:XValidation:rule="self.all(k, !(k in ['listen_addresses', 'port', 'data_directory', 'hba_file', 'ident_file', 'config_file', 'unix_socket_directories', 'archive_command', 'archive_mode', 'restore_command', 'primary_conninfo', 'ssl_cert_file', 'ssl_key_file']))",message="parameters must not set a setting daytwo manages (listen_addresses, port, data_directory, hba_file, ident_file, config_file, unix_socket_directories, archive_command, archive_mode, restore_command, primary_conninfo, ssl_cert_file, ssl_key_file)"
+	Parameters map[string]string `json:"parameters,omitempty"`
+
+	// bootstrap says how the first instance gets its data. Immutable.
+	// +optional
+	// +kubebuilder:default={initdb: {}}
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="bootstrap is immutable"
+	Bootstrap *DatabaseBootstrap `json:"bootstrap,omitempty"`
+
+	// backupStorage is where deletionPolicy Snapshot writes the final backup.
+	// +optional
+	BackupStorage *BackupStorage `json:"backupStorage,omitempty"`
+
+	// deletionPolicy says what happens to the data when the Database is deleted.
+	// +optional
+	// +kubebuilder:default=Retain
+	DeletionPolicy DatabaseDeletionPolicy `json:"deletionPolicy,omitempty"`
+}
+
+// DatabaseStorage is the persistent volume of each instance.
+type DatabaseStorage struct {
+	// size of the volume. It can grow but never shrink.
+	// +optional
+	Size *resource.Quantity `json:"size,omitempty"`
+
+	// storageClassName of the volume; empty means the cluster default.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	StorageClassName *string `json:"storageClassName,omitempty"`
+}
+
+// DatabaseBootstrap says how the first instance gets its data: exactly one of
+// initdb or fromBackup.
+// +kubebuilder:validation:XValidation:rule="has(self.initdb) != has(self.fromBackup)",message="bootstrap must set exactly one of initdb or fromBackup"
+type DatabaseBootstrap struct {
+	// initdb creates an empty cluster with one application database.
+	// +optional
+	InitDB *BootstrapInitDB `json:"initdb,omitempty"`
+
+	// fromBackup restores a backup made by a DatabaseBackup.
+	// +optional
+	FromBackup *BootstrapFromBackup `json:"fromBackup,omitempty"`
+}
+
+// BootstrapInitDB creates an empty cluster.
+type BootstrapInitDB struct {
+	// database is the application database to create.
+	// +optional
+	// +kubebuilder:default=app
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z_][a-z0-9_]*$`
+	Database string `json:"database,omitempty"`
+
+	// owner is the role that owns the application database; its password is
+	// generated into the credentials Secret.
+	// +optional
+	// +kubebuilder:default=app
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z_][a-z0-9_]*$`
+	// +kubebuilder:validation:XValidation:rule="self != 'postgres'",message="owner must not be the superuser postgres"
+	Owner string `json:"owner,omitempty"`
+}
+
+// BootstrapFromBackup restores a stored backup into a new Database.
+type BootstrapFromBackup struct {
+	// backupRef names the DatabaseBackup whose storage holds the backup.
+	// +required
+	BackupRef LocalObjectReference `json:"backupRef"`
+
+	// backupID picks one stored backup; empty means the newest.
+	// +optional
+	// +kubebuilder:validation:MaxLength=128
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9._-]+$`
+	BackupID string `json:"backupID,omitempty"`
+}
+
+// EffectiveParameter is one postgresql.conf setting as the instance runs it.
+type EffectiveParameter struct {
+	// name of the setting.
+	// +required
+	Name string `json:"name"`
+	// value of the setting.
+	// +required
+	Value string `json:"value"`
+	// source says whether daytwo tuned the value or the user set it.
+	// +required
+	Source ParameterSource `json:"source"`
+}
+
+// DatabaseStatus is what daytwo observed about a Database.
+type DatabaseStatus struct {
+	// observedGeneration is the generation the status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// phase is a one-word summary; conditions carry the detail.
+	// +optional
+	Phase DatabasePhase `json:"phase,omitempty"`
+
+	// ready is true when the primary accepts connections.
+	// +optional
+	Ready bool `json:"ready,omitempty"`
+
+	// endpoint is the host:port of the read-write Service.
+	// +optional
+	Endpoint string `json:"endpoint,omitempty"`
+
+	// currentVersion is the PostgreSQL version the instances run.
+	// +optional
+	CurrentVersion string `json:"currentVersion,omitempty"`
+
+	// currentImage is the image the instances run.
+	// +optional
+	CurrentImage string `json:"currentImage,omitempty"`
+
+	// failedImage is the last image that was rolled back.
+	// +optional
+	FailedImage string `json:"failedImage,omitempty"`
+
+	// instances is the number of PostgreSQL pods asked for.
+	// +optional
+	Instances int32 `json:"instances,omitempty"`
+
+	// readyInstances is the number of PostgreSQL pods that are ready.
+	// +optional
+	ReadyInstances int32 `json:"readyInstances,omitempty"`
+
+	// selector is the label selector of the instance pods, for the scale subresource.
+	// +optional
+	Selector string `json:"selector,omitempty"`
+
+	// primary is the name of the pod that runs the primary.
+	// +optional
+	Primary string `json:"primary,omitempty"`
+
+	// secretName is the name of the credentials Secret.
+	// +optional
+	SecretName string `json:"secretName,omitempty"`
+
+	// parameters are the effective tuned and user settings.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=256
+	Parameters []EffectiveParameter `json:"parameters,omitempty"`
+
+	// conditions: Ready, Progressing, PendingRestart, UpgradeFailed.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	// +kubebuilder:validation:MaxItems=16
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// Database is a PostgreSQL cluster run by daytwo's instance manager.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:subresource:scale:specpath=.spec.instances,statuspath=.status.instances,selectorpath=.status.selector
+// +kubebuilder:resource:shortName=db,categories=daytwo
+// +kubebuilder:printcolumn:name="Version",type=string,JSONPath=`.spec.version`
+// +kubebuilder:printcolumn:name="Size",type=string,JSONPath=`.spec.size`
+// +kubebuilder:printcolumn:name="Ready",type=integer,JSONPath=`.status.readyInstances`
+// +kubebuilder:printcolumn:name="Instances",type=integer,JSONPath=`.status.instances`
+// +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Endpoint",type=string,JSONPath=`.status.endpoint`,priority=1
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type Database struct {
+	metav1.TypeMeta `json:",inline"`
+	// +optional
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// spec is the desired state.
+	// +required
+	Spec DatabaseSpec `json:"spec"`
+
+	// status is the observed state.
+	// +optional
+	Status DatabaseStatus `json:"status,omitempty"`
+}
+
+// DatabaseList is a list of Databases.
+//
+// +kubebuilder:object:root=true
+type DatabaseList struct {
+	metav1.TypeMeta `json:",inline"`
+	// +optional
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []Database `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&Database{}, &DatabaseList{})
+}

@@ -1,0 +1,420 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// BackupMethod is how a backup is taken.
+// +kubebuilder:validation:Enum=Logical;Physical
+type BackupMethod string
+
+const (
+	// BackupMethodLogical streams pg_dump in custom format.
+	BackupMethodLogical BackupMethod = "Logical"
+	// BackupMethodPhysical is a base backup plus WAL; not implemented yet.
+	BackupMethodPhysical BackupMethod = "Physical"
+)
+
+// MissedRunPolicy says what to do about runs missed while the operator was down.
+// +kubebuilder:validation:Enum=RunOnce;Skip
+type MissedRunPolicy string
+
+const (
+	// MissedRunOnce runs one catch-up backup for any number of missed runs.
+	MissedRunOnce MissedRunPolicy = "RunOnce"
+	// MissedRunSkip waits for the next scheduled time.
+	MissedRunSkip MissedRunPolicy = "Skip"
+)
+
+// ConcurrencyPolicy says what happens when a run is due while another is active.
+// +kubebuilder:validation:Enum=Forbid;Allow;Replace
+type ConcurrencyPolicy string
+
+// Concurrency policies, with the meaning they have on a CronJob.
+const (
+	ConcurrencyForbid  ConcurrencyPolicy = "Forbid"
+	ConcurrencyAllow   ConcurrencyPolicy = "Allow"
+	ConcurrencyReplace ConcurrencyPolicy = "Replace"
+)
+
+// VerificationResult is the outcome of restoring a backup to prove it works.
+// +kubebuilder:validation:Enum=Succeeded;Failed
+type VerificationResult string
+
+// Verification results.
+const (
+	VerificationSucceeded VerificationResult = "Succeeded"
+	VerificationFailed    VerificationResult = "Failed"
+)
+
+// DatabaseBackup condition types and reasons.
+const (
+	// ConditionLastRunFailed is True when the latest run failed.
+	ConditionLastRunFailed = "LastRunFailed"
+	// ConditionBackupStale is True when the newest success is older than maxAge.
+	ConditionBackupStale = "BackupStale"
+	// ConditionVerified is True when the latest verification restored the backup.
+	ConditionVerified = "Verified"
+	// ReasonSuspended means scheduling is suspended.
+	ReasonSuspended = "Suspended"
+	// ReasonDatabaseNotFound means databaseRef names no Database.
+	ReasonDatabaseNotFound = "DatabaseNotFound"
+)
+
+// DatabaseBackupSpec is what a user declares for backups of a Database.
+type DatabaseBackupSpec struct {
+	// databaseRef names the Database to back up, in the same namespace.
+	// +required
+	DatabaseRef LocalObjectReference `json:"databaseRef"`
+
+	// schedule is a cron expression (5 fields, or a descriptor such as
+	// @daily or "@every 6h"). Empty means one run now.
+	// +optional
+	// +kubebuilder:validation:MaxLength=128
+	// +kubebuilder:validation:Pattern=`^(@(yearly|annually|monthly|weekly|daily|midnight|hourly)|@every ([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+|[0-9A-Za-z*/,?-]+( +[0-9A-Za-z*/,?-]+){4})$`
+	Schedule string `json:"schedule,omitempty"`
+
+	// timeZone is the IANA time zone the schedule is read in; defaults to UTC.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:Pattern=`^[A-Za-z][A-Za-z0-9_+/-]*$`
+	TimeZone *string `json:"timeZone,omitempty"`
+
+	// suspend stops new runs; running ones finish.
+	// +optional
+	Suspend bool `json:"suspend,omitempty"`
+
+	// method is how the backup is taken. Only Logical is implemented.
+	// +optional
+	// +kubebuilder:default=Logical
+	// +kubebuilder:validation:XValidation:rule="self == 'Logical'",message="only the Logical method is implemented; Physical arrives with point-in-time recovery"
+	Method BackupMethod `json:"method,omitempty"`
+
+	// storage is where backups are written.
+	// +required
+	Storage BackupStorage `json:"storage"`
+
+	// retention says which stored backups to keep; the newest successful
+	// backup is always kept.
+	// +optional
+	// +kubebuilder:default={keepLast: 7}
+	Retention *BackupRetention `json:"retention,omitempty"`
+
+	// backoffLimit is how many times a failed run is retried.
+	// +optional
+	// +kubebuilder:default=2
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=10
+	BackoffLimit *int32 `json:"backoffLimit,omitempty"`
+
+	// activeDeadlineSeconds bounds how long one run may take.
+	// +optional
+	// +kubebuilder:validation:Minimum=60
+	ActiveDeadlineSeconds *int64 `json:"activeDeadlineSeconds,omitempty"`
+
+	// missedRunPolicy says what happens to runs missed while the operator or
+	// the schedule was down: at most one catch-up run, or none.
+	// +optional
+	// +kubebuilder:default=RunOnce
+	MissedRunPolicy MissedRunPolicy `json:"missedRunPolicy,omitempty"`
+
+	// startingDeadlineSeconds is how late a run may start; a later one counts as missed.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	StartingDeadlineSeconds *int64 `json:"startingDeadlineSeconds,omitempty"`
+
+	// concurrencyPolicy says what happens when a run is due while one is active.
+	// +optional
+	// +kubebuilder:default=Forbid
+	ConcurrencyPolicy ConcurrencyPolicy `json:"concurrencyPolicy,omitempty"`
+
+	// successfulJobsHistoryLimit is how many finished successful Jobs to keep.
+	// +optional
+	// +kubebuilder:default=3
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=100
+	SuccessfulJobsHistoryLimit *int32 `json:"successfulJobsHistoryLimit,omitempty"`
+
+	// failedJobsHistoryLimit is how many failed Jobs to keep.
+	// +optional
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=100
+	FailedJobsHistoryLimit *int32 `json:"failedJobsHistoryLimit,omitempty"`
+
+	// maxAge raises BackupStale when the newest successful backup is older than this, e.g. "26h".
+	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(s|m|h))+$`
+	MaxAge *metav1.Duration `json:"maxAge,omitempty"`
+
+	// verify restores backups into a throwaway instance to prove they work.
+	// +optional
+	Verify *BackupVerify `json:"verify,omitempty"`
+}
+
+// BackupStorage is where backups are written: exactly one of s3 or pvc.
+// +kubebuilder:validation:XValidation:rule="has(self.s3) != has(self.pvc)",message="storage must set exactly one of s3 or pvc"
+type BackupStorage struct {
+	// s3 is an S3-compatible bucket.
+	// +optional
+	S3 *S3Storage `json:"s3,omitempty"`
+
+	// pvc is a directory on a PersistentVolumeClaim.
+	// +optional
+	PVC *PVCStorage `json:"pvc,omitempty"`
+}
+
+// S3Storage is an S3-compatible bucket.
+type S3Storage struct {
+	// endpoint is host[:port] of the S3 API, without a scheme, e.g. "s3.amazonaws.com" or "minio.backup:9000".
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9.-]+(:[0-9]{1,5})?$`
+	Endpoint string `json:"endpoint"`
+
+	// bucket name.
+	// +required
+	// +kubebuilder:validation:MinLength=3
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9][a-z0-9.-]*[a-z0-9]$`
+	Bucket string `json:"bucket"`
+
+	// prefix is prepended to every key; defaults to <namespace>/<backup name>.
+	// +optional
+	// +kubebuilder:validation:MaxLength=512
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9!_.*'()/-]*$`
+	// +kubebuilder:validation:XValidation:rule="!self.contains('..')",message="prefix must not contain '..'"
+	Prefix string `json:"prefix,omitempty"`
+
+	// region of the bucket.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	Region string `json:"region,omitempty"`
+
+	// credentialsSecretRef names a Secret with the access key and secret key.
+	// +required
+	CredentialsSecretRef S3CredentialsSecretRef `json:"credentialsSecretRef"`
+
+	// insecure uses plain HTTP instead of HTTPS.
+	// +optional
+	Insecure bool `json:"insecure,omitempty"`
+}
+
+// S3CredentialsSecretRef names the Secret and keys holding S3 credentials.
+type S3CredentialsSecretRef struct {
+	// name of the Secret.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+
+	// accessKeyIDKey is the key holding the access key ID.
+	// +optional
+	// +kubebuilder:default=AWS_ACCESS_KEY_ID
+	// +kubebuilder:validation:MaxLength=253
+	AccessKeyIDKey string `json:"accessKeyIDKey,omitempty"`
+
+	// secretAccessKeyKey is the key holding the secret access key.
+	// +optional
+	// +kubebuilder:default=AWS_SECRET_ACCESS_KEY
+	// +kubebuilder:validation:MaxLength=253
+	SecretAccessKeyKey string `json:"secretAccessKeyKey,omitempty"`
+}
+
+// PVCStorage is a directory on a PersistentVolumeClaim.
+type PVCStorage struct {
+	// claimName of the PersistentVolumeClaim.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	ClaimName string `json:"claimName"`
+
+	// path is the directory inside the volume; defaults to <backup name>.
+	// +optional
+	// +kubebuilder:validation:MaxLength=512
+	// +kubebuilder:validation:XValidation:rule="!self.startsWith('/') && !self.split('/').exists(p, p == '..')",message="path must be relative and must not contain '..'"
+	Path string `json:"path,omitempty"`
+}
+
+// BackupRetention is a grandfather-father-son policy. A backup is kept when
+// any rule keeps it.
+// +kubebuilder:validation:XValidation:rule="(has(self.keepLast) ? self.keepLast : 0) + (has(self.keepDaily) ? self.keepDaily : 0) + (has(self.keepWeekly) ? self.keepWeekly : 0) + (has(self.keepMonthly) ? self.keepMonthly : 0) > 0",message="retention must keep at least one backup"
+type BackupRetention struct {
+	// keepLast keeps the newest N backups.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=1000
+	KeepLast int32 `json:"keepLast,omitempty"`
+
+	// keepDaily keeps the newest backup of each of the last N days.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=1000
+	KeepDaily int32 `json:"keepDaily,omitempty"`
+
+	// keepWeekly keeps the newest backup of each of the last N ISO weeks.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=1000
+	KeepWeekly int32 `json:"keepWeekly,omitempty"`
+
+	// keepMonthly keeps the newest backup of each of the last N months.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=1000
+	KeepMonthly int32 `json:"keepMonthly,omitempty"`
+}
+
+// BackupVerify restores backups into a throwaway instance: after every N-th
+// success, or on a schedule of its own. Exactly one is set.
+// +kubebuilder:validation:XValidation:rule="has(self.everyNth) != has(self.schedule)",message="verify must set exactly one of everyNth or schedule"
+type BackupVerify struct {
+	// everyNth verifies after every N-th successful backup.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1000
+	EveryNth *int32 `json:"everyNth,omitempty"`
+
+	// schedule is a cron expression for verification runs.
+	// +optional
+	// +kubebuilder:validation:MaxLength=128
+	// +kubebuilder:validation:Pattern=`^(@(yearly|annually|monthly|weekly|daily|midnight|hourly)|@every ([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+|[0-9A-Za-z*/,?-]+( +[0-9A-Za-z*/,?-]+){4})$`
+	Schedule string `json:"schedule,omitempty"`
+
+	// query is the check run against the restored database; it must return
+	// at least one row. Defaults to a count of user tables.
+	// +optional
+	// +kubebuilder:validation:MaxLength=4096
+	Query string `json:"query,omitempty"`
+}
+
+// StoredBackup is one complete backup (one with a manifest) in storage.
+type StoredBackup struct {
+	// id of the backup, unique within the storage prefix.
+	// +required
+	ID string `json:"id"`
+	// time the backup finished.
+	// +required
+	Time metav1.Time `json:"time"`
+	// sizeBytes of the stored dump.
+	// +optional
+	SizeBytes int64 `json:"sizeBytes,omitempty"`
+	// sha256 of the stored dump, hex encoded.
+	// +optional
+	SHA256 string `json:"sha256,omitempty"`
+	// pgVersion of the server that was dumped.
+	// +optional
+	PGVersion string `json:"pgVersion,omitempty"`
+}
+
+// BackupVerification is the outcome of the latest verification.
+type BackupVerification struct {
+	// time the verification finished.
+	// +required
+	Time metav1.Time `json:"time"`
+	// backupID that was restored.
+	// +required
+	BackupID string `json:"backupID"`
+	// result of the restore and check query.
+	// +required
+	Result VerificationResult `json:"result"`
+	// restoreSeconds is how long the restore took.
+	// +optional
+	RestoreSeconds int64 `json:"restoreSeconds,omitempty"`
+	// message says why a verification failed.
+	// +optional
+	Message string `json:"message,omitempty"`
+}
+
+// DatabaseBackupStatus is what daytwo observed about a DatabaseBackup.
+type DatabaseBackupStatus struct {
+	// observedGeneration is the generation the status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// lastScheduleTime is when the latest run was started.
+	// +optional
+	LastScheduleTime *metav1.Time `json:"lastScheduleTime,omitempty"`
+
+	// nextScheduleTime is when the next run is due.
+	// +optional
+	NextScheduleTime *metav1.Time `json:"nextScheduleTime,omitempty"`
+
+	// lastBackupTime is when the newest successful backup finished.
+	// +optional
+	LastBackupTime *metav1.Time `json:"lastBackupTime,omitempty"`
+
+	// lastFailureTime is when the latest failed run ended.
+	// +optional
+	LastFailureTime *metav1.Time `json:"lastFailureTime,omitempty"`
+
+	// activeJobs are the names of the running backup Jobs.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=16
+	ActiveJobs []string `json:"activeJobs,omitempty"`
+
+	// backups are the retained backups, newest first (at most 50 listed).
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=50
+	Backups []StoredBackup `json:"backups,omitempty"`
+
+	// prunedTotal is how many backups retention has deleted.
+	// +optional
+	PrunedTotal int64 `json:"prunedTotal,omitempty"`
+
+	// lastVerification is the outcome of the latest restore test.
+	// +optional
+	LastVerification *BackupVerification `json:"lastVerification,omitempty"`
+
+	// conditions: Ready, LastRunFailed, BackupStale, Verified.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	// +kubebuilder:validation:MaxItems=16
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// DatabaseBackup schedules logical backups of a Database to S3-compatible
+// storage or a volume, prunes them by retention and verifies they restore.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=dbb,categories=daytwo
+// +kubebuilder:printcolumn:name="Database",type=string,JSONPath=`.spec.databaseRef.name`
+// +kubebuilder:printcolumn:name="Schedule",type=string,JSONPath=`.spec.schedule`
+// +kubebuilder:printcolumn:name="Suspend",type=boolean,JSONPath=`.spec.suspend`
+// +kubebuilder:printcolumn:name="Last Backup",type=date,JSONPath=`.status.lastBackupTime`
+// +kubebuilder:printcolumn:name="Next",type=date,JSONPath=`.status.nextScheduleTime`,priority=1
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type DatabaseBackup struct {
+	metav1.TypeMeta `json:",inline"`
+	// +optional
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// spec is the desired state.
+	// +required
+	Spec DatabaseBackupSpec `json:"spec"`
+
+	// status is the observed state.
+	// +optional
+	Status DatabaseBackupStatus `json:"status,omitempty"`
+}
+
+// DatabaseBackupList is a list of DatabaseBackups.
+//
+// +kubebuilder:object:root=true
+type DatabaseBackupList struct {
+	metav1.TypeMeta `json:",inline"`
+	// +optional
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []DatabaseBackup `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&DatabaseBackup{}, &DatabaseBackupList{})
+}

@@ -1,0 +1,221 @@
+package v1alpha1_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/yaml"
+
+	"github.com/daytwo-dev/daytwo/internal/testenv"
+)
+
+var env *testenv.Env
+
+func TestMain(m *testing.M) {
+	var err error
+	env, err = testenv.Start()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	_ = env.Stop()
+	os.Exit(code)
+}
+
+const (
+	goodWebApp = `
+apiVersion: daytwo.dev/v1alpha1
+kind: WebApp
+metadata: {name: x}
+spec: {image: "nginx:1.27", port: 8080}
+`
+	goodDatabase = `
+apiVersion: daytwo.dev/v1alpha1
+kind: Database
+metadata: {name: x}
+spec: {version: "16", size: small}
+`
+	goodBackup = `
+apiVersion: daytwo.dev/v1alpha1
+kind: DatabaseBackup
+metadata: {name: x}
+spec:
+  databaseRef: {name: x}
+  schedule: "*/10 * * * *"
+  storage:
+    s3: {endpoint: "minio:9000", bucket: backups, credentialsSecretRef: {name: s3}}
+`
+)
+
+// object parses a manifest and applies a JSON merge patch given as YAML, so
+// each case only says what it breaks.
+func object(t *testing.T, base, patch string) *unstructured.Unstructured {
+	t.Helper()
+	u := &unstructured.Unstructured{}
+	if err := yaml.Unmarshal([]byte(base), &u.Object); err != nil {
+		t.Fatalf("bad base manifest: %v", err)
+	}
+	if patch == "" {
+		return u
+	}
+	p := map[string]any{}
+	if err := yaml.Unmarshal([]byte(patch), &p); err != nil {
+		t.Fatalf("bad patch: %v", err)
+	}
+	u.Object = merge(u.Object, p)
+	return u
+}
+
+// merge is RFC 7386: maps merge, null deletes, anything else replaces.
+func merge(dst, patch map[string]any) map[string]any {
+	for k, v := range patch {
+		switch pv := v.(type) {
+		case nil:
+			delete(dst, k)
+		case map[string]any:
+			if dv, ok := dst[k].(map[string]any); ok {
+				dst[k] = merge(dv, pv)
+			} else {
+				dst[k] = merge(map[string]any{}, pv)
+			}
+		default:
+			dst[k] = v
+		}
+	}
+	return dst
+}
+
+func TestGoodSpecsAreAccepted(t *testing.T) {
+	ns := env.Namespace(t)
+	for _, m := range []string{goodWebApp, goodDatabase, goodBackup} {
+		u := object(t, m, "")
+		u.SetNamespace(ns)
+		if err := env.Client.Create(context.Background(), u); err != nil {
+			t.Errorf("%s refused: %v", u.GetKind(), err)
+		}
+	}
+}
+
+func TestDefaultsAreApplied(t *testing.T) {
+	ns := env.Namespace(t)
+	ctx := context.Background()
+	checks := []struct {
+		manifest string
+		path     []string
+		want     any
+	}{
+		{goodWebApp, []string{"spec", "deletionPolicy"}, "Delete"},
+		{goodWebApp, []string{"spec", "imagePullPolicy"}, "IfNotPresent"},
+		{goodDatabase, []string{"spec", "deletionPolicy"}, "Retain"},
+		{goodDatabase, []string{"spec", "bootstrap", "initdb", "database"}, "app"},
+		{goodBackup, []string{"spec", "method"}, "Logical"},
+		{goodBackup, []string{"spec", "concurrencyPolicy"}, "Forbid"},
+		{goodBackup, []string{"spec", "missedRunPolicy"}, "RunOnce"},
+		{goodBackup, []string{"spec", "retention", "keepLast"}, int64(7)},
+		{goodBackup, []string{"spec", "storage", "s3", "credentialsSecretRef", "accessKeyIDKey"}, "AWS_ACCESS_KEY_ID"},
+	}
+	for i, c := range checks {
+		u := object(t, c.manifest, fmt.Sprintf("metadata: {name: d%d}", i))
+		u.SetNamespace(ns)
+		if err := env.Client.Create(ctx, u); err != nil {
+			t.Fatalf("create %s: %v", u.GetKind(), err)
+		}
+		got, _, _ := unstructured.NestedFieldNoCopy(u.Object, c.path...)
+		if got != c.want {
+			t.Errorf("%s %s = %v (%T), want %v", u.GetKind(), strings.Join(c.path, "."), got, got, c.want)
+		}
+	}
+}
+
+func TestBadSpecsAreRefusedNamingTheField(t *testing.T) {
+	ns := env.Namespace(t)
+	cases := []struct {
+		name, base, patch string
+		want              []string // every substring must appear in the API server's message
+	}{
+		{"webapp without image", goodWebApp, `spec: {image: null}`, []string{"spec.image", "Required value"}},
+		{"webapp port out of range", goodWebApp, `spec: {port: 70000}`, []string{"spec.port", "less than or equal to 65535"}},
+		{"webapp replicas with autoscaling", goodWebApp, `spec: {replicas: 2, autoscaling: {maxReplicas: 4}}`, []string{"spec", "replicas and autoscaling are mutually exclusive"}},
+		{"webapp min above max", goodWebApp, `spec: {autoscaling: {minReplicas: 5, maxReplicas: 2}}`, []string{"spec.autoscaling", "minReplicas must not exceed maxReplicas"}},
+		{"webapp bad ingress host", goodWebApp, `spec: {ingress: {host: "Shop_Example"}}`, []string{"spec.ingress.host"}},
+		{"webapp unknown deletion policy", goodWebApp, `spec: {deletionPolicy: Keep}`, []string{"spec.deletionPolicy", "Unsupported value"}},
+		{"webapp bad maxSurge", goodWebApp, `spec: {rollout: {maxSurge: "lots"}}`, []string{"spec.rollout.maxSurge", "percentage"}},
+		{"webapp short progress deadline", goodWebApp, `spec: {rollout: {progressDeadlineSeconds: 1}}`, []string{"spec.rollout.progressDeadlineSeconds"}},
+		{"webapp configRef of a Pod", goodWebApp, `spec: {configRefs: [{kind: Pod, name: a}]}`, []string{"spec.configRefs[0].kind", "Unsupported value"}},
+		{"database unsupported version", goodDatabase, `spec: {version: "12"}`, []string{"spec.version", "Unsupported value"}},
+		{"database unknown size", goodDatabase, `spec: {size: huge}`, []string{"spec.size", "Unsupported value"}},
+		{"database zero instances", goodDatabase, `spec: {instances: 0}`, []string{"spec.instances"}},
+		{"database managed parameter", goodDatabase, `spec: {parameters: {listen_addresses: "*"}}`, []string{"spec.parameters", "must not set a setting daytwo manages"}},
+		{"database malformed parameter name", goodDatabase, `spec: {parameters: {"Work Mem": "4MB"}}`, []string{"spec.parameters", "lower-case"}},
+		{"database two bootstraps", goodDatabase, `spec: {bootstrap: {initdb: {}, fromBackup: {backupRef: {name: b}}}}`, []string{"spec.bootstrap", "exactly one of initdb or fromBackup"}},
+		{"database superuser owner", goodDatabase, `spec: {bootstrap: {initdb: {owner: postgres}}}`, []string{"spec.bootstrap.initdb.owner"}},
+		{"database snapshot without storage", goodDatabase, `spec: {deletionPolicy: Snapshot}`, []string{"spec", "needs spec.backupStorage"}},
+		{"backup without databaseRef", goodBackup, `spec: {databaseRef: null}`, []string{"spec.databaseRef", "Required value"}},
+		{"backup without storage backend", goodBackup, `spec: {storage: {s3: null}}`, []string{"spec.storage", "exactly one of s3 or pvc"}},
+		{"backup with two storage backends", goodBackup, `spec: {storage: {pvc: {claimName: c}}}`, []string{"spec.storage", "exactly one of s3 or pvc"}},
+		{"backup schedule in prose", goodBackup, `spec: {schedule: "every day at noon"}`, []string{"spec.schedule"}},
+		{"backup physical method", goodBackup, `spec: {method: Physical}`, []string{"spec.method", "only the Logical method"}},
+		{"backup retention keeps nothing", goodBackup, `spec: {retention: {keepLast: 0}}`, []string{"spec.retention", "at least one backup"}},
+		{"backup verify two triggers", goodBackup, `spec: {verify: {everyNth: 2, schedule: "@daily"}}`, []string{"spec.verify", "exactly one of everyNth or schedule"}},
+		{"backup upper-case bucket", goodBackup, `spec: {storage: {s3: {bucket: "Backups"}}}`, []string{"spec.storage.s3.bucket"}},
+		{"backup endpoint with scheme", goodBackup, `spec: {storage: {s3: {endpoint: "https://s3.example.com"}}}`, []string{"spec.storage.s3.endpoint"}},
+		{"backup maxAge in days", goodBackup, `spec: {maxAge: "1d"}`, []string{"spec.maxAge"}},
+		{"backup pvc path escapes", goodBackup, `spec: {storage: {s3: null, pvc: {claimName: c, path: "a/../../etc"}}}`, []string{"spec.storage.pvc.path", "must not contain '..'"}},
+		{"backup unknown concurrency policy", goodBackup, `spec: {concurrencyPolicy: Sometimes}`, []string{"spec.concurrencyPolicy", "Unsupported value"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			u := object(t, c.base, c.patch)
+			u.SetNamespace(ns)
+			u.SetGenerateName("bad-")
+			u.SetName("")
+			err := env.Client.Create(context.Background(), u)
+			if err == nil {
+				t.Fatalf("accepted, want refusal mentioning %q", c.want)
+			}
+			for _, w := range c.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("message %q does not mention %q", err.Error(), w)
+				}
+			}
+		})
+	}
+}
+
+func TestBadUpdatesAreRefusedNamingTheField(t *testing.T) {
+	ns := env.Namespace(t)
+	ctx := context.Background()
+	cases := []struct {
+		name, base, patch string
+		want              []string
+	}{
+		{"database bootstrap changed", goodDatabase, `spec: {bootstrap: {initdb: {database: other}}}`, []string{"spec.bootstrap", "bootstrap is immutable"}},
+		{"database bootstrap swapped for a restore", goodDatabase, `spec: {bootstrap: {initdb: null, fromBackup: {backupRef: {name: b}}}}`, []string{"spec.bootstrap", "bootstrap is immutable"}},
+		{"database version downgrade", goodDatabase, `spec: {version: "15"}`, []string{"spec.version", "must not go down"}},
+	}
+	for i, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			u := object(t, c.base, fmt.Sprintf("metadata: {name: u%d}", i))
+			u.SetNamespace(ns)
+			if err := env.Client.Create(ctx, u); err != nil {
+				t.Fatalf("create: %v", err)
+			}
+			changed := object(t, c.base, c.patch)
+			u.Object["spec"] = merge(u.Object["spec"].(map[string]any), changed.Object["spec"].(map[string]any))
+			err := env.Client.Update(ctx, u)
+			if err == nil {
+				t.Fatalf("update accepted, want refusal mentioning %q", c.want)
+			}
+			for _, w := range c.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("message %q does not mention %q", err.Error(), w)
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,315 @@
+package v1alpha1
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+)
+
+// WebAppDeletionPolicy says what happens to a WebApp's children when it is deleted.
+// +kubebuilder:validation:Enum=Delete;Orphan
+type WebAppDeletionPolicy string
+
+const (
+	// WebAppDeletionDelete removes the children with the WebApp (garbage collection).
+	WebAppDeletionDelete WebAppDeletionPolicy = "Delete"
+	// WebAppDeletionOrphan removes daytwo's ownership and leaves the app running.
+	WebAppDeletionOrphan WebAppDeletionPolicy = "Orphan"
+)
+
+// ConfigRefKind is the kind of object a config reference names.
+// +kubebuilder:validation:Enum=ConfigMap;Secret
+type ConfigRefKind string
+
+const (
+	// ConfigRefConfigMap names a ConfigMap.
+	ConfigRefConfigMap ConfigRefKind = "ConfigMap"
+	// ConfigRefSecret names a Secret.
+	ConfigRefSecret ConfigRefKind = "Secret"
+)
+
+// WebApp reasons.
+const (
+	// ReasonConflictingResource means a child of the same name exists and daytwo does not own it.
+	ReasonConflictingResource = "ConflictingResource"
+	// ReasonMissingReference means a referenced ConfigMap, Secret or Database does not exist.
+	ReasonMissingReference = "MissingReference"
+	// ReasonRolledBack means a revision missed its progress deadline and the previous one was restored.
+	ReasonRolledBack = "RolledBack"
+	// ReasonRollingOut means a new revision is being rolled out.
+	ReasonRollingOut = "RollingOut"
+)
+
+// WebAppSpec is what a user declares for a stateless application.
+// +kubebuilder:validation:XValidation:rule="!(has(self.replicas) && has(self.autoscaling))",message="replicas and autoscaling are mutually exclusive: with autoscaling the HorizontalPodAutoscaler owns the replica count"
+type WebAppSpec struct {
+	// image is the container image to run, for example "ghcr.io/acme/shop:1.4.2".
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=512
+	// +kubebuilder:validation:Pattern=`^[^\s]+$`
+	Image string `json:"image"`
+
+	// imagePullPolicy of the container. Defaults to IfNotPresent.
+	// +optional
+	// +kubebuilder:default=IfNotPresent
+	ImagePullPolicy corev1.PullPolicy `json:"imagePullPolicy,omitempty"`
+
+	// replicas is the fixed number of pods. Leave it unset with autoscaling.
+	// Defaults to 1 when neither is set.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=1000
+	Replicas *int32 `json:"replicas,omitempty"`
+
+	// port is the TCP port the application listens on.
+	// +optional
+	// +kubebuilder:default=8080
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65535
+	Port int32 `json:"port,omitempty"`
+
+	// command overrides the image's entrypoint.
+	// +optional
+	// +kubebuilder:validation:MaxItems=64
+	// +listType=atomic
+	Command []string `json:"command,omitempty"`
+
+	// args overrides the image's arguments.
+	// +optional
+	// +kubebuilder:validation:MaxItems=256
+	// +listType=atomic
+	Args []string `json:"args,omitempty"`
+
+	// env sets environment variables in the container.
+	// +optional
+	// +kubebuilder:validation:MaxItems=256
+	// +listType=map
+	// +listMapKey=name
+	Env []corev1.EnvVar `json:"env,omitempty"`
+
+	// envFrom loads environment variables from ConfigMaps or Secrets. Pods
+	// roll when one of them changes.
+	// +optional
+	// +kubebuilder:validation:MaxItems=32
+	// +listType=atomic
+	EnvFrom []corev1.EnvFromSource `json:"envFrom,omitempty"`
+
+	// resources of the container. When unset, daytwo requests 100m CPU and 128Mi memory.
+	// +optional
+	Resources *corev1.ResourceRequirements `json:"resources,omitempty"`
+
+	// probes override the probes daytwo derives from port.
+	// +optional
+	Probes *WebAppProbes `json:"probes,omitempty"`
+
+	// autoscaling runs a HorizontalPodAutoscaler instead of a fixed replica count.
+	// +optional
+	Autoscaling *WebAppAutoscaling `json:"autoscaling,omitempty"`
+
+	// rollout tunes how new revisions replace old ones.
+	// +optional
+	Rollout *WebAppRollout `json:"rollout,omitempty"`
+
+	// configRefs are ConfigMaps and Secrets whose changes roll the pods, in
+	// addition to those referenced from env and envFrom.
+	// +optional
+	// +kubebuilder:validation:MaxItems=32
+	// +listType=atomic
+	ConfigRefs []ConfigRef `json:"configRefs,omitempty"`
+
+	// ingress exposes the app over HTTP(S) through an Ingress.
+	// +optional
+	Ingress *WebAppIngress `json:"ingress,omitempty"`
+
+	// databaseRef names a Database in the same namespace; DATABASE_URL and the
+	// PG* variables are injected from its credentials Secret.
+	// +optional
+	DatabaseRef *LocalObjectReference `json:"databaseRef,omitempty"`
+
+	// deletionPolicy says what happens to the children when the WebApp is
+	// deleted: Delete removes them, Orphan leaves the app running.
+	// +optional
+	// +kubebuilder:default=Delete
+	DeletionPolicy WebAppDeletionPolicy `json:"deletionPolicy,omitempty"`
+}
+
+// WebAppProbes override the probes daytwo derives from the port.
+type WebAppProbes struct {
+	// readiness replaces the default HTTP GET / readiness probe.
+	// +optional
+	Readiness *corev1.Probe `json:"readiness,omitempty"`
+	// liveness replaces the default TCP liveness probe.
+	// +optional
+	Liveness *corev1.Probe `json:"liveness,omitempty"`
+	// startup adds a startup probe.
+	// +optional
+	Startup *corev1.Probe `json:"startup,omitempty"`
+}
+
+// WebAppAutoscaling configures a HorizontalPodAutoscaler (autoscaling/v2).
+// +kubebuilder:validation:XValidation:rule="self.minReplicas <= self.maxReplicas",message="minReplicas must not exceed maxReplicas"
+type WebAppAutoscaling struct {
+	// minReplicas is the lower bound of the replica count.
+	// +optional
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1000
+	MinReplicas int32 `json:"minReplicas,omitempty"`
+
+	// maxReplicas is the upper bound of the replica count.
+	// +required
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1000
+	MaxReplicas int32 `json:"maxReplicas"`
+
+	// targetCPUUtilizationPercentage is the average CPU use, as a percentage of
+	// the request, that the autoscaler aims for.
+	// +optional
+	// +kubebuilder:default=80
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100
+	TargetCPUUtilizationPercentage int32 `json:"targetCPUUtilizationPercentage,omitempty"`
+}
+
+// WebAppRollout tunes the rolling update and its automatic rollback.
+type WebAppRollout struct {
+	// maxSurge is how many pods above the desired count may exist during a rollout.
+	// +optional
+	// +kubebuilder:validation:XIntOrString
+	// +kubebuilder:validation:XValidation:rule="type(self) == int ? self >= 0 : self.matches('^[0-9]+%$')",message="maxSurge must be a non-negative integer or a percentage such as 25%"
+	MaxSurge *intstr.IntOrString `json:"maxSurge,omitempty"`
+
+	// maxUnavailable is how many pods may be unavailable during a rollout.
+	// +optional
+	// +kubebuilder:validation:XIntOrString
+	// +kubebuilder:validation:XValidation:rule="type(self) == int ? self >= 0 : self.matches('^[0-9]+%$')",message="maxUnavailable must be a non-negative integer or a percentage such as 25%"
+	MaxUnavailable *intstr.IntOrString `json:"maxUnavailable,omitempty"`
+
+	// progressDeadlineSeconds is how long a new revision may take to become
+	// available before daytwo rolls back to the last available one.
+	// +optional
+	// +kubebuilder:default=600
+	// +kubebuilder:validation:Minimum=10
+	// +kubebuilder:validation:Maximum=86400
+	ProgressDeadlineSeconds int32 `json:"progressDeadlineSeconds,omitempty"`
+}
+
+// ConfigRef names a ConfigMap or Secret whose content is hashed into the pod template.
+type ConfigRef struct {
+	// kind of the referenced object.
+	// +required
+	Kind ConfigRefKind `json:"kind"`
+
+	// name of the referenced object.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+}
+
+// WebAppIngress configures an Ingress for the app.
+type WebAppIngress struct {
+	// host is the DNS name the app is served on, for example "shop.example.com".
+	// +required
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^(\*\.)?[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	Host string `json:"host"`
+
+	// path is the URL path prefix routed to the app.
+	// +optional
+	// +kubebuilder:default="/"
+	// +kubebuilder:validation:MaxLength=512
+	// +kubebuilder:validation:Pattern=`^/`
+	Path string `json:"path,omitempty"`
+
+	// tlsSecretName names a kubernetes.io/tls Secret; when set the app is served over HTTPS.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	TLSSecretName string `json:"tlsSecretName,omitempty"`
+
+	// className is the IngressClass to use; empty means the cluster default.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	ClassName string `json:"className,omitempty"`
+}
+
+// WebAppStatus is what daytwo observed about a WebApp.
+type WebAppStatus struct {
+	// observedGeneration is the generation the status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// replicas is the number of pods that exist.
+	// +optional
+	Replicas int32 `json:"replicas,omitempty"`
+
+	// availableReplicas is the number of pods ready for at least minReadySeconds.
+	// +optional
+	AvailableReplicas int32 `json:"availableReplicas,omitempty"`
+
+	// selector is the label selector of the pods, for the scale subresource.
+	// +optional
+	Selector string `json:"selector,omitempty"`
+
+	// url is where the app is reached: the ingress URL when there is one,
+	// otherwise the in-cluster Service URL.
+	// +optional
+	URL string `json:"url,omitempty"`
+
+	// serviceURL is the in-cluster URL of the Service.
+	// +optional
+	ServiceURL string `json:"serviceURL,omitempty"`
+
+	// currentImage is the image of the revision that is available.
+	// +optional
+	CurrentImage string `json:"currentImage,omitempty"`
+
+	// conditions: Ready, Progressing, Degraded.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	// +kubebuilder:validation:MaxItems=16
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// WebApp is a stateless application: a Deployment, Service, and optionally an
+// HPA, PDB and Ingress, with safe rollouts and config-driven restarts.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:subresource:scale:specpath=.spec.replicas,statuspath=.status.replicas,selectorpath=.status.selector
+// +kubebuilder:resource:shortName=wa,categories=daytwo
+// +kubebuilder:printcolumn:name="Image",type=string,JSONPath=`.spec.image`
+// +kubebuilder:printcolumn:name="Desired",type=integer,JSONPath=`.spec.replicas`
+// +kubebuilder:printcolumn:name="Available",type=integer,JSONPath=`.status.availableReplicas`
+// +kubebuilder:printcolumn:name="URL",type=string,JSONPath=`.status.url`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type WebApp struct {
+	metav1.TypeMeta `json:",inline"`
+	// +optional
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// spec is the desired state.
+	// +required
+	Spec WebAppSpec `json:"spec"`
+
+	// status is the observed state.
+	// +optional
+	Status WebAppStatus `json:"status,omitempty"`
+}
+
+// WebAppList is a list of WebApps.
+//
+// +kubebuilder:object:root=true
+type WebAppList struct {
+	metav1.TypeMeta `json:",inline"`
+	// +optional
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []WebApp `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&WebApp{}, &WebAppList{})
+}

@@ -1,0 +1,40 @@
+// Command daytwo is the single daytwo binary: the operator, and later the
+// in-pod instance manager and the backup and restore jobs.
+package main
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"github.com/daytwo-dev/daytwo/internal/version"
+)
+
+func main() {
+	if err := newRootCommand().Execute(); err != nil {
+		os.Exit(1)
+	}
+}
+
+func newRootCommand() *cobra.Command {
+	root := &cobra.Command{
+		Use:           "daytwo",
+		Short:         "daytwo runs web apps and PostgreSQL on Kubernetes through Day 2",
+		SilenceUsage:  true,
+		SilenceErrors: false,
+	}
+	root.AddCommand(newOperatorCommand(), newVersionCommand())
+	return root
+}
+
+func newVersionCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Print the daytwo version",
+		Args:  cobra.NoArgs,
+		Run: func(cmd *cobra.Command, _ []string) {
+			fmt.Fprintln(cmd.OutOrStdout(), version.Version)
+		},
+	}
+}

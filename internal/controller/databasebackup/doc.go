@@ -1,0 +1,3 @@
+// Package databasebackup reconciles DatabaseBackups: scheduled backup Jobs,
+// retention, staleness and verification restores.
+package databasebackup

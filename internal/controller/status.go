@@ -1,0 +1,22 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// PatchStatus writes obj's status once, and only when it differs from the
+// snapshot taken at the start of the reconcile. A merge patch against the
+// snapshot sends just the changed fields and never a stale resourceVersion.
+func PatchStatus(ctx context.Context, c client.Client, before, obj client.Object, beforeStatus, afterStatus any) error {
+	if equality.Semantic.DeepEqual(beforeStatus, afterStatus) {
+		return nil
+	}
+	if err := c.Status().Patch(ctx, obj, client.MergeFrom(before)); err != nil {
+		return fmt.Errorf("failed to patch status: %w", client.IgnoreNotFound(err))
+	}
+	return nil
+}

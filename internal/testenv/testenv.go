@@ -1,0 +1,89 @@
+package testenv
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/daytwo-dev/daytwo/internal/operator"
+)
+
+// Env is a running envtest control plane.
+type Env struct {
+	Config *rest.Config
+	Client client.Client
+	env    *envtest.Environment
+}
+
+// RepoRoot is the root of the daytwo source tree.
+func RepoRoot() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..")
+}
+
+// assets returns the directory of the etcd and kube-apiserver binaries:
+// KUBEBUILDER_ASSETS, or the cache hack/build-k8s.sh fills.
+func assets() (string, error) {
+	if dir := os.Getenv("KUBEBUILDER_ASSETS"); dir != "" {
+		return dir, nil
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return "", err
+	}
+	dir := filepath.Join(home, ".cache", "daytwo", "k8s-v1.36.3")
+	if cache := os.Getenv("DAYTWO_CACHE"); cache != "" {
+		dir = filepath.Join(cache, "k8s-v1.36.3")
+	}
+	if _, err := os.Stat(filepath.Join(dir, "kube-apiserver")); err != nil {
+		return "", fmt.Errorf("no kube-apiserver in %s: run `make tools` or set KUBEBUILDER_ASSETS", dir)
+	}
+	return dir, nil
+}
+
+// Start starts a control plane with the CRDs from config/crd/bases. Call it
+// from TestMain and Stop it when the tests are done.
+func Start() (*Env, error) {
+	dir, err := assets()
+	if err != nil {
+		return nil, err
+	}
+	e := &envtest.Environment{
+		CRDDirectoryPaths:     []string{filepath.Join(RepoRoot(), "config", "crd", "bases")},
+		ErrorIfCRDPathMissing: true,
+		BinaryAssetsDirectory: dir,
+	}
+	cfg, err := e.Start()
+	if err != nil {
+		return nil, fmt.Errorf("failed to start envtest: %w", err)
+	}
+	c, err := client.New(cfg, client.Options{Scheme: operator.NewScheme()})
+	if err != nil {
+		_ = e.Stop()
+		return nil, fmt.Errorf("failed to create a client: %w", err)
+	}
+	return &Env{Config: cfg, Client: c, env: e}, nil
+}
+
+// Stop stops the control plane.
+func (e *Env) Stop() error { return e.env.Stop() }
+
+// Namespace creates a fresh namespace for one test and deletes it afterwards.
+func (e *Env) Namespace(t *testing.T) string {
+	t.Helper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "t-"}}
+	if err := e.Client.Create(context.Background(), ns); err != nil {
+		t.Fatalf("failed to create a namespace: %v", err)
+	}
+	t.Cleanup(func() { _ = e.Client.Delete(context.Background(), ns) })
+	return ns.Name
+}
