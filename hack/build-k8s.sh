@@ -20,10 +20,11 @@ declare -A pkg=(
   [kube-proxy]=k8s.io/kubernetes/cmd/kube-proxy
   [kwok]=sigs.k8s.io/kwok/cmd/kwok
   [kwokctl]=sigs.k8s.io/kwok/cmd/kwokctl
+  [kubectl]=k8s.io/kubernetes/cmd/kubectl
 )
 
 want=("$@")
-[ ${#want[@]} -gt 0 ] || want=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok kwokctl)
+[ ${#want[@]} -gt 0 ] || want=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok kwokctl kubectl)
 
 minor=${K8S_VERSION#v1.}; minor=${minor%%.*}
 vpkg=k8s.io/component-base/version
