@@ -73,5 +73,6 @@ test: tools vet verify-generated ## Unit and envtest integration tests.
 .PHONY: test-e2e
 test-e2e: tools build ## End-to-end suites (build tag e2e) against the local kwok cluster.
 	hack/kwok-cluster.sh up
-	KUBECONFIG=$$(hack/kwok-cluster.sh kubeconfig) DAYTWO_BIN=$(CURDIR)/bin/daytwo \
+	kubectl --kubeconfig $$(hack/kwok-cluster.sh kubeconfig) apply --server-side -k config/crd
+	KUBECONFIG=$$(hack/kwok-cluster.sh kubeconfig) DAYTWO_BIN=$(CURDIR)/bin/daytwo DAYTWO_E2E_MODE=kwok \
 		go test -count=1 -tags e2e -timeout 20m -v ./test/e2e/...

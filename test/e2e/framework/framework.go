@@ -1,0 +1,158 @@
+//go:build e2e
+
+package framework
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	"github.com/daytwo-dev/daytwo/internal/operator"
+)
+
+// Mode is the kind of cluster under test.
+type Mode string
+
+const (
+	// ModeKwok is a control plane with simulated nodes: objects, no processes.
+	ModeKwok Mode = "kwok"
+	// ModeReal is a real kubelet running real containers.
+	ModeReal Mode = "real"
+)
+
+// Cluster is the cluster under test.
+type Cluster struct {
+	Mode   Mode
+	Config *rest.Config
+	Client client.Client
+	Kube   kubernetes.Interface
+}
+
+// Connect reads KUBECONFIG and DAYTWO_E2E_MODE.
+func Connect() (*Cluster, error) {
+	path := os.Getenv("KUBECONFIG")
+	if path == "" {
+		return nil, fmt.Errorf("KUBECONFIG is not set: run the suites through `make test-e2e`")
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", path)
+	if err != nil {
+		return nil, fmt.Errorf("failed to load %s: %w", path, err)
+	}
+	cfg.QPS, cfg.Burst = 50, 100
+	scheme := operator.NewScheme()
+	if err := apiextensionsv1.AddToScheme(scheme); err != nil {
+		return nil, err
+	}
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		return nil, err
+	}
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	mode := Mode(os.Getenv("DAYTWO_E2E_MODE"))
+	if mode == "" {
+		mode = ModeKwok
+	}
+	return &Cluster{Mode: mode, Config: cfg, Client: c, Kube: kube}, nil
+}
+
+// RepoRoot is the root of the daytwo source tree.
+func RepoRoot() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..", "..")
+}
+
+// Namespace creates a fresh namespace for one suite and deletes it afterwards.
+func (c *Cluster) Namespace(t *testing.T) string {
+	t.Helper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "e2e-", Labels: map[string]string{"daytwo.dev/e2e": "true"}}}
+	if err := c.Client.Create(context.Background(), ns); err != nil {
+		t.Fatalf("failed to create a namespace: %v", err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			c.dumpNamespace(t, ns.Name)
+		}
+		_ = c.Client.Delete(context.Background(), ns)
+	})
+	return ns.Name
+}
+
+// dumpNamespace logs what a failed suite left behind, to debug from CI output.
+func (c *Cluster) dumpNamespace(t *testing.T, ns string) {
+	pods, err := c.Kube.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		return
+	}
+	for _, p := range pods.Items {
+		t.Logf("pod %s phase=%s conditions=%v", p.Name, p.Status.Phase, p.Status.Conditions)
+		for _, s := range p.Status.ContainerStatuses {
+			t.Logf("  container %s ready=%v state=%+v", s.Name, s.Ready, s.State)
+		}
+	}
+	evs, err := c.Kube.CoreV1().Events(ns).List(context.Background(), metav1.ListOptions{})
+	if err == nil {
+		for _, e := range evs.Items {
+			t.Logf("event %s %s/%s %s: %s", e.Type, e.InvolvedObject.Kind, e.InvolvedObject.Name, e.Reason, e.Message)
+		}
+	}
+}
+
+// ApplyFile creates every object of a multi-document YAML file in ns.
+func (c *Cluster) ApplyFile(t *testing.T, ns, path string) []*unstructured.Unstructured {
+	t.Helper()
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c.ApplyYAML(t, ns, string(raw))
+}
+
+// ApplyYAML server-side applies every object of a multi-document YAML string in ns.
+func (c *Cluster) ApplyYAML(t *testing.T, ns, docs string) []*unstructured.Unstructured {
+	t.Helper()
+	var out []*unstructured.Unstructured
+	for _, doc := range splitYAML(docs) {
+		u := &unstructured.Unstructured{}
+		if err := yaml.Unmarshal([]byte(doc), &u.Object); err != nil {
+			t.Fatalf("bad manifest: %v", err)
+		}
+		if len(u.Object) == 0 {
+			continue
+		}
+		if ns != "" {
+			u.SetNamespace(ns)
+		}
+		if err := c.Client.Patch(context.Background(), u, client.Apply, client.FieldOwner("daytwo-e2e"), client.ForceOwnership); err != nil {
+			t.Fatalf("failed to apply %s %s: %v", u.GetKind(), u.GetName(), err)
+		}
+		out = append(out, u)
+	}
+	return out
+}
+
+// Eventually polls cond every interval until it returns true or timeout passes.
+func Eventually(t *testing.T, timeout time.Duration, what string, cond func(ctx context.Context) (bool, error)) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(context.Background(), 250*time.Millisecond, timeout, true, cond)
+	if err != nil {
+		t.Fatalf("timed out after %s waiting for %s: %v", timeout, what, err)
+	}
+}

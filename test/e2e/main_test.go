@@ -1,0 +1,40 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"testing"
+
+	"github.com/daytwo-dev/daytwo/test/e2e/framework"
+)
+
+var (
+	cluster *framework.Cluster
+	// operatorProcess is set in kwok mode, where the operator runs on the host.
+	operatorProcess *framework.Process
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	var err error
+	cluster, err = framework.Connect()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	fmt.Printf("e2e: mode %s\n", cluster.Mode)
+	if cluster.Mode == framework.ModeKwok {
+		operatorProcess, err = framework.StartOperatorProcess()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		defer operatorProcess.Stop()
+	}
+	return m.Run()
+}

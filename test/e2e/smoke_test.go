@@ -1,0 +1,123 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
+	"github.com/daytwo-dev/daytwo/test/e2e/framework"
+)
+
+func TestCRDsAreInstalledAndEstablished(t *testing.T) {
+	for _, name := range []string{"webapps.daytwo.dev", "databases.daytwo.dev", "databasebackups.daytwo.dev"} {
+		framework.Eventually(t, 30*time.Second, name+" Established", func(ctx context.Context) (bool, error) {
+			crd := &apiextensionsv1.CustomResourceDefinition{}
+			if err := cluster.Client.Get(ctx, client.ObjectKey{Name: name}, crd); err != nil {
+				return false, nil
+			}
+			for _, c := range crd.Status.Conditions {
+				if c.Type == apiextensionsv1.Established && c.Status == apiextensionsv1.ConditionTrue {
+					return true, nil
+				}
+			}
+			return false, nil
+		})
+	}
+}
+
+func TestSamplesAreAcceptedAndReconciled(t *testing.T) {
+	ns := cluster.Namespace(t)
+	for _, f := range []string{"webapp.yaml", "database.yaml", "databasebackup.yaml"} {
+		cluster.ApplyFile(t, ns, filepath.Join(framework.RepoRoot(), "config", "samples", f))
+	}
+	objs := []client.Object{
+		&v1alpha1.WebApp{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "hello"}},
+		&v1alpha1.Database{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "orders"}},
+		&v1alpha1.DatabaseBackup{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "orders-nightly"}},
+	}
+	for _, obj := range objs {
+		framework.Eventually(t, 30*time.Second, "a Ready condition on "+obj.GetName(), func(ctx context.Context) (bool, error) {
+			if err := cluster.Client.Get(ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
+				return false, err
+			}
+			return meta.FindStatusCondition(conditionsOf(obj), v1alpha1.ConditionReady) != nil, nil
+		})
+	}
+}
+
+func conditionsOf(obj client.Object) []metav1.Condition {
+	switch o := obj.(type) {
+	case *v1alpha1.WebApp:
+		return o.Status.Conditions
+	case *v1alpha1.Database:
+		return o.Status.Conditions
+	case *v1alpha1.DatabaseBackup:
+		return o.Status.Conditions
+	}
+	return nil
+}
+
+// The cluster's own controllers and scheduler work: a Deployment reaches its
+// replica count on the cluster's nodes (simulated ones in kwok mode).
+func TestControlPlaneRunsADeployment(t *testing.T) {
+	ns := cluster.Namespace(t)
+	labels := map[string]string{"app": "smoke"}
+	dep := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "smoke"},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To[int32](3),
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{
+					Name: "pause", Image: framework.PauseImage, ImagePullPolicy: corev1.PullIfNotPresent,
+				}}},
+			},
+		},
+	}
+	if err := cluster.Client.Create(context.Background(), dep); err != nil {
+		t.Fatal(err)
+	}
+	framework.Eventually(t, 60*time.Second, "3 available replicas", func(ctx context.Context) (bool, error) {
+		if err := cluster.Client.Get(ctx, client.ObjectKeyFromObject(dep), dep); err != nil {
+			return false, err
+		}
+		return dep.Status.AvailableReplicas == 3, nil
+	})
+}
+
+// Runs last (Go runs tests in file order): the operator survived the suites
+// and never hit an RBAC wall or a panic.
+func TestOperatorStayedUp(t *testing.T) {
+	if cluster.Mode == framework.ModeKwok {
+		if !operatorProcess.Healthy() {
+			t.Fatalf("operator is not healthy; log:\n%s", operatorProcess.Log())
+		}
+		checkOperatorLog(t, operatorProcess.Log())
+		return
+	}
+	checkOperatorLog(t, cluster.OperatorLog(t))
+	cluster.CheckOperatorPod(t)
+}
+
+func checkOperatorLog(t *testing.T, log string) {
+	t.Helper()
+	for _, bad := range []string{"forbidden", "panic", "Observed a panic"} {
+		if strings.Contains(log, bad) {
+			t.Errorf("operator log contains %q:\n%s", bad, log)
+		}
+	}
+}
