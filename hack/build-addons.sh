@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Builds the real-node add-ons and MinIO from the Go module proxy into the
+# cache, once. Versions are pinned here.
+#
+# usage: hack/build-addons.sh [coredns|local-path-provisioner|minio ...]
+set -euo pipefail
+
+CACHE=${DAYTWO_CACHE:-$HOME/.cache/daytwo}
+BIN_DIR=$CACHE/addons
+mkdir -p "$BIN_DIR"
+
+declare -A mod=(
+  [coredns]=github.com/coredns/coredns@v1.15.0
+  [local-path-provisioner]=github.com/rancher/local-path-provisioner@v0.0.30
+  [minio]=github.com/minio/minio@v0.0.0-20260212201848-7aac2a2c5b7c
+)
+
+want=("$@")
+[ ${#want[@]} -gt 0 ] || want=(coredns local-path-provisioner minio)
+for b in "${want[@]}"; do
+  [ -n "${mod[$b]:-}" ] || { echo "build-addons: unknown add-on $b" >&2; exit 2; }
+  stamp="$BIN_DIR/$b.version"
+  if [ -x "$BIN_DIR/$b" ] && [ "$(cat "$stamp" 2>/dev/null)" = "${mod[$b]}" ]; then
+    echo "build-addons: $b cached"
+    continue
+  fi
+  echo "build-addons: building ${mod[$b]} (minutes on a cold cache)"
+  start=$SECONDS
+  GOBIN="$BIN_DIR" CGO_ENABLED=0 GOFLAGS=-trimpath go install -ldflags "-s -w" "${mod[$b]}"
+  echo "${mod[$b]}" >"$stamp"
+  echo "build-addons: built $b in $((SECONDS - start))s"
+done

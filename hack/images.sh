@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# `make images`: builds every image the real-node cluster and the e2e suites
+# use, as docker-archive tarballs in $DAYTWO_CACHE/images, without Docker or a
+# registry. Expensive images are rebuilt only when their inputs change.
+#
+# usage: hack/images.sh [image...]     (default: all)
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+CACHE=${DAYTWO_CACHE:-$HOME/.cache/daytwo}
+OUT=$CACHE/images
+mkdir -p "$OUT"
+PG_MAJOR=${PG_MAJOR:-15}
+
+# name -> tag. Tags are what pods ask for; pods use IfNotPresent or Never.
+declare -A TAG=(
+  [pause]=registry.k8s.io/pause:3.10.1
+  [busybox]=docker.io/library/busybox:1.36
+  [coredns]=localhost/coredns:1.15.0
+  [local-path-provisioner]=docker.io/rancher/local-path-provisioner:v0.0.30
+  [postgres]=docker.io/library/postgres:$PG_MAJOR
+  [daytwo]=localhost/daytwo:dev
+  [demo-web]=localhost/daytwo-demo-web:dev
+  [minio]=localhost/minio:dev
+)
+ALL=(pause busybox coredns local-path-provisioner postgres daytwo demo-web minio)
+
+log() { printf '[images %s] %s\n' "$(date +%T)" "$*"; }
+
+# static_go_image NAME PKG_DIR ENTRY: a scratch image holding one static Go binary.
+static_binary_image() {
+  local name=$1 bin=$2 dest=$3 user=${4:-}
+  local fs; fs=$(mktemp -d)
+  install -D -m 0755 "$bin" "$fs$dest"
+  mkdir -p -m 1777 "$fs/tmp"
+  hack/mkimg.sh "$fs" "${TAG[$name]}" "$OUT/$name.tar" "[\"$dest\"]" null '["PATH=/usr/local/bin:/usr/bin:/bin"]' "$user" >/dev/null
+  rm -rf "$fs"
+}
+
+go_static() { CGO_ENABLED=0 go build -trimpath -ldflags '-s -w' -o "$1" "$2"; }
+
+build_pause() { go_static "$OUT/pause.bin" ./hack/images/pause && static_binary_image pause "$OUT/pause.bin" /pause; }
+build_demo-web() { go_static "$OUT/demo-web.bin" ./hack/images/demo-web && static_binary_image demo-web "$OUT/demo-web.bin" /demo-web 65532:65532; }
+build_daytwo() { make -s build && static_binary_image daytwo bin/daytwo /daytwo 65532:65532; }
+build_coredns() {
+  hack/build-addons.sh coredns
+  static_binary_image coredns "$CACHE/addons/coredns" /coredns 65532:65532
+}
+build_local-path-provisioner() {
+  hack/build-addons.sh local-path-provisioner
+  static_binary_image local-path-provisioner "$CACHE/addons/local-path-provisioner" /usr/bin/local-path-provisioner
+}
+build_minio() {
+  hack/build-addons.sh minio
+  static_binary_image minio "$CACHE/addons/minio" /usr/bin/minio 65532:65532
+}
+
+build_busybox() {
+  local fs; fs=$(mktemp -d)
+  mkdir -p "$fs/bin" "$fs/tmp" "$fs/etc"
+  chmod 1777 "$fs/tmp"
+  cp /bin/busybox "$fs/bin/busybox"
+  for a in $("$fs/bin/busybox" --list); do [ -e "$fs/bin/$a" ] || ln -s busybox "$fs/bin/$a"; done
+  echo 'root:x:0:0:root:/root:/bin/sh' >"$fs/etc/passwd"
+  echo 'root:x:0:' >"$fs/etc/group"
+  hack/mkimg.sh "$fs" "${TAG[busybox]}" "$OUT/busybox.tar" null '["sh"]' '["PATH=/bin"]' >/dev/null
+  rm -rf "$fs"
+}
+
+# postgres: a Debian userland from debootstrap, shaped like the official
+# postgres image (uid 999, binaries on PATH, PGDATA, docker-entrypoint.sh),
+# so daytwo works unchanged with postgres:<major> in real clusters.
+build_postgres() {
+  local stamp="$OUT/postgres.stamp" want
+  want="$PG_MAJOR $(sha256sum hack/images/postgres/docker-entrypoint.sh hack/images.sh | sha256sum | cut -c1-16)"
+  if [ -f "$OUT/postgres.tar" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$want" ]; then
+    log "postgres cached"; return
+  fi
+  local fs="$CACHE/postgres-rootfs"
+  rm -rf "$fs"
+  log "debootstrap bookworm with postgresql-$PG_MAJOR (about a minute)"
+  debootstrap --variant=minbase --include="postgresql-$PG_MAJOR,postgresql-client-$PG_MAJOR" \
+    bookworm "$fs" http://deb.debian.org/debian >"$CACHE/debootstrap.log" 2>&1 \
+    || { tail -20 "$CACHE/debootstrap.log"; exit 1; }
+  # Match the official image: postgres is uid/gid 999.
+  chroot "$fs" sh -c 'groupmod -g 999 postgres && usermod -u 999 -g 999 postgres' 2>/dev/null || true
+  chroot "$fs" sh -c 'chown -R postgres:postgres /var/lib/postgresql /var/run/postgresql /var/log/postgresql'
+  # Debian's postgresql-common created a default cluster; the image contract has none.
+  rm -rf "$fs/var/lib/postgresql/$PG_MAJOR" "$fs/etc/postgresql/$PG_MAJOR"
+  mkdir -p "$fs/var/lib/postgresql/data" && chroot "$fs" chown 999:999 /var/lib/postgresql/data
+  chmod 3777 "$fs/var/run/postgresql"
+  install -m 0755 hack/images/postgres/docker-entrypoint.sh "$fs/usr/local/bin/docker-entrypoint.sh"
+  rm -rf "$fs"/usr/share/{doc,man,info,locale} "$fs"/var/cache/apt/* "$fs"/var/lib/apt/lists/* "$fs"/var/log/*.log
+  hack/mkimg.sh "$fs" "${TAG[postgres]}" "$OUT/postgres.tar" '["docker-entrypoint.sh"]' '["postgres"]' \
+    "[\"PATH=/usr/local/sbin:/usr/local/bin:/usr/lib/postgresql/$PG_MAJOR/bin:/usr/sbin:/usr/bin:/sbin:/bin\",\"PGDATA=/var/lib/postgresql/data\",\"PG_MAJOR=$PG_MAJOR\",\"LANG=C.UTF-8\"]" >/dev/null
+  rm -rf "$fs"
+  echo "$want" >"$stamp"
+}
+
+cd "$root"
+want=("$@")
+[ ${#want[@]} -gt 0 ] || want=("${ALL[@]}")
+for name in "${want[@]}"; do
+  [ -n "${TAG[$name]:-}" ] || { echo "images: unknown image $name" >&2; exit 2; }
+  start=$SECONDS
+  "build_$name"
+  log "$name ${TAG[$name]} ready in $((SECONDS - start))s"
+done
+# Tags for the loader: one "file tag" line per image.
+for name in "${ALL[@]}"; do [ -f "$OUT/$name.tar" ] && echo "$name.tar ${TAG[$name]}"; done >"$OUT/index"
