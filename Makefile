@@ -71,8 +71,20 @@ test: tools vet verify-generated ## Unit and envtest integration tests.
 	go test -count=1 ./...
 
 .PHONY: test-e2e
-test-e2e: tools build ## End-to-end suites (build tag e2e) against the local kwok cluster.
-	hack/kwok-cluster.sh up
-	kubectl --kubeconfig $$(hack/kwok-cluster.sh kubeconfig) apply --server-side -k config/crd
-	KUBECONFIG=$$(hack/kwok-cluster.sh kubeconfig) DAYTWO_BIN=$(CURDIR)/bin/daytwo DAYTWO_E2E_MODE=kwok \
-		go test -count=1 -tags e2e -timeout 20m -v ./test/e2e/...
+test-e2e: tools ## End-to-end suites (build tag e2e) on the local cluster: the real node where it runs, kwok otherwise.
+	hack/e2e.sh
+
+##@ Local cluster
+
+.PHONY: cluster-up
+cluster-up: ## Start the local cluster: a real node (root on Linux) or kwok nodes; says which.
+	hack/cluster.sh up
+
+.PHONY: cluster-down
+cluster-down: ## Stop the local cluster and remove what it left on the host.
+	hack/cluster.sh down
+
+.PHONY: images
+images: ## Build the image tarballs (daytwo, postgres, demo web, MinIO, ...) and load them into a running real node.
+	hack/images.sh
+	if [ "$$(hack/cluster.sh mode)" = real ] && [ -S "$(DAYTWO_CACHE)/realnode/run/containerd.sock" ]; then hack/realnode.sh load; fi

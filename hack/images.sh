@@ -22,12 +22,13 @@ declare -A TAG=(
   [daytwo]=localhost/daytwo:dev
   [demo-web]=localhost/daytwo-demo-web:dev
   [minio]=localhost/minio:dev
+  [e2e-client]=localhost/daytwo-e2e-client:dev
 )
-ALL=(pause busybox coredns local-path-provisioner postgres daytwo demo-web minio)
+ALL=(pause busybox coredns local-path-provisioner postgres daytwo demo-web minio e2e-client)
 
 log() { printf '[images %s] %s\n' "$(date +%T)" "$*"; }
 
-# static_go_image NAME PKG_DIR ENTRY: a scratch image holding one static Go binary.
+# static_binary_image NAME BINARY DEST [USER]: a scratch image holding one static binary.
 static_binary_image() {
   local name=$1 bin=$2 dest=$3 user=${4:-}
   local fs; fs=$(mktemp -d)
@@ -41,6 +42,7 @@ go_static() { CGO_ENABLED=0 go build -trimpath -ldflags '-s -w' -o "$1" "$2"; }
 
 build_pause() { go_static "$OUT/pause.bin" ./hack/images/pause && static_binary_image pause "$OUT/pause.bin" /pause; }
 build_demo-web() { go_static "$OUT/demo-web.bin" ./hack/images/demo-web && static_binary_image demo-web "$OUT/demo-web.bin" /demo-web 65532:65532; }
+build_e2e-client() { go_static "$OUT/e2e-client.bin" ./test/e2e/client && static_binary_image e2e-client "$OUT/e2e-client.bin" /e2e-client 65532:65532; }
 build_daytwo() { make -s build && static_binary_image daytwo bin/daytwo /daytwo 65532:65532; }
 build_coredns() {
   hack/build-addons.sh coredns
@@ -72,7 +74,8 @@ build_busybox() {
 # so daytwo works unchanged with postgres:<major> in real clusters.
 build_postgres() {
   local stamp="$OUT/postgres.stamp" want
-  want="$PG_MAJOR $(sha256sum hack/images/postgres/docker-entrypoint.sh hack/images.sh | sha256sum | cut -c1-16)"
+  # Bump the recipe number when the steps below change.
+  want="recipe-1 $PG_MAJOR $(sha256sum hack/images/postgres/docker-entrypoint.sh | cut -c1-16)"
   if [ -f "$OUT/postgres.tar" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$want" ]; then
     log "postgres cached"; return
   fi

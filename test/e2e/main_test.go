@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"testing"
@@ -36,5 +37,13 @@ func run(m *testing.M) int {
 		}
 		defer operatorProcess.Stop()
 	}
-	return m.Run()
+	code := m.Run()
+	// Every suite has run: the operator must have survived them all, under
+	// the RBAC it ships, without a panic.
+	if err := cluster.CheckOperator(context.Background(), operatorProcess); err != nil {
+		fmt.Fprintln(os.Stderr, "FAIL: operator check:", err)
+		return 1
+	}
+	fmt.Println("e2e: operator healthy, no forbidden errors or panics in its log")
+	return code
 }

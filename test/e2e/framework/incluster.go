@@ -4,7 +4,9 @@ package framework
 
 import (
 	"context"
-	"testing"
+	"errors"
+	"fmt"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -18,37 +20,45 @@ const (
 	PauseImage = "registry.k8s.io/pause:3.10.1"
 )
 
-// operatorPod returns the in-cluster operator pod (real mode).
-func (c *Cluster) operatorPod(t *testing.T) corev1.Pod {
-	t.Helper()
-	pods, err := c.Kube.CoreV1().Pods(OperatorNamespace).List(context.Background(), metav1.ListOptions{LabelSelector: operatorSelector})
-	if err != nil {
-		t.Fatalf("failed to list operator pods: %v", err)
+// CheckOperator returns an error unless the operator survived the suites:
+// running and healthy, never restarted, and with no RBAC refusal or panic in
+// its log. In kwok mode the operator is the local process p; in real mode it
+// is the pod config/default deployed.
+func (c *Cluster) CheckOperator(ctx context.Context, p *Process) error {
+	var log string
+	if c.Mode == ModeKwok {
+		if !p.Healthy() {
+			return fmt.Errorf("operator process is not healthy; log:\n%s", p.Log())
+		}
+		log = p.Log()
+	} else {
+		pods, err := c.Kube.CoreV1().Pods(OperatorNamespace).List(ctx, metav1.ListOptions{LabelSelector: operatorSelector})
+		if err != nil {
+			return fmt.Errorf("failed to list operator pods: %w", err)
+		}
+		if len(pods.Items) != 1 {
+			return fmt.Errorf("want one operator pod, found %d", len(pods.Items))
+		}
+		pod := pods.Items[0]
+		for _, s := range pod.Status.ContainerStatuses {
+			if !s.Ready || s.RestartCount != 0 {
+				return fmt.Errorf("operator container %s ready=%v restarts=%d", s.Name, s.Ready, s.RestartCount)
+			}
+		}
+		raw, err := c.Kube.CoreV1().Pods(OperatorNamespace).GetLogs(pod.Name, &corev1.PodLogOptions{}).DoRaw(ctx)
+		if err != nil {
+			return fmt.Errorf("failed to read the operator log: %w", err)
+		}
+		log = string(raw)
 	}
-	if len(pods.Items) != 1 {
-		t.Fatalf("want one operator pod, found %d", len(pods.Items))
-	}
-	return pods.Items[0]
-}
-
-// OperatorLog returns the in-cluster operator's log (real mode).
-func (c *Cluster) OperatorLog(t *testing.T) string {
-	t.Helper()
-	pod := c.operatorPod(t)
-	raw, err := c.Kube.CoreV1().Pods(OperatorNamespace).GetLogs(pod.Name, &corev1.PodLogOptions{}).DoRaw(context.Background())
-	if err != nil {
-		t.Fatalf("failed to read the operator log: %v", err)
-	}
-	return string(raw)
-}
-
-// CheckOperatorPod fails the test unless the operator pod is Ready and never restarted.
-func (c *Cluster) CheckOperatorPod(t *testing.T) {
-	t.Helper()
-	pod := c.operatorPod(t)
-	for _, s := range pod.Status.ContainerStatuses {
-		if !s.Ready || s.RestartCount != 0 {
-			t.Errorf("operator container %s ready=%v restarts=%d", s.Name, s.Ready, s.RestartCount)
+	var errs []error
+	for _, bad := range []string{"forbidden", "panic"} {
+		if strings.Contains(strings.ToLower(log), bad) {
+			errs = append(errs, fmt.Errorf("operator log contains %q", bad))
 		}
 	}
+	if len(errs) > 0 {
+		return fmt.Errorf("%w; log:\n%s", errors.Join(errs...), log)
+	}
+	return nil
 }

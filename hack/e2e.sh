@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# `make test-e2e`: brings the local cluster up (the real node where it can
+# run, kwok otherwise) or reuses a running one, loads the images, deploys the
+# operator, and runs the e2e suites against it. Prints where the time went.
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+CACHE=${DAYTWO_CACHE:-$HOME/.cache/daytwo}
+export PATH=$CACHE/k8s-${K8S_VERSION:-v1.36.3}:$PATH
+mode=$(hack/cluster.sh mode)
+declare -a timings=()
+phase() {
+  local name=$1 start=$SECONDS; shift
+  "$@"
+  timings+=("$(printf '%-24s %5ss' "$name" $((SECONDS - start)))")
+}
+report() { printf '\n=== e2e timings (%s mode)\n' "$mode"; printf '  %s\n' "${timings[@]}"; }
+trap report EXIT
+
+phase "cluster up" hack/cluster.sh up
+kcfg=$(hack/cluster.sh kubeconfig)
+if [ "$mode" = real ]; then
+  phase "images" hack/images.sh
+  phase "load images" hack/realnode.sh load
+  phase "deploy operator" hack/cluster.sh deploy-operator
+else
+  phase "build operator" make -s build
+  phase "install CRDs" kubectl --kubeconfig "$kcfg" apply --server-side -k config/crd
+fi
+phase "suites" env KUBECONFIG="$kcfg" DAYTWO_E2E_MODE="$mode" DAYTWO_BIN="$root/bin/daytwo" \
+  go test -count=1 -tags e2e -timeout 30m -v ./test/e2e/... ${E2E_RUN:+-run "$E2E_RUN"}

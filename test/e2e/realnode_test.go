@@ -1,0 +1,212 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/daytwo-dev/daytwo/test/e2e/framework"
+)
+
+// Images the real-node suites run; hack/images.sh builds them.
+const (
+	demoWebImage   = "localhost/daytwo-demo-web:dev"
+	postgresImage  = "docker.io/library/postgres:15"
+	minioImage     = "localhost/minio:dev"
+	e2eClientImage = "localhost/daytwo-e2e-client:dev"
+)
+
+// requireRealNode skips a suite that needs processes to run. kwok nodes only
+// simulate pods; CI runs these suites on the real node.
+func requireRealNode(t *testing.T) {
+	t.Helper()
+	if cluster.Mode != framework.ModeReal {
+		t.Skip("needs the real node (DAYTWO_E2E_MODE=real): kwok nodes run no containers")
+	}
+}
+
+// serve creates a Deployment and a ClusterIP Service of the same name and
+// waits until every replica is available.
+func serve(t *testing.T, ns, name string, replicas int32, port int32, pod corev1.PodSpec) {
+	t.Helper()
+	labels := map[string]string{"app": name}
+	dep := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To(replicas),
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: pod},
+		},
+	}
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: corev1.ServiceSpec{
+			Selector: labels,
+			Ports:    []corev1.ServicePort{{Port: port, TargetPort: intstr.FromInt32(port)}},
+		},
+	}
+	for _, obj := range []client.Object{dep, svc} {
+		if err := cluster.Client.Create(context.Background(), obj); err != nil {
+			t.Fatal(err)
+		}
+	}
+	start := time.Now()
+	framework.Eventually(t, 3*time.Minute, fmt.Sprintf("%d available replicas of %s", replicas, name), func(ctx context.Context) (bool, error) {
+		if err := cluster.Client.Get(ctx, client.ObjectKeyFromObject(dep), dep); err != nil {
+			return false, err
+		}
+		return dep.Status.AvailableReplicas == replicas, nil
+	})
+	// Available pods reach the Service a moment later, through its EndpointSlices.
+	framework.Eventually(t, time.Minute, fmt.Sprintf("%d ready endpoints of Service %s", replicas, name), func(ctx context.Context) (bool, error) {
+		slices := &discoveryv1.EndpointSliceList{}
+		if err := cluster.Client.List(ctx, slices, client.InNamespace(ns), client.MatchingLabels{discoveryv1.LabelServiceName: name}); err != nil {
+			return false, err
+		}
+		ready := int32(0)
+		for _, sl := range slices.Items {
+			for _, ep := range sl.Endpoints {
+				if ep.Conditions.Ready != nil && *ep.Conditions.Ready {
+					ready++
+				}
+			}
+		}
+		return ready == replicas, nil
+	})
+	t.Logf("%s: %d replicas available and behind the Service in %s", name, replicas, time.Since(start).Round(10*time.Millisecond))
+}
+
+func secret(t *testing.T, ns, name string, data map[string]string) {
+	t.Helper()
+	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, StringData: data}
+	if err := cluster.Client.Create(context.Background(), s); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func fromSecret(env, secretName, key string) corev1.EnvVar {
+	return corev1.EnvVar{Name: env, ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+		LocalObjectReference: corev1.LocalObjectReference{Name: secretName}, Key: key}}}
+}
+
+// A web app served by real pods answers HTTP through its Service, asked from
+// another pod by DNS name. (The WebApp suite replaces the plain Deployment.)
+func TestRealNodeServesHTTPThroughAService(t *testing.T) {
+	requireRealNode(t)
+	ns := cluster.Namespace(t)
+	serve(t, ns, "web", 2, 8080, corev1.PodSpec{
+		SecurityContext: framework.RestrictedPod(),
+		Containers: []corev1.Container{{
+			Name: "web", Image: demoWebImage, ImagePullPolicy: corev1.PullNever,
+			Env:             []corev1.EnvVar{{Name: "GREETING", Value: "hello from a real node"}},
+			Ports:           []corev1.ContainerPort{{ContainerPort: 8080}},
+			ReadinessProbe:  &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromInt32(8080)}}, PeriodSeconds: 1},
+			SecurityContext: framework.RestrictedContainer(),
+		}},
+	})
+	url := fmt.Sprintf("http://web.%s.svc.cluster.local:8080/", ns)
+	out := cluster.RunToCompletion(t, e2eClient(ns, "http-client", []string{"http", url, "20"}), 2*time.Minute)
+	hosts := map[string]bool{}
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		var body struct{ Greeting, Hostname string }
+		if err := json.Unmarshal([]byte(line), &body); err != nil || body.Greeting != "hello from a real node" {
+			t.Fatalf("unexpected answer from %s: %q (%v)", url, line, err)
+		}
+		hosts[body.Hostname] = true
+	}
+	if len(hosts) != 2 {
+		t.Errorf("20 requests through the Service reached %d pods (%v), want both replicas", len(hosts), hosts)
+	}
+}
+
+// e2eClient is a pod running the e2e-client image with args.
+func e2eClient(ns, name string, args []string, env ...corev1.EnvVar) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: corev1.PodSpec{
+			SecurityContext: framework.RestrictedPod(),
+			Containers: []corev1.Container{{
+				Name: "client", Image: e2eClientImage, ImagePullPolicy: corev1.PullNever,
+				Args: args, Env: env, SecurityContext: framework.RestrictedContainer(),
+			}},
+		},
+	}
+}
+
+// The stock-contract PostgreSQL image, started by hand, answers psql through
+// a Service with scram-sha-256, and refuses a wrong password.
+func TestRealNodeRunsPostgreSQL(t *testing.T) {
+	requireRealNode(t)
+	ns := cluster.Namespace(t)
+	secret(t, ns, "pg", map[string]string{"password": "e2e-" + ns})
+	pgSecurity := &corev1.PodSecurityContext{RunAsUser: ptr.To[int64](999), RunAsGroup: ptr.To[int64](999), RunAsNonRoot: ptr.To(true),
+		SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}}
+	serve(t, ns, "pg", 1, 5432, corev1.PodSpec{
+		SecurityContext: pgSecurity,
+		Containers: []corev1.Container{{
+			Name: "postgres", Image: postgresImage, ImagePullPolicy: corev1.PullNever,
+			Env: []corev1.EnvVar{fromSecret("POSTGRES_PASSWORD", "pg", "password"), {Name: "POSTGRES_DB", Value: "app"},
+				{Name: "PGDATA", Value: "/var/lib/postgresql/data/pgdata"}},
+			Ports:           []corev1.ContainerPort{{ContainerPort: 5432}},
+			ReadinessProbe:  &corev1.Probe{ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"pg_isready", "-h", "127.0.0.1"}}}, PeriodSeconds: 1},
+			VolumeMounts:    []corev1.VolumeMount{{Name: "data", MountPath: "/var/lib/postgresql/data"}},
+			SecurityContext: framework.RestrictedContainer(),
+		}},
+		Volumes: []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}},
+	})
+	client := framework.ClientPod(ns, "psql", postgresImage, fromSecret("PGPASSWORD", "pg", "password"))
+	client.Spec.SecurityContext = pgSecurity
+	cluster.RunPod(t, client)
+	host := fmt.Sprintf("pg.%s.svc.cluster.local", ns)
+	out := cluster.ExecOK(t, ns, "psql", "client", "psql", "-h", host, "-U", "postgres", "-d", "app", "-qtAc",
+		"CREATE TABLE t (v int); INSERT INTO t VALUES (40), (2); SELECT sum(v) FROM t")
+	if strings.TrimSpace(out) != "42" {
+		t.Errorf("psql through the Service answered %q, want 42", out)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, stderr, err := cluster.Exec(ctx, ns, "psql", "client", "env", "PGPASSWORD=wrong", "psql", "-h", host, "-U", "postgres", "-d", "app", "-c", "SELECT 1")
+	if err == nil || !strings.Contains(stderr, "password authentication failed") {
+		t.Errorf("a wrong password was not refused: err=%v stderr=%q", err, stderr)
+	}
+}
+
+// MinIO, built from the module proxy, answers an S3 PUT and GET from a pod.
+func TestRealNodeRunsMinIO(t *testing.T) {
+	requireRealNode(t)
+	ns := cluster.Namespace(t)
+	secret(t, ns, "s3", map[string]string{"user": "e2e-user", "password": "e2e-password-" + ns})
+	serve(t, ns, "minio", 1, 9000, corev1.PodSpec{
+		SecurityContext: framework.RestrictedPod(),
+		Containers: []corev1.Container{{
+			Name: "minio", Image: minioImage, ImagePullPolicy: corev1.PullNever,
+			Args: []string{"server", "/data", "--address", ":9000"},
+			Env: []corev1.EnvVar{fromSecret("MINIO_ROOT_USER", "s3", "user"), fromSecret("MINIO_ROOT_PASSWORD", "s3", "password"),
+				{Name: "HOME", Value: "/tmp"}},
+			Ports:           []corev1.ContainerPort{{ContainerPort: 9000}},
+			ReadinessProbe:  &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/minio/health/ready", Port: intstr.FromInt32(9000)}}, PeriodSeconds: 1},
+			VolumeMounts:    []corev1.VolumeMount{{Name: "data", MountPath: "/data"}},
+			SecurityContext: framework.RestrictedContainer(),
+		}},
+		Volumes: []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}},
+	})
+	pod := e2eClient(ns, "s3-client", []string{"s3", fmt.Sprintf("minio.%s.svc.cluster.local:9000", ns), "e2e"},
+		fromSecret("AWS_ACCESS_KEY_ID", "s3", "user"), fromSecret("AWS_SECRET_ACCESS_KEY", "s3", "password"))
+	out := cluster.RunToCompletion(t, pod, 2*time.Minute)
+	if !strings.Contains(out, "s3 round trip ok: 1048576 bytes") {
+		t.Errorf("s3 client said %q", out)
+	}
+}
