@@ -195,6 +195,10 @@ start_addons() {
   sed "s#@PV_DIR@#$R/pv#" "$root/hack/realnode/local-path.yaml" | k apply --server-side -f - >/dev/null
   k -n kube-system rollout status deploy/coredns --timeout=120s >/dev/null
   k -n local-path-storage rollout status deploy/local-path-provisioner --timeout=120s >/dev/null
+  # The service network works end to end once kube-proxy routes the kube-dns
+  # ClusterIP to a ready CoreDNS; pods resolve names only after that.
+  for _ in $(seq 120); do timeout 1 bash -c '</dev/tcp/10.96.0.10/53' 2>/dev/null && break; sleep 0.5; done
+  timeout 1 bash -c '</dev/tcp/10.96.0.10/53' 2>/dev/null || { echo "kube-dns ClusterIP does not answer" >&2; exit 1; }
   log "CoreDNS and local-path storage ready"
 }
 
@@ -204,6 +208,8 @@ up() {
   "$root/hack/build-k8s.sh" etcd kube-apiserver kube-controller-manager kube-scheduler kwok kwokctl kubectl kubelet kube-proxy | grep -v '^/' | grep -v cached || true
   "$root/hack/images.sh" pause busybox coredns local-path-provisioner | grep -v cached || true
   write_configs
+  # Remember the host's ip_forward (the bridge plugin turns it on) to restore it on down.
+  [ -f "$R/ip_forward.orig" ] || sysctl -n net.ipv4.ip_forward >"$R/ip_forward.orig"
   start_containerd
   load pause busybox coredns local-path-provisioner
   start_control_plane
@@ -249,13 +255,13 @@ down() {
   kwokctl delete cluster --name "$NAME" >>"$R/logs/kwokctl.log" 2>&1 || true
   # 4. Host leftovers: mounts, network namespaces, the bridge, CNI and kubelet chains.
   awk '{print $2}' /proc/mounts | grep -E "^($R/|/run/containerd/|/var/run/netns/cni-|/run/netns/cni-)" | sort -r \
-    | while read -r m; do umount -l "$m" 2>/dev/null || true; done
+    | while read -r m; do umount -l "$m" 2>/dev/null || true; done || true
   for n in $(ls /var/run/netns 2>/dev/null | grep '^cni-'); do ip netns delete "$n" 2>/dev/null || true; done
   ip link del "$BRIDGE" 2>/dev/null || true
   for ipt in iptables ip6tables; do
     command -v $ipt >/dev/null || continue
     $ipt -t nat -S POSTROUTING 2>/dev/null | grep "name: \\\\\"$CNI_NET\\\\\"" | sed 's/^-A/-D/' \
-      | while read -r rule; do eval "$ipt -t nat $rule" || true; done
+      | while read -r rule; do eval "$ipt -t nat $rule" || true; done || true
     for c in $($ipt -t nat -S 2>/dev/null | awk '/^-N CNI-/{print $2}'); do $ipt -t nat -F "$c"; $ipt -t nat -X "$c"; done
     $ipt -t filter -D INPUT -j KUBE-FIREWALL 2>/dev/null || true
     $ipt -t filter -D OUTPUT -j KUBE-FIREWALL 2>/dev/null || true
@@ -267,10 +273,19 @@ down() {
   rm -rf /var/lib/cni/results/"$CNI_NET"-* /var/lib/cni/results/cni-loopback-* "$R/cni/ipam" "$R/kubelet/root" \
     "$R/kubelet/pod-logs" "$R/kubelet/pki" "$R/containerd/state" /var/log/containers /var/log/pods /var/lib/kubelet /run/containerd
   rmdir /var/lib/cni/results /var/lib/cni 2>/dev/null || true
+  if [ -f "$R/ip_forward.orig" ]; then
+    sysctl -qw "net.ipv4.ip_forward=$(cat "$R/ip_forward.orig")" || true
+    rm -f "$R/ip_forward.orig"
+  fi
+  # iptables-nft base tables the kubelet and CNI created: dropped when they hold no rules.
+  for t in "ip mangle" "ip filter" "ip nat" "ip6 mangle" "ip6 filter" "ip6 nat"; do
+    nft list table $t >/dev/null 2>&1 || continue
+    nft list table $t | grep -qE '^\s+(ip|tcp|udp|meta|counter|jump|goto|accept|drop|ct|oifname|iifname|masquerade|dnat|snat|xt|mark)' \
+      || nft delete table $t 2>/dev/null || true
+  done
   if [ "${1:-}" = --purge ]; then
-    # Images, volumes and cluster state go too; ip_forward goes back to off.
+    # Images, volumes and cluster state go too.
     rm -rf "$R/containerd/root" "$R/pv" "$KWOK_WORKDIR"
-    sysctl -qw net.ipv4.ip_forward=0 || true
   fi
   log "down"
 }
