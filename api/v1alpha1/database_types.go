@@ -305,3 +305,20 @@ type DatabaseList struct {
 func init() {
 	SchemeBuilder.Register(&Database{}, &DatabaseList{})
 }
+
+// Keys of a Database's credentials Secret (status.secretName). WebApps with a
+// databaseRef get them as DATABASE_URL and the PG* variables.
+const (
+	CredentialsHost     = "host"
+	CredentialsPort     = "port"
+	CredentialsDatabase = "dbname"
+	CredentialsUser     = "username"
+	CredentialsPassword = "password"
+	CredentialsURI      = "uri"
+)
+
+// CredentialsSecretName is the name of the Secret holding the Database's
+// application credentials; it is fixed so referrers can watch it by name.
+func (d *Database) CredentialsSecretName() string {
+	return d.Name + "-credentials"
+}

@@ -38,6 +38,12 @@ const (
 	ReasonRolledBack = "RolledBack"
 	// ReasonRollingOut means a new revision is being rolled out.
 	ReasonRollingOut = "RollingOut"
+	// ReasonProgressDeadlineExceeded means a revision missed its deadline and there was nothing to roll back to.
+	ReasonProgressDeadlineExceeded = "ProgressDeadlineExceeded"
+	// ReasonUnavailable means fewer pods are available than asked for.
+	ReasonUnavailable = "Unavailable"
+	// ReasonRolloutComplete means no rollout is in progress.
+	ReasonRolloutComplete = "RolloutComplete"
 )
 
 // WebAppSpec is what a user declares for a stateless application.

@@ -67,6 +67,7 @@ func runOperator(cmd *cobra.Command, o *operatorOptions) error {
 	}
 	mgr, err := ctrl.NewManager(cfg, manager.Options{
 		Scheme:                        operator.NewScheme(),
+		Cache:                         operator.CacheOptions(),
 		Metrics:                       metricsOpts,
 		HealthProbeBindAddress:        o.probeAddr,
 		LeaderElection:                o.leaderElect,
@@ -77,7 +78,8 @@ func runOperator(cmd *cobra.Command, o *operatorOptions) error {
 	if err != nil {
 		return fmt.Errorf("failed to create the manager: %w", err)
 	}
-	if err := operator.SetupControllers(mgr); err != nil {
+	ctx := ctrl.SetupSignalHandler()
+	if err := operator.SetupControllers(ctx, mgr); err != nil {
 		return err
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
@@ -87,5 +89,5 @@ func runOperator(cmd *cobra.Command, o *operatorOptions) error {
 		return fmt.Errorf("failed to add the ready check: %w", err)
 	}
 	log.Info("Starting the daytwo operator", "version", version.Version)
-	return mgr.Start(ctrl.SetupSignalHandler())
+	return mgr.Start(ctx)
 }

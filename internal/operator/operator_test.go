@@ -13,13 +13,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/wait"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/yaml"
 
 	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
-	"github.com/daytwo-dev/daytwo/internal/operator"
 	"github.com/daytwo-dev/daytwo/internal/testenv"
 )
 
@@ -29,34 +26,17 @@ func TestMain(m *testing.M) {
 	os.Exit(run(m))
 }
 
-// run starts envtest and the operator's controllers exactly as `daytwo
-// operator` wires them, runs the tests, and stops both.
 func run(m *testing.M) int {
+	var stop func() error
 	var err error
-	env, err = testenv.Start()
+	env, stop, err = testenv.StartOperator()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	defer func() { _ = env.Stop() }()
-	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
-		Scheme:  operator.NewScheme(),
-		Metrics: metricsserver.Options{BindAddress: "0"},
-	})
-	if err == nil {
-		err = operator.SetupControllers(mgr)
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(ctx) }()
 	code := m.Run()
-	cancel()
-	if err := <-done; err != nil {
-		fmt.Fprintln(os.Stderr, "manager:", err)
+	if err := stop(); err != nil {
+		fmt.Fprintln(os.Stderr, "stop:", err)
 		return 1
 	}
 	return code
@@ -109,9 +89,10 @@ func TestSamplesAreAcceptedAndReported(t *testing.T) {
 		}
 	}
 
+	// envtest runs no Deployment controller, so the WebApp waits for replicas.
 	app := &v1alpha1.WebApp{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "hello"}}
 	waitForCondition(t, app, func() []metav1.Condition { return app.Status.Conditions },
-		func() int64 { return app.Status.ObservedGeneration }, v1alpha1.ConditionReady, v1alpha1.ReasonNotImplemented)
+		func() int64 { return app.Status.ObservedGeneration }, v1alpha1.ConditionReady, v1alpha1.ReasonReconciling)
 
 	db := &v1alpha1.Database{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "orders"}}
 	waitForCondition(t, db, func() []metav1.Condition { return db.Status.Conditions },

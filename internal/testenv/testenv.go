@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -11,8 +12,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/daytwo-dev/daytwo/internal/operator"
 )
@@ -86,4 +89,34 @@ func (e *Env) Namespace(t *testing.T) string {
 	}
 	t.Cleanup(func() { _ = e.Client.Delete(context.Background(), ns) })
 	return ns.Name
+}
+
+// StartOperator starts the control plane and runs daytwo's controllers
+// against it, wired exactly as `daytwo operator` wires them. stop ends both.
+func StartOperator() (env *Env, stop func() error, err error) {
+	env, err = Start()
+	if err != nil {
+		return nil, nil, err
+	}
+	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
+		Scheme:  operator.NewScheme(),
+		Cache:   operator.CacheOptions(),
+		Metrics: metricsserver.Options{BindAddress: "0"},
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	if err == nil {
+		err = operator.SetupControllers(ctx, mgr)
+	}
+	if err != nil {
+		cancel()
+		_ = env.Stop()
+		return nil, nil, fmt.Errorf("failed to set up the operator: %w", err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	stop = func() error {
+		cancel()
+		return errors.Join(<-done, env.Stop())
+	}
+	return env, stop, nil
 }

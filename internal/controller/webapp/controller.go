@@ -3,26 +3,53 @@ package webapp
 import (
 	"context"
 	"errors"
+	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
 	"github.com/daytwo-dev/daytwo/internal/controller"
-	"github.com/daytwo-dev/daytwo/internal/controller/conditions"
 )
+
+// orphanFinalizer holds a WebApp with deletionPolicy Orphan until its
+// children no longer point at it; garbage collection would delete them otherwise.
+const orphanFinalizer = "daytwo.dev/orphan-children"
+
+// conflictRetry is how often a WebApp blocked by a child it does not own
+// looks again: the foreign object is not watched, so nothing else wakes it.
+const conflictRetry = time.Minute
 
 // Reconciler reconciles a WebApp.
 type Reconciler struct {
 	Client client.Client
+	// APIReader reads without the cache; only ReplicaSets during a rollback.
+	APIReader client.Reader
+	Recorder  events.EventRecorder
 }
 
 // +kubebuilder:rbac:groups=daytwo.dev,resources=webapps,verbs=get;list;watch;update;patch
 // +kubebuilder:rbac:groups=daytwo.dev,resources=webapps/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=daytwo.dev,resources=webapps/finalizers,verbs=update
+// +kubebuilder:rbac:groups=daytwo.dev,resources=databases,verbs=get;list;watch
+// +kubebuilder:rbac:groups=apps,resources=deployments,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=apps,resources=replicasets,verbs=get;list
+// +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",resources=configmaps;secrets,verbs=get;list;watch
+// +kubebuilder:rbac:groups=autoscaling,resources=horizontalpodautoscalers,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=networking.k8s.io,resources=ingresses,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // Reconcile brings one WebApp towards its spec and reports what it observed.
 func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (_ reconcile.Result, err error) {
@@ -31,7 +58,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (_ re
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
 	if !app.DeletionTimestamp.IsZero() {
-		return reconcile.Result{}, nil
+		return reconcile.Result{}, r.reconcileDelete(ctx, app)
+	}
+	if changed, err := r.syncFinalizer(ctx, app); changed || err != nil {
+		return reconcile.Result{}, err
 	}
 	before := app.DeepCopy()
 	defer func() {
@@ -40,19 +70,66 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (_ re
 	return r.reconcileNormal(ctx, app)
 }
 
-// reconcileNormal records that the spec was accepted. Children arrive with the
-// WebApp capability; until then the status says so instead of pretending.
-func (r *Reconciler) reconcileNormal(_ context.Context, app *v1alpha1.WebApp) (reconcile.Result, error) {
-	conditions.Set(&app.Status.Conditions, app.Generation, v1alpha1.ConditionReady, metav1.ConditionFalse,
-		v1alpha1.ReasonNotImplemented, "The spec is valid; this daytwo build does not create WebApp children yet")
-	app.Status.ObservedGeneration = app.Generation
-	return reconcile.Result{}, nil
+// syncFinalizer adds the orphan finalizer when deletionPolicy is Orphan and
+// removes it otherwise, as a patch of its own.
+func (r *Reconciler) syncFinalizer(ctx context.Context, app *v1alpha1.WebApp) (bool, error) {
+	want := app.Spec.DeletionPolicy == v1alpha1.WebAppDeletionOrphan
+	if want == controllerutil.ContainsFinalizer(app, orphanFinalizer) {
+		return false, nil
+	}
+	base := app.DeepCopy()
+	if want {
+		controllerutil.AddFinalizer(app, orphanFinalizer)
+	} else {
+		controllerutil.RemoveFinalizer(app, orphanFinalizer)
+	}
+	return true, r.Client.Patch(ctx, app, client.MergeFrom(base))
+}
+
+// reconcileNormal applies the children and rebuilds the status from what it observed.
+func (r *Reconciler) reconcileNormal(ctx context.Context, app *v1alpha1.WebApp) (reconcile.Result, error) {
+	obs := observation{}
+	defer func() { setStatus(app, obs) }()
+
+	in, missing, err := r.podInputs(ctx, app)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	if obs.missing = missing; missing != "" {
+		return reconcile.Result{}, nil
+	}
+	if obs.conflict, in.selector, err = r.checkOwnership(ctx, app); err != nil || obs.conflict != "" {
+		return reconcile.Result{RequeueAfter: conflictRetry}, err
+	}
+	obs.selector = in.selector
+	if obs.rollout, err = r.applyDeployment(ctx, app, in); err != nil {
+		return reconcile.Result{}, err
+	}
+	if err := r.applyService(ctx, app, in.selector); err != nil {
+		return reconcile.Result{}, err
+	}
+	return reconcile.Result{}, r.applyOptionalChildren(ctx, app, in.selector)
 }
 
 // SetupWithManager declares every trigger of this controller.
-func (r *Reconciler) SetupWithManager(mgr manager.Manager) error {
+func (r *Reconciler) SetupWithManager(ctx context.Context, mgr manager.Manager) error {
+	if err := mgr.GetFieldIndexer().IndexField(ctx, &v1alpha1.WebApp{}, referenceIndex, func(o client.Object) []string {
+		return indexKeys(o.(*v1alpha1.WebApp))
+	}); err != nil {
+		return err
+	}
 	return builder.ControllerManagedBy(mgr).
 		For(&v1alpha1.WebApp{}).
+		Owns(&appsv1.Deployment{}).
+		Owns(&corev1.Service{}).
+		Owns(&autoscalingv2.HorizontalPodAutoscaler{}).
+		Owns(&policyv1.PodDisruptionBudget{}).
+		Owns(&networkingv1.Ingress{}).
+		// Only metadata: the resourceVersion is what the config hash needs,
+		// and the operator never holds Secret data in memory.
+		WatchesMetadata(&corev1.ConfigMap{}, handler.EnqueueRequestsFromMapFunc(r.referrers(kindConfigMap))).
+		WatchesMetadata(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.referrers(kindSecret))).
+		Watches(&v1alpha1.Database{}, handler.EnqueueRequestsFromMapFunc(r.referrers(kindDatabase))).
 		Named("webapp").
 		Complete(r)
 }

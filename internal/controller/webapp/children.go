@@ -1,0 +1,251 @@
+package webapp
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+
+	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
+	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
+	"k8s.io/client-go/util/csaupgrade"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
+)
+
+const revisionAnnotation = "deployment.kubernetes.io/revision"
+
+// apply server-side applies a child as daytwo's field manager, taking over
+// fields other managers set (kubectl edits are drift to repair).
+func (r *Reconciler) apply(ctx context.Context, obj runtime.ApplyConfiguration, what string) error {
+	if err := r.Client.Apply(ctx, obj, client.FieldOwner(fieldOwner), client.ForceOwnership); err != nil {
+		return fmt.Errorf("failed to apply %s: %w", what, err)
+	}
+	return nil
+}
+
+// checkOwnership looks for a Deployment or Service of app's name that app
+// does not control. It is adopted when app carries daytwo.dev/adopt=true and
+// nothing else controls it; otherwise the returned message explains the
+// conflict. It also returns the pod selector: a Deployment's selector is
+// immutable, so an adopted one keeps its own and pods do not restart.
+func (r *Reconciler) checkOwnership(ctx context.Context, app *v1alpha1.WebApp) (string, map[string]string, error) {
+	sel := selectorLabels(app)
+	dep := &appsv1.Deployment{}
+	for _, obj := range []client.Object{dep, &corev1.Service{}} {
+		err := r.Client.Get(ctx, client.ObjectKey{Namespace: app.Namespace, Name: app.Name}, obj)
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return "", nil, fmt.Errorf("failed to get %T %s: %w", obj, app.Name, err)
+		}
+		if obj == dep && dep.Spec.Selector != nil {
+			if len(dep.Spec.Selector.MatchExpressions) > 0 {
+				return fmt.Sprintf("Deployment %s selects pods with matchExpressions, which daytwo cannot take over", app.Name), nil, nil
+			}
+			sel = dep.Spec.Selector.MatchLabels
+		}
+		kind := kindOf(obj)
+		owner := metav1.GetControllerOf(obj)
+		switch {
+		case owner != nil && owner.UID == app.UID:
+			continue
+		case owner == nil && app.Annotations[v1alpha1.AnnotationAdopt] == "true":
+			if err := r.takeOver(ctx, obj); err != nil {
+				return "", nil, err
+			}
+			r.Recorder.Eventf(app, obj, corev1.EventTypeNormal, "Adopted", "Adopt", "Adopted existing %s %s", kind, app.Name)
+			continue
+		case owner != nil:
+			return fmt.Sprintf("%s %s is controlled by %s %s", kind, app.Name, owner.Kind, owner.Name), nil, nil
+		default:
+			return fmt.Sprintf("%s %s exists and is not managed by daytwo; annotate the WebApp with %s=true to adopt it",
+				kind, app.Name, v1alpha1.AnnotationAdopt), nil, nil
+		}
+	}
+	return "", sel, nil
+}
+
+// takeOver makes daytwo the only owner of the fields other clients wrote to
+// obj with create, update or client-side apply, so daytwo's next apply also
+// removes what the WebApp does not ask for (an old container, say). It reads
+// through the API: the cache drops managed fields.
+func (r *Reconciler) takeOver(ctx context.Context, obj client.Object) error {
+	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
+		return fmt.Errorf("failed to get %s %s: %w", kindOf(obj), obj.GetName(), err)
+	}
+	managers := sets.New[string]()
+	for _, f := range obj.GetManagedFields() {
+		if f.Operation == metav1.ManagedFieldsOperationUpdate && f.Subresource == "" {
+			managers.Insert(f.Manager)
+		}
+	}
+	patch, err := csaupgrade.UpgradeManagedFieldsPatch(obj, managers, fieldOwner)
+	if err != nil || patch == nil {
+		return err
+	}
+	if err := r.Client.Patch(ctx, obj, client.RawPatch(types.JSONPatchType, patch)); err != nil {
+		return fmt.Errorf("failed to take over %s %s: %w", kindOf(obj), obj.GetName(), err)
+	}
+	return nil
+}
+
+func kindOf(obj client.Object) string {
+	switch obj.(type) {
+	case *appsv1.Deployment:
+		return "Deployment"
+	case *corev1.Service:
+		return "Service"
+	}
+	return fmt.Sprintf("%T", obj)
+}
+
+// applyDeployment applies the Deployment and handles rollback: a spec revision
+// whose rollout missed its progress deadline is replaced by the previous
+// revision's template, and stays replaced until the spec changes again.
+func (r *Reconciler) applyDeployment(ctx context.Context, app *v1alpha1.WebApp, in podInputs) (rollout, error) {
+	desired := podTemplate(app, in)
+	desiredHash := desired.Annotations[annotationTemplateHash]
+	live := &appsv1.Deployment{}
+	err := r.Client.Get(ctx, client.ObjectKeyFromObject(app), live)
+	if err != nil && !apierrors.IsNotFound(err) {
+		return rollout{}, fmt.Errorf("failed to get Deployment: %w", err)
+	}
+	exists := err == nil
+	ro := rollout{desiredImage: app.Spec.Image}
+	template := desired
+	switch {
+	case exists && live.Annotations[annotationFailedTemplate] == desiredHash:
+		// Rolled back before: keep the live (good) template, do not retry the failed one.
+		template = convertOne[corev1ac.PodTemplateSpecApplyConfiguration](&live.Spec.Template)
+		ro.failedHash, ro.rolledBack = desiredHash, true
+	case exists && deadlineExceeded(live) && live.Spec.Template.Annotations[annotationTemplateHash] == desiredHash:
+		prev, err := r.previousTemplate(ctx, live)
+		if err != nil {
+			return rollout{}, err
+		}
+		ro.deadlineExceeded = true
+		if prev != nil {
+			template = convertOne[corev1ac.PodTemplateSpecApplyConfiguration](prev)
+			ro.failedHash, ro.rolledBack = desiredHash, true
+			r.Recorder.Eventf(app, live, corev1.EventTypeWarning, v1alpha1.ReasonRolledBack, "Rollback",
+				"Image %s missed its progress deadline; rolled back to %s", app.Spec.Image, imageOf(prev))
+		}
+	case exists && live.Spec.Template.Annotations[annotationTemplateHash] != desiredHash:
+		r.Recorder.Eventf(app, live, corev1.EventTypeNormal, v1alpha1.ReasonRollingOut, "RollOut", "Rolling out image %s", app.Spec.Image)
+	case !exists:
+		r.Recorder.Eventf(app, nil, corev1.EventTypeNormal, "Created", "Create", "Created Deployment and Service %s", app.Name)
+	}
+	if err := r.apply(ctx, deployment(app, in.selector, template, ro.failedHash), "Deployment"); err != nil {
+		return rollout{}, err
+	}
+	if err := r.Client.Get(ctx, client.ObjectKeyFromObject(app), live); err != nil {
+		return rollout{}, fmt.Errorf("failed to get Deployment: %w", err)
+	}
+	ro.deployment = live
+	return ro, nil
+}
+
+// deadlineExceeded reports whether the Deployment controller gave up on the
+// current template.
+func deadlineExceeded(d *appsv1.Deployment) bool {
+	if d.Status.ObservedGeneration < d.Generation {
+		return false
+	}
+	for _, c := range d.Status.Conditions {
+		if c.Type == appsv1.DeploymentProgressing {
+			return c.Status == corev1.ConditionFalse && c.Reason == "ProgressDeadlineExceeded"
+		}
+	}
+	return false
+}
+
+// previousTemplate is the pod template of the newest ReplicaSet of d older
+// than the current revision, or nil when there is none. ReplicaSets are read
+// without the cache: this runs only during a rollback, and caching every
+// ReplicaSet in the cluster would cost memory all the time.
+func (r *Reconciler) previousTemplate(ctx context.Context, d *appsv1.Deployment) (*corev1.PodTemplateSpec, error) {
+	current, _ := strconv.Atoi(d.Annotations[revisionAnnotation])
+	rss := &appsv1.ReplicaSetList{}
+	if err := r.APIReader.List(ctx, rss, client.InNamespace(d.Namespace), client.MatchingLabels(d.Spec.Selector.MatchLabels)); err != nil {
+		return nil, fmt.Errorf("failed to list ReplicaSets: %w", err)
+	}
+	var best *appsv1.ReplicaSet
+	bestRev := 0
+	for i := range rss.Items {
+		rs := &rss.Items[i]
+		if owner := metav1.GetControllerOf(rs); owner == nil || owner.UID != d.UID {
+			continue
+		}
+		rev, _ := strconv.Atoi(rs.Annotations[revisionAnnotation])
+		if rev < current && rev > bestRev {
+			best, bestRev = rs, rev
+		}
+	}
+	if best == nil {
+		return nil, nil
+	}
+	t := best.Spec.Template.DeepCopy()
+	delete(t.Labels, appsv1.DefaultDeploymentUniqueLabelKey)
+	return t, nil
+}
+
+func imageOf(t *corev1.PodTemplateSpec) string {
+	for _, c := range t.Spec.Containers {
+		if c.Name == containerName {
+			return c.Image
+		}
+	}
+	return ""
+}
+
+func (r *Reconciler) applyService(ctx context.Context, app *v1alpha1.WebApp, sel map[string]string) error {
+	return r.apply(ctx, service(app, sel), "Service")
+}
+
+// applyOptionalChildren applies the HPA, PDB and Ingress the spec asks for
+// and deletes those it no longer asks for.
+func (r *Reconciler) applyOptionalChildren(ctx context.Context, app *v1alpha1.WebApp, sel map[string]string) error {
+	if h := hpa(app); h != nil {
+		if err := r.apply(ctx, h, "HorizontalPodAutoscaler"); err != nil {
+			return err
+		}
+	} else if err := r.deleteOwned(ctx, app, &autoscalingv2.HorizontalPodAutoscaler{}); err != nil {
+		return err
+	}
+	if p := pdb(app, sel); p != nil {
+		if err := r.apply(ctx, p, "PodDisruptionBudget"); err != nil {
+			return err
+		}
+	} else if err := r.deleteOwned(ctx, app, &policyv1.PodDisruptionBudget{}); err != nil {
+		return err
+	}
+	if i := ingress(app); i != nil {
+		return r.apply(ctx, i, "Ingress")
+	}
+	return r.deleteOwned(ctx, app, &networkingv1.Ingress{})
+}
+
+// deleteOwned deletes app's child of obj's type, if app controls it.
+func (r *Reconciler) deleteOwned(ctx context.Context, app *v1alpha1.WebApp, obj client.Object) error {
+	if err := r.Client.Get(ctx, client.ObjectKeyFromObject(app), obj); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	if owner := metav1.GetControllerOf(obj); owner == nil || owner.UID != app.UID {
+		return nil
+	}
+	if err := r.Client.Delete(ctx, obj); client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("failed to delete %T %s: %w", obj, obj.GetName(), err)
+	}
+	return nil
+}

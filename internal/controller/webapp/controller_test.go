@@ -1,0 +1,363 @@
+package webapp_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv1 "k8s.io/api/autoscaling/v1"
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
+	"github.com/daytwo-dev/daytwo/internal/testenv"
+)
+
+var env *testenv.Env
+
+func TestMain(m *testing.M) {
+	var stop func() error
+	var err error
+	env, stop, err = testenv.StartOperator()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	if err := stop(); err != nil {
+		fmt.Fprintln(os.Stderr, "stop:", err)
+		code = 1
+	}
+	os.Exit(code)
+}
+
+var ctx = context.Background()
+
+// eventually polls cond until it holds, failing the test after 20 s.
+func eventually(t *testing.T, what string, cond func() (bool, error)) {
+	t.Helper()
+	var last error
+	err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 20*time.Second, true, func(context.Context) (bool, error) {
+		ok, err := cond()
+		last = err
+		return ok && err == nil, nil
+	})
+	if err != nil {
+		t.Fatalf("timed out waiting for %s (last error: %v)", what, last)
+	}
+}
+
+// update re-reads obj, applies mutate and writes it, retrying on conflicts
+// with the operator's own status writes.
+func update[T client.Object](t *testing.T, obj T, mutate func(T)) {
+	t.Helper()
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
+			return err
+		}
+		mutate(obj)
+		return env.Client.Update(ctx, obj)
+	})
+	if err != nil {
+		t.Fatalf("update %s: %v", obj.GetName(), err)
+	}
+}
+
+func newApp(ns, name string) *v1alpha1.WebApp {
+	return &v1alpha1.WebApp{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec:       v1alpha1.WebAppSpec{Image: "demo:1", Port: 8080, Replicas: ptr.To[int32](1)},
+	}
+}
+
+func create(t *testing.T, obj client.Object) {
+	t.Helper()
+	if err := env.Client.Create(ctx, obj); err != nil {
+		t.Fatalf("create %s: %v", obj.GetName(), err)
+	}
+}
+
+func key(ns, name string) client.ObjectKey { return client.ObjectKey{Namespace: ns, Name: name} }
+
+// deploymentOf waits for app's Deployment to satisfy cond and returns it.
+func deploymentOf(t *testing.T, app *v1alpha1.WebApp, what string, cond func(*appsv1.Deployment) bool) *appsv1.Deployment {
+	t.Helper()
+	d := &appsv1.Deployment{}
+	eventually(t, "Deployment "+what, func() (bool, error) {
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(app), d); err != nil {
+			return false, err
+		}
+		return cond(d), nil
+	})
+	return d
+}
+
+// condition waits until app has condition typ with reason for its current generation.
+func condition(t *testing.T, app *v1alpha1.WebApp, typ, reason string) metav1.Condition {
+	t.Helper()
+	var got metav1.Condition
+	eventually(t, fmt.Sprintf("%s reason %s", typ, reason), func() (bool, error) {
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(app), app); err != nil {
+			return false, err
+		}
+		c := meta.FindStatusCondition(app.Status.Conditions, typ)
+		if c == nil || c.Reason != reason || app.Status.ObservedGeneration != app.Generation {
+			return false, fmt.Errorf("conditions %+v", app.Status.Conditions)
+		}
+		got = *c
+		return true, nil
+	})
+	return got
+}
+
+// markAvailable plays the Deployment controller, which envtest does not run:
+// every replica of the current template is updated and available.
+func markAvailable(t *testing.T, d *appsv1.Deployment) {
+	t.Helper()
+	n := ptr.Deref(d.Spec.Replicas, 1)
+	d.Status = appsv1.DeploymentStatus{
+		ObservedGeneration: d.Generation, Replicas: n, UpdatedReplicas: n, ReadyReplicas: n, AvailableReplicas: n,
+		Conditions: []appsv1.DeploymentCondition{{Type: appsv1.DeploymentAvailable, Status: corev1.ConditionTrue, Reason: "MinimumReplicasAvailable"}},
+	}
+	if err := env.Client.Status().Update(ctx, d); err != nil {
+		t.Fatalf("update Deployment status: %v", err)
+	}
+}
+
+func appContainer(d *appsv1.Deployment) corev1.Container { return d.Spec.Template.Spec.Containers[0] }
+
+func TestCreateMakesChildrenWithSafeDefaults(t *testing.T) {
+	ns := env.Namespace(t)
+	app := newApp(ns, "shop")
+	create(t, app)
+	d := deploymentOf(t, app, "created", func(*appsv1.Deployment) bool { return true })
+
+	if ref := metav1.GetControllerOf(d); ref == nil || ref.UID != app.UID || !ptr.Deref(ref.BlockOwnerDeletion, false) {
+		t.Errorf("Deployment controller reference = %+v, want the WebApp", ref)
+	}
+	c := appContainer(d)
+	if c.Image != "demo:1" || c.ReadinessProbe == nil || c.ReadinessProbe.HTTPGet == nil || c.LivenessProbe == nil || c.LivenessProbe.TCPSocket == nil {
+		t.Errorf("container = %+v, want the image and HTTP readiness / TCP liveness probes", c)
+	}
+	sc := c.SecurityContext
+	if sc == nil || ptr.Deref(sc.AllowPrivilegeEscalation, true) || len(sc.Capabilities.Drop) != 1 || sc.Capabilities.Drop[0] != "ALL" {
+		t.Errorf("container securityContext = %+v, want no escalation and drop ALL", sc)
+	}
+	psc := d.Spec.Template.Spec.SecurityContext
+	if !ptr.Deref(psc.RunAsNonRoot, false) || psc.SeccompProfile == nil || psc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
+		t.Errorf("pod securityContext = %+v, want runAsNonRoot and RuntimeDefault seccomp", psc)
+	}
+	if c.Resources.Requests.Cpu().IsZero() || c.Resources.Requests.Memory().IsZero() {
+		t.Errorf("resources = %+v, want default requests", c.Resources)
+	}
+	svc := &corev1.Service{}
+	eventually(t, "Service", func() (bool, error) { return true, env.Client.Get(ctx, key(ns, "shop"), svc) })
+	if svc.Spec.Ports[0].Port != 8080 || svc.Spec.Selector["daytwo.dev/webapp"] != "shop" {
+		t.Errorf("Service spec = %+v", svc.Spec)
+	}
+	// One replica: no PDB, which would block node drains.
+	if err := env.Client.Get(ctx, key(ns, "shop"), &policyv1.PodDisruptionBudget{}); !apierrors.IsNotFound(err) {
+		t.Errorf("PDB for a single replica: err = %v, want NotFound", err)
+	}
+
+	condition(t, app, v1alpha1.ConditionReady, v1alpha1.ReasonReconciling)
+	if app.Status.URL != "http://shop."+ns+".svc.cluster.local:8080" || app.Status.Selector != "daytwo.dev/webapp=shop" {
+		t.Errorf("status url=%q selector=%q", app.Status.URL, app.Status.Selector)
+	}
+	markAvailable(t, d)
+	condition(t, app, v1alpha1.ConditionReady, v1alpha1.ReasonAvailable)
+	condition(t, app, v1alpha1.ConditionProgressing, v1alpha1.ReasonRolloutComplete)
+	if app.Status.AvailableReplicas != 1 || app.Status.CurrentImage != "demo:1" {
+		t.Errorf("status available=%d currentImage=%q", app.Status.AvailableReplicas, app.Status.CurrentImage)
+	}
+}
+
+func TestImageUpdateScaleAndPDB(t *testing.T) {
+	ns := env.Namespace(t)
+	app := newApp(ns, "api")
+	create(t, app)
+	deploymentOf(t, app, "created", func(*appsv1.Deployment) bool { return true })
+
+	update(t, app, func(a *v1alpha1.WebApp) { a.Spec.Image = "demo:2" })
+	deploymentOf(t, app, "with image demo:2", func(d *appsv1.Deployment) bool { return appContainer(d).Image == "demo:2" })
+	condition(t, app, v1alpha1.ConditionProgressing, v1alpha1.ReasonRollingOut)
+
+	// kubectl scale goes through the scale subresource.
+	scale := &autoscalingv1.Scale{Spec: autoscalingv1.ScaleSpec{Replicas: 5}}
+	if err := env.Client.SubResource("scale").Update(ctx, app, client.WithSubResourceBody(scale)); err != nil {
+		t.Fatalf("scale: %v", err)
+	}
+	deploymentOf(t, app, "with 5 replicas", func(d *appsv1.Deployment) bool { return ptr.Deref(d.Spec.Replicas, 0) == 5 })
+	pdb := &policyv1.PodDisruptionBudget{}
+	eventually(t, "PDB", func() (bool, error) { return true, env.Client.Get(ctx, key(ns, "api"), pdb) })
+	if pdb.Spec.MaxUnavailable == nil || pdb.Spec.MaxUnavailable.IntValue() != 1 {
+		t.Errorf("PDB maxUnavailable = %v, want 1", pdb.Spec.MaxUnavailable)
+	}
+	// Back to one replica: the PDB goes.
+	update(t, app, func(a *v1alpha1.WebApp) { a.Spec.Replicas = ptr.To[int32](1) })
+	eventually(t, "PDB deleted", func() (bool, error) {
+		return apierrors.IsNotFound(env.Client.Get(ctx, key(ns, "api"), &policyv1.PodDisruptionBudget{})), nil
+	})
+}
+
+func TestDriftIsRepaired(t *testing.T) {
+	ns := env.Namespace(t)
+	app := newApp(ns, "drift")
+	create(t, app)
+	d := deploymentOf(t, app, "created", func(*appsv1.Deployment) bool { return true })
+
+	svc := &corev1.Service{}
+	eventually(t, "Service", func() (bool, error) { return true, env.Client.Get(ctx, key(ns, "drift"), svc) })
+	if err := env.Client.Delete(ctx, svc); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "Service recreated", func() (bool, error) {
+		fresh := &corev1.Service{}
+		if err := env.Client.Get(ctx, key(ns, "drift"), fresh); err != nil {
+			return false, nil
+		}
+		return fresh.UID != svc.UID, nil
+	})
+
+	// Someone edits the Deployment by hand.
+	update(t, d, func(d *appsv1.Deployment) {
+		d.Spec.Template.Spec.Containers[0].Image = "hand-edited:9"
+		d.Spec.Replicas = ptr.To[int32](7)
+	})
+	deploymentOf(t, app, "restored", func(d *appsv1.Deployment) bool {
+		return appContainer(d).Image == "demo:1" && ptr.Deref(d.Spec.Replicas, 0) == 1
+	})
+}
+
+func TestAutoscalingLeavesReplicasToTheHPA(t *testing.T) {
+	ns := env.Namespace(t)
+	app := newApp(ns, "auto")
+	app.Spec.Replicas = nil
+	app.Spec.Autoscaling = &v1alpha1.WebAppAutoscaling{MinReplicas: 2, MaxReplicas: 6, TargetCPUUtilizationPercentage: 70}
+	create(t, app)
+	d := deploymentOf(t, app, "created", func(*appsv1.Deployment) bool { return true })
+	h := &autoscalingv2.HorizontalPodAutoscaler{}
+	eventually(t, "HPA", func() (bool, error) { return true, env.Client.Get(ctx, key(ns, "auto"), h) })
+	if ptr.Deref(h.Spec.MinReplicas, 0) != 2 || h.Spec.MaxReplicas != 6 || *h.Spec.Metrics[0].Resource.Target.AverageUtilization != 70 ||
+		h.Spec.ScaleTargetRef.Name != "auto" {
+		t.Errorf("HPA spec = %+v", h.Spec)
+	}
+	eventually(t, "PDB (up to 6 replicas)", func() (bool, error) {
+		return true, env.Client.Get(ctx, key(ns, "auto"), &policyv1.PodDisruptionBudget{})
+	})
+
+	// The HPA scales the Deployment; daytwo must not fight it.
+	update(t, d, func(d *appsv1.Deployment) { d.Spec.Replicas = ptr.To[int32](4) })
+	// Any reconcile (here: an image change) must keep 4.
+	update(t, app, func(a *v1alpha1.WebApp) { a.Spec.Image = "demo:3" })
+	d = deploymentOf(t, app, "with demo:3", func(d *appsv1.Deployment) bool { return appContainer(d).Image == "demo:3" })
+	if got := ptr.Deref(d.Spec.Replicas, 0); got != 4 {
+		t.Errorf("replicas = %d after a reconcile, want the HPA's 4", got)
+	}
+
+	// Turning autoscaling off removes the HPA.
+	update(t, app, func(a *v1alpha1.WebApp) {
+		a.Spec.Autoscaling = nil
+		a.Spec.Replicas = ptr.To[int32](1)
+	})
+	eventually(t, "HPA deleted", func() (bool, error) {
+		return apierrors.IsNotFound(env.Client.Get(ctx, key(ns, "auto"), &autoscalingv2.HorizontalPodAutoscaler{})), nil
+	})
+}
+
+func TestConfigChangeRollsThePods(t *testing.T) {
+	ns := env.Namespace(t)
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "settings"}, Data: map[string]string{"mode": "a"}}
+	create(t, cm)
+	app := newApp(ns, "cfg")
+	app.Spec.EnvFrom = []corev1.EnvFromSource{{ConfigMapRef: &corev1.ConfigMapEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "settings"}}}}
+	create(t, app)
+	hash := func(d *appsv1.Deployment) string { return d.Spec.Template.Annotations["daytwo.dev/config-hash"] }
+	d := deploymentOf(t, app, "created", func(d *appsv1.Deployment) bool { return hash(d) != "" })
+	first := hash(d)
+
+	update(t, cm, func(cm *corev1.ConfigMap) { cm.Data["mode"] = "b" })
+	d = deploymentOf(t, app, "with a new config hash", func(d *appsv1.Deployment) bool { return hash(d) != first })
+
+	// A write that changes nothing moves no resourceVersion and rolls nothing.
+	second := hash(d)
+	update(t, cm, func(*corev1.ConfigMap) {})
+	time.Sleep(500 * time.Millisecond)
+	d = deploymentOf(t, app, "unchanged", func(*appsv1.Deployment) bool { return true })
+	if hash(d) != second {
+		t.Errorf("a no-op ConfigMap write changed the config hash")
+	}
+}
+
+func TestMissingSecretIsACondition(t *testing.T) {
+	ns := env.Namespace(t)
+	app := newApp(ns, "needs-secret")
+	app.Spec.Env = []corev1.EnvVar{{Name: "TOKEN", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+		LocalObjectReference: corev1.LocalObjectReference{Name: "api-token"}, Key: "token"}}}}
+	create(t, app)
+	c := condition(t, app, v1alpha1.ConditionReady, v1alpha1.ReasonMissingReference)
+	if c.Message != "Waiting for Secret api-token to exist" {
+		t.Errorf("message = %q", c.Message)
+	}
+	if err := env.Client.Get(ctx, key(ns, "needs-secret"), &appsv1.Deployment{}); !apierrors.IsNotFound(err) {
+		t.Errorf("Deployment created before its Secret exists: %v", err)
+	}
+	create(t, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "api-token"}, StringData: map[string]string{"token": "x"}})
+	deploymentOf(t, app, "created once the Secret exists", func(*appsv1.Deployment) bool { return true })
+	condition(t, app, v1alpha1.ConditionReady, v1alpha1.ReasonReconciling)
+}
+
+func foreignDeployment(ns, name string) *appsv1.Deployment {
+	l := map[string]string{"app": name}
+	return &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: appsv1.DeploymentSpec{
+			Selector: &metav1.LabelSelector{MatchLabels: l},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: l},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "legacy", Image: "legacy:1"}}}},
+		},
+	}
+}
+
+func TestExistingDeploymentIsAdoptedOnlyWhenAsked(t *testing.T) {
+	ns := env.Namespace(t)
+	create(t, foreignDeployment(ns, "legacy"))
+	app := newApp(ns, "legacy")
+	create(t, app)
+	c := condition(t, app, v1alpha1.ConditionReady, v1alpha1.ReasonConflictingResource)
+	if c.Status != metav1.ConditionFalse {
+		t.Errorf("Ready = %s, want False", c.Status)
+	}
+	d := &appsv1.Deployment{}
+	if err := env.Client.Get(ctx, key(ns, "legacy"), d); err != nil || appContainer(d).Image != "legacy:1" || len(d.OwnerReferences) != 0 {
+		t.Fatalf("the foreign Deployment was touched: %v %+v", err, d.OwnerReferences)
+	}
+
+	update(t, app, func(a *v1alpha1.WebApp) { a.Annotations = map[string]string{v1alpha1.AnnotationAdopt: "true"} })
+	// Adopted: daytwo controls it now, keeps its immutable selector (so its
+	// pods keep running) and applies the WebApp's template.
+	d = deploymentOf(t, app, "adopted", func(d *appsv1.Deployment) bool {
+		ref := metav1.GetControllerOf(d)
+		return ref != nil && ref.UID == app.UID && len(d.Spec.Template.Spec.Containers) == 1 && appContainer(d).Image == "demo:1"
+	})
+	if d.Spec.Selector.MatchLabels["app"] != "legacy" || d.Spec.Template.Labels["app"] != "legacy" {
+		t.Errorf("selector %v / template labels %v, want the original app=legacy kept", d.Spec.Selector.MatchLabels, d.Spec.Template.Labels)
+	}
+	svc := &corev1.Service{}
+	eventually(t, "Service", func() (bool, error) { return true, env.Client.Get(ctx, key(ns, "legacy"), svc) })
+	if svc.Spec.Selector["app"] != "legacy" {
+		t.Errorf("Service selector = %v, want the adopted pods' labels", svc.Spec.Selector)
+	}
+	condition(t, app, v1alpha1.ConditionReady, v1alpha1.ReasonReconciling)
+}

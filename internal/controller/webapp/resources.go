@@ -1,0 +1,339 @@
+package webapp
+
+import (
+	"encoding/json"
+	"fmt"
+	"maps"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	appsv1ac "k8s.io/client-go/applyconfigurations/apps/v1"
+	autoscalingv2ac "k8s.io/client-go/applyconfigurations/autoscaling/v2"
+	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
+	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
+	networkingv1ac "k8s.io/client-go/applyconfigurations/networking/v1"
+	policyv1ac "k8s.io/client-go/applyconfigurations/policy/v1"
+	"k8s.io/utils/ptr"
+
+	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
+)
+
+const (
+	// fieldOwner is daytwo's server-side apply field manager.
+	fieldOwner = "daytwo"
+	// containerName is the name of the app container in every pod.
+	containerName = "app"
+	// labelWebApp selects a WebApp's pods; it is the only selector label, so
+	// adding labels later never touches the immutable Deployment selector.
+	labelWebApp = "daytwo.dev/webapp"
+	// annotationConfigHash on the pod template changes when referenced config does.
+	annotationConfigHash = "daytwo.dev/config-hash"
+	// annotationTemplateHash on the pod template identifies the spec revision it came from.
+	annotationTemplateHash = "daytwo.dev/template-hash"
+	// annotationFailedTemplate on the Deployment names the spec revision that
+	// missed its progress deadline; it is not applied again until the spec changes.
+	annotationFailedTemplate = "daytwo.dev/failed-template-hash"
+)
+
+// selectorLabels select the pods of app.
+func selectorLabels(app *v1alpha1.WebApp) map[string]string {
+	return map[string]string{labelWebApp: app.Name}
+}
+
+// labels go on every child of app.
+func labels(app *v1alpha1.WebApp) map[string]string {
+	l := map[string]string{
+		"app.kubernetes.io/name":       app.Name,
+		"app.kubernetes.io/managed-by": "daytwo",
+	}
+	maps.Copy(l, selectorLabels(app))
+	return l
+}
+
+// ownerReference makes app the controller of a child, so garbage collection
+// removes the child with it.
+func ownerReference(app *v1alpha1.WebApp) *metav1ac.OwnerReferenceApplyConfiguration {
+	return metav1ac.OwnerReference().
+		WithAPIVersion(v1alpha1.GroupVersion.String()).WithKind("WebApp").
+		WithName(app.Name).WithUID(app.UID).
+		WithController(true).WithBlockOwnerDeletion(true)
+}
+
+// desiredReplicas is the fixed replica count, or nil when the HPA owns it.
+func desiredReplicas(app *v1alpha1.WebApp) *int32 {
+	if app.Spec.Autoscaling != nil {
+		return nil
+	}
+	return ptr.To(ptr.Deref(app.Spec.Replicas, 1))
+}
+
+// maxReplicas is the most pods app can run.
+func maxReplicas(app *v1alpha1.WebApp) int32 {
+	if a := app.Spec.Autoscaling; a != nil {
+		return a.MaxReplicas
+	}
+	return ptr.Deref(app.Spec.Replicas, 1)
+}
+
+// podInputs are what the children depend on beyond the spec.
+type podInputs struct {
+	// selector selects the pods: selectorLabels(app), or the immutable
+	// selector of an adopted Deployment.
+	selector map[string]string
+	// configHash covers every referenced ConfigMap and Secret.
+	configHash string
+	// databaseSecret is the credentials Secret of spec.databaseRef, if any.
+	databaseSecret string
+}
+
+// deployment is the desired Deployment of app running template: the spec's
+// template, or the last good one after a rollback. failedTemplate, when set,
+// records the spec revision that missed its progress deadline.
+func deployment(app *v1alpha1.WebApp, sel map[string]string, template *corev1ac.PodTemplateSpecApplyConfiguration, failedTemplate string) *appsv1ac.DeploymentApplyConfiguration {
+	spec := appsv1ac.DeploymentSpec().
+		WithSelector(metav1ac.LabelSelector().WithMatchLabels(sel)).
+		WithRevisionHistoryLimit(10).
+		WithProgressDeadlineSeconds(progressDeadline(app)).
+		WithStrategy(rollingUpdate(app)).
+		WithTemplate(template)
+	if r := desiredReplicas(app); r != nil {
+		spec.WithReplicas(*r)
+	}
+	d := appsv1ac.Deployment(app.Name, app.Namespace).
+		WithLabels(labels(app)).
+		WithOwnerReferences(ownerReference(app)).
+		WithSpec(spec)
+	if failedTemplate != "" {
+		d.WithAnnotations(map[string]string{annotationFailedTemplate: failedTemplate})
+	}
+	return d
+}
+
+func progressDeadline(app *v1alpha1.WebApp) int32 {
+	if r := app.Spec.Rollout; r != nil && r.ProgressDeadlineSeconds > 0 {
+		return r.ProgressDeadlineSeconds
+	}
+	return 600
+}
+
+func rollingUpdate(app *v1alpha1.WebApp) *appsv1ac.DeploymentStrategyApplyConfiguration {
+	ru := appsv1ac.RollingUpdateDeployment().
+		WithMaxSurge(intstr.FromString("25%")).
+		WithMaxUnavailable(intstr.FromInt32(0))
+	if r := app.Spec.Rollout; r != nil {
+		if r.MaxSurge != nil {
+			ru.WithMaxSurge(*r.MaxSurge)
+		}
+		if r.MaxUnavailable != nil {
+			ru.WithMaxUnavailable(*r.MaxUnavailable)
+		}
+	}
+	return appsv1ac.DeploymentStrategy().WithType(appsv1.RollingUpdateDeploymentStrategyType).WithRollingUpdate(ru)
+}
+
+// podTemplate is the pod template the spec asks for, annotated with the hash
+// of its own content so a failed revision can be recognised later.
+func podTemplate(app *v1alpha1.WebApp, in podInputs) *corev1ac.PodTemplateSpecApplyConfiguration {
+	t := corev1ac.PodTemplateSpec().
+		WithLabels(labels(app)).
+		WithLabels(in.selector).
+		WithAnnotations(map[string]string{annotationConfigHash: in.configHash}).
+		WithSpec(corev1ac.PodSpec().
+			WithEnableServiceLinks(false).
+			WithSecurityContext(corev1ac.PodSecurityContext().
+				WithRunAsNonRoot(true).
+				WithSeccompProfile(corev1ac.SeccompProfile().WithType(corev1.SeccompProfileTypeRuntimeDefault))).
+			WithContainers(container(app, in)))
+	t.WithAnnotations(map[string]string{annotationTemplateHash: hashOf(t)})
+	return t
+}
+
+func container(app *v1alpha1.WebApp, in podInputs) *corev1ac.ContainerApplyConfiguration {
+	c := corev1ac.Container().
+		WithName(containerName).
+		WithImage(app.Spec.Image).
+		WithImagePullPolicy(pullPolicy(app)).
+		WithPorts(corev1ac.ContainerPort().WithName("http").WithContainerPort(app.Spec.Port).WithProtocol(corev1.ProtocolTCP)).
+		WithEnv(convert[corev1ac.EnvVarApplyConfiguration](env(app, in))...).
+		WithEnvFrom(convert[corev1ac.EnvFromSourceApplyConfiguration](app.Spec.EnvFrom)...).
+		WithResources(convertOne[corev1ac.ResourceRequirementsApplyConfiguration](resources(app))).
+		WithReadinessProbe(probe(app, func(p *v1alpha1.WebAppProbes) *corev1.Probe { return p.Readiness }, readinessProbe(app))).
+		WithLivenessProbe(probe(app, func(p *v1alpha1.WebAppProbes) *corev1.Probe { return p.Liveness }, livenessProbe(app))).
+		WithSecurityContext(corev1ac.SecurityContext().
+			WithAllowPrivilegeEscalation(false).
+			WithCapabilities(corev1ac.Capabilities().WithDrop("ALL")))
+	if len(app.Spec.Command) > 0 {
+		c.WithCommand(app.Spec.Command...)
+	}
+	if len(app.Spec.Args) > 0 {
+		c.WithArgs(app.Spec.Args...)
+	}
+	if p := app.Spec.Probes; p != nil && p.Startup != nil {
+		c.WithStartupProbe(convertOne[corev1ac.ProbeApplyConfiguration](p.Startup))
+	}
+	return c
+}
+
+func pullPolicy(app *v1alpha1.WebApp) corev1.PullPolicy {
+	if app.Spec.ImagePullPolicy == "" {
+		return corev1.PullIfNotPresent
+	}
+	return app.Spec.ImagePullPolicy
+}
+
+// env is the spec's env plus, with a databaseRef, the connection variables
+// from the Database's credentials Secret.
+func env(app *v1alpha1.WebApp, in podInputs) []corev1.EnvVar {
+	out := append([]corev1.EnvVar{{Name: "PORT", Value: fmt.Sprint(app.Spec.Port)}}, app.Spec.Env...)
+	if in.databaseSecret == "" {
+		return out
+	}
+	for _, kv := range [][2]string{
+		{"DATABASE_URL", v1alpha1.CredentialsURI}, {"PGHOST", v1alpha1.CredentialsHost}, {"PGPORT", v1alpha1.CredentialsPort},
+		{"PGDATABASE", v1alpha1.CredentialsDatabase}, {"PGUSER", v1alpha1.CredentialsUser}, {"PGPASSWORD", v1alpha1.CredentialsPassword},
+	} {
+		out = append(out, corev1.EnvVar{Name: kv[0], ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+			LocalObjectReference: corev1.LocalObjectReference{Name: in.databaseSecret}, Key: kv[1]}}})
+	}
+	return out
+}
+
+// resources defaults to a small request, so the scheduler and the HPA have
+// something to work with.
+func resources(app *v1alpha1.WebApp) *corev1.ResourceRequirements {
+	if app.Spec.Resources != nil {
+		return app.Spec.Resources
+	}
+	return &corev1.ResourceRequirements{Requests: corev1.ResourceList{
+		corev1.ResourceCPU:    resource.MustParse("100m"),
+		corev1.ResourceMemory: resource.MustParse("128Mi"),
+	}}
+}
+
+func probe(app *v1alpha1.WebApp, pick func(*v1alpha1.WebAppProbes) *corev1.Probe, def *corev1.Probe) *corev1ac.ProbeApplyConfiguration {
+	if app.Spec.Probes != nil && pick(app.Spec.Probes) != nil {
+		return convertOne[corev1ac.ProbeApplyConfiguration](pick(app.Spec.Probes))
+	}
+	return convertOne[corev1ac.ProbeApplyConfiguration](def)
+}
+
+// readinessProbe asks the app over HTTP: a pod gets traffic once it answers.
+func readinessProbe(app *v1alpha1.WebApp) *corev1.Probe {
+	return &corev1.Probe{
+		ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/", Port: intstr.FromString("http")}},
+		PeriodSeconds: 5, TimeoutSeconds: 2, FailureThreshold: 3,
+	}
+}
+
+// livenessProbe only checks the port is open: an app that is slow to answer
+// HTTP is taken out of rotation by readiness, not killed.
+func livenessProbe(app *v1alpha1.WebApp) *corev1.Probe {
+	return &corev1.Probe{
+		ProbeHandler:        corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromString("http")}},
+		InitialDelaySeconds: 10, PeriodSeconds: 10, TimeoutSeconds: 2, FailureThreshold: 6,
+	}
+}
+
+// service is the ClusterIP Service in front of app's pods.
+func service(app *v1alpha1.WebApp, sel map[string]string) *corev1ac.ServiceApplyConfiguration {
+	return corev1ac.Service(app.Name, app.Namespace).
+		WithLabels(labels(app)).
+		WithOwnerReferences(ownerReference(app)).
+		WithSpec(corev1ac.ServiceSpec().
+			WithType(corev1.ServiceTypeClusterIP).
+			WithSelector(sel).
+			WithPorts(corev1ac.ServicePort().WithName("http").WithProtocol(corev1.ProtocolTCP).
+				WithPort(app.Spec.Port).WithTargetPort(intstr.FromString("http"))))
+}
+
+// hpa is the HorizontalPodAutoscaler of app, or nil without autoscaling.
+func hpa(app *v1alpha1.WebApp) *autoscalingv2ac.HorizontalPodAutoscalerApplyConfiguration {
+	a := app.Spec.Autoscaling
+	if a == nil {
+		return nil
+	}
+	target := a.TargetCPUUtilizationPercentage
+	if target == 0 {
+		target = 80
+	}
+	return autoscalingv2ac.HorizontalPodAutoscaler(app.Name, app.Namespace).
+		WithLabels(labels(app)).
+		WithOwnerReferences(ownerReference(app)).
+		WithSpec(autoscalingv2ac.HorizontalPodAutoscalerSpec().
+			WithScaleTargetRef(autoscalingv2ac.CrossVersionObjectReference().WithAPIVersion("apps/v1").WithKind("Deployment").WithName(app.Name)).
+			WithMinReplicas(max(a.MinReplicas, 1)).
+			WithMaxReplicas(a.MaxReplicas).
+			WithMetrics(autoscalingv2ac.MetricSpec().WithType("Resource").WithResource(
+				autoscalingv2ac.ResourceMetricSource().WithName(corev1.ResourceCPU).WithTarget(
+					autoscalingv2ac.MetricTarget().WithType("Utilization").WithAverageUtilization(target)))))
+}
+
+// pdb keeps all but one pod up during voluntary disruptions, or is nil when
+// app can only ever run one pod (a PDB would then block node drains).
+func pdb(app *v1alpha1.WebApp, sel map[string]string) *policyv1ac.PodDisruptionBudgetApplyConfiguration {
+	if maxReplicas(app) <= 1 {
+		return nil
+	}
+	return policyv1ac.PodDisruptionBudget(app.Name, app.Namespace).
+		WithLabels(labels(app)).
+		WithOwnerReferences(ownerReference(app)).
+		WithSpec(policyv1ac.PodDisruptionBudgetSpec().
+			WithMaxUnavailable(intstr.FromInt32(1)).
+			WithSelector(metav1ac.LabelSelector().WithMatchLabels(sel)))
+}
+
+// ingress routes spec.ingress.host to the Service, or is nil without ingress.
+func ingress(app *v1alpha1.WebApp) *networkingv1ac.IngressApplyConfiguration {
+	in := app.Spec.Ingress
+	if in == nil {
+		return nil
+	}
+	path := in.Path
+	if path == "" {
+		path = "/"
+	}
+	spec := networkingv1ac.IngressSpec().WithRules(networkingv1ac.IngressRule().WithHost(in.Host).WithHTTP(
+		networkingv1ac.HTTPIngressRuleValue().WithPaths(networkingv1ac.HTTPIngressPath().
+			WithPath(path).WithPathType("Prefix").
+			WithBackend(networkingv1ac.IngressBackend().WithService(
+				networkingv1ac.IngressServiceBackend().WithName(app.Name).WithPort(
+					networkingv1ac.ServiceBackendPort().WithName("http")))))))
+	if in.ClassName != "" {
+		spec.WithIngressClassName(in.ClassName)
+	}
+	if in.TLSSecretName != "" {
+		spec.WithTLS(networkingv1ac.IngressTLS().WithHosts(in.Host).WithSecretName(in.TLSSecretName))
+	}
+	return networkingv1ac.Ingress(app.Name, app.Namespace).
+		WithLabels(labels(app)).
+		WithOwnerReferences(ownerReference(app)).
+		WithSpec(spec)
+}
+
+// convert turns typed API values into apply configurations. Both share the
+// JSON schema, so a JSON round trip is exact for the user-supplied parts
+// (env, probes, resources) that have no typed constructor.
+func convert[AC any, T any](in []T) []*AC {
+	out := make([]*AC, 0, len(in))
+	for i := range in {
+		out = append(out, convertOne[AC](&in[i]))
+	}
+	return out
+}
+
+func convertOne[AC any, T any](in *T) *AC {
+	if in == nil {
+		return nil
+	}
+	raw, err := json.Marshal(in)
+	if err != nil {
+		panic(fmt.Sprintf("marshal %T: %v", in, err)) // API types always marshal
+	}
+	out := new(AC)
+	if err := json.Unmarshal(raw, out); err != nil {
+		panic(fmt.Sprintf("unmarshal into %T: %v", out, err)) // same schema on both sides
+	}
+	return out
+}

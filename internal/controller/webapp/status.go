@@ -1,0 +1,114 @@
+package webapp
+
+import (
+	"fmt"
+	"strings"
+
+	appsv1 "k8s.io/api/apps/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
+	"github.com/daytwo-dev/daytwo/internal/controller/conditions"
+)
+
+// rollout is what applyDeployment saw and did.
+type rollout struct {
+	deployment       *appsv1.Deployment
+	desiredImage     string
+	failedHash       string
+	rolledBack       bool
+	deadlineExceeded bool
+}
+
+// observation is everything the status is rebuilt from in one reconcile.
+type observation struct {
+	selector map[string]string
+	missing  string
+	conflict string
+	rollout  rollout
+}
+
+// setStatus rebuilds app's status from obs. It is pure: same inputs, same status.
+func setStatus(app *v1alpha1.WebApp, obs observation) {
+	s := &app.Status
+	gen := app.Generation
+	s.ObservedGeneration = gen
+	sel := obs.selector
+	if sel == nil {
+		sel = selectorLabels(app)
+	}
+	s.Selector = metav1.FormatLabelSelector(&metav1.LabelSelector{MatchLabels: sel})
+	s.ServiceURL = fmt.Sprintf("http://%s.%s.svc.cluster.local:%d", app.Name, app.Namespace, app.Spec.Port)
+	s.URL = s.ServiceURL
+	if in := app.Spec.Ingress; in != nil {
+		s.URL = ingressURL(in)
+	}
+	set := func(typ string, ok bool, reason, msg string) {
+		status := metav1.ConditionFalse
+		if ok {
+			status = metav1.ConditionTrue
+		}
+		conditions.Set(&s.Conditions, gen, typ, status, reason, msg)
+	}
+	switch {
+	case obs.missing != "":
+		set(v1alpha1.ConditionReady, false, v1alpha1.ReasonMissingReference, obs.missing)
+		return
+	case obs.conflict != "":
+		set(v1alpha1.ConditionReady, false, v1alpha1.ReasonConflictingResource, obs.conflict)
+		return
+	case obs.rollout.deployment == nil:
+		return
+	}
+	d := obs.rollout.deployment
+	desired := ptr.Deref(d.Spec.Replicas, 1)
+	s.Replicas, s.AvailableReplicas = d.Status.Replicas, d.Status.AvailableReplicas
+	complete := d.Status.ObservedGeneration >= d.Generation && d.Status.UpdatedReplicas == desired &&
+		d.Status.Replicas == desired && d.Status.AvailableReplicas == desired
+	if complete {
+		s.CurrentImage = templateImage(d)
+	}
+
+	available := d.Status.AvailableReplicas >= desired && desired > 0 || desired == 0
+	if available {
+		set(v1alpha1.ConditionReady, true, v1alpha1.ReasonAvailable, fmt.Sprintf("%d of %d replicas available", d.Status.AvailableReplicas, desired))
+	} else {
+		set(v1alpha1.ConditionReady, false, v1alpha1.ReasonReconciling, fmt.Sprintf("%d of %d replicas available", d.Status.AvailableReplicas, desired))
+	}
+
+	ro := obs.rollout
+	switch {
+	case ro.rolledBack:
+		msg := fmt.Sprintf("Image %s missed its progress deadline; rolled back to %s", ro.desiredImage, templateImage(d))
+		set(v1alpha1.ConditionProgressing, false, v1alpha1.ReasonRolledBack, msg)
+		set(v1alpha1.ConditionDegraded, true, v1alpha1.ReasonRolledBack, msg)
+		return
+	case ro.deadlineExceeded:
+		msg := fmt.Sprintf("Image %s missed its progress deadline and there is no earlier revision to roll back to", ro.desiredImage)
+		set(v1alpha1.ConditionProgressing, false, v1alpha1.ReasonProgressDeadlineExceeded, msg)
+		set(v1alpha1.ConditionDegraded, true, v1alpha1.ReasonProgressDeadlineExceeded, msg)
+		return
+	case !complete:
+		set(v1alpha1.ConditionProgressing, true, v1alpha1.ReasonRollingOut, "Rolling out image "+ro.desiredImage)
+	default:
+		set(v1alpha1.ConditionProgressing, false, v1alpha1.ReasonRolloutComplete, "Image "+ro.desiredImage+" is rolled out")
+	}
+	if complete && !available {
+		set(v1alpha1.ConditionDegraded, true, v1alpha1.ReasonUnavailable, "Fewer replicas are available than desired")
+	} else {
+		set(v1alpha1.ConditionDegraded, false, v1alpha1.ReasonAvailable, "No fault observed")
+	}
+}
+
+func templateImage(d *appsv1.Deployment) string {
+	return imageOf(&d.Spec.Template)
+}
+
+func ingressURL(in *v1alpha1.WebAppIngress) string {
+	scheme := "http"
+	if in.TLSSecretName != "" {
+		scheme = "https"
+	}
+	return scheme + "://" + in.Host + strings.TrimSuffix(in.Path, "/")
+}
