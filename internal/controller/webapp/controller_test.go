@@ -11,6 +11,7 @@ import (
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -119,6 +120,20 @@ func condition(t *testing.T, app *v1alpha1.WebApp, typ, reason string) metav1.Co
 		return true, nil
 	})
 	return got
+}
+
+// waitMessage waits until app's condition typ carries msg.
+func waitMessage(t *testing.T, app *v1alpha1.WebApp, typ, msg string) {
+	t.Helper()
+	eventually(t, fmt.Sprintf("%s message %q", typ, msg), func() (bool, error) {
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(app), app); err != nil {
+			return false, err
+		}
+		if c := meta.FindStatusCondition(app.Status.Conditions, typ); c != nil && c.Message == msg {
+			return true, nil
+		}
+		return false, fmt.Errorf("conditions %+v", app.Status.Conditions)
+	})
 }
 
 // markAvailable plays the Deployment controller, which envtest does not run:
@@ -360,4 +375,154 @@ func TestExistingDeploymentIsAdoptedOnlyWhenAsked(t *testing.T) {
 		t.Errorf("Service selector = %v, want the adopted pods' labels", svc.Spec.Selector)
 	}
 	condition(t, app, v1alpha1.ConditionReady, v1alpha1.ReasonReconciling)
+}
+
+func TestOrphanLeavesChildrenRunning(t *testing.T) {
+	ns := env.Namespace(t)
+	app := newApp(ns, "keep")
+	app.Spec.DeletionPolicy = v1alpha1.WebAppDeletionOrphan
+	app.Spec.Replicas = ptr.To[int32](2)
+	create(t, app)
+	deploymentOf(t, app, "created", func(*appsv1.Deployment) bool { return true })
+	eventually(t, "finalizer", func() (bool, error) {
+		err := env.Client.Get(ctx, client.ObjectKeyFromObject(app), app)
+		return len(app.Finalizers) == 1, err
+	})
+	eventually(t, "PDB", func() (bool, error) {
+		return true, env.Client.Get(ctx, key(ns, "keep"), &policyv1.PodDisruptionBudget{})
+	})
+	if err := env.Client.Delete(ctx, app); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "WebApp gone", func() (bool, error) {
+		return apierrors.IsNotFound(env.Client.Get(ctx, client.ObjectKeyFromObject(app), app)), nil
+	})
+	for _, obj := range []client.Object{&appsv1.Deployment{}, &corev1.Service{}, &policyv1.PodDisruptionBudget{}} {
+		if err := env.Client.Get(ctx, key(ns, "keep"), obj); err != nil {
+			t.Fatalf("%T: %v", obj, err)
+		}
+		if refs := obj.GetOwnerReferences(); len(refs) != 0 {
+			t.Errorf("%T still has owner references %v", obj, refs)
+		}
+	}
+}
+
+// With deletionPolicy Delete there is no finalizer: garbage collection (not
+// running in envtest; the e2e suite proves it) removes the children through
+// their controller references.
+func TestDeleteRelinquishesToGarbageCollection(t *testing.T) {
+	ns := env.Namespace(t)
+	app := newApp(ns, "gone")
+	create(t, app)
+	d := deploymentOf(t, app, "created", func(*appsv1.Deployment) bool { return true })
+	if ref := metav1.GetControllerOf(d); ref == nil || ref.UID != app.UID {
+		t.Fatalf("no controller reference on the Deployment")
+	}
+	if err := env.Client.Delete(ctx, app); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "WebApp gone at once", func() (bool, error) {
+		return apierrors.IsNotFound(env.Client.Get(ctx, client.ObjectKeyFromObject(app), app)), nil
+	})
+}
+
+func TestDatabaseRefInjectsCredentials(t *testing.T) {
+	ns := env.Namespace(t)
+	app := newApp(ns, "withdb")
+	app.Spec.DatabaseRef = &v1alpha1.LocalObjectReference{Name: "orders"}
+	create(t, app)
+	waitMessage(t, app, v1alpha1.ConditionReady, "Waiting for Database orders to exist")
+	create(t, &v1alpha1.Database{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "orders"}, Spec: v1alpha1.DatabaseSpec{Version: "16"}})
+	waitMessage(t, app, v1alpha1.ConditionReady, "Waiting for Secret orders-credentials to exist")
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "orders-credentials"}, StringData: map[string]string{"password": "a"}}
+	create(t, secret)
+	d := deploymentOf(t, app, "created", func(*appsv1.Deployment) bool { return true })
+	vars := map[string]string{}
+	for _, e := range appContainer(d).Env {
+		if e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil {
+			vars[e.Name] = e.ValueFrom.SecretKeyRef.Name + "/" + e.ValueFrom.SecretKeyRef.Key
+		}
+	}
+	if vars["DATABASE_URL"] != "orders-credentials/uri" || vars["PGPASSWORD"] != "orders-credentials/password" || vars["PGHOST"] != "orders-credentials/host" {
+		t.Errorf("env from the credentials Secret = %v", vars)
+	}
+	// A rotated password rolls the pods.
+	first := d.Spec.Template.Annotations["daytwo.dev/config-hash"]
+	update(t, secret, func(s *corev1.Secret) { s.StringData = map[string]string{"password": "b"} })
+	deploymentOf(t, app, "rolled after rotation", func(d *appsv1.Deployment) bool {
+		return d.Spec.Template.Annotations["daytwo.dev/config-hash"] != first
+	})
+}
+
+// A revision that misses its progress deadline is rolled back to the
+// previous ReplicaSet's template and stays rolled back until the spec changes.
+// envtest runs no Deployment controller, so the test plays it: it writes the
+// revision annotations, the old ReplicaSet and the Progressing condition.
+func TestMissedDeadlineRollsBack(t *testing.T) {
+	ns := env.Namespace(t)
+	app := newApp(ns, "roll")
+	create(t, app)
+	d := deploymentOf(t, app, "created", func(*appsv1.Deployment) bool { return true })
+	good := d.Spec.Template.DeepCopy()
+	good.Labels[appsv1.DefaultDeploymentUniqueLabelKey] = "good"
+	rs := &appsv1.ReplicaSet{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "roll-good", Labels: good.Labels,
+			Annotations:     map[string]string{"deployment.kubernetes.io/revision": "1"},
+			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(d, appsv1.SchemeGroupVersion.WithKind("Deployment"))}},
+		Spec: appsv1.ReplicaSetSpec{Selector: &metav1.LabelSelector{MatchLabels: good.Labels}, Template: *good},
+	}
+	create(t, rs)
+
+	update(t, app, func(a *v1alpha1.WebApp) { a.Spec.Image = "demo:broken" })
+	d = deploymentOf(t, app, "with the broken image", func(d *appsv1.Deployment) bool { return appContainer(d).Image == "demo:broken" })
+	update(t, d, func(d *appsv1.Deployment) {
+		d.Annotations = map[string]string{"deployment.kubernetes.io/revision": "2"}
+	})
+	d.Status = appsv1.DeploymentStatus{ObservedGeneration: d.Generation, Replicas: 2, UpdatedReplicas: 1, ReadyReplicas: 1, AvailableReplicas: 1,
+		Conditions: []appsv1.DeploymentCondition{{Type: appsv1.DeploymentProgressing, Status: corev1.ConditionFalse, Reason: "ProgressDeadlineExceeded"}}}
+	if err := env.Client.Status().Update(ctx, d); err != nil {
+		t.Fatal(err)
+	}
+	// Any reconcile notices; the Deployment status change triggers one.
+	deploymentOf(t, app, "rolled back to demo:1", func(d *appsv1.Deployment) bool {
+		return appContainer(d).Image == "demo:1" && d.Annotations["daytwo.dev/failed-template-hash"] != ""
+	})
+	c := condition(t, app, v1alpha1.ConditionProgressing, v1alpha1.ReasonRolledBack)
+	if c.Message != "Image demo:broken missed its progress deadline; rolled back to demo:1" {
+		t.Errorf("message = %q", c.Message)
+	}
+	condition(t, app, v1alpha1.ConditionDegraded, v1alpha1.ReasonRolledBack)
+
+	// No flapping: further reconciles keep the good image.
+	update(t, app, func(a *v1alpha1.WebApp) { a.Labels = map[string]string{"touch": "1"} })
+	time.Sleep(300 * time.Millisecond)
+	if d = deploymentOf(t, app, "still rolled back", func(*appsv1.Deployment) bool { return true }); appContainer(d).Image != "demo:1" {
+		t.Fatalf("image = %s after a reconcile, want demo:1 kept", appContainer(d).Image)
+	}
+	// A new spec is tried again, and the failure mark goes.
+	update(t, app, func(a *v1alpha1.WebApp) { a.Spec.Image = "demo:fixed" })
+	deploymentOf(t, app, "with demo:fixed", func(d *appsv1.Deployment) bool {
+		return appContainer(d).Image == "demo:fixed" && d.Annotations["daytwo.dev/failed-template-hash"] == ""
+	})
+}
+
+func TestIngressFollowsTheSpec(t *testing.T) {
+	ns := env.Namespace(t)
+	app := newApp(ns, "web")
+	app.Spec.Ingress = &v1alpha1.WebAppIngress{Host: "shop.example.com", Path: "/", TLSSecretName: "shop-tls", ClassName: "nginx"}
+	create(t, app)
+	in := &networkingv1.Ingress{}
+	eventually(t, "Ingress", func() (bool, error) { return true, env.Client.Get(ctx, key(ns, "web"), in) })
+	if in.Spec.Rules[0].Host != "shop.example.com" || in.Spec.TLS[0].SecretName != "shop-tls" || ptr.Deref(in.Spec.IngressClassName, "") != "nginx" ||
+		in.Spec.Rules[0].HTTP.Paths[0].Backend.Service.Name != "web" {
+		t.Errorf("Ingress spec = %+v", in.Spec)
+	}
+	condition(t, app, v1alpha1.ConditionReady, v1alpha1.ReasonReconciling)
+	if app.Status.URL != "https://shop.example.com" {
+		t.Errorf("url = %q", app.Status.URL)
+	}
+	update(t, app, func(a *v1alpha1.WebApp) { a.Spec.Ingress = nil })
+	eventually(t, "Ingress deleted", func() (bool, error) {
+		return apierrors.IsNotFound(env.Client.Get(ctx, key(ns, "web"), &networkingv1.Ingress{})), nil
+	})
 }
