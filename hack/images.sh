@@ -20,7 +20,8 @@ declare -A TAG=(
   [local-path-provisioner]=docker.io/rancher/local-path-provisioner:v0.0.30
   [postgres]=docker.io/library/postgres:$PG_MAJOR
   [daytwo]=localhost/daytwo:dev
-  [demo-web]=localhost/daytwo-demo-web:dev
+  # Two tags of one image, so e2e suites can roll from one to the other.
+  [demo-web]=localhost/daytwo-demo-web:dev,localhost/daytwo-demo-web:v2
   [minio]=localhost/minio:dev
   [e2e-client]=localhost/daytwo-e2e-client:dev
 )

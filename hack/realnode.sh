@@ -146,9 +146,9 @@ load() {
   while read -r file tag; do
     local name=${file%.tar}
     if [ $# -gt 0 ] && ! printf '%s\n' "$@" | grep -qx "$name"; then continue; fi
-    case $name in daytwo|demo-web|e2e-client) ;; *) grep -qx "$tag" <<<"$have" && continue ;; esac
+    case $name in daytwo|demo-web|e2e-client) ;; *) grep -qx "${tag%%,*}" <<<"$have" && continue ;; esac
     "${CTR[@]}" images import "$CACHE/images/$file" >/dev/null
-    log "loaded $tag"
+    log "loaded ${tag//,/ }"
   done <"$index"
 }
 

@@ -4,7 +4,6 @@ package e2e
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -24,6 +23,7 @@ import (
 // Images the real-node suites run; hack/images.sh builds them.
 const (
 	demoWebImage   = "localhost/daytwo-demo-web:dev"
+	demoWebImageV2 = "localhost/daytwo-demo-web:v2"
 	postgresImage  = "docker.io/library/postgres:15"
 	minioImage     = "localhost/minio:dev"
 	e2eClientImage = "localhost/daytwo-e2e-client:dev"
@@ -100,36 +100,6 @@ func secret(t *testing.T, ns, name string, data map[string]string) {
 func fromSecret(env, secretName, key string) corev1.EnvVar {
 	return corev1.EnvVar{Name: env, ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
 		LocalObjectReference: corev1.LocalObjectReference{Name: secretName}, Key: key}}}
-}
-
-// A web app served by real pods answers HTTP through its Service, asked from
-// another pod by DNS name. (The WebApp suite replaces the plain Deployment.)
-func TestRealNodeServesHTTPThroughAService(t *testing.T) {
-	requireRealNode(t)
-	ns := cluster.Namespace(t)
-	serve(t, ns, "web", 2, 8080, corev1.PodSpec{
-		SecurityContext: framework.RestrictedPod(),
-		Containers: []corev1.Container{{
-			Name: "web", Image: demoWebImage, ImagePullPolicy: corev1.PullNever,
-			Env:             []corev1.EnvVar{{Name: "GREETING", Value: "hello from a real node"}},
-			Ports:           []corev1.ContainerPort{{ContainerPort: 8080}},
-			ReadinessProbe:  &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromInt32(8080)}}, PeriodSeconds: 1},
-			SecurityContext: framework.RestrictedContainer(),
-		}},
-	})
-	url := fmt.Sprintf("http://web.%s.svc.cluster.local:8080/", ns)
-	out := cluster.RunToCompletion(t, e2eClient(ns, "http-client", []string{"http", url, "20"}), 2*time.Minute)
-	hosts := map[string]bool{}
-	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
-		var body struct{ Greeting, Hostname string }
-		if err := json.Unmarshal([]byte(line), &body); err != nil || body.Greeting != "hello from a real node" {
-			t.Fatalf("unexpected answer from %s: %q (%v)", url, line, err)
-		}
-		hosts[body.Hostname] = true
-	}
-	if len(hosts) != 2 {
-		t.Errorf("20 requests through the Service reached %d pods (%v), want both replicas", len(hosts), hosts)
-	}
 }
 
 // e2eClient is a pod running the e2e-client image with args.
