@@ -8,6 +8,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
+// FieldOwner is daytwo's server-side apply field manager.
+const FieldOwner = "daytwo"
+
 // PatchStatus writes obj's status once, and only when it differs from the
 // snapshot taken at the start of the reconcile. A merge patch against the
 // snapshot sends just the changed fields and never a stale resourceVersion.

@@ -3,7 +3,9 @@ package operator
 import (
 	"context"
 	"fmt"
+	"slices"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -11,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
+	"github.com/daytwo-dev/daytwo/internal/controller"
 	"github.com/daytwo-dev/daytwo/internal/controller/database"
 	"github.com/daytwo-dev/daytwo/internal/controller/databasebackup"
 	"github.com/daytwo-dev/daytwo/internal/controller/webapp"
@@ -25,10 +28,24 @@ func NewScheme() *runtime.Scheme {
 }
 
 // CacheOptions are the informer cache settings every daytwo manager uses.
-// Managed fields are dropped from cached objects: daytwo never reads them,
-// and they are often the largest part of a Deployment.
+// Cached objects keep only daytwo's own managed-fields entry: it is how a
+// reconcile tells that a child already holds what it would apply (and skips
+// the write), and the other entries are often the largest part of an object.
 func CacheOptions() cache.Options {
-	return cache.Options{DefaultTransform: cache.TransformStripManagedFields()}
+	return cache.Options{DefaultTransform: keepOwnManagedFields}
+}
+
+func keepOwnManagedFields(in any) (any, error) {
+	obj, ok := in.(metav1.Object)
+	if !ok {
+		return in, nil
+	}
+	if mf := obj.GetManagedFields(); len(mf) > 0 {
+		obj.SetManagedFields(slices.DeleteFunc(mf, func(e metav1.ManagedFieldsEntry) bool {
+			return e.Manager != controller.FieldOwner || e.Subresource != ""
+		}))
+	}
+	return in, nil
 }
 
 // SetupControllers wires one controller per kind into mgr.

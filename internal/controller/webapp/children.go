@@ -12,10 +12,15 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
+	appsv1ac "k8s.io/client-go/applyconfigurations/apps/v1"
+	autoscalingv2ac "k8s.io/client-go/applyconfigurations/autoscaling/v2"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
+	networkingv1ac "k8s.io/client-go/applyconfigurations/networking/v1"
+	policyv1ac "k8s.io/client-go/applyconfigurations/policy/v1"
 	"k8s.io/client-go/util/csaupgrade"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -31,6 +36,25 @@ func (r *Reconciler) apply(ctx context.Context, obj runtime.ApplyConfiguration, 
 		return fmt.Errorf("failed to apply %s: %w", what, err)
 	}
 	return nil
+}
+
+// applyIfChanged applies desired unless the live object already holds exactly
+// what daytwo last applied, field for field: extract reads daytwo's part of
+// live from its managed fields. A resync of unchanged apps then writes nothing,
+// while any edit to a field daytwo owns (which moves its ownership to the
+// editor) makes the two differ and is repaired.
+func applyIfChanged[O client.Object, AC runtime.ApplyConfiguration](ctx context.Context, r *Reconciler, live O, desired AC,
+	extract func(O, string) (AC, error), what string) error {
+	err := r.Client.Get(ctx, client.ObjectKey{Namespace: live.GetNamespace(), Name: live.GetName()}, live)
+	if client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("failed to get %s: %w", what, err)
+	}
+	if err == nil {
+		if current, err := extract(live, fieldOwner); err == nil && equality.Semantic.DeepEqual(current, desired) {
+			return nil
+		}
+	}
+	return r.apply(ctx, desired, what)
 }
 
 // checkOwnership looks for a Deployment or Service of app's name that app
@@ -146,7 +170,8 @@ func (r *Reconciler) applyDeployment(ctx context.Context, app *v1alpha1.WebApp, 
 	case !exists:
 		r.Recorder.Eventf(app, nil, corev1.EventTypeNormal, "Created", "Create", "Created Deployment and Service %s", app.Name)
 	}
-	if err := r.apply(ctx, deployment(app, in.selector, template, ro.failedHash), "Deployment"); err != nil {
+	live.Namespace, live.Name = app.Namespace, app.Name
+	if err := applyIfChanged(ctx, r, live, deployment(app, in.selector, template, ro.failedHash), appsv1ac.ExtractDeployment, "Deployment"); err != nil {
 		return rollout{}, err
 	}
 	if err := r.Client.Get(ctx, client.ObjectKeyFromObject(app), live); err != nil {
@@ -210,28 +235,41 @@ func imageOf(t *corev1.PodTemplateSpec) string {
 }
 
 func (r *Reconciler) applyService(ctx context.Context, app *v1alpha1.WebApp, sel map[string]string) error {
-	return r.apply(ctx, service(app, sel), "Service")
+	return applyIfChanged(ctx, r, named[corev1.Service](app), service(app, sel), corev1ac.ExtractService, "Service")
+}
+
+// named is an empty object of type T with app's namespace and name.
+func named[T any, PT interface {
+	*T
+	client.Object
+}](app *v1alpha1.WebApp) PT {
+	obj := PT(new(T))
+	obj.SetNamespace(app.Namespace)
+	obj.SetName(app.Name)
+	return obj
 }
 
 // applyOptionalChildren applies the HPA, PDB and Ingress the spec asks for
 // and deletes those it no longer asks for.
 func (r *Reconciler) applyOptionalChildren(ctx context.Context, app *v1alpha1.WebApp, sel map[string]string) error {
 	if h := hpa(app); h != nil {
-		if err := r.apply(ctx, h, "HorizontalPodAutoscaler"); err != nil {
+		live := named[autoscalingv2.HorizontalPodAutoscaler](app)
+		if err := applyIfChanged(ctx, r, live, h, autoscalingv2ac.ExtractHorizontalPodAutoscaler, "HorizontalPodAutoscaler"); err != nil {
 			return err
 		}
 	} else if err := r.deleteOwned(ctx, app, &autoscalingv2.HorizontalPodAutoscaler{}); err != nil {
 		return err
 	}
 	if p := pdb(app, sel); p != nil {
-		if err := r.apply(ctx, p, "PodDisruptionBudget"); err != nil {
+		live := named[policyv1.PodDisruptionBudget](app)
+		if err := applyIfChanged(ctx, r, live, p, policyv1ac.ExtractPodDisruptionBudget, "PodDisruptionBudget"); err != nil {
 			return err
 		}
 	} else if err := r.deleteOwned(ctx, app, &policyv1.PodDisruptionBudget{}); err != nil {
 		return err
 	}
 	if i := ingress(app); i != nil {
-		return r.apply(ctx, i, "Ingress")
+		return applyIfChanged(ctx, r, named[networkingv1.Ingress](app), i, networkingv1ac.ExtractIngress, "Ingress")
 	}
 	return r.deleteOwned(ctx, app, &networkingv1.Ingress{})
 }

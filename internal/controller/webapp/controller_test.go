@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
 	"github.com/daytwo-dev/daytwo/internal/testenv"
@@ -525,4 +526,56 @@ func TestIngressFollowsTheSpec(t *testing.T) {
 	eventually(t, "Ingress deleted", func() (bool, error) {
 		return apierrors.IsNotFound(env.Client.Get(ctx, key(ns, "web"), &networkingv1.Ingress{})), nil
 	})
+}
+
+// patchRequests counts the PATCH requests this process has sent (the
+// operator's applies and status patches; the tests themselves use PUT).
+func patchRequests(t *testing.T) float64 {
+	t.Helper()
+	families, err := crmetrics.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	total := 0.0
+	for _, f := range families {
+		if f.GetName() != "rest_client_requests_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "method" && l.GetValue() == "PATCH" {
+					total += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return total
+}
+
+// A reconcile of an app whose children already match writes nothing.
+func TestResyncOfAnUnchangedAppWritesNothing(t *testing.T) {
+	ns := env.Namespace(t)
+	app := newApp(ns, "quiet")
+	app.Spec.Replicas = ptr.To[int32](2)
+	app.Spec.Ingress = &v1alpha1.WebAppIngress{Host: "quiet.example.com"}
+	create(t, app)
+	d := deploymentOf(t, app, "created", func(*appsv1.Deployment) bool { return true })
+	markAvailable(t, d)
+	condition(t, app, v1alpha1.ConditionReady, v1alpha1.ReasonAvailable)
+	time.Sleep(time.Second) // let the reconciles the status write caused finish
+
+	before := patchRequests(t)
+	for i := range 5 {
+		update(t, app, func(a *v1alpha1.WebApp) { a.Labels = map[string]string{"resync": fmt.Sprint(i)} })
+		time.Sleep(200 * time.Millisecond)
+	}
+	if got := patchRequests(t) - before; got != 0 {
+		t.Errorf("5 reconciles of an unchanged app sent %v PATCH requests, want 0", got)
+	}
+	// The counter does count: a real change is written.
+	update(t, app, func(a *v1alpha1.WebApp) { a.Spec.Image = "demo:2" })
+	deploymentOf(t, app, "with demo:2", func(d *appsv1.Deployment) bool { return appContainer(d).Image == "demo:2" })
+	if patchRequests(t) == before {
+		t.Error("an image change sent no PATCH: the request counter does not see the operator")
+	}
 }

@@ -18,11 +18,12 @@ import (
 	"k8s.io/utils/ptr"
 
 	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
+	"github.com/daytwo-dev/daytwo/internal/controller"
 )
 
 const (
 	// fieldOwner is daytwo's server-side apply field manager.
-	fieldOwner = "daytwo"
+	fieldOwner = controller.FieldOwner
 	// containerName is the name of the app container in every pod.
 	containerName = "app"
 	// labelWebApp selects a WebApp's pods; it is the only selector label, so
