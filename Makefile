@@ -74,6 +74,14 @@ test: tools vet verify-generated ## Unit and envtest integration tests.
 test-e2e: tools ## End-to-end suites (build tag e2e) on the local cluster: the real node where it runs, kwok otherwise.
 	hack/e2e.sh
 
+##@ Benchmarks
+
+.PHONY: bench-webapp
+bench-webapp: tools build ## WebApp benchmark on the kwok cluster (BENCH_N=1000, BENCH_LATENCY_SECONDS=60).
+	KWOK_NODES=$${KWOK_NODES:-12} hack/kwok-cluster.sh up
+	kubectl --kubeconfig $$(hack/kwok-cluster.sh kubeconfig) apply --server-side -k config/crd >/dev/null
+	KUBECONFIG=$$(hack/kwok-cluster.sh kubeconfig) DAYTWO_BIN=$(CURDIR)/bin/daytwo go run ./test/bench/webapp
+
 ##@ Local cluster
 
 .PHONY: cluster-up

@@ -7,6 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
@@ -23,6 +24,9 @@ type operatorOptions struct {
 	probeAddr               string
 	leaderElect             bool
 	leaderElectionNamespace string
+	qps                     float32
+	concurrency             int
+	burst                   int
 	zap                     zap.Options
 }
 
@@ -42,6 +46,9 @@ func newOperatorCommand() *cobra.Command {
 	f.StringVar(&o.probeAddr, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz endpoints.")
 	f.BoolVar(&o.leaderElect, "leader-elect", false, "Elect a leader so only one replica reconciles at a time.")
 	f.StringVar(&o.leaderElectionNamespace, "leader-election-namespace", "", "Namespace of the leader election Lease; defaults to the pod's namespace.")
+	f.IntVar(&o.concurrency, "max-concurrent-reconciles", 4, "Objects of one kind reconciled in parallel.")
+	f.Float32Var(&o.qps, "kube-api-qps", 50, "Requests per second the operator may send to the API server.")
+	f.IntVar(&o.burst, "kube-api-burst", 100, "Burst of requests above kube-api-qps.")
 	zapFlags := flag.NewFlagSet("zap", flag.ContinueOnError)
 	o.zap.BindFlags(zapFlags)
 	f.AddGoFlagSet(zapFlags)
@@ -65,9 +72,11 @@ func runOperator(cmd *cobra.Command, o *operatorOptions) error {
 	if err != nil {
 		return fmt.Errorf("failed to load a kubeconfig: %w", err)
 	}
+	cfg.QPS, cfg.Burst = o.qps, o.burst
 	mgr, err := ctrl.NewManager(cfg, manager.Options{
 		Scheme:                        operator.NewScheme(),
 		Cache:                         operator.CacheOptions(),
+		Controller:                    config.Controller{MaxConcurrentReconciles: o.concurrency},
 		Metrics:                       metricsOpts,
 		HealthProbeBindAddress:        o.probeAddr,
 		LeaderElection:                o.leaderElect,

@@ -1,0 +1,404 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
+	"github.com/daytwo-dev/daytwo/internal/operator"
+)
+
+type bench struct {
+	cfg     config
+	c       client.WithWatch
+	op      *exec.Cmd
+	metrics string
+}
+
+func newBench(cfg config) (*bench, error) {
+	if cfg.bin == "" {
+		return nil, fmt.Errorf("DAYTWO_BIN is not set: run `make bench-webapp`")
+	}
+	rc, err := clientcmd.BuildConfigFromFlags("", os.Getenv("KUBECONFIG"))
+	if err != nil {
+		return nil, err
+	}
+	rc.QPS, rc.Burst = 500, 1000
+	c, err := client.NewWithWatch(rc, client.Options{Scheme: operator.NewScheme()})
+	if err != nil {
+		return nil, err
+	}
+	return &bench{cfg: cfg, c: c}, nil
+}
+
+// startOperator runs the operator binary with production flags, except that
+// leader election is off so a restart does not wait out a lease.
+func (b *bench) startOperator() error {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	b.metrics = l.Addr().String()
+	_ = l.Close()
+	log, err := os.Create(os.TempDir() + "/bench-webapp-operator.log")
+	if err != nil {
+		return err
+	}
+	// The operator's client gets the same QPS budget as the bare client.
+	b.op = exec.Command(b.cfg.bin, "operator", "--metrics-bind-address="+b.metrics, "--health-probe-bind-address=0",
+		"--kube-api-qps=500", "--kube-api-burst=1000")
+	b.op.Stdout, b.op.Stderr = log, log
+	if err := b.op.Start(); err != nil {
+		return err
+	}
+	for range 100 {
+		if _, err := b.scrape(); err == nil {
+			return nil
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return fmt.Errorf("operator metrics never answered; see %s", log.Name())
+}
+
+func (b *bench) stopOperator() {
+	_ = b.op.Process.Signal(os.Interrupt)
+	_ = b.op.Wait()
+}
+
+// scrape returns the operator's metrics as name{label=value,...} -> value sums.
+func (b *bench) scrape() (map[string]float64, error) {
+	resp, err := http.Get("http://" + b.metrics + "/metrics")
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]float64{}
+	for name, f := range families {
+		for _, m := range f.GetMetric() {
+			v := m.GetCounter().GetValue() + m.GetGauge().GetValue()
+			out[name] += v
+			for _, l := range m.GetLabel() {
+				out[name+"{"+l.GetName()+"="+l.GetValue()+"}"] += v
+			}
+		}
+	}
+	return out, nil
+}
+
+func (b *bench) writes() (float64, error) {
+	m, err := b.scrape()
+	if err != nil {
+		return 0, err
+	}
+	w := 0.0
+	for _, method := range []string{"POST", "PUT", "PATCH", "DELETE"} {
+		w += m["rest_client_requests_total{method="+method+"}"]
+	}
+	return w, nil
+}
+
+func (b *bench) namespace(ctx context.Context, name string) error {
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	_ = b.c.Delete(ctx, ns)
+	for range 600 {
+		if err := b.c.Create(ctx, ns); err == nil {
+			return nil
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return fmt.Errorf("namespace %s never became creatable", name)
+}
+
+// parallel runs f(i) for i in [0,n) on p workers and returns the first error.
+func parallel(n, p int, f func(int) error) error {
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var first error
+	next := make(chan int)
+	for range p {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				if err := f(i); err != nil {
+					mu.Lock()
+					first = cmpErr(first, err)
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	for i := range n {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	return first
+}
+
+func cmpErr(a, b error) error {
+	if a != nil {
+		return a
+	}
+	return b
+}
+
+func benchApp(ns string, i int) *v1alpha1.WebApp {
+	return &v1alpha1.WebApp{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: fmt.Sprintf("app-%04d", i)},
+		Spec: v1alpha1.WebAppSpec{Image: "localhost/daytwo-demo-web:dev", Port: 8080, Replicas: ptr.To[int32](1),
+			Env: []corev1.EnvVar{{Name: "GREETING", Value: "bench"}}},
+	}
+}
+
+// bareObjects are the Deployment and Service a bare client writes for app i:
+// what the operator writes, without reconciling or status.
+func bareObjects(ns string, i int) (*appsv1.Deployment, *corev1.Service) {
+	name := fmt.Sprintf("app-%04d", i)
+	sel := map[string]string{"daytwo.dev/webapp": name}
+	d := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: sel},
+		Spec: appsv1.DeploymentSpec{Replicas: ptr.To[int32](1), Selector: &metav1.LabelSelector{MatchLabels: sel},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: sel}, Spec: corev1.PodSpec{
+				Containers: []corev1.Container{{Name: "app", Image: "localhost/daytwo-demo-web:dev",
+					Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}},
+					Env:   []corev1.EnvVar{{Name: "GREETING", Value: "bench"}}}}}}},
+	}
+	s := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: sel},
+		Spec: corev1.ServiceSpec{Selector: sel, Ports: []corev1.ServicePort{{Name: "http", Port: 8080, TargetPort: intstr.FromString("http")}}},
+	}
+	return d, s
+}
+
+// converged counts the WebApps in ns with a current status and both children.
+func (b *bench) converged(ctx context.Context, ns string) (int, error) {
+	apps := &v1alpha1.WebAppList{}
+	deps := &metav1.PartialObjectMetadataList{}
+	deps.SetGroupVersionKind(appsv1.SchemeGroupVersion.WithKind("DeploymentList"))
+	svcs := &metav1.PartialObjectMetadataList{}
+	svcs.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("ServiceList"))
+	for _, l := range []client.ObjectList{apps, deps, svcs} {
+		if err := b.c.List(ctx, l, client.InNamespace(ns)); err != nil {
+			return 0, err
+		}
+	}
+	has := func(l *metav1.PartialObjectMetadataList) map[string]bool {
+		m := map[string]bool{}
+		for _, o := range l.Items {
+			m[o.Name] = true
+		}
+		return m
+	}
+	d, s := has(deps), has(svcs)
+	n := 0
+	for _, a := range apps.Items {
+		if a.Status.ObservedGeneration == a.Generation && meta.FindStatusCondition(a.Status.Conditions, v1alpha1.ConditionReady) != nil &&
+			d[a.Name] && s[a.Name] {
+			n++
+		}
+	}
+	return n, nil
+}
+
+func (b *bench) waitConverged(ctx context.Context, ns string, n int, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		got, err := b.converged(ctx, ns)
+		if err == nil && got == n {
+			return nil
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	got, _ := b.converged(ctx, ns)
+	return fmt.Errorf("%d of %d WebApps converged after %s", got, n, timeout)
+}
+
+// latency changes BENCH_RATE specs a second for the configured duration and
+// returns each change's time from write to status observed.
+func (b *bench) latency(ctx context.Context, ns string) ([]time.Duration, error) {
+	w, err := b.c.Watch(ctx, &v1alpha1.WebAppList{}, client.InNamespace(ns))
+	if err != nil {
+		return nil, err
+	}
+	defer w.Stop()
+	type pending struct {
+		gen int64
+		at  time.Time
+	}
+	var mu sync.Mutex
+	waiting := map[string]pending{}
+	var out []time.Duration
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ev := range w.ResultChan() {
+			a, ok := ev.Object.(*v1alpha1.WebApp)
+			if !ok || ev.Type == watch.Deleted {
+				continue
+			}
+			mu.Lock()
+			if p, ok := waiting[a.Name]; ok && a.Status.ObservedGeneration >= p.gen {
+				out = append(out, time.Since(p.at))
+				delete(waiting, a.Name)
+			}
+			mu.Unlock()
+		}
+	}()
+	tick := time.NewTicker(time.Second / time.Duration(b.cfg.rate))
+	defer tick.Stop()
+	end := time.Now().Add(b.cfg.duration)
+	for i := 0; time.Now().Before(end); i++ {
+		<-tick.C
+		a := &v1alpha1.WebApp{}
+		if err := b.c.Get(ctx, client.ObjectKey{Namespace: ns, Name: fmt.Sprintf("app-%04d", i%b.cfg.n)}, a); err != nil {
+			return nil, err
+		}
+		a.Spec.Env = []corev1.EnvVar{{Name: "GREETING", Value: fmt.Sprintf("change-%d", i)}}
+		start := time.Now()
+		if err := b.c.Update(ctx, a); err != nil {
+			continue // a conflict with the operator's status write: the next tick tries another app
+		}
+		mu.Lock()
+		waiting[a.Name] = pending{gen: a.Generation, at: start}
+		mu.Unlock()
+	}
+	time.Sleep(5 * time.Second) // the last changes settle
+	w.Stop()
+	<-done
+	mu.Lock()
+	defer mu.Unlock()
+	if len(waiting) > 0 {
+		return out, fmt.Errorf("%d spec changes were never observed in status", len(waiting))
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+func percentile(d []time.Duration, p float64) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	return d[min(len(d)-1, int(float64(len(d))*p))]
+}
+
+func (b *bench) run(ctx context.Context) error {
+	n, p := b.cfg.n, b.cfg.parallel
+	fmt.Printf("bench-webapp: N=%d parallelism=%d, latency %d changes/s for %s\n", n, p, b.cfg.rate, b.cfg.duration)
+	for _, ns := range []string{"bench-op", "bench-bare"} {
+		if err := b.namespace(ctx, ns); err != nil {
+			return err
+		}
+	}
+	if err := b.startOperator(); err != nil {
+		return err
+	}
+	defer func() { b.stopOperator() }()
+	time.Sleep(2 * time.Second)
+	m0, err := b.scrape()
+	if err != nil {
+		return err
+	}
+
+	// Floor: a bare client writes the same Deployments and Services.
+	start := time.Now()
+	if err := parallel(n, p, func(i int) error {
+		d, s := bareObjects("bench-bare", i)
+		return cmpErr(b.c.Create(ctx, d), b.c.Create(ctx, s))
+	}); err != nil {
+		return fmt.Errorf("bare client: %w", err)
+	}
+	bare := time.Since(start)
+	fmt.Printf("bare client: %d Deployments + Services in %.2fs\n", n, bare.Seconds())
+
+	start = time.Now()
+	if err := parallel(n, p, func(i int) error { return b.c.Create(ctx, benchApp("bench-op", i)) }); err != nil {
+		return fmt.Errorf("create WebApps: %w", err)
+	}
+	if err := b.waitConverged(ctx, "bench-op", n, 10*time.Minute); err != nil {
+		return err
+	}
+	op := time.Since(start)
+	fmt.Printf("operator:    %d WebApps converged in %.2fs\n", n, op.Seconds())
+	time.Sleep(5 * time.Second) // pod status churn on kwok settles
+	m1, err := b.scrape()
+	if err != nil {
+		return err
+	}
+	heap0, heap1 := m0["go_memstats_heap_inuse_bytes"], m1["go_memstats_heap_inuse_bytes"]
+	rss0, rss1 := m0["process_resident_memory_bytes"], m1["process_resident_memory_bytes"]
+	perObject := (heap1 - heap0) / float64(n)
+	fmt.Printf("memory: heap %.1f -> %.1f MiB, RSS %.1f -> %.1f MiB, %.0f heap bytes per WebApp\n",
+		heap0/(1<<20), heap1/(1<<20), rss0/(1<<20), rss1/(1<<20), perObject)
+
+	// No-op: a restarted operator resyncs every WebApp; unchanged ones must not be written.
+	b.stopOperator()
+	if err := b.startOperator(); err != nil {
+		return err
+	}
+	var reconciled float64
+	for range 600 {
+		m, err := b.scrape()
+		if err == nil {
+			reconciled = m["controller_runtime_reconcile_total{controller=webapp}"]
+			if reconciled >= float64(n) {
+				break
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	time.Sleep(2 * time.Second)
+	noop, err := b.writes()
+	if err != nil {
+		return err
+	}
+	fmt.Printf("no-op resync: %.0f reconciles, %.0f write requests\n", reconciled, noop)
+
+	lat, err := b.latency(ctx, "bench-op")
+	if err != nil {
+		return err
+	}
+	p50, p99 := percentile(lat, 0.50), percentile(lat, 0.99)
+	fmt.Printf("latency: %d spec changes, p50 %dms p99 %dms\n", len(lat), p50.Milliseconds(), p99.Milliseconds())
+
+	ratio := op.Seconds() / bare.Seconds()
+	fmt.Println()
+	fmt.Println("| measure                     | value        | goal     |")
+	fmt.Println("|-----------------------------|--------------|----------|")
+	fmt.Printf("| convergence, operator       | %9.2f s  |          |\n", op.Seconds())
+	fmt.Printf("| convergence, bare client    | %9.2f s  |          |\n", bare.Seconds())
+	fmt.Printf("| ratio operator / bare       | %9.2f    | <= 1.3   |\n", ratio)
+	fmt.Printf("| writes in a no-op resync    | %9.0f    | 0        |\n", noop)
+	fmt.Printf("| heap bytes per WebApp       | %9.0f    | <= 8192  |\n", perObject)
+	fmt.Printf("| spec-to-status p50          | %9d ms |          |\n", p50.Milliseconds())
+	fmt.Printf("| spec-to-status p99          | %9d ms | < 500 ms |\n", p99.Milliseconds())
+	fmt.Println(strings.Repeat("-", 58))
+	fmt.Printf("BENCH webapp n=%d operator_s=%.2f bare_s=%.2f ratio=%.2f noop_writes=%.0f bytes_per_object=%.0f p99_ms=%d\n",
+		n, op.Seconds(), bare.Seconds(), ratio, noop, perObject, p99.Milliseconds())
+	return nil
+}
