@@ -7,9 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 const (
@@ -32,11 +34,15 @@ func (c *Cluster) CheckOperator(ctx context.Context, p *Process) error {
 		}
 		log = p.Log()
 	} else {
-		pods, err := c.Kube.CoreV1().Pods(OperatorNamespace).List(ctx, metav1.ListOptions{LabelSelector: operatorSelector})
+		// A suite may have killed the operator pod: wait for its replacement
+		// to be the only one.
+		var pods *corev1.PodList
+		err := wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+			var err error
+			pods, err = c.Kube.CoreV1().Pods(OperatorNamespace).List(ctx, metav1.ListOptions{LabelSelector: operatorSelector})
+			return err == nil && len(pods.Items) == 1, nil
+		})
 		if err != nil {
-			return fmt.Errorf("failed to list operator pods: %w", err)
-		}
-		if len(pods.Items) != 1 {
 			return fmt.Errorf("want one operator pod, found %d", len(pods.Items))
 		}
 		pod := pods.Items[0]
