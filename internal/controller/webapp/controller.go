@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -66,6 +67,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (_ re
 	before := app.DeepCopy()
 	defer func() {
 		err = errors.Join(err, controller.PatchStatus(ctx, r.Client, before, app, before.Status, app.Status))
+		// A namespace being deleted refuses new children; the WebApp goes with it.
+		if apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) {
+			err = nil
+		}
 	}()
 	return r.reconcileNormal(ctx, app)
 }

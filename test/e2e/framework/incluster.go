@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
 	"strings"
 	"time"
 
@@ -13,6 +14,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 )
+
+var rbacDenied = regexp.MustCompile(`forbidden: User \\?"[^"\\]+\\?" cannot [a-z]+ resource`)
 
 const (
 	// OperatorNamespace is where config/default installs the operator.
@@ -58,10 +61,13 @@ func (c *Cluster) CheckOperator(ctx context.Context, p *Process) error {
 		log = string(raw)
 	}
 	var errs []error
-	for _, bad := range []string{"forbidden", "panic"} {
-		if strings.Contains(strings.ToLower(log), bad) {
-			errs = append(errs, fmt.Errorf("operator log contains %q", bad))
-		}
+	// An RBAC refusal names the user ("... is forbidden: User \"system:serviceaccount:...\" cannot list ...");
+	// writes into a terminating namespace are also "forbidden", but are not RBAC.
+	if rbacDenied.MatchString(log) {
+		errs = append(errs, fmt.Errorf("operator log contains an RBAC refusal: %s", rbacDenied.FindString(log)))
+	}
+	if strings.Contains(strings.ToLower(log), "panic") {
+		errs = append(errs, fmt.Errorf("operator log contains a panic"))
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("%w; log:\n%s", errors.Join(errs...), log)
