@@ -3,6 +3,8 @@ package main
 import (
 	"crypto/tls"
 	"flag"
+	"net/http"
+	"net/http/pprof"
 	"fmt"
 
 	"github.com/spf13/cobra"
@@ -25,6 +27,7 @@ type operatorOptions struct {
 	leaderElect             bool
 	leaderElectionNamespace string
 	qps                     float32
+	pprof                   bool
 	concurrency             int
 	burst                   int
 	zap                     zap.Options
@@ -46,6 +49,7 @@ func newOperatorCommand() *cobra.Command {
 	f.StringVar(&o.probeAddr, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz endpoints.")
 	f.BoolVar(&o.leaderElect, "leader-elect", false, "Elect a leader so only one replica reconciles at a time.")
 	f.StringVar(&o.leaderElectionNamespace, "leader-election-namespace", "", "Namespace of the leader election Lease; defaults to the pod's namespace.")
+	f.BoolVar(&o.pprof, "enable-pprof", false, "Serve Go's /debug/pprof/ on the metrics endpoint (for benchmarks and debugging).")
 	f.IntVar(&o.concurrency, "max-concurrent-reconciles", 4, "Objects of one kind reconciled in parallel.")
 	f.Float32Var(&o.qps, "kube-api-qps", 50, "Requests per second the operator may send to the API server.")
 	f.IntVar(&o.burst, "kube-api-burst", 100, "Burst of requests above kube-api-qps.")
@@ -67,6 +71,12 @@ func runOperator(cmd *cobra.Command, o *operatorOptions) error {
 	}
 	if o.metricsSecure {
 		metricsOpts.FilterProvider = filters.WithAuthenticationAndAuthorization
+	}
+	if o.pprof {
+		metricsOpts.ExtraHandlers = map[string]http.Handler{
+			"/debug/pprof/":     http.HandlerFunc(pprof.Index),
+			"/debug/pprof/heap": pprof.Handler("heap"),
+		}
 	}
 	cfg, err := ctrl.GetConfig()
 	if err != nil {

@@ -70,8 +70,15 @@ func serve(t *testing.T, ns, name string, replicas int32, port int32, pod corev1
 		}
 		return dep.Status.AvailableReplicas == replicas, nil
 	})
-	// Available pods reach the Service a moment later, through its EndpointSlices.
-	framework.Eventually(t, time.Minute, fmt.Sprintf("%d ready endpoints of Service %s", replicas, name), func(ctx context.Context) (bool, error) {
+	waitEndpoints(t, ns, name, replicas)
+	t.Logf("%s: %d replicas available and behind the Service in %s", name, replicas, time.Since(start).Round(10*time.Millisecond))
+}
+
+// waitEndpoints waits until Service name has n ready endpoints: available pods
+// reach the Service a moment after they become ready, through EndpointSlices.
+func waitEndpoints(t *testing.T, ns, name string, n int32) {
+	t.Helper()
+	framework.Eventually(t, time.Minute, fmt.Sprintf("%d ready endpoints of Service %s", n, name), func(ctx context.Context) (bool, error) {
 		slices := &discoveryv1.EndpointSliceList{}
 		if err := cluster.Client.List(ctx, slices, client.InNamespace(ns), client.MatchingLabels{discoveryv1.LabelServiceName: name}); err != nil {
 			return false, err
@@ -84,9 +91,8 @@ func serve(t *testing.T, ns, name string, replicas int32, port int32, pod corev1
 				}
 			}
 		}
-		return ready == replicas, nil
+		return ready == n, nil
 	})
-	t.Logf("%s: %d replicas available and behind the Service in %s", name, replicas, time.Since(start).Round(10*time.Millisecond))
 }
 
 func secret(t *testing.T, ns, name string, data map[string]string) {

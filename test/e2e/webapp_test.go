@@ -111,6 +111,7 @@ func TestWebAppLifecycleOnARealNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitApp(t, app, 2*time.Minute, "Ready with 2 pods", readyWith(2, demoWebImage))
+	waitEndpoints(t, ns, app.Name, 2)
 	if hosts := httpThroughService(t, app, "http-1", 20); len(hosts) != 2 {
 		t.Errorf("20 requests reached %d pods (%v), want both", len(hosts), hosts)
 	}
