@@ -38,6 +38,7 @@ up() {
       --kwok-controller-binary "$BIN/kwok" \
       --kubeconfig "$KUBECONFIG_OUT" \
       --extra-args kube-apiserver=service-cluster-ip-range=10.0.0.0/16 \
+      --disable-qps-limits \
       --wait 2m >/dev/null 2>>"$KLOG"
     log "control plane up in $(( ($(date +%s%N) - start) / 1000000 ))ms"
   fi
