@@ -147,7 +147,7 @@ func TestRealNodeRunsPostgreSQL(t *testing.T) {
 	client.Spec.SecurityContext = pgSecurity
 	cluster.RunPod(t, client)
 	host := fmt.Sprintf("pg.%s.svc.cluster.local", ns)
-	out := cluster.ExecOK(t, ns, "psql", "client", "psql", "-h", host, "-U", "postgres", "-d", "app", "-qtAc",
+	out := cluster.PSQL(t, ns, "psql", "client", host, "postgres", "app",
 		"CREATE TABLE t (v int); INSERT INTO t VALUES (40), (2); SELECT sum(v) FROM t")
 	if strings.TrimSpace(out) != "42" {
 		t.Errorf("psql through the Service answered %q, want 42", out)

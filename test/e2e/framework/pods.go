@@ -140,3 +140,11 @@ func (c *Cluster) RunToCompletion(t *testing.T, pod *corev1.Pod, timeout time.Du
 	}
 	return string(raw)
 }
+
+// PSQL runs one SQL command with psql in container of pod, against host
+// (usually a Service name) as user on database, and returns psql's unaligned,
+// tuples-only output. The password comes from the pod's PGPASSWORD.
+func (c *Cluster) PSQL(t *testing.T, ns, pod, container, host, user, database, sql string) string {
+	t.Helper()
+	return c.ExecOK(t, ns, pod, container, "psql", "-h", host, "-U", user, "-d", database, "-v", "ON_ERROR_STOP=1", "-qtAc", sql)
+}
