@@ -59,7 +59,7 @@ func httpGets(ctx context.Context, url, count string) error {
 		if err != nil {
 			return err
 		}
-		resp, err := client.Do(req)
+		resp, err := doWithRetry(client, req)
 		if err != nil {
 			return err
 		}
@@ -74,6 +74,20 @@ func httpGets(ctx context.Context, url, count string) error {
 		fmt.Println(strings.TrimSpace(string(body)))
 	}
 	return nil
+}
+
+// doWithRetry retries a request that could not connect for up to 15 s: a
+// Service's endpoints reach kube-proxy's rules a moment after its pods are
+// ready, and a real client would retry too. HTTP errors are not retried.
+func doWithRetry(c *http.Client, req *http.Request) (*http.Response, error) {
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		resp, err := c.Do(req)
+		if err == nil || time.Now().After(deadline) {
+			return resp, err
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
 }
 
 // s3RoundTrip creates the bucket if needed, PUTs 1 MiB of random bytes, GETs
