@@ -146,5 +146,11 @@ func (c *Cluster) RunToCompletion(t *testing.T, pod *corev1.Pod, timeout time.Du
 // tuples-only output. The password comes from the pod's PGPASSWORD.
 func (c *Cluster) PSQL(t *testing.T, ns, pod, container, host, user, database, sql string) string {
 	t.Helper()
+	// A new Service answers once kube-proxy has its endpoints; wait for that
+	// instead of failing on the first connection.
+	Eventually(t, time.Minute, "PostgreSQL at "+host+" accepting connections", func(ctx context.Context) (bool, error) {
+		_, _, err := c.Exec(ctx, ns, pod, container, "pg_isready", "-q", "-h", host, "-t", "2")
+		return err == nil, nil
+	})
 	return c.ExecOK(t, ns, pod, container, "psql", "-h", host, "-U", user, "-d", database, "-v", "ON_ERROR_STOP=1", "-qtAc", sql)
 }
