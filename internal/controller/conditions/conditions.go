@@ -16,8 +16,3 @@ func Set(conds *[]metav1.Condition, gen int64, typ string, status metav1.Conditi
 		Message:            message,
 	})
 }
-
-// IsTrue reports whether the condition typ is present and True.
-func IsTrue(conds []metav1.Condition, typ string) bool {
-	return meta.IsStatusConditionTrue(conds, typ)
-}

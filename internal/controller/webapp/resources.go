@@ -160,8 +160,8 @@ func container(app *v1alpha1.WebApp, in podInputs) *corev1ac.ContainerApplyConfi
 		WithEnv(convert[corev1ac.EnvVarApplyConfiguration](env(app, in))...).
 		WithEnvFrom(convert[corev1ac.EnvFromSourceApplyConfiguration](app.Spec.EnvFrom)...).
 		WithResources(convertOne[corev1ac.ResourceRequirementsApplyConfiguration](resources(app))).
-		WithReadinessProbe(probe(app, func(p *v1alpha1.WebAppProbes) *corev1.Probe { return p.Readiness }, readinessProbe(app))).
-		WithLivenessProbe(probe(app, func(p *v1alpha1.WebAppProbes) *corev1.Probe { return p.Liveness }, livenessProbe(app))).
+		WithReadinessProbe(probe(app, func(p *v1alpha1.WebAppProbes) *corev1.Probe { return p.Readiness }, readinessProbe())).
+		WithLivenessProbe(probe(app, func(p *v1alpha1.WebAppProbes) *corev1.Probe { return p.Liveness }, livenessProbe())).
 		WithSecurityContext(corev1ac.SecurityContext().
 			WithAllowPrivilegeEscalation(false).
 			WithCapabilities(corev1ac.Capabilities().WithDrop("ALL")))
@@ -221,7 +221,7 @@ func probe(app *v1alpha1.WebApp, pick func(*v1alpha1.WebAppProbes) *corev1.Probe
 }
 
 // readinessProbe asks the app over HTTP: a pod gets traffic once it answers.
-func readinessProbe(app *v1alpha1.WebApp) *corev1.Probe {
+func readinessProbe() *corev1.Probe {
 	return &corev1.Probe{
 		ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/", Port: intstr.FromString("http")}},
 		PeriodSeconds: 5, TimeoutSeconds: 2, FailureThreshold: 3,
@@ -230,7 +230,7 @@ func readinessProbe(app *v1alpha1.WebApp) *corev1.Probe {
 
 // livenessProbe only checks the port is open: an app that is slow to answer
 // HTTP is taken out of rotation by readiness, not killed.
-func livenessProbe(app *v1alpha1.WebApp) *corev1.Probe {
+func livenessProbe() *corev1.Probe {
 	return &corev1.Probe{
 		ProbeHandler:        corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromString("http")}},
 		InitialDelaySeconds: 10, PeriodSeconds: 10, TimeoutSeconds: 2, FailureThreshold: 6,
