@@ -46,9 +46,18 @@ need_packages() {
 
 node_ip() { ip -4 route get 1.1.1.1 2>/dev/null | awk '{for(i=1;i<NF;i++) if($i=="src") print $(i+1)}'; }
 
+# write_if_changed writes stdin to a file only when the content differs:
+# kube-proxy exits when its config file is rewritten, even with equal content,
+# so `up` on a running node must leave unchanged files alone.
+write_if_changed() {
+  local tmp; tmp=$(mktemp)
+  cat >"$tmp"
+  if cmp -s "$tmp" "$1"; then rm -f "$tmp"; else mv "$tmp" "$1"; fi
+}
+
 write_configs() {
   mkdir -p "$R"/{run,logs,pv,containerd,cni/net.d,cni/ipam,kubelet/root,kubelet/pki,kubelet/pod-logs,kube-proxy}
-  cat >"$R/containerd/config.toml" <<TOML
+  write_if_changed "$R/containerd/config.toml" <<TOML
 version = 2
 root = "$R/containerd/root"
 state = "$R/containerd/state"
@@ -72,21 +81,21 @@ state = "$R/containerd/state"
     bin_dir = "/usr/lib/cni"
     conf_dir = "$R/cni/net.d"
 TOML
-  cat >"$R/cni/net.d/10-daytwo.conflist" <<JSON
+  write_if_changed "$R/cni/net.d/10-daytwo.conflist" <<JSON
 {"cniVersion": "0.4.0", "name": "$CNI_NET", "plugins": [
   {"type": "bridge", "bridge": "$BRIDGE", "isGateway": true, "ipMasq": true, "hairpinMode": true,
    "ipam": {"type": "host-local", "ranges": [[{"subnet": "$POD_CIDR"}]], "routes": [{"dst": "0.0.0.0/0"}], "dataDir": "$R/cni/ipam"}},
   {"type": "portmap", "capabilities": {"portMappings": true}},
   {"type": "loopback"}]}
 JSON
-  cat >"$R/kwokctl.yaml" <<YAML
+  write_if_changed "$R/kwokctl.yaml" <<YAML
 apiVersion: config.kwok.x-k8s.io/v1alpha1
 kind: KwokctlConfiguration
 options:
   # In-cluster clients reach the apiserver at the first service IP.
   kubeApiserverCertSANs: ["10.96.0.1", "$NODE"]
 YAML
-  cat >"$R/kubelet/config.yaml" <<YAML
+  write_if_changed "$R/kubelet/config.yaml" <<YAML
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 failCgroupV1: false
@@ -114,7 +123,7 @@ imageGCHighThresholdPercent: 99
 imageGCLowThresholdPercent: 98
 podLogsDir: $R/kubelet/pod-logs
 YAML
-  cat >"$R/kube-proxy/config.yaml" <<YAML
+  write_if_changed "$R/kube-proxy/config.yaml" <<YAML
 apiVersion: kubeproxy.config.k8s.io/v1alpha1
 kind: KubeProxyConfiguration
 clientConnection: {kubeconfig: $KCFG}
@@ -215,6 +224,9 @@ up() {
   start_control_plane
   start_node
   start_addons
+  for p in containerd kubelet kube-proxy; do
+    alive "$R/run/$p.pid" || { echo "$p is not running; see $R/logs/$p.log" >&2; exit 1; }
+  done
   log "up; KUBECONFIG=$KCFG"
 }
 
