@@ -195,7 +195,7 @@ func TestSetStatus(t *testing.T) {
 		{"rolling out", observation{rollout: rollout{deployment: dep(3, 1, 2, true), desiredImage: "shop:2"}}, v1alpha1.ReasonAvailable, v1alpha1.ReasonRollingOut, v1alpha1.ReasonAvailable, ""},
 		{"complete", observation{rollout: rollout{deployment: dep(2, 2, 2, true), desiredImage: "shop:1"}}, v1alpha1.ReasonAvailable, v1alpha1.ReasonRolloutComplete, v1alpha1.ReasonAvailable, "shop:1"},
 		{"not observed yet", observation{rollout: rollout{deployment: dep(2, 2, 2, false), desiredImage: "shop:1"}}, v1alpha1.ReasonAvailable, v1alpha1.ReasonRollingOut, v1alpha1.ReasonAvailable, ""},
-		{"rolled back", observation{rollout: rollout{deployment: dep(2, 2, 2, true), desiredImage: "shop:bad", rolledBack: true}}, v1alpha1.ReasonAvailable, v1alpha1.ReasonRolledBack, v1alpha1.ReasonRolledBack, "shop:1"},
+		{"rolled back", observation{rollout: rollout{deployment: dep(2, 2, 2, true), desiredImage: "shop:bad", failedHash: "f00"}}, v1alpha1.ReasonAvailable, v1alpha1.ReasonRolledBack, v1alpha1.ReasonRolledBack, "shop:1"},
 		{"deadline, nothing to roll back to", observation{rollout: rollout{deployment: dep(2, 2, 0, true), desiredImage: "shop:bad", deadlineExceeded: true}}, v1alpha1.ReasonReconciling, v1alpha1.ReasonProgressDeadlineExceeded, v1alpha1.ReasonProgressDeadlineExceeded, ""},
 	}
 	for _, tt := range tests {

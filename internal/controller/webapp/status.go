@@ -17,9 +17,12 @@ type rollout struct {
 	deployment       *appsv1.Deployment
 	desiredImage     string
 	failedHash       string
-	rolledBack       bool
 	deadlineExceeded bool
 }
+
+// rolledBack reports whether the applied template is the previous revision's
+// because the spec's own revision failed.
+func (r rollout) rolledBack() bool { return r.failedHash != "" }
 
 // observation is everything the status is rebuilt from in one reconcile.
 type observation struct {
@@ -79,7 +82,7 @@ func setStatus(app *v1alpha1.WebApp, obs observation) {
 
 	ro := obs.rollout
 	switch {
-	case ro.rolledBack:
+	case ro.rolledBack():
 		msg := fmt.Sprintf("Image %s missed its progress deadline; rolled back to %s", ro.desiredImage, templateImage(d))
 		set(v1alpha1.ConditionProgressing, false, v1alpha1.ReasonRolledBack, msg)
 		set(v1alpha1.ConditionDegraded, true, v1alpha1.ReasonRolledBack, msg)
