@@ -148,6 +148,8 @@ func (r *Reconciler) applyDeployment(ctx context.Context, app *v1alpha1.WebApp, 
 	exists := err == nil
 	ro := rollout{desiredImage: app.Spec.Image}
 	template := desired
+	// The event describing this apply is recorded only once the apply succeeded.
+	event := func() {}
 	switch {
 	case exists && live.Annotations[annotationFailedTemplate] == desiredHash:
 		// Rolled back before: keep the live (good) template, do not retry the failed one.
@@ -162,13 +164,19 @@ func (r *Reconciler) applyDeployment(ctx context.Context, app *v1alpha1.WebApp, 
 		if prev != nil {
 			template = convertOne[corev1ac.PodTemplateSpecApplyConfiguration](prev)
 			ro.failedHash = desiredHash
-			r.Recorder.Eventf(app, live, corev1.EventTypeWarning, v1alpha1.ReasonRolledBack, "Rollback",
-				"Image %s missed its progress deadline; rolled back to %s", app.Spec.Image, imageOf(prev))
+			event = func() {
+				r.Recorder.Eventf(app, live, corev1.EventTypeWarning, v1alpha1.ReasonRolledBack, "Rollback",
+					"Image %s missed its progress deadline; rolled back to %s", app.Spec.Image, imageOf(prev))
+			}
 		}
 	case exists && live.Spec.Template.Annotations[annotationTemplateHash] != desiredHash:
-		r.Recorder.Eventf(app, live, corev1.EventTypeNormal, v1alpha1.ReasonRollingOut, "RollOut", "Rolling out image %s", app.Spec.Image)
+		event = func() {
+			r.Recorder.Eventf(app, live, corev1.EventTypeNormal, v1alpha1.ReasonRollingOut, "RollOut", "Rolling out image %s", app.Spec.Image)
+		}
 	case !exists:
-		r.Recorder.Eventf(app, nil, corev1.EventTypeNormal, "Created", "Create", "Created Deployment and Service %s", app.Name)
+		event = func() {
+			r.Recorder.Eventf(app, live, corev1.EventTypeNormal, "Created", "Create", "Created Deployment %s", app.Name)
+		}
 	}
 	live.Namespace, live.Name = app.Namespace, app.Name
 	if err := applyIfChanged(ctx, r, live, deployment(app, in.selector, template, ro.failedHash), appsv1ac.ExtractDeployment, "Deployment"); err != nil {
@@ -177,6 +185,7 @@ func (r *Reconciler) applyDeployment(ctx context.Context, app *v1alpha1.WebApp, 
 	if err := r.Client.Get(ctx, client.ObjectKeyFromObject(app), live); err != nil {
 		return rollout{}, fmt.Errorf("failed to get Deployment: %w", err)
 	}
+	event()
 	ro.deployment = live
 	return ro, nil
 }
