@@ -66,8 +66,12 @@ installer: ## Render dist/install.yaml from config/default.
 
 ##@ Test
 
+.PHONY: deps
+deps: ## Install host packages the tests need (Debian's postgresql-15).
+	hack/deps.sh
+
 .PHONY: test
-test: tools vet verify-generated ## Unit and envtest integration tests.
+test: tools deps vet verify-generated ## Unit, envtest and real-PostgreSQL integration tests.
 	go test -count=1 ./...
 
 .PHONY: test-e2e

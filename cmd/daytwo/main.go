@@ -24,7 +24,7 @@ func newRootCommand() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: false,
 	}
-	root.AddCommand(newOperatorCommand(), newVersionCommand())
+	root.AddCommand(newOperatorCommand(), newInstanceCommand(), newVersionCommand())
 	return root
 }
 

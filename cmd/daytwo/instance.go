@@ -1,0 +1,124 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/daytwo-dev/daytwo/internal/instance"
+	"github.com/daytwo-dev/daytwo/internal/instanceapi"
+)
+
+func newInstanceCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "instance",
+		Short: "The in-pod PostgreSQL instance manager",
+	}
+	cmd.AddCommand(newInstanceRunCommand(), newInstanceBootstrapCommand())
+	return cmd
+}
+
+func newInstanceRunCommand() *cobra.Command {
+	cfg := &instance.Config{}
+	var role string
+	cmd := &cobra.Command{
+		Use:   "run",
+		Short: "Initialise or clone the data directory, then run and supervise postgres",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg.Role = instanceapi.Role(role)
+			if role == "auto" {
+				cfg.Role = roleFromOrdinal(cfg.Pod)
+			}
+			if err := cfg.Validate(); err != nil {
+				return err
+			}
+			// SIGTERM (pod deletion) and SIGINT stop postgres fast; SIGHUP re-reads the configuration.
+			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
+			defer stop()
+			log := zap.New(zap.UseDevMode(false)).WithName("instance")
+			m := instance.New(cfg, log, nil)
+			hup := make(chan os.Signal, 1)
+			signal.Notify(hup, syscall.SIGHUP)
+			go func() {
+				for range hup {
+					m.Reload()
+				}
+			}()
+			return m.Run(ctx)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&cfg.PGData, "pgdata", os.Getenv("PGDATA"), "Data directory.")
+	f.StringVar(&cfg.ParametersFile, "parameters-file", "/etc/daytwo/config/postgresql.conf", "The operator's rendered settings.")
+	f.StringVar(&cfg.SecretsDir, "secrets-dir", "/etc/daytwo/secrets", "Directory with app-password and replication-password.")
+	f.StringVar(&cfg.RunDir, "run-dir", "/controller/run", "Directory for the socket and the password file.")
+	f.StringVar(&cfg.HTTPAddress, "http-address", fmt.Sprintf(":%d", instanceapi.Port), "Address of the instance API.")
+	f.IntVar(&cfg.Port, "port", instanceapi.PostgresPort, "PostgreSQL port.")
+	f.StringVar(&cfg.Cluster, "cluster", "", "Name of the Database.")
+	f.StringVar(&cfg.Pod, "pod", os.Getenv("POD_NAME"), "Name of this pod.")
+	f.StringVar(&role, "role", "auto", "primary, replica, or auto (ordinal 0 is the primary).")
+	f.StringVar(&cfg.PrimaryHost, "primary-host", "", "Host a replica clones and streams from.")
+	f.IntVar(&cfg.PrimaryPort, "primary-port", 0, "Port of the primary; defaults to --port.")
+	f.StringVar(&cfg.Database, "database", "app", "Application database.")
+	f.StringVar(&cfg.Owner, "owner", "app", "Owner role of the application database.")
+	f.BoolVar(&cfg.FromBackup, "from-backup", false, "Bootstrap the primary from a backup instead of initdb.")
+	f.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", 50*time.Second, "How long a fast shutdown may take before an immediate one.")
+	f.StringVar(&cfg.BinDir, "bin-dir", "", "Directory of the PostgreSQL programs; empty means $PATH.")
+	return cmd
+}
+
+// roleFromOrdinal makes the StatefulSet's first pod the primary. Failover
+// will move the role; until then ordinal 0 always holds it.
+func roleFromOrdinal(pod string) instanceapi.Role {
+	if strings.HasSuffix(pod, "-0") {
+		return instanceapi.RolePrimary
+	}
+	return instanceapi.RoleReplica
+}
+
+func newInstanceBootstrapCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "bootstrap DESTINATION",
+		Short: "Copy this binary to DESTINATION (the init container of a PostgreSQL pod)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(_ *cobra.Command, args []string) error {
+			return copySelf(args[0])
+		},
+	}
+}
+
+func copySelf(dst string) error {
+	self, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("failed to find this binary: %w", err)
+	}
+	in, err := os.Open(self)
+	if err != nil {
+		return fmt.Errorf("failed to open %s: %w", self, err)
+	}
+	defer func() { _ = in.Close() }()
+	tmp, err := os.CreateTemp(filepath.Dir(dst), ".daytwo-*")
+	if err != nil {
+		return fmt.Errorf("failed to create a file next to %s: %w", dst, err)
+	}
+	defer func() { _ = os.Remove(tmp.Name()) }()
+	if _, err := io.Copy(tmp, in); err != nil {
+		return fmt.Errorf("failed to copy the binary: %w", err)
+	}
+	if err := tmp.Chmod(0o755); err != nil {
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), dst)
+}

@@ -1,0 +1,147 @@
+package instance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/daytwo-dev/daytwo/internal/postgres"
+)
+
+// ErrRestoreUnavailable is what the default restore hook returns.
+var ErrRestoreUnavailable = errors.New("bootstrap from a backup needs the DatabaseBackup capability, which this build lacks")
+
+// RestoreFunc fills an empty data directory from a backup. The backup
+// capability sets it; it must leave either a complete data directory or none.
+type RestoreFunc func(ctx context.Context, cfg *Config) error
+
+func hasData(pgdata string) bool {
+	_, err := os.Stat(filepath.Join(pgdata, "PG_VERSION"))
+	return err == nil
+}
+
+// initdb creates the data directory. Local connections authenticate by peer
+// (the superuser, from inside the pod), network ones by scram-sha-256.
+func (m *Manager) initdb(ctx context.Context) error {
+	cmd := exec.CommandContext(ctx, m.cfg.bin("initdb"), "-D", m.cfg.PGData, "--username=postgres",
+		"--auth-local=peer", "--auth-host=scram-sha-256", "--encoding=UTF8", "--locale=C.UTF-8", "--data-checksums")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("initdb failed: %w: %s", err, lastLines(out, 5))
+	}
+	return nil
+}
+
+// cloneFromPrimary takes a base backup of the primary, retrying until it
+// answers: a replica's data can always be rebuilt, so leftovers are removed.
+func (m *Manager) cloneFromPrimary(ctx context.Context) error {
+	if err := m.cfg.writePassFile(); err != nil {
+		return err
+	}
+	for {
+		if err := clearDir(m.cfg.PGData); err != nil {
+			return err
+		}
+		cmd := exec.CommandContext(ctx, m.cfg.bin("pg_basebackup"), "-h", m.cfg.PrimaryHost, "-p", fmt.Sprint(m.cfg.primaryPort()),
+			"-U", replicationUser, "-D", m.cfg.PGData, "-X", "stream", "--checkpoint=fast", "--no-password")
+		cmd.Env = append(os.Environ(), "PGPASSFILE="+m.cfg.passFile(), "PGCONNECT_TIMEOUT=5")
+		out, err := cmd.CombinedOutput()
+		if err == nil {
+			return os.Chmod(m.cfg.PGData, 0o700)
+		}
+		m.setMessage(fmt.Sprintf("waiting to clone the primary %s: %s", m.cfg.PrimaryHost, lastLines(out, 1)))
+		m.log.Info("Base backup failed; retrying", "primary", m.cfg.PrimaryHost, "output", lastLines(out, 2))
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(5 * time.Second):
+		}
+	}
+}
+
+func clearDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("failed to create %s: %w", dir, err)
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("failed to read %s: %w", dir, err)
+	}
+	for _, e := range entries {
+		if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
+			return fmt.Errorf("failed to clear %s: %w", dir, err)
+		}
+	}
+	return nil
+}
+
+// ensureRoles makes the application owner, its database and the replication
+// role exist with the passwords from the Secret. It runs on every start of a
+// primary, so a crash between initdb and here, a restore, or a rotated Secret
+// all converge. Passwords travel as SCRAM verifiers, never in plain text.
+func (m *Manager) ensureRoles(ctx context.Context, conn *pgx.Conn) error {
+	appPassword, err := m.cfg.secret("app-password")
+	if err != nil {
+		return err
+	}
+	replPassword, err := m.cfg.secret("replication-password")
+	if err != nil {
+		return err
+	}
+	if err := ensureRole(ctx, conn, m.cfg.Owner, "LOGIN", appPassword); err != nil {
+		return err
+	}
+	if err := ensureRole(ctx, conn, replicationUser, "LOGIN REPLICATION", replPassword); err != nil {
+		return err
+	}
+	var exists bool
+	if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)", m.cfg.Database).Scan(&exists); err != nil {
+		return fmt.Errorf("failed to look up database %s: %w", m.cfg.Database, err)
+	}
+	if !exists {
+		sql := fmt.Sprintf("CREATE DATABASE %s OWNER %s", pgx.Identifier{m.cfg.Database}.Sanitize(), pgx.Identifier{m.cfg.Owner}.Sanitize())
+		if _, err := conn.Exec(ctx, sql); err != nil {
+			return fmt.Errorf("failed to create database %s: %w", m.cfg.Database, err)
+		}
+	}
+	return nil
+}
+
+func ensureRole(ctx context.Context, conn *pgx.Conn, name, options, password string) error {
+	verifier, err := postgres.SCRAMVerifier(password)
+	if err != nil {
+		return err
+	}
+	var exists bool
+	if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = $1)", name).Scan(&exists); err != nil {
+		return fmt.Errorf("failed to look up role %s: %w", name, err)
+	}
+	verb := "CREATE"
+	if exists {
+		verb = "ALTER"
+	}
+	// The verifier is base64 and '$:' only, so it cannot break the literal.
+	sql := fmt.Sprintf("%s ROLE %s %s PASSWORD '%s'", verb, pgx.Identifier{name}.Sanitize(), options, verifier)
+	if _, err := conn.Exec(ctx, sql); err != nil {
+		// Only the server's message: the statement carries the verifier.
+		var pgErr *pgconn.PgError
+		msg := "unknown error"
+		if errors.As(err, &pgErr) {
+			msg = pgErr.Message
+		}
+		return fmt.Errorf("failed to %s role %s: %s", strings.ToLower(verb), name, msg)
+	}
+	return nil
+}
+
+func lastLines(out []byte, n int) string {
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	return strings.Join(lines[max(len(lines)-n, 0):], " | ")
+}

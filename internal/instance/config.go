@@ -1,0 +1,159 @@
+package instance
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/daytwo-dev/daytwo/internal/instanceapi"
+)
+
+// Config is everything the instance manager needs to know; the operator
+// passes it as flags and environment in the pod template.
+type Config struct {
+	// PGData is the data directory.
+	PGData string
+	// ParametersFile is the operator's rendered postgresql.conf (a ConfigMap
+	// key); the managed postgresql.conf includes it.
+	ParametersFile string
+	// SecretsDir holds the files app-password and replication-password.
+	SecretsDir string
+	// RunDir holds the unix socket and the password file; it must not be shared.
+	RunDir string
+	// HTTPAddress is where the instanceapi server listens.
+	HTTPAddress string
+	// Port is PostgreSQL's TCP port.
+	Port int
+	// Cluster is the Database's name (cluster_name).
+	Cluster string
+	// Pod is this pod's name.
+	Pod string
+	// Role is what this instance runs as.
+	Role instanceapi.Role
+	// PrimaryHost and PrimaryPort are where a replica clones and streams from.
+	PrimaryHost string
+	PrimaryPort int
+	// Database and Owner are the application database and its owner role.
+	Database, Owner string
+	// FromBackup is true when the primary bootstraps from a backup instead of initdb.
+	FromBackup bool
+	// ShutdownTimeout bounds the fast shutdown before an immediate one.
+	ShutdownTimeout time.Duration
+	// BinDir is where the PostgreSQL programs are; empty means $PATH.
+	BinDir string
+}
+
+// Validate checks the fields that have no safe default.
+func (c *Config) Validate() error {
+	var missing []string
+	for name, v := range map[string]string{"pgdata": c.PGData, "parameters-file": c.ParametersFile,
+		"secrets-dir": c.SecretsDir, "run-dir": c.RunDir, "cluster": c.Cluster, "pod": c.Pod} {
+		if v == "" {
+			missing = append(missing, name)
+		}
+	}
+	if c.Role == instanceapi.RoleReplica && c.PrimaryHost == "" {
+		missing = append(missing, "primary-host")
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("missing instance settings: %s", strings.Join(missing, ", "))
+	}
+	if c.Role != instanceapi.RolePrimary && c.Role != instanceapi.RoleReplica {
+		return fmt.Errorf("role must be %q or %q, not %q", instanceapi.RolePrimary, instanceapi.RoleReplica, c.Role)
+	}
+	return nil
+}
+
+const replicationUser = "streaming_replica"
+
+func (c *Config) bin(name string) string {
+	if c.BinDir == "" {
+		return name
+	}
+	return filepath.Join(c.BinDir, name)
+}
+
+func (c *Config) secret(name string) (string, error) {
+	b, err := os.ReadFile(filepath.Join(c.SecretsDir, name))
+	if err != nil {
+		return "", fmt.Errorf("failed to read secret file %s: %w", name, err)
+	}
+	return strings.TrimSpace(string(b)), nil
+}
+
+func (c *Config) primaryPort() int {
+	if c.PrimaryPort == 0 {
+		return c.Port
+	}
+	return c.PrimaryPort
+}
+
+func (c *Config) passFile() string { return filepath.Join(c.RunDir, ".pgpass") }
+
+// managedConf is the postgresql.conf in the data directory: the operator's
+// settings first, then those daytwo must control, which therefore win.
+func (c *Config) managedConf() string {
+	var b strings.Builder
+	b.WriteString("# Written by the daytwo instance manager at every start; edits are lost.\n")
+	fmt.Fprintf(&b, "include '%s'\n", c.ParametersFile)
+	fmt.Fprintf(&b, "listen_addresses = '*'\nport = %d\nunix_socket_directories = '%s'\n", c.Port, c.RunDir)
+	fmt.Fprintf(&b, "cluster_name = '%s'\n", c.Cluster)
+	if c.Role == instanceapi.RoleReplica {
+		fmt.Fprintf(&b, "primary_conninfo = 'host=%s port=%d user=%s passfile=%s application_name=%s'\n",
+			c.PrimaryHost, c.primaryPort(), replicationUser, c.passFile(), c.Pod)
+	}
+	return b.String()
+}
+
+// hbaConf allows the superuser only over the local socket, by peer with an
+// ident map, and everyone else only with scram-sha-256 passwords. Nothing is
+// trusted. The socket's directory is private (0700) to the instance
+// manager's user, so the map can let that user, whatever its name, in as
+// postgres.
+func hbaConf() string {
+	return `# Written by the daytwo instance manager at every start; edits are lost.
+# TYPE  DATABASE     USER                ADDRESS  METHOD
+local   all          postgres                     peer map=daytwo
+local   all          all                          scram-sha-256
+host    replication  ` + replicationUser + `           all      scram-sha-256
+host    all          postgres            all      reject
+host    all          all                 all      scram-sha-256
+`
+}
+
+// writeConfig writes the managed files into the data directory and the
+// password file the replica streams with.
+func (c *Config) writeConfig() error {
+	files := map[string]string{
+		filepath.Join(c.PGData, "postgresql.conf"): c.managedConf(),
+		filepath.Join(c.PGData, "pg_hba.conf"):     hbaConf(),
+		filepath.Join(c.PGData, "pg_ident.conf"):   "# Written by the daytwo instance manager.\ndaytwo  /^(.*)$  postgres\n",
+	}
+	for path, content := range files {
+		if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+			return fmt.Errorf("failed to write %s: %w", filepath.Base(path), err)
+		}
+	}
+	standby := filepath.Join(c.PGData, "standby.signal")
+	if c.Role == instanceapi.RoleReplica {
+		if err := c.writePassFile(); err != nil {
+			return err
+		}
+		return os.WriteFile(standby, nil, 0o600)
+	}
+	return nil
+}
+
+func (c *Config) writePassFile() error {
+	pw, err := c.secret("replication-password")
+	if err != nil {
+		return err
+	}
+	line := fmt.Sprintf("*:*:*:%s:%s\n", replicationUser, strings.NewReplacer(`\`, `\\`, `:`, `\:`).Replace(pw))
+	if err := os.WriteFile(c.passFile(), []byte(line), 0o600); err != nil {
+		return fmt.Errorf("failed to write the password file: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,405 @@
+package instance_test
+
+// These tests run the real `daytwo instance run` binary against Debian's
+// PostgreSQL 15 (make deps installs it) on loopback ports and temp dirs.
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/daytwo-dev/daytwo/internal/instanceapi"
+	"github.com/daytwo-dev/daytwo/internal/postgres"
+	"github.com/daytwo-dev/daytwo/internal/testenv"
+)
+
+var daytwoBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "daytwo-instance-test-")
+	if err != nil {
+		panic(err)
+	}
+	daytwoBin = filepath.Join(dir, "daytwo")
+	build := exec.Command("go", "build", "-o", daytwoBin, "./cmd/daytwo")
+	build.Dir = testenv.RepoRoot()
+	build.Stdout, build.Stderr = os.Stdout, os.Stderr
+	if err := build.Run(); err != nil {
+		panic(err)
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		panic(err)
+	}
+	code := m.Run()
+	_ = os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// pgBinDir finds PostgreSQL 15's programs; the test fails (it does not skip)
+// without them, because then nothing here would be proven.
+func pgBinDir(t *testing.T) string {
+	dir := os.Getenv("DAYTWO_PG_BINDIR")
+	if dir == "" {
+		dir = "/usr/lib/postgresql/15/bin"
+	}
+	if _, err := os.Stat(filepath.Join(dir, "postgres")); err != nil {
+		t.Fatalf("PostgreSQL programs not found in %s (run `make deps` or set DAYTWO_PG_BINDIR): %v", dir, err)
+	}
+	return dir
+}
+
+// instance is one `daytwo instance run` process with its directories.
+type instance struct {
+	t          *testing.T
+	root       string
+	pgPort     int
+	httpPort   int
+	cmd        *exec.Cmd
+	exited     chan error
+	extraFlags []string
+}
+
+const appPassword = "app-pass-Ø:'\"-1"
+
+func newInstance(t *testing.T, extra ...string) *instance {
+	root := t.TempDir()
+	in := &instance{t: t, root: root, pgPort: freePort(t), httpPort: freePort(t), extraFlags: extra}
+	for _, d := range []string{"secrets", "config"} {
+		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	in.writeFile("secrets/app-password", appPassword)
+	in.writeFile("secrets/replication-password", "repl-secret")
+	in.setParameters(map[string]string{})
+	chownToRunner(t, root)
+	return in
+}
+
+func (in *instance) writeFile(rel, content string) {
+	in.t.Helper()
+	if err := os.WriteFile(filepath.Join(in.root, rel), []byte(content), 0o644); err != nil {
+		in.t.Fatal(err)
+	}
+}
+
+// setParameters renders the settings the operator would for a 512Mi pod,
+// with user overrides.
+func (in *instance) setParameters(user map[string]string) {
+	params := postgres.Merge(postgres.Tune(postgres.Resources{MemoryBytes: 512 << 20, CPUMillis: 1000}), user)
+	in.writeFile("config/postgresql.conf", postgres.Render(params))
+}
+
+func (in *instance) start(pod string) {
+	in.t.Helper()
+	args := []string{"instance", "run", "--pgdata", filepath.Join(in.root, "data"),
+		"--parameters-file", filepath.Join(in.root, "config/postgresql.conf"),
+		"--secrets-dir", filepath.Join(in.root, "secrets"), "--run-dir", filepath.Join(in.root, "run"),
+		"--http-address", fmt.Sprintf("127.0.0.1:%d", in.httpPort), "--port", strconv.Itoa(in.pgPort),
+		"--cluster", "orders", "--pod", pod, "--database", "orders", "--owner", "shop",
+		"--bin-dir", pgBinDir(in.t), "--shutdown-timeout", "10s"}
+	in.cmd = exec.Command(daytwoBin, append(args, in.extraFlags...)...)
+	in.cmd.Stdout, in.cmd.Stderr = testWriter{in.t, pod}, testWriter{in.t, pod}
+	in.cmd.SysProcAttr = runnerCredential(in.t)
+	if err := in.cmd.Start(); err != nil {
+		in.t.Fatal(err)
+	}
+	in.exited = make(chan error, 1)
+	go func() { in.exited <- in.cmd.Wait() }()
+	in.t.Cleanup(func() {
+		if in.cmd.ProcessState == nil {
+			_ = in.cmd.Process.Signal(syscall.SIGTERM)
+			<-in.exited
+		}
+	})
+}
+
+func (in *instance) waitReady(timeout time.Duration) time.Duration {
+	in.t.Helper()
+	start := time.Now()
+	for time.Since(start) < timeout {
+		resp, err := http.Get(in.url(instanceapi.PathReadyz))
+		if err == nil {
+			_ = resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return time.Since(start)
+			}
+		}
+		select {
+		case err := <-in.exited:
+			in.t.Fatalf("instance exited before it was ready: %v", err)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	in.t.Fatalf("instance not ready within %s: %+v", timeout, in.status())
+	return 0
+}
+
+func (in *instance) url(path string) string { return fmt.Sprintf("http://127.0.0.1:%d%s", in.httpPort, path) }
+
+func (in *instance) status() instanceapi.Status {
+	in.t.Helper()
+	resp, err := http.Get(in.url(instanceapi.PathStatus))
+	if err != nil {
+		in.t.Fatalf("GET /status: %v", err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	var s instanceapi.Status
+	if err := json.NewDecoder(resp.Body).Decode(&s); err != nil {
+		in.t.Fatal(err)
+	}
+	return s
+}
+
+// stop sends SIGTERM and returns how long the shutdown took.
+func (in *instance) stop() time.Duration {
+	in.t.Helper()
+	start := time.Now()
+	if err := in.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		in.t.Fatal(err)
+	}
+	select {
+	case err := <-in.exited:
+		if err != nil {
+			in.t.Fatalf("instance manager exited with %v after SIGTERM", err)
+		}
+	case <-time.After(30 * time.Second):
+		in.t.Fatal("instance manager did not exit within 30s of SIGTERM")
+	}
+	return time.Since(start)
+}
+
+func (in *instance) connect(ctx context.Context, userName, password, db string) (*pgx.Conn, error) {
+	cfg, err := pgx.ParseConfig(fmt.Sprintf("host=127.0.0.1 port=%d dbname=%s user=%s sslmode=disable", in.pgPort, db, userName))
+	if err != nil {
+		return nil, err
+	}
+	cfg.Password = password
+	return pgx.ConnectConfig(ctx, cfg)
+}
+
+func (in *instance) show(ctx context.Context, setting string) string {
+	in.t.Helper()
+	conn, err := in.connect(ctx, "shop", appPassword, "orders")
+	if err != nil {
+		in.t.Fatalf("connect: %v", err)
+	}
+	defer func() { _ = conn.Close(ctx) }()
+	var v string
+	if err := conn.QueryRow(ctx, "SHOW "+setting).Scan(&v); err != nil {
+		in.t.Fatal(err)
+	}
+	return v
+}
+
+func TestPrimaryLifecycle(t *testing.T) {
+	ctx := context.Background()
+	in := newInstance(t)
+	in.start("orders-0")
+	took := in.waitReady(90 * time.Second)
+	t.Logf("initdb to ready: %s", took.Round(time.Millisecond))
+
+	s := in.status()
+	if s.Role != instanceapi.RolePrimary || s.Phase != instanceapi.PhaseRunning || s.InRecovery ||
+		!strings.HasPrefix(s.PostgresVersion, "15") || s.LSN == "" || s.PendingRestart {
+		t.Fatalf("unexpected status %+v", s)
+	}
+
+	// A SQL round trip over TCP with the generated credentials and scram.
+	conn, err := in.connect(ctx, "shop", appPassword, "orders")
+	if err != nil {
+		t.Fatalf("app login over TCP: %v", err)
+	}
+	var method string
+	if err := conn.QueryRow(ctx, "SELECT CASE WHEN rolpassword IS NULL THEN 'none' ELSE 'set' END FROM pg_authid WHERE rolname='shop'").Scan(&method); err == nil {
+		t.Fatalf("the app role can read pg_authid")
+	}
+	if _, err := conn.Exec(ctx, "CREATE TABLE orders (id int primary key, item text); INSERT INTO orders VALUES (1, 'tea'), (2, 'cake')"); err != nil {
+		t.Fatal(err)
+	}
+	var auth string
+	if err := conn.QueryRow(ctx, "SELECT current_setting('password_encryption')").Scan(&auth); err != nil || auth != "scram-sha-256" {
+		t.Fatalf("password_encryption = %q, %v", auth, err)
+	}
+	_ = conn.Close(ctx)
+	if _, err := in.connect(ctx, "shop", "wrong", "orders"); err == nil {
+		t.Fatal("a wrong password was accepted")
+	}
+	if _, err := in.connect(ctx, "postgres", "", "postgres"); err == nil {
+		t.Fatal("the superuser logged in over TCP")
+	}
+
+	if got := in.show(ctx, "shared_buffers"); got != "128MB" {
+		t.Fatalf("shared_buffers = %s, want the tuned 128MB", got)
+	}
+
+	// A reloadable change applies without a restart; a restart-only one is reported.
+	in.setParameters(map[string]string{"work_mem": "12MB", "shared_buffers": "64MB"})
+	eventually(t, 15*time.Second, func() bool { return in.show(ctx, "work_mem") == "12MB" }, "work_mem reloaded")
+	eventually(t, 15*time.Second, func() bool {
+		s := in.status()
+		return s.PendingRestart && strings.Join(s.PendingRestartSettings, ",") == "shared_buffers"
+	}, "shared_buffers pending restart")
+
+	took = in.stop()
+	t.Logf("SIGTERM to exit: %s", took.Round(time.Millisecond))
+	if took > 10*time.Second {
+		t.Fatalf("shutdown took %s, more than the 10s timeout", took)
+	}
+	out, err := exec.Command(filepath.Join(pgBinDir(t), "pg_controldata"), filepath.Join(in.root, "data")).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "Database cluster state:               shut down") {
+		t.Fatalf("the cluster was not shut down cleanly: %v\n%s", err, out)
+	}
+
+	// A restart keeps the data and applies the pending setting.
+	in.start("orders-0")
+	in.waitReady(60 * time.Second)
+	conn, err = in.connect(ctx, "shop", appPassword, "orders")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = conn.Close(ctx) }()
+	var n int
+	if err := conn.QueryRow(ctx, "SELECT count(*) FROM orders").Scan(&n); err != nil || n != 2 {
+		t.Fatalf("rows after restart = %d, %v", n, err)
+	}
+	if got := in.show(ctx, "shared_buffers"); got != "64MB" {
+		t.Fatalf("shared_buffers after restart = %s, want 64MB", got)
+	}
+	if s := in.status(); s.PendingRestart {
+		t.Fatalf("still pending restart after a restart: %+v", s)
+	}
+
+	t.Run("replica clones and streams", func(t *testing.T) {
+		rep := newInstance(t, "--primary-host", "127.0.0.1", "--primary-port", strconv.Itoa(in.pgPort))
+		rep.start("orders-1")
+		took := rep.waitReady(90 * time.Second)
+		t.Logf("clone to ready: %s", took.Round(time.Millisecond))
+		if s := rep.status(); s.Role != instanceapi.RoleReplica || !s.InRecovery {
+			t.Fatalf("unexpected replica status %+v", s)
+		}
+		if _, err := conn.Exec(ctx, "INSERT INTO orders VALUES (3, 'scone')"); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, 15*time.Second, func() bool {
+			rc, err := rep.connect(ctx, "shop", appPassword, "orders")
+			if err != nil {
+				return false
+			}
+			defer func() { _ = rc.Close(ctx) }()
+			var n int
+			return rc.QueryRow(ctx, "SELECT count(*) FROM orders").Scan(&n) == nil && n == 3
+		}, "the replica sees the new row")
+	})
+}
+
+func TestRefusesAnotherMajorVersion(t *testing.T) {
+	in := newInstance(t)
+	data := filepath.Join(in.root, "data")
+	if err := os.MkdirAll(data, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	in.writeFile("data/PG_VERSION", "14\n")
+	chownToRunner(t, in.root)
+	in.start("orders-0")
+	eventually(t, 20*time.Second, func() bool {
+		resp, err := http.Get(in.url(instanceapi.PathStatus))
+		if err != nil {
+			return false
+		}
+		_ = resp.Body.Close()
+		s := in.status()
+		return s.Phase == instanceapi.PhaseFailed && strings.Contains(s.Message, "PostgreSQL 14 but this image runs PostgreSQL 15")
+	}, "phase Failed naming both versions")
+	resp, err := http.Get(in.url(instanceapi.PathReadyz))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("/readyz = %d, want 503", resp.StatusCode)
+	}
+	in.stop()
+}
+
+func eventually(t *testing.T, timeout time.Duration, cond func() bool, what string) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+func freePort(t *testing.T) int {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = l.Close() }()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// PostgreSQL refuses to run as root; as root the instance runs as the
+// Debian package's postgres user, as it runs as uid 999 in a pod.
+func runnerCredential(t *testing.T) *syscall.SysProcAttr {
+	if os.Getuid() != 0 {
+		return nil
+	}
+	uid, gid := postgresUser(t)
+	return &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: gid}}
+}
+
+func chownToRunner(t *testing.T, root string) {
+	if os.Getuid() != 0 {
+		return
+	}
+	uid, gid := postgresUser(t)
+	_ = os.Chmod(filepath.Dir(root), 0o755)
+	err := filepath.Walk(root, func(p string, _ os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		return os.Lchown(p, int(uid), int(gid))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func postgresUser(t *testing.T) (uint32, uint32) {
+	u, err := user.Lookup("postgres")
+	if err != nil {
+		t.Fatalf("running as root needs the postgres user of Debian's postgresql package: %v", err)
+	}
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	return uint32(uid), uint32(gid)
+}
+
+type testWriter struct {
+	t   *testing.T
+	pod string
+}
+
+func (w testWriter) Write(p []byte) (int, error) {
+	for _, line := range strings.Split(strings.TrimRight(string(p), "\n"), "\n") {
+		w.t.Logf("[%s] %s", w.pod, line)
+	}
+	return len(p), nil
+}

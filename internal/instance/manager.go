@@ -1,0 +1,333 @@
+package instance
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/daytwo-dev/daytwo/internal/instanceapi"
+	"github.com/daytwo-dev/daytwo/internal/postgres"
+)
+
+// Manager runs one PostgreSQL instance.
+type Manager struct {
+	cfg     *Config
+	log     logr.Logger
+	restore RestoreFunc
+
+	mu     sync.Mutex
+	status instanceapi.Status
+
+	// reload asks the supervisor to re-read the parameters file now (SIGHUP).
+	reload chan struct{}
+}
+
+// New returns a manager for cfg. restore may be nil.
+func New(cfg *Config, log logr.Logger, restore RestoreFunc) *Manager {
+	if restore == nil {
+		restore = func(context.Context, *Config) error { return ErrRestoreUnavailable }
+	}
+	return &Manager{cfg: cfg, log: log, restore: restore, reload: make(chan struct{}, 1),
+		status: instanceapi.Status{Pod: cfg.Pod, Role: cfg.Role, Phase: instanceapi.PhaseBootstrapping}}
+}
+
+// Reload asks for the parameters file to be re-read.
+func (m *Manager) Reload() {
+	select {
+	case m.reload <- struct{}{}:
+	default:
+	}
+}
+
+// Run prepares the data directory, starts postgres and supervises it until
+// ctx ends (a fast shutdown follows) or postgres exits on its own (an error:
+// the kubelet restarts the container). A failure that a restart cannot fix
+// (a data directory of another major version, a restore without backups)
+// keeps the API up with phase Failed, so it can be read, until ctx ends.
+func (m *Manager) Run(ctx context.Context) error {
+	srv := &http.Server{Addr: m.cfg.HTTPAddress, Handler: m.Handler(), ReadHeaderTimeout: 5 * time.Second}
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.ListenAndServe() }()
+	defer func() {
+		shutdownCtx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(shutdownCtx)
+	}()
+
+	err := m.prepare(ctx)
+	if err == nil {
+		err = m.supervise(ctx)
+	}
+	if err != nil && ctx.Err() == nil {
+		m.setPhase(instanceapi.PhaseFailed, err.Error())
+		m.log.Error(err, "Instance failed")
+		var perm permanentError
+		if errors.As(err, &perm) {
+			select {
+			case <-ctx.Done():
+				return nil
+			case err := <-serveErr:
+				return err
+			}
+		}
+		return err
+	}
+	return nil
+}
+
+// permanentError marks failures a container restart cannot fix.
+type permanentError struct{ error }
+
+func (e permanentError) Unwrap() error { return e.error }
+
+// prepare leaves a data directory of the right major version with the
+// managed configuration written.
+func (m *Manager) prepare(ctx context.Context) error {
+	if err := os.MkdirAll(m.cfg.RunDir, 0o700); err != nil {
+		return fmt.Errorf("failed to create %s: %w", m.cfg.RunDir, err)
+	}
+	if !hasData(m.cfg.PGData) {
+		if err := m.bootstrap(ctx); err != nil {
+			return err
+		}
+	}
+	if err := m.checkVersion(ctx); err != nil {
+		return err
+	}
+	m.setPhase(instanceapi.PhaseStarting, "")
+	return m.cfg.writeConfig()
+}
+
+func (m *Manager) bootstrap(ctx context.Context) error {
+	switch {
+	case m.cfg.Role == instanceapi.RoleReplica:
+		m.log.Info("Cloning the primary", "primary", m.cfg.PrimaryHost)
+		return m.cloneFromPrimary(ctx)
+	case m.cfg.FromBackup:
+		m.log.Info("Restoring from a backup")
+		if err := m.restore(ctx, m.cfg); err != nil {
+			return permanentError{fmt.Errorf("restore failed: %w", err)}
+		}
+		return nil
+	default:
+		m.log.Info("Initialising an empty data directory")
+		if err := os.MkdirAll(m.cfg.PGData, 0o700); err != nil {
+			return fmt.Errorf("failed to create %s: %w", m.cfg.PGData, err)
+		}
+		return m.initdb(ctx)
+	}
+}
+
+// checkVersion refuses a data directory written by another major version:
+// starting it would fail at best, and a major upgrade is never implicit.
+func (m *Manager) checkVersion(ctx context.Context) error {
+	data, err := os.ReadFile(filepath.Join(m.cfg.PGData, "PG_VERSION"))
+	if err != nil {
+		return fmt.Errorf("failed to read PG_VERSION: %w", err)
+	}
+	out, err := exec.CommandContext(ctx, m.cfg.bin("postgres"), "--version").Output()
+	if err != nil {
+		return fmt.Errorf("failed to run postgres --version: %w", err)
+	}
+	// "postgres (PostgreSQL) 15.14 (Debian 15.14-0+deb12u1)"
+	fields := strings.Fields(string(out))
+	binary := ""
+	if len(fields) >= 3 {
+		binary = postgres.MajorOf(fields[2])
+	}
+	if dataMajor := strings.TrimSpace(string(data)); dataMajor != binary {
+		return permanentError{fmt.Errorf("the data directory is PostgreSQL %s but this image runs PostgreSQL %s; "+
+			"daytwo does not upgrade major versions in place", dataMajor, binary)}
+	}
+	return nil
+}
+
+// supervise starts postgres and runs until it exits or ctx ends.
+func (m *Manager) supervise(ctx context.Context) error {
+	cmd := exec.Command(m.cfg.bin("postgres"), "-D", m.cfg.PGData)
+	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+	// Its own process group: a signal to the manager is not also delivered
+	// to postgres by a terminal; the manager decides what postgres gets.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("failed to start postgres: %w", err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go m.monitor(runCtx)
+
+	select {
+	case err := <-exited:
+		return fmt.Errorf("postgres exited unexpectedly: %v", err)
+	case <-ctx.Done():
+		return m.shutdown(cmd, exited)
+	}
+}
+
+// shutdown asks for a fast shutdown (SIGINT: abort transactions, checkpoint)
+// and falls back to an immediate one (SIGQUIT) when it overruns.
+func (m *Manager) shutdown(cmd *exec.Cmd, exited <-chan error) error {
+	m.setPhase(instanceapi.PhaseStopping, "")
+	m.log.Info("Stopping postgres (fast)")
+	_ = cmd.Process.Signal(syscall.SIGINT)
+	select {
+	case <-exited:
+		m.log.Info("Postgres stopped")
+		return nil
+	case <-time.After(m.cfg.ShutdownTimeout):
+	}
+	m.log.Info("Fast shutdown overran; stopping postgres immediately", "timeout", m.cfg.ShutdownTimeout)
+	_ = cmd.Process.Signal(syscall.SIGQUIT)
+	<-exited
+	return nil
+}
+
+// monitor waits for postgres to accept connections, finishes bootstrapping,
+// then keeps the status fresh and reloads a changed parameters file.
+func (m *Manager) monitor(ctx context.Context) {
+	var conn *pgx.Conn
+	defer func() {
+		if conn != nil {
+			_ = conn.Close(context.Background())
+		}
+	}()
+	hash := m.parametersHash()
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		if conn == nil || conn.IsClosed() {
+			conn = m.connect(ctx)
+		}
+		if conn != nil {
+			if newHash := m.parametersHash(); newHash != hash {
+				hash = newHash
+				m.Reload()
+			}
+			m.observe(ctx, conn, hash)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-m.reload:
+			if conn != nil {
+				m.reloadConfig(ctx, conn)
+			}
+		case <-tick.C:
+		}
+	}
+}
+
+// connect opens the local superuser connection and, on a primary, ensures
+// the roles. It returns nil while postgres is not ready yet.
+func (m *Manager) connect(ctx context.Context) *pgx.Conn {
+	cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(cctx, m.localDSN("postgres"))
+	if err != nil {
+		return nil
+	}
+	if m.cfg.Role == instanceapi.RolePrimary {
+		if err := m.ensureRoles(ctx, conn); err != nil {
+			m.setMessage(err.Error())
+			m.log.Error(err, "Failed to ensure roles")
+			_ = conn.Close(ctx)
+			return nil
+		}
+	}
+	return conn
+}
+
+func (m *Manager) localDSN(db string) string {
+	return fmt.Sprintf("host=%s port=%d user=postgres dbname=%s connect_timeout=3", m.cfg.RunDir, m.cfg.Port, db)
+}
+
+func (m *Manager) reloadConfig(ctx context.Context, conn *pgx.Conn) {
+	if _, err := conn.Exec(ctx, "SELECT pg_reload_conf()"); err != nil {
+		m.log.Error(err, "Failed to reload the configuration")
+		return
+	}
+	m.log.Info("Reloaded the configuration")
+	// The postmaster applies a reload asynchronously; give it a moment
+	// before pending_restart is read.
+	time.Sleep(200 * time.Millisecond)
+}
+
+// observe refreshes the status from the running server.
+func (m *Manager) observe(ctx context.Context, conn *pgx.Conn, hash string) {
+	qctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	var version, lsn string
+	var inRecovery bool
+	err := conn.QueryRow(qctx, `SELECT current_setting('server_version'), pg_is_in_recovery(),
+		COALESCE(CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() ELSE pg_current_wal_lsn() END::text, '')`).
+		Scan(&version, &inRecovery, &lsn)
+	if err != nil {
+		_ = conn.Close(ctx)
+		return
+	}
+	rows, err := conn.Query(qctx, "SELECT name FROM pg_settings WHERE pending_restart ORDER BY name")
+	if err != nil {
+		_ = conn.Close(ctx)
+		return
+	}
+	pending, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s := &m.status
+	s.PostgresVersion, s.InRecovery, s.LSN, s.ConfigHash = version, inRecovery, lsn, hash
+	s.PendingRestartSettings, s.PendingRestart = pending, len(pending) > 0
+	if s.Phase == instanceapi.PhaseStarting {
+		s.Phase, s.Message = instanceapi.PhaseRunning, ""
+		m.log.Info("Instance is running", "role", s.Role, "version", version)
+	}
+}
+
+func (m *Manager) parametersHash() string {
+	b, err := os.ReadFile(m.cfg.ParametersFile)
+	if err != nil {
+		return ""
+	}
+	sum := sha256.Sum256(bytes.TrimSpace(b))
+	return hex.EncodeToString(sum[:8])
+}
+
+func (m *Manager) setPhase(p instanceapi.Phase, msg string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.status.Phase, m.status.Message = p, msg
+}
+
+func (m *Manager) setMessage(msg string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.status.Message = msg
+}
+
+// Status returns a copy of the current status.
+func (m *Manager) Status() instanceapi.Status {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s := m.status
+	s.PendingRestartSettings = append([]string(nil), s.PendingRestartSettings...)
+	return s
+}

@@ -1,0 +1,58 @@
+package instance
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/daytwo-dev/daytwo/internal/instanceapi"
+)
+
+// Handler serves the instanceapi contract.
+func (m *Manager) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET "+instanceapi.PathHealthz, func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	mux.HandleFunc("GET "+instanceapi.PathReadyz, func(w http.ResponseWriter, r *http.Request) {
+		s := m.Status()
+		s.Ready = s.Phase == instanceapi.PhaseRunning && m.ping(r.Context())
+		code := http.StatusOK
+		if !s.Ready {
+			code = http.StatusServiceUnavailable
+		}
+		writeJSON(w, code, s)
+	})
+	mux.HandleFunc("GET "+instanceapi.PathStatus, func(w http.ResponseWriter, r *http.Request) {
+		s := m.Status()
+		s.Ready = s.Phase == instanceapi.PhaseRunning && m.ping(r.Context())
+		writeJSON(w, http.StatusOK, s)
+	})
+	notYet := func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusNotImplemented, instanceapi.Error{Message: "replication management is not implemented yet"})
+	}
+	mux.HandleFunc("POST "+instanceapi.PathPromote, notYet)
+	mux.HandleFunc("POST "+instanceapi.PathFollow, notYet)
+	return mux
+}
+
+// ping checks that postgres answers a query on its socket right now.
+func (m *Manager) ping(ctx context.Context) bool {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, m.localDSN("postgres"))
+	if err != nil {
+		return false
+	}
+	defer func() { _ = conn.Close(context.Background()) }()
+	return conn.Ping(ctx) == nil
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v)
+}

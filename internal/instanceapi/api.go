@@ -1,0 +1,81 @@
+package instanceapi
+
+// Port is where the instance manager serves its HTTP API in the pod.
+const Port = 8000
+
+// PostgresPort is where PostgreSQL listens in the pod.
+const PostgresPort = 5432
+
+// Paths of the API.
+const (
+	// PathHealthz answers 200 while the instance manager is alive (liveness).
+	PathHealthz = "/healthz"
+	// PathReadyz answers 200 when PostgreSQL accepts connections and the
+	// instance finished bootstrapping (readiness: Services and rollouts gate on it).
+	PathReadyz = "/readyz"
+	// PathStatus answers a Status document.
+	PathStatus = "/status"
+	// PathPromote turns a replica into the primary. Reserved for failover:
+	// answers 501 Not Implemented until replication management lands.
+	PathPromote = "/promote"
+	// PathFollow points a replica at a new primary. Reserved like PathPromote.
+	PathFollow = "/follow"
+)
+
+// Role of an instance.
+type Role string
+
+// Roles.
+const (
+	RolePrimary Role = "primary"
+	RoleReplica Role = "replica"
+)
+
+// Phase of the instance manager's life cycle.
+type Phase string
+
+// Phases.
+const (
+	// PhaseBootstrapping: initdb, restore or base backup is running.
+	PhaseBootstrapping Phase = "Bootstrapping"
+	// PhaseStarting: postgres is starting or the instance is being configured.
+	PhaseStarting Phase = "Starting"
+	// PhaseRunning: postgres accepts connections.
+	PhaseRunning Phase = "Running"
+	// PhaseFailed: the instance cannot run; Message says why.
+	PhaseFailed Phase = "Failed"
+	// PhaseStopping: a shutdown was asked for.
+	PhaseStopping Phase = "Stopping"
+)
+
+// Status is what GET /status returns.
+type Status struct {
+	// Pod is the pod's name.
+	Pod string `json:"pod"`
+	// Role is what the instance was started as.
+	Role Role `json:"role"`
+	// Phase is where the instance manager is in its life cycle.
+	Phase Phase `json:"phase"`
+	// Ready mirrors /readyz.
+	Ready bool `json:"ready"`
+	// Message explains a Failed phase or what the instance waits for.
+	Message string `json:"message,omitempty"`
+	// PostgresVersion is the server_version PostgreSQL reports.
+	PostgresVersion string `json:"postgresVersion,omitempty"`
+	// InRecovery is pg_is_in_recovery(): true on a replica.
+	InRecovery bool `json:"inRecovery"`
+	// LSN is the current WAL location: pg_current_wal_lsn() on a primary,
+	// pg_last_wal_replay_lsn() on a replica.
+	LSN string `json:"lsn,omitempty"`
+	// PendingRestart is true when a changed setting waits for a restart.
+	PendingRestart bool `json:"pendingRestart"`
+	// PendingRestartSettings names those settings.
+	PendingRestartSettings []string `json:"pendingRestartSettings,omitempty"`
+	// ConfigHash identifies the configuration file the instance last loaded.
+	ConfigHash string `json:"configHash,omitempty"`
+}
+
+// Error is the body of a non-2xx answer.
+type Error struct {
+	Message string `json:"message"`
+}

@@ -1,0 +1,38 @@
+package postgres
+
+import (
+	"strings"
+)
+
+// DefaultImage is the image daytwo runs for a major version when the
+// Database names none: the stock image, as in the official Docker library.
+func DefaultImage(major string) string { return "postgres:" + major }
+
+// ImageMajor guesses the major version from an image tag written the way the
+// official images are tagged ("postgres:16", "ghcr.io/x/postgres:16.4-bookworm").
+// It returns "" when the tag does not start with a number, and the caller
+// then trusts spec.version.
+func ImageMajor(image string) string {
+	if i := strings.Index(image, "@"); i >= 0 {
+		image = image[:i]
+	}
+	slash := strings.LastIndex(image, "/")
+	colon := strings.LastIndex(image, ":")
+	if colon < 0 || colon < slash {
+		return ""
+	}
+	tag := image[colon+1:]
+	end := 0
+	for end < len(tag) && tag[end] >= '0' && tag[end] <= '9' {
+		end++
+	}
+	return tag[:end]
+}
+
+// MajorOf returns the major version of a server_version string such as
+// "15.14 (Debian 15.14-0+deb12u1)" or "16.4".
+func MajorOf(serverVersion string) string {
+	v, _, _ := strings.Cut(strings.TrimSpace(serverVersion), " ")
+	major, _, _ := strings.Cut(v, ".")
+	return major
+}
