@@ -65,6 +65,26 @@ const (
 	ReasonMajorUpgradeUnsupported = "MajorUpgradeUnsupported"
 	// ReasonRestoreFailed means bootstrap from a backup could not complete.
 	ReasonRestoreFailed = "RestoreFailed"
+	// ConditionStorageResizePending is True while the volumes are smaller or
+	// larger than spec asks and daytwo cannot (yet) make them match.
+	ConditionStorageResizePending = "StorageResizePending"
+
+	// ReasonRestartRequired means changed settings wait for a rolling restart.
+	ReasonRestartRequired = "RestartRequired"
+	// ReasonUpToDate means every instance runs what the spec asks for.
+	ReasonUpToDate = "UpToDate"
+	// ReasonPrimaryNotReady means the primary does not accept connections.
+	ReasonPrimaryNotReady = "PrimaryNotReady"
+	// ReasonExpansionUnsupported means the StorageClass does not allow volume expansion.
+	ReasonExpansionUnsupported = "ExpansionUnsupported"
+	// ReasonShrinkUnsupported means spec asks for smaller volumes; volumes never shrink.
+	ReasonShrinkUnsupported = "ShrinkUnsupported"
+	// ReasonResizing means daytwo asked for bigger volumes and waits for them.
+	ReasonResizing = "Resizing"
+	// ReasonSnapshotUnavailable means deletionPolicy Snapshot cannot take its final backup.
+	ReasonSnapshotUnavailable = "SnapshotUnavailable"
+	// ReasonDeleting means the Database is being deleted.
+	ReasonDeleting = "Deleting"
 )
 
 // DatabaseSpec is what a user declares for a PostgreSQL database.

@@ -30,6 +30,7 @@ type operatorOptions struct {
 	pprof                   bool
 	concurrency             int
 	burst                   int
+	instanceImage           string
 	zap                     zap.Options
 }
 
@@ -53,6 +54,7 @@ func newOperatorCommand() *cobra.Command {
 	f.IntVar(&o.concurrency, "max-concurrent-reconciles", 4, "Objects of one kind reconciled in parallel.")
 	f.Float32Var(&o.qps, "kube-api-qps", 50, "Requests per second the operator may send to the API server.")
 	f.IntVar(&o.burst, "kube-api-burst", 100, "Burst of requests above kube-api-qps.")
+	f.StringVar(&o.instanceImage, "instance-image", operator.DefaultInstanceImage(), "daytwo image whose binary PostgreSQL pods run as their instance manager.")
 	zapFlags := flag.NewFlagSet("zap", flag.ContinueOnError)
 	o.zap.BindFlags(zapFlags)
 	f.AddGoFlagSet(zapFlags)
@@ -98,7 +100,7 @@ func runOperator(cmd *cobra.Command, o *operatorOptions) error {
 		return fmt.Errorf("failed to create the manager: %w", err)
 	}
 	ctx := ctrl.SetupSignalHandler()
-	if err := operator.SetupControllers(ctx, mgr); err != nil {
+	if err := operator.SetupControllers(ctx, mgr, operator.Options{InstanceImage: o.instanceImage}); err != nil {
 		return err
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {

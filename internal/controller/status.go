@@ -18,8 +18,9 @@ func PatchStatus(ctx context.Context, c client.Client, before, obj client.Object
 	if equality.Semantic.DeepEqual(beforeStatus, afterStatus) {
 		return nil
 	}
-	if err := c.Status().Patch(ctx, obj, client.MergeFrom(before)); err != nil {
-		return fmt.Errorf("failed to patch status: %w", client.IgnoreNotFound(err))
+	// NotFound: the object is gone (its last finalizer was just removed).
+	if err := c.Status().Patch(ctx, obj, client.MergeFrom(before)); client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("failed to patch status: %w", err)
 	}
 	return nil
 }

@@ -148,7 +148,9 @@ func (in *instance) waitReady(timeout time.Duration) time.Duration {
 	return 0
 }
 
-func (in *instance) url(path string) string { return fmt.Sprintf("http://127.0.0.1:%d%s", in.httpPort, path) }
+func (in *instance) url(path string) string {
+	return fmt.Sprintf("http://127.0.0.1:%d%s", in.httpPort, path)
+}
 
 func (in *instance) status() instanceapi.Status {
 	in.t.Helper()

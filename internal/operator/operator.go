@@ -5,11 +5,14 @@ import (
 	"fmt"
 	"slices"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
@@ -17,6 +20,7 @@ import (
 	"github.com/daytwo-dev/daytwo/internal/controller/database"
 	"github.com/daytwo-dev/daytwo/internal/controller/databasebackup"
 	"github.com/daytwo-dev/daytwo/internal/controller/webapp"
+	"github.com/daytwo-dev/daytwo/internal/version"
 )
 
 // NewScheme returns a scheme with the built-in Kubernetes kinds and daytwo's own.
@@ -31,8 +35,18 @@ func NewScheme() *runtime.Scheme {
 // Cached objects keep only daytwo's own managed-fields entry: it is how a
 // reconcile tells that a child already holds what it would apply (and skips
 // the write), and the other entries are often the largest part of an object.
+// Pods and volumes are cached only when they belong to a Database: the
+// operator never needs any other, and a cluster has many.
 func CacheOptions() cache.Options {
-	return cache.Options{DefaultTransform: keepOwnManagedFields}
+	ours, err := labels.Parse(database.LabelDatabase)
+	utilruntime.Must(err)
+	return cache.Options{
+		DefaultTransform: keepOwnManagedFields,
+		ByObject: map[client.Object]cache.ByObject{
+			&corev1.Pod{}:                   {Label: ours},
+			&corev1.PersistentVolumeClaim{}: {Label: ours},
+		},
+	}
 }
 
 func keepOwnManagedFields(in any) (any, error) {
@@ -48,14 +62,32 @@ func keepOwnManagedFields(in any) (any, error) {
 	return in, nil
 }
 
+// Options are the settings controllers take from the command line.
+type Options struct {
+	// InstanceImage is the daytwo image copied into PostgreSQL pods.
+	InstanceImage string
+}
+
+// DefaultInstanceImage is the daytwo image of this build.
+func DefaultInstanceImage() string {
+	if version.Version == "dev" || version.Version == "" {
+		return "localhost/daytwo:dev"
+	}
+	return "ghcr.io/daytwo-dev/daytwo:" + version.Version
+}
+
 // SetupControllers wires one controller per kind into mgr.
-func SetupControllers(ctx context.Context, mgr manager.Manager) error {
+func SetupControllers(ctx context.Context, mgr manager.Manager, opts Options) error {
+	if opts.InstanceImage == "" {
+		opts.InstanceImage = DefaultInstanceImage()
+	}
 	c := mgr.GetClient()
 	wa := &webapp.Reconciler{Client: c, APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("daytwo")}
 	if err := wa.SetupWithManager(ctx, mgr); err != nil {
 		return fmt.Errorf("failed to set up the WebApp controller: %w", err)
 	}
-	if err := (&database.Reconciler{Client: c}).SetupWithManager(mgr); err != nil {
+	if err := (&database.Reconciler{Client: c, Recorder: mgr.GetEventRecorder("daytwo"),
+		InstanceImage: opts.InstanceImage}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("failed to set up the Database controller: %w", err)
 	}
 	if err := (&databasebackup.Reconciler{Client: c}).SetupWithManager(mgr); err != nil {

@@ -105,7 +105,7 @@ func StartOperator() (env *Env, stop func() error, err error) {
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	if err == nil {
-		err = operator.SetupControllers(ctx, mgr)
+		err = operator.SetupControllers(ctx, mgr, operator.Options{})
 	}
 	if err != nil {
 		cancel()

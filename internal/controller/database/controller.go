@@ -3,26 +3,57 @@ package database
 import (
 	"context"
 	"errors"
+	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
 	"github.com/daytwo-dev/daytwo/internal/controller"
-	"github.com/daytwo-dev/daytwo/internal/controller/conditions"
 )
+
+// cleanupFinalizer holds a Database until its deletionPolicy has been
+// carried out on what garbage collection does not handle: the volumes and
+// the retained Secrets.
+const cleanupFinalizer = "daytwo.dev/database-cleanup"
+
+// DefaultUpgradeDeadline is how long an instance on a new image may take to
+// become ready before the image is rolled back.
+const DefaultUpgradeDeadline = 5 * time.Minute
 
 // Reconciler reconciles a Database.
 type Reconciler struct {
-	Client client.Client
+	Client   client.Client
+	Recorder events.EventRecorder
+	// InstanceImage is the daytwo image whose binary the init container
+	// copies into each PostgreSQL pod.
+	InstanceImage string
+	// UpgradeDeadline bounds an image rollout per instance; zero means DefaultUpgradeDeadline.
+	UpgradeDeadline time.Duration
+	Clock           clock.PassiveClock
 }
 
 // +kubebuilder:rbac:groups=daytwo.dev,resources=databases,verbs=get;list;watch;update;patch
 // +kubebuilder:rbac:groups=daytwo.dev,resources=databases/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=daytwo.dev,resources=databases/finalizers,verbs=update
+// +kubebuilder:rbac:groups=apps,resources=statefulsets,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",resources=services;configmaps,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;patch
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;patch;delete
+// +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=get;list;watch;patch;delete
+// +kubebuilder:rbac:groups=storage.k8s.io,resources=storageclasses,verbs=get;list;watch
+// +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // Reconcile brings one Database towards its spec and reports what it observed.
 func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (_ reconcile.Result, err error) {
@@ -30,29 +61,82 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (_ re
 	if err := r.Client.Get(ctx, req.NamespacedName, db); err != nil {
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
-	if !db.DeletionTimestamp.IsZero() {
-		return reconcile.Result{}, nil
+	if db.DeletionTimestamp.IsZero() && !controllerutil.ContainsFinalizer(db, cleanupFinalizer) {
+		base := db.DeepCopy()
+		controllerutil.AddFinalizer(db, cleanupFinalizer)
+		return reconcile.Result{}, r.Client.Patch(ctx, db, client.MergeFrom(base))
 	}
 	before := db.DeepCopy()
 	defer func() {
 		err = errors.Join(err, controller.PatchStatus(ctx, r.Client, before, db, before.Status, db.Status))
+		if apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) {
+			err = nil
+		}
 	}()
+	if !db.DeletionTimestamp.IsZero() {
+		return reconcile.Result{}, r.reconcileDelete(ctx, db)
+	}
 	return r.reconcileNormal(ctx, db)
 }
 
-// reconcileNormal records that the spec was accepted. Children arrive with the
-// Database capability; until then the status says so instead of pretending.
-func (r *Reconciler) reconcileNormal(_ context.Context, db *v1alpha1.Database) (reconcile.Result, error) {
-	conditions.Set(&db.Status.Conditions, db.Generation, v1alpha1.ConditionReady, metav1.ConditionFalse,
-		v1alpha1.ReasonNotImplemented, "The spec is valid; this daytwo build does not run PostgreSQL yet")
-	db.Status.ObservedGeneration = db.Generation
-	return reconcile.Result{}, nil
+// reconcileNormal applies the children, rolls instances that run an old
+// revision and rebuilds the status from what it observed.
+func (r *Reconciler) reconcileNormal(ctx context.Context, db *v1alpha1.Database) (reconcile.Result, error) {
+	obs := &observation{plan: newPlan(db)}
+	defer func() { setStatus(db, obs) }()
+
+	if obs.invalid = validate(db, obs.plan); obs.invalid != "" {
+		return reconcile.Result{}, nil
+	}
+	if err := r.ensureSecrets(ctx, db, obs); err != nil || obs.invalid != "" {
+		return reconcile.Result{}, err
+	}
+	if err := r.applyConfigAndServices(ctx, db, obs.plan); err != nil {
+		return reconcile.Result{}, err
+	}
+	if err := r.observe(ctx, db, obs); err != nil {
+		return reconcile.Result{}, err
+	}
+	if err := r.applyStatefulSet(ctx, db, obs); err != nil {
+		return reconcile.Result{}, err
+	}
+	if err := r.applyDisruptionBudget(ctx, db, obs.plan); err != nil {
+		return reconcile.Result{}, err
+	}
+	if err := r.labelRoles(ctx, db, obs.pods); err != nil {
+		return reconcile.Result{}, err
+	}
+	if err := r.reconcileStorage(ctx, db, obs); err != nil {
+		return reconcile.Result{}, err
+	}
+	return r.rollOut(ctx, db, obs)
 }
 
 // SetupWithManager declares every trigger of this controller.
 func (r *Reconciler) SetupWithManager(mgr manager.Manager) error {
+	if r.Clock == nil {
+		r.Clock = clock.RealClock{}
+	}
+	if r.UpgradeDeadline == 0 {
+		r.UpgradeDeadline = DefaultUpgradeDeadline
+	}
+	// Pods and volumes belong to the StatefulSet, not to the Database: map them by label.
+	byLabel := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, obj client.Object) []reconcile.Request {
+		name, ok := obj.GetLabels()[labelDatabase]
+		if !ok {
+			return nil
+		}
+		return []reconcile.Request{{NamespacedName: client.ObjectKey{Namespace: obj.GetNamespace(), Name: name}}}
+	})
 	return builder.ControllerManagedBy(mgr).
 		For(&v1alpha1.Database{}).
+		Owns(&appsv1.StatefulSet{}).
+		Owns(&corev1.Service{}).
+		Owns(&corev1.ConfigMap{}).
+		Owns(&corev1.Secret{}).
+		Owns(&policyv1.PodDisruptionBudget{}).
+		Watches(&corev1.Pod{}, byLabel).
+		Watches(&corev1.PersistentVolumeClaim{}, byLabel).
 		Named("database").
 		Complete(r)
 }

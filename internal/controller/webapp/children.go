@@ -10,10 +10,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
 	appsv1ac "k8s.io/client-go/applyconfigurations/apps/v1"
@@ -25,37 +23,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
+	"github.com/daytwo-dev/daytwo/internal/controller"
 )
 
 const revisionAnnotation = "deployment.kubernetes.io/revision"
-
-// apply server-side applies a child as daytwo's field manager, taking over
-// fields other managers set (kubectl edits are drift to repair).
-func (r *Reconciler) apply(ctx context.Context, obj runtime.ApplyConfiguration, what string) error {
-	if err := r.Client.Apply(ctx, obj, client.FieldOwner(fieldOwner), client.ForceOwnership); err != nil {
-		return fmt.Errorf("failed to apply %s: %w", what, err)
-	}
-	return nil
-}
-
-// applyIfChanged applies desired unless the live object already holds exactly
-// what daytwo last applied, field for field: extract reads daytwo's part of
-// live from its managed fields. A resync of unchanged apps then writes nothing,
-// while any edit to a field daytwo owns (which moves its ownership to the
-// editor) makes the two differ and is repaired.
-func applyIfChanged[O client.Object, AC runtime.ApplyConfiguration](ctx context.Context, r *Reconciler, live O, desired AC,
-	extract func(O, string) (AC, error), what string) error {
-	err := r.Client.Get(ctx, client.ObjectKey{Namespace: live.GetNamespace(), Name: live.GetName()}, live)
-	if client.IgnoreNotFound(err) != nil {
-		return fmt.Errorf("failed to get %s: %w", what, err)
-	}
-	if err == nil {
-		if current, err := extract(live, fieldOwner); err == nil && equality.Semantic.DeepEqual(current, desired) {
-			return nil
-		}
-	}
-	return r.apply(ctx, desired, what)
-}
 
 // checkOwnership looks for a Deployment or Service of app's name that app
 // does not control. It is adopted when app carries daytwo.dev/adopt=true and
@@ -179,7 +150,7 @@ func (r *Reconciler) applyDeployment(ctx context.Context, app *v1alpha1.WebApp, 
 		}
 	}
 	live.Namespace, live.Name = app.Namespace, app.Name
-	if err := applyIfChanged(ctx, r, live, deployment(app, in.selector, template, ro.failedHash), appsv1ac.ExtractDeployment, "Deployment"); err != nil {
+	if err := controller.ApplyIfChanged(ctx, r.Client, live, deployment(app, in.selector, template, ro.failedHash), appsv1ac.ExtractDeployment, "Deployment"); err != nil {
 		return rollout{}, err
 	}
 	if err := r.Client.Get(ctx, client.ObjectKeyFromObject(app), live); err != nil {
@@ -244,41 +215,30 @@ func imageOf(t *corev1.PodTemplateSpec) string {
 }
 
 func (r *Reconciler) applyService(ctx context.Context, app *v1alpha1.WebApp, sel map[string]string) error {
-	return applyIfChanged(ctx, r, named[corev1.Service](app), service(app, sel), corev1ac.ExtractService, "Service")
-}
-
-// named is an empty object of type T with app's namespace and name.
-func named[T any, PT interface {
-	*T
-	client.Object
-}](app *v1alpha1.WebApp) PT {
-	obj := PT(new(T))
-	obj.SetNamespace(app.Namespace)
-	obj.SetName(app.Name)
-	return obj
+	return controller.ApplyIfChanged(ctx, r.Client, controller.Named[corev1.Service](app.Namespace, app.Name), service(app, sel), corev1ac.ExtractService, "Service")
 }
 
 // applyOptionalChildren applies the HPA, PDB and Ingress the spec asks for
 // and deletes those it no longer asks for.
 func (r *Reconciler) applyOptionalChildren(ctx context.Context, app *v1alpha1.WebApp, sel map[string]string) error {
 	if h := hpa(app); h != nil {
-		live := named[autoscalingv2.HorizontalPodAutoscaler](app)
-		if err := applyIfChanged(ctx, r, live, h, autoscalingv2ac.ExtractHorizontalPodAutoscaler, "HorizontalPodAutoscaler"); err != nil {
+		live := controller.Named[autoscalingv2.HorizontalPodAutoscaler](app.Namespace, app.Name)
+		if err := controller.ApplyIfChanged(ctx, r.Client, live, h, autoscalingv2ac.ExtractHorizontalPodAutoscaler, "HorizontalPodAutoscaler"); err != nil {
 			return err
 		}
 	} else if err := r.deleteOwned(ctx, app, &autoscalingv2.HorizontalPodAutoscaler{}); err != nil {
 		return err
 	}
 	if p := pdb(app, sel); p != nil {
-		live := named[policyv1.PodDisruptionBudget](app)
-		if err := applyIfChanged(ctx, r, live, p, policyv1ac.ExtractPodDisruptionBudget, "PodDisruptionBudget"); err != nil {
+		live := controller.Named[policyv1.PodDisruptionBudget](app.Namespace, app.Name)
+		if err := controller.ApplyIfChanged(ctx, r.Client, live, p, policyv1ac.ExtractPodDisruptionBudget, "PodDisruptionBudget"); err != nil {
 			return err
 		}
 	} else if err := r.deleteOwned(ctx, app, &policyv1.PodDisruptionBudget{}); err != nil {
 		return err
 	}
 	if i := ingress(app); i != nil {
-		return applyIfChanged(ctx, r, named[networkingv1.Ingress](app), i, networkingv1ac.ExtractIngress, "Ingress")
+		return controller.ApplyIfChanged(ctx, r.Client, controller.Named[networkingv1.Ingress](app.Namespace, app.Name), i, networkingv1ac.ExtractIngress, "Ingress")
 	}
 	return r.deleteOwned(ctx, app, &networkingv1.Ingress{})
 }

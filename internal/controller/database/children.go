@@ -1,0 +1,194 @@
+package database
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	appsv1ac "k8s.io/client-go/applyconfigurations/apps/v1"
+	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
+	policyv1ac "k8s.io/client-go/applyconfigurations/policy/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
+	"github.com/daytwo-dev/daytwo/internal/controller"
+	"github.com/daytwo-dev/daytwo/internal/postgres"
+)
+
+// validate finds spec errors only the controller can see.
+func validate(db *v1alpha1.Database, p plan) string {
+	if m := postgres.ImageMajor(p.image); m != "" && m != db.Spec.Version {
+		return fmt.Sprintf("spec.image %s is PostgreSQL %s but spec.version is %s", p.image, m, db.Spec.Version)
+	}
+	if _, ok := p.resources.Limits[corev1.ResourceMemory]; !ok {
+		if _, ok := p.resources.Requests[corev1.ResourceMemory]; !ok {
+			return "spec.resources must set a memory limit or request: PostgreSQL is tuned from it"
+		}
+	}
+	return ""
+}
+
+// ensureSecrets creates the credentials and replication Secrets once. They
+// are never regenerated: a Secret kept by deletionPolicy Retain is taken
+// back by a new Database of the same name, so it still opens the kept data.
+func (r *Reconciler) ensureSecrets(ctx context.Context, db *v1alpha1.Database, obs *observation) error {
+	for _, s := range []struct {
+		name string
+		data func(string) map[string][]byte
+	}{
+		{db.CredentialsSecretName(), func(pw string) map[string][]byte { return credentialsData(db, pw) }},
+		{replicationName(db), func(pw string) map[string][]byte { return map[string][]byte{v1alpha1.CredentialsPassword: []byte(pw)} }},
+	} {
+		msg, err := r.ensureSecret(ctx, db, s.name, s.data)
+		if err != nil || msg != "" {
+			obs.invalid = msg
+			return err
+		}
+	}
+	return nil
+}
+
+func (r *Reconciler) ensureSecret(ctx context.Context, db *v1alpha1.Database, name string, data func(string) map[string][]byte) (string, error) {
+	s := &corev1.Secret{}
+	err := r.Client.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: name}, s)
+	if apierrors.IsNotFound(err) {
+		pw, err := postgres.Password()
+		if err != nil {
+			return "", err
+		}
+		s = &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: db.Namespace, Labels: labels(db)},
+			Type:       corev1.SecretTypeOpaque,
+			Data:       data(pw),
+		}
+		if err := controllerutil.SetControllerReference(db, s, r.Client.Scheme()); err != nil {
+			return "", err
+		}
+		if err := r.Client.Create(ctx, s); err != nil {
+			return "", fmt.Errorf("failed to create Secret %s: %w", name, err)
+		}
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("failed to get Secret %s: %w", name, err)
+	}
+	if len(s.Data[v1alpha1.CredentialsPassword]) == 0 {
+		return fmt.Sprintf("Secret %s exists without a %q key", name, v1alpha1.CredentialsPassword), nil
+	}
+	owner := metav1.GetControllerOf(s)
+	switch {
+	case owner != nil && owner.UID == db.UID:
+		return "", nil
+	case owner == nil && s.Labels[labelDatabase] == db.Name:
+		base := s.DeepCopy()
+		if err := controllerutil.SetControllerReference(db, s, r.Client.Scheme()); err != nil {
+			return "", err
+		}
+		if err := r.Client.Patch(ctx, s, client.MergeFrom(base)); err != nil {
+			return "", fmt.Errorf("failed to take back Secret %s: %w", name, err)
+		}
+		r.Recorder.Eventf(db, s, corev1.EventTypeNormal, "Adopted", "Adopt", "Took back the kept Secret %s", name)
+		return "", nil
+	default:
+		return fmt.Sprintf("Secret %s exists and does not belong to this Database", name), nil
+	}
+}
+
+func (r *Reconciler) applyConfigAndServices(ctx context.Context, db *v1alpha1.Database, p plan) error {
+	if err := controller.ApplyIfChanged(ctx, r.Client, controller.Named[corev1.ConfigMap](db.Namespace, configName(db)), configMap(db, p),
+		corev1ac.ExtractConfigMap, "ConfigMap"); err != nil {
+		return err
+	}
+	for name, role := range map[string]string{headlessName(db): "", rwName(db): "primary", roName(db): "replica"} {
+		if err := controller.ApplyIfChanged(ctx, r.Client, controller.Named[corev1.Service](db.Namespace, name), service(db, name, role),
+			corev1ac.ExtractService, "Service "+name); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// observe reads the live StatefulSet and pods and decides which image the
+// instances should run.
+func (r *Reconciler) observe(ctx context.Context, db *v1alpha1.Database, obs *observation) error {
+	obs.now = r.Clock.Now()
+	sts := &appsv1.StatefulSet{}
+	err := r.Client.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: db.Name}, sts)
+	if client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("failed to get StatefulSet: %w", err)
+	}
+	if err == nil {
+		obs.sts = sts
+	}
+	pods := &corev1.PodList{}
+	if err := r.Client.List(ctx, pods, client.InNamespace(db.Namespace), client.MatchingLabels(selectorLabels(db))); err != nil {
+		return fmt.Errorf("failed to list pods: %w", err)
+	}
+	obs.pods = pods.Items
+	slices.SortFunc(obs.pods, func(a, b corev1.Pod) int { return ordinal(a.Name) - ordinal(b.Name) })
+	obs.in = r.decideImage(ctx, db, obs)
+	return nil
+}
+
+func (r *Reconciler) applyStatefulSet(ctx context.Context, db *v1alpha1.Database, obs *observation) error {
+	live := controller.Named[appsv1.StatefulSet](db.Namespace, db.Name)
+	if err := controller.ApplyIfChanged(ctx, r.Client, live, statefulSet(db, obs.plan, obs.in),
+		appsv1ac.ExtractStatefulSet, "StatefulSet"); err != nil {
+		return err
+	}
+	obs.sts = live
+	return nil
+}
+
+// applyDisruptionBudget keeps a PodDisruptionBudget while more than one
+// instance runs; with one, a budget would block every node drain.
+func (r *Reconciler) applyDisruptionBudget(ctx context.Context, db *v1alpha1.Database, p plan) error {
+	if p.instances > 1 {
+		return controller.ApplyIfChanged(ctx, r.Client, controller.Named[policyv1.PodDisruptionBudget](db.Namespace, db.Name),
+			podDisruptionBudget(db), policyv1ac.ExtractPodDisruptionBudget, "PodDisruptionBudget")
+	}
+	pdb := controller.Named[policyv1.PodDisruptionBudget](db.Namespace, db.Name)
+	if err := r.Client.Delete(ctx, pdb); client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("failed to delete PodDisruptionBudget: %w", err)
+	}
+	return nil
+}
+
+// labelRoles marks ordinal 0 as the primary and the others as replicas,
+// which is what the -rw and -ro Services select on.
+func (r *Reconciler) labelRoles(ctx context.Context, db *v1alpha1.Database, pods []corev1.Pod) error {
+	for i := range pods {
+		pod := &pods[i]
+		want := "replica"
+		if ordinal(pod.Name) == 0 {
+			want = "primary"
+		}
+		if pod.Labels[labelRole] == want || !pod.DeletionTimestamp.IsZero() {
+			continue
+		}
+		patch := fmt.Sprintf(`{"metadata":{"labels":{%q:%q}}}`, labelRole, want)
+		if err := r.Client.Patch(ctx, pod, client.RawPatch(types.MergePatchType, []byte(patch))); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("failed to label pod %s: %w", pod.Name, err)
+		}
+	}
+	return nil
+}
+
+// ordinal is a StatefulSet pod's index, from its name.
+func ordinal(pod string) int {
+	i := strings.LastIndex(pod, "-")
+	n, err := strconv.Atoi(pod[i+1:])
+	if err != nil {
+		return -1
+	}
+	return n
+}

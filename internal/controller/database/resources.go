@@ -1,0 +1,324 @@
+package database
+
+import (
+	"fmt"
+	"maps"
+	"strconv"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	appsv1ac "k8s.io/client-go/applyconfigurations/apps/v1"
+	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
+	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
+	policyv1ac "k8s.io/client-go/applyconfigurations/policy/v1"
+
+	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
+	"github.com/daytwo-dev/daytwo/internal/instanceapi"
+)
+
+// LabelDatabase names the Database a pod, volume or other child belongs to.
+const LabelDatabase = labelDatabase
+
+const (
+	labelDatabase = "daytwo.dev/database"
+	// labelRole is set on each pod by the operator: the -rw and -ro Services select on it.
+	labelRole = "daytwo.dev/role"
+
+	annRestartParameters = "daytwo.dev/restart-parameters"
+	// StatefulSet annotations: the facts a rollback needs, kept on the object they describe.
+	annMajor       = "daytwo.dev/major"
+	annGoodImage   = "daytwo.dev/good-image"
+	annFailedImage = "daytwo.dev/failed-image"
+
+	containerPostgres = "postgres"
+	volumeData        = "pgdata"
+	dataMount         = "/var/lib/postgresql/data"
+	controllerMount   = "/controller"
+	terminationGrace  = 60
+)
+
+func selectorLabels(db *v1alpha1.Database) map[string]string {
+	return map[string]string{labelDatabase: db.Name}
+}
+
+// labels go on every child of db.
+func labels(db *v1alpha1.Database) map[string]string {
+	l := map[string]string{
+		"app.kubernetes.io/name":       "postgresql",
+		"app.kubernetes.io/instance":   db.Name,
+		"app.kubernetes.io/managed-by": "daytwo",
+	}
+	maps.Copy(l, selectorLabels(db))
+	return l
+}
+
+// Child names, each from one place.
+func headlessName(db *v1alpha1.Database) string    { return db.Name }
+func rwName(db *v1alpha1.Database) string          { return db.Name + "-rw" }
+func roName(db *v1alpha1.Database) string          { return db.Name + "-ro" }
+func configName(db *v1alpha1.Database) string      { return db.Name + "-config" }
+func replicationName(db *v1alpha1.Database) string { return db.Name + "-replication" }
+func podName(db *v1alpha1.Database, ordinal int) string {
+	return db.Name + "-" + strconv.Itoa(ordinal)
+}
+func pvcName(db *v1alpha1.Database, ordinal int) string {
+	return volumeData + "-" + podName(db, ordinal)
+}
+
+// primaryHost is the stable DNS name of the primary (ordinal 0) through the
+// headless Service; replicas clone and stream from it.
+func primaryHost(db *v1alpha1.Database) string {
+	return podName(db, 0) + "." + headlessName(db)
+}
+
+func endpoint(db *v1alpha1.Database) string {
+	return fmt.Sprintf("%s.%s.svc:%d", rwName(db), db.Namespace, instanceapi.PostgresPort)
+}
+
+func ownerReference(db *v1alpha1.Database) *metav1ac.OwnerReferenceApplyConfiguration {
+	return metav1ac.OwnerReference().
+		WithAPIVersion(v1alpha1.GroupVersion.String()).WithKind("Database").
+		WithName(db.Name).WithUID(db.UID).
+		WithController(true).WithBlockOwnerDeletion(true)
+}
+
+// stsInputs are the facts the StatefulSet depends on beyond the spec.
+type stsInputs struct {
+	instanceImage string // the daytwo image the init container copies from
+	image         string // the PostgreSQL image to run (the spec's, or the last good one after a rollback)
+	major         string // the major version of the data
+	goodImage     string
+	failedImage   string
+	// claimSize keeps the live volume claim template: it is immutable, so a
+	// resize goes to the PVCs instead.
+	claimSize *resource.Quantity
+}
+
+// statefulSet is the PostgreSQL StatefulSet. OnDelete: the operator decides
+// which pod restarts when (replicas first, then the primary).
+func statefulSet(db *v1alpha1.Database, p plan, in stsInputs) *appsv1ac.StatefulSetApplyConfiguration {
+	ann := map[string]string{annMajor: in.major}
+	if in.goodImage != "" {
+		ann[annGoodImage] = in.goodImage
+	}
+	if in.failedImage != "" {
+		ann[annFailedImage] = in.failedImage
+	}
+	size := p.storage
+	if in.claimSize != nil {
+		size = *in.claimSize
+	}
+	claim := corev1ac.PersistentVolumeClaim(volumeData, "").
+		WithLabels(selectorLabels(db)).
+		WithSpec(corev1ac.PersistentVolumeClaimSpec().
+			WithAccessModes(corev1.ReadWriteOnce).
+			WithResources(corev1ac.VolumeResourceRequirements().WithRequests(corev1.ResourceList{corev1.ResourceStorage: size})))
+	if p.storageClass != nil {
+		claim.Spec.WithStorageClassName(*p.storageClass)
+	}
+	return appsv1ac.StatefulSet(db.Name, db.Namespace).
+		WithLabels(labels(db)).
+		WithAnnotations(ann).
+		WithOwnerReferences(ownerReference(db)).
+		WithSpec(appsv1ac.StatefulSetSpec().
+			WithReplicas(p.instances).
+			WithServiceName(headlessName(db)).
+			WithSelector(metav1ac.LabelSelector().WithMatchLabels(selectorLabels(db))).
+			WithPodManagementPolicy(appsv1.OrderedReadyPodManagement).
+			WithUpdateStrategy(appsv1ac.StatefulSetUpdateStrategy().WithType(appsv1.OnDeleteStatefulSetStrategyType)).
+			// The finalizer handles volumes on deletion (deletionPolicy); a
+			// replica's volume removed by a scale-down is rebuilt by cloning.
+			WithPersistentVolumeClaimRetentionPolicy(appsv1ac.StatefulSetPersistentVolumeClaimRetentionPolicy().
+				WithWhenDeleted(appsv1.RetainPersistentVolumeClaimRetentionPolicyType).
+				WithWhenScaled(appsv1.DeletePersistentVolumeClaimRetentionPolicyType)).
+			WithTemplate(podTemplate(db, p, in)).
+			WithVolumeClaimTemplates(claim))
+}
+
+func podTemplate(db *v1alpha1.Database, p plan, in stsInputs) *corev1ac.PodTemplateSpecApplyConfiguration {
+	return corev1ac.PodTemplateSpec().
+		WithLabels(labels(db)).
+		WithAnnotations(map[string]string{
+			annRestartParameters:                      p.restartParameters(),
+			"kubectl.kubernetes.io/default-container": containerPostgres,
+		}).
+		WithSpec(corev1ac.PodSpec().
+			WithTerminationGracePeriodSeconds(terminationGrace).
+			WithEnableServiceLinks(false).
+			// The instance manager never talks to the API server.
+			WithAutomountServiceAccountToken(false).
+			WithSecurityContext(corev1ac.PodSecurityContext().
+				WithRunAsNonRoot(true).WithRunAsUser(999).WithRunAsGroup(999).WithFSGroup(999).
+				WithFSGroupChangePolicy(corev1.FSGroupChangeOnRootMismatch).
+				WithSeccompProfile(corev1ac.SeccompProfile().WithType(corev1.SeccompProfileTypeRuntimeDefault))).
+			WithAffinity(corev1ac.Affinity().WithPodAntiAffinity(corev1ac.PodAntiAffinity().
+				WithPreferredDuringSchedulingIgnoredDuringExecution(corev1ac.WeightedPodAffinityTerm().
+					WithWeight(100).
+					WithPodAffinityTerm(corev1ac.PodAffinityTerm().
+						WithTopologyKey(corev1.LabelHostname).
+						WithLabelSelector(metav1ac.LabelSelector().WithMatchLabels(selectorLabels(db))))))).
+			WithInitContainers(corev1ac.Container().
+				WithName("bootstrap-controller").
+				WithImage(in.instanceImage).
+				WithImagePullPolicy(corev1.PullIfNotPresent).
+				WithCommand("/daytwo", "instance", "bootstrap", controllerMount+"/daytwo").
+				WithSecurityContext(restrictedContainer()).
+				WithResources(corev1ac.ResourceRequirements().WithRequests(corev1.ResourceList{
+					corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("32Mi")})).
+				WithVolumeMounts(corev1ac.VolumeMount().WithName("controller").WithMountPath(controllerMount))).
+			WithContainers(postgresContainer(db, p, in.image)).
+			WithVolumes(podVolumes(db, p)...))
+}
+
+func postgresContainer(db *v1alpha1.Database, p plan, image string) *corev1ac.ContainerApplyConfiguration {
+	args := []string{"instance", "run",
+		"--cluster=" + db.Name, "--pod=$(POD_NAME)", "--primary-host=" + primaryHost(db),
+		"--pgdata=" + dataMount + "/pgdata", "--run-dir=" + controllerMount + "/run",
+		fmt.Sprintf("--shutdown-timeout=%ds", terminationGrace-10)}
+	if b := db.Spec.Bootstrap; b != nil && b.FromBackup != nil {
+		args = append(args, "--from-backup")
+	} else if b != nil && b.InitDB != nil {
+		args = append(args, "--database="+orDefault(b.InitDB.Database, "app"), "--owner="+orDefault(b.InitDB.Owner, "app"))
+	}
+	probe := func(path string, period, failures int32) *corev1ac.ProbeApplyConfiguration {
+		return corev1ac.Probe().
+			WithHTTPGet(corev1ac.HTTPGetAction().WithPath(path).WithPort(intstr.FromString("status"))).
+			WithPeriodSeconds(period).WithTimeoutSeconds(3).WithFailureThreshold(failures)
+	}
+	return corev1ac.Container().
+		WithName(containerPostgres).
+		WithImage(image).
+		WithImagePullPolicy(corev1.PullIfNotPresent).
+		WithCommand(controllerMount+"/daytwo").
+		WithArgs(args...).
+		WithEnv(
+			corev1ac.EnvVar().WithName("POD_NAME").WithValueFrom(corev1ac.EnvVarSource().
+				WithFieldRef(corev1ac.ObjectFieldSelector().WithFieldPath("metadata.name"))),
+			corev1ac.EnvVar().WithName("PGDATA").WithValue(dataMount+"/pgdata"),
+		).
+		WithPorts(
+			corev1ac.ContainerPort().WithName("postgresql").WithContainerPort(instanceapi.PostgresPort).WithProtocol(corev1.ProtocolTCP),
+			corev1ac.ContainerPort().WithName("status").WithContainerPort(instanceapi.Port).WithProtocol(corev1.ProtocolTCP),
+		).
+		WithReadinessProbe(probe(instanceapi.PathReadyz, 2, 3)).
+		WithLivenessProbe(probe(instanceapi.PathHealthz, 10, 6)).
+		WithResources(resourcesApply(p.resources)).
+		WithSecurityContext(restrictedContainer()).
+		WithVolumeMounts(
+			corev1ac.VolumeMount().WithName(volumeData).WithMountPath(dataMount),
+			corev1ac.VolumeMount().WithName("controller").WithMountPath(controllerMount),
+			corev1ac.VolumeMount().WithName("config").WithMountPath("/etc/daytwo/config").WithReadOnly(true),
+			corev1ac.VolumeMount().WithName("secrets").WithMountPath("/etc/daytwo/secrets").WithReadOnly(true),
+			corev1ac.VolumeMount().WithName("shm").WithMountPath("/dev/shm"),
+			corev1ac.VolumeMount().WithName("tmp").WithMountPath("/tmp"),
+		)
+}
+
+func podVolumes(db *v1alpha1.Database, p plan) []*corev1ac.VolumeApplyConfiguration {
+	// Parallel queries use /dev/shm; the runtime's 64MB default is too small.
+	shm := resource.MustParse("256Mi")
+	if m, ok := p.resources.Limits[corev1.ResourceMemory]; ok {
+		shm = *resource.NewQuantity(m.Value()/4, resource.BinarySI)
+	}
+	return []*corev1ac.VolumeApplyConfiguration{
+		corev1ac.Volume().WithName("controller").WithEmptyDir(corev1ac.EmptyDirVolumeSource()),
+		corev1ac.Volume().WithName("tmp").WithEmptyDir(corev1ac.EmptyDirVolumeSource()),
+		corev1ac.Volume().WithName("shm").WithEmptyDir(corev1ac.EmptyDirVolumeSource().
+			WithMedium(corev1.StorageMediumMemory).WithSizeLimit(shm)),
+		corev1ac.Volume().WithName("config").WithConfigMap(corev1ac.ConfigMapVolumeSource().WithName(configName(db))),
+		corev1ac.Volume().WithName("secrets").WithProjected(corev1ac.ProjectedVolumeSource().
+			WithDefaultMode(0o440).
+			WithSources(
+				corev1ac.VolumeProjection().WithSecret(corev1ac.SecretProjection().WithName(db.CredentialsSecretName()).
+					WithItems(corev1ac.KeyToPath().WithKey(v1alpha1.CredentialsPassword).WithPath("app-password"))),
+				corev1ac.VolumeProjection().WithSecret(corev1ac.SecretProjection().WithName(replicationName(db)).
+					WithItems(corev1ac.KeyToPath().WithKey(v1alpha1.CredentialsPassword).WithPath("replication-password"))),
+			)),
+	}
+}
+
+func restrictedContainer() *corev1ac.SecurityContextApplyConfiguration {
+	return corev1ac.SecurityContext().
+		WithAllowPrivilegeEscalation(false).
+		WithReadOnlyRootFilesystem(true).
+		WithRunAsNonRoot(true).
+		WithCapabilities(corev1ac.Capabilities().WithDrop("ALL")).
+		WithSeccompProfile(corev1ac.SeccompProfile().WithType(corev1.SeccompProfileTypeRuntimeDefault))
+}
+
+func resourcesApply(r corev1.ResourceRequirements) *corev1ac.ResourceRequirementsApplyConfiguration {
+	out := corev1ac.ResourceRequirements()
+	if len(r.Requests) > 0 {
+		out.WithRequests(r.Requests)
+	}
+	if len(r.Limits) > 0 {
+		out.WithLimits(r.Limits)
+	}
+	return out
+}
+
+// service is one of the three Services. role "" selects every instance
+// (the headless Service for stable pod DNS names).
+func service(db *v1alpha1.Database, name, role string) *corev1ac.ServiceApplyConfiguration {
+	sel := selectorLabels(db)
+	spec := corev1ac.ServiceSpec().
+		WithPorts(corev1ac.ServicePort().WithName("postgresql").WithPort(instanceapi.PostgresPort).
+			WithTargetPort(intstr.FromString("postgresql")).WithProtocol(corev1.ProtocolTCP))
+	if role == "" {
+		// Replicas must resolve the primary before it is ready to clone it.
+		spec.WithClusterIP(corev1.ClusterIPNone).WithPublishNotReadyAddresses(true)
+	} else {
+		sel[labelRole] = role
+	}
+	return corev1ac.Service(name, db.Namespace).
+		WithLabels(labels(db)).
+		WithOwnerReferences(ownerReference(db)).
+		WithSpec(spec.WithSelector(sel))
+}
+
+func configMap(db *v1alpha1.Database, p plan) *corev1ac.ConfigMapApplyConfiguration {
+	return corev1ac.ConfigMap(configName(db), db.Namespace).
+		WithLabels(labels(db)).
+		WithOwnerReferences(ownerReference(db)).
+		WithData(map[string]string{"postgresql.conf": p.parametersConf()})
+}
+
+// podDisruptionBudget lets a drain take one instance at a time.
+func podDisruptionBudget(db *v1alpha1.Database) *policyv1ac.PodDisruptionBudgetApplyConfiguration {
+	return policyv1ac.PodDisruptionBudget(db.Name, db.Namespace).
+		WithLabels(labels(db)).
+		WithOwnerReferences(ownerReference(db)).
+		WithSpec(policyv1ac.PodDisruptionBudgetSpec().
+			WithMaxUnavailable(intstr.FromInt32(1)).
+			WithSelector(metav1ac.LabelSelector().WithMatchLabels(selectorLabels(db))).
+			WithUnhealthyPodEvictionPolicy(policyv1.AlwaysAllow))
+}
+
+// credentialsData is the application Secret's content: what WebApps and
+// users connect with.
+func credentialsData(db *v1alpha1.Database, password string) map[string][]byte {
+	database, owner := "app", "app"
+	if b := db.Spec.Bootstrap; b != nil && b.InitDB != nil {
+		database, owner = orDefault(b.InitDB.Database, database), orDefault(b.InitDB.Owner, owner)
+	}
+	host := fmt.Sprintf("%s.%s.svc", rwName(db), db.Namespace)
+	port := strconv.Itoa(instanceapi.PostgresPort)
+	return map[string][]byte{
+		v1alpha1.CredentialsHost:     []byte(host),
+		v1alpha1.CredentialsPort:     []byte(port),
+		v1alpha1.CredentialsDatabase: []byte(database),
+		v1alpha1.CredentialsUser:     []byte(owner),
+		v1alpha1.CredentialsPassword: []byte(password),
+		v1alpha1.CredentialsURI:      []byte(fmt.Sprintf("postgresql://%s:%s@%s:%s/%s", owner, password, host, port, database)),
+	}
+}
+
+func orDefault(v, def string) string {
+	if v == "" {
+		return def
+	}
+	return v
+}

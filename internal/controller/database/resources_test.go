@@ -1,0 +1,260 @@
+package database
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
+)
+
+func newDB(mutate ...func(*v1alpha1.Database)) *v1alpha1.Database {
+	db := &v1alpha1.Database{
+		ObjectMeta: metav1.ObjectMeta{Name: "orders", Namespace: "shop", UID: "uid-1", Generation: 3},
+		Spec: v1alpha1.DatabaseSpec{Version: "15", Size: v1alpha1.SizeSmall,
+			Bootstrap: &v1alpha1.DatabaseBootstrap{InitDB: &v1alpha1.BootstrapInitDB{Database: "orders", Owner: "shop"}}},
+	}
+	for _, m := range mutate {
+		m(db)
+	}
+	return db
+}
+
+func TestPlanTiers(t *testing.T) {
+	tests := []struct {
+		name          string
+		db            *v1alpha1.Database
+		instances     int32
+		cpuReq, mem   string
+		storage       string
+		sharedBuffers string
+		image         string
+	}{
+		{"small", newDB(), 1, "250m", "1Gi", "10Gi", "256MB", "postgres:15"},
+		{"medium", newDB(func(d *v1alpha1.Database) { d.Spec.Size = v1alpha1.SizeMedium }), 2, "500m", "4Gi", "50Gi", "1GB", "postgres:15"},
+		{"large", newDB(func(d *v1alpha1.Database) { d.Spec.Size = v1alpha1.SizeLarge }), 3, "1", "16Gi", "200Gi", "4GB", "postgres:15"},
+		{"explicit overrides win", newDB(func(d *v1alpha1.Database) {
+			d.Spec.Size = v1alpha1.SizeLarge
+			d.Spec.Instances = ptr.To[int32](1)
+			d.Spec.Resources = &corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("512Mi")},
+				Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("512Mi")}}
+			d.Spec.Storage = &v1alpha1.DatabaseStorage{Size: ptr.To(resource.MustParse("2Gi"))}
+			d.Spec.Image = "localhost/postgres:15-next"
+		}), 1, "100m", "512Mi", "2Gi", "128MB", "localhost/postgres:15-next"},
+		{"user parameter wins", newDB(func(d *v1alpha1.Database) { d.Spec.Parameters = map[string]string{"shared_buffers": "300MB"} }),
+			1, "250m", "1Gi", "10Gi", "300MB", "postgres:15"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := newPlan(tt.db)
+			if p.instances != tt.instances {
+				t.Errorf("instances = %d, want %d", p.instances, tt.instances)
+			}
+			if got := p.resources.Requests.Cpu(); got.Cmp(resource.MustParse(tt.cpuReq)) != 0 {
+				t.Errorf("cpu request = %s, want %s", got, tt.cpuReq)
+			}
+			if got := p.resources.Requests.Memory(); got.Cmp(resource.MustParse(tt.mem)) != 0 {
+				t.Errorf("memory request = %s, want %s", got, tt.mem)
+			}
+			if p.storage.Cmp(resource.MustParse(tt.storage)) != 0 {
+				t.Errorf("storage = %s, want %s", p.storage.String(), tt.storage)
+			}
+			if p.image != tt.image {
+				t.Errorf("image = %s, want %s", p.image, tt.image)
+			}
+			for _, e := range p.params {
+				if e.Name == "shared_buffers" && e.Value != tt.sharedBuffers {
+					t.Errorf("shared_buffers = %s, want %s", e.Value, tt.sharedBuffers)
+				}
+			}
+		})
+	}
+}
+
+func TestValidate(t *testing.T) {
+	if msg := validate(newDB(func(d *v1alpha1.Database) { d.Spec.Image = "postgres:16.2" }), newPlan(newDB(func(d *v1alpha1.Database) { d.Spec.Image = "postgres:16.2" }))); !strings.Contains(msg, "spec.image") {
+		t.Errorf("image of another major accepted: %q", msg)
+	}
+	noMem := newDB(func(d *v1alpha1.Database) {
+		d.Spec.Resources = &corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")}}
+	})
+	if msg := validate(noMem, newPlan(noMem)); !strings.Contains(msg, "spec.resources") {
+		t.Errorf("resources without memory accepted: %q", msg)
+	}
+	if msg := validate(newDB(), newPlan(newDB())); msg != "" {
+		t.Errorf("valid spec refused: %s", msg)
+	}
+}
+
+func TestStatefulSetShape(t *testing.T) {
+	db := newDB(func(d *v1alpha1.Database) { d.Spec.Size = v1alpha1.SizeMedium })
+	sts := statefulSet(db, newPlan(db), stsInputs{instanceImage: "localhost/daytwo:dev", image: "postgres:15", major: "15",
+		claimSize: ptr.To(resource.MustParse("20Gi"))})
+	spec := sts.Spec
+	if *spec.Replicas != 2 || *spec.UpdateStrategy.Type != appsv1.OnDeleteStatefulSetStrategyType || *spec.ServiceName != "orders" {
+		t.Fatalf("unexpected spec: replicas %d strategy %s service %s", *spec.Replicas, *spec.UpdateStrategy.Type, *spec.ServiceName)
+	}
+	if got := (*spec.VolumeClaimTemplates[0].Spec.Resources.Requests)[corev1.ResourceStorage]; got.String() != "20Gi" {
+		t.Errorf("the live claim size must be kept, got %s", got.String())
+	}
+	pod := spec.Template.Spec
+	if *pod.SecurityContext.RunAsUser != 999 || *pod.SecurityContext.FSGroup != 999 || !*pod.SecurityContext.RunAsNonRoot {
+		t.Errorf("pod security context not restricted: %+v", pod.SecurityContext)
+	}
+	if *pod.InitContainers[0].Image != "localhost/daytwo:dev" || *pod.Containers[0].Image != "postgres:15" {
+		t.Errorf("images: init %s, postgres %s", *pod.InitContainers[0].Image, *pod.Containers[0].Image)
+	}
+	c := pod.Containers[0]
+	args := strings.Join(c.Args, " ")
+	for _, want := range []string{"--cluster=orders", "--primary-host=orders-0.orders", "--database=orders", "--owner=shop", "--pod=$(POD_NAME)"} {
+		if !strings.Contains(args, want) {
+			t.Errorf("args %q lack %s", args, want)
+		}
+	}
+	sc := c.SecurityContext
+	if *sc.AllowPrivilegeEscalation || sc.Capabilities.Drop[0] != "ALL" || *sc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
+		t.Errorf("container security context not restricted")
+	}
+	if *c.ReadinessProbe.HTTPGet.Path != "/readyz" {
+		t.Errorf("readiness is not gated on the instance manager")
+	}
+	if a := spec.Template.Annotations[annRestartParameters]; !strings.Contains(a, `"shared_buffers":"1GB"`) || strings.Contains(a, "work_mem") {
+		t.Errorf("restart parameters annotation = %s", a)
+	}
+	// The shm volume is a quarter of the memory limit.
+	for _, v := range pod.Volumes {
+		if *v.Name == "shm" && v.EmptyDir.SizeLimit.String() != "1Gi" {
+			t.Errorf("shm size = %s", v.EmptyDir.SizeLimit.String())
+		}
+	}
+}
+
+func TestServicesSelectRoles(t *testing.T) {
+	db := newDB()
+	if s := service(db, "orders", ""); *s.Spec.ClusterIP != corev1.ClusterIPNone || s.Spec.Selector[labelRole] != "" {
+		t.Errorf("headless Service wrong: %+v", s.Spec)
+	}
+	if s := service(db, "orders-rw", "primary"); s.Spec.Selector[labelRole] != "primary" || s.Spec.Selector[labelDatabase] != "orders" {
+		t.Errorf("-rw selector = %v", s.Spec.Selector)
+	}
+	if s := service(db, "orders-ro", "replica"); s.Spec.Selector[labelRole] != "replica" {
+		t.Errorf("-ro selector = %v", s.Spec.Selector)
+	}
+}
+
+func TestCredentialsData(t *testing.T) {
+	d := credentialsData(newDB(), "pw")
+	if string(d["uri"]) != "postgresql://shop:pw@orders-rw.shop.svc:5432/orders" || string(d["username"]) != "shop" || string(d["dbname"]) != "orders" {
+		t.Errorf("credentials = %q", d)
+	}
+}
+
+func pod(name, rev string, ready bool) *corev1.Pod {
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{appsv1.ControllerRevisionHashLabelKey: rev}}}
+	s := corev1.ConditionFalse
+	if ready {
+		s = corev1.ConditionTrue
+	}
+	p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: s}}
+	return p
+}
+
+func TestPickRestartOrder(t *testing.T) {
+	tests := []struct {
+		name     string
+		outdated []*corev1.Pod
+		allReady bool
+		want     string
+	}{
+		{"replicas before the primary, highest first", []*corev1.Pod{pod("db-0", "a", true), pod("db-1", "a", true), pod("db-2", "a", true)}, true, "db-2"},
+		{"the primary last", []*corev1.Pod{pod("db-0", "a", true)}, true, "db-0"},
+		{"a broken outdated pod goes at once", []*corev1.Pod{pod("db-0", "a", true), pod("db-1", "a", false)}, false, "db-1"},
+		{"wait while another instance is not ready", []*corev1.Pod{pod("db-0", "a", true), pod("db-1", "a", true)}, false, ""},
+		{"ordinal 10 sorts after 9", []*corev1.Pod{pod("db-9", "a", true), pod("db-10", "a", true)}, true, "db-10"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := ""
+			if p := pickRestart(tt.outdated, tt.allReady); p != nil {
+				got = p.Name
+			}
+			if got != tt.want {
+				t.Errorf("picked %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestFailing(t *testing.T) {
+	r := &Reconciler{UpgradeDeadline: time.Minute}
+	now := time.Now()
+	mk := func(image, waiting string, age time.Duration) corev1.Pod {
+		p := pod("db-1", "b", false)
+		p.CreationTimestamp = metav1.NewTime(now.Add(-age))
+		p.Spec.Containers = []corev1.Container{{Name: containerPostgres, Image: image}}
+		if waiting != "" {
+			p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: containerPostgres, State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: waiting}}}}
+		}
+		return *p
+	}
+	for _, tt := range []struct {
+		name string
+		pod  corev1.Pod
+		want string
+	}{
+		{"pull error fails at once", mk("pg:new", "ErrImagePull", time.Second), "pod db-1 is ErrImagePull"},
+		{"crash loop fails at once", mk("pg:new", "CrashLoopBackOff", time.Second), "pod db-1 is CrashLoopBackOff"},
+		{"starting within the deadline", mk("pg:new", "", 30*time.Second), ""},
+		{"past the deadline", mk("pg:new", "", 2*time.Minute), "pod db-1 was not ready within 1m0s"},
+		{"a pod on the old image does not count", mk("pg:old", "ErrImagePull", time.Hour), ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			obs := &observation{now: now, templateImage: "pg:new", pods: []corev1.Pod{tt.pod}}
+			if got := r.failing(obs); got != tt.want {
+				t.Errorf("failing = %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestPendingParameters(t *testing.T) {
+	db := newDB(func(d *v1alpha1.Database) {
+		d.Spec.Parameters = map[string]string{"shared_buffers": "64MB", "work_mem": "8MB"}
+	})
+	p := newPlan(db)
+	old := pod("db-0", "a", true)
+	old.Annotations = map[string]string{annRestartParameters: newPlan(newDB()).restartParameters()}
+	if got := pendingParameters(p, []*corev1.Pod{old}); strings.Join(got, ",") != "shared_buffers" {
+		t.Errorf("pending = %v, want shared_buffers only (work_mem reloads)", got)
+	}
+}
+
+func TestPhase(t *testing.T) {
+	ready := *pod("orders-0", "r", true)
+	for _, tt := range []struct {
+		name string
+		obs  observation
+		want v1alpha1.DatabasePhase
+	}{
+		{"first start", observation{plan: plan{instances: 1}, pods: []corev1.Pod{*pod("orders-0", "r", false)}}, v1alpha1.DatabasePhaseCreating},
+		{"ready", observation{plan: plan{instances: 1}, pods: []corev1.Pod{ready}, in: stsInputs{goodImage: "pg:1"}, templateImage: "pg:1"}, v1alpha1.DatabasePhaseReady},
+		{"rolling an image", observation{plan: plan{instances: 1}, pods: []corev1.Pod{ready}, in: stsInputs{goodImage: "pg:1"}, templateImage: "pg:2"}, v1alpha1.DatabasePhaseUpgrading},
+		{"restart pending", observation{plan: plan{instances: 1}, pods: []corev1.Pod{ready}, in: stsInputs{goodImage: "pg:1"}, templateImage: "pg:1", outdated: 1}, v1alpha1.DatabasePhaseUpgrading},
+		{"a replica down", observation{plan: plan{instances: 2}, pods: []corev1.Pod{ready}, in: stsInputs{goodImage: "pg:1"}, templateImage: "pg:1"}, v1alpha1.DatabasePhaseDegraded},
+		{"rolled back", observation{plan: plan{instances: 1}, pods: []corev1.Pod{ready}, in: stsInputs{goodImage: "pg:1"}, templateImage: "pg:1", rolledBack: "x"}, v1alpha1.DatabasePhaseDegraded},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			db := newDB()
+			setStatus(db, &tt.obs)
+			if db.Status.Phase != tt.want {
+				t.Errorf("phase = %s, want %s", db.Status.Phase, tt.want)
+			}
+		})
+	}
+}

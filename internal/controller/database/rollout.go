@@ -1,0 +1,209 @@
+package database
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
+	"github.com/daytwo-dev/daytwo/internal/postgres"
+)
+
+// rolloutPoll is how often an image rollout with a pod not yet ready is
+// looked at again, so its deadline is noticed without a pod event.
+const rolloutPoll = 10 * time.Second
+
+// failFast are container waiting reasons no amount of waiting fixes.
+var failFast = map[string]bool{
+	"ErrImagePull": true, "ImagePullBackOff": true, "ErrImageNeverPull": true,
+	"InvalidImageName": true, "CrashLoopBackOff": true, "CreateContainerError": true,
+}
+
+// decideImage works out which image the StatefulSet should carry. It holds
+// a major version change (refused) and an image whose rollout failed (rolled
+// back to the last image every instance ran ready).
+func (r *Reconciler) decideImage(_ context.Context, db *v1alpha1.Database, obs *observation) stsInputs {
+	in := stsInputs{instanceImage: r.InstanceImage, image: obs.plan.image, major: db.Spec.Version}
+	live := obs.sts
+	if live == nil {
+		return in
+	}
+	if m := live.Annotations[annMajor]; m != "" {
+		in.major = m
+	}
+	if c := live.Spec.VolumeClaimTemplates; len(c) > 0 {
+		q := c[0].Spec.Resources.Requests[corev1.ResourceStorage]
+		in.claimSize = &q
+	}
+	in.goodImage, in.failedImage = live.Annotations[annGoodImage], live.Annotations[annFailedImage]
+	obs.templateImage = containerImage(&live.Spec.Template.Spec)
+	if rolloutComplete(live, obs.pods) {
+		in.goodImage = obs.templateImage
+	}
+	switch {
+	case in.major != db.Spec.Version:
+		obs.majorRefused = fmt.Sprintf("spec.version asks for PostgreSQL %s but the data is PostgreSQL %s; "+
+			"major upgrades are not supported yet, so the instances keep running %s", db.Spec.Version, in.major, obs.templateImage)
+		in.image = obs.templateImage
+	case in.image == in.failedImage && in.goodImage != "":
+		in.image = in.goodImage
+		obs.rolledBack = fmt.Sprintf("Image %s did not become ready; rolled back to %s", in.failedImage, in.goodImage)
+	case in.goodImage != "" && obs.templateImage != in.goodImage && obs.templateImage == in.image:
+		if why := r.failing(obs); why != "" {
+			in.failedImage, in.image = obs.templateImage, in.goodImage
+			obs.rolledBack = fmt.Sprintf("Image %s did not become ready; rolled back to %s", in.failedImage, in.goodImage)
+			r.Recorder.Eventf(db, live, corev1.EventTypeWarning, v1alpha1.ReasonRolledBack, "Rollback",
+				"Image %s: %s; rolling back to %s", in.failedImage, why, in.goodImage)
+		}
+	}
+	return in
+}
+
+// failing says why an instance on the StatefulSet's current image cannot
+// become ready, or "" while it still may.
+func (r *Reconciler) failing(obs *observation) string {
+	for i := range obs.pods {
+		pod := &obs.pods[i]
+		if containerImage(&pod.Spec) != obs.templateImage || podReady(pod) || !pod.DeletionTimestamp.IsZero() {
+			continue
+		}
+		for _, cs := range append(pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses...) {
+			if w := cs.State.Waiting; w != nil && failFast[w.Reason] {
+				return fmt.Sprintf("pod %s is %s", pod.Name, w.Reason)
+			}
+		}
+		if age := obs.now.Sub(pod.CreationTimestamp.Time); age > r.UpgradeDeadline {
+			return fmt.Sprintf("pod %s was not ready within %s", pod.Name, r.UpgradeDeadline)
+		}
+	}
+	return ""
+}
+
+// rolloutComplete is true when every instance runs the StatefulSet's
+// current revision and is ready.
+func rolloutComplete(sts *appsv1.StatefulSet, pods []corev1.Pod) bool {
+	if sts.Status.ObservedGeneration < sts.Generation || sts.Status.UpdateRevision == "" ||
+		len(pods) != int(ptrValue(sts.Spec.Replicas)) {
+		return false
+	}
+	for i := range pods {
+		if pods[i].Labels[appsv1.ControllerRevisionHashLabelKey] != sts.Status.UpdateRevision || !podReady(&pods[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+// rollOut restarts, one at a time, the instances that run an older revision
+// of the StatefulSet (a new image or a changed restart-only setting):
+// broken ones first, then replicas from the highest ordinal, the primary
+// last, each only once every instance is ready again.
+func (r *Reconciler) rollOut(ctx context.Context, db *v1alpha1.Database, obs *observation) (reconcile.Result, error) {
+	sts := obs.sts
+	if sts == nil || sts.Status.ObservedGeneration < sts.Generation || sts.Status.UpdateRevision == "" {
+		return reconcile.Result{}, nil // the StatefulSet controller has not caught up; its status update wakes us
+	}
+	var outdated []*corev1.Pod
+	allReady := len(obs.pods) == int(ptrValue(sts.Spec.Replicas))
+	for i := range obs.pods {
+		pod := &obs.pods[i]
+		allReady = allReady && podReady(pod) && pod.DeletionTimestamp.IsZero()
+		if pod.Labels[appsv1.ControllerRevisionHashLabelKey] != sts.Status.UpdateRevision && pod.DeletionTimestamp.IsZero() {
+			outdated = append(outdated, pod)
+		}
+	}
+	obs.outdated = len(outdated)
+	obs.pendingParams = pendingParameters(obs.plan, outdated)
+	if len(outdated) == 0 {
+		return r.pollWhileRollingOut(obs), nil
+	}
+	victim := pickRestart(outdated, allReady)
+	if victim == nil {
+		return r.pollWhileRollingOut(obs), nil
+	}
+	uid := victim.UID
+	if err := r.Client.Delete(ctx, victim, client.Preconditions{UID: &uid}); client.IgnoreNotFound(err) != nil {
+		return reconcile.Result{}, fmt.Errorf("failed to delete pod %s: %w", victim.Name, err)
+	}
+	role := "replica"
+	if ordinal(victim.Name) == 0 {
+		role = "primary"
+	}
+	r.Recorder.Eventf(db, victim, corev1.EventTypeNormal, "Restarting", "Restart",
+		"Restarting %s %s to apply revision %s", role, victim.Name, sts.Status.UpdateRevision)
+	return reconcile.Result{}, nil
+}
+
+// pickRestart chooses the next instance to restart: an outdated one that is
+// not ready serves nothing, so it goes at once; otherwise one at a time,
+// replicas (highest ordinal first) before the primary.
+func pickRestart(outdated []*corev1.Pod, allReady bool) *corev1.Pod {
+	for _, p := range outdated {
+		if !podReady(p) {
+			return p
+		}
+	}
+	if !allReady {
+		return nil
+	}
+	best := outdated[0]
+	for _, p := range outdated[1:] {
+		if ordinal(p.Name) > ordinal(best.Name) {
+			best = p
+		}
+	}
+	return best
+}
+
+func (r *Reconciler) pollWhileRollingOut(obs *observation) reconcile.Result {
+	if obs.in.goodImage != "" && obs.templateImage != obs.in.goodImage {
+		return reconcile.Result{RequeueAfter: rolloutPoll}
+	}
+	return reconcile.Result{}
+}
+
+// pendingParameters names the restart-only settings whose values differ
+// between what outdated pods started with and what the spec asks for.
+func pendingParameters(p plan, outdated []*corev1.Pod) []string {
+	want := postgres.RestartOnly(p.params)
+	var names []string
+	for _, pod := range outdated {
+		had := map[string]string{}
+		if err := json.Unmarshal([]byte(pod.Annotations[annRestartParameters]), &had); err != nil {
+			continue
+		}
+		names = append(names, postgres.ChangedKeys(had, want)...)
+	}
+	return uniqueSorted(names)
+}
+
+func containerImage(spec *corev1.PodSpec) string {
+	for _, c := range spec.Containers {
+		if c.Name == containerPostgres {
+			return c.Image
+		}
+	}
+	return ""
+}
+
+func podReady(pod *corev1.Pod) bool {
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+func ptrValue(p *int32) int32 {
+	if p == nil {
+		return 1
+	}
+	return *p
+}

@@ -1,0 +1,157 @@
+package database
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
+	"github.com/daytwo-dev/daytwo/internal/controller/conditions"
+)
+
+// observation is what one reconcile saw and decided; the status is built
+// from it alone.
+type observation struct {
+	plan    plan
+	invalid string
+	now     time.Time
+
+	sts           *appsv1.StatefulSet
+	pods          []corev1.Pod
+	in            stsInputs
+	templateImage string
+
+	rolledBack    string
+	majorRefused  string
+	outdated      int
+	pendingParams []string
+
+	storageReason, storageMessage string
+}
+
+// setStatus rebuilds db's status from obs.
+func setStatus(db *v1alpha1.Database, obs *observation) {
+	st := &db.Status
+	set := func(typ string, ok bool, reason, msg string) {
+		s := metav1.ConditionFalse
+		if ok {
+			s = metav1.ConditionTrue
+		}
+		conditions.Set(&st.Conditions, db.Generation, typ, s, reason, msg)
+	}
+	st.Instances = obs.plan.instances
+	st.Selector = metav1.FormatLabelSelector(&metav1.LabelSelector{MatchLabels: selectorLabels(db)})
+	st.Endpoint = endpoint(db)
+	st.SecretName = db.CredentialsSecretName()
+	st.Parameters = obs.plan.statusParameters()
+	st.ObservedGeneration = db.Generation
+	if obs.invalid != "" {
+		st.Phase, st.Ready = v1alpha1.DatabasePhaseDegraded, false
+		set(v1alpha1.ConditionReady, false, v1alpha1.ReasonInvalidSpec, obs.invalid)
+		return
+	}
+	st.CurrentVersion = obs.in.major
+	st.CurrentImage = obs.in.goodImage
+	if st.CurrentImage == "" {
+		st.CurrentImage = obs.in.image
+	}
+	st.FailedImage = obs.in.failedImage
+	st.ReadyInstances, st.Primary = 0, ""
+	primaryReady, primaryWhy := false, "the primary pod does not exist yet"
+	for i := range obs.pods {
+		pod := &obs.pods[i]
+		ready := podReady(pod) && pod.DeletionTimestamp.IsZero()
+		if ready {
+			st.ReadyInstances++
+		}
+		if ordinal(pod.Name) == 0 {
+			st.Primary, primaryReady, primaryWhy = pod.Name, ready, notReadyReason(pod)
+		}
+	}
+	st.Ready = primaryReady
+	if primaryReady {
+		set(v1alpha1.ConditionReady, true, v1alpha1.ReasonAvailable,
+			fmt.Sprintf("The primary %s accepts connections; %d of %d instances ready", st.Primary, st.ReadyInstances, st.Instances))
+	} else {
+		set(v1alpha1.ConditionReady, false, v1alpha1.ReasonPrimaryNotReady, "The primary is not ready: "+primaryWhy)
+	}
+	setRolloutConditions(db, obs, set)
+	st.Phase = phase(db, obs, primaryReady)
+}
+
+func setRolloutConditions(db *v1alpha1.Database, obs *observation, set func(string, bool, string, string)) {
+	st := &db.Status
+	switch {
+	case obs.majorRefused != "":
+		set(v1alpha1.ConditionUpgradeFailed, true, v1alpha1.ReasonMajorUpgradeUnsupported, obs.majorRefused)
+	case obs.rolledBack != "":
+		set(v1alpha1.ConditionUpgradeFailed, true, v1alpha1.ReasonRolledBack, obs.rolledBack)
+	default:
+		set(v1alpha1.ConditionUpgradeFailed, false, v1alpha1.ReasonUpToDate, "No version change has failed")
+	}
+	if len(obs.pendingParams) > 0 {
+		set(v1alpha1.ConditionPendingRestart, true, v1alpha1.ReasonRestartRequired,
+			fmt.Sprintf("Changed settings need a restart: %s; restarting replicas first, then the primary",
+				strings.Join(obs.pendingParams, ", ")))
+	} else {
+		set(v1alpha1.ConditionPendingRestart, false, v1alpha1.ReasonUpToDate, "Every instance runs the current settings")
+	}
+	switch {
+	case obs.outdated > 0:
+		set(v1alpha1.ConditionProgressing, true, v1alpha1.ReasonRollingOut,
+			fmt.Sprintf("%d of %d instances run an older revision", obs.outdated, st.Instances))
+	case st.ReadyInstances < st.Instances:
+		set(v1alpha1.ConditionProgressing, true, v1alpha1.ReasonReconciling,
+			fmt.Sprintf("%d of %d instances ready", st.ReadyInstances, st.Instances))
+	case obs.rolledBack != "":
+		set(v1alpha1.ConditionProgressing, false, v1alpha1.ReasonRolledBack, obs.rolledBack)
+	default:
+		set(v1alpha1.ConditionProgressing, false, v1alpha1.ReasonRolloutComplete, "Every instance runs "+st.CurrentImage)
+	}
+	if obs.storageReason != "" {
+		set(v1alpha1.ConditionStorageResizePending, true, obs.storageReason, obs.storageMessage)
+	} else {
+		set(v1alpha1.ConditionStorageResizePending, false, v1alpha1.ReasonUpToDate, "Volumes match spec")
+	}
+}
+
+func phase(db *v1alpha1.Database, obs *observation, primaryReady bool) v1alpha1.DatabasePhase {
+	st := &db.Status
+	rollingImage := obs.in.goodImage != "" && obs.templateImage != "" && obs.templateImage != obs.in.goodImage
+	switch {
+	case obs.in.goodImage == "" && !primaryReady:
+		return v1alpha1.DatabasePhaseCreating
+	case obs.outdated > 0 || rollingImage:
+		return v1alpha1.DatabasePhaseUpgrading
+	case !primaryReady || st.ReadyInstances < st.Instances || obs.rolledBack != "" || obs.majorRefused != "":
+		return v1alpha1.DatabasePhaseDegraded
+	default:
+		return v1alpha1.DatabasePhaseReady
+	}
+}
+
+// notReadyReason explains a pod that is not ready in a few stable words.
+func notReadyReason(pod *corev1.Pod) string {
+	if !pod.DeletionTimestamp.IsZero() {
+		return "pod " + pod.Name + " is terminating"
+	}
+	for _, cs := range append(slices.Clone(pod.Status.InitContainerStatuses), pod.Status.ContainerStatuses...) {
+		if w := cs.State.Waiting; w != nil && w.Reason != "" && w.Reason != "PodInitializing" {
+			return fmt.Sprintf("container %s of pod %s is %s", cs.Name, pod.Name, w.Reason)
+		}
+	}
+	if pod.Status.Phase == corev1.PodPending {
+		return "pod " + pod.Name + " is pending"
+	}
+	return "pod " + pod.Name + " is starting"
+}
+
+func uniqueSorted(s []string) []string {
+	slices.Sort(s)
+	return slices.Compact(s)
+}
