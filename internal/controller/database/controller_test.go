@@ -1,0 +1,493 @@
+package database_test
+
+// envtest: a real kube-apiserver with the real CRDs and the operator running.
+// No StatefulSet controller or kubelet runs here, so where a test needs pods
+// it creates them as the StatefulSet controller would (revision label,
+// template annotations, Ready condition); the real node e2e suite covers the
+// rest.
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv1 "k8s.io/api/autoscaling/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
+	"github.com/daytwo-dev/daytwo/internal/testenv"
+)
+
+var env *testenv.Env
+
+func TestMain(m *testing.M) {
+	var stop func() error
+	var err error
+	env, stop, err = testenv.StartOperator()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	if err := stop(); err != nil {
+		fmt.Fprintln(os.Stderr, "stop:", err)
+		code = 1
+	}
+	os.Exit(code)
+}
+
+var ctx = context.Background()
+
+func eventually(t *testing.T, what string, cond func() (bool, error)) {
+	t.Helper()
+	var last error
+	err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 20*time.Second, true, func(context.Context) (bool, error) {
+		ok, err := cond()
+		last = err
+		return ok && err == nil, nil
+	})
+	if err != nil {
+		t.Fatalf("timed out waiting for %s (last error: %v)", what, last)
+	}
+}
+
+func update[T client.Object](t *testing.T, obj T, mutate func(T)) {
+	t.Helper()
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
+			return err
+		}
+		mutate(obj)
+		return env.Client.Update(ctx, obj)
+	})
+	if err != nil {
+		t.Fatalf("update %s: %v", obj.GetName(), err)
+	}
+}
+
+func newDB(ns, name string, mutate ...func(*v1alpha1.Database)) *v1alpha1.Database {
+	db := &v1alpha1.Database{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec:       v1alpha1.DatabaseSpec{Version: "15"},
+	}
+	for _, m := range mutate {
+		m(db)
+	}
+	return db
+}
+
+func create(t *testing.T, obj client.Object) {
+	t.Helper()
+	if err := env.Client.Create(ctx, obj); err != nil {
+		t.Fatalf("create %s: %v", obj.GetName(), err)
+	}
+}
+
+func get[T client.Object](ns, name string, obj T) (T, error) {
+	return obj, env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, obj)
+}
+
+func condition(db *v1alpha1.Database, typ string) *metav1.Condition {
+	return meta.FindStatusCondition(db.Status.Conditions, typ)
+}
+
+// waitCondition waits until the Database's condition has status and reason
+// and returns the Database.
+func waitCondition(t *testing.T, ns, name, typ string, status metav1.ConditionStatus, reason string) *v1alpha1.Database {
+	t.Helper()
+	db := &v1alpha1.Database{}
+	eventually(t, fmt.Sprintf("%s=%s (%s)", typ, status, reason), func() (bool, error) {
+		if _, err := get(ns, name, db); err != nil {
+			return false, err
+		}
+		c := condition(db, typ)
+		return c != nil && c.Status == status && c.Reason == reason, nil
+	})
+	return db
+}
+
+func TestChildrenHaveTheRightShape(t *testing.T) {
+	ns := env.Namespace(t)
+	create(t, newDB(ns, "orders", func(d *v1alpha1.Database) {
+		d.Spec.Size = v1alpha1.SizeMedium
+		d.Spec.Parameters = map[string]string{"work_mem": "16MB"}
+	}))
+	sts := &appsv1.StatefulSet{}
+	eventually(t, "the StatefulSet", func() (bool, error) { _, err := get(ns, "orders", sts); return err == nil, client.IgnoreNotFound(err) })
+	if *sts.Spec.Replicas != 2 || sts.Spec.UpdateStrategy.Type != appsv1.OnDeleteStatefulSetStrategyType {
+		t.Errorf("replicas %d, strategy %s", *sts.Spec.Replicas, sts.Spec.UpdateStrategy.Type)
+	}
+	if got := sts.Spec.VolumeClaimTemplates[0].Spec.Resources.Requests[corev1.ResourceStorage]; got.String() != "50Gi" {
+		t.Errorf("medium tier volume = %s", got.String())
+	}
+	if owner := metav1.GetControllerOf(sts); owner == nil || owner.Kind != "Database" {
+		t.Errorf("StatefulSet not owned by the Database: %v", owner)
+	}
+
+	for name, want := range map[string]string{"orders": "", "orders-rw": "primary", "orders-ro": "replica"} {
+		svc, err := get(ns, name, &corev1.Service{})
+		if err != nil {
+			t.Fatalf("Service %s: %v", name, err)
+		}
+		if svc.Spec.Selector["daytwo.dev/role"] != want {
+			t.Errorf("Service %s selects role %q, want %q", name, svc.Spec.Selector["daytwo.dev/role"], want)
+		}
+	}
+	cm, err := get(ns, "orders-config", &corev1.ConfigMap{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if conf := cm.Data["postgresql.conf"]; !strings.Contains(conf, "shared_buffers = '1GB'") || !strings.Contains(conf, "work_mem = '16MB'\t# user") {
+		t.Errorf("rendered configuration:\n%s", conf)
+	}
+	if _, err := get(ns, "orders", &policyv1.PodDisruptionBudget{}); err != nil {
+		t.Errorf("no PodDisruptionBudget for 2 instances: %v", err)
+	}
+	secret, err := get(ns, "orders-credentials", &corev1.Secret{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	password := string(secret.Data["password"])
+	if len(password) != 32 || string(secret.Data["uri"]) != "postgresql://app:"+password+"@orders-rw."+ns+".svc:5432/app" {
+		t.Errorf("credentials Secret: %q", secret.Data["uri"])
+	}
+	if _, err := get(ns, "orders-replication", &corev1.Secret{}); err != nil {
+		t.Errorf("replication Secret: %v", err)
+	}
+
+	db := waitCondition(t, ns, "orders", v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonPrimaryNotReady)
+	st := db.Status
+	if st.Phase != v1alpha1.DatabasePhaseCreating || st.Instances != 2 || st.Endpoint != "orders-rw."+ns+".svc:5432" ||
+		st.SecretName != "orders-credentials" || st.CurrentVersion != "15" || st.Selector != "daytwo.dev/database=orders" {
+		t.Errorf("status = %+v", st)
+	}
+	sources := map[string]v1alpha1.EffectiveParameter{}
+	for _, p := range st.Parameters {
+		sources[p.Name] = p
+	}
+	if sources["shared_buffers"].Source != v1alpha1.ParameterTuned || sources["work_mem"] != (v1alpha1.EffectiveParameter{Name: "work_mem", Value: "16MB", Source: v1alpha1.ParameterUser}) {
+		t.Errorf("status.parameters: shared_buffers %+v, work_mem %+v", sources["shared_buffers"], sources["work_mem"])
+	}
+	raw, _ := json.Marshal(db.Status)
+	if strings.Contains(string(raw), password) {
+		t.Fatal("the password appears in the status")
+	}
+
+	// Drift is repaired, and the Secret is never regenerated.
+	if err := env.Client.Delete(ctx, sts); err != nil {
+		t.Fatal(err)
+	}
+	update(t, db, func(d *v1alpha1.Database) { d.Spec.Parameters["work_mem"] = "32MB" })
+	eventually(t, "the StatefulSet to come back", func() (bool, error) {
+		s, err := get(ns, "orders", &appsv1.StatefulSet{})
+		return err == nil && s.UID != sts.UID, client.IgnoreNotFound(err)
+	})
+	eventually(t, "the new work_mem in the ConfigMap", func() (bool, error) {
+		cm, err := get(ns, "orders-config", &corev1.ConfigMap{})
+		return err == nil && strings.Contains(cm.Data["postgresql.conf"], "work_mem = '32MB'"), err
+	})
+	again, _ := get(ns, "orders-credentials", &corev1.Secret{})
+	if string(again.Data["password"]) != password {
+		t.Fatal("the credentials Secret was regenerated")
+	}
+	assertNoPasswordInEvents(t, ns, password)
+}
+
+func assertNoPasswordInEvents(t *testing.T, ns, password string) {
+	t.Helper()
+	list := &corev1.EventList{}
+	if err := env.Client.List(ctx, list, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range list.Items {
+		if strings.Contains(e.Message, password) {
+			t.Fatalf("event %s carries the password", e.Name)
+		}
+	}
+}
+
+// fakeStatefulSetController does what the StatefulSet controller would for
+// the StatefulSet's current template: publishes revision rev and creates or
+// replaces pod 0 on it, Ready.
+func fakeStatefulSetController(t *testing.T, ns, name, rev string) {
+	t.Helper()
+	sts, err := get(ns, name, &appsv1.StatefulSet{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sts.Status.ObservedGeneration = sts.Generation
+	sts.Status.UpdateRevision, sts.Status.CurrentRevision = rev, rev
+	sts.Status.Replicas = *sts.Spec.Replicas
+	if err := env.Client.Status().Update(ctx, sts); err != nil {
+		t.Fatalf("StatefulSet status: %v", err)
+	}
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name + "-0", Namespace: ns, Labels: map[string]string{}, Annotations: sts.Spec.Template.Annotations},
+		Spec:       *sts.Spec.Template.Spec.DeepCopy(),
+	}
+	for k, v := range sts.Spec.Template.Labels {
+		pod.Labels[k] = v
+	}
+	pod.Labels[appsv1.ControllerRevisionHashLabelKey] = rev
+	pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: "pgdata", VolumeSource: corev1.VolumeSource{
+		PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "pgdata-" + pod.Name}}})
+	create(t, pod)
+	pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
+	if err := env.Client.Status().Update(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestRestartOnlyChangeRollsThePod(t *testing.T) {
+	ns := env.Namespace(t)
+	create(t, newDB(ns, "app"))
+	eventually(t, "the StatefulSet", func() (bool, error) { _, err := get(ns, "app", &appsv1.StatefulSet{}); return err == nil, client.IgnoreNotFound(err) })
+	fakeStatefulSetController(t, ns, "app", "rev-1")
+	db := waitCondition(t, ns, "app", v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonAvailable)
+	eventually(t, "pod 0 labelled primary", func() (bool, error) {
+		p, err := get(ns, "app-0", &corev1.Pod{})
+		return err == nil && p.Labels["daytwo.dev/role"] == "primary", err
+	})
+	if db.Status.Primary != "app-0" || db.Status.ReadyInstances != 1 {
+		t.Errorf("status: primary %q ready %d", db.Status.Primary, db.Status.ReadyInstances)
+	}
+
+	// A reloadable setting changes the ConfigMap only: no new revision.
+	sts, _ := get(ns, "app", &appsv1.StatefulSet{})
+	update(t, db, func(d *v1alpha1.Database) { d.Spec.Parameters = map[string]string{"work_mem": "8MB"} })
+	eventually(t, "work_mem in the ConfigMap", func() (bool, error) {
+		cm, err := get(ns, "app-config", &corev1.ConfigMap{})
+		return err == nil && strings.Contains(cm.Data["postgresql.conf"], "work_mem = '8MB'"), err
+	})
+	if now, _ := get(ns, "app", &appsv1.StatefulSet{}); now.Generation != sts.Generation {
+		t.Errorf("a reloadable setting changed the pod template (generation %d -> %d)", sts.Generation, now.Generation)
+	}
+
+	// A restart-only one changes the template; the operator restarts pod 0.
+	pod0, _ := get(ns, "app-0", &corev1.Pod{})
+	update(t, db, func(d *v1alpha1.Database) { d.Spec.Parameters["shared_buffers"] = "64MB" })
+	eventually(t, "a new template generation", func() (bool, error) {
+		now, err := get(ns, "app", &appsv1.StatefulSet{})
+		return err == nil && now.Generation > sts.Generation, err
+	})
+	// Publish the new revision but keep pod 0 on the old one.
+	now, _ := get(ns, "app", &appsv1.StatefulSet{})
+	now.Status.ObservedGeneration, now.Status.UpdateRevision = now.Generation, "rev-2"
+	if err := env.Client.Status().Update(ctx, now); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "pod 0 restarted", func() (bool, error) {
+		p, err := get(ns, "app-0", &corev1.Pod{})
+		if apierrors.IsNotFound(err) {
+			return true, nil
+		}
+		return err == nil && (p.UID != pod0.UID || !p.DeletionTimestamp.IsZero()), err
+	})
+	db = waitCondition(t, ns, "app", v1alpha1.ConditionPendingRestart, metav1.ConditionTrue, v1alpha1.ReasonRestartRequired)
+	if msg := condition(db, v1alpha1.ConditionPendingRestart).Message; !strings.Contains(msg, "shared_buffers") || strings.Contains(msg, "work_mem") {
+		t.Errorf("PendingRestart message = %q", msg)
+	}
+	fakeStatefulSetController(t, ns, "app", "rev-2")
+	waitCondition(t, ns, "app", v1alpha1.ConditionPendingRestart, metav1.ConditionFalse, v1alpha1.ReasonUpToDate)
+}
+
+func TestScaleSubresourceAndBudget(t *testing.T) {
+	ns := env.Namespace(t)
+	db := newDB(ns, "scaled")
+	create(t, db)
+	eventually(t, "the StatefulSet", func() (bool, error) { _, err := get(ns, "scaled", &appsv1.StatefulSet{}); return err == nil, client.IgnoreNotFound(err) })
+	if _, err := get(ns, "scaled", &policyv1.PodDisruptionBudget{}); !apierrors.IsNotFound(err) {
+		t.Errorf("a single instance got a PodDisruptionBudget: %v", err)
+	}
+	// What `kubectl scale database/scaled --replicas=3` sends. (A GET of the
+	// scale subresource answers only once spec.instances is set: the API
+	// server does not know the tier's default.)
+	patch := client.RawPatch(types.MergePatchType, []byte(`{"spec":{"replicas":3}}`))
+	if err := env.Client.SubResource("scale").Patch(ctx, db, patch, client.WithSubResourceBody(&autoscalingv1.Scale{})); err != nil {
+		t.Fatalf("scale: %v", err)
+	}
+	eventually(t, "3 replicas and a budget", func() (bool, error) {
+		sts, err := get(ns, "scaled", &appsv1.StatefulSet{})
+		if err != nil || *sts.Spec.Replicas != 3 {
+			return false, err
+		}
+		_, err = get(ns, "scaled", &policyv1.PodDisruptionBudget{})
+		return err == nil, client.IgnoreNotFound(err)
+	})
+	eventually(t, "status.instances 3", func() (bool, error) {
+		d, err := get(ns, "scaled", &v1alpha1.Database{})
+		return err == nil && d.Status.Instances == 3, err
+	})
+}
+
+func TestMajorUpgradeIsRefused(t *testing.T) {
+	ns := env.Namespace(t)
+	db := newDB(ns, "legacy")
+	create(t, db)
+	eventually(t, "the StatefulSet", func() (bool, error) { _, err := get(ns, "legacy", &appsv1.StatefulSet{}); return err == nil, client.IgnoreNotFound(err) })
+	update(t, db, func(d *v1alpha1.Database) { d.Spec.Version = "16" })
+	db = waitCondition(t, ns, "legacy", v1alpha1.ConditionUpgradeFailed, metav1.ConditionTrue, v1alpha1.ReasonMajorUpgradeUnsupported)
+	if db.Status.CurrentVersion != "15" || !strings.Contains(condition(db, v1alpha1.ConditionUpgradeFailed).Message, "PostgreSQL 16") {
+		t.Errorf("status: version %s, %+v", db.Status.CurrentVersion, condition(db, v1alpha1.ConditionUpgradeFailed))
+	}
+	sts, _ := get(ns, "legacy", &appsv1.StatefulSet{})
+	if img := sts.Spec.Template.Spec.Containers[0].Image; img != "postgres:15" {
+		t.Fatalf("a major upgrade started silently: image %s", img)
+	}
+}
+
+func TestInvalidImageForVersion(t *testing.T) {
+	ns := env.Namespace(t)
+	create(t, newDB(ns, "mixed", func(d *v1alpha1.Database) { d.Spec.Image = "postgres:16.1" }))
+	db := waitCondition(t, ns, "mixed", v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonInvalidSpec)
+	if !strings.Contains(condition(db, v1alpha1.ConditionReady).Message, "spec.image") {
+		t.Errorf("message = %q", condition(db, v1alpha1.ConditionReady).Message)
+	}
+	if _, err := get(ns, "mixed", &appsv1.StatefulSet{}); !apierrors.IsNotFound(err) {
+		t.Errorf("a StatefulSet was created for an invalid spec: %v", err)
+	}
+}
+
+// volume creates a claim as the StatefulSet controller would for pod 0.
+func volume(t *testing.T, ns, db, class, size string) *corev1.PersistentVolumeClaim {
+	pvc := &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: "pgdata-" + db + "-0", Namespace: ns, Labels: map[string]string{"daytwo.dev/database": db}},
+		Spec: corev1.PersistentVolumeClaimSpec{
+			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			StorageClassName: ptr.To(class),
+			Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse(size)}},
+		},
+	}
+	create(t, pvc)
+	return pvc
+}
+
+func TestStorageGrowthNeedsAnExpandableClass(t *testing.T) {
+	ns := env.Namespace(t)
+	class := &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "fixed-" + ns}, Provisioner: "example.com/fixed"}
+	create(t, class)
+	t.Cleanup(func() { _ = env.Client.Delete(ctx, class) })
+	db := newDB(ns, "grow", func(d *v1alpha1.Database) {
+		d.Spec.Storage = &v1alpha1.DatabaseStorage{Size: ptr.To(resource.MustParse("1Gi")), StorageClassName: ptr.To(class.Name)}
+	})
+	create(t, db)
+	volume(t, ns, "grow", class.Name, "1Gi")
+	waitCondition(t, ns, "grow", v1alpha1.ConditionStorageResizePending, metav1.ConditionFalse, v1alpha1.ReasonUpToDate)
+
+	update(t, db, func(d *v1alpha1.Database) { d.Spec.Storage.Size = ptr.To(resource.MustParse("2Gi")) })
+	db = waitCondition(t, ns, "grow", v1alpha1.ConditionStorageResizePending, metav1.ConditionTrue, v1alpha1.ReasonExpansionUnsupported)
+	if msg := condition(db, v1alpha1.ConditionStorageResizePending).Message; !strings.Contains(msg, class.Name) || !strings.Contains(msg, "2Gi") {
+		t.Errorf("message = %q", msg)
+	}
+	update(t, db, func(d *v1alpha1.Database) { d.Spec.Storage.Size = ptr.To(resource.MustParse("512Mi")) })
+	waitCondition(t, ns, "grow", v1alpha1.ConditionStorageResizePending, metav1.ConditionTrue, v1alpha1.ReasonShrinkUnsupported)
+}
+
+func TestDeletionPolicies(t *testing.T) {
+	t.Run("Delete removes the volumes", func(t *testing.T) {
+		ns := env.Namespace(t)
+		db := newDB(ns, "gone", func(d *v1alpha1.Database) { d.Spec.DeletionPolicy = v1alpha1.DatabaseDeletionDelete })
+		create(t, db)
+		waitCondition(t, ns, "gone", v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonPrimaryNotReady)
+		volume(t, ns, "gone", "standard", "1Gi")
+		if err := env.Client.Delete(ctx, db); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, "the Database gone and its volume deleted", func() (bool, error) {
+			_, err := get(ns, "gone", &v1alpha1.Database{})
+			if !apierrors.IsNotFound(err) {
+				return false, client.IgnoreNotFound(err)
+			}
+			pvc, err := get(ns, "pgdata-gone-0", &corev1.PersistentVolumeClaim{})
+			return apierrors.IsNotFound(err) || (err == nil && !pvc.DeletionTimestamp.IsZero()), client.IgnoreNotFound(err)
+		})
+	})
+	t.Run("Retain keeps the volumes and the Secret", func(t *testing.T) {
+		ns := env.Namespace(t)
+		db := newDB(ns, "kept")
+		create(t, db)
+		waitCondition(t, ns, "kept", v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonPrimaryNotReady)
+		volume(t, ns, "kept", "standard", "1Gi")
+		secret, _ := get(ns, "kept-credentials", &corev1.Secret{})
+		if err := env.Client.Delete(ctx, db); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, "the Database gone", func() (bool, error) {
+			_, err := get(ns, "kept", &v1alpha1.Database{})
+			return apierrors.IsNotFound(err), client.IgnoreNotFound(err)
+		})
+		pvc, err := get(ns, "pgdata-kept-0", &corev1.PersistentVolumeClaim{})
+		if err != nil || !pvc.DeletionTimestamp.IsZero() {
+			t.Fatalf("the volume was not kept: %v", err)
+		}
+		s, err := get(ns, "kept-credentials", &corev1.Secret{})
+		if err != nil || len(s.OwnerReferences) != 0 {
+			t.Fatalf("the Secret was not released: %v %v", err, s.OwnerReferences)
+		}
+		eventually(t, "a Retained event", func() (bool, error) {
+			list := &corev1.EventList{}
+			err := env.Client.List(ctx, list, client.InNamespace(ns))
+			for _, e := range list.Items {
+				if e.Reason == "Retained" && strings.Contains(e.Message, "pgdata-kept-0") && strings.Contains(e.Message, "kept-credentials") {
+					return true, nil
+				}
+			}
+			return false, err
+		})
+		// Created again, the Database takes the kept Secret back unchanged.
+		create(t, newDB(ns, "kept"))
+		eventually(t, "the Secret taken back", func() (bool, error) {
+			s, err := get(ns, "kept-credentials", &corev1.Secret{})
+			return err == nil && metav1.GetControllerOf(s) != nil, err
+		})
+		s, _ = get(ns, "kept-credentials", &corev1.Secret{})
+		if string(s.Data["password"]) != string(secret.Data["password"]) {
+			t.Fatal("the kept password was replaced")
+		}
+	})
+	t.Run("Snapshot is refused without backup storage", func(t *testing.T) {
+		ns := env.Namespace(t)
+		err := env.Client.Create(ctx, newDB(ns, "snap", func(d *v1alpha1.Database) { d.Spec.DeletionPolicy = v1alpha1.DatabaseDeletionSnapshot }))
+		if err == nil || !strings.Contains(err.Error(), "backupStorage") {
+			t.Fatalf("created without backup storage: %v", err)
+		}
+	})
+	t.Run("Snapshot holds the deletion and says why", func(t *testing.T) {
+		ns := env.Namespace(t)
+		db := newDB(ns, "snap", func(d *v1alpha1.Database) {
+			d.Spec.DeletionPolicy = v1alpha1.DatabaseDeletionSnapshot
+			d.Spec.BackupStorage = &v1alpha1.BackupStorage{PVC: &v1alpha1.PVCStorage{ClaimName: "backups"}}
+		})
+		create(t, db)
+		waitCondition(t, ns, "snap", v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonPrimaryNotReady)
+		volume(t, ns, "snap", "standard", "1Gi")
+		if err := env.Client.Delete(ctx, db); err != nil {
+			t.Fatal(err)
+		}
+		db = waitCondition(t, ns, "snap", v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonSnapshotUnavailable)
+		if db.Status.Phase != v1alpha1.DatabasePhaseDeleting {
+			t.Errorf("phase = %s", db.Status.Phase)
+		}
+		update(t, db, func(d *v1alpha1.Database) { d.Spec.DeletionPolicy = v1alpha1.DatabaseDeletionRetain })
+		eventually(t, "the Database gone", func() (bool, error) {
+			_, err := get(ns, "snap", &v1alpha1.Database{})
+			return apierrors.IsNotFound(err), client.IgnoreNotFound(err)
+		})
+	})
+}
