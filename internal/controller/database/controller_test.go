@@ -257,7 +257,10 @@ func fakeStatefulSetController(t *testing.T, ns, name, rev string) {
 func TestRestartOnlyChangeRollsThePod(t *testing.T) {
 	ns := env.Namespace(t)
 	create(t, newDB(ns, "app"))
-	eventually(t, "the StatefulSet", func() (bool, error) { _, err := get(ns, "app", &appsv1.StatefulSet{}); return err == nil, client.IgnoreNotFound(err) })
+	eventually(t, "the StatefulSet", func() (bool, error) {
+		_, err := get(ns, "app", &appsv1.StatefulSet{})
+		return err == nil, client.IgnoreNotFound(err)
+	})
 	fakeStatefulSetController(t, ns, "app", "rev-1")
 	db := waitCondition(t, ns, "app", v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonAvailable)
 	eventually(t, "pod 0 labelled primary", func() (bool, error) {
@@ -311,7 +314,10 @@ func TestScaleSubresourceAndBudget(t *testing.T) {
 	ns := env.Namespace(t)
 	db := newDB(ns, "scaled")
 	create(t, db)
-	eventually(t, "the StatefulSet", func() (bool, error) { _, err := get(ns, "scaled", &appsv1.StatefulSet{}); return err == nil, client.IgnoreNotFound(err) })
+	eventually(t, "the StatefulSet", func() (bool, error) {
+		_, err := get(ns, "scaled", &appsv1.StatefulSet{})
+		return err == nil, client.IgnoreNotFound(err)
+	})
 	if _, err := get(ns, "scaled", &policyv1.PodDisruptionBudget{}); !apierrors.IsNotFound(err) {
 		t.Errorf("a single instance got a PodDisruptionBudget: %v", err)
 	}
@@ -340,7 +346,10 @@ func TestMajorUpgradeIsRefused(t *testing.T) {
 	ns := env.Namespace(t)
 	db := newDB(ns, "legacy")
 	create(t, db)
-	eventually(t, "the StatefulSet", func() (bool, error) { _, err := get(ns, "legacy", &appsv1.StatefulSet{}); return err == nil, client.IgnoreNotFound(err) })
+	eventually(t, "the StatefulSet", func() (bool, error) {
+		_, err := get(ns, "legacy", &appsv1.StatefulSet{})
+		return err == nil, client.IgnoreNotFound(err)
+	})
 	update(t, db, func(d *v1alpha1.Database) { d.Spec.Version = "16" })
 	db = waitCondition(t, ns, "legacy", v1alpha1.ConditionUpgradeFailed, metav1.ConditionTrue, v1alpha1.ReasonMajorUpgradeUnsupported)
 	if db.Status.CurrentVersion != "15" || !strings.Contains(condition(db, v1alpha1.ConditionUpgradeFailed).Message, "PostgreSQL 16") {
