@@ -18,7 +18,8 @@ declare -A TAG=(
   [busybox]=docker.io/library/busybox:1.36
   [coredns]=localhost/coredns:1.15.0
   [local-path-provisioner]=docker.io/rancher/local-path-provisioner:v0.0.30
-  [postgres]=docker.io/library/postgres:$PG_MAJOR
+  # The second postgres tag stands for a minor release in upgrade suites.
+  [postgres]=docker.io/library/postgres:$PG_MAJOR,localhost/postgres:$PG_MAJOR-e2e-next
   [daytwo]=localhost/daytwo:dev
   # Two tags of one image, so e2e suites can roll from one to the other.
   [demo-web]=localhost/daytwo-demo-web:dev,localhost/daytwo-demo-web:v2
@@ -76,7 +77,7 @@ build_busybox() {
 build_postgres() {
   local stamp="$OUT/postgres.stamp" want
   # Bump the recipe number when the steps below change.
-  want="recipe-1 $PG_MAJOR $(sha256sum hack/images/postgres/docker-entrypoint.sh | cut -c1-16)"
+  want="recipe-2 $PG_MAJOR $(sha256sum hack/images/postgres/docker-entrypoint.sh | cut -c1-16)"
   if [ -f "$OUT/postgres.tar" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$want" ]; then
     log "postgres cached"; return
   fi

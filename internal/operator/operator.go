@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -68,12 +69,13 @@ type Options struct {
 	InstanceImage string
 }
 
-// DefaultInstanceImage is the daytwo image of this build.
+// DefaultInstanceImage is the daytwo image of this build: the released
+// image for a tagged release, the locally built one otherwise.
 func DefaultInstanceImage() string {
-	if version.Version == "dev" || version.Version == "" {
-		return "localhost/daytwo:dev"
+	if strings.HasPrefix(version.Version, "v") && !strings.HasSuffix(version.Version, "-dirty") {
+		return "ghcr.io/daytwo-dev/daytwo:" + version.Version
 	}
-	return "ghcr.io/daytwo-dev/daytwo:" + version.Version
+	return "localhost/daytwo:dev"
 }
 
 // SetupControllers wires one controller per kind into mgr.

@@ -89,14 +89,15 @@ func TestSamplesAreAcceptedAndReported(t *testing.T) {
 		}
 	}
 
-	// envtest runs no Deployment controller, so the WebApp waits for replicas.
+	// envtest runs no Deployment or StatefulSet controller, so the WebApp waits
+	// for replicas and the Database for its primary.
 	app := &v1alpha1.WebApp{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "hello"}}
 	waitForCondition(t, app, func() []metav1.Condition { return app.Status.Conditions },
 		func() int64 { return app.Status.ObservedGeneration }, v1alpha1.ConditionReady, v1alpha1.ReasonReconciling)
 
 	db := &v1alpha1.Database{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "orders"}}
 	waitForCondition(t, db, func() []metav1.Condition { return db.Status.Conditions },
-		func() int64 { return db.Status.ObservedGeneration }, v1alpha1.ConditionReady, v1alpha1.ReasonNotImplemented)
+		func() int64 { return db.Status.ObservedGeneration }, v1alpha1.ConditionReady, v1alpha1.ReasonPrimaryNotReady)
 
 	b := &v1alpha1.DatabaseBackup{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "orders-nightly"}}
 	waitForCondition(t, b, func() []metav1.Condition { return b.Status.Conditions },

@@ -433,10 +433,9 @@ func TestDatabaseRefInjectsCredentials(t *testing.T) {
 	app.Spec.DatabaseRef = &v1alpha1.LocalObjectReference{Name: "orders"}
 	create(t, app)
 	waitMessage(t, app, v1alpha1.ConditionReady, "Waiting for Database orders to exist")
+	// The Database controller generates the credentials Secret.
 	create(t, &v1alpha1.Database{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "orders"}, Spec: v1alpha1.DatabaseSpec{Version: "16"}})
-	waitMessage(t, app, v1alpha1.ConditionReady, "Waiting for Secret orders-credentials to exist")
-	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "orders-credentials"}, StringData: map[string]string{"password": "a"}}
-	create(t, secret)
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "orders-credentials"}}
 	d := deploymentOf(t, app, "created", func(*appsv1.Deployment) bool { return true })
 	vars := map[string]string{}
 	for _, e := range appContainer(d).Env {

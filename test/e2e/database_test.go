@@ -1,0 +1,310 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
+	"github.com/daytwo-dev/daytwo/test/e2e/framework"
+)
+
+const (
+	postgresNextImage    = "localhost/postgres:15-e2e-next"
+	postgresMissingImage = "localhost/postgres:15-e2e-missing"
+)
+
+// restrictedNamespace is a test namespace that enforces the restricted Pod
+// Security Standard, so every Database pod proves it meets it.
+func restrictedNamespace(t *testing.T) string {
+	ns := cluster.Namespace(t)
+	patch := []byte(`{"metadata":{"labels":{"pod-security.kubernetes.io/enforce":"restricted"}}}`)
+	if err := cluster.Client.Patch(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}},
+		client.RawPatch(types.MergePatchType, patch)); err != nil {
+		t.Fatal(err)
+	}
+	return ns
+}
+
+func createDatabase(t *testing.T, ns, name string, mutate func(*v1alpha1.Database)) *v1alpha1.Database {
+	t.Helper()
+	db := &v1alpha1.Database{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: v1alpha1.DatabaseSpec{Version: "15"}}
+	if mutate != nil {
+		mutate(db)
+	}
+	if err := cluster.Client.Create(context.Background(), db); err != nil {
+		t.Fatalf("create Database %s: %v", name, err)
+	}
+	return db
+}
+
+func updateDatabase(t *testing.T, ns, name string, mutate func(*v1alpha1.Database)) {
+	t.Helper()
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		db := &v1alpha1.Database{}
+		if err := cluster.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, db); err != nil {
+			return err
+		}
+		mutate(db)
+		return cluster.Client.Update(context.Background(), db)
+	})
+	if err != nil {
+		t.Fatalf("update Database %s: %v", name, err)
+	}
+}
+
+// waitDatabase waits until cond holds for the Database and returns it.
+func waitDatabase(t *testing.T, ns, name string, timeout time.Duration, what string, cond func(*v1alpha1.Database) bool) *v1alpha1.Database {
+	t.Helper()
+	db := &v1alpha1.Database{}
+	framework.Eventually(t, timeout, name+": "+what, func(ctx context.Context) (bool, error) {
+		if err := cluster.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, db); err != nil {
+			return false, client.IgnoreNotFound(err)
+		}
+		return cond(db), nil
+	})
+	return db
+}
+
+func isReady(instances int32, image string) func(*v1alpha1.Database) bool {
+	return func(db *v1alpha1.Database) bool {
+		return db.Status.Phase == v1alpha1.DatabasePhaseReady && db.Status.ReadyInstances == instances &&
+			db.Status.ObservedGeneration == db.Generation && (image == "" || db.Status.CurrentImage == image)
+	}
+}
+
+func hasCondition(typ string, status metav1.ConditionStatus, reason string) func(*v1alpha1.Database) bool {
+	return func(db *v1alpha1.Database) bool {
+		c := meta.FindStatusCondition(db.Status.Conditions, typ)
+		return c != nil && c.Status == status && c.Reason == reason
+	}
+}
+
+// psqlPod runs a client pod with the Database's generated password.
+func psqlPod(t *testing.T, ns, name, db string) {
+	t.Helper()
+	pod := framework.ClientPod(ns, name, postgresImage, fromSecret("PGPASSWORD", db+"-credentials", "password"))
+	pod.Spec.SecurityContext.RunAsUser = ptr.To[int64](999)
+	cluster.RunPod(t, pod)
+}
+
+func sql(t *testing.T, ns, pod, host, query string) string {
+	t.Helper()
+	return strings.TrimSpace(cluster.PSQL(t, ns, pod, "client", host+"."+ns+".svc.cluster.local", "app", "app", query))
+}
+
+func podUID(t *testing.T, ns, name string) types.UID {
+	t.Helper()
+	p := &corev1.Pod{}
+	if err := cluster.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, p); err != nil {
+		t.Fatalf("get pod %s: %v", name, err)
+	}
+	return p.UID
+}
+
+// eventsFor returns the messages of the Database's events with reason, oldest first.
+func eventsFor(t *testing.T, ns, name, reason string) []string {
+	t.Helper()
+	list := &corev1.EventList{}
+	if err := cluster.Client.List(context.Background(), list, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	slices.SortFunc(list.Items, func(a, b corev1.Event) int { return a.EventTime.Compare(b.EventTime.Time) })
+	var out []string
+	for _, e := range list.Items {
+		if e.InvolvedObject.Kind == "Database" && e.InvolvedObject.Name == name && e.Reason == reason {
+			out = append(out, e.Message)
+		}
+	}
+	return out
+}
+
+// A small Database: psql through -rw with the generated credentials, data
+// that survives the pod, a restart-only setting rolled in, a storage resize
+// the StorageClass refuses, and Retain keeping the data for a new Database.
+func TestDatabaseSmallLifecycle(t *testing.T) {
+	requireRealNode(t)
+	ns := restrictedNamespace(t)
+	start := time.Now()
+	createDatabase(t, ns, "orders", func(db *v1alpha1.Database) { db.Spec.Size = v1alpha1.SizeSmall })
+	db := waitDatabase(t, ns, "orders", 3*time.Minute, "Ready", isReady(1, "postgres:15"))
+	t.Logf("Database Ready in %s", time.Since(start).Round(10*time.Millisecond))
+	if db.Status.Primary != "orders-0" || db.Status.Endpoint != "orders-rw."+ns+".svc:5432" || db.Status.SecretName != "orders-credentials" {
+		t.Errorf("status: %+v", db.Status)
+	}
+
+	psqlPod(t, ns, "psql", "orders")
+	if got := sql(t, ns, "psql", "orders-rw", "CREATE TABLE items (v int); INSERT INTO items VALUES (40), (2); SELECT sum(v) FROM items"); got != "42" {
+		t.Fatalf("psql through orders-rw answered %q", got)
+	}
+	if got := sql(t, ns, "psql", "orders-rw", "SHOW shared_buffers"); got != "256MB" {
+		t.Errorf("shared_buffers = %s, want the tuned 256MB for 1Gi", got)
+	}
+
+	// The pod comes back with its data.
+	old := podUID(t, ns, "orders-0")
+	if err := cluster.Client.Delete(context.Background(), &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "orders-0"}}); err != nil {
+		t.Fatal(err)
+	}
+	start = time.Now()
+	waitDatabase(t, ns, "orders", 2*time.Minute, "Ready on a new pod", func(d *v1alpha1.Database) bool {
+		return isReady(1, "")(d) && podUIDOrEmpty(ns, "orders-0") != old && podUIDOrEmpty(ns, "orders-0") != ""
+	})
+	t.Logf("pod replaced and Ready in %s", time.Since(start).Round(10*time.Millisecond))
+	if got := sql(t, ns, "psql", "orders-rw", "SELECT sum(v) FROM items"); got != "42" {
+		t.Fatalf("after the pod came back: %q", got)
+	}
+
+	// A restart-only setting: the operator restarts the pod and the new value is live.
+	old = podUID(t, ns, "orders-0")
+	updateDatabase(t, ns, "orders", func(d *v1alpha1.Database) { d.Spec.Parameters = map[string]string{"shared_buffers": "64MB"} })
+	waitDatabase(t, ns, "orders", 2*time.Minute, "restarted with the new setting", func(d *v1alpha1.Database) bool {
+		return isReady(1, "")(d) && hasCondition(v1alpha1.ConditionPendingRestart, metav1.ConditionFalse, v1alpha1.ReasonUpToDate)(d) &&
+			podUIDOrEmpty(ns, "orders-0") != old
+	})
+	if got := sql(t, ns, "psql", "orders-rw", "SHOW shared_buffers"); got != "64MB" {
+		t.Errorf("shared_buffers after the rolling restart = %s", got)
+	}
+	if ev := eventsFor(t, ns, "orders", "Restarting"); len(ev) == 0 {
+		t.Errorf("no Restarting event")
+	}
+
+	// local-path cannot expand volumes: a clear condition, nothing else.
+	updateDatabase(t, ns, "orders", func(d *v1alpha1.Database) {
+		d.Spec.Storage = &v1alpha1.DatabaseStorage{Size: ptr.To(resource.MustParse("20Gi"))}
+	})
+	db = waitDatabase(t, ns, "orders", time.Minute, "StorageResizePending", hasCondition(v1alpha1.ConditionStorageResizePending,
+		metav1.ConditionTrue, v1alpha1.ReasonExpansionUnsupported))
+	t.Logf("storage: %s", meta.FindStatusCondition(db.Status.Conditions, v1alpha1.ConditionStorageResizePending).Message)
+
+	// Retain (the default) keeps the volume and the Secret; a new Database of
+	// the same name starts on the kept data with the kept credentials.
+	if err := cluster.Client.Delete(context.Background(), db); err != nil {
+		t.Fatal(err)
+	}
+	framework.Eventually(t, 2*time.Minute, "the Database and its pod gone", func(ctx context.Context) (bool, error) {
+		err := cluster.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "orders"}, &v1alpha1.Database{})
+		return apierrors.IsNotFound(err) && podUIDOrEmpty(ns, "orders-0") == "", nil
+	})
+	if err := cluster.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "pgdata-orders-0"}, &corev1.PersistentVolumeClaim{}); err != nil {
+		t.Fatalf("Retain did not keep the volume: %v", err)
+	}
+	createDatabase(t, ns, "orders", nil)
+	waitDatabase(t, ns, "orders", 3*time.Minute, "Ready again", isReady(1, ""))
+	if got := sql(t, ns, "psql", "orders-rw", "SELECT sum(v) FROM items"); got != "42" {
+		t.Fatalf("the re-created Database does not see the kept data: %q", got)
+	}
+}
+
+func podUIDOrEmpty(ns, name string) types.UID {
+	p := &corev1.Pod{}
+	if err := cluster.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, p); err != nil || !p.DeletionTimestamp.IsZero() {
+		return ""
+	}
+	return p.UID
+}
+
+// A medium Database runs a primary and a streaming replica. A minor-version
+// image change restarts the replica first, then the primary; an image that
+// cannot run is rolled back without the primary ever being touched.
+func TestDatabaseMediumUpgradeAndRollback(t *testing.T) {
+	requireRealNode(t)
+	ns := restrictedNamespace(t)
+	start := time.Now()
+	createDatabase(t, ns, "shop", func(db *v1alpha1.Database) {
+		db.Spec.Size = v1alpha1.SizeMedium
+		db.Spec.DeletionPolicy = v1alpha1.DatabaseDeletionDelete
+	})
+	waitDatabase(t, ns, "shop", 4*time.Minute, "Ready with 2 instances", isReady(2, "postgres:15"))
+	t.Logf("2 instances Ready in %s", time.Since(start).Round(10*time.Millisecond))
+
+	psqlPod(t, ns, "psql", "shop")
+	sql(t, ns, "psql", "shop-rw", "CREATE TABLE orders (id int); INSERT INTO orders SELECT generate_series(1, 1000)")
+	if got := sql(t, ns, "psql", "shop-ro", "SELECT pg_is_in_recovery()"); got != "t" {
+		t.Errorf("shop-ro does not reach a replica: pg_is_in_recovery = %q", got)
+	}
+	framework.Eventually(t, 30*time.Second, "the replica to have the rows", func(ctx context.Context) (bool, error) {
+		out, _, err := cluster.Exec(ctx, ns, "psql", "client", "psql", "-h", "shop-ro."+ns+".svc.cluster.local", "-U", "app", "-d", "app", "-qtAc", "SELECT count(*) FROM orders")
+		return err == nil && strings.TrimSpace(out) == "1000", nil
+	})
+
+	// Minor upgrade: replica first, then the primary.
+	start = time.Now()
+	updateDatabase(t, ns, "shop", func(d *v1alpha1.Database) { d.Spec.Image = postgresNextImage })
+	waitDatabase(t, ns, "shop", 4*time.Minute, "running "+postgresNextImage, isReady(2, postgresNextImage))
+	t.Logf("minor upgrade of 2 instances took %s", time.Since(start).Round(10*time.Millisecond))
+	restarts := eventsFor(t, ns, "shop", "Restarting")
+	if len(restarts) < 2 || !strings.Contains(restarts[0], "replica shop-1") || !strings.Contains(restarts[len(restarts)-1], "primary shop-0") {
+		t.Fatalf("rolling order: %q", restarts)
+	}
+	if got := sql(t, ns, "psql", "shop-rw", "SELECT count(*) FROM orders"); got != "1000" {
+		t.Fatalf("after the upgrade: %q", got)
+	}
+
+	// A broken image is rolled back; the primary keeps running throughout.
+	primary := podUID(t, ns, "shop-0")
+	start = time.Now()
+	updateDatabase(t, ns, "shop", func(d *v1alpha1.Database) { d.Spec.Image = postgresMissingImage })
+	db := waitDatabase(t, ns, "shop", 4*time.Minute, "rolled back", func(d *v1alpha1.Database) bool {
+		return hasCondition(v1alpha1.ConditionUpgradeFailed, metav1.ConditionTrue, v1alpha1.ReasonRolledBack)(d) &&
+			d.Status.FailedImage == postgresMissingImage && d.Status.ReadyInstances == 2 && d.Status.CurrentImage == postgresNextImage
+	})
+	t.Logf("broken image rolled back in %s: %s", time.Since(start).Round(10*time.Millisecond),
+		meta.FindStatusCondition(db.Status.Conditions, v1alpha1.ConditionUpgradeFailed).Message)
+	if podUID(t, ns, "shop-0") != primary {
+		t.Fatal("the primary was restarted during a failing upgrade")
+	}
+	if ev := eventsFor(t, ns, "shop", v1alpha1.ReasonRolledBack); len(ev) == 0 {
+		t.Error("no RolledBack event")
+	}
+
+	// Delete removes the volumes too.
+	if err := cluster.Client.Delete(context.Background(), db); err != nil {
+		t.Fatal(err)
+	}
+	framework.Eventually(t, 2*time.Minute, "the volumes deleted", func(ctx context.Context) (bool, error) {
+		list := &corev1.PersistentVolumeClaimList{}
+		if err := cluster.Client.List(ctx, list, client.InNamespace(ns)); err != nil {
+			return false, err
+		}
+		return len(list.Items) == 0, nil
+	})
+}
+
+// Snapshot cannot take its final backup in this build: the deletion waits
+// and says so, and switching the policy lets it finish.
+func TestDatabaseSnapshotDeletionIsDiagnosable(t *testing.T) {
+	requireRealNode(t)
+	ns := restrictedNamespace(t)
+	db := createDatabase(t, ns, "snap", func(db *v1alpha1.Database) {
+		db.Spec.DeletionPolicy = v1alpha1.DatabaseDeletionSnapshot
+		db.Spec.BackupStorage = &v1alpha1.BackupStorage{PVC: &v1alpha1.PVCStorage{ClaimName: "backups"}}
+	})
+	waitDatabase(t, ns, "snap", 3*time.Minute, "Ready", isReady(1, ""))
+	if err := cluster.Client.Delete(context.Background(), db); err != nil {
+		t.Fatal(err)
+	}
+	db = waitDatabase(t, ns, "snap", time.Minute, "held for the snapshot", hasCondition(v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonSnapshotUnavailable))
+	if db.Status.Phase != v1alpha1.DatabasePhaseDeleting {
+		t.Errorf("phase = %s", db.Status.Phase)
+	}
+	updateDatabase(t, ns, "snap", func(d *v1alpha1.Database) { d.Spec.DeletionPolicy = v1alpha1.DatabaseDeletionDelete })
+	framework.Eventually(t, 2*time.Minute, "the Database gone", func(ctx context.Context) (bool, error) {
+		err := cluster.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "snap"}, &v1alpha1.Database{})
+		return apierrors.IsNotFound(err), nil
+	})
+}
