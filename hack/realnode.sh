@@ -148,6 +148,11 @@ start_containerd() {
 
 # load [image...]: imports image tarballs from hack/images.sh into the node.
 # Infrastructure images load only when missing; daytwo's own always reload.
+all_present() {
+  local t
+  for t in ${1//,/ }; do grep -qx "$t" <<<"$2" || return 1; done
+}
+
 load() {
   local index=$CACHE/images/index have
   [ -f "$index" ] || { echo "no images built: run make images" >&2; exit 1; }
@@ -155,7 +160,8 @@ load() {
   while read -r file tag; do
     local name=${file%.tar}
     if [ $# -gt 0 ] && ! printf '%s\n' "$@" | grep -qx "$name"; then continue; fi
-    case $name in daytwo|demo-web|e2e-client) ;; *) grep -qx "${tag%%,*}" <<<"$have" && continue ;; esac
+    # Rebuilt on every run, so always imported; the others only when a tag is missing.
+    case $name in daytwo|demo-web|e2e-client) ;; *) all_present "$tag" "$have" && continue ;; esac
     "${CTR[@]}" images import "$CACHE/images/$file" >/dev/null
     log "loaded ${tag//,/ }"
   done <"$index"
