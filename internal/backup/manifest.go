@@ -1,0 +1,117 @@
+package backup
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Manifest describes one complete backup. It is written last: a backup
+// without a manifest does not exist for listing, retention or restore.
+type Manifest struct {
+	ID            string    `json:"id"`
+	Database      string    `json:"database"`
+	PGVersion     string    `json:"pgVersion"`
+	Method        string    `json:"method"`
+	Format        string    `json:"format"`
+	DataKey       string    `json:"dataKey"`
+	Start         time.Time `json:"start"`
+	End           time.Time `json:"end"`
+	Bytes         int64     `json:"bytes"`
+	SHA256        string    `json:"sha256"`
+	DaytwoVersion string    `json:"daytwoVersion"`
+}
+
+const (
+	manifestSuffix = ".manifest.json"
+	dataSuffix     = ".dump"
+	// IDLayout is how backup IDs are written: UTC, sortable, no colons.
+	IDLayout = "20060102T150405Z"
+)
+
+// ErrNoBackup means no complete backup exists (under a prefix, or with an ID).
+var ErrNoBackup = errors.New("no complete backup found")
+
+// NewID names a backup taken at t.
+func NewID(t time.Time) string { return t.UTC().Format(IDLayout) }
+
+func dataKey(prefix, id string) string     { return prefix + id + dataSuffix }
+func manifestKey(prefix, id string) string { return prefix + id + manifestSuffix }
+
+// NormalizePrefix makes a prefix end in exactly one slash (or be empty).
+func NormalizePrefix(p string) string {
+	p = strings.Trim(p, "/")
+	if p == "" {
+		return ""
+	}
+	return p + "/"
+}
+
+func writeManifest(ctx context.Context, st Storage, prefix string, m Manifest) error {
+	b, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		return err
+	}
+	return st.Put(ctx, manifestKey(prefix, m.ID), strings.NewReader(string(b)))
+}
+
+// List returns the complete backups under prefix, newest first.
+func List(ctx context.Context, st Storage, prefix string) ([]Manifest, error) {
+	keys, err := st.List(ctx, prefix)
+	if err != nil {
+		return nil, err
+	}
+	var out []Manifest
+	for _, k := range keys {
+		rest := strings.TrimPrefix(k, prefix)
+		if !strings.HasSuffix(rest, manifestSuffix) || strings.Contains(rest, "/") {
+			continue
+		}
+		m, err := readManifest(ctx, st, k)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, m)
+	}
+	slices.SortFunc(out, func(a, b Manifest) int { return strings.Compare(b.ID, a.ID) })
+	return out, nil
+}
+
+func readManifest(ctx context.Context, st Storage, key string) (Manifest, error) {
+	rc, err := st.Get(ctx, key)
+	if err != nil {
+		return Manifest{}, err
+	}
+	defer func() { _ = rc.Close() }()
+	b, err := io.ReadAll(io.LimitReader(rc, 1<<20))
+	if err != nil {
+		return Manifest{}, fmt.Errorf("failed to read %s: %w", key, err)
+	}
+	var m Manifest
+	if err := json.Unmarshal(b, &m); err != nil {
+		return Manifest{}, fmt.Errorf("manifest %s is not valid: %w", key, err)
+	}
+	return m, nil
+}
+
+// Find returns the backup with id, or the newest when id is empty.
+func Find(ctx context.Context, st Storage, prefix, id string) (Manifest, error) {
+	all, err := List(ctx, st, prefix)
+	if err != nil {
+		return Manifest{}, err
+	}
+	for _, m := range all {
+		if id == "" || m.ID == id {
+			return m, nil
+		}
+	}
+	if id != "" {
+		return Manifest{}, fmt.Errorf("%w with ID %s", ErrNoBackup, id)
+	}
+	return Manifest{}, ErrNoBackup
+}

@@ -1,0 +1,71 @@
+package backup
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// Retention is a grandfather-father-son policy; zero fields keep nothing by
+// that rule. The newest backup is always kept.
+type Retention struct {
+	KeepLast, KeepDaily, KeepWeekly, KeepMonthly int
+}
+
+// Select splits backups (newest first) into those to keep and to prune.
+// keepDaily keeps the newest backup of each of the N most recent days that
+// have one; weekly (ISO weeks) and monthly likewise. Days are UTC.
+func Select(backups []Manifest, r Retention) (keep, prune []Manifest) {
+	kept := make([]bool, len(backups))
+	if len(backups) > 0 {
+		kept[0] = true
+	}
+	for i := 0; i < len(backups) && i < r.KeepLast; i++ {
+		kept[i] = true
+	}
+	bucket := func(n int, key func(time.Time) string) {
+		seen := map[string]bool{}
+		for i, b := range backups {
+			if len(seen) >= n {
+				return
+			}
+			k := key(b.End.UTC())
+			if !seen[k] {
+				seen[k] = true
+				kept[i] = true
+			}
+		}
+	}
+	bucket(r.KeepDaily, func(t time.Time) string { return t.Format("2006-01-02") })
+	bucket(r.KeepWeekly, func(t time.Time) string { y, w := t.ISOWeek(); return fmt.Sprintf("%d-W%02d", y, w) })
+	bucket(r.KeepMonthly, func(t time.Time) string { return t.Format("2006-01") })
+	for i, b := range backups {
+		if kept[i] {
+			keep = append(keep, b)
+		} else {
+			prune = append(prune, b)
+		}
+	}
+	return keep, prune
+}
+
+// Prune applies r to the backups under prefix. The manifest goes first, so
+// an interrupted prune leaves data that no longer counts, never a manifest
+// without data.
+func Prune(ctx context.Context, st Storage, prefix string, r Retention) (keep []Manifest, pruned int, err error) {
+	all, err := List(ctx, st, prefix)
+	if err != nil {
+		return nil, 0, err
+	}
+	keep, drop := Select(all, r)
+	for _, m := range drop {
+		if err := st.Delete(ctx, manifestKey(prefix, m.ID)); err != nil {
+			return keep, pruned, err
+		}
+		if err := st.Delete(ctx, m.DataKey); err != nil {
+			return keep, pruned, err
+		}
+		pruned++
+	}
+	return keep, pruned, nil
+}

@@ -1,0 +1,187 @@
+package backup
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Conn is how pg_dump and pg_restore reach PostgreSQL, passed to them as
+// libpq environment variables (never as arguments, which ps shows).
+type Conn struct {
+	Host     string
+	Port     int
+	User     string
+	Password string
+	Database string
+}
+
+func (c Conn) env() []string {
+	env := append(os.Environ(), "PGHOST="+c.Host, "PGPORT="+strconv.Itoa(c.Port), "PGUSER="+c.User,
+		"PGDATABASE="+c.Database, "PGCONNECT_TIMEOUT=10")
+	if c.Password != "" {
+		env = append(env, "PGPASSWORD="+c.Password)
+	}
+	return env
+}
+
+func (c Conn) dsn() string {
+	return fmt.Sprintf("host=%s port=%d user=%s dbname=%s connect_timeout=10", c.Host, c.Port, c.User, c.Database)
+}
+
+// Options are what Run and Restore share.
+type Options struct {
+	Conn    Conn
+	Storage Storage
+	Prefix  string
+	// BinDir holds pg_dump and pg_restore; empty means $PATH.
+	BinDir string
+}
+
+func (o Options) bin(name string) string {
+	if o.BinDir == "" {
+		return name
+	}
+	return filepath.Join(o.BinDir, name)
+}
+
+// ErrChecksum means the stored data does not match its manifest.
+var ErrChecksum = errors.New("checksum mismatch")
+
+// Run streams `pg_dump -Fc` into storage, hashing it on the way, and writes
+// the manifest last. Nothing of the dump touches the local disk. A failed
+// dump leaves no manifest (and, best effort, no data).
+func Run(ctx context.Context, o Options, id, database, daytwoVersion string) (Manifest, error) {
+	m := Manifest{ID: id, Database: database, Method: "Logical", Format: "pg_dump-custom",
+		DataKey: dataKey(o.Prefix, id), Start: time.Now().UTC(), DaytwoVersion: daytwoVersion}
+	var err error
+	if m.PGVersion, err = serverVersion(ctx, o.Conn); err != nil {
+		return m, err
+	}
+	dumpCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	cmd := exec.CommandContext(dumpCtx, o.bin("pg_dump"), "--format=custom", "--no-password")
+	cmd.Env = o.Conn.env()
+	stderr := &tailBuffer{}
+	cmd.Stderr = stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return m, err
+	}
+	if err := cmd.Start(); err != nil {
+		return m, fmt.Errorf("failed to start pg_dump: %w", err)
+	}
+	h, n := sha256.New(), &counter{}
+	putErr := o.Storage.Put(ctx, m.DataKey, io.TeeReader(out, io.MultiWriter(h, n)))
+	if putErr != nil {
+		cancel() // pg_dump may be blocked writing to a pipe nobody reads
+	}
+	waitErr := cmd.Wait()
+	if putErr != nil || waitErr != nil {
+		cleanupCtx, done := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer done()
+		_ = o.Storage.Delete(cleanupCtx, m.DataKey)
+		if putErr != nil {
+			return m, putErr
+		}
+		return m, fmt.Errorf("pg_dump failed: %w: %s", waitErr, stderr.String())
+	}
+	m.End, m.Bytes, m.SHA256 = time.Now().UTC(), n.n, hex.EncodeToString(h.Sum(nil))
+	if err := writeManifest(ctx, o.Storage, o.Prefix, m); err != nil {
+		return m, fmt.Errorf("failed to write the manifest: %w", err)
+	}
+	return m, nil
+}
+
+// Restore streams the backup id (the newest when empty) into pg_restore,
+// verifying its SHA-256 and size. The restore runs in one transaction, so a
+// failure leaves the target database as it was; a checksum mismatch is
+// reported as ErrChecksum even when pg_restore choked on the bad bytes first.
+// role, when set, owns every restored object.
+func Restore(ctx context.Context, o Options, id, role string) (Manifest, error) {
+	m, err := Find(ctx, o.Storage, o.Prefix, id)
+	if err != nil {
+		return m, err
+	}
+	rc, err := o.Storage.Get(ctx, m.DataKey)
+	if err != nil {
+		return m, err
+	}
+	defer func() { _ = rc.Close() }()
+	args := []string{"--no-password", "--no-owner", "--no-privileges", "--exit-on-error", "--single-transaction",
+		"--dbname=" + o.Conn.Database}
+	if role != "" {
+		args = append(args, "--role="+role)
+	}
+	cmd := exec.CommandContext(ctx, o.bin("pg_restore"), args...)
+	cmd.Env = o.Conn.env()
+	stderr := &tailBuffer{}
+	cmd.Stderr = stderr
+	h, n := sha256.New(), &counter{}
+	in := io.TeeReader(rc, io.MultiWriter(h, n))
+	cmd.Stdin = in
+	runErr := cmd.Run()
+	// Hash what pg_restore did not read, so the checksum verdict is complete.
+	if _, err := io.Copy(io.Discard, in); err != nil && runErr == nil {
+		return m, fmt.Errorf("failed to read the backup: %w", err)
+	}
+	if sum := hex.EncodeToString(h.Sum(nil)); sum != m.SHA256 || n.n != m.Bytes {
+		return m, fmt.Errorf("%w: backup %s has sha256 %s and %d bytes, its manifest says %s and %d bytes",
+			ErrChecksum, m.ID, sum, n.n, m.SHA256, m.Bytes)
+	}
+	if runErr != nil {
+		return m, fmt.Errorf("pg_restore failed: %w: %s", runErr, stderr.String())
+	}
+	return m, nil
+}
+
+func serverVersion(ctx context.Context, c Conn) (string, error) {
+	cfg, err := pgx.ParseConfig(c.dsn())
+	if err != nil {
+		return "", err
+	}
+	cfg.Password = c.Password
+	cctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	conn, err := pgx.ConnectConfig(cctx, cfg)
+	if err != nil {
+		return "", fmt.Errorf("failed to connect to %s:%d: %w", c.Host, c.Port, err)
+	}
+	defer func() { _ = conn.Close(context.Background()) }()
+	var v string
+	if err := conn.QueryRow(cctx, "SHOW server_version").Scan(&v); err != nil {
+		return "", fmt.Errorf("failed to read the server version: %w", err)
+	}
+	return v, nil
+}
+
+type counter struct{ n int64 }
+
+func (c *counter) Write(p []byte) (int, error) { c.n += int64(len(p)); return len(p), nil }
+
+// tailBuffer keeps the last 2kB of a program's stderr for error messages.
+type tailBuffer struct{ b []byte }
+
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	t.b = append(t.b, p...)
+	if len(t.b) > 2048 {
+		t.b = t.b[len(t.b)-2048:]
+	}
+	return len(p), nil
+}
+
+func (t *tailBuffer) String() string {
+	return strings.TrimSpace(string(bytes.ToValidUTF8(t.b, nil)))
+}

@@ -1,0 +1,215 @@
+package backup
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/minio/minio-go/v7"
+	"github.com/minio/minio-go/v7/pkg/credentials"
+)
+
+// Storage is where backups live. Keys are slash-separated paths.
+type Storage interface {
+	// Put streams r to key; the object appears only when r is drained.
+	Put(ctx context.Context, key string, r io.Reader) error
+	Get(ctx context.Context, key string) (io.ReadCloser, error)
+	// List returns every key under prefix.
+	List(ctx context.Context, prefix string) ([]string, error)
+	Delete(ctx context.Context, key string) error
+}
+
+// S3Config says how to reach an S3-compatible bucket.
+type S3Config struct {
+	Endpoint, Bucket, Region string
+	AccessKeyID, SecretAccessKey string
+	Insecure                     bool
+	// PartSize bounds the memory of an upload of unknown length: PartSize
+	// times Parallel bytes are buffered, and an object can hold at most
+	// 10,000 parts.
+	PartSize uint64
+	Parallel uint
+}
+
+// DefaultPartSize allows objects up to 10,000 x 64MiB = 625GiB.
+const DefaultPartSize = 64 << 20
+
+type s3Storage struct {
+	client *minio.Client
+	cfg    S3Config
+}
+
+// NewS3 returns S3 storage; it does not contact the server.
+func NewS3(cfg S3Config) (Storage, error) {
+	if cfg.PartSize == 0 {
+		cfg.PartSize = DefaultPartSize
+	}
+	if cfg.Parallel == 0 {
+		cfg.Parallel = 2
+	}
+	endpoint := strings.TrimPrefix(strings.TrimPrefix(cfg.Endpoint, "https://"), "http://")
+	c, err := minio.New(endpoint, &minio.Options{
+		Creds:  credentials.NewStaticV4(cfg.AccessKeyID, cfg.SecretAccessKey, ""),
+		Secure: !cfg.Insecure && !strings.HasPrefix(cfg.Endpoint, "http://"),
+		Region: cfg.Region,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("invalid S3 endpoint %q: %w", cfg.Endpoint, err)
+	}
+	return &s3Storage{client: c, cfg: cfg}, nil
+}
+
+func (s *s3Storage) Put(ctx context.Context, key string, r io.Reader) error {
+	_, err := s.client.PutObject(ctx, s.cfg.Bucket, key, r, -1, minio.PutObjectOptions{
+		PartSize: s.cfg.PartSize, NumThreads: s.cfg.Parallel, ConcurrentStreamParts: s.cfg.Parallel > 1,
+		ContentType: "application/octet-stream",
+	})
+	if err != nil {
+		return fmt.Errorf("failed to upload s3://%s/%s: %w", s.cfg.Bucket, key, err)
+	}
+	return nil
+}
+
+func (s *s3Storage) Get(ctx context.Context, key string) (io.ReadCloser, error) {
+	obj, err := s.client.GetObject(ctx, s.cfg.Bucket, key, minio.GetObjectOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("failed to read s3://%s/%s: %w", s.cfg.Bucket, key, err)
+	}
+	// GetObject is lazy; Stat surfaces a missing object now.
+	if _, err := obj.Stat(); err != nil {
+		_ = obj.Close()
+		return nil, fmt.Errorf("failed to read s3://%s/%s: %w", s.cfg.Bucket, key, err)
+	}
+	return obj, nil
+}
+
+func (s *s3Storage) List(ctx context.Context, prefix string) ([]string, error) {
+	var keys []string
+	for obj := range s.client.ListObjects(ctx, s.cfg.Bucket, minio.ListObjectsOptions{Prefix: prefix, Recursive: true}) {
+		if obj.Err != nil {
+			return nil, fmt.Errorf("failed to list s3://%s/%s: %w", s.cfg.Bucket, prefix, obj.Err)
+		}
+		keys = append(keys, obj.Key)
+	}
+	return keys, nil
+}
+
+func (s *s3Storage) Delete(ctx context.Context, key string) error {
+	if err := s.client.RemoveObject(ctx, s.cfg.Bucket, key, minio.RemoveObjectOptions{}); err != nil {
+		return fmt.Errorf("failed to delete s3://%s/%s: %w", s.cfg.Bucket, key, err)
+	}
+	return nil
+}
+
+// EnsureBucket creates the bucket when it does not exist (tests and first runs).
+func EnsureBucket(ctx context.Context, st Storage) error {
+	s, ok := st.(*s3Storage)
+	if !ok {
+		return nil
+	}
+	exists, err := s.client.BucketExists(ctx, s.cfg.Bucket)
+	if err != nil {
+		return fmt.Errorf("failed to look up bucket %s: %w", s.cfg.Bucket, err)
+	}
+	if exists {
+		return nil
+	}
+	if err := s.client.MakeBucket(ctx, s.cfg.Bucket, minio.MakeBucketOptions{Region: s.cfg.Region}); err != nil {
+		return fmt.Errorf("failed to create bucket %s: %w", s.cfg.Bucket, err)
+	}
+	return nil
+}
+
+// dirStorage keeps backups as files under a directory (a mounted volume).
+type dirStorage struct{ root string }
+
+// NewDir returns storage in directory root.
+func NewDir(root string) Storage { return &dirStorage{root: root} }
+
+func (d *dirStorage) path(key string) (string, error) {
+	clean := filepath.Clean("/" + key)
+	if clean == "/" {
+		return "", fmt.Errorf("invalid key %q", key)
+	}
+	return filepath.Join(d.root, clean), nil
+}
+
+// Put writes to a temporary name and renames, so a reader never sees half a file.
+func (d *dirStorage) Put(_ context.Context, key string, r io.Reader) error {
+	p, err := d.path(key)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(p), 0o750); err != nil {
+		return fmt.Errorf("failed to create %s: %w", filepath.Dir(p), err)
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(p), ".partial-*")
+	if err != nil {
+		return fmt.Errorf("failed to create a file in %s: %w", filepath.Dir(p), err)
+	}
+	defer func() { _ = os.Remove(tmp.Name()) }()
+	if _, err := io.Copy(tmp, r); err != nil {
+		_ = tmp.Close()
+		return fmt.Errorf("failed to write %s: %w", key, err)
+	}
+	if err := tmp.Sync(); err != nil {
+		_ = tmp.Close()
+		return fmt.Errorf("failed to sync %s: %w", key, err)
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), p)
+}
+
+func (d *dirStorage) Get(_ context.Context, key string) (io.ReadCloser, error) {
+	p, err := d.path(key)
+	if err != nil {
+		return nil, err
+	}
+	f, err := os.Open(p)
+	if err != nil {
+		return nil, fmt.Errorf("failed to read %s: %w", key, err)
+	}
+	return f, nil
+}
+
+func (d *dirStorage) List(_ context.Context, prefix string) ([]string, error) {
+	var keys []string
+	err := filepath.WalkDir(d.root, func(p string, e fs.DirEntry, err error) error {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if e.IsDir() || strings.HasPrefix(e.Name(), ".partial-") {
+			return nil
+		}
+		rel, _ := filepath.Rel(d.root, p)
+		if key := filepath.ToSlash(rel); strings.HasPrefix(key, prefix) {
+			keys = append(keys, key)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("failed to list %s: %w", d.root, err)
+	}
+	return keys, nil
+}
+
+func (d *dirStorage) Delete(_ context.Context, key string) error {
+	p, err := d.path(key)
+	if err != nil {
+		return err
+	}
+	if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("failed to delete %s: %w", key, err)
+	}
+	return nil
+}
