@@ -26,7 +26,7 @@ type Storage interface {
 
 // S3Config says how to reach an S3-compatible bucket.
 type S3Config struct {
-	Endpoint, Bucket, Region string
+	Endpoint, Bucket, Region     string
 	AccessKeyID, SecretAccessKey string
 	Insecure                     bool
 	// PartSize bounds the memory of an upload of unknown length: PartSize
