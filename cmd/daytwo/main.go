@@ -24,7 +24,7 @@ func newRootCommand() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: false,
 	}
-	root.AddCommand(newOperatorCommand(), newInstanceCommand(), newVersionCommand())
+	root.AddCommand(newOperatorCommand(), newInstanceCommand(), newBackupCommand(), newVersionCommand())
 	return root
 }
 

@@ -115,3 +115,35 @@ func Find(ctx context.Context, st Storage, prefix, id string) (Manifest, error) 
 	}
 	return Manifest{}, ErrNoBackup
 }
+
+// Summary is one backup as the status lists it.
+type Summary struct {
+	ID        string    `json:"id"`
+	End       time.Time `json:"end"`
+	Bytes     int64     `json:"bytes"`
+	SHA256    string    `json:"sha256"`
+	PGVersion string    `json:"pgVersion,omitempty"`
+}
+
+// Summaries returns at most n summaries of ms, in order.
+func Summaries(ms []Manifest, n int) []Summary {
+	out := make([]Summary, 0, min(n, len(ms)))
+	for _, m := range ms[:min(n, len(ms))] {
+		out = append(out, Summary{ID: m.ID, End: m.End, Bytes: m.Bytes, SHA256: m.SHA256, PGVersion: m.PGVersion})
+	}
+	return out
+}
+
+// Result is what a backup Job reports through its termination message (at
+// most 4096 bytes, so the retained list is bounded). It carries no secret.
+type Result struct {
+	ID              string    `json:"id"`
+	Bytes           int64     `json:"bytes"`
+	SHA256          string    `json:"sha256"`
+	PGVersion       string    `json:"pgVersion"`
+	DurationSeconds float64   `json:"durationSeconds"`
+	End             time.Time `json:"end"`
+	Pruned          int       `json:"pruned"`
+	Retained        []Summary `json:"retained"`
+	Error           string    `json:"error,omitempty"`
+}

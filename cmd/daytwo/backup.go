@@ -1,0 +1,168 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/daytwo-dev/daytwo/internal/backup"
+	"github.com/daytwo-dev/daytwo/internal/version"
+)
+
+// storageFlags select a backup storage; credentials come from the
+// environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY), never from flags.
+type storageFlags struct {
+	endpoint, bucket, region, path, prefix string
+	insecure                               bool
+}
+
+func (s *storageFlags) bind(f *pflag.FlagSet, prefix string) {
+	f.StringVar(&s.endpoint, prefix+"s3-endpoint", "", "S3 endpoint (host:port, or an http:// or https:// URL).")
+	f.StringVar(&s.bucket, prefix+"s3-bucket", "", "S3 bucket.")
+	f.StringVar(&s.region, prefix+"s3-region", "", "S3 region.")
+	f.BoolVar(&s.insecure, prefix+"s3-insecure", false, "Talk plain HTTP to the S3 endpoint.")
+	f.StringVar(&s.path, prefix+"path", "", "Directory on a mounted volume, instead of S3.")
+	f.StringVar(&s.prefix, prefix+"prefix", "", "Key prefix (directory) of this backup series.")
+}
+
+func (s *storageFlags) set() bool { return s.bucket != "" || s.path != "" }
+
+func (s *storageFlags) open() (backup.Storage, string, error) {
+	prefix := backup.NormalizePrefix(s.prefix)
+	switch {
+	case s.path != "" && s.bucket != "":
+		return nil, "", errors.New("set either a path or an S3 bucket, not both")
+	case s.path != "":
+		return backup.NewDir(s.path), prefix, nil
+	case s.bucket != "" && s.endpoint != "":
+		st, err := backup.NewS3(backup.S3Config{Endpoint: s.endpoint, Bucket: s.bucket, Region: s.region, Insecure: s.insecure,
+			AccessKeyID: os.Getenv("AWS_ACCESS_KEY_ID"), SecretAccessKey: os.Getenv("AWS_SECRET_ACCESS_KEY")})
+		return st, prefix, err
+	default:
+		return nil, "", errors.New("no storage: set a path, or an S3 endpoint and bucket")
+	}
+}
+
+// connFromEnv reads the libpq variables the Job sets from the credentials Secret.
+func connFromEnv() backup.Conn {
+	port, err := strconv.Atoi(os.Getenv("PGPORT"))
+	if err != nil {
+		port = 5432
+	}
+	return backup.Conn{Host: os.Getenv("PGHOST"), Port: port, User: os.Getenv("PGUSER"),
+		Password: os.Getenv("PGPASSWORD"), Database: os.Getenv("PGDATABASE")}
+}
+
+func newBackupCommand() *cobra.Command {
+	cmd := &cobra.Command{Use: "backup", Short: "Logical backups: what backup Jobs run"}
+	cmd.AddCommand(newBackupRunCommand(), newBackupRestoreCommand())
+	return cmd
+}
+
+func newBackupRunCommand() *cobra.Command {
+	var sf storageFlags
+	var id, database, termLog string
+	var keep backup.Retention
+	cmd := &cobra.Command{
+		Use:   "run",
+		Short: "Stream pg_dump into storage, write the manifest, prune by retention",
+		Long: "Connects with the libpq environment (PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE);\n" +
+			"S3 credentials come from AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY.",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
+			defer stop()
+			res, err := runBackup(ctx, &sf, id, database, keep)
+			if err != nil {
+				res.Error = err.Error()
+			}
+			report(cmd, termLog, res)
+			return err
+		},
+	}
+	f := cmd.Flags()
+	sf.bind(f, "")
+	f.StringVar(&id, "id", "", "Backup ID; defaults to the current UTC time.")
+	f.StringVar(&database, "database-name", "", "Name of the Database, recorded in the manifest.")
+	f.StringVar(&termLog, "termination-log", "/dev/termination-log", "Where the result goes for the operator; empty for none.")
+	f.IntVar(&keep.KeepLast, "keep-last", 0, "Retention: newest backups to keep.")
+	f.IntVar(&keep.KeepDaily, "keep-daily", 0, "Retention: days to keep one backup of.")
+	f.IntVar(&keep.KeepWeekly, "keep-weekly", 0, "Retention: weeks to keep one backup of.")
+	f.IntVar(&keep.KeepMonthly, "keep-monthly", 0, "Retention: months to keep one backup of.")
+	return cmd
+}
+
+func runBackup(ctx context.Context, sf *storageFlags, id, database string, keep backup.Retention) (backup.Result, error) {
+	st, prefix, err := sf.open()
+	if err != nil {
+		return backup.Result{}, err
+	}
+	if id == "" {
+		id = backup.NewID(time.Now())
+	}
+	o := backup.Options{Conn: connFromEnv(), Storage: st, Prefix: prefix}
+	m, err := backup.Run(ctx, o, id, database, version.Version)
+	res := backup.Result{ID: id, Bytes: m.Bytes, SHA256: m.SHA256, PGVersion: m.PGVersion, End: m.End,
+		DurationSeconds: m.End.Sub(m.Start).Seconds()}
+	if err != nil {
+		return res, err
+	}
+	kept, pruned, err := backup.Prune(ctx, st, prefix, keep)
+	res.Pruned = pruned
+	res.Retained = backup.Summaries(kept, 10)
+	if err != nil {
+		return res, fmt.Errorf("backup %s is stored, but pruning failed: %w", id, err)
+	}
+	return res, nil
+}
+
+// report prints the result and writes it where the kubelet reads the
+// termination message. It carries no secret: IDs, sizes, hashes, errors.
+func report(cmd *cobra.Command, path string, v any) {
+	b, _ := json.Marshal(v)
+	fmt.Fprintln(cmd.OutOrStdout(), string(b))
+	if path != "" {
+		if len(b) > 4000 {
+			b = b[:4000]
+		}
+		_ = os.WriteFile(path, b, 0o644)
+	}
+}
+
+func newBackupRestoreCommand() *cobra.Command {
+	var sf storageFlags
+	var id, role string
+	cmd := &cobra.Command{
+		Use:   "restore",
+		Short: "Stream a stored backup into pg_restore, verifying its SHA-256",
+		Long:  "The target comes from the libpq environment (PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE).",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
+			defer stop()
+			st, prefix, err := sf.open()
+			if err != nil {
+				return err
+			}
+			m, err := backup.Restore(ctx, backup.Options{Conn: connFromEnv(), Storage: st, Prefix: prefix}, id, role)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "restored backup %s (%d bytes, sha256 %s)\n", m.ID, m.Bytes, m.SHA256)
+			return nil
+		},
+	}
+	sf.bind(cmd.Flags(), "")
+	cmd.Flags().StringVar(&id, "id", "", "Backup ID; empty means the newest.")
+	cmd.Flags().StringVar(&role, "role", "", "Role that owns the restored objects.")
+	return cmd
+}

@@ -1,0 +1,187 @@
+// Package testpg starts throwaway PostgreSQL servers and MinIO servers on
+// loopback for data-path tests and benchmarks: real servers, temp dirs, free
+// ports, stopped at cleanup.
+package testpg
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// BinDir is where PostgreSQL 15's programs are (DAYTWO_PG_BINDIR overrides).
+func BinDir(t testing.TB) string {
+	dir := os.Getenv("DAYTWO_PG_BINDIR")
+	if dir == "" {
+		dir = "/usr/lib/postgresql/15/bin"
+	}
+	if _, err := os.Stat(filepath.Join(dir, "postgres")); err != nil {
+		t.Fatalf("PostgreSQL programs not found in %s (run `make deps` or set DAYTWO_PG_BINDIR): %v", dir, err)
+	}
+	return dir
+}
+
+// Server is a running PostgreSQL with a superuser "postgres" and Password.
+type Server struct {
+	Port     int
+	Dir      string
+	BinDir   string
+	Password string
+	cmd      *exec.Cmd
+	exited   chan error
+}
+
+// Start initialises and starts a server; it stops at cleanup.
+func Start(t testing.TB, settings ...string) *Server {
+	t.Helper()
+	s := &Server{Port: FreePort(t), Dir: t.TempDir(), BinDir: BinDir(t), Password: "test-superuser-password"}
+	ChownToRunner(t, s.Dir)
+	pw := filepath.Join(s.Dir, "pw")
+	if err := os.WriteFile(pw, []byte(s.Password), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ChownToRunner(t, pw)
+	data := filepath.Join(s.Dir, "data")
+	initdb := exec.Command(filepath.Join(s.BinDir, "initdb"), "-D", data, "-U", "postgres", "--pwfile", pw,
+		"--auth=scram-sha-256", "-E", "UTF8", "--locale=C.UTF-8")
+	initdb.SysProcAttr = RunnerCredential(t)
+	if out, err := initdb.CombinedOutput(); err != nil {
+		t.Fatalf("initdb: %v\n%s", err, out)
+	}
+	args := []string{"-D", data, "-p", strconv.Itoa(s.Port), "-c", "listen_addresses=127.0.0.1",
+		"-c", "unix_socket_directories=" + s.Dir, "-c", "fsync=off", "-c", "full_page_writes=off"}
+	for _, kv := range settings {
+		args = append(args, "-c", kv)
+	}
+	s.cmd = exec.Command(filepath.Join(s.BinDir, "postgres"), args...)
+	s.cmd.SysProcAttr = RunnerCredential(t)
+	logf, _ := os.Create(filepath.Join(s.Dir, "postgres.log"))
+	s.cmd.Stdout, s.cmd.Stderr = logf, logf
+	if err := s.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	s.exited = make(chan error, 1)
+	go func() { s.exited <- s.cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = s.cmd.Process.Signal(syscall.SIGINT)
+		<-s.exited
+		_ = logf.Close()
+	})
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		conn, err := s.Connect(context.Background(), "postgres")
+		if err == nil {
+			_ = conn.Close(context.Background())
+			return s
+		}
+		if time.Now().After(deadline) {
+			log, _ := os.ReadFile(filepath.Join(s.Dir, "postgres.log"))
+			t.Fatalf("PostgreSQL did not start: %v\n%s", err, log)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// Connect opens a superuser connection to database db.
+func (s *Server) Connect(ctx context.Context, db string) (*pgx.Conn, error) {
+	cfg, err := pgx.ParseConfig(fmt.Sprintf("host=127.0.0.1 port=%d user=postgres dbname=%s sslmode=disable", s.Port, db))
+	if err != nil {
+		return nil, err
+	}
+	cfg.Password = s.Password
+	return pgx.ConnectConfig(ctx, cfg)
+}
+
+// Exec runs SQL in database db and fails the test on error.
+func (s *Server) Exec(t testing.TB, db, sql string, args ...any) {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := s.Connect(ctx, db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = conn.Close(ctx) }()
+	if _, err := conn.Exec(ctx, sql, args...); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+}
+
+// Query returns the first column of the first row as text.
+func (s *Server) Query(t testing.TB, db, sql string) string {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := s.Connect(ctx, db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = conn.Close(ctx) }()
+	var v string
+	if err := conn.QueryRow(ctx, sql).Scan(&v); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+	return v
+}
+
+// Env is the libpq environment that reaches database db as the superuser.
+func (s *Server) Env(db string) []string {
+	return append(os.Environ(), "PGHOST=127.0.0.1", "PGPORT="+strconv.Itoa(s.Port), "PGUSER=postgres",
+		"PGPASSWORD="+s.Password, "PGDATABASE="+db)
+}
+
+// FreePort returns a loopback TCP port nobody listens on.
+func FreePort(t testing.TB) int {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = l.Close() }()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// RunnerCredential runs a child as Debian's postgres user when the test runs
+// as root (PostgreSQL refuses to run as root), and as the caller otherwise.
+func RunnerCredential(t testing.TB) *syscall.SysProcAttr {
+	if os.Getuid() != 0 {
+		return nil
+	}
+	uid, gid := postgresUser(t)
+	return &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: gid}}
+}
+
+// ChownToRunner hands path (recursively) to the user RunnerCredential runs as.
+func ChownToRunner(t testing.TB, path string) {
+	if os.Getuid() != 0 {
+		return
+	}
+	uid, gid := postgresUser(t)
+	_ = os.Chmod(filepath.Dir(path), 0o755)
+	err := filepath.Walk(path, func(p string, _ os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		return os.Lchown(p, int(uid), int(gid))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func postgresUser(t testing.TB) (uint32, uint32) {
+	u, err := user.Lookup("postgres")
+	if err != nil {
+		t.Fatalf("running as root needs the postgres user of Debian's postgresql package: %v", err)
+	}
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	return uint32(uid), uint32(gid)
+}
