@@ -67,7 +67,7 @@ installer: ## Render dist/install.yaml from config/default.
 ##@ Test
 
 .PHONY: deps
-deps: ## Install host packages the tests need (Debian's postgresql-15).
+deps: ## Install what the data-path tests need: Debian's postgresql-15 and a MinIO build.
 	hack/deps.sh
 
 .PHONY: test

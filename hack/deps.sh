@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Installs the host packages the tests use: Debian's PostgreSQL 15 (server,
-# client, pg_dump/pg_restore, pgbench) for the instance manager and backup
-# tests. It does nothing when they are present, and says what to install
-# when it cannot (not root).
+# Installs what the data-path tests use: Debian's PostgreSQL 15 (server,
+# client, pg_dump/pg_restore, pgbench) and a MinIO server built from the Go
+# module proxy into the cache. It does nothing when they are present, and
+# says what to install when it cannot (not root).
 set -euo pipefail
 PG_MAJOR=${PG_MAJOR:-15}
+"$(dirname "$0")/build-addons.sh" minio >/dev/null
 if [ -x "/usr/lib/postgresql/$PG_MAJOR/bin/postgres" ] && [ -x "/usr/lib/postgresql/$PG_MAJOR/bin/pg_restore" ]; then
   exit 0
 fi
