@@ -59,6 +59,22 @@ const (
 	ReasonSuspended = "Suspended"
 	// ReasonDatabaseNotFound means databaseRef names no Database.
 	ReasonDatabaseNotFound = "DatabaseNotFound"
+	// ReasonScheduled means backups run on schedule (or the one-shot run is under way or done).
+	ReasonScheduled = "Scheduled"
+	// ReasonBackupSucceeded means the latest finished run stored a backup.
+	ReasonBackupSucceeded = "BackupSucceeded"
+	// ReasonBackupFailed means the latest finished run failed; the message says why.
+	ReasonBackupFailed = "BackupFailed"
+	// ReasonNoRecentBackup means the newest backup is older than maxAge.
+	ReasonNoRecentBackup = "NoRecentBackup"
+	// ReasonRecentBackup means the newest backup is within maxAge.
+	ReasonRecentBackup = "RecentBackup"
+	// ReasonVerifying means a verification restore is under way.
+	ReasonVerifying = "Verifying"
+	// ReasonVerificationSucceeded means the last verification restored a backup and the check query passed.
+	ReasonVerificationSucceeded = "VerificationSucceeded"
+	// ReasonVerificationFailed means the last verification could not restore or check a backup.
+	ReasonVerificationFailed = "VerificationFailed"
 )
 
 // DatabaseBackupSpec is what a user declares for backups of a Database.
@@ -365,6 +381,11 @@ type DatabaseBackupStatus struct {
 	// prunedTotal is how many backups retention has deleted.
 	// +optional
 	PrunedTotal int64 `json:"prunedTotal,omitempty"`
+
+	// successesSinceVerification counts successful runs since the last
+	// verification; verify.everyNth compares against it.
+	// +optional
+	SuccessesSinceVerification int32 `json:"successesSinceVerification,omitempty"`
 
 	// lastVerification is the outcome of the latest restore test.
 	// +optional

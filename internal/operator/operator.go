@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/utils/clock"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -67,6 +68,8 @@ func keepOwnManagedFields(in any) (any, error) {
 type Options struct {
 	// InstanceImage is the daytwo image copied into PostgreSQL pods.
 	InstanceImage string
+	// Clock drives schedules and deadlines; nil means the real clock.
+	Clock clock.PassiveClock
 }
 
 // DefaultInstanceImage is the daytwo image of this build: the released
@@ -89,10 +92,11 @@ func SetupControllers(ctx context.Context, mgr manager.Manager, opts Options) er
 		return fmt.Errorf("failed to set up the WebApp controller: %w", err)
 	}
 	if err := (&database.Reconciler{Client: c, Recorder: mgr.GetEventRecorder("daytwo"),
-		InstanceImage: opts.InstanceImage}).SetupWithManager(mgr); err != nil {
+		InstanceImage: opts.InstanceImage, Clock: opts.Clock}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("failed to set up the Database controller: %w", err)
 	}
-	if err := (&databasebackup.Reconciler{Client: c}).SetupWithManager(mgr); err != nil {
+	if err := (&databasebackup.Reconciler{Client: c, APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("daytwo"),
+		InstanceImage: opts.InstanceImage, Clock: opts.Clock}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("failed to set up the DatabaseBackup controller: %w", err)
 	}
 	return nil

@@ -101,7 +101,7 @@ func TestSamplesAreAcceptedAndReported(t *testing.T) {
 
 	b := &v1alpha1.DatabaseBackup{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "orders-nightly"}}
 	waitForCondition(t, b, func() []metav1.Condition { return b.Status.Conditions },
-		func() int64 { return b.Status.ObservedGeneration }, v1alpha1.ConditionReady, v1alpha1.ReasonNotImplemented)
+		func() int64 { return b.Status.ObservedGeneration }, v1alpha1.ConditionReady, v1alpha1.ReasonScheduled)
 }
 
 // A schedule can match the schema's shape and still not parse (minute 61);
@@ -132,5 +132,5 @@ func TestUnparseableScheduleBecomesACondition(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitForCondition(t, b, func() []metav1.Condition { return b.Status.Conditions },
-		func() int64 { return b.Status.ObservedGeneration }, v1alpha1.ConditionReady, v1alpha1.ReasonNotImplemented)
+		func() int64 { return b.Status.ObservedGeneration }, v1alpha1.ConditionReady, v1alpha1.ReasonScheduled)
 }

@@ -94,6 +94,11 @@ func (e *Env) Namespace(t *testing.T) string {
 // StartOperator starts the control plane and runs daytwo's controllers
 // against it, wired exactly as `daytwo operator` wires them. stop ends both.
 func StartOperator() (env *Env, stop func() error, err error) {
+	return StartOperatorWith(operator.Options{})
+}
+
+// StartOperatorWith is StartOperator with options (a fake clock, say).
+func StartOperatorWith(opts operator.Options) (env *Env, stop func() error, err error) {
 	env, err = Start()
 	if err != nil {
 		return nil, nil, err
@@ -105,7 +110,7 @@ func StartOperator() (env *Env, stop func() error, err error) {
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	if err == nil {
-		err = operator.SetupControllers(ctx, mgr, operator.Options{})
+		err = operator.SetupControllers(ctx, mgr, opts)
 	}
 	if err != nil {
 		cancel()

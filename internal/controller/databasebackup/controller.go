@@ -4,27 +4,47 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
 	"github.com/daytwo-dev/daytwo/internal/controller"
 	"github.com/daytwo-dev/daytwo/internal/controller/conditions"
+	"github.com/daytwo-dev/daytwo/internal/postgres"
 	"github.com/daytwo-dev/daytwo/internal/schedule"
 )
 
 // Reconciler reconciles a DatabaseBackup.
 type Reconciler struct {
 	Client client.Client
+	// APIReader reads pods of finished Jobs (their termination messages)
+	// without caching every pod of the cluster.
+	APIReader client.Reader
+	Recorder  events.EventRecorder
+	// InstanceImage is the daytwo image whose binary backup Jobs run.
+	InstanceImage string
+	Clock         clock.PassiveClock
 }
 
 // +kubebuilder:rbac:groups=daytwo.dev,resources=databasebackups,verbs=get;list;watch;update;patch
 // +kubebuilder:rbac:groups=daytwo.dev,resources=databasebackups/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=daytwo.dev,resources=databasebackups/finalizers,verbs=update
+// +kubebuilder:rbac:groups=daytwo.dev,resources=databases,verbs=get;list;watch;create;delete
+// +kubebuilder:rbac:groups=batch,resources=jobs,verbs=get;list;watch;create;delete
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // Reconcile brings one DatabaseBackup towards its spec and reports what it observed.
 func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (_ reconcile.Result, err error) {
@@ -33,54 +53,248 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (_ re
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
 	if !b.DeletionTimestamp.IsZero() {
-		return reconcile.Result{}, nil
+		return reconcile.Result{}, nil // Jobs go with it; stored backups stay
 	}
 	before := b.DeepCopy()
 	defer func() {
 		err = errors.Join(err, controller.PatchStatus(ctx, r.Client, before, b, before.Status, b.Status))
+		if apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) {
+			err = nil
+		}
 	}()
 	return r.reconcileNormal(ctx, b)
 }
 
-// reconcileNormal checks what the schema cannot (the cron expression and time
-// zone really parse) and records it. Backup Jobs arrive with the backup
-// capability; until then the status says so instead of pretending.
-func (r *Reconciler) reconcileNormal(_ context.Context, b *v1alpha1.DatabaseBackup) (reconcile.Result, error) {
+// reconcileNormal records finished runs, starts the run that is due, and
+// computes when to look again.
+func (r *Reconciler) reconcileNormal(ctx context.Context, b *v1alpha1.DatabaseBackup) (reconcile.Result, error) {
+	now := r.Clock.Now()
 	b.Status.ObservedGeneration = b.Generation
 	if err := validateSchedule(b); err != nil {
-		conditions.Set(&b.Status.Conditions, b.Generation, v1alpha1.ConditionReady, metav1.ConditionFalse,
-			v1alpha1.ReasonInvalidSpec, err.Error())
+		setCondition(b, v1alpha1.ConditionReady, false, v1alpha1.ReasonInvalidSpec, err.Error())
 		return reconcile.Result{}, reconcile.TerminalError(err)
 	}
-	conditions.Set(&b.Status.Conditions, b.Generation, v1alpha1.ConditionReady, metav1.ConditionFalse,
-		v1alpha1.ReasonNotImplemented, "The spec is valid; this daytwo build does not run backups yet")
-	return reconcile.Result{}, nil
+	jobs, err := r.ownedJobs(ctx, b)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	if err := r.recordFinished(ctx, b, jobs); err != nil {
+		return reconcile.Result{}, err
+	}
+	if err := r.pruneHistory(ctx, b, jobs); err != nil {
+		return reconcile.Result{}, err
+	}
+	requeue := r.setStaleness(b, now)
+	verifyRequeue, err := r.reconcileVerification(ctx, b, now)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	requeue = minPositive(requeue, verifyRequeue)
+	db := &v1alpha1.Database{}
+	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: b.Namespace, Name: b.Spec.DatabaseRef.Name}, db); err != nil {
+		if !apierrors.IsNotFound(err) {
+			return reconcile.Result{}, fmt.Errorf("failed to get Database: %w", err)
+		}
+		setCondition(b, v1alpha1.ConditionReady, false, v1alpha1.ReasonDatabaseNotFound,
+			fmt.Sprintf("Database %s does not exist", b.Spec.DatabaseRef.Name))
+		return reconcile.Result{RequeueAfter: minPositive(requeue, time.Minute)}, nil
+	}
+	if b.Spec.Suspend {
+		b.Status.NextScheduleTime = nil
+		setCondition(b, v1alpha1.ConditionReady, true, v1alpha1.ReasonSuspended, "Scheduling is suspended")
+		return reconcile.Result{RequeueAfter: requeue}, nil
+	}
+	next, err := r.schedule(ctx, b, db, jobs, now)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	return reconcile.Result{RequeueAfter: minPositive(requeue, next)}, nil
 }
 
-// validateSchedule parses spec.schedule and spec.verify.schedule with the
-// parser the scheduler uses, naming the field in the error.
-func validateSchedule(b *v1alpha1.DatabaseBackup) error {
-	tz := ""
-	if b.Spec.TimeZone != nil {
-		tz = *b.Spec.TimeZone
+// schedule starts the run that is due, if any, and returns the wait until
+// the next one.
+func (r *Reconciler) schedule(ctx context.Context, b *v1alpha1.DatabaseBackup, db *v1alpha1.Database, jobs []batchv1.Job, now time.Time) (time.Duration, error) {
+	d := r.decide(b, now)
+	if d.Next.IsZero() {
+		b.Status.NextScheduleTime = nil
+	} else {
+		b.Status.NextScheduleTime = &metav1.Time{Time: d.Next}
 	}
+	msg := "Runs once"
 	if b.Spec.Schedule != "" {
-		if _, err := schedule.Parse(b.Spec.Schedule, tz); err != nil {
-			return fmt.Errorf("spec.schedule: %w", err)
+		msg = "Next backup at " + d.Next.UTC().Format(time.RFC3339)
+	}
+	setCondition(b, v1alpha1.ConditionReady, true, v1alpha1.ReasonScheduled, msg)
+	if !d.Skipped.IsZero() {
+		b.Status.LastScheduleTime = &metav1.Time{Time: d.Skipped}
+		r.Recorder.Eventf(b, nil, corev1.EventTypeWarning, "MissedRun", "Schedule",
+			"Skipped the run of %s (%d missed since the last run): missedRunPolicy and startingDeadlineSeconds allow no catch-up",
+			d.Skipped.UTC().Format(time.RFC3339), d.Missed)
+	}
+	if !d.Due.IsZero() {
+		if err := r.startRun(ctx, b, db, jobs, d); err != nil {
+			return 0, err
 		}
 	}
-	if v := b.Spec.Verify; v != nil && v.Schedule != "" {
-		if _, err := schedule.Parse(v.Schedule, tz); err != nil {
-			return fmt.Errorf("spec.verify.schedule: %w", err)
+	if d.Next.IsZero() {
+		return 0, nil
+	}
+	return d.Next.Sub(now), nil
+}
+
+// decide applies the schedule (or the one-shot rule) at now.
+func (r *Reconciler) decide(b *v1alpha1.DatabaseBackup, now time.Time) schedule.Decision {
+	if b.Spec.Schedule == "" {
+		if b.Status.LastScheduleTime == nil {
+			return schedule.Decision{Due: b.CreationTimestamp.Time, Missed: 1}
 		}
+		return schedule.Decision{}
+	}
+	s, _ := schedule.Parse(b.Spec.Schedule, ptrDeref(b.Spec.TimeZone)) // validated above
+	last := b.CreationTimestamp.Time
+	if b.Status.LastScheduleTime != nil {
+		last = b.Status.LastScheduleTime.Time
+	}
+	policy := schedule.RunOnce
+	if b.Spec.MissedRunPolicy == v1alpha1.MissedRunSkip {
+		policy = schedule.Skip
+	}
+	deadline := time.Duration(0)
+	if b.Spec.StartingDeadlineSeconds != nil {
+		deadline = time.Duration(*b.Spec.StartingDeadlineSeconds) * time.Second
+	}
+	return schedule.Decide(s, last, now, policy, deadline)
+}
+
+// startRun creates the Job of the due time, honouring concurrencyPolicy.
+func (r *Reconciler) startRun(ctx context.Context, b *v1alpha1.DatabaseBackup, db *v1alpha1.Database, jobs []batchv1.Job, d schedule.Decision) error {
+	active := activeJobs(jobs)
+	if len(active) > 0 {
+		switch b.Spec.ConcurrencyPolicy {
+		case v1alpha1.ConcurrencyAllow:
+		case v1alpha1.ConcurrencyReplace:
+			for i := range active {
+				if err := r.Client.Delete(ctx, active[i], client.PropagationPolicy(metav1.DeletePropagationBackground)); client.IgnoreNotFound(err) != nil {
+					return fmt.Errorf("failed to replace Job %s: %w", active[i].Name, err)
+				}
+			}
+		default:
+			b.Status.LastScheduleTime = &metav1.Time{Time: d.Due}
+			r.Recorder.Eventf(b, active[0], corev1.EventTypeWarning, "Skipped", "Schedule",
+				"Skipped the run of %s: Job %s is still running (concurrencyPolicy Forbid)", d.Due.UTC().Format(time.RFC3339), active[0].Name)
+			return nil
+		}
+	}
+	job := backupJob(b, r.jobInputs(db), d.Due)
+	if err := controllerutil.SetControllerReference(b, job, r.Client.Scheme()); err != nil {
+		return err
+	}
+	err := r.Client.Create(ctx, job)
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("failed to create Job %s: %w", job.Name, err)
+	}
+	b.Status.LastScheduleTime = &metav1.Time{Time: d.Due}
+	if err == nil {
+		r.Recorder.Eventf(b, job, corev1.EventTypeNormal, "Started", "Backup", "Started Job %s for the run of %s",
+			job.Name, d.Due.UTC().Format(time.RFC3339))
 	}
 	return nil
 }
 
+func (r *Reconciler) jobInputs(db *v1alpha1.Database) jobInputs {
+	image := db.Status.CurrentImage
+	if image == "" {
+		image = db.Spec.Image
+	}
+	if image == "" {
+		image = postgres.DefaultImage(db.Spec.Version)
+	}
+	return jobInputs{database: db.Name, image: image, instanceImage: r.InstanceImage, credentials: db.CredentialsSecretName()}
+}
+
+// setStaleness raises BackupStale once the newest success is older than
+// maxAge and returns when it will become stale.
+func (r *Reconciler) setStaleness(b *v1alpha1.DatabaseBackup, now time.Time) time.Duration {
+	if b.Spec.MaxAge == nil {
+		b.Status.Conditions = removeCondition(b.Status.Conditions, v1alpha1.ConditionBackupStale)
+		return 0
+	}
+	ref, what := b.CreationTimestamp.Time, "No backup has succeeded since the DatabaseBackup was created"
+	if t := b.Status.LastBackupTime; t != nil {
+		ref, what = t.Time, "The newest backup is from "+t.UTC().Format(time.RFC3339)
+	}
+	staleAt := ref.Add(b.Spec.MaxAge.Duration)
+	if !now.Before(staleAt) {
+		setCondition(b, v1alpha1.ConditionBackupStale, true, v1alpha1.ReasonNoRecentBackup,
+			fmt.Sprintf("%s, older than maxAge %s", what, b.Spec.MaxAge.Duration))
+		return 0
+	}
+	setCondition(b, v1alpha1.ConditionBackupStale, false, v1alpha1.ReasonRecentBackup,
+		fmt.Sprintf("%s, within maxAge %s", what, b.Spec.MaxAge.Duration))
+	return staleAt.Sub(now)
+}
+
 // SetupWithManager declares every trigger of this controller.
 func (r *Reconciler) SetupWithManager(mgr manager.Manager) error {
+	if r.Clock == nil {
+		r.Clock = clock.RealClock{}
+	}
+	registerMetrics()
+	// A Database appearing (or changing image) matters to the DatabaseBackups naming it.
+	byDatabase := handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, obj client.Object) []reconcile.Request {
+		list := &v1alpha1.DatabaseBackupList{}
+		if err := mgr.GetClient().List(ctx, list, client.InNamespace(obj.GetNamespace())); err != nil {
+			return nil
+		}
+		var out []reconcile.Request
+		for _, b := range list.Items {
+			if b.Spec.DatabaseRef.Name == obj.GetName() {
+				out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&b)})
+			}
+		}
+		return out
+	})
 	return builder.ControllerManagedBy(mgr).
 		For(&v1alpha1.DatabaseBackup{}).
+		Owns(&batchv1.Job{}).
+		Owns(&v1alpha1.Database{}).
+		Watches(&v1alpha1.Database{}, byDatabase).
 		Named("databasebackup").
 		Complete(r)
+}
+
+func setCondition(b *v1alpha1.DatabaseBackup, typ string, ok bool, reason, msg string) {
+	s := metav1.ConditionFalse
+	if ok {
+		s = metav1.ConditionTrue
+	}
+	conditions.Set(&b.Status.Conditions, b.Generation, typ, s, reason, msg)
+}
+
+func removeCondition(conds []metav1.Condition, typ string) []metav1.Condition {
+	out := conds[:0:0]
+	for _, c := range conds {
+		if c.Type != typ {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+func minPositive(a, b time.Duration) time.Duration {
+	switch {
+	case a <= 0:
+		return b
+	case b <= 0:
+		return a
+	default:
+		return min(a, b)
+	}
+}
+
+func ptrDeref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
 }

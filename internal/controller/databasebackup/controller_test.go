@@ -1,0 +1,316 @@
+package databasebackup_test
+
+// envtest with the operator running on a fake clock. No Job controller or
+// kubelet runs here: a test finishes a Job by writing what they would (the
+// pod's termination message, the Job's conditions).
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/util/retry"
+	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
+	"github.com/daytwo-dev/daytwo/internal/backup"
+	"github.com/daytwo-dev/daytwo/internal/operator"
+	"github.com/daytwo-dev/daytwo/internal/testenv"
+)
+
+var (
+	env   *testenv.Env
+	clock = clocktesting.NewFakeClock(time.Now())
+	ctx   = context.Background()
+)
+
+func TestMain(m *testing.M) {
+	var stop func() error
+	var err error
+	env, stop, err = testenv.StartOperatorWith(operator.Options{Clock: clock})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	if err := stop(); err != nil {
+		fmt.Fprintln(os.Stderr, "stop:", err)
+		code = 1
+	}
+	os.Exit(code)
+}
+
+func eventually(t *testing.T, what string, cond func() (bool, error)) {
+	t.Helper()
+	var last error
+	err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 20*time.Second, true, func(context.Context) (bool, error) {
+		ok, err := cond()
+		last = err
+		return ok && err == nil, nil
+	})
+	if err != nil {
+		t.Fatalf("timed out waiting for %s (last error: %v)", what, last)
+	}
+}
+
+// setup creates a Database and a DatabaseBackup of it in a new namespace.
+func setup(t *testing.T, mutate func(*v1alpha1.DatabaseBackup)) (string, *v1alpha1.DatabaseBackup) {
+	t.Helper()
+	ns := env.Namespace(t)
+	db := &v1alpha1.Database{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "orders"}, Spec: v1alpha1.DatabaseSpec{Version: "15"}}
+	if err := env.Client.Create(ctx, db); err != nil {
+		t.Fatal(err)
+	}
+	b := &v1alpha1.DatabaseBackup{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "nightly"},
+		Spec: v1alpha1.DatabaseBackupSpec{
+			DatabaseRef: v1alpha1.LocalObjectReference{Name: "orders"},
+			Storage: v1alpha1.BackupStorage{S3: &v1alpha1.S3Storage{Endpoint: "minio:9000", Bucket: "backups", Insecure: true,
+				CredentialsSecretRef: v1alpha1.S3CredentialsSecretRef{Name: "s3"}}},
+		},
+	}
+	if mutate != nil {
+		mutate(b)
+	}
+	if err := env.Client.Create(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	return ns, b
+}
+
+func jobs(t *testing.T, ns string) []batchv1.Job {
+	t.Helper()
+	list := &batchv1.JobList{}
+	if err := env.Client.List(ctx, list, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	return list.Items
+}
+
+func waitJobs(t *testing.T, ns string, n int) []batchv1.Job {
+	t.Helper()
+	var got []batchv1.Job
+	eventually(t, fmt.Sprintf("%d Jobs", n), func() (bool, error) { got = jobs(t, ns); return len(got) == n, nil })
+	return got
+}
+
+func get(t *testing.T, b *v1alpha1.DatabaseBackup) *v1alpha1.DatabaseBackup {
+	t.Helper()
+	out := &v1alpha1.DatabaseBackup{}
+	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(b), out); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func waitCondition(t *testing.T, b *v1alpha1.DatabaseBackup, typ string, status metav1.ConditionStatus, reason string) *v1alpha1.DatabaseBackup {
+	t.Helper()
+	var got *v1alpha1.DatabaseBackup
+	eventually(t, fmt.Sprintf("%s=%s %s", typ, status, reason), func() (bool, error) {
+		got = get(t, b)
+		c := meta.FindStatusCondition(got.Status.Conditions, typ)
+		return c != nil && c.Status == status && c.Reason == reason, nil
+	})
+	return got
+}
+
+// poke makes the operator reconcile now (the fake clock does not fire requeues).
+func poke(t *testing.T, b *v1alpha1.DatabaseBackup) {
+	t.Helper()
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cur := get(t, b)
+		if cur.Annotations == nil {
+			cur.Annotations = map[string]string{}
+		}
+		cur.Annotations["test/poke"] = clock.Now().Format(time.RFC3339Nano)
+		return env.Client.Update(ctx, cur)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// finish plays the Job controller and the kubelet: a pod that reported res,
+// then the Job's terminal condition.
+func finish(t *testing.T, job *batchv1.Job, ok bool, res backup.Result) {
+	t.Helper()
+	msg, _ := json.Marshal(res)
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: job.Namespace, Name: job.Name + "-pod", Labels: map[string]string{batchv1.JobNameLabel: job.Name}},
+		Spec:       *job.Spec.Template.Spec.DeepCopy(),
+	}
+	if err := env.Client.Create(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	phase, code := corev1.PodSucceeded, int32(0)
+	if !ok {
+		phase, code = corev1.PodFailed, 1
+	}
+	pod.Status.Phase = phase
+	pod.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "backup", State: corev1.ContainerState{
+		Terminated: &corev1.ContainerStateTerminated{ExitCode: code, Message: string(msg)}}}}
+	if err := env.Client.Status().Update(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	now := metav1.NewTime(clock.Now())
+	job.Status.StartTime = &now
+	if ok {
+		job.Status.Succeeded, job.Status.CompletionTime = 1, &now
+		job.Status.Conditions = []batchv1.JobCondition{
+			{Type: batchv1.JobSuccessCriteriaMet, Status: corev1.ConditionTrue, LastTransitionTime: now},
+			{Type: batchv1.JobComplete, Status: corev1.ConditionTrue, LastTransitionTime: now}}
+	} else {
+		job.Status.Failed = 1
+		job.Status.Conditions = []batchv1.JobCondition{
+			{Type: batchv1.JobFailureTarget, Status: corev1.ConditionTrue, LastTransitionTime: now, Reason: "BackoffLimitExceeded"},
+			{Type: batchv1.JobFailed, Status: corev1.ConditionTrue, LastTransitionTime: now, Reason: "BackoffLimitExceeded", Message: "Job has reached the specified backoff limit"}}
+	}
+	if err := env.Client.Status().Update(ctx, job); err != nil {
+		t.Fatalf("finish Job: %v", err)
+	}
+}
+
+func TestOneShotRunsOnceWithTheRightJob(t *testing.T) {
+	ns, b := setup(t, nil)
+	job := waitJobs(t, ns, 1)[0]
+	b = get(t, b)
+	if want := fmt.Sprintf("nightly-%d", b.CreationTimestamp.Unix()); job.Name != want {
+		t.Errorf("Job name %s, want %s", job.Name, want)
+	}
+	if owner := metav1.GetControllerOf(&job); owner == nil || owner.UID != b.UID {
+		t.Errorf("Job not owned by the DatabaseBackup")
+	}
+	pod := job.Spec.Template.Spec
+	c := pod.Containers[0]
+	args := strings.Join(c.Args, " ")
+	for _, want := range []string{"backup run", "--prefix=" + ns + "/nightly/", "--s3-endpoint=minio:9000", "--s3-bucket=backups",
+		"--s3-insecure", "--keep-last=7", "--database-name=orders", "--id=" + backup.NewID(b.CreationTimestamp.Time)} {
+		if !strings.Contains(args, want) {
+			t.Errorf("args %q lack %q", args, want)
+		}
+	}
+	if c.Image != "postgres:15" || pod.InitContainers[0].Image != operator.DefaultInstanceImage() {
+		t.Errorf("images: %s, init %s", c.Image, pod.InitContainers[0].Image)
+	}
+	envFrom := map[string]string{}
+	for _, e := range c.Env {
+		if e.ValueFrom != nil {
+			envFrom[e.Name] = e.ValueFrom.SecretKeyRef.Name + "/" + e.ValueFrom.SecretKeyRef.Key
+		}
+	}
+	if envFrom["PGPASSWORD"] != "orders-credentials/password" || envFrom["AWS_SECRET_ACCESS_KEY"] != "s3/AWS_SECRET_ACCESS_KEY" {
+		t.Errorf("secret env: %v", envFrom)
+	}
+	if pod.RestartPolicy != corev1.RestartPolicyNever || *job.Spec.BackoffLimit != 2 || !*c.SecurityContext.ReadOnlyRootFilesystem ||
+		*pod.SecurityContext.RunAsUser != 999 || *pod.AutomountServiceAccountToken {
+		t.Errorf("Job spec not as expected: %+v", job.Spec)
+	}
+	var got *v1alpha1.DatabaseBackup
+	eventually(t, "the Job listed as active", func() (bool, error) {
+		got = get(t, b)
+		return len(got.Status.ActiveJobs) == 1, nil
+	})
+	if got.Status.NextScheduleTime != nil || got.Status.LastScheduleTime == nil {
+		t.Errorf("status after start: %+v", got.Status)
+	}
+
+	res := backup.Result{ID: backup.NewID(b.CreationTimestamp.Time), Bytes: 4096, SHA256: strings.Repeat("ab", 32), PGVersion: "15.14",
+		DurationSeconds: 1.5, End: clock.Now().UTC().Truncate(time.Second), Pruned: 2,
+		Retained: []backup.Summary{{ID: "b", End: clock.Now().UTC().Truncate(time.Second), Bytes: 4096, SHA256: strings.Repeat("ab", 32)}, {ID: "a", End: clock.Now().UTC().Add(-time.Hour).Truncate(time.Second), Bytes: 10}}}
+	finish(t, &job, true, res)
+	got = waitCondition(t, b, v1alpha1.ConditionLastRunFailed, metav1.ConditionFalse, v1alpha1.ReasonBackupSucceeded)
+	if len(got.Status.Backups) != 2 || got.Status.Backups[0].ID != "b" || got.Status.PrunedTotal != 2 || got.Status.LastBackupTime == nil ||
+		len(got.Status.ActiveJobs) != 0 {
+		t.Errorf("status after success: %+v", got.Status)
+	}
+	// Once means once: nothing new however often it reconciles.
+	poke(t, b)
+	time.Sleep(300 * time.Millisecond)
+	if n := len(jobs(t, ns)); n != 1 {
+		t.Fatalf("%d Jobs after the one-shot finished", n)
+	}
+}
+
+func TestFailureIsReportedAndClearedBySuccess(t *testing.T) {
+	ns, b := setup(t, func(b *v1alpha1.DatabaseBackup) { b.Spec.Schedule = "*/10 * * * *" })
+	clock.SetTime(get(t, b).CreationTimestamp.Add(10*time.Minute + 5*time.Second))
+	poke(t, b)
+	job := waitJobs(t, ns, 1)[0]
+	finish(t, &job, false, backup.Result{Error: "pg_dump failed: connection refused"})
+	got := waitCondition(t, b, v1alpha1.ConditionLastRunFailed, metav1.ConditionTrue, v1alpha1.ReasonBackupFailed)
+	if msg := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionLastRunFailed).Message; !strings.Contains(msg, "connection refused") {
+		t.Errorf("message = %q", msg)
+	}
+	clock.Step(10 * time.Minute)
+	poke(t, b)
+	jobsNow := waitJobs(t, ns, 2)
+	next := jobsNow[0]
+	if next.Name == job.Name {
+		next = jobsNow[1]
+	}
+	finish(t, &next, true, backup.Result{ID: "x", Bytes: 1, End: clock.Now()})
+	waitCondition(t, b, v1alpha1.ConditionLastRunFailed, metav1.ConditionFalse, v1alpha1.ReasonBackupSucceeded)
+}
+
+func TestTenMissedPeriodsMakeOneRun(t *testing.T) {
+	ns, b := setup(t, func(b *v1alpha1.DatabaseBackup) { b.Spec.Schedule = "*/10 * * * *" })
+	created := get(t, b).CreationTimestamp.Time
+	clock.SetTime(created.Add(100*time.Minute + 30*time.Second))
+	poke(t, b)
+	waitJobs(t, ns, 1)
+	for range 3 {
+		poke(t, b)
+	}
+	time.Sleep(500 * time.Millisecond)
+	got := jobs(t, ns)
+	if len(got) != 1 {
+		t.Fatalf("%d Jobs after 10 missed periods, want exactly 1", len(got))
+	}
+	s := get(t, b).Status
+	if s.NextScheduleTime == nil || !s.NextScheduleTime.After(clock.Now()) || s.LastScheduleTime == nil || s.LastScheduleTime.After(clock.Now()) {
+		t.Errorf("schedule times: last %v next %v now %v", s.LastScheduleTime, s.NextScheduleTime, clock.Now())
+	}
+}
+
+func TestSuspendAndStaleness(t *testing.T) {
+	ns, b := setup(t, func(b *v1alpha1.DatabaseBackup) {
+		b.Spec.Schedule = "@hourly"
+		b.Spec.Suspend = true
+		b.Spec.MaxAge = &metav1.Duration{Duration: time.Hour}
+	})
+	got := waitCondition(t, b, v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonSuspended)
+	clock.SetTime(got.CreationTimestamp.Add(2*time.Hour + time.Minute))
+	poke(t, b)
+	waitCondition(t, b, v1alpha1.ConditionBackupStale, metav1.ConditionTrue, v1alpha1.ReasonNoRecentBackup)
+	if n := len(jobs(t, ns)); n != 0 {
+		t.Fatalf("a suspended DatabaseBackup started %d Jobs", n)
+	}
+	if get(t, b).Status.NextScheduleTime != nil {
+		t.Errorf("nextScheduleTime set while suspended")
+	}
+}
+
+func TestMissingDatabaseIsACondition(t *testing.T) {
+	ns := env.Namespace(t)
+	b := &v1alpha1.DatabaseBackup{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "orphan"},
+		Spec: v1alpha1.DatabaseBackupSpec{DatabaseRef: v1alpha1.LocalObjectReference{Name: "nope"},
+			Storage: v1alpha1.BackupStorage{PVC: &v1alpha1.PVCStorage{ClaimName: "backups"}}, BackoffLimit: ptr.To[int32](1)}}
+	if err := env.Client.Create(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	waitCondition(t, b, v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonDatabaseNotFound)
+	if n := len(jobs(t, ns)); n != 0 {
+		t.Fatalf("%d Jobs for a missing Database", n)
+	}
+}

@@ -1,0 +1,170 @@
+package databasebackup
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"strconv"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
+	"github.com/daytwo-dev/daytwo/internal/backup"
+)
+
+const (
+	labelBackup       = "daytwo.dev/backup"
+	labelScheduled    = "daytwo.dev/scheduled"
+	annScheduledTime  = "daytwo.dev/scheduled-time"
+	containerBackup   = "backup"
+	controllerMount   = "/controller"
+	backupVolumeMount = "/backups"
+)
+
+// jobName is deterministic per scheduled time, so a stale cache cannot start
+// a run twice: the second create fails with AlreadyExists. Names stay within
+// 63 characters (the job-name pod label).
+func jobName(b *v1alpha1.DatabaseBackup, scheduled time.Time) string {
+	suffix := "-" + strconv.FormatInt(scheduled.Unix(), 10)
+	name := b.Name
+	if len(name)+len(suffix) > 63 {
+		sum := sha256.Sum256([]byte(name))
+		name = name[:63-len(suffix)-9] + "-" + hex.EncodeToString(sum[:4])
+	}
+	return name + suffix
+}
+
+// SeriesPrefix is the storage prefix of one DatabaseBackup's backups:
+// spec.storage.s3.prefix, else <namespace>/<name>. Restores use it too.
+func SeriesPrefix(b *v1alpha1.DatabaseBackup) string {
+	if s3 := b.Spec.Storage.S3; s3 != nil && s3.Prefix != "" {
+		return backup.NormalizePrefix(s3.Prefix)
+	}
+	return backup.NormalizePrefix(b.Namespace + "/" + b.Name)
+}
+
+// StorageArgs are the daytwo flags (with flagPrefix) that select the
+// storage of b, the environment that carries its S3 credentials, and the
+// volume a PVC storage needs.
+func StorageArgs(b *v1alpha1.DatabaseBackup, flagPrefix string) ([]string, []corev1.EnvVar, []corev1.Volume, []corev1.VolumeMount) {
+	args := []string{"--" + flagPrefix + "prefix=" + SeriesPrefix(b)}
+	st := b.Spec.Storage
+	if s3 := st.S3; s3 != nil {
+		args = append(args, "--"+flagPrefix+"s3-endpoint="+s3.Endpoint, "--"+flagPrefix+"s3-bucket="+s3.Bucket)
+		if s3.Region != "" {
+			args = append(args, "--"+flagPrefix+"s3-region="+s3.Region)
+		}
+		if s3.Insecure {
+			args = append(args, "--"+flagPrefix+"s3-insecure")
+		}
+		ref := s3.CredentialsSecretRef
+		env := []corev1.EnvVar{
+			secretEnv("AWS_ACCESS_KEY_ID", ref.Name, orDefault(ref.AccessKeyIDKey, "AWS_ACCESS_KEY_ID")),
+			secretEnv("AWS_SECRET_ACCESS_KEY", ref.Name, orDefault(ref.SecretAccessKeyKey, "AWS_SECRET_ACCESS_KEY")),
+		}
+		return args, env, nil, nil
+	}
+	path := backupVolumeMount
+	if st.PVC.Path != "" {
+		path += "/" + st.PVC.Path
+	}
+	args = append(args, "--"+flagPrefix+"path="+path)
+	vol := corev1.Volume{Name: "backups", VolumeSource: corev1.VolumeSource{
+		PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: st.PVC.ClaimName}}}
+	return args, nil, []corev1.Volume{vol}, []corev1.VolumeMount{{Name: "backups", MountPath: backupVolumeMount}}
+}
+
+// jobInputs are the facts a backup Job needs beyond the DatabaseBackup.
+type jobInputs struct {
+	database      string // the Database's name
+	image         string // the Database's PostgreSQL image (pg_dump matches the server)
+	instanceImage string // the daytwo image the init container copies from
+	credentials   string // the Database's credentials Secret
+}
+
+// backupJob is the Job of the run scheduled at t.
+func backupJob(b *v1alpha1.DatabaseBackup, in jobInputs, t time.Time) *batchv1.Job {
+	args, env, vols, mounts := StorageArgs(b, "")
+	args = append([]string{"backup", "run", "--id=" + backup.NewID(t), "--database-name=" + in.database}, args...)
+	if r := b.Spec.Retention; r != nil {
+		args = append(args, fmt.Sprintf("--keep-last=%d", r.KeepLast), fmt.Sprintf("--keep-daily=%d", r.KeepDaily),
+			fmt.Sprintf("--keep-weekly=%d", r.KeepWeekly), fmt.Sprintf("--keep-monthly=%d", r.KeepMonthly))
+	}
+	env = append([]corev1.EnvVar{
+		secretEnv("PGHOST", in.credentials, v1alpha1.CredentialsHost),
+		secretEnv("PGPORT", in.credentials, v1alpha1.CredentialsPort),
+		secretEnv("PGUSER", in.credentials, v1alpha1.CredentialsUser),
+		secretEnv("PGPASSWORD", in.credentials, v1alpha1.CredentialsPassword),
+		secretEnv("PGDATABASE", in.credentials, v1alpha1.CredentialsDatabase),
+		{Name: "HOME", Value: "/tmp"},
+	}, env...)
+	labels := map[string]string{
+		labelBackup: b.Name, labelScheduled: strconv.FormatInt(t.Unix(), 10),
+		"app.kubernetes.io/name": "daytwo-backup", "app.kubernetes.io/instance": b.Name, "app.kubernetes.io/managed-by": "daytwo",
+	}
+	pod := corev1.PodSpec{
+		RestartPolicy:                corev1.RestartPolicyNever,
+		AutomountServiceAccountToken: ptr.To(false),
+		EnableServiceLinks:           ptr.To(false),
+		SecurityContext: &corev1.PodSecurityContext{
+			RunAsNonRoot: ptr.To(true), RunAsUser: ptr.To[int64](999), RunAsGroup: ptr.To[int64](999), FSGroup: ptr.To[int64](999),
+			SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+		},
+		InitContainers: []corev1.Container{{
+			Name: "bootstrap-controller", Image: in.instanceImage, ImagePullPolicy: corev1.PullIfNotPresent,
+			Command:         []string{"/daytwo", "instance", "bootstrap", controllerMount + "/daytwo"},
+			SecurityContext: restricted(),
+			VolumeMounts:    []corev1.VolumeMount{{Name: "controller", MountPath: controllerMount}},
+		}},
+		Containers: []corev1.Container{{
+			Name: containerBackup, Image: in.image, ImagePullPolicy: corev1.PullIfNotPresent,
+			Command: []string{controllerMount + "/daytwo"}, Args: args, Env: env,
+			SecurityContext:          restricted(),
+			TerminationMessagePolicy: corev1.TerminationMessageReadFile,
+			Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{
+				corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("256Mi")}},
+			VolumeMounts: append([]corev1.VolumeMount{
+				{Name: "controller", MountPath: controllerMount}, {Name: "tmp", MountPath: "/tmp"}}, mounts...),
+		}},
+		Volumes: append([]corev1.Volume{
+			{Name: "controller", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+			{Name: "tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+		}, vols...),
+	}
+	return &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: jobName(b, t), Namespace: b.Namespace, Labels: labels,
+			Annotations: map[string]string{annScheduledTime: t.UTC().Format(time.RFC3339)},
+		},
+		Spec: batchv1.JobSpec{
+			BackoffLimit:          ptr.To(ptr.Deref(b.Spec.BackoffLimit, 2)),
+			ActiveDeadlineSeconds: b.Spec.ActiveDeadlineSeconds,
+			Template:              corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: pod},
+		},
+	}
+}
+
+func restricted() *corev1.SecurityContext {
+	return &corev1.SecurityContext{
+		AllowPrivilegeEscalation: ptr.To(false), ReadOnlyRootFilesystem: ptr.To(true), RunAsNonRoot: ptr.To(true),
+		Capabilities:   &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+		SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+	}
+}
+
+func secretEnv(name, secret, key string) corev1.EnvVar {
+	return corev1.EnvVar{Name: name, ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+		LocalObjectReference: corev1.LocalObjectReference{Name: secret}, Key: key}}}
+}
+
+func orDefault(v, def string) string {
+	if v == "" {
+		return def
+	}
+	return v
+}

@@ -1,0 +1,198 @@
+package databasebackup
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
+	"github.com/daytwo-dev/daytwo/internal/backup"
+)
+
+// ownedJobs lists b's backup Jobs, oldest scheduled first.
+func (r *Reconciler) ownedJobs(ctx context.Context, b *v1alpha1.DatabaseBackup) ([]batchv1.Job, error) {
+	list := &batchv1.JobList{}
+	if err := r.Client.List(ctx, list, client.InNamespace(b.Namespace), client.MatchingLabels{labelBackup: b.Name}); err != nil {
+		return nil, fmt.Errorf("failed to list Jobs: %w", err)
+	}
+	jobs := slices.DeleteFunc(list.Items, func(j batchv1.Job) bool {
+		owner := metav1.GetControllerOf(&j)
+		return owner == nil || owner.UID != b.UID
+	})
+	slices.SortFunc(jobs, func(a, b batchv1.Job) int { return scheduledOf(&a).Compare(scheduledOf(&b)) })
+	return jobs, nil
+}
+
+func scheduledOf(j *batchv1.Job) time.Time {
+	n, _ := strconv.ParseInt(j.Labels[labelScheduled], 10, 64)
+	return time.Unix(n, 0).UTC()
+}
+
+// finishedAt returns when a Job succeeded or failed for good.
+func finishedAt(j *batchv1.Job) (time.Time, bool, bool) {
+	for _, c := range j.Status.Conditions {
+		if c.Status != corev1.ConditionTrue {
+			continue
+		}
+		switch c.Type {
+		case batchv1.JobComplete:
+			return c.LastTransitionTime.Time, true, true
+		case batchv1.JobFailed:
+			return c.LastTransitionTime.Time, true, false
+		}
+	}
+	return time.Time{}, false, false
+}
+
+func activeJobs(jobs []batchv1.Job) []*batchv1.Job {
+	var out []*batchv1.Job
+	for i := range jobs {
+		if _, done, _ := finishedAt(&jobs[i]); !done && jobs[i].DeletionTimestamp.IsZero() {
+			out = append(out, &jobs[i])
+		}
+	}
+	return out
+}
+
+// recordFinished moves the results of finished Jobs the status does not
+// hold yet into it, and into metrics and Events. A success is recorded when
+// lastBackupTime is older than its scheduled time, a failure when
+// lastFailureTime is older than its end: each is recorded once, even across
+// operator restarts.
+func (r *Reconciler) recordFinished(ctx context.Context, b *v1alpha1.DatabaseBackup, jobs []batchv1.Job) error {
+	st := &b.Status
+	st.ActiveJobs = nil
+	for i := range jobs {
+		job := &jobs[i]
+		at, done, ok := finishedAt(job)
+		if !done {
+			st.ActiveJobs = append(st.ActiveJobs, job.Name)
+			continue
+		}
+		if ok && (st.LastBackupTime == nil || st.LastBackupTime.Time.Before(scheduledOf(job))) {
+			res, err := r.result(ctx, job, true)
+			if err != nil {
+				return err
+			}
+			r.recordSuccess(b, job, res)
+		}
+		if !ok && (st.LastFailureTime == nil || st.LastFailureTime.Time.Before(at)) {
+			res, err := r.result(ctx, job, false)
+			if err != nil {
+				return err
+			}
+			r.recordFailure(b, job, at, res)
+		}
+	}
+	return nil
+}
+
+func (r *Reconciler) recordSuccess(b *v1alpha1.DatabaseBackup, job *batchv1.Job, res backup.Result) {
+	st := &b.Status
+	end := res.End
+	if end.IsZero() {
+		end = scheduledOf(job)
+	}
+	st.LastBackupTime = &metav1.Time{Time: end}
+	st.Backups = nil
+	for _, s := range res.Retained {
+		st.Backups = append(st.Backups, v1alpha1.StoredBackup{ID: s.ID, Time: metav1.Time{Time: s.End}, SizeBytes: s.Bytes,
+			SHA256: s.SHA256, PGVersion: s.PGVersion})
+	}
+	st.PrunedTotal += int64(res.Pruned)
+	st.SuccessesSinceVerification++
+	setCondition(b, v1alpha1.ConditionLastRunFailed, false, v1alpha1.ReasonBackupSucceeded,
+		fmt.Sprintf("Backup %s stored (%d bytes)", res.ID, res.Bytes))
+	observeSuccess(b, res)
+	r.Recorder.Eventf(b, job, corev1.EventTypeNormal, v1alpha1.ReasonBackupSucceeded, "Backup",
+		"Backup %s: %d bytes in %.1fs, sha256 %s, %d pruned", res.ID, res.Bytes, res.DurationSeconds, short(res.SHA256), res.Pruned)
+}
+
+func (r *Reconciler) recordFailure(b *v1alpha1.DatabaseBackup, job *batchv1.Job, at time.Time, res backup.Result) {
+	b.Status.LastFailureTime = &metav1.Time{Time: at}
+	msg := fmt.Sprintf("Job %s failed: %s", job.Name, truncate(res.Error, 512))
+	setCondition(b, v1alpha1.ConditionLastRunFailed, true, v1alpha1.ReasonBackupFailed, msg)
+	observeFailure(b)
+	r.Recorder.Eventf(b, job, corev1.EventTypeWarning, v1alpha1.ReasonBackupFailed, "Backup", "%s", msg)
+}
+
+// result reads what the Job's pod reported in its termination message. For
+// a failed Job without one (a deadline, an image that does not pull), the
+// Job's own condition says why.
+func (r *Reconciler) result(ctx context.Context, job *batchv1.Job, succeeded bool) (backup.Result, error) {
+	pods := &corev1.PodList{}
+	if err := r.APIReader.List(ctx, pods, client.InNamespace(job.Namespace), client.MatchingLabels{batchv1.JobNameLabel: job.Name}); err != nil {
+		return backup.Result{}, fmt.Errorf("failed to list the pods of Job %s: %w", job.Name, err)
+	}
+	slices.SortFunc(pods.Items, func(a, b corev1.Pod) int { return b.CreationTimestamp.Compare(a.CreationTimestamp.Time) })
+	for _, pod := range pods.Items {
+		if succeeded != (pod.Status.Phase == corev1.PodSucceeded) {
+			continue
+		}
+		for _, cs := range pod.Status.ContainerStatuses {
+			if cs.Name != containerBackup || cs.State.Terminated == nil || cs.State.Terminated.Message == "" {
+				continue
+			}
+			var res backup.Result
+			if err := json.Unmarshal([]byte(cs.State.Terminated.Message), &res); err == nil {
+				return res, nil
+			}
+			return backup.Result{Error: cs.State.Terminated.Message}, nil
+		}
+	}
+	res := backup.Result{Error: "no result was reported"}
+	for _, c := range job.Status.Conditions {
+		if c.Type == batchv1.JobFailed && c.Status == corev1.ConditionTrue {
+			res.Error = fmt.Sprintf("%s: %s", c.Reason, c.Message)
+		}
+	}
+	return res, nil
+}
+
+// pruneHistory deletes finished Jobs beyond the history limits, once
+// their results are recorded.
+func (r *Reconciler) pruneHistory(ctx context.Context, b *v1alpha1.DatabaseBackup, jobs []batchv1.Job) error {
+	keepOK, keepFailed := limit(b.Spec.SuccessfulJobsHistoryLimit, 3), limit(b.Spec.FailedJobsHistoryLimit, 1)
+	for i := len(jobs) - 1; i >= 0; i-- {
+		job := &jobs[i]
+		_, done, ok := finishedAt(job)
+		if !done || !job.DeletionTimestamp.IsZero() {
+			continue
+		}
+		if ok {
+			if keepOK--; keepOK >= 0 {
+				continue
+			}
+		} else if keepFailed--; keepFailed >= 0 {
+			continue
+		}
+		if err := r.Client.Delete(ctx, job, client.PropagationPolicy(metav1.DeletePropagationBackground)); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("failed to delete old Job %s: %w", job.Name, err)
+		}
+	}
+	return nil
+}
+
+func limit(p *int32, def int) int {
+	if p == nil {
+		return def
+	}
+	return int(*p)
+}
+
+func short(s string) string { return s[:min(12, len(s))] }
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
+}
