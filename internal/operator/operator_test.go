@@ -126,11 +126,11 @@ func TestUnparseableScheduleBecomesACondition(t *testing.T) {
 	}
 
 	// Fixing the spec clears the condition: the error was terminal for that
-	// generation only.
+	// generation only. (No Database exists here, which is the next thing said.)
 	b.Spec.Schedule = "1 * * * *"
 	if err := env.Client.Update(context.Background(), b); err != nil {
 		t.Fatal(err)
 	}
 	waitForCondition(t, b, func() []metav1.Condition { return b.Status.Conditions },
-		func() int64 { return b.Status.ObservedGeneration }, v1alpha1.ConditionReady, v1alpha1.ReasonScheduled)
+		func() int64 { return b.Status.ObservedGeneration }, v1alpha1.ConditionReady, v1alpha1.ReasonDatabaseNotFound)
 }
