@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"os"
@@ -13,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
+	"github.com/daytwo-dev/daytwo/internal/backup"
 	"github.com/daytwo-dev/daytwo/internal/instance"
 	"github.com/daytwo-dev/daytwo/internal/instanceapi"
 )
@@ -28,7 +30,8 @@ func newInstanceCommand() *cobra.Command {
 
 func newInstanceRunCommand() *cobra.Command {
 	cfg := &instance.Config{}
-	var role string
+	var role, restoreID, termLog string
+	var restoreFrom storageFlags
 	cmd := &cobra.Command{
 		Use:   "run",
 		Short: "Initialise or clone the data directory, then run and supervise postgres",
@@ -45,7 +48,21 @@ func newInstanceRunCommand() *cobra.Command {
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
 			defer stop()
 			log := zap.New(zap.UseDevMode(false)).WithName("instance")
-			m := instance.New(cfg, log, nil)
+			var restore instance.RestoreFunc
+			if restoreFrom.set() {
+				st, prefix, err := restoreFrom.open()
+				if err != nil {
+					return err
+				}
+				restore = func(ctx context.Context, conn backup.Conn, role string) error {
+					m, err := backup.Restore(ctx, backup.Options{Conn: conn, Storage: st, Prefix: prefix}, restoreID, role)
+					if err == nil {
+						log.Info("Restored backup", "id", m.ID, "bytes", m.Bytes, "sha256", m.SHA256)
+					}
+					return err
+				}
+			}
+			m := instance.New(cfg, log, restore)
 			hup := make(chan os.Signal, 1)
 			signal.Notify(hup, syscall.SIGHUP)
 			go func() {
@@ -53,7 +70,12 @@ func newInstanceRunCommand() *cobra.Command {
 					m.Reload()
 				}
 			}()
-			return m.Run(ctx)
+			err := m.Run(ctx)
+			if err != nil && termLog != "" {
+				// The operator shows it (a failed restore, say) from the pod's status.
+				_ = os.WriteFile(termLog, []byte(err.Error()), 0o644)
+			}
+			return err
 		},
 	}
 	f := cmd.Flags()
@@ -73,6 +95,9 @@ func newInstanceRunCommand() *cobra.Command {
 	f.BoolVar(&cfg.FromBackup, "from-backup", false, "Bootstrap the primary from a backup instead of initdb.")
 	f.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", 50*time.Second, "How long a fast shutdown may take before an immediate one.")
 	f.StringVar(&cfg.BinDir, "bin-dir", "", "Directory of the PostgreSQL programs; empty means $PATH.")
+	f.StringVar(&termLog, "termination-log", "", "Where a fatal error is written for the kubelet (/dev/termination-log in a pod).")
+	restoreFrom.bind(f, "restore-")
+	f.StringVar(&restoreID, "restore-id", "", "Backup to restore with --from-backup; empty means the newest.")
 	return cmd
 }
 

@@ -13,15 +13,17 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/daytwo-dev/daytwo/internal/backup"
 	"github.com/daytwo-dev/daytwo/internal/postgres"
 )
 
-// ErrRestoreUnavailable is what the default restore hook returns.
-var ErrRestoreUnavailable = errors.New("bootstrap from a backup needs the DatabaseBackup capability, which this build lacks")
+// ErrRestoreUnavailable is what a manager without a restore source returns.
+var ErrRestoreUnavailable = errors.New("no backup storage was given to restore from")
 
-// RestoreFunc fills an empty data directory from a backup. The backup
-// capability sets it; it must leave either a complete data directory or none.
-type RestoreFunc func(ctx context.Context, cfg *Config) error
+// RestoreFunc streams a backup into the database conn reaches; role owns
+// what it restores. The instance manager runs it against a fresh,
+// network-less server and keeps the data directory only when it succeeds.
+type RestoreFunc func(ctx context.Context, conn backup.Conn, role string) error
 
 func hasData(pgdata string) bool {
 	_, err := os.Stat(filepath.Join(pgdata, "PG_VERSION"))

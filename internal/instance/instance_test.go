@@ -4,9 +4,11 @@ package instance_test
 // PostgreSQL 15 (make deps installs it) on loopback ports and temp dirs.
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -21,9 +23,11 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/daytwo-dev/daytwo/internal/backup"
 	"github.com/daytwo-dev/daytwo/internal/instanceapi"
 	"github.com/daytwo-dev/daytwo/internal/postgres"
 	"github.com/daytwo-dev/daytwo/internal/testenv"
+	"github.com/daytwo-dev/daytwo/internal/testpg"
 )
 
 var daytwoBin string
@@ -70,6 +74,7 @@ type instance struct {
 	cmd        *exec.Cmd
 	exited     chan error
 	extraFlags []string
+	env        []string
 }
 
 const appPassword = "app-pass-Ø:'\"-1"
@@ -114,6 +119,7 @@ func (in *instance) start(pod string) {
 	in.cmd = exec.Command(daytwoBin, append(args, in.extraFlags...)...)
 	in.cmd.Stdout, in.cmd.Stderr = testWriter{in.t, pod}, testWriter{in.t, pod}
 	in.cmd.SysProcAttr = runnerCredential(in.t)
+	in.cmd.Env = append(os.Environ(), in.env...)
 	if err := in.cmd.Start(); err != nil {
 		in.t.Fatal(err)
 	}
@@ -404,4 +410,88 @@ func (w testWriter) Write(p []byte) (int, error) {
 		w.t.Logf("[%s] %s", w.pod, line)
 	}
 	return len(p), nil
+}
+
+// A Database bootstrapped from a backup: the instance restores it before it
+// ever listens on TCP, and refuses a corrupt one without becoming ready.
+func TestRestoreFromBackup(t *testing.T) {
+	ctx := context.Background()
+	src := newInstance(t)
+	src.start("orders-0")
+	src.waitReady(90 * time.Second)
+	conn, err := src.connect(ctx, "shop", appPassword, "orders")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, "CREATE TABLE items AS SELECT g AS id, md5(g::text) AS v FROM generate_series(1, 20000) g"); err != nil {
+		t.Fatal(err)
+	}
+	_ = conn.Close(ctx)
+
+	minio := testpg.StartMinIO(t)
+	st, err := backup.NewS3(backup.S3Config{Endpoint: minio.Endpoint, Bucket: "backups", Insecure: true,
+		AccessKeyID: minio.AccessKey, SecretAccessKey: minio.SecretKey})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := backup.EnsureBucket(ctx, st); err != nil {
+		t.Fatal(err)
+	}
+	o := backup.Options{Conn: backup.Conn{Host: "127.0.0.1", Port: src.pgPort, User: "shop", Password: appPassword, Database: "orders"},
+		Storage: st, Prefix: "ns/orders/", BinDir: pgBinDir(t)}
+	m, err := backup.Run(ctx, o, "20260101T000000Z", "orders", "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	restoreFlags := []string{"--from-backup", "--restore-s3-endpoint", minio.Endpoint, "--restore-s3-bucket", "backups",
+		"--restore-s3-insecure", "--restore-prefix", "ns/orders", "--termination-log", ""}
+	creds := []string{"AWS_ACCESS_KEY_ID=" + minio.AccessKey, "AWS_SECRET_ACCESS_KEY=" + minio.SecretKey}
+
+	t.Run("a good backup", func(t *testing.T) {
+		dst := newInstance(t, restoreFlags...)
+		dst.env = creds
+		dst.start("copy-0")
+		took := dst.waitReady(90 * time.Second)
+		t.Logf("restored and ready in %s", took.Round(time.Millisecond))
+		if got := dst.show(ctx, "shared_buffers"); got != "128MB" {
+			t.Errorf("restored instance runs shared_buffers %s", got)
+		}
+		c, err := dst.connect(ctx, "shop", appPassword, "orders")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = c.Close(ctx) }()
+		var n int
+		var owner string
+		if err := c.QueryRow(ctx, "SELECT count(*), (SELECT tableowner FROM pg_tables WHERE tablename = 'items') FROM items").Scan(&n, &owner); err != nil || n != 20000 || owner != "shop" {
+			t.Fatalf("restored %d rows owned by %q: %v", n, owner, err)
+		}
+	})
+
+	t.Run("a corrupt backup", func(t *testing.T) {
+		rc, err := st.Get(ctx, m.DataKey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		data, _ := io.ReadAll(rc)
+		_ = rc.Close()
+		data[len(data)/3] ^= 0xff
+		if err := st.Put(ctx, m.DataKey, bytes.NewReader(data)); err != nil {
+			t.Fatal(err)
+		}
+		dst := newInstance(t, restoreFlags...)
+		dst.env = creds
+		dst.start("copy-0")
+		select {
+		case err := <-dst.exited:
+			if err == nil {
+				t.Fatal("the instance manager exited cleanly after a corrupt restore")
+			}
+		case <-time.After(90 * time.Second):
+			t.Fatal("the instance manager kept running after a corrupt restore")
+		}
+		if entries, _ := os.ReadDir(filepath.Join(dst.root, "data")); len(entries) != 0 {
+			t.Fatalf("the refused restore left %d entries in the data directory", len(entries))
+		}
+	})
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/daytwo-dev/daytwo/internal/backup"
 	"github.com/daytwo-dev/daytwo/internal/instanceapi"
 	"github.com/daytwo-dev/daytwo/internal/postgres"
 )
@@ -39,7 +40,7 @@ type Manager struct {
 // New returns a manager for cfg. restore may be nil.
 func New(cfg *Config, log logr.Logger, restore RestoreFunc) *Manager {
 	if restore == nil {
-		restore = func(context.Context, *Config) error { return ErrRestoreUnavailable }
+		restore = func(context.Context, backup.Conn, string) error { return ErrRestoreUnavailable }
 	}
 	return &Manager{cfg: cfg, log: log, restore: restore, reload: make(chan struct{}, 1),
 		status: instanceapi.Status{Pod: cfg.Pod, Role: cfg.Role, Phase: instanceapi.PhaseBootstrapping}}
@@ -119,9 +120,11 @@ func (m *Manager) bootstrap(ctx context.Context) error {
 		return m.cloneFromPrimary(ctx)
 	case m.cfg.FromBackup:
 		m.log.Info("Restoring from a backup")
-		if err := m.restore(ctx, m.cfg); err != nil {
-			return permanentError{fmt.Errorf("restore failed: %w", err)}
+		if err := m.restoreFromBackup(ctx); err != nil {
+			// Not permanent: storage may come back; the kubelet retries.
+			return fmt.Errorf("restore failed: %w", err)
 		}
+		m.log.Info("Restored from a backup")
 		return nil
 	default:
 		m.log.Info("Initialising an empty data directory")

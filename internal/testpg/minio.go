@@ -1,14 +1,17 @@
 package testpg
 
 import (
+	"context"
 	"fmt"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/minio/minio-go/v7"
+	"github.com/minio/minio-go/v7/pkg/credentials"
 )
 
 // MinIO is a MinIO server on loopback, built by hack/build-addons.sh.
@@ -56,14 +59,19 @@ func (m *MinIO) Start(t testing.TB) {
 	}
 	m.exited = make(chan error, 1)
 	go func() { m.exited <- m.cmd.Wait() }()
+	// The health endpoint answers before the object layer is up; wait
+	// until a bucket call works.
+	c, err := minio.New(m.Endpoint, &minio.Options{Creds: credentials.NewStaticV4(m.AccessKey, m.SecretKey, "")})
+	if err != nil {
+		t.Fatal(err)
+	}
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		resp, err := http.Get("http://" + m.Endpoint + "/minio/health/ready")
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_, err := c.BucketExists(ctx, "probe")
+		cancel()
 		if err == nil {
-			_ = resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return
-			}
+			return
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("MinIO did not become ready: %v", err)
