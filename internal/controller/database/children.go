@@ -21,6 +21,7 @@ import (
 
 	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
 	"github.com/daytwo-dev/daytwo/internal/controller"
+	"github.com/daytwo-dev/daytwo/internal/controller/databasebackup"
 	"github.com/daytwo-dev/daytwo/internal/postgres"
 )
 
@@ -140,6 +141,9 @@ func (r *Reconciler) observe(ctx context.Context, db *v1alpha1.Database, obs *ob
 }
 
 func (r *Reconciler) applyStatefulSet(ctx context.Context, db *v1alpha1.Database, obs *observation) error {
+	if obs.keepStatefulSet {
+		return nil
+	}
 	live := controller.Named[appsv1.StatefulSet](db.Namespace, db.Name)
 	if err := controller.ApplyIfChanged(ctx, r.Client, live, statefulSet(db, obs.plan, obs.in),
 		appsv1ac.ExtractStatefulSet, "StatefulSet"); err != nil {
@@ -191,4 +195,31 @@ func ordinal(pod string) int {
 		return -1
 	}
 	return n
+}
+
+// resolveRestore finds the storage a Database bootstrapped from a backup
+// restores from. Until the DatabaseBackup exists nothing is created; once
+// the instances run, a vanished DatabaseBackup leaves the StatefulSet as it
+// is rather than restarting the instances to drop the restore settings.
+func (r *Reconciler) resolveRestore(ctx context.Context, db *v1alpha1.Database, obs *observation) error {
+	b := db.Spec.Bootstrap
+	if b == nil || b.FromBackup == nil {
+		return nil
+	}
+	src := &v1alpha1.DatabaseBackup{}
+	err := r.Client.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: b.FromBackup.BackupRef.Name}, src)
+	if apierrors.IsNotFound(err) {
+		if obs.sts != nil {
+			obs.keepStatefulSet = true
+			return nil
+		}
+		obs.restoreFailed = fmt.Sprintf("spec.bootstrap.fromBackup.backupRef: DatabaseBackup %s does not exist", b.FromBackup.BackupRef.Name)
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("failed to get DatabaseBackup %s: %w", b.FromBackup.BackupRef.Name, err)
+	}
+	args, env, vols, mounts := databasebackup.StorageArgs(src, "restore-")
+	obs.in.restore = &restoreSource{args: args, env: env, volumes: vols, mounts: mounts}
+	return nil
 }

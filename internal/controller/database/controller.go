@@ -31,6 +31,10 @@ const cleanupFinalizer = "daytwo.dev/database-cleanup"
 // become ready before the image is rolled back.
 const DefaultUpgradeDeadline = 5 * time.Minute
 
+// restoreRetry is how often a Database waiting for the DatabaseBackup it
+// restores from looks again (DatabaseBackups are not watched).
+const restoreRetry = 30 * time.Second
+
 // Reconciler reconciles a Database.
 type Reconciler struct {
 	Client   client.Client
@@ -46,6 +50,7 @@ type Reconciler struct {
 // +kubebuilder:rbac:groups=daytwo.dev,resources=databases,verbs=get;list;watch;update;patch
 // +kubebuilder:rbac:groups=daytwo.dev,resources=databases/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=daytwo.dev,resources=databases/finalizers,verbs=update
+// +kubebuilder:rbac:groups=daytwo.dev,resources=databasebackups,verbs=get;list;watch
 // +kubebuilder:rbac:groups=apps,resources=statefulsets,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=services;configmaps,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;patch
@@ -96,6 +101,9 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, db *v1alpha1.Database)
 	}
 	if err := r.observe(ctx, db, obs); err != nil {
 		return reconcile.Result{}, err
+	}
+	if err := r.resolveRestore(ctx, db, obs); err != nil || obs.restoreFailed != "" {
+		return reconcile.Result{RequeueAfter: restoreRetry}, err
 	}
 	if err := r.applyStatefulSet(ctx, db, obs); err != nil {
 		return reconcile.Result{}, err

@@ -32,6 +32,10 @@ const (
 	annMajor       = "daytwo.dev/major"
 	annGoodImage   = "daytwo.dev/good-image"
 	annFailedImage = "daytwo.dev/failed-image"
+	// annRunningParameters holds the restart-only settings every instance
+	// last ran with, so a pending restart is known even while its pods are
+	// being replaced.
+	annRunningParameters = "daytwo.dev/running-parameters"
 
 	containerPostgres = "postgres"
 	volumeData        = "pgdata"
@@ -92,9 +96,21 @@ type stsInputs struct {
 	major         string // the major version of the data
 	goodImage     string
 	failedImage   string
+	runningParams string
 	// claimSize keeps the live volume claim template: it is immutable, so a
 	// resize goes to the PVCs instead.
 	claimSize *resource.Quantity
+	// restore is where bootstrap.fromBackup reads from; nil for initdb.
+	restore *restoreSource
+}
+
+// restoreSource is the storage of the DatabaseBackup a Database bootstraps
+// from: daytwo flags, the S3 credentials' environment, a PVC's volume.
+type restoreSource struct {
+	args    []string
+	env     []corev1.EnvVar
+	volumes []corev1.Volume
+	mounts  []corev1.VolumeMount
 }
 
 // statefulSet is the PostgreSQL StatefulSet. OnDelete: the operator decides
@@ -106,6 +122,9 @@ func statefulSet(db *v1alpha1.Database, p plan, in stsInputs) *appsv1ac.Stateful
 	}
 	if in.failedImage != "" {
 		ann[annFailedImage] = in.failedImage
+	}
+	if in.runningParams != "" {
+		ann[annRunningParameters] = in.runningParams
 	}
 	size := p.storage
 	if in.claimSize != nil {
@@ -169,17 +188,17 @@ func podTemplate(db *v1alpha1.Database, p plan, in stsInputs) *corev1ac.PodTempl
 				WithResources(corev1ac.ResourceRequirements().WithRequests(corev1.ResourceList{
 					corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("32Mi")})).
 				WithVolumeMounts(corev1ac.VolumeMount().WithName("controller").WithMountPath(controllerMount))).
-			WithContainers(postgresContainer(db, p, in.image)).
-			WithVolumes(podVolumes(db, p)...))
+			WithContainers(postgresContainer(db, p, in)).
+			WithVolumes(append(podVolumes(db, p), restoreVolumes(in.restore)...)...))
 }
 
-func postgresContainer(db *v1alpha1.Database, p plan, image string) *corev1ac.ContainerApplyConfiguration {
-	args := []string{"instance", "run",
+func postgresContainer(db *v1alpha1.Database, p plan, in stsInputs) *corev1ac.ContainerApplyConfiguration {
+	args := []string{"instance", "run", "--termination-log=/dev/termination-log",
 		"--cluster=" + db.Name, "--pod=$(POD_NAME)", "--primary-host=" + primaryHost(db),
 		"--pgdata=" + dataMount + "/pgdata", "--run-dir=" + controllerMount + "/run",
 		fmt.Sprintf("--shutdown-timeout=%ds", terminationGrace-10)}
-	if b := db.Spec.Bootstrap; b != nil && b.FromBackup != nil {
-		args = append(args, "--from-backup")
+	if b := db.Spec.Bootstrap; b != nil && b.FromBackup != nil && in.restore != nil {
+		args = append(append(args, "--from-backup", "--restore-id="+b.FromBackup.BackupID), in.restore.args...)
 	} else if b != nil && b.InitDB != nil {
 		args = append(args, "--database="+orDefault(b.InitDB.Database, "app"), "--owner="+orDefault(b.InitDB.Owner, "app"))
 	}
@@ -190,15 +209,15 @@ func postgresContainer(db *v1alpha1.Database, p plan, image string) *corev1ac.Co
 	}
 	return corev1ac.Container().
 		WithName(containerPostgres).
-		WithImage(image).
+		WithImage(in.image).
 		WithImagePullPolicy(corev1.PullIfNotPresent).
 		WithCommand(controllerMount+"/daytwo").
 		WithArgs(args...).
-		WithEnv(
+		WithEnv(append([]*corev1ac.EnvVarApplyConfiguration{
 			corev1ac.EnvVar().WithName("POD_NAME").WithValueFrom(corev1ac.EnvVarSource().
 				WithFieldRef(corev1ac.ObjectFieldSelector().WithFieldPath("metadata.name"))),
-			corev1ac.EnvVar().WithName("PGDATA").WithValue(dataMount+"/pgdata"),
-		).
+			corev1ac.EnvVar().WithName("PGDATA").WithValue(dataMount + "/pgdata"),
+		}, restoreEnv(in.restore)...)...).
 		WithPorts(
 			corev1ac.ContainerPort().WithName("postgresql").WithContainerPort(instanceapi.PostgresPort).WithProtocol(corev1.ProtocolTCP),
 			corev1ac.ContainerPort().WithName("status").WithContainerPort(instanceapi.Port).WithProtocol(corev1.ProtocolTCP),
@@ -214,7 +233,45 @@ func postgresContainer(db *v1alpha1.Database, p plan, image string) *corev1ac.Co
 			corev1ac.VolumeMount().WithName("secrets").WithMountPath("/etc/daytwo/secrets").WithReadOnly(true),
 			corev1ac.VolumeMount().WithName("shm").WithMountPath("/dev/shm"),
 			corev1ac.VolumeMount().WithName("tmp").WithMountPath("/tmp"),
-		)
+		).
+		WithVolumeMounts(restoreMounts(in.restore)...).
+		WithTerminationMessagePolicy(corev1.TerminationMessageReadFile)
+}
+
+// restoreEnv passes the backup storage's credentials. Optional: once
+// restored, the pod must still start if that Secret goes away.
+func restoreEnv(r *restoreSource) []*corev1ac.EnvVarApplyConfiguration {
+	var out []*corev1ac.EnvVarApplyConfiguration
+	for _, e := range restoreOrEmpty(r).env {
+		ref := e.ValueFrom.SecretKeyRef
+		out = append(out, corev1ac.EnvVar().WithName(e.Name).WithValueFrom(corev1ac.EnvVarSource().
+			WithSecretKeyRef(corev1ac.SecretKeySelector().WithName(ref.Name).WithKey(ref.Key).WithOptional(true))))
+	}
+	return out
+}
+
+func restoreVolumes(r *restoreSource) []*corev1ac.VolumeApplyConfiguration {
+	var out []*corev1ac.VolumeApplyConfiguration
+	for _, v := range restoreOrEmpty(r).volumes {
+		out = append(out, corev1ac.Volume().WithName(v.Name).WithPersistentVolumeClaim(
+			corev1ac.PersistentVolumeClaimVolumeSource().WithClaimName(v.PersistentVolumeClaim.ClaimName).WithReadOnly(true)))
+	}
+	return out
+}
+
+func restoreMounts(r *restoreSource) []*corev1ac.VolumeMountApplyConfiguration {
+	var out []*corev1ac.VolumeMountApplyConfiguration
+	for _, m := range restoreOrEmpty(r).mounts {
+		out = append(out, corev1ac.VolumeMount().WithName(m.Name).WithMountPath(m.MountPath).WithReadOnly(true))
+	}
+	return out
+}
+
+func restoreOrEmpty(r *restoreSource) *restoreSource {
+	if r == nil {
+		return &restoreSource{}
+	}
+	return r
 }
 
 func podVolumes(db *v1alpha1.Database, p plan) []*corev1ac.VolumeApplyConfiguration {

@@ -230,7 +230,10 @@ func TestPendingParameters(t *testing.T) {
 	p := newPlan(db)
 	old := pod("db-0", "a", true)
 	old.Annotations = map[string]string{annRestartParameters: newPlan(newDB()).restartParameters()}
-	if got := pendingParameters(p, []*corev1.Pod{old}); strings.Join(got, ",") != "shared_buffers" {
+	if got := pendingParameters(p, "", []*corev1.Pod{old}); strings.Join(got, ",") != "shared_buffers" {
+		t.Errorf("pending = %v, want shared_buffers only (work_mem reloads)", got)
+	}
+	if got := pendingParameters(p, newPlan(newDB()).restartParameters(), nil); strings.Join(got, ",") != "shared_buffers" {
 		t.Errorf("pending = %v, want shared_buffers only (work_mem reloads)", got)
 	}
 }

@@ -42,9 +42,11 @@ func (r *Reconciler) decideImage(_ context.Context, db *v1alpha1.Database, obs *
 		in.claimSize = &q
 	}
 	in.goodImage, in.failedImage = live.Annotations[annGoodImage], live.Annotations[annFailedImage]
+	in.runningParams = live.Annotations[annRunningParameters]
 	obs.templateImage = containerImage(&live.Spec.Template.Spec)
 	if rolloutComplete(live, obs.pods) {
 		in.goodImage = obs.templateImage
+		in.runningParams = live.Spec.Template.Annotations[annRestartParameters]
 	}
 	switch {
 	case in.major != db.Spec.Version:
@@ -107,6 +109,7 @@ func rolloutComplete(sts *appsv1.StatefulSet, pods []corev1.Pod) bool {
 func (r *Reconciler) rollOut(ctx context.Context, db *v1alpha1.Database, obs *observation) (reconcile.Result, error) {
 	sts := obs.sts
 	if sts == nil || sts.Status.ObservedGeneration < sts.Generation || sts.Status.UpdateRevision == "" {
+		obs.pendingParams = pendingParameters(obs.plan, obs.in.runningParams, nil)
 		return reconcile.Result{}, nil // the StatefulSet controller has not caught up; its status update wakes us
 	}
 	var outdated []*corev1.Pod
@@ -119,7 +122,7 @@ func (r *Reconciler) rollOut(ctx context.Context, db *v1alpha1.Database, obs *ob
 		}
 	}
 	obs.outdated = len(outdated)
-	obs.pendingParams = pendingParameters(obs.plan, outdated)
+	obs.pendingParams = pendingParameters(obs.plan, obs.in.runningParams, outdated)
 	if len(outdated) == 0 {
 		return r.pollWhileRollingOut(obs), nil
 	}
@@ -169,10 +172,17 @@ func (r *Reconciler) pollWhileRollingOut(obs *observation) reconcile.Result {
 }
 
 // pendingParameters names the restart-only settings whose values differ
-// between what outdated pods started with and what the spec asks for.
-func pendingParameters(p plan, outdated []*corev1.Pod) []string {
+// between what the instances last all ran (or outdated pods started with)
+// and what the spec asks for.
+func pendingParameters(p plan, running string, outdated []*corev1.Pod) []string {
 	want := postgres.RestartOnly(p.params)
 	var names []string
+	if running != "" {
+		had := map[string]string{}
+		if json.Unmarshal([]byte(running), &had) == nil {
+			names = append(names, postgres.ChangedKeys(had, want)...)
+		}
+	}
 	for _, pod := range outdated {
 		had := map[string]string{}
 		if err := json.Unmarshal([]byte(pod.Annotations[annRestartParameters]), &had); err != nil {

@@ -26,6 +26,9 @@ type observation struct {
 	in            stsInputs
 	templateImage string
 
+	restoreFailed   string
+	keepStatefulSet bool
+
 	rolledBack    string
 	majorRefused  string
 	outdated      int
@@ -55,6 +58,11 @@ func setStatus(db *v1alpha1.Database, obs *observation) {
 		set(v1alpha1.ConditionReady, false, v1alpha1.ReasonInvalidSpec, obs.invalid)
 		return
 	}
+	if obs.restoreFailed != "" {
+		st.Phase, st.Ready = v1alpha1.DatabasePhaseCreating, false
+		set(v1alpha1.ConditionReady, false, v1alpha1.ReasonRestoreFailed, obs.restoreFailed)
+		return
+	}
 	st.CurrentVersion = obs.in.major
 	st.CurrentImage = obs.in.goodImage
 	if st.CurrentImage == "" {
@@ -74,10 +82,13 @@ func setStatus(db *v1alpha1.Database, obs *observation) {
 		}
 	}
 	st.Ready = primaryReady
-	if primaryReady {
+	switch restoreErr := restoreError(obs.pods); {
+	case primaryReady:
 		set(v1alpha1.ConditionReady, true, v1alpha1.ReasonAvailable,
 			fmt.Sprintf("The primary %s accepts connections; %d of %d instances ready", st.Primary, st.ReadyInstances, st.Instances))
-	} else {
+	case restoreErr != "":
+		set(v1alpha1.ConditionReady, false, v1alpha1.ReasonRestoreFailed, restoreErr)
+	default:
 		set(v1alpha1.ConditionReady, false, v1alpha1.ReasonPrimaryNotReady, "The primary is not ready: "+primaryWhy)
 	}
 	setRolloutConditions(db, obs, set)
@@ -154,4 +165,33 @@ func notReadyReason(pod *corev1.Pod) string {
 func uniqueSorted(s []string) []string {
 	slices.Sort(s)
 	return slices.Compact(s)
+}
+
+// restoreError is what the primary's instance manager said when a restore
+// from a backup failed (it writes its fatal error as the termination
+// message), or "".
+func restoreError(pods []corev1.Pod) string {
+	for i := range pods {
+		if ordinal(pods[i].Name) != 0 {
+			continue
+		}
+		for _, cs := range pods[i].Status.ContainerStatuses {
+			if cs.Name != containerPostgres {
+				continue
+			}
+			for _, t := range []*corev1.ContainerStateTerminated{cs.State.Terminated, cs.LastTerminationState.Terminated} {
+				if t != nil && t.ExitCode != 0 && strings.HasPrefix(t.Message, "restore failed") {
+					return truncate(t.Message, 512)
+				}
+			}
+		}
+	}
+	return ""
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
 }
