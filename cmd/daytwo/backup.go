@@ -109,6 +109,10 @@ func runBackup(ctx context.Context, sf *storageFlags, id, database string, keep 
 	if id == "" {
 		id = backup.NewID(time.Now())
 	}
+	// A missing bucket is created, so a first backup needs no setup step.
+	if err := backup.EnsureBucket(ctx, st); err != nil {
+		return backup.Result{ID: id}, err
+	}
 	o := backup.Options{Conn: connFromEnv(), Storage: st, Prefix: prefix}
 	m, err := backup.Run(ctx, o, id, database, version.Version)
 	res := backup.Result{ID: id, Bytes: m.Bytes, SHA256: m.SHA256, PGVersion: m.PGVersion, End: m.End,

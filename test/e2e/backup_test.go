@@ -1,0 +1,127 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
+	"github.com/daytwo-dev/daytwo/test/e2e/framework"
+)
+
+const backupChecksum = "SELECT count(*) || ':' || sum(hashtext(v)::bigint) FROM items"
+
+// minioInCluster runs MinIO behind Service minio:9000 with credentials in
+// Secret s3 under the keys DatabaseBackups read by default.
+func minioInCluster(t *testing.T, ns string) {
+	t.Helper()
+	secret(t, ns, "s3", map[string]string{"AWS_ACCESS_KEY_ID": "e2e-user", "AWS_SECRET_ACCESS_KEY": "e2e-password-" + ns})
+	serve(t, ns, "minio", 1, 9000, corev1.PodSpec{
+		SecurityContext: framework.RestrictedPod(),
+		Containers: []corev1.Container{{
+			Name: "minio", Image: minioImage, ImagePullPolicy: corev1.PullNever,
+			Args: []string{"server", "/data", "--address", ":9000"},
+			Env: []corev1.EnvVar{fromSecret("MINIO_ROOT_USER", "s3", "AWS_ACCESS_KEY_ID"),
+				fromSecret("MINIO_ROOT_PASSWORD", "s3", "AWS_SECRET_ACCESS_KEY"), {Name: "HOME", Value: "/tmp"}},
+			Ports:           []corev1.ContainerPort{{ContainerPort: 9000}},
+			ReadinessProbe:  &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/minio/health/ready", Port: intstr.FromInt32(9000)}}, PeriodSeconds: 1},
+			VolumeMounts:    []corev1.VolumeMount{{Name: "data", MountPath: "/data"}},
+			SecurityContext: framework.RestrictedContainer(),
+		}},
+		Volumes: []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}},
+	})
+}
+
+func waitBackup(t *testing.T, ns, name string, timeout time.Duration, what string, cond func(*v1alpha1.DatabaseBackup) bool) *v1alpha1.DatabaseBackup {
+	t.Helper()
+	b := &v1alpha1.DatabaseBackup{}
+	framework.Eventually(t, timeout, name+": "+what, func(ctx context.Context) (bool, error) {
+		if err := cluster.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, b); err != nil {
+			return false, client.IgnoreNotFound(err)
+		}
+		return cond(b), nil
+	})
+	return b
+}
+
+// Scheduled backups of a real Database stream pg_dump into an in-cluster
+// MinIO from real Jobs, retention prunes the bucket, and a new Database
+// bootstrapped from the newest backup holds the same rows.
+func TestBackupScheduleRetentionAndRestore(t *testing.T) {
+	requireRealNode(t)
+	ns := restrictedNamespace(t)
+	minioInCluster(t, ns)
+	createDatabase(t, ns, "orders", nil)
+	waitDatabase(t, ns, "orders", 3*time.Minute, "Ready", isReady(1, ""))
+	psqlPod(t, ns, "psql", "orders")
+	sql(t, ns, "psql", "orders-rw", "CREATE TABLE items AS SELECT g AS id, md5(g::text) AS v FROM generate_series(1, 200000) g")
+	want := sql(t, ns, "psql", "orders-rw", backupChecksum)
+
+	b := &v1alpha1.DatabaseBackup{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "orders-s3"},
+		Spec: v1alpha1.DatabaseBackupSpec{
+			DatabaseRef: v1alpha1.LocalObjectReference{Name: "orders"},
+			Schedule:    "@every 20s",
+			Storage: v1alpha1.BackupStorage{S3: &v1alpha1.S3Storage{
+				Endpoint: fmt.Sprintf("minio.%s.svc.cluster.local:9000", ns), Bucket: "backups", Insecure: true,
+				CredentialsSecretRef: v1alpha1.S3CredentialsSecretRef{Name: "s3"}}},
+			Retention: &v1alpha1.BackupRetention{KeepLast: 2},
+			MaxAge:    &metav1.Duration{Duration: time.Hour},
+		},
+	}
+	if err := cluster.Client.Create(context.Background(), b); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	got := waitBackup(t, ns, "orders-s3", 4*time.Minute, "two retained and one pruned", func(b *v1alpha1.DatabaseBackup) bool {
+		c := meta.FindStatusCondition(b.Status.Conditions, v1alpha1.ConditionLastRunFailed)
+		if c != nil && c.Status == metav1.ConditionTrue {
+			t.Fatalf("a backup run failed: %s", c.Message)
+		}
+		return len(b.Status.Backups) == 2 && b.Status.PrunedTotal >= 1
+	})
+	t.Logf("3 scheduled runs in %s; newest %s: %d bytes, sha256 %s", time.Since(start).Round(time.Second),
+		got.Status.Backups[0].ID, got.Status.Backups[0].SizeBytes, got.Status.Backups[0].SHA256[:12])
+	if c := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionBackupStale); c == nil || c.Status != metav1.ConditionFalse {
+		t.Errorf("BackupStale = %+v", c)
+	}
+	if got.Status.NextScheduleTime == nil || got.Status.LastBackupTime == nil {
+		t.Errorf("schedule status: %+v", got.Status)
+	}
+	newest := got.Status.Backups[0].ID
+	updateBackup(t, ns, "orders-s3", func(b *v1alpha1.DatabaseBackup) { b.Spec.Suspend = true })
+
+	start = time.Now()
+	createDatabase(t, ns, "copy", func(db *v1alpha1.Database) {
+		db.Spec.Bootstrap = &v1alpha1.DatabaseBootstrap{FromBackup: &v1alpha1.BootstrapFromBackup{
+			BackupRef: v1alpha1.LocalObjectReference{Name: "orders-s3"}, BackupID: newest}}
+		db.Spec.DeletionPolicy = v1alpha1.DatabaseDeletionDelete
+	})
+	waitDatabase(t, ns, "copy", 4*time.Minute, "Ready from the backup", isReady(1, ""))
+	t.Logf("restored Database Ready in %s", time.Since(start).Round(100*time.Millisecond))
+	psqlPod(t, ns, "psql-copy", "copy")
+	if got := sql(t, ns, "psql-copy", "copy-rw", backupChecksum); got != want {
+		t.Fatalf("restored checksum %s, want %s", got, want)
+	}
+}
+
+func updateBackup(t *testing.T, ns, name string, mutate func(*v1alpha1.DatabaseBackup)) {
+	t.Helper()
+	b := &v1alpha1.DatabaseBackup{}
+	if err := cluster.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, b); err != nil {
+		t.Fatal(err)
+	}
+	mutate(b)
+	if err := cluster.Client.Update(context.Background(), b); err != nil {
+		t.Fatal(err)
+	}
+}
