@@ -81,8 +81,6 @@ const (
 	ReasonShrinkUnsupported = "ShrinkUnsupported"
 	// ReasonResizing means daytwo asked for bigger volumes and waits for them.
 	ReasonResizing = "Resizing"
-	// ReasonSnapshotUnavailable means deletionPolicy Snapshot cannot take its final backup.
-	ReasonSnapshotUnavailable = "SnapshotUnavailable"
 	// ReasonDeleting means the Database is being deleted.
 	ReasonDeleting = "Deleting"
 )

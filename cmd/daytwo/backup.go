@@ -64,7 +64,7 @@ func connFromEnv() backup.Conn {
 
 func newBackupCommand() *cobra.Command {
 	cmd := &cobra.Command{Use: "backup", Short: "Logical backups: what backup Jobs run"}
-	cmd.AddCommand(newBackupRunCommand(), newBackupRestoreCommand())
+	cmd.AddCommand(newBackupRunCommand(), newBackupRestoreCommand(), newBackupCheckCommand())
 	return cmd
 }
 
@@ -168,5 +168,35 @@ func newBackupRestoreCommand() *cobra.Command {
 	sf.bind(cmd.Flags(), "")
 	cmd.Flags().StringVar(&id, "id", "", "Backup ID; empty means the newest.")
 	cmd.Flags().StringVar(&role, "role", "", "Role that owns the restored objects.")
+	return cmd
+}
+
+// CheckResult is what a verification check Job reports.
+type CheckResult struct {
+	Rows  int    `json:"rows"`
+	Error string `json:"error,omitempty"`
+}
+
+func newBackupCheckCommand() *cobra.Command {
+	var query, termLog string
+	cmd := &cobra.Command{
+		Use:   "check",
+		Short: "Run a verification query against a restored database; it must return at least one row",
+		Long:  "Connects with the libpq environment (PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE).",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, cancel := context.WithTimeout(cmd.Context(), 5*time.Minute)
+			defer cancel()
+			rows, err := backup.Check(ctx, connFromEnv(), query)
+			res := CheckResult{Rows: rows}
+			if err != nil {
+				res.Error = err.Error()
+			}
+			report(cmd, termLog, res)
+			return err
+		},
+	}
+	cmd.Flags().StringVar(&query, "query", backup.DefaultCheckQuery, "The check query.")
+	cmd.Flags().StringVar(&termLog, "termination-log", "/dev/termination-log", "Where the result goes for the operator; empty for none.")
 	return cmd
 }

@@ -185,3 +185,37 @@ func (t *tailBuffer) Write(p []byte) (int, error) {
 func (t *tailBuffer) String() string {
 	return strings.TrimSpace(string(bytes.ToValidUTF8(t.b, nil)))
 }
+
+// DefaultCheckQuery passes when the restored database has a user table.
+const DefaultCheckQuery = "SELECT relname FROM pg_stat_user_tables LIMIT 1"
+
+// Check runs query and counts the rows it returns (up to 1000); no rows is
+// a failed check.
+func Check(ctx context.Context, c Conn, query string) (int, error) {
+	cfg, err := pgx.ParseConfig(c.dsn())
+	if err != nil {
+		return 0, err
+	}
+	cfg.Password = c.Password
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return 0, fmt.Errorf("failed to connect to %s:%d: %w", c.Host, c.Port, err)
+	}
+	defer func() { _ = conn.Close(context.Background()) }()
+	rows, err := conn.Query(ctx, query)
+	if err != nil {
+		return 0, fmt.Errorf("check query failed: %w", err)
+	}
+	defer rows.Close()
+	n := 0
+	for rows.Next() && n < 1000 {
+		n++
+	}
+	if err := rows.Err(); err != nil {
+		return n, fmt.Errorf("check query failed: %w", err)
+	}
+	if n == 0 {
+		return 0, errors.New("check query returned no rows")
+	}
+	return n, nil
+}

@@ -59,14 +59,15 @@ type Decision struct {
 	Next time.Time
 }
 
-// walk returns the last scheduled time in (from, to] and how many there are,
-// counting at most maxSteps.
-func walk(s cron.Schedule, from, to time.Time) (time.Time, int) {
+// walk returns the last scheduled time in (from, to], how many there are
+// (counting at most maxSteps) and the first time after to.
+func walk(s cron.Schedule, from, to time.Time) (time.Time, int, time.Time) {
 	latest, n := time.Time{}, 0
-	for t := s.Next(from); !t.IsZero() && !t.After(to) && n < maxSteps; t = s.Next(t) {
+	t := s.Next(from)
+	for ; !t.IsZero() && !t.After(to) && n < maxSteps; t = s.Next(t) {
 		latest, n = t, n+1
 	}
-	return latest, n
+	return latest, n, t
 }
 
 // Decide finds what is due at now for a schedule last run (or created) at
@@ -75,16 +76,18 @@ func walk(s cron.Schedule, from, to time.Time) (time.Time, int) {
 // allow it.
 func Decide(s cron.Schedule, last, now time.Time, policy MissedPolicy, startingDeadline time.Duration) Decision {
 	d := Decision{}
-	latest, n := walk(s, last, now)
+	latest, n, next := walk(s, last, now)
 	d.Missed = n
 	if n == maxSteps {
 		// Too far behind to walk it all: only the most recent time matters,
 		// so walk the last week again to find it.
-		if latest, n = walk(s, now.Add(-7*24*time.Hour), now); n == maxSteps {
-			latest = now
+		if latest, n, next = walk(s, now.Add(-7*24*time.Hour), now); n == maxSteps {
+			latest, next = now, s.Next(now)
 		}
 	}
-	d.Next = s.Next(now)
+	// The next time follows the schedule's own sequence (for @every, from
+	// the last run, not from now).
+	d.Next = next
 	if latest.IsZero() {
 		return d
 	}

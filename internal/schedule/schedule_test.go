@@ -77,3 +77,12 @@ func TestDecide(t *testing.T) {
 		t.Errorf("after a year: %+v", d)
 	}
 }
+
+func TestDecideEveryFollowsTheLastRun(t *testing.T) {
+	every, _ := Parse("@every 20s", "")
+	base := time.Date(2026, 11, 22, 3, 0, 0, 0, time.UTC)
+	d := Decide(every, base, base.Add(35*time.Second), RunOnce, 0)
+	if !d.Due.Equal(base.Add(20*time.Second)) || !d.Next.Equal(base.Add(40*time.Second)) {
+		t.Errorf("Decide = %+v, want due +20s and next +40s", d)
+	}
+}

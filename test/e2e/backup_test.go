@@ -9,9 +9,11 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
@@ -76,6 +78,7 @@ func TestBackupScheduleRetentionAndRestore(t *testing.T) {
 				CredentialsSecretRef: v1alpha1.S3CredentialsSecretRef{Name: "s3"}}},
 			Retention: &v1alpha1.BackupRetention{KeepLast: 2},
 			MaxAge:    &metav1.Duration{Duration: time.Hour},
+			Verify:    &v1alpha1.BackupVerify{EveryNth: ptr.To[int32](2), Query: "SELECT id FROM items WHERE id = 200000"},
 		},
 	}
 	if err := cluster.Client.Create(context.Background(), b); err != nil {
@@ -97,8 +100,22 @@ func TestBackupScheduleRetentionAndRestore(t *testing.T) {
 	if got.Status.NextScheduleTime == nil || got.Status.LastBackupTime == nil {
 		t.Errorf("schedule status: %+v", got.Status)
 	}
-	newest := got.Status.Backups[0].ID
+	got = waitBackup(t, ns, "orders-s3", 5*time.Minute, "a verification", func(b *v1alpha1.DatabaseBackup) bool {
+		return b.Status.LastVerification != nil
+	})
+	v := got.Status.LastVerification
+	t.Logf("verification of %s: %s, restore took %ds: %s", v.BackupID, v.Result, v.RestoreSeconds, v.Message)
+	if v.Result != v1alpha1.VerificationSucceeded || v.RestoreSeconds <= 0 {
+		t.Fatalf("verification: %+v", v)
+	}
+	framework.Eventually(t, 2*time.Minute, "the throwaway Database removed", func(ctx context.Context) (bool, error) {
+		err := cluster.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "orders-s3-verify"}, &v1alpha1.Database{})
+		return apierrors.IsNotFound(err), nil
+	})
 	updateBackup(t, ns, "orders-s3", func(b *v1alpha1.DatabaseBackup) { b.Spec.Suspend = true })
+	newest := waitBackup(t, ns, "orders-s3", time.Minute, "no active Job", func(b *v1alpha1.DatabaseBackup) bool {
+		return len(b.Status.ActiveJobs) == 0
+	}).Status.Backups[0].ID
 
 	start = time.Now()
 	createDatabase(t, ns, "copy", func(db *v1alpha1.Database) {
@@ -111,6 +128,31 @@ func TestBackupScheduleRetentionAndRestore(t *testing.T) {
 	psqlPod(t, ns, "psql-copy", "copy")
 	if got := sql(t, ns, "psql-copy", "copy-rw", backupChecksum); got != want {
 		t.Fatalf("restored checksum %s, want %s", got, want)
+	}
+
+	// deletionPolicy Snapshot: the final backup outlives the Database and restores.
+	storage := got.Spec.Storage.DeepCopy()
+	updateDatabase(t, ns, "orders", func(db *v1alpha1.Database) {
+		db.Spec.BackupStorage = storage
+		db.Spec.DeletionPolicy = v1alpha1.DatabaseDeletionSnapshot
+	})
+	if err := cluster.Client.Delete(context.Background(), &v1alpha1.Database{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "orders"}}); err != nil {
+		t.Fatal(err)
+	}
+	start = time.Now()
+	framework.Eventually(t, 3*time.Minute, "orders deleted after its final backup", func(ctx context.Context) (bool, error) {
+		err := cluster.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "orders"}, &v1alpha1.Database{})
+		return apierrors.IsNotFound(err), nil
+	})
+	t.Logf("Snapshot deletion took %s", time.Since(start).Round(100*time.Millisecond))
+	createDatabase(t, ns, "reborn", func(db *v1alpha1.Database) {
+		db.Spec.Bootstrap = &v1alpha1.DatabaseBootstrap{FromBackup: &v1alpha1.BootstrapFromBackup{
+			BackupRef: v1alpha1.LocalObjectReference{Name: "orders-final"}}}
+	})
+	waitDatabase(t, ns, "reborn", 4*time.Minute, "Ready from the final backup", isReady(1, ""))
+	psqlPod(t, ns, "psql-reborn", "reborn")
+	if got := sql(t, ns, "psql-reborn", "reborn-rw", backupChecksum); got != want {
+		t.Fatalf("checksum after the Snapshot round trip %s, want %s", got, want)
 	}
 }
 

@@ -284,27 +284,3 @@ func TestDatabaseMediumUpgradeAndRollback(t *testing.T) {
 		return len(list.Items) == 0, nil
 	})
 }
-
-// Snapshot cannot take its final backup in this build: the deletion waits
-// and says so, and switching the policy lets it finish.
-func TestDatabaseSnapshotDeletionIsDiagnosable(t *testing.T) {
-	requireRealNode(t)
-	ns := restrictedNamespace(t)
-	db := createDatabase(t, ns, "snap", func(db *v1alpha1.Database) {
-		db.Spec.DeletionPolicy = v1alpha1.DatabaseDeletionSnapshot
-		db.Spec.BackupStorage = &v1alpha1.BackupStorage{PVC: &v1alpha1.PVCStorage{ClaimName: "backups"}}
-	})
-	waitDatabase(t, ns, "snap", 3*time.Minute, "Ready", isReady(1, ""))
-	if err := cluster.Client.Delete(context.Background(), db); err != nil {
-		t.Fatal(err)
-	}
-	db = waitDatabase(t, ns, "snap", time.Minute, "held for the snapshot", hasCondition(v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonSnapshotUnavailable))
-	if db.Status.Phase != v1alpha1.DatabasePhaseDeleting {
-		t.Errorf("phase = %s", db.Status.Phase)
-	}
-	updateDatabase(t, ns, "snap", func(d *v1alpha1.Database) { d.Spec.DeletionPolicy = v1alpha1.DatabaseDeletionDelete })
-	framework.Eventually(t, 2*time.Minute, "the Database gone", func(ctx context.Context) (bool, error) {
-		err := cluster.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "snap"}, &v1alpha1.Database{})
-		return apierrors.IsNotFound(err), nil
-	})
-}

@@ -50,7 +50,7 @@ type Reconciler struct {
 // +kubebuilder:rbac:groups=daytwo.dev,resources=databases,verbs=get;list;watch;update;patch
 // +kubebuilder:rbac:groups=daytwo.dev,resources=databases/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=daytwo.dev,resources=databases/finalizers,verbs=update
-// +kubebuilder:rbac:groups=daytwo.dev,resources=databasebackups,verbs=get;list;watch
+// +kubebuilder:rbac:groups=daytwo.dev,resources=databasebackups,verbs=get;list;watch;create
 // +kubebuilder:rbac:groups=apps,resources=statefulsets,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=services;configmaps,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;patch
@@ -145,6 +145,14 @@ func (r *Reconciler) SetupWithManager(mgr manager.Manager) error {
 		Owns(&policyv1.PodDisruptionBudget{}).
 		Watches(&corev1.Pod{}, byLabel).
 		Watches(&corev1.PersistentVolumeClaim{}, byLabel).
+		// A final backup's progress moves a Snapshot deletion forward.
+		Watches(&v1alpha1.DatabaseBackup{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, obj client.Object) []reconcile.Request {
+			name, ok := obj.GetLabels()[labelFinalBackupOf]
+			if !ok {
+				return nil
+			}
+			return []reconcile.Request{{NamespacedName: client.ObjectKey{Namespace: obj.GetNamespace(), Name: name}}}
+		})).
 		Named("database").
 		Complete(r)
 }

@@ -477,7 +477,7 @@ func TestDeletionPolicies(t *testing.T) {
 			t.Fatalf("created without backup storage: %v", err)
 		}
 	})
-	t.Run("Snapshot holds the deletion and says why", func(t *testing.T) {
+	t.Run("Snapshot takes a final backup first", func(t *testing.T) {
 		ns := env.Namespace(t)
 		db := newDB(ns, "snap", func(d *v1alpha1.Database) {
 			d.Spec.DeletionPolicy = v1alpha1.DatabaseDeletionSnapshot
@@ -489,14 +489,32 @@ func TestDeletionPolicies(t *testing.T) {
 		if err := env.Client.Delete(ctx, db); err != nil {
 			t.Fatal(err)
 		}
-		db = waitCondition(t, ns, "snap", v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonSnapshotUnavailable)
-		if db.Status.Phase != v1alpha1.DatabasePhaseDeleting {
-			t.Errorf("phase = %s", db.Status.Phase)
+		db = waitCondition(t, ns, "snap", v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonDeleting)
+		if db.Status.Phase != v1alpha1.DatabasePhaseDeleting || !strings.Contains(condition(db, v1alpha1.ConditionReady).Message, "snap-final") {
+			t.Errorf("phase %s, %+v", db.Status.Phase, condition(db, v1alpha1.ConditionReady))
 		}
-		update(t, db, func(d *v1alpha1.Database) { d.Spec.DeletionPolicy = v1alpha1.DatabaseDeletionRetain })
-		eventually(t, "the Database gone", func() (bool, error) {
+		final, err := get(ns, "snap-final", &v1alpha1.DatabaseBackup{})
+		if err != nil {
+			t.Fatalf("no final DatabaseBackup: %v", err)
+		}
+		if final.Spec.DatabaseRef.Name != "snap" || final.Spec.Storage.PVC == nil || final.Spec.Schedule != "" || len(final.OwnerReferences) != 0 {
+			t.Errorf("final DatabaseBackup spec %+v owners %v", final.Spec, final.OwnerReferences)
+		}
+		// Play the backup Job's success: the Database then lets go, volumes included.
+		final.Status.LastBackupTime = &metav1.Time{Time: time.Now()}
+		if err := env.Client.Status().Update(ctx, final); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, "the Database gone and its volume deleted", func() (bool, error) {
 			_, err := get(ns, "snap", &v1alpha1.Database{})
-			return apierrors.IsNotFound(err), client.IgnoreNotFound(err)
+			if !apierrors.IsNotFound(err) {
+				return false, client.IgnoreNotFound(err)
+			}
+			pvc, err := get(ns, "pgdata-snap-0", &corev1.PersistentVolumeClaim{})
+			return apierrors.IsNotFound(err) || (err == nil && !pvc.DeletionTimestamp.IsZero()), client.IgnoreNotFound(err)
 		})
+		if _, err := get(ns, "snap-final", &v1alpha1.DatabaseBackup{}); err != nil {
+			t.Errorf("the final DatabaseBackup did not outlive the Database: %v", err)
+		}
 	})
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -31,7 +32,13 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, db *v1alpha1.Database)
 	switch db.Spec.DeletionPolicy {
 	case v1alpha1.DatabaseDeletionSnapshot:
 		if len(pvcs.Items) > 0 {
-			return r.holdForSnapshot(db)
+			done, err := r.finalBackup(ctx, db)
+			if err != nil || !done {
+				return err
+			}
+		}
+		if err := r.deleteVolumes(ctx, db, pvcs.Items); err != nil {
+			return err
 		}
 	case v1alpha1.DatabaseDeletionDelete:
 		if err := r.deleteVolumes(ctx, db, pvcs.Items); err != nil {
@@ -50,17 +57,60 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, db *v1alpha1.Database)
 	return nil
 }
 
-// holdForSnapshot keeps the Database, saying so in a condition and an
-// Event, until a final backup can be taken or the policy is changed.
-func (r *Reconciler) holdForSnapshot(db *v1alpha1.Database) error {
-	msg := "deletionPolicy Snapshot waits for a final backup, which this daytwo build cannot take yet; " +
-		"set spec.deletionPolicy to Retain or Delete to finish the deletion"
-	if c := meta.FindStatusCondition(db.Status.Conditions, v1alpha1.ConditionReady); c == nil || c.Reason != v1alpha1.ReasonSnapshotUnavailable {
-		r.Recorder.Eventf(db, nil, corev1.EventTypeWarning, v1alpha1.ReasonSnapshotUnavailable, "Delete", msg)
+// FinalBackupName is the one-shot DatabaseBackup that takes a Database's
+// final backup under deletionPolicy Snapshot. It outlives the Database, so
+// a new one restores with bootstrap.fromBackup.backupRef set to it.
+func FinalBackupName(db *v1alpha1.Database) string { return db.Name + "-final" }
+
+// finalBackup takes the final backup with the DatabaseBackup machinery and
+// reports whether it is stored. While it runs, and if it fails, the
+// Database stays, and its status and Events say why.
+func (r *Reconciler) finalBackup(ctx context.Context, db *v1alpha1.Database) (bool, error) {
+	b := &v1alpha1.DatabaseBackup{}
+	err := r.Client.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: FinalBackupName(db)}, b)
+	if apierrors.IsNotFound(err) {
+		b = &v1alpha1.DatabaseBackup{
+			ObjectMeta: metav1.ObjectMeta{Name: FinalBackupName(db), Namespace: db.Namespace,
+				Labels: map[string]string{labelFinalBackupOf: db.Name}},
+			Spec: v1alpha1.DatabaseBackupSpec{
+				DatabaseRef: v1alpha1.LocalObjectReference{Name: db.Name},
+				Storage:     *db.Spec.BackupStorage.DeepCopy(),
+				Retention:   &v1alpha1.BackupRetention{KeepLast: 1},
+			},
+		}
+		if err := r.Client.Create(ctx, b); err != nil {
+			return false, fmt.Errorf("failed to create the final DatabaseBackup: %w", err)
+		}
+		r.Recorder.Eventf(db, b, corev1.EventTypeNormal, "FinalBackup", "Delete",
+			"deletionPolicy Snapshot: taking the final backup with DatabaseBackup %s", b.Name)
+		r.deleting(db, "Taking the final backup with DatabaseBackup "+b.Name)
+		return false, nil
 	}
-	conditions.Set(&db.Status.Conditions, db.Generation, v1alpha1.ConditionReady, metav1.ConditionFalse,
-		v1alpha1.ReasonSnapshotUnavailable, msg)
-	return nil
+	if err != nil {
+		return false, fmt.Errorf("failed to get the final DatabaseBackup: %w", err)
+	}
+	if b.Labels[labelFinalBackupOf] != db.Name {
+		r.deleting(db, fmt.Sprintf("DatabaseBackup %s exists and is not this Database's final backup; rename or delete it", b.Name))
+		return false, nil
+	}
+	last := meta.FindStatusCondition(b.Status.Conditions, v1alpha1.ConditionLastRunFailed)
+	switch {
+	case last != nil && last.Status == metav1.ConditionTrue:
+		r.deleting(db, fmt.Sprintf("The final backup failed (%s); delete DatabaseBackup %s to retry, or set deletionPolicy to Retain or Delete",
+			last.Message, b.Name))
+		return false, nil
+	case b.Status.LastBackupTime == nil:
+		r.deleting(db, "Taking the final backup with DatabaseBackup "+b.Name)
+		return false, nil
+	}
+	r.Recorder.Eventf(db, b, corev1.EventTypeNormal, "FinalBackup", "Delete",
+		"deletionPolicy Snapshot: final backup stored; restore it with bootstrap.fromBackup.backupRef %s", b.Name)
+	return true, nil
+}
+
+// deleting says what a deletion waits for.
+func (r *Reconciler) deleting(db *v1alpha1.Database, msg string) {
+	conditions.Set(&db.Status.Conditions, db.Generation, v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonDeleting, msg)
 }
 
 func (r *Reconciler) deleteVolumes(ctx context.Context, db *v1alpha1.Database, pvcs []corev1.PersistentVolumeClaim) error {

@@ -28,6 +28,8 @@ const (
 	labelRole = "daytwo.dev/role"
 
 	annRestartParameters = "daytwo.dev/restart-parameters"
+	// labelFinalBackupOf marks the DatabaseBackup of a Snapshot deletion.
+	labelFinalBackupOf = "daytwo.dev/final-backup-of"
 	// StatefulSet annotations: the facts a rollback needs, kept on the object they describe.
 	annMajor       = "daytwo.dev/major"
 	annGoodImage   = "daytwo.dev/good-image"
