@@ -2,7 +2,17 @@ package testpg
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"fmt"
+	"math/big"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,6 +29,7 @@ type MinIO struct {
 	Endpoint             string
 	AccessKey, SecretKey string
 	dir, bin             string
+	certsDir             string
 	port                 int
 	cmd                  *exec.Cmd
 	exited               chan error
@@ -26,6 +37,14 @@ type MinIO struct {
 
 // StartMinIO starts MinIO in a temp dir; it stops at cleanup.
 func StartMinIO(t testing.TB) *MinIO {
+	t.Helper()
+	m := newMinIO(t)
+	m.Start(t)
+	t.Cleanup(m.Stop)
+	return m
+}
+
+func newMinIO(t testing.TB) *MinIO {
 	t.Helper()
 	bin := os.Getenv("DAYTWO_MINIO")
 	if bin == "" {
@@ -40,17 +59,18 @@ func StartMinIO(t testing.TB) *MinIO {
 		t.Fatalf("MinIO not found at %s (run `make deps` or set DAYTWO_MINIO): %v", bin, err)
 	}
 	port := FreePort(t)
-	m := &MinIO{Endpoint: fmt.Sprintf("127.0.0.1:%d", port), AccessKey: "daytwo-test", SecretKey: "daytwo-test-secret",
+	return &MinIO{Endpoint: fmt.Sprintf("127.0.0.1:%d", port), AccessKey: "daytwo-test", SecretKey: "daytwo-test-secret",
 		dir: t.TempDir(), bin: bin, port: port}
-	m.Start(t)
-	t.Cleanup(m.Stop)
-	return m
 }
 
 // Start (re)starts the server on the same port and data.
 func (m *MinIO) Start(t testing.TB) {
 	t.Helper()
-	m.cmd = exec.Command(m.bin, "server", filepath.Join(m.dir, "data"), "--address", m.Endpoint, "--console-address", "127.0.0.1:0", "--quiet")
+	args := []string{"server", filepath.Join(m.dir, "data"), "--address", m.Endpoint, "--console-address", "127.0.0.1:0", "--quiet"}
+	if m.certsDir != "" {
+		args = append(args, "--certs-dir", m.certsDir)
+	}
+	m.cmd = exec.Command(m.bin, args...)
 	m.cmd.Env = append(os.Environ(), "MINIO_ROOT_USER="+m.AccessKey, "MINIO_ROOT_PASSWORD="+m.SecretKey,
 		"MINIO_BROWSER=off", "HOME="+m.dir)
 	m.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -61,7 +81,12 @@ func (m *MinIO) Start(t testing.TB) {
 	go func() { m.exited <- m.cmd.Wait() }()
 	// The health endpoint answers before the object layer is up; wait
 	// until a bucket call works.
-	c, err := minio.New(m.Endpoint, &minio.Options{Creds: credentials.NewStaticV4(m.AccessKey, m.SecretKey, "")})
+	opts := &minio.Options{Creds: credentials.NewStaticV4(m.AccessKey, m.SecretKey, "")}
+	if m.certsDir != "" {
+		opts.Secure = true
+		opts.Transport = &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}} //nolint:gosec // readiness probe of a test server
+	}
+	c, err := minio.New(m.Endpoint, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,4 +113,53 @@ func (m *MinIO) Stop() {
 	_ = syscall.Kill(-m.cmd.Process.Pid, syscall.SIGKILL)
 	<-m.exited
 	m.cmd = nil
+}
+
+// StartMinIOTLS is StartMinIO serving HTTPS with a self-signed certificate
+// for 127.0.0.1; CAFile is that certificate.
+func StartMinIOTLS(t testing.TB) (*MinIO, string) {
+	t.Helper()
+	dir := t.TempDir()
+	certs := filepath.Join(dir, "certs")
+	if err := os.MkdirAll(certs, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ca := writeSelfSigned(t, certs)
+	m := newMinIO(t)
+	m.certsDir = certs
+	m.Start(t)
+	t.Cleanup(m.Stop)
+	return m, ca
+}
+
+// writeSelfSigned writes public.crt and private.key (MinIO's names) for
+// 127.0.0.1 and returns the certificate's path.
+func writeSelfSigned(t testing.TB, dir string) string {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "127.0.0.1"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, DNSNames: []string{"localhost"},
+		KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		IsCA: true, BasicConstraintsValid: true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	crt := filepath.Join(dir, "public.crt")
+	if err := os.WriteFile(crt, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "private.key"), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return crt
 }

@@ -1,0 +1,187 @@
+//go:build bench
+
+package backup
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/daytwo-dev/daytwo/internal/backup"
+	"github.com/daytwo-dev/daytwo/internal/testpg"
+)
+
+var ctx = context.Background()
+
+func benchMB() int {
+	if n, err := strconv.Atoi(os.Getenv("BENCH_MB")); err == nil && n > 0 {
+		return n
+	}
+	return 1024
+}
+
+// timed runs f and returns its duration, failing the benchmark on error.
+func timed(t *testing.T, what string, f func() error) time.Duration {
+	t.Helper()
+	start := time.Now()
+	if err := f(); err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	took := time.Since(start)
+	t.Logf("%-34s %8.2fs", what, took.Seconds())
+	return took
+}
+
+func run(cmd *exec.Cmd) error {
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("%v: %s", err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+func TestBenchBackup(t *testing.T) {
+	mb := benchMB()
+	pg := testpg.Start(t, "max_wal_size=4GB", "shared_buffers=256MB", "archive_mode=on", "archive_command=/bin/true")
+	minio, ca := testpg.StartMinIOTLS(t)
+	t.Setenv("SSL_CERT_FILE", ca) // daytwo's S3 client trusts the test CA like any system CA
+
+	// About BENCH_MB of data: pgbench accounts (15MB per scale unit).
+	scale := max(1, mb/15)
+	pg.Exec(t, "postgres", "CREATE DATABASE bench")
+	timed(t, fmt.Sprintf("seed (pgbench -i -s %d)", scale), func() error {
+		cmd := exec.Command(filepath.Join(pg.BinDir, "pgbench"), "-i", "-q", "--unlogged-tables=false", "-s", strconv.Itoa(scale), "bench")
+		cmd.Env = pg.Env("bench")
+		return run(cmd)
+	})
+	sizeMB, _ := strconv.ParseFloat(pg.Query(t, "bench", "SELECT pg_database_size('bench') / 1000000.0"), 64)
+	t.Logf("database size: %.0f MB", sizeMB)
+	mbps := func(d time.Duration) float64 { return sizeMB / d.Seconds() }
+
+	// The floor: raw pg_dump and pg_restore on this machine, no network, no storage.
+	dumpFile := filepath.Join(t.TempDir(), "bench.dump")
+	rawDump := timed(t, "raw pg_dump -Fc > /dev/null", func() error {
+		cmd := exec.Command(filepath.Join(pg.BinDir, "pg_dump"), "--format=custom", "--file=/dev/null")
+		cmd.Env = pg.Env("bench")
+		return run(cmd)
+	})
+	timed(t, "pg_dump -Fc to a local file", func() error {
+		cmd := exec.Command(filepath.Join(pg.BinDir, "pg_dump"), "--format=custom", "--file="+dumpFile)
+		cmd.Env = pg.Env("bench")
+		return run(cmd)
+	})
+	pg.Exec(t, "postgres", "CREATE DATABASE raw_restore")
+	restoreFlags := []string{"--no-owner", "--no-privileges", "--exit-on-error", "--single-transaction"}
+	rawRestore := timed(t, "raw pg_restore from the local file", func() error {
+		cmd := exec.Command(filepath.Join(pg.BinDir, "pg_restore"), append(restoreFlags, "--dbname=raw_restore", dumpFile)...)
+		cmd.Env = pg.Env("raw_restore")
+		return run(cmd)
+	})
+
+	// daytwo: the same code path as `daytwo backup run` and the restore, to MinIO over TLS.
+	st, err := backup.NewS3(backup.S3Config{Endpoint: "https://" + minio.Endpoint, Bucket: "bench",
+		AccessKeyID: minio.AccessKey, SecretAccessKey: minio.SecretKey})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := backup.EnsureBucket(ctx, st); err != nil {
+		t.Fatal(err)
+	}
+	opts := func(db string) backup.Options {
+		return backup.Options{Conn: backup.Conn{Host: "127.0.0.1", Port: pg.Port, User: "postgres", Password: pg.Password, Database: db},
+			Storage: st, Prefix: "bench/", BinDir: pg.BinDir}
+	}
+	var m backup.Manifest
+	daytwoBackup := timed(t, "daytwo backup to MinIO", func() error {
+		m, err = backup.Run(ctx, opts("bench"), backup.NewID(time.Now()), "bench", "bench")
+		return err
+	})
+	pg.Exec(t, "postgres", "CREATE DATABASE daytwo_restore")
+	daytwoRestore := timed(t, "daytwo restore from MinIO", func() error {
+		_, err := backup.Restore(ctx, opts("daytwo_restore"), m.ID, "")
+		return err
+	})
+	if a, b := pg.Query(t, "bench", "SELECT sum(abalance) || ':' || count(*) FROM pgbench_accounts"),
+		pg.Query(t, "daytwo_restore", "SELECT sum(abalance) || ':' || count(*) FROM pgbench_accounts"); a != b {
+		t.Fatalf("restored data differs: %s vs %s", b, a)
+	}
+
+	// The peer: pgBackRest, a full physical backup of the same cluster to the same MinIO.
+	peer := pgbackrest(t, pg, minio, ca)
+
+	backupRatio := rawDump.Seconds() / daytwoBackup.Seconds()
+	restoreRatio := rawRestore.Seconds() / daytwoRestore.Seconds()
+	fmt.Printf("\n%-36s %10s %10s\n", "", "seconds", "MB/s")
+	for _, row := range []struct {
+		name string
+		d    time.Duration
+	}{{"raw pg_dump -Fc > /dev/null", rawDump}, {"daytwo backup -> MinIO", daytwoBackup},
+		{"raw pg_restore <- local file", rawRestore}, {"daytwo restore <- MinIO", daytwoRestore}} {
+		fmt.Printf("%-36s %10.2f %10.1f\n", row.name, row.d.Seconds(), mbps(row.d))
+	}
+	peerMBps := 0.0
+	if peer > 0 {
+		peerMBps = mbps(peer)
+		fmt.Printf("%-36s %10.2f %10.1f\n", "pgBackRest backup -> MinIO (full)", peer.Seconds(), peerMBps)
+	}
+	fmt.Printf("backup ratio daytwo/raw %.2f, restore ratio daytwo/raw %.2f (goal >= 0.9); dump %d bytes compressed\n",
+		backupRatio, restoreRatio, m.Bytes)
+	fmt.Printf("BENCH backup mb=%d dump_mbps=%.1f backup_mbps=%.1f backup_ratio=%.2f restore_raw_mbps=%.1f restore_mbps=%.1f restore_ratio=%.2f pgbackrest_mbps=%.1f\n",
+		int(sizeMB), mbps(rawDump), mbps(daytwoBackup), backupRatio, mbps(rawRestore), mbps(daytwoRestore), restoreRatio, peerMBps)
+}
+
+// pgbackrest runs a full pgBackRest backup of pg's cluster to MinIO and
+// returns how long it took (0 when pgBackRest is not installed: said, not hidden).
+func pgbackrest(t *testing.T, pg *testpg.Server, minio *testpg.MinIO, ca string) time.Duration {
+	bin, err := exec.LookPath("pgbackrest")
+	if err != nil {
+		t.Logf("pgBackRest is not installed (make bench-backup installs it): no peer figure")
+		return 0
+	}
+	dir := t.TempDir()
+	conf := filepath.Join(dir, "pgbackrest.conf")
+	host, port, _ := strings.Cut(minio.Endpoint, ":")
+	content := fmt.Sprintf(`[global]
+repo1-type=s3
+repo1-path=/pgbackrest
+repo1-s3-bucket=bench
+repo1-s3-endpoint=%s
+repo1-storage-port=%s
+repo1-s3-region=us-east-1
+repo1-s3-uri-style=path
+repo1-s3-key=%s
+repo1-s3-key-secret=%s
+repo1-storage-ca-file=%s
+repo1-retention-full=1
+start-fast=y
+archive-check=n
+log-level-console=warn
+log-path=%s
+lock-path=%s
+spool-path=%s
+
+[bench]
+pg1-path=%s
+pg1-port=%d
+pg1-socket-path=%s
+pg1-user=postgres
+`, host, port, minio.AccessKey, minio.SecretKey, ca, dir, dir, dir, filepath.Join(pg.Dir, "data"), pg.Port, pg.Dir)
+	if err := os.WriteFile(conf, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	testpg.ChownToRunner(t, dir)
+	cmd := func(args ...string) *exec.Cmd {
+		c := exec.Command(bin, append([]string{"--config=" + conf, "--stanza=bench"}, args...)...)
+		c.SysProcAttr = testpg.RunnerCredential(t)
+		c.Env = append(os.Environ(), "PGPASSWORD="+pg.Password)
+		return c
+	}
+	timed(t, "pgBackRest stanza-create", func() error { return run(cmd("stanza-create")) })
+	return timed(t, "pgBackRest full backup to MinIO", func() error { return run(cmd("--type=full", "backup")) })
+}
