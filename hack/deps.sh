@@ -5,6 +5,14 @@
 # says what to install when it cannot (not root).
 set -euo pipefail
 PG_MAJOR=${PG_MAJOR:-15}
+# `hack/deps.sh pgbackrest`: the benchmark's peer, from Debian.
+if [ "${1:-}" = pgbackrest ]; then
+  command -v pgbackrest >/dev/null && exit 0
+  [ "$(id -u)" = 0 ] || { echo "pgBackRest is missing: install pgbackrest (apt)" >&2; exit 1; }
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq && apt-get install -y -qq --no-install-recommends pgbackrest >/dev/null
+  exit 0
+fi
 "$(dirname "$0")/build-addons.sh" minio >/dev/null
 if [ -x "/usr/lib/postgresql/$PG_MAJOR/bin/postgres" ] && [ -x "/usr/lib/postgresql/$PG_MAJOR/bin/pg_restore" ]; then
   exit 0
