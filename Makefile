@@ -83,7 +83,7 @@ test-e2e: tools ## End-to-end suites (build tag e2e) on the local cluster: the r
 .PHONY: bench-backup
 bench-backup: deps ## Backup benchmark: daytwo vs raw pg_dump/pg_restore and pgBackRest on MinIO (BENCH_MB=1024).
 	hack/deps.sh pgbackrest
-	go test -tags bench -count=1 -run TestBenchBackup -v -timeout 60m ./test/bench/backup/ | grep -v '^=== RUN'
+	go test -tags bench -count=1 -run TestBenchBackup -v -timeout 60m ./test/bench/backup/
 
 .PHONY: bench-webapp
 bench-webapp: tools build ## WebApp benchmark on the kwok cluster (BENCH_N=1000, BENCH_LATENCY_SECONDS=60).
