@@ -35,6 +35,11 @@ up() {
   fi
   kubectl wait --for=condition=Established --timeout=60s crd/webapps.daytwo.dev crd/databases.daytwo.dev crd/databasebackups.daytwo.dev >/dev/null
 
+  if [ "$mode" = real ]; then
+    step "Starting MinIO for the sample DatabaseBackup (minio.daytwo-system.svc:9000)"
+    dev_minio
+  fi
+
   step "Applying config/samples"
   kubectl apply -k config/samples
   sleep 2
@@ -47,7 +52,7 @@ up() {
   kubectl get deployments,statefulsets,services,jobs,pvc
 
   if [ "$mode" = real ]; then
-    step "The node runs real PostgreSQL: a pod from the postgres:15 image, queried with psql"
+    step "The sample Database runs real PostgreSQL: psql through orders-rw with its generated credentials"
     postgres_demo
   fi
   step "Done in $((SECONDS - t0))s ($mode mode)"
@@ -75,16 +80,28 @@ stop_local_operator() {
   fi
 }
 
-# postgres_demo proves the data side works on this machine until the Database
-# controller runs PostgreSQL itself: a bare pod from the stock-contract image.
+# postgres_demo waits for the sample Database and queries it through its
+# -rw Service, with the password read inside the pod (it never leaves it).
 postgres_demo() {
-  kubectl delete pod dev-postgres --ignore-not-found --wait=true >/dev/null
-  kubectl run dev-postgres --image=docker.io/library/postgres:15 --image-pull-policy=Never \
-    --env=POSTGRES_PASSWORD=dev-only --env=PGDATA=/tmp/pgdata --restart=Never >/dev/null
-  kubectl wait --for=condition=Ready pod/dev-postgres --timeout=120s >/dev/null
-  for _ in $(seq 100); do kubectl exec dev-postgres -- pg_isready -q -h 127.0.0.1 2>/dev/null && break; sleep 0.2; done
-  kubectl exec dev-postgres -- env PGPASSWORD=dev-only psql -h 127.0.0.1 -U postgres \
-    -c "SELECT version();" -c "SELECT now() AS answered_at;"
+  kubectl wait --for=jsonpath='{.status.phase}'=Ready database/orders --timeout=180s >/dev/null
+  kubectl exec orders-0 -c postgres -- sh -c \
+    'PGPASSWORD=$(cat /etc/daytwo/secrets/app-password) psql -h orders-rw -U app -d app -c "SELECT version();" -c "SELECT now() AS answered_at;"'
+}
+
+# dev_minio runs MinIO with generated credentials, shared with the sample
+# DatabaseBackup through Secret backup-s3. Existing credentials are kept.
+dev_minio() {
+  if ! kubectl -n daytwo-system get secret dev-minio >/dev/null 2>&1; then
+    local pass; pass=$(head -c 18 /dev/urandom | base64 | tr -d '/+=')
+    for ns in daytwo-system default; do
+      local name=backup-s3; [ "$ns" = daytwo-system ] && name=dev-minio
+      kubectl -n "$ns" create secret generic "$name" --from-literal=AWS_ACCESS_KEY_ID=daytwo-dev \
+        --from-literal=AWS_SECRET_ACCESS_KEY="$pass" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
+    done
+  fi
+  hack/realnode.sh load minio >/dev/null
+  kubectl apply -f hack/dev/minio.yaml >/dev/null
+  kubectl -n daytwo-system rollout status deploy/minio --timeout=120s >/dev/null
 }
 
 down() {

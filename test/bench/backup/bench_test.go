@@ -64,31 +64,6 @@ func TestBenchBackup(t *testing.T) {
 	t.Logf("database size: %.0f MB", sizeMB)
 	mbps := func(d time.Duration) float64 { return sizeMB / d.Seconds() }
 
-	// The floor: raw pg_dump and pg_restore on this machine, no network, no storage.
-	dumpFile := filepath.Join(t.TempDir(), "bench.dump")
-	rawDump := timed(t, "raw pg_dump -Fc > /dev/null", func() error {
-		devnull, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
-		if err != nil {
-			return err
-		}
-		defer func() { _ = devnull.Close() }()
-		cmd := exec.Command(filepath.Join(pg.BinDir, "pg_dump"), "--format=custom")
-		cmd.Env, cmd.Stdout = pg.Env("bench"), devnull
-		return cmd.Run()
-	})
-	timed(t, "pg_dump -Fc to a local file", func() error {
-		cmd := exec.Command(filepath.Join(pg.BinDir, "pg_dump"), "--format=custom", "--file="+dumpFile)
-		cmd.Env = pg.Env("bench")
-		return run(cmd)
-	})
-	pg.Exec(t, "postgres", "CREATE DATABASE raw_restore")
-	restoreFlags := []string{"--no-owner", "--no-privileges", "--exit-on-error", "--single-transaction"}
-	rawRestore := timed(t, "raw pg_restore from the local file", func() error {
-		cmd := exec.Command(filepath.Join(pg.BinDir, "pg_restore"), append(restoreFlags, "--dbname=raw_restore", dumpFile)...)
-		cmd.Env = pg.Env("raw_restore")
-		return run(cmd)
-	})
-
 	// daytwo: the same code path as `daytwo backup run` and the restore, to MinIO over TLS.
 	st, err := backup.NewS3(backup.S3Config{Endpoint: "https://" + minio.Endpoint, Bucket: "bench",
 		AccessKeyID: minio.AccessKey, SecretAccessKey: minio.SecretKey})
@@ -102,42 +77,82 @@ func TestBenchBackup(t *testing.T) {
 		return backup.Options{Conn: backup.Conn{Host: "127.0.0.1", Port: pg.Port, User: "postgres", Password: pg.Password, Database: db},
 			Storage: st, Prefix: "bench/", BinDir: pg.BinDir}
 	}
+	dumpFile := filepath.Join(t.TempDir(), "bench.dump")
+	timed(t, "pg_dump -Fc to a local file", func() error {
+		cmd := exec.Command(filepath.Join(pg.BinDir, "pg_dump"), "--format=custom", "--file="+dumpFile)
+		cmd.Env = pg.Env("bench")
+		return run(cmd)
+	})
+	restoreFlags := []string{"--no-owner", "--no-privileges", "--exit-on-error", "--single-transaction"}
+
+	// Each measurement runs twice, alternating raw and daytwo, and the best
+	// of each counts: the server's state (WAL, checkpoints, cache) then
+	// favours neither side.
+	var rawDump, daytwoBackup, rawRestore, daytwoRestore time.Duration
 	var m backup.Manifest
-	daytwoBackup := timed(t, "daytwo backup to MinIO", func() error {
-		m, err = backup.Run(ctx, opts("bench"), backup.NewID(time.Now()), "bench", "bench")
-		return err
-	})
-	pg.Exec(t, "postgres", "CREATE DATABASE daytwo_restore")
-	daytwoRestore := timed(t, "daytwo restore from MinIO", func() error {
-		_, err := backup.Restore(ctx, opts("daytwo_restore"), m.ID, "")
-		return err
-	})
-	if a, b := pg.Query(t, "bench", "SELECT sum(abalance) || ':' || count(*) FROM pgbench_accounts"),
-		pg.Query(t, "daytwo_restore", "SELECT sum(abalance) || ':' || count(*) FROM pgbench_accounts"); a != b {
-		t.Fatalf("restored data differs: %s vs %s", b, a)
+	best := func(cur, d time.Duration) time.Duration {
+		if cur == 0 || d < cur {
+			return d
+		}
+		return cur
+	}
+	for round := 1; round <= 2; round++ {
+		rawDump = best(rawDump, timed(t, fmt.Sprintf("raw pg_dump -Fc > /dev/null (%d)", round), func() error {
+			devnull, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+			if err != nil {
+				return err
+			}
+			defer func() { _ = devnull.Close() }()
+			cmd := exec.Command(filepath.Join(pg.BinDir, "pg_dump"), "--format=custom")
+			cmd.Env, cmd.Stdout = pg.Env("bench"), devnull
+			return cmd.Run()
+		}))
+		daytwoBackup = best(daytwoBackup, timed(t, fmt.Sprintf("daytwo backup to MinIO (%d)", round), func() error {
+			m, err = backup.Run(ctx, opts("bench"), fmt.Sprintf("round-%d", round), "bench", "bench")
+			return err
+		}))
+		db := fmt.Sprintf("raw_restore_%d", round)
+		pg.Exec(t, "postgres", "CREATE DATABASE "+db)
+		rawRestore = best(rawRestore, timed(t, fmt.Sprintf("raw pg_restore from a local file (%d)", round), func() error {
+			cmd := exec.Command(filepath.Join(pg.BinDir, "pg_restore"), append(restoreFlags, "--dbname="+db, dumpFile)...)
+			cmd.Env = pg.Env(db)
+			return run(cmd)
+		}))
+		pg.Exec(t, "postgres", "DROP DATABASE "+db)
+		db = fmt.Sprintf("daytwo_restore_%d", round)
+		pg.Exec(t, "postgres", "CREATE DATABASE "+db)
+		daytwoRestore = best(daytwoRestore, timed(t, fmt.Sprintf("daytwo restore from MinIO (%d)", round), func() error {
+			_, err := backup.Restore(ctx, opts(db), m.ID, "")
+			return err
+		}))
+		if round == 1 {
+			if a, b := pg.Query(t, "bench", "SELECT sum(abalance) || ':' || count(*) FROM pgbench_accounts"),
+				pg.Query(t, db, "SELECT sum(abalance) || ':' || count(*) FROM pgbench_accounts"); a != b {
+				t.Fatalf("restored data differs: %s vs %s", b, a)
+			}
+		}
+		pg.Exec(t, "postgres", "DROP DATABASE "+db)
 	}
 
 	// The peer: pgBackRest, a full physical backup of the same cluster to
 	// the same MinIO. Its rate counts the whole cluster it copies.
-	pg.Exec(t, "postgres", "DROP DATABASE raw_restore")
-	pg.Exec(t, "postgres", "DROP DATABASE daytwo_restore")
 	clusterMB, _ := strconv.ParseFloat(pg.Query(t, "postgres", "SELECT sum(pg_database_size(datname)) / 1000000.0 FROM pg_database"), 64)
 	peer := pgbackrest(t, pg, minio, ca)
 
 	backupRatio := rawDump.Seconds() / daytwoBackup.Seconds()
 	restoreRatio := rawRestore.Seconds() / daytwoRestore.Seconds()
-	fmt.Printf("\n%-36s %10s %10s\n", "", "seconds", "MB/s")
+	fmt.Printf("\n%-42s %10s %10s\n", "", "seconds", "MB/s")
 	for _, row := range []struct {
 		name string
 		d    time.Duration
-	}{{"raw pg_dump -Fc > /dev/null", rawDump}, {"daytwo backup -> MinIO", daytwoBackup},
-		{"raw pg_restore <- local file", rawRestore}, {"daytwo restore <- MinIO", daytwoRestore}} {
-		fmt.Printf("%-36s %10.2f %10.1f\n", row.name, row.d.Seconds(), mbps(row.d))
+	}{{"raw pg_dump -Fc > /dev/null (best of 2)", rawDump}, {"daytwo backup -> MinIO (best of 2)", daytwoBackup},
+		{"raw pg_restore <- local file (best of 2)", rawRestore}, {"daytwo restore <- MinIO (best of 2)", daytwoRestore}} {
+		fmt.Printf("%-42s %10.2f %10.1f\n", row.name, row.d.Seconds(), mbps(row.d))
 	}
 	peerMBps := 0.0
 	if peer > 0 {
 		peerMBps = clusterMB / peer.Seconds()
-		fmt.Printf("%-36s %10.2f %10.1f  (whole cluster, %.0f MB)\n", "pgBackRest backup -> MinIO (full)", peer.Seconds(), peerMBps, clusterMB)
+		fmt.Printf("%-42s %10.2f %10.1f  (whole cluster, %.0f MB)\n", "pgBackRest backup -> MinIO (full)", peer.Seconds(), peerMBps, clusterMB)
 	}
 	fmt.Printf("backup ratio daytwo/raw %.2f, restore ratio daytwo/raw %.2f (goal >= 0.9); dump %d bytes compressed\n",
 		backupRatio, restoreRatio, m.Bytes)
