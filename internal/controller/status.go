@@ -2,9 +2,12 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -23,4 +26,15 @@ func PatchStatus(ctx context.Context, c client.Client, before, obj client.Object
 		return fmt.Errorf("failed to patch status: %w", err)
 	}
 	return nil
+}
+
+// WriteStatus ends a reconcile: it writes the status (see PatchStatus) and
+// joins the outcome to the reconcile's err. Refusals because the namespace
+// is being deleted are dropped: the object goes with the namespace.
+func WriteStatus(ctx context.Context, c client.Client, before, obj client.Object, beforeStatus, afterStatus any, err error) error {
+	err = errors.Join(err, PatchStatus(ctx, c, before, obj, beforeStatus, afterStatus))
+	if apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) {
+		return nil
+	}
+	return err
 }

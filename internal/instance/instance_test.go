@@ -9,11 +9,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
-	"os/user"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -52,19 +50,6 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// pgBinDir finds PostgreSQL 15's programs; the test fails (it does not skip)
-// without them, because then nothing here would be proven.
-func pgBinDir(t *testing.T) string {
-	dir := os.Getenv("DAYTWO_PG_BINDIR")
-	if dir == "" {
-		dir = "/usr/lib/postgresql/15/bin"
-	}
-	if _, err := os.Stat(filepath.Join(dir, "postgres")); err != nil {
-		t.Fatalf("PostgreSQL programs not found in %s (run `make deps` or set DAYTWO_PG_BINDIR): %v", dir, err)
-	}
-	return dir
-}
-
 // instance is one `daytwo instance run` process with its directories.
 type instance struct {
 	t          *testing.T
@@ -81,7 +66,7 @@ const appPassword = "app-pass-Ø:'\"-1"
 
 func newInstance(t *testing.T, extra ...string) *instance {
 	root := t.TempDir()
-	in := &instance{t: t, root: root, pgPort: freePort(t), httpPort: freePort(t), extraFlags: extra}
+	in := &instance{t: t, root: root, pgPort: testpg.FreePort(t), httpPort: testpg.FreePort(t), extraFlags: extra}
 	for _, d := range []string{"secrets", "config"} {
 		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
 			t.Fatal(err)
@@ -90,7 +75,7 @@ func newInstance(t *testing.T, extra ...string) *instance {
 	in.writeFile("secrets/app-password", appPassword)
 	in.writeFile("secrets/replication-password", "repl-secret")
 	in.setParameters(map[string]string{})
-	chownToRunner(t, root)
+	testpg.ChownToRunner(t, root)
 	return in
 }
 
@@ -115,10 +100,10 @@ func (in *instance) start(pod string) {
 		"--secrets-dir", filepath.Join(in.root, "secrets"), "--run-dir", filepath.Join(in.root, "run"),
 		"--http-address", fmt.Sprintf("127.0.0.1:%d", in.httpPort), "--port", strconv.Itoa(in.pgPort),
 		"--cluster", "orders", "--pod", pod, "--database", "orders", "--owner", "shop",
-		"--bin-dir", pgBinDir(in.t), "--shutdown-timeout", "10s"}
+		"--bin-dir", testpg.BinDir(in.t), "--shutdown-timeout", "10s"}
 	in.cmd = exec.Command(daytwoBin, append(args, in.extraFlags...)...)
 	in.cmd.Stdout, in.cmd.Stderr = testWriter{in.t, pod}, testWriter{in.t, pod}
-	in.cmd.SysProcAttr = runnerCredential(in.t)
+	in.cmd.SysProcAttr = testpg.RunnerCredential(in.t)
 	in.cmd.Env = append(os.Environ(), in.env...)
 	if err := in.cmd.Start(); err != nil {
 		in.t.Fatal(err)
@@ -267,7 +252,7 @@ func TestPrimaryLifecycle(t *testing.T) {
 	if took > 10*time.Second {
 		t.Fatalf("shutdown took %s, more than the 10s timeout", took)
 	}
-	out, err := exec.Command(filepath.Join(pgBinDir(t), "pg_controldata"), filepath.Join(in.root, "data")).CombinedOutput()
+	out, err := exec.Command(filepath.Join(testpg.BinDir(t), "pg_controldata"), filepath.Join(in.root, "data")).CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "Database cluster state:               shut down") {
 		t.Fatalf("the cluster was not shut down cleanly: %v\n%s", err, out)
 	}
@@ -321,7 +306,7 @@ func TestRefusesAnotherMajorVersion(t *testing.T) {
 		t.Fatal(err)
 	}
 	in.writeFile("data/PG_VERSION", "14\n")
-	chownToRunner(t, in.root)
+	testpg.ChownToRunner(t, in.root)
 	in.start("orders-0")
 	eventually(t, 20*time.Second, func() bool {
 		resp, err := http.Get(in.url(instanceapi.PathStatus))
@@ -352,52 +337,6 @@ func eventually(t *testing.T, timeout time.Duration, cond func() bool, what stri
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
-}
-
-func freePort(t *testing.T) int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = l.Close() }()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
-// PostgreSQL refuses to run as root; as root the instance runs as the
-// Debian package's postgres user, as it runs as uid 999 in a pod.
-func runnerCredential(t *testing.T) *syscall.SysProcAttr {
-	if os.Getuid() != 0 {
-		return nil
-	}
-	uid, gid := postgresUser(t)
-	return &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: gid}}
-}
-
-func chownToRunner(t *testing.T, root string) {
-	if os.Getuid() != 0 {
-		return
-	}
-	uid, gid := postgresUser(t)
-	_ = os.Chmod(filepath.Dir(root), 0o755)
-	err := filepath.Walk(root, func(p string, _ os.FileInfo, err error) error {
-		if err != nil {
-			return err
-		}
-		return os.Lchown(p, int(uid), int(gid))
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-}
-
-func postgresUser(t *testing.T) (uint32, uint32) {
-	u, err := user.Lookup("postgres")
-	if err != nil {
-		t.Fatalf("running as root needs the postgres user of Debian's postgresql package: %v", err)
-	}
-	uid, _ := strconv.Atoi(u.Uid)
-	gid, _ := strconv.Atoi(u.Gid)
-	return uint32(uid), uint32(gid)
 }
 
 type testWriter struct {
@@ -438,7 +377,7 @@ func TestRestoreFromBackup(t *testing.T) {
 		t.Fatal(err)
 	}
 	o := backup.Options{Conn: backup.Conn{Host: "127.0.0.1", Port: src.pgPort, User: "shop", Password: appPassword, Database: "orders"},
-		Storage: st, Prefix: "ns/orders/", BinDir: pgBinDir(t)}
+		Storage: st, Prefix: "ns/orders/", BinDir: testpg.BinDir(t)}
 	m, err := backup.Run(ctx, o, "20260101T000000Z", "orders", "test")
 	if err != nil {
 		t.Fatal(err)

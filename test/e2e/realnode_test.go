@@ -164,23 +164,9 @@ func TestRealNodeRunsPostgreSQL(t *testing.T) {
 func TestRealNodeRunsMinIO(t *testing.T) {
 	requireRealNode(t)
 	ns := cluster.Namespace(t)
-	secret(t, ns, "s3", map[string]string{"user": "e2e-user", "password": "e2e-password-" + ns})
-	serve(t, ns, "minio", 1, 9000, corev1.PodSpec{
-		SecurityContext: framework.RestrictedPod(),
-		Containers: []corev1.Container{{
-			Name: "minio", Image: minioImage, ImagePullPolicy: corev1.PullNever,
-			Args: []string{"server", "/data", "--address", ":9000"},
-			Env: []corev1.EnvVar{fromSecret("MINIO_ROOT_USER", "s3", "user"), fromSecret("MINIO_ROOT_PASSWORD", "s3", "password"),
-				{Name: "HOME", Value: "/tmp"}},
-			Ports:           []corev1.ContainerPort{{ContainerPort: 9000}},
-			ReadinessProbe:  &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/minio/health/ready", Port: intstr.FromInt32(9000)}}, PeriodSeconds: 1},
-			VolumeMounts:    []corev1.VolumeMount{{Name: "data", MountPath: "/data"}},
-			SecurityContext: framework.RestrictedContainer(),
-		}},
-		Volumes: []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}},
-	})
+	minioInCluster(t, ns)
 	pod := e2eClient(ns, "s3-client", []string{"s3", fmt.Sprintf("minio.%s.svc.cluster.local:9000", ns), "e2e"},
-		fromSecret("AWS_ACCESS_KEY_ID", "s3", "user"), fromSecret("AWS_SECRET_ACCESS_KEY", "s3", "password"))
+		fromSecret("AWS_ACCESS_KEY_ID", "s3", "AWS_ACCESS_KEY_ID"), fromSecret("AWS_SECRET_ACCESS_KEY", "s3", "AWS_SECRET_ACCESS_KEY"))
 	out := cluster.RunToCompletion(t, pod, 2*time.Minute)
 	if !strings.Contains(out, "s3 round trip ok: 1048576 bytes") {
 		t.Errorf("s3 client said %q", out)

@@ -2,13 +2,11 @@ package database
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -72,12 +70,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (_ re
 		return reconcile.Result{}, r.Client.Patch(ctx, db, client.MergeFrom(base))
 	}
 	before := db.DeepCopy()
-	defer func() {
-		err = errors.Join(err, controller.PatchStatus(ctx, r.Client, before, db, before.Status, db.Status))
-		if apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) {
-			err = nil
-		}
-	}()
+	defer func() { err = controller.WriteStatus(ctx, r.Client, before, db, before.Status, db.Status, err) }()
 	if !db.DeletionTimestamp.IsZero() {
 		return reconcile.Result{}, r.reconcileDelete(ctx, db)
 	}

@@ -2,7 +2,6 @@ package databasebackup
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -56,12 +55,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (_ re
 		return reconcile.Result{}, nil // Jobs go with it; stored backups stay
 	}
 	before := b.DeepCopy()
-	defer func() {
-		err = errors.Join(err, controller.PatchStatus(ctx, r.Client, before, b, before.Status, b.Status))
-		if apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) {
-			err = nil
-		}
-	}()
+	defer func() { err = controller.WriteStatus(ctx, r.Client, before, b, before.Status, b.Status, err) }()
 	return r.reconcileNormal(ctx, b)
 }
 

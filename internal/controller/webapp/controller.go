@@ -2,7 +2,6 @@ package webapp
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -10,7 +9,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -65,13 +63,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (_ re
 		return reconcile.Result{}, err
 	}
 	before := app.DeepCopy()
-	defer func() {
-		err = errors.Join(err, controller.PatchStatus(ctx, r.Client, before, app, before.Status, app.Status))
-		// A namespace being deleted refuses new children; the WebApp goes with it.
-		if apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) {
-			err = nil
-		}
-	}()
+	defer func() { err = controller.WriteStatus(ctx, r.Client, before, app, before.Status, app.Status, err) }()
 	return r.reconcileNormal(ctx, app)
 }
 

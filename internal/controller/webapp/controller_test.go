@@ -3,7 +3,6 @@ package webapp_test
 import (
 	"context"
 	"fmt"
-	"os"
 	"testing"
 	"time"
 
@@ -16,64 +15,29 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
+	"github.com/daytwo-dev/daytwo/internal/operator"
 	"github.com/daytwo-dev/daytwo/internal/testenv"
 )
 
 var env *testenv.Env
 
-func TestMain(m *testing.M) {
-	var stop func() error
-	var err error
-	env, stop, err = testenv.StartOperator()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	if err := stop(); err != nil {
-		fmt.Fprintln(os.Stderr, "stop:", err)
-		code = 1
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testenv.Main(m, &env, operator.Options{}) }
 
 var ctx = context.Background()
 
-// eventually polls cond until it holds, failing the test after 20 s.
 func eventually(t *testing.T, what string, cond func() (bool, error)) {
 	t.Helper()
-	var last error
-	err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 20*time.Second, true, func(context.Context) (bool, error) {
-		ok, err := cond()
-		last = err
-		return ok && err == nil, nil
-	})
-	if err != nil {
-		t.Fatalf("timed out waiting for %s (last error: %v)", what, last)
-	}
+	testenv.Eventually(t, what, cond)
 }
 
-// update re-reads obj, applies mutate and writes it, retrying on conflicts
-// with the operator's own status writes.
 func update[T client.Object](t *testing.T, obj T, mutate func(T)) {
 	t.Helper()
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
-			return err
-		}
-		mutate(obj)
-		return env.Client.Update(ctx, obj)
-	})
-	if err != nil {
-		t.Fatalf("update %s: %v", obj.GetName(), err)
-	}
+	env.Update(t, obj, func() { mutate(obj) })
 }
 
 func newApp(ns, name string) *v1alpha1.WebApp {
