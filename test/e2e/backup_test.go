@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
@@ -153,6 +154,36 @@ func TestBackupScheduleRetentionAndRestore(t *testing.T) {
 	psqlPod(t, ns, "psql-reborn", "reborn")
 	if got := sql(t, ns, "psql-reborn", "reborn-rw", backupChecksum); got != want {
 		t.Fatalf("checksum after the Snapshot round trip %s, want %s", got, want)
+	}
+
+	// A one-shot backup to a volume instead of S3, restored again.
+	pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "backups"},
+		Spec: corev1.PersistentVolumeClaimSpec{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}}}
+	if err := cluster.Client.Create(context.Background(), pvc); err != nil {
+		t.Fatal(err)
+	}
+	onVolume := &v1alpha1.DatabaseBackup{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "reborn-pvc"},
+		Spec: v1alpha1.DatabaseBackupSpec{DatabaseRef: v1alpha1.LocalObjectReference{Name: "reborn"},
+			Storage: v1alpha1.BackupStorage{PVC: &v1alpha1.PVCStorage{ClaimName: "backups", Path: "reborn"}}}}
+	if err := cluster.Client.Create(context.Background(), onVolume); err != nil {
+		t.Fatal(err)
+	}
+	waitBackup(t, ns, "reborn-pvc", 3*time.Minute, "a backup on the volume", func(b *v1alpha1.DatabaseBackup) bool {
+		c := meta.FindStatusCondition(b.Status.Conditions, v1alpha1.ConditionLastRunFailed)
+		if c != nil && c.Status == metav1.ConditionTrue {
+			t.Fatalf("the volume backup failed: %s", c.Message)
+		}
+		return len(b.Status.Backups) == 1
+	})
+	createDatabase(t, ns, "from-pvc", func(db *v1alpha1.Database) {
+		db.Spec.Bootstrap = &v1alpha1.DatabaseBootstrap{FromBackup: &v1alpha1.BootstrapFromBackup{
+			BackupRef: v1alpha1.LocalObjectReference{Name: "reborn-pvc"}}}
+	})
+	waitDatabase(t, ns, "from-pvc", 4*time.Minute, "Ready from the volume backup", isReady(1, ""))
+	psqlPod(t, ns, "psql-from-pvc", "from-pvc")
+	if got := sql(t, ns, "psql-from-pvc", "from-pvc-rw", backupChecksum); got != want {
+		t.Fatalf("checksum after the volume round trip %s, want %s", got, want)
 	}
 }
 

@@ -20,6 +20,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
 	"github.com/daytwo-dev/daytwo/internal/backup"
@@ -210,6 +211,12 @@ func TestOneShotRunsOnceWithTheRightJob(t *testing.T) {
 		len(got.Status.ActiveJobs) != 0 {
 		t.Errorf("status after success: %+v", got.Status)
 	}
+	if v := metric(t, "daytwo_backup_bytes", ns); v != 4096 {
+		t.Errorf("daytwo_backup_bytes = %v, want 4096", v)
+	}
+	if v := metric(t, "daytwo_backup_last_success_timestamp_seconds", ns); v != float64(res.End.Unix()) {
+		t.Errorf("daytwo_backup_last_success_timestamp_seconds = %v, want %d", v, res.End.Unix())
+	}
 	// Once means once: nothing new however often it reconciles.
 	poke(t, b)
 	time.Sleep(300 * time.Millisecond)
@@ -227,6 +234,9 @@ func TestFailureIsReportedAndClearedBySuccess(t *testing.T) {
 	got := waitCondition(t, b, v1alpha1.ConditionLastRunFailed, metav1.ConditionTrue, v1alpha1.ReasonBackupFailed)
 	if msg := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionLastRunFailed).Message; !strings.Contains(msg, "connection refused") {
 		t.Errorf("message = %q", msg)
+	}
+	if v := metric(t, "daytwo_backup_failures_total", ns); v != 1 {
+		t.Errorf("daytwo_backup_failures_total = %v, want 1", v)
 	}
 	clock.Step(10 * time.Minute)
 	poke(t, b)
@@ -289,4 +299,30 @@ func TestMissingDatabaseIsACondition(t *testing.T) {
 	if n := len(jobs(t, ns)); n != 0 {
 		t.Fatalf("%d Jobs for a missing Database", n)
 	}
+}
+
+// metric reads a daytwo backup metric of namespace ns from the operator's registry.
+func metric(t *testing.T, name, ns string) float64 {
+	t.Helper()
+	families, err := crmetrics.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "namespace" && l.GetValue() == ns {
+					if m.GetCounter() != nil {
+						return m.GetCounter().GetValue()
+					}
+					return m.GetGauge().GetValue()
+				}
+			}
+		}
+	}
+	t.Fatalf("metric %s{namespace=%q} not found", name, ns)
+	return 0
 }
