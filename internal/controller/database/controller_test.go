@@ -340,8 +340,9 @@ func TestInvalidImageForVersion(t *testing.T) {
 	}
 }
 
-// volume creates a claim as the StatefulSet controller would for pod 0.
-func volume(t *testing.T, ns, db, class, size string) *corev1.PersistentVolumeClaim {
+// volume creates a claim as the StatefulSet controller would for pod 0,
+// bound in advance to volumeName when one is given.
+func volume(t *testing.T, ns, db, class, size string, volumeName ...string) *corev1.PersistentVolumeClaim {
 	pvc := &corev1.PersistentVolumeClaim{
 		ObjectMeta: metav1.ObjectMeta{Name: "pgdata-" + db + "-0", Namespace: ns, Labels: map[string]string{"daytwo.dev/database": db}},
 		Spec: corev1.PersistentVolumeClaimSpec{
@@ -349,6 +350,9 @@ func volume(t *testing.T, ns, db, class, size string) *corev1.PersistentVolumeCl
 			StorageClassName: ptr.To(class),
 			Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse(size)}},
 		},
+	}
+	if len(volumeName) > 0 {
+		pvc.Spec.VolumeName = volumeName[0]
 	}
 	create(t, pvc)
 	return pvc
@@ -373,6 +377,31 @@ func TestStorageGrowthNeedsAnExpandableClass(t *testing.T) {
 	}
 	update(t, db, func(d *v1alpha1.Database) { d.Spec.Storage.Size = ptr.To(resource.MustParse("512Mi")) })
 	waitCondition(t, ns, "grow", v1alpha1.ConditionStorageResizePending, metav1.ConditionTrue, v1alpha1.ReasonShrinkUnsupported)
+}
+
+func TestStorageGrowsWhenTheClassAllowsIt(t *testing.T) {
+	ns := env.Namespace(t)
+	class := &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "elastic-" + ns}, Provisioner: "example.com/elastic",
+		AllowVolumeExpansion: ptr.To(true)}
+	create(t, class)
+	t.Cleanup(func() { _ = env.Client.Delete(ctx, class) })
+	db := newDB(ns, "grow", func(d *v1alpha1.Database) {
+		d.Spec.Storage = &v1alpha1.DatabaseStorage{Size: ptr.To(resource.MustParse("1Gi")), StorageClassName: ptr.To(class.Name)}
+	})
+	create(t, db)
+	// A bound claim, as the provisioner would leave it: only bound claims resize.
+	pvc := volume(t, ns, "grow", class.Name, "1Gi", "pv-"+ns)
+	pvc.Status.Phase = corev1.ClaimBound
+	pvc.Status.Capacity = corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}
+	if err := env.Client.Status().Update(ctx, pvc); err != nil {
+		t.Fatal(err)
+	}
+	update(t, db, func(d *v1alpha1.Database) { d.Spec.Storage.Size = ptr.To(resource.MustParse("3Gi")) })
+	eventually(t, "the claim asking for 3Gi", func() (bool, error) {
+		got, err := get(ns, pvc.Name, &corev1.PersistentVolumeClaim{})
+		return err == nil && got.Spec.Resources.Requests.Storage().String() == "3Gi", err
+	})
+	waitCondition(t, ns, "grow", v1alpha1.ConditionStorageResizePending, metav1.ConditionTrue, v1alpha1.ReasonResizing)
 }
 
 func TestDeletionPolicies(t *testing.T) {
