@@ -139,6 +139,15 @@ func (in *instance) waitReady(timeout time.Duration) time.Duration {
 	return 0
 }
 
+func (in *instance) readyz() bool {
+	resp, err := http.Get(in.url(instanceapi.PathReadyz))
+	if err != nil {
+		return false
+	}
+	_ = resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
+}
+
 func (in *instance) url(path string) string {
 	return fmt.Sprintf("http://127.0.0.1:%d%s", in.httpPort, path)
 }
@@ -281,7 +290,7 @@ func TestPrimaryLifecycle(t *testing.T) {
 		rep.start("orders-1")
 		took := rep.waitReady(90 * time.Second)
 		t.Logf("clone to ready: %s", took.Round(time.Millisecond))
-		if s := rep.status(); s.Role != instanceapi.RoleReplica || !s.InRecovery {
+		if s := rep.status(); s.Role != instanceapi.RoleReplica || !s.InRecovery || !s.Streaming {
 			t.Fatalf("unexpected replica status %+v", s)
 		}
 		if _, err := conn.Exec(ctx, "INSERT INTO orders VALUES (3, 'scone')"); err != nil {
@@ -296,6 +305,14 @@ func TestPrimaryLifecycle(t *testing.T) {
 			var n int
 			return rc.QueryRow(ctx, "SELECT count(*) FROM orders").Scan(&n) == nil && n == 3
 		}, "the replica sees the new row")
+
+		// Without its primary a replica serves ever older data: not ready.
+		_ = conn.Close(ctx)
+		in.stop()
+		eventually(t, 15*time.Second, func() bool { return !rep.readyz() }, "the replica not ready without its primary")
+		in.start("orders-0")
+		in.waitReady(60 * time.Second)
+		eventually(t, 30*time.Second, rep.readyz, "the replica ready again once it streams")
 	})
 }
 

@@ -285,6 +285,14 @@ func (m *Manager) observe(ctx context.Context, conn *pgx.Conn, hash string) {
 		_ = conn.Close(ctx)
 		return
 	}
+	streaming := false
+	if inRecovery {
+		err := conn.QueryRow(qctx, "SELECT EXISTS (SELECT 1 FROM pg_stat_wal_receiver WHERE status = 'streaming')").Scan(&streaming)
+		if err != nil {
+			_ = conn.Close(ctx)
+			return
+		}
+	}
 	rows, err := conn.Query(qctx, "SELECT name FROM pg_settings WHERE pending_restart ORDER BY name")
 	if err != nil {
 		_ = conn.Close(ctx)
@@ -297,7 +305,7 @@ func (m *Manager) observe(ctx context.Context, conn *pgx.Conn, hash string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	s := &m.status
-	s.PostgresVersion, s.InRecovery, s.LSN, s.ConfigHash = version, inRecovery, lsn, hash
+	s.PostgresVersion, s.InRecovery, s.LSN, s.ConfigHash, s.Streaming = version, inRecovery, lsn, hash, streaming
 	s.PendingRestartSettings, s.PendingRestart = pending, len(pending) > 0
 	if s.Phase == instanceapi.PhaseStarting {
 		s.Phase, s.Message = instanceapi.PhaseRunning, ""

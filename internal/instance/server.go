@@ -19,7 +19,7 @@ func (m *Manager) Handler() http.Handler {
 	})
 	mux.HandleFunc("GET "+instanceapi.PathReadyz, func(w http.ResponseWriter, r *http.Request) {
 		s := m.Status()
-		s.Ready = s.Phase == instanceapi.PhaseRunning && m.ping(r.Context())
+		s.Ready = m.ready(r.Context(), s)
 		code := http.StatusOK
 		if !s.Ready {
 			code = http.StatusServiceUnavailable
@@ -28,7 +28,7 @@ func (m *Manager) Handler() http.Handler {
 	})
 	mux.HandleFunc("GET "+instanceapi.PathStatus, func(w http.ResponseWriter, r *http.Request) {
 		s := m.Status()
-		s.Ready = s.Phase == instanceapi.PhaseRunning && m.ping(r.Context())
+		s.Ready = m.ready(r.Context(), s)
 		writeJSON(w, http.StatusOK, s)
 	})
 	notYet := func(w http.ResponseWriter, _ *http.Request) {
@@ -37,6 +37,15 @@ func (m *Manager) Handler() http.Handler {
 	mux.HandleFunc("POST "+instanceapi.PathPromote, notYet)
 	mux.HandleFunc("POST "+instanceapi.PathFollow, notYet)
 	return mux
+}
+
+// ready: PostgreSQL answers now, bootstrap is done, and a replica streams
+// from its primary (the status refreshes every second).
+func (m *Manager) ready(ctx context.Context, s instanceapi.Status) bool {
+	if s.Phase != instanceapi.PhaseRunning || (m.cfg.Role == instanceapi.RoleReplica && !s.Streaming) {
+		return false
+	}
+	return m.ping(ctx)
 }
 
 // ping checks that postgres answers a query on its socket right now.

@@ -67,6 +67,10 @@ type Status struct {
 	// LSN is the current WAL location: pg_current_wal_lsn() on a primary,
 	// pg_last_wal_replay_lsn() on a replica.
 	LSN string `json:"lsn,omitempty"`
+	// Streaming is true on a replica whose WAL receiver streams from the
+	// primary. A replica that does not stream is not ready: it serves ever
+	// older data.
+	Streaming bool `json:"streaming"`
 	// PendingRestart is true when a changed setting waits for a restart.
 	PendingRestart bool `json:"pendingRestart"`
 	// PendingRestartSettings names those settings.
