@@ -218,6 +218,32 @@ type EffectiveParameter struct {
 	Source ParameterSource `json:"source"`
 }
 
+// InstanceStatus is one PostgreSQL instance as its instance manager reports it.
+type InstanceStatus struct {
+	// name of the pod.
+	// +required
+	Name string `json:"name"`
+	// role is primary or replica.
+	// +optional
+	Role string `json:"role,omitempty"`
+	// postgresVersion is the server_version the instance runs.
+	// +optional
+	PostgresVersion string `json:"postgresVersion,omitempty"`
+	// lsn is the instance's WAL position when it was last asked.
+	// +optional
+	LSN string `json:"lsn,omitempty"`
+	// streaming is true on a replica that streams from the primary.
+	// +optional
+	Streaming bool `json:"streaming,omitempty"`
+	// pendingRestart names settings PostgreSQL says wait for a restart.
+	// +optional
+	// +kubebuilder:validation:MaxItems=64
+	PendingRestart []string `json:"pendingRestart,omitempty"`
+	// error says why the instance could not be asked.
+	// +optional
+	Error string `json:"error,omitempty"`
+}
+
 // DatabaseStatus is what daytwo observed about a Database.
 type DatabaseStatus struct {
 	// observedGeneration is the generation the status describes.
@@ -267,6 +293,13 @@ type DatabaseStatus struct {
 	// secretName is the name of the credentials Secret.
 	// +optional
 	SecretName string `json:"secretName,omitempty"`
+
+	// instanceStatuses is what each instance manager reported (GET /status).
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=9
+	InstanceStatuses []InstanceStatus `json:"instanceStatuses,omitempty"`
 
 	// parameters are the effective tuned and user settings.
 	// +optional

@@ -231,6 +231,12 @@ func TestDatabaseMediumUpgradeAndRollback(t *testing.T) {
 	})
 	waitDatabase(t, ns, "shop", 4*time.Minute, "Ready with 2 instances", isReady(2, "postgres:15"))
 	t.Logf("2 instances Ready in %s", time.Since(start).Round(10*time.Millisecond))
+	// The operator asks each instance manager for its status.
+	db := waitDatabase(t, ns, "shop", time.Minute, "both instances reporting", func(d *v1alpha1.Database) bool {
+		s := d.Status.InstanceStatuses
+		return len(s) == 2 && s[0].Role == "primary" && s[1].Role == "replica" && s[1].Streaming && s[0].LSN != ""
+	})
+	t.Logf("instances: %+v", db.Status.InstanceStatuses)
 
 	psqlPod(t, ns, "psql", "shop")
 	sql(t, ns, "psql", "shop-rw", "CREATE TABLE orders (id int); INSERT INTO orders SELECT generate_series(1, 1000)")
@@ -259,7 +265,7 @@ func TestDatabaseMediumUpgradeAndRollback(t *testing.T) {
 	primary := podUID(t, ns, "shop-0")
 	start = time.Now()
 	updateDatabase(t, ns, "shop", func(d *v1alpha1.Database) { d.Spec.Image = postgresMissingImage })
-	db := waitDatabase(t, ns, "shop", 4*time.Minute, "rolled back", func(d *v1alpha1.Database) bool {
+	db = waitDatabase(t, ns, "shop", 4*time.Minute, "rolled back", func(d *v1alpha1.Database) bool {
 		return hasCondition(v1alpha1.ConditionUpgradeFailed, metav1.ConditionTrue, v1alpha1.ReasonRolledBack)(d) &&
 			d.Status.FailedImage == postgresMissingImage && d.Status.ReadyInstances == 2 && d.Status.CurrentImage == postgresNextImage
 	})

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -137,7 +138,34 @@ func (r *Reconciler) observe(ctx context.Context, db *v1alpha1.Database, obs *ob
 	obs.pods = pods.Items
 	slices.SortFunc(obs.pods, func(a, b corev1.Pod) int { return ordinal(a.Name) - ordinal(b.Name) })
 	obs.in = r.decideImage(ctx, db, obs)
+	obs.instanceStatuses = r.askInstances(ctx, obs.pods)
 	return nil
+}
+
+// askInstances gets the status of every ready instance from its instance
+// manager, in parallel. An instance that does not answer is listed with
+// the error; it never fails the reconcile.
+func (r *Reconciler) askInstances(ctx context.Context, pods []corev1.Pod) []v1alpha1.InstanceStatus {
+	out := make([]v1alpha1.InstanceStatus, len(pods))
+	var wg sync.WaitGroup
+	for i := range pods {
+		pod := &pods[i]
+		out[i].Name = pod.Name
+		if !podReady(pod) || pod.Status.PodIP == "" {
+			continue
+		}
+		wg.Go(func() {
+			s, err := r.Instances.Status(ctx, pod.Status.PodIP)
+			if err != nil {
+				out[i].Error = "the instance manager did not answer"
+				return
+			}
+			out[i] = v1alpha1.InstanceStatus{Name: pod.Name, Role: string(s.Role), PostgresVersion: s.PostgresVersion,
+				LSN: s.LSN, Streaming: s.Streaming, PendingRestart: s.PendingRestartSettings}
+		})
+	}
+	wg.Wait()
+	return slices.DeleteFunc(out, func(s v1alpha1.InstanceStatus) bool { return s.Role == "" && s.Error == "" })
 }
 
 func (r *Reconciler) applyStatefulSet(ctx context.Context, db *v1alpha1.Database, obs *observation) error {

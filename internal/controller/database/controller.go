@@ -18,6 +18,7 @@ import (
 
 	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
 	"github.com/daytwo-dev/daytwo/internal/controller"
+	"github.com/daytwo-dev/daytwo/internal/instanceapi"
 )
 
 // cleanupFinalizer holds a Database until its deletionPolicy has been
@@ -43,7 +44,14 @@ type Reconciler struct {
 	// UpgradeDeadline bounds an image rollout per instance; zero means DefaultUpgradeDeadline.
 	UpgradeDeadline time.Duration
 	Clock           clock.PassiveClock
+	// Instances asks instance managers for their status; nil means a
+	// client with a one-second timeout.
+	Instances *instanceapi.Client
 }
+
+// instanceRefresh is how often a running Database's instances are asked
+// again, so LSNs and streaming state in the status stay current.
+const instanceRefresh = 30 * time.Second
 
 // +kubebuilder:rbac:groups=daytwo.dev,resources=databases,verbs=get;list;watch;update;patch
 // +kubebuilder:rbac:groups=daytwo.dev,resources=databases/status,verbs=get;update;patch
@@ -110,7 +118,11 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, db *v1alpha1.Database)
 	if err := r.reconcileStorage(ctx, db, obs); err != nil {
 		return reconcile.Result{}, err
 	}
-	return r.rollOut(ctx, db, obs)
+	res, err := r.rollOut(ctx, db, obs)
+	if len(obs.instanceStatuses) > 0 && (res.RequeueAfter == 0 || res.RequeueAfter > instanceRefresh) {
+		res.RequeueAfter = instanceRefresh
+	}
+	return res, err
 }
 
 // SetupWithManager declares every trigger of this controller.
@@ -120,6 +132,9 @@ func (r *Reconciler) SetupWithManager(mgr manager.Manager) error {
 	}
 	if r.UpgradeDeadline == 0 {
 		r.UpgradeDeadline = DefaultUpgradeDeadline
+	}
+	if r.Instances == nil {
+		r.Instances = instanceapi.NewClient(time.Second)
 	}
 	// Pods and volumes belong to the StatefulSet, not to the Database: map them by label.
 	byLabel := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, obj client.Object) []reconcile.Request {

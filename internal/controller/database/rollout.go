@@ -217,3 +217,13 @@ func ptrValue(p *int32) int32 {
 	}
 	return *p
 }
+
+// reportedPending names the settings PostgreSQL itself says wait for a
+// restart (pg_settings.pending_restart), which also catches ALTER SYSTEM.
+func reportedPending(obs *observation) []string {
+	var names []string
+	for _, s := range obs.instanceStatuses {
+		names = append(names, s.PendingRestart...)
+	}
+	return names
+}

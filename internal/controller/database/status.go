@@ -26,8 +26,9 @@ type observation struct {
 	in            stsInputs
 	templateImage string
 
-	restoreFailed   string
-	keepStatefulSet bool
+	restoreFailed    string
+	keepStatefulSet  bool
+	instanceStatuses []v1alpha1.InstanceStatus
 
 	rolledBack    string
 	majorRefused  string
@@ -69,6 +70,7 @@ func setStatus(db *v1alpha1.Database, obs *observation) {
 		st.CurrentImage = obs.in.image
 	}
 	st.FailedImage = obs.in.failedImage
+	st.InstanceStatuses = obs.instanceStatuses
 	st.ReadyInstances, st.Primary = 0, ""
 	primaryReady, primaryWhy := false, "the primary pod does not exist yet"
 	for i := range obs.pods {
@@ -105,11 +107,17 @@ func setRolloutConditions(db *v1alpha1.Database, obs *observation, set func(stri
 	default:
 		set(v1alpha1.ConditionUpgradeFailed, false, v1alpha1.ReasonUpToDate, "No version change has failed")
 	}
-	if len(obs.pendingParams) > 0 {
+	reported := uniqueSorted(reportedPending(obs))
+	switch {
+	case len(obs.pendingParams) > 0:
 		set(v1alpha1.ConditionPendingRestart, true, v1alpha1.ReasonRestartRequired,
 			fmt.Sprintf("Changed settings need a restart: %s; restarting replicas first, then the primary",
 				strings.Join(obs.pendingParams, ", ")))
-	} else {
+	case len(reported) > 0:
+		set(v1alpha1.ConditionPendingRestart, true, v1alpha1.ReasonRestartRequired,
+			fmt.Sprintf("PostgreSQL reports settings waiting for a restart that spec did not change (ALTER SYSTEM?): %s; "+
+				"deleting the pods applies them", strings.Join(reported, ", ")))
+	default:
 		set(v1alpha1.ConditionPendingRestart, false, v1alpha1.ReasonUpToDate, "Every instance runs the current settings")
 	}
 	switch {
