@@ -24,6 +24,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -497,8 +498,15 @@ func TestDeletionPolicies(t *testing.T) {
 			t.Errorf("final DatabaseBackup spec %+v owners %v", final.Spec, final.OwnerReferences)
 		}
 		// Play the backup Job's success: the Database then lets go, volumes included.
-		final.Status.LastBackupTime = &metav1.Time{Time: time.Now()}
-		if err := env.Client.Status().Update(ctx, final); err != nil {
+		// (The DatabaseBackup controller writes this status too: retry on conflicts.)
+		err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			if err := env.Client.Get(ctx, client.ObjectKeyFromObject(final), final); err != nil {
+				return err
+			}
+			final.Status.LastBackupTime = &metav1.Time{Time: time.Now()}
+			return env.Client.Status().Update(ctx, final)
+		})
+		if err != nil {
 			t.Fatal(err)
 		}
 		eventually(t, "the Database gone and its volume deleted", func() (bool, error) {
