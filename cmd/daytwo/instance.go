@@ -55,9 +55,9 @@ func newInstanceRunCommand() *cobra.Command {
 					return err
 				}
 				restore = func(ctx context.Context, conn backup.Conn, role string) error {
-					m, err := backup.Restore(ctx, backup.Options{Conn: conn, Storage: st, Prefix: prefix}, restoreID, role)
+					got, err := backup.Restore(ctx, backup.Options{Conn: conn, Storage: st, Prefix: prefix}, restoreID, role)
 					if err == nil {
-						log.Info("Restored backup", "id", m.ID, "bytes", m.Bytes, "sha256", m.SHA256)
+						log.Info("Restored backup", "id", got.ID, "bytes", got.Bytes, "sha256", got.SHA256)
 					}
 					return err
 				}

@@ -38,3 +38,11 @@ func WriteStatus(ctx context.Context, c client.Client, before, obj client.Object
 	}
 	return err
 }
+
+// Truncate shortens a message for a condition or an Event to n bytes.
+func Truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
+}

@@ -48,10 +48,10 @@ type Config struct {
 // Validate checks the fields that have no safe default.
 func (c *Config) Validate() error {
 	var missing []string
-	for name, v := range map[string]string{"pgdata": c.PGData, "parameters-file": c.ParametersFile,
-		"secrets-dir": c.SecretsDir, "run-dir": c.RunDir, "cluster": c.Cluster, "pod": c.Pod} {
-		if v == "" {
-			missing = append(missing, name)
+	for _, f := range []struct{ name, value string }{{"pgdata", c.PGData}, {"parameters-file", c.ParametersFile},
+		{"secrets-dir", c.SecretsDir}, {"run-dir", c.RunDir}, {"cluster", c.Cluster}, {"pod", c.Pod}} {
+		if f.value == "" {
+			missing = append(missing, f.name)
 		}
 	}
 	if c.Role == instanceapi.RoleReplica && c.PrimaryHost == "" {

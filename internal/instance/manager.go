@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -60,16 +61,21 @@ func (m *Manager) Reload() {
 // (a data directory of another major version, a restore without backups)
 // keeps the API up with phase Failed, so it can be read, until ctx ends.
 func (m *Manager) Run(ctx context.Context) error {
-	srv := &http.Server{Addr: m.cfg.HTTPAddress, Handler: m.Handler(), ReadHeaderTimeout: 5 * time.Second}
+	// Listen before anything else: without its API the instance can never be ready.
+	l, err := net.Listen("tcp", m.cfg.HTTPAddress)
+	if err != nil {
+		return fmt.Errorf("failed to listen on %s: %w", m.cfg.HTTPAddress, err)
+	}
+	srv := &http.Server{Handler: m.Handler(), ReadHeaderTimeout: 5 * time.Second}
 	serveErr := make(chan error, 1)
-	go func() { serveErr <- srv.ListenAndServe() }()
+	go func() { serveErr <- srv.Serve(l) }()
 	defer func() {
 		shutdownCtx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
 		_ = srv.Shutdown(shutdownCtx)
 	}()
 
-	err := m.prepare(ctx)
+	err = m.prepare(ctx)
 	if err == nil {
 		err = m.supervise(ctx)
 	}

@@ -46,14 +46,7 @@ func minioInCluster(t *testing.T, ns string) {
 
 func waitBackup(t *testing.T, ns, name string, timeout time.Duration, what string, cond func(*v1alpha1.DatabaseBackup) bool) *v1alpha1.DatabaseBackup {
 	t.Helper()
-	b := &v1alpha1.DatabaseBackup{}
-	framework.Eventually(t, timeout, name+": "+what, func(ctx context.Context) (bool, error) {
-		if err := cluster.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, b); err != nil {
-			return false, client.IgnoreNotFound(err)
-		}
-		return cond(b), nil
-	})
-	return b
+	return waitFor(t, &v1alpha1.DatabaseBackup{}, ns, name, timeout, what, cond)
 }
 
 // Scheduled backups of a real Database stream pg_dump into an in-cluster

@@ -67,17 +67,21 @@ func updateDatabase(t *testing.T, ns, name string, mutate func(*v1alpha1.Databas
 	}
 }
 
-// waitDatabase waits until cond holds for the Database and returns it.
-func waitDatabase(t *testing.T, ns, name string, timeout time.Duration, what string, cond func(*v1alpha1.Database) bool) *v1alpha1.Database {
+// waitFor waits until cond holds for the named object and returns it.
+func waitFor[T client.Object](t *testing.T, obj T, ns, name string, timeout time.Duration, what string, cond func(T) bool) T {
 	t.Helper()
-	db := &v1alpha1.Database{}
 	framework.Eventually(t, timeout, name+": "+what, func(ctx context.Context) (bool, error) {
-		if err := cluster.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, db); err != nil {
+		if err := cluster.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, obj); err != nil {
 			return false, client.IgnoreNotFound(err)
 		}
-		return cond(db), nil
+		return cond(obj), nil
 	})
-	return db
+	return obj
+}
+
+func waitDatabase(t *testing.T, ns, name string, timeout time.Duration, what string, cond func(*v1alpha1.Database) bool) *v1alpha1.Database {
+	t.Helper()
+	return waitFor(t, &v1alpha1.Database{}, ns, name, timeout, what, cond)
 }
 
 func isReady(instances int32, image string) func(*v1alpha1.Database) bool {

@@ -137,7 +137,7 @@ func (r *Reconciler) observe(ctx context.Context, db *v1alpha1.Database, obs *ob
 	}
 	obs.pods = pods.Items
 	slices.SortFunc(obs.pods, func(a, b corev1.Pod) int { return ordinal(a.Name) - ordinal(b.Name) })
-	obs.in = r.decideImage(ctx, db, obs)
+	obs.in = r.decideImage(db, obs)
 	obs.instanceStatuses = r.askInstances(ctx, obs.pods)
 	return nil
 }

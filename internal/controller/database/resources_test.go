@@ -128,10 +128,14 @@ func TestStatefulSetShape(t *testing.T) {
 		t.Errorf("restart parameters annotation = %s", a)
 	}
 	// The shm volume is a quarter of the memory limit.
+	shm := ""
 	for _, v := range pod.Volumes {
-		if *v.Name == "shm" && v.EmptyDir.SizeLimit.String() != "1Gi" {
-			t.Errorf("shm size = %s", v.EmptyDir.SizeLimit.String())
+		if *v.Name == "shm" {
+			shm = v.EmptyDir.SizeLimit.String()
 		}
+	}
+	if shm != "1Gi" {
+		t.Errorf("shm size = %q, want 1Gi", shm)
 	}
 }
 

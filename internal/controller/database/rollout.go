@@ -28,7 +28,7 @@ var failFast = map[string]bool{
 // decideImage works out which image the StatefulSet should carry. It holds
 // a major version change (refused) and an image whose rollout failed (rolled
 // back to the last image every instance ran ready).
-func (r *Reconciler) decideImage(_ context.Context, db *v1alpha1.Database, obs *observation) stsInputs {
+func (r *Reconciler) decideImage(db *v1alpha1.Database, obs *observation) stsInputs {
 	in := stsInputs{instanceImage: r.InstanceImage, image: obs.plan.image, major: db.Spec.Version}
 	live := obs.sts
 	if live == nil {

@@ -83,26 +83,31 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, b *v1alpha1.DatabaseBa
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	requeue = minPositive(requeue, verifyRequeue)
+	next, err := r.reconcileSchedule(ctx, b, jobs, now)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	return reconcile.Result{RequeueAfter: minPositive(requeue, minPositive(verifyRequeue, next))}, nil
+}
+
+// reconcileSchedule checks the Database and suspend, then starts what is
+// due. It returns the wait until it should look again.
+func (r *Reconciler) reconcileSchedule(ctx context.Context, b *v1alpha1.DatabaseBackup, jobs []batchv1.Job, now time.Time) (time.Duration, error) {
 	db := &v1alpha1.Database{}
 	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: b.Namespace, Name: b.Spec.DatabaseRef.Name}, db); err != nil {
 		if !apierrors.IsNotFound(err) {
-			return reconcile.Result{}, fmt.Errorf("failed to get Database: %w", err)
+			return 0, fmt.Errorf("failed to get Database: %w", err)
 		}
 		setCondition(b, v1alpha1.ConditionReady, false, v1alpha1.ReasonDatabaseNotFound,
 			fmt.Sprintf("Database %s does not exist", b.Spec.DatabaseRef.Name))
-		return reconcile.Result{RequeueAfter: minPositive(requeue, time.Minute)}, nil
+		return time.Minute, nil
 	}
 	if b.Spec.Suspend {
 		b.Status.NextScheduleTime = nil
 		setCondition(b, v1alpha1.ConditionReady, true, v1alpha1.ReasonSuspended, "Scheduling is suspended")
-		return reconcile.Result{RequeueAfter: requeue}, nil
+		return 0, nil
 	}
-	next, err := r.schedule(ctx, b, db, jobs, now)
-	if err != nil {
-		return reconcile.Result{}, err
-	}
-	return reconcile.Result{RequeueAfter: minPositive(requeue, next)}, nil
+	return r.schedule(ctx, b, db, jobs, now)
 }
 
 // schedule starts the run that is due, if any, and returns the wait until
@@ -116,7 +121,7 @@ func (r *Reconciler) schedule(ctx context.Context, b *v1alpha1.DatabaseBackup, d
 	}
 	msg := "Runs once"
 	if b.Spec.Schedule != "" {
-		msg = "Next backup at " + d.Next.UTC().Format(time.RFC3339)
+		msg = "Runs on schedule " + b.Spec.Schedule + " (see status.nextScheduleTime)"
 	}
 	setCondition(b, v1alpha1.ConditionReady, true, v1alpha1.ReasonScheduled, msg)
 	if !d.Skipped.IsZero() {

@@ -95,14 +95,7 @@ func backupJob(b *v1alpha1.DatabaseBackup, in jobInputs, t time.Time) *batchv1.J
 		args = append(args, fmt.Sprintf("--keep-last=%d", r.KeepLast), fmt.Sprintf("--keep-daily=%d", r.KeepDaily),
 			fmt.Sprintf("--keep-weekly=%d", r.KeepWeekly), fmt.Sprintf("--keep-monthly=%d", r.KeepMonthly))
 	}
-	env = append([]corev1.EnvVar{
-		secretEnv("PGHOST", in.credentials, v1alpha1.CredentialsHost),
-		secretEnv("PGPORT", in.credentials, v1alpha1.CredentialsPort),
-		secretEnv("PGUSER", in.credentials, v1alpha1.CredentialsUser),
-		secretEnv("PGPASSWORD", in.credentials, v1alpha1.CredentialsPassword),
-		secretEnv("PGDATABASE", in.credentials, v1alpha1.CredentialsDatabase),
-		{Name: "HOME", Value: "/tmp"},
-	}, env...)
+	env = append(libpqEnv(in.credentials), env...)
 	labels := map[string]string{
 		labelBackup: b.Name, labelScheduled: strconv.FormatInt(t.Unix(), 10),
 		"app.kubernetes.io/name": "daytwo-backup", "app.kubernetes.io/instance": b.Name, "app.kubernetes.io/managed-by": "daytwo",
@@ -111,10 +104,7 @@ func backupJob(b *v1alpha1.DatabaseBackup, in jobInputs, t time.Time) *batchv1.J
 		RestartPolicy:                corev1.RestartPolicyNever,
 		AutomountServiceAccountToken: ptr.To(false),
 		EnableServiceLinks:           ptr.To(false),
-		SecurityContext: &corev1.PodSecurityContext{
-			RunAsNonRoot: ptr.To(true), RunAsUser: ptr.To[int64](999), RunAsGroup: ptr.To[int64](999), FSGroup: ptr.To[int64](999),
-			SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
-		},
+		SecurityContext:              podSecurity(),
 		InitContainers: []corev1.Container{{
 			Name: "bootstrap-controller", Image: in.instanceImage, ImagePullPolicy: corev1.PullIfNotPresent,
 			Command:         []string{"/daytwo", "instance", "bootstrap", controllerMount + "/daytwo"},
@@ -146,6 +136,28 @@ func backupJob(b *v1alpha1.DatabaseBackup, in jobInputs, t time.Time) *batchv1.J
 			ActiveDeadlineSeconds: b.Spec.ActiveDeadlineSeconds,
 			Template:              corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: pod},
 		},
+	}
+}
+
+// libpqEnv reaches the Database whose credentials Secret is named, as
+// libpq variables from Secret references: the password is never in the spec.
+func libpqEnv(credentials string) []corev1.EnvVar {
+	return []corev1.EnvVar{
+		secretEnv("PGHOST", credentials, v1alpha1.CredentialsHost),
+		secretEnv("PGPORT", credentials, v1alpha1.CredentialsPort),
+		secretEnv("PGUSER", credentials, v1alpha1.CredentialsUser),
+		secretEnv("PGPASSWORD", credentials, v1alpha1.CredentialsPassword),
+		secretEnv("PGDATABASE", credentials, v1alpha1.CredentialsDatabase),
+		{Name: "HOME", Value: "/tmp"},
+	}
+}
+
+// podSecurity is the restricted pod security context, uid 999 as in the
+// official postgres image.
+func podSecurity() *corev1.PodSecurityContext {
+	return &corev1.PodSecurityContext{
+		RunAsNonRoot: ptr.To(true), RunAsUser: ptr.To[int64](999), RunAsGroup: ptr.To[int64](999), FSGroup: ptr.To[int64](999),
+		SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 
 	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
 	"github.com/daytwo-dev/daytwo/internal/backup"
+	"github.com/daytwo-dev/daytwo/internal/controller"
 )
 
 // ownedJobs lists b's backup Jobs, oldest scheduled first.
@@ -118,7 +119,7 @@ func (r *Reconciler) recordSuccess(b *v1alpha1.DatabaseBackup, job *batchv1.Job,
 
 func (r *Reconciler) recordFailure(b *v1alpha1.DatabaseBackup, job *batchv1.Job, at time.Time, res backup.Result) {
 	b.Status.LastFailureTime = &metav1.Time{Time: at}
-	msg := fmt.Sprintf("Job %s failed: %s", job.Name, truncate(res.Error, 512))
+	msg := fmt.Sprintf("Job %s failed: %s", job.Name, controller.Truncate(res.Error, 512))
 	setCondition(b, v1alpha1.ConditionLastRunFailed, true, v1alpha1.ReasonBackupFailed, msg)
 	observeFailure(b)
 	r.Recorder.Eventf(b, job, corev1.EventTypeWarning, v1alpha1.ReasonBackupFailed, "Backup", "%s", msg)
@@ -189,10 +190,3 @@ func limit(p *int32, def int) int {
 }
 
 func short(s string) string { return s[:min(12, len(s))] }
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "..."
-}

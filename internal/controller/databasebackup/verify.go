@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"strconv"
 	"time"
@@ -21,6 +20,7 @@ import (
 
 	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
 	"github.com/daytwo-dev/daytwo/internal/backup"
+	"github.com/daytwo-dev/daytwo/internal/controller"
 	"github.com/daytwo-dev/daytwo/internal/schedule"
 )
 
@@ -137,16 +137,19 @@ func (r *Reconciler) progressVerification(ctx context.Context, b *v1alpha1.Datab
 	if err != nil || job == nil {
 		return verifyPoll, err
 	}
-	at, done, ok := finishedAt(job)
+	_, done, ok := finishedAt(job)
 	if !done {
 		return verifyPoll, nil
 	}
-	_ = at
-	res, err := r.checkResult(ctx, job, ok)
+	res, err := r.result(ctx, job, ok) // `daytwo backup check` reports {"rows", "error"}
 	if err != nil {
 		return 0, err
 	}
-	return 0, r.finishVerification(ctx, b, db, now, id, restore, res)
+	var failure error
+	if !ok {
+		failure = fmt.Errorf("check query: %s", res.Error)
+	}
+	return 0, r.finishVerification(ctx, b, db, now, id, restore, failure)
 }
 
 // checkJob returns the check Job of the verification, creating it first.
@@ -167,43 +170,36 @@ func (r *Reconciler) checkJob(ctx context.Context, b *v1alpha1.DatabaseBackup, d
 	return nil, nil
 }
 
+// checkJob runs `daytwo backup check` from the daytwo image against the
+// throwaway Database, with its credentials and nothing of the storage's.
 func checkJob(b *v1alpha1.DatabaseBackup, name, credentials, image string) *batchv1.Job {
 	query := b.Spec.Verify.Query
 	if query == "" {
 		query = backup.DefaultCheckQuery
 	}
-	job := backupJob(b, jobInputs{database: b.Spec.DatabaseRef.Name, image: image, instanceImage: image, credentials: credentials}, time.Unix(0, 0))
-	job.Name = name
-	job.Labels = map[string]string{labelVerify: b.Name, "app.kubernetes.io/managed-by": "daytwo"}
-	job.Annotations = nil
-	job.Spec.BackoffLimit = ptr.To[int32](1)
-	job.Spec.Template.Labels = job.Labels
-	spec := &job.Spec.Template.Spec
-	spec.InitContainers = nil
-	spec.Volumes = spec.Volumes[1:2] // tmp only
-	c := &spec.Containers[0]
-	c.Command = []string{"/daytwo", "backup", "check", "--query=" + query}
-	c.Args = nil
-	c.Env = c.Env[:6] // the libpq variables and HOME, not the storage credentials
-	c.VolumeMounts = []corev1.VolumeMount{{Name: "tmp", MountPath: "/tmp"}}
-	return job
-}
-
-func (r *Reconciler) checkResult(ctx context.Context, job *batchv1.Job, ok bool) (error, error) {
-	res, err := r.result(ctx, job, ok)
-	if err != nil {
-		return nil, err
+	labels := map[string]string{labelVerify: b.Name, "app.kubernetes.io/managed-by": "daytwo"}
+	return &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: b.Namespace, Labels: labels},
+		Spec: batchv1.JobSpec{
+			BackoffLimit: ptr.To[int32](1),
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{
+					RestartPolicy:                corev1.RestartPolicyNever,
+					AutomountServiceAccountToken: ptr.To(false),
+					EnableServiceLinks:           ptr.To(false),
+					SecurityContext:              podSecurity(),
+					Containers: []corev1.Container{{
+						Name: containerBackup, Image: image, ImagePullPolicy: corev1.PullIfNotPresent,
+						Command:                  []string{"/daytwo", "backup", "check", "--query=" + query},
+						Env:                      libpqEnv(credentials),
+						SecurityContext:          restricted(),
+						TerminationMessagePolicy: corev1.TerminationMessageReadFile,
+					}},
+				},
+			},
+		},
 	}
-	if ok {
-		return nil, nil
-	}
-	var check struct {
-		Error string `json:"error"`
-	}
-	if json.Unmarshal([]byte(res.Error), &check) == nil && check.Error != "" {
-		return fmt.Errorf("check query: %s", check.Error), nil
-	}
-	return fmt.Errorf("check query: %s", res.Error), nil
 }
 
 // finishVerification records the outcome and removes the throwaway.
@@ -212,7 +208,7 @@ func (r *Reconciler) finishVerification(ctx context.Context, b *v1alpha1.Databas
 	v := &v1alpha1.BackupVerification{Time: metav1.Time{Time: now}, BackupID: id, Result: v1alpha1.VerificationSucceeded,
 		RestoreSeconds: int64(restore.Round(time.Second).Seconds())}
 	if failure != nil {
-		v.Result, v.Message = v1alpha1.VerificationFailed, truncate(failure.Error(), 512)
+		v.Result, v.Message = v1alpha1.VerificationFailed, controller.Truncate(failure.Error(), 512)
 		setCondition(b, v1alpha1.ConditionVerified, false, v1alpha1.ReasonVerificationFailed,
 			fmt.Sprintf("Backup %s did not verify: %s", id, v.Message))
 		r.Recorder.Eventf(b, db, corev1.EventTypeWarning, v1alpha1.ReasonVerificationFailed, "Verify", "Backup %s did not verify: %s", id, v.Message)
