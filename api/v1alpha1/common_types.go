@@ -37,4 +37,16 @@ const (
 	// AnnotationAdopt, set to "true", lets daytwo take over existing children
 	// of the same name that it does not own yet.
 	AnnotationAdopt = "daytwo.dev/adopt"
+	// AnnotationReuseData, set to "true" on a Database, lets it run on a
+	// retained volume that another Database made, whatever bootstrap its
+	// spec asks for. Without it such data runs only when both were made by
+	// initdb; otherwise the Database reports Ready=False, reason DataConflict.
+	AnnotationReuseData = "daytwo.dev/reuse-data"
+	// AnnotationBackupRequested on a DatabaseBackup asks for one run now,
+	// besides its schedule: an RFC 3339 time, later than the last run.
+	// Each new time is one more run (kubectl annotate --overwrite).
+	AnnotationBackupRequested = "daytwo.dev/backup-requested"
+	// AnnotationFinalBackupOfUID on a final DatabaseBackup is the UID of
+	// the Database whose Snapshot deletion it serves.
+	AnnotationFinalBackupOfUID = "daytwo.dev/final-backup-of-uid"
 )

@@ -1,6 +1,8 @@
 package v1alpha1
 
 import (
+	"maps"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -65,6 +67,10 @@ const (
 	ReasonMajorUpgradeUnsupported = "MajorUpgradeUnsupported"
 	// ReasonRestoreFailed means bootstrap from a backup could not complete.
 	ReasonRestoreFailed = "RestoreFailed"
+	// ReasonDataConflict means the primary's volume holds data another
+	// Database made and the spec asks for another bootstrap; see
+	// AnnotationReuseData.
+	ReasonDataConflict = "DataConflict"
 	// ConditionStorageResizePending is True while the volumes are smaller or
 	// larger than spec asks and daytwo cannot (yet) make them match.
 	ConditionStorageResizePending = "StorageResizePending"
@@ -84,6 +90,30 @@ const (
 	// ReasonDeleting means the Database is being deleted.
 	ReasonDeleting = "Deleting"
 )
+
+// Parameters are postgresql.conf settings by name. To Go code it is a
+// map[string]string: ParameterValue, an alias, only carries the schema of
+// each value.
+// +kubebuilder:validation:MaxProperties=64
+// +kubebuilder:validation:XValidation:rule="self.all(k, k.matches('^[a-z][a-z0-9_.]*$'))",message="parameter names must be lower-case postgresql.conf names"
+// +kubebuilder:validation:XValidation:rule="self.all(k, !(k in ['listen_addresses', 'port', 'unix_socket_directories', 'unix_socket_group', 'unix_socket_permissions', 'data_directory', 'config_file', 'hba_file', 'ident_file', 'external_pid_file', 'cluster_name', 'include', 'include_dir', 'include_if_exists', 'archive_mode', 'archive_command', 'archive_library', 'archive_cleanup_command', 'restore_command', 'recovery_end_command', 'recovery_target', 'recovery_target_action', 'recovery_target_inclusive', 'recovery_target_lsn', 'recovery_target_name', 'recovery_target_time', 'recovery_target_timeline', 'recovery_target_xid', 'primary_conninfo', 'primary_slot_name', 'promote_trigger_file', 'ssl', 'ssl_ca_file', 'ssl_cert_file', 'ssl_crl_dir', 'ssl_crl_file', 'ssl_dh_params_file', 'ssl_key_file', 'ssl_passphrase_command', 'krb_server_keyfile', 'logging_collector', 'log_directory', 'log_filename']))",messageExpression="'parameters must not set a setting daytwo manages: ' + self.filter(k, k in ['listen_addresses', 'port', 'unix_socket_directories', 'unix_socket_group', 'unix_socket_permissions', 'data_directory', 'config_file', 'hba_file', 'ident_file', 'external_pid_file', 'cluster_name', 'include', 'include_dir', 'include_if_exists', 'archive_mode', 'archive_command', 'archive_library', 'archive_cleanup_command', 'restore_command', 'recovery_end_command', 'recovery_target', 'recovery_target_action', 'recovery_target_inclusive', 'recovery_target_lsn', 'recovery_target_name', 'recovery_target_time', 'recovery_target_timeline', 'recovery_target_xid', 'primary_conninfo', 'primary_slot_name', 'promote_trigger_file', 'ssl', 'ssl_ca_file', 'ssl_cert_file', 'ssl_crl_dir', 'ssl_crl_file', 'ssl_dh_params_file', 'ssl_key_file', 'ssl_passphrase_command', 'krb_server_keyfile', 'logging_collector', 'log_directory', 'log_filename'])[0]"
+type Parameters map[string]ParameterValue
+
+// ParameterValue is the value of one postgresql.conf setting. PostgreSQL's
+// config file cannot hold a control character such as a newline and reads
+// a backslash as an escape, so neither is accepted; the length bound keeps
+// the CEL rules within the API server's cost budget.
+// +kubebuilder:validation:MaxLength=1024
+// +kubebuilder:validation:XValidation:rule=`!self.matches(r'[\x00-\x1f\x7f]')`,message="parameter values must not contain a control character (such as a newline or a tab)"
+// +kubebuilder:validation:XValidation:rule=`!self.contains('\\')`,message="parameter values must not contain a backslash"
+type ParameterValue = string
+
+// DeepCopyInto copies the settings into out. It is written by hand because
+// controller-gen's deepcopy cannot copy a map whose values are an alias.
+func (in Parameters) DeepCopyInto(out *Parameters) { *out = maps.Clone(in) }
+
+// DeepCopy returns a copy of the settings.
+func (in Parameters) DeepCopy() Parameters { return maps.Clone(in) }
 
 // DatabaseSpec is what a user declares for a PostgreSQL database.
 // +kubebuilder:validation:XValidation:rule="self.deletionPolicy != 'Snapshot' || has(self.backupStorage)",message="deletionPolicy Snapshot needs spec.backupStorage to hold the final backup"
@@ -124,13 +154,13 @@ type DatabaseSpec struct {
 	Storage *DatabaseStorage `json:"storage,omitempty"`
 
 	// parameters are postgresql.conf settings; they win over tuned values.
-	// Settings daytwo must control (listen_addresses, port, data_directory,
-	// hba_file, ident_file, archive_command, ...) are refused.
+	// Settings daytwo manages are refused: where the server listens and
+	// finds its files, include directives, archiving, recovery and
+	// replication, TLS and Kerberos files, cluster_name and logging to files
+	// (the server logs to stderr). The config file cannot carry a value with
+	// a control character or a backslash, so those are refused too.
 	// +optional
-	// +kubebuilder:validation:MaxProperties=200
-	// +kubebuilder:validation:XValidation:rule="self.all(k, k.matches('^[a-z][a-z0-9_.]*$'))",message="parameter names must be lower-case postgresql.conf names"
-	// +kubebuilder:validation:XValidation:rule="self.all(k, !(k in ['listen_addresses', 'port', 'data_directory', 'hba_file', 'ident_file', 'config_file', 'unix_socket_directories', 'archive_command', 'archive_mode', 'restore_command', 'primary_conninfo', 'ssl_cert_file', 'ssl_key_file']))",message="parameters must not set a setting daytwo manages (listen_addresses, port, data_directory, hba_file, ident_file, config_file, unix_socket_directories, archive_command, archive_mode, restore_command, primary_conninfo, ssl_cert_file, ssl_key_file)"
-	Parameters map[string]string `json:"parameters,omitempty"`
+	Parameters Parameters `json:"parameters,omitempty"`
 
 	// bootstrap says how the first instance gets its data. Immutable.
 	// +optional

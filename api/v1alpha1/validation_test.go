@@ -92,8 +92,24 @@ func merge(dst, patch map[string]any) map[string]any {
 
 func TestGoodSpecsAreAccepted(t *testing.T) {
 	ns := env.Namespace(t)
-	for _, m := range []string{goodWebApp, goodDatabase, goodBackup} {
-		u := object(t, m, "")
+	for _, m := range []struct{ base, patch string }{
+		{goodWebApp, ""},
+		{goodDatabase, ""},
+		{goodBackup, ""},
+		{goodDatabase, `
+metadata: {name: tuned}
+spec:
+  parameters:
+    work_mem: 64MB
+    search_path: '"$user", public, ext'
+    log_line_prefix: '%m [%p] %q%u@%d '
+    default_text_search_config: pg_catalog.english
+    pg_stat_statements.track: all
+    hot_standby: "on"
+    statement_timeout: "` + strings.Repeat("9", 1024) + `"`},
+		{goodDatabase, "metadata: {name: many}\nspec: {parameters: " + parameters(64) + "}"},
+	} {
+		u := object(t, m.base, m.patch)
 		u.SetNamespace(ns)
 		if err := env.Client.Create(context.Background(), u); err != nil {
 			t.Errorf("%s refused: %v", u.GetKind(), err)
@@ -152,6 +168,18 @@ func TestBadSpecsAreRefusedNamingTheField(t *testing.T) {
 		{"database zero instances", goodDatabase, `spec: {instances: 0}`, []string{"spec.instances"}},
 		{"database managed parameter", goodDatabase, `spec: {parameters: {listen_addresses: "*"}}`, []string{"spec.parameters", "must not set a setting daytwo manages"}},
 		{"database malformed parameter name", goodDatabase, `spec: {parameters: {"Work Mem": "4MB"}}`, []string{"spec.parameters", "lower-case"}},
+		{"database include directive", goodDatabase, `spec: {parameters: {include: /etc/passwd}}`, []string{"spec.parameters", "must not set", "include"}},
+		{"database include_dir directive", goodDatabase, `spec: {parameters: {include_dir: /tmp}}`, []string{"spec.parameters", "must not set", "include_dir"}},
+		{"database archive_cleanup_command", goodDatabase, `spec: {parameters: {archive_cleanup_command: "sh -c id"}}`, []string{"spec.parameters", "must not set", "archive_cleanup_command"}},
+		{"database ssl_passphrase_command", goodDatabase, `spec: {parameters: {ssl_passphrase_command: "sh -c id"}}`, []string{"spec.parameters", "must not set", "ssl_passphrase_command"}},
+		{"database recovery target", goodDatabase, `spec: {parameters: {recovery_target_time: "2026-01-01"}}`, []string{"spec.parameters", "must not set", "recovery_target_time"}},
+		{"database log_directory", goodDatabase, `spec: {parameters: {log_directory: /var/lib/postgresql}}`, []string{"spec.parameters", "must not set", "log_directory"}},
+		{"database parameter value with a newline", goodDatabase, `spec: {parameters: {log_line_prefix: "a\narchive_command = 'id'"}}`, []string{"spec.parameters", "log_line_prefix", "control character"}},
+		{"database parameter value with a tab", goodDatabase, `spec: {parameters: {log_line_prefix: "a\tb"}}`, []string{"spec.parameters", "log_line_prefix", "control character"}},
+		{"database parameter value with DEL", goodDatabase, `spec: {parameters: {log_line_prefix: "a\x7Fb"}}`, []string{"spec.parameters", "log_line_prefix", "control character"}},
+		{"database parameter value with a backslash", goodDatabase, `spec: {parameters: {search_path: 'app\'}}`, []string{"spec.parameters", "search_path", "backslash"}},
+		{"database parameter value too long", goodDatabase, `spec: {parameters: {statement_timeout: "` + strings.Repeat("9", 1025) + `"}}`, []string{"spec.parameters", "statement_timeout", "1024"}},
+		{"database too many parameters", goodDatabase, "spec: {parameters: " + parameters(65) + "}", []string{"spec.parameters", "must have at most 64 items"}},
 		{"database two bootstraps", goodDatabase, `spec: {bootstrap: {initdb: {}, fromBackup: {backupRef: {name: b}}}}`, []string{"spec.bootstrap", "exactly one of initdb or fromBackup"}},
 		{"database superuser owner", goodDatabase, `spec: {bootstrap: {initdb: {owner: postgres}}}`, []string{"spec.bootstrap.initdb.owner"}},
 		{"database snapshot without storage", goodDatabase, `spec: {deletionPolicy: Snapshot}`, []string{"spec", "needs spec.backupStorage"}},
@@ -185,6 +213,15 @@ func TestBadSpecsAreRefusedNamingTheField(t *testing.T) {
 			}
 		})
 	}
+}
+
+// parameters is a YAML flow map of n distinct settings.
+func parameters(n int) string {
+	kv := make([]string, n)
+	for i := range kv {
+		kv[i] = fmt.Sprintf("custom.p%d: x", i)
+	}
+	return "{" + strings.Join(kv, ", ") + "}"
 }
 
 func TestBadUpdatesAreRefusedNamingTheField(t *testing.T) {

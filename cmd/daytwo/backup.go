@@ -23,6 +23,7 @@ import (
 type storageFlags struct {
 	endpoint, bucket, region, path, prefix string
 	insecure                               bool
+	series                                 backup.Series
 }
 
 func (s *storageFlags) bind(f *pflag.FlagSet, prefix string) {
@@ -32,6 +33,9 @@ func (s *storageFlags) bind(f *pflag.FlagSet, prefix string) {
 	f.BoolVar(&s.insecure, prefix+"s3-insecure", false, "Talk plain HTTP to the S3 endpoint.")
 	f.StringVar(&s.path, prefix+"path", "", "Directory on a mounted volume, instead of S3.")
 	f.StringVar(&s.prefix, prefix+"prefix", "", "Key prefix (directory) of this backup series.")
+	f.StringVar(&s.series.UID, prefix+"series-uid", "", "UID of the DatabaseBackup whose series this is; other series at the same location are never touched.")
+	f.StringVar(&s.series.Name, prefix+"series-name", "", "namespace/name of that DatabaseBackup, recorded in manifests.")
+	f.StringVar(&s.series.Database, prefix+"database-name", "", "Name of the Database the series backs up.")
 }
 
 func (s *storageFlags) set() bool { return s.bucket != "" || s.path != "" }
@@ -70,7 +74,8 @@ func newBackupCommand() *cobra.Command {
 
 func newBackupRunCommand() *cobra.Command {
 	var sf storageFlags
-	var id, database, termLog string
+	var id, termLog string
+	var lockWait time.Duration
 	var keep backup.Retention
 	cmd := &cobra.Command{
 		Use:   "run",
@@ -81,7 +86,7 @@ func newBackupRunCommand() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
 			defer stop()
-			res, err := runBackup(ctx, &sf, id, database, keep)
+			res, err := runBackup(ctx, &sf, id, lockWait, keep)
 			if err != nil {
 				res.Error = err.Error()
 			}
@@ -92,7 +97,7 @@ func newBackupRunCommand() *cobra.Command {
 	f := cmd.Flags()
 	sf.bind(f, "")
 	f.StringVar(&id, "id", "", "Backup ID; defaults to the current UTC time.")
-	f.StringVar(&database, "database-name", "", "Name of the Database, recorded in the manifest.")
+	f.DurationVar(&lockWait, "lock-wait-timeout", backup.DefaultLockWaitTimeout, "How long pg_dump waits for a table lock before it fails.")
 	f.StringVar(&termLog, "termination-log", "/dev/termination-log", "Where the result goes for the operator; empty for none.")
 	f.IntVar(&keep.KeepLast, "keep-last", 0, "Retention: newest backups to keep.")
 	f.IntVar(&keep.KeepDaily, "keep-daily", 0, "Retention: days to keep one backup of.")
@@ -101,7 +106,7 @@ func newBackupRunCommand() *cobra.Command {
 	return cmd
 }
 
-func runBackup(ctx context.Context, sf *storageFlags, id, database string, keep backup.Retention) (backup.Result, error) {
+func runBackup(ctx context.Context, sf *storageFlags, id string, lockWait time.Duration, keep backup.Retention) (backup.Result, error) {
 	st, prefix, err := sf.open()
 	if err != nil {
 		return backup.Result{}, err
@@ -113,14 +118,14 @@ func runBackup(ctx context.Context, sf *storageFlags, id, database string, keep 
 	if err := backup.EnsureBucket(ctx, st); err != nil {
 		return backup.Result{ID: id}, err
 	}
-	o := backup.Options{Conn: connFromEnv(), Storage: st, Prefix: prefix}
-	m, err := backup.Run(ctx, o, id, database, version.Version)
+	o := backup.Options{Conn: connFromEnv(), Storage: st, Prefix: prefix, Series: sf.series, LockWaitTimeout: lockWait}
+	m, err := backup.Run(ctx, o, id, version.Version)
 	res := backup.Result{ID: id, Bytes: m.Bytes, SHA256: m.SHA256, PGVersion: m.PGVersion, End: m.End,
 		DurationSeconds: m.End.Sub(m.Start).Seconds()}
 	if err != nil {
 		return res, err
 	}
-	kept, pruned, err := backup.Prune(ctx, st, prefix, keep)
+	kept, pruned, err := backup.Prune(ctx, st, prefix, sf.series, keep)
 	res.Pruned = pruned
 	res.Retained = backup.Summaries(kept, 10)
 	if err != nil {
@@ -157,7 +162,7 @@ func newBackupRestoreCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			m, err := backup.Restore(ctx, backup.Options{Conn: connFromEnv(), Storage: st, Prefix: prefix}, id, role)
+			m, err := backup.Restore(ctx, backup.Options{Conn: connFromEnv(), Storage: st, Prefix: prefix, Series: sf.series}, id, role)
 			if err != nil {
 				return err
 			}

@@ -55,7 +55,7 @@ func newInstanceRunCommand() *cobra.Command {
 					return err
 				}
 				restore = func(ctx context.Context, conn backup.Conn, role string) error {
-					got, err := backup.Restore(ctx, backup.Options{Conn: conn, Storage: st, Prefix: prefix}, restoreID, role)
+					got, err := backup.Restore(ctx, backup.Options{Conn: conn, Storage: st, Prefix: prefix, Series: restoreFrom.series}, restoreID, role)
 					if err == nil {
 						log.Info("Restored backup", "id", got.ID, "bytes", got.Bytes, "sha256", got.SHA256)
 					}
@@ -95,6 +95,9 @@ func newInstanceRunCommand() *cobra.Command {
 	f.BoolVar(&cfg.FromBackup, "from-backup", false, "Bootstrap the primary from a backup instead of initdb.")
 	f.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", 50*time.Second, "How long a fast shutdown may take before an immediate one.")
 	f.StringVar(&cfg.BinDir, "bin-dir", "", "Directory of the PostgreSQL programs; empty means $PATH.")
+	f.StringVar(&cfg.DatabaseUID, "database-uid", "", "metadata.uid of the Database, recorded in the data directory; empty skips the identity check.")
+	f.StringVar(&cfg.BootstrapSource, "bootstrap-source", instanceapi.BootstrapInitDB, "How the Database bootstraps: initdb or fromBackup/<DatabaseBackup>.")
+	f.BoolVar(&cfg.ReuseData, "reuse-data", false, "Run on data another Database made, whatever its bootstrap.")
 	f.StringVar(&termLog, "termination-log", "", "Where a fatal error is written for the kubelet (/dev/termination-log in a pod).")
 	restoreFrom.bind(f, "restore-")
 	f.StringVar(&restoreID, "restore-id", "", "Backup to restore with --from-backup; empty means the newest.")

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -63,9 +64,12 @@ func s3(t *testing.T, m *testpg.MinIO, bucket string) backup.Storage {
 	return st
 }
 
+// nightly is the series most tests back up into.
+var nightly = backup.Series{UID: "uid-nightly", Name: "ns/orders-nightly", Database: "orders"}
+
 func opts(pg *testpg.Server, db string, st backup.Storage) backup.Options {
 	return backup.Options{Conn: backup.Conn{Host: "127.0.0.1", Port: pg.Port, User: "postgres", Password: pg.Password, Database: db},
-		Storage: st, Prefix: "ns/orders/", BinDir: pg.BinDir}
+		Storage: st, Prefix: "ns/orders/", Series: nightly, BinDir: pg.BinDir}
 }
 
 func TestBackupToMinIORestoresTheSameData(t *testing.T) {
@@ -76,7 +80,7 @@ func TestBackupToMinIORestoresTheSameData(t *testing.T) {
 	want := pg.Query(t, "shop", checksum)
 
 	start := time.Now()
-	m, err := backup.Run(ctx, opts(pg, "shop", st), backup.NewID(start), "shop", "test")
+	m, err := backup.Run(ctx, opts(pg, "shop", st), backup.NewID(start), "test")
 	if err != nil {
 		t.Fatalf("backup: %v", err)
 	}
@@ -135,21 +139,21 @@ func TestMinIODyingMidUploadLeavesNoBackup(t *testing.T) {
 	pg.Exec(t, "shop", "CREATE TABLE noise AS SELECT g, md5(random()::text) || md5(random()::text) AS v FROM generate_series(1, 400000) g")
 
 	broken := &failingStorage{Storage: st, after: 6 << 20, kill: minio.Stop}
-	_, err := backup.Run(ctx, opts(pg, "shop", broken), "20260101T000000Z", "shop", "test")
+	_, err := backup.Run(ctx, opts(pg, "shop", broken), "20260101T000000Z", "test")
 	if err == nil {
 		t.Fatal("the backup succeeded although MinIO died during the upload")
 	}
 	t.Logf("failed as it should: %v", err)
 
 	minio.Start(t)
-	if list, err := backup.List(ctx, st, "ns/orders/"); err != nil || len(list) != 0 {
+	if list, err := backup.List(ctx, st, "ns/orders/", nightly); err != nil || len(list) != 0 {
 		t.Fatalf("after the failure: %d backups, %v", len(list), err)
 	}
-	m, err := backup.Run(ctx, opts(pg, "shop", st), "20260101T000100Z", "shop", "test")
+	m, err := backup.Run(ctx, opts(pg, "shop", st), "20260101T000100Z", "test")
 	if err != nil {
 		t.Fatalf("retry after MinIO came back: %v", err)
 	}
-	if list, _ := backup.List(ctx, st, "ns/orders/"); len(list) != 1 || list[0].ID != m.ID {
+	if list, _ := backup.List(ctx, st, "ns/orders/", nightly); len(list) != 1 || list[0].ID != m.ID {
 		t.Fatalf("after the retry: %+v", list)
 	}
 }
@@ -160,7 +164,7 @@ func TestCorruptBackupIsRefused(t *testing.T) {
 	st := s3(t, minio, "backups")
 	pg.Exec(t, "postgres", "CREATE DATABASE small")
 	pg.Exec(t, "small", "CREATE TABLE t AS SELECT g, md5(g::text) AS v FROM generate_series(1, 50000) g")
-	m, err := backup.Run(ctx, opts(pg, "small", st), "20260101T000000Z", "small", "test")
+	m, err := backup.Run(ctx, opts(pg, "small", st), "20260101T000000Z", "test")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -195,11 +199,11 @@ func TestRetentionKeepsTheNewestInTheBucket(t *testing.T) {
 	var ids []string
 	for i := range 5 {
 		id := backup.NewID(time.Date(2026, 1, 1, i, 0, 0, 0, time.UTC))
-		if _, err := backup.Run(ctx, opts(pg, "small", st), id, "small", "test"); err != nil {
+		if _, err := backup.Run(ctx, opts(pg, "small", st), id, "test"); err != nil {
 			t.Fatal(err)
 		}
 		ids = append(ids, id)
-		if _, _, err := backup.Prune(ctx, st, "ns/orders/", backup.Retention{KeepLast: 3}); err != nil {
+		if _, _, err := backup.Prune(ctx, st, "ns/orders/", nightly, backup.Retention{KeepLast: 3}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -207,11 +211,19 @@ func TestRetentionKeepsTheNewestInTheBucket(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{}
-	for _, id := range ids[2:] {
-		want = append(want, "ns/orders/"+id+".dump", "ns/orders/"+id+".manifest.json")
+	kept, err := backup.List(ctx, st, "ns/orders/", nightly)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if strings.Join(keys, ",") != strings.Join(want, ",") {
+	want := []string{}
+	for i, m := range kept {
+		if m.ID != ids[len(ids)-1-i] {
+			t.Fatalf("kept %s, want %s", m.ID, ids[len(ids)-1-i])
+		}
+		want = append(want, m.DataKey, "ns/orders/"+m.ID+".uid-nightly.manifest.json")
+	}
+	slices.Sort(want)
+	if len(kept) != 3 || strings.Join(keys, ",") != strings.Join(want, ",") {
 		t.Fatalf("bucket holds %v, want %v", keys, want)
 	}
 }
@@ -221,7 +233,7 @@ func TestDirectoryStorage(t *testing.T) {
 	pg.Exec(t, "postgres", "CREATE DATABASE small")
 	pg.Exec(t, "small", "CREATE TABLE t AS SELECT g FROM generate_series(1, 1000) g")
 	st := backup.NewDir(t.TempDir())
-	m, err := backup.Run(ctx, opts(pg, "small", st), "20260101T000000Z", "small", "test")
+	m, err := backup.Run(ctx, opts(pg, "small", st), "20260101T000000Z", "test")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -232,4 +244,155 @@ func TestDirectoryStorage(t *testing.T) {
 	if n := pg.Query(t, "copy", "SELECT count(*) FROM t"); n != "1000" {
 		t.Fatalf("restored %s rows", n)
 	}
+}
+
+// Series that share a bucket and prefix, even on the same schedule (the
+// same backup IDs), never list, prune or restore each other's backups; nor
+// does a Snapshot deletion's final backup (keepLast 1) beside a nightly series.
+func TestSeriesSharingALocationStayApart(t *testing.T) {
+	pg := testpg.Start(t)
+	minio := testpg.StartMinIO(t)
+	st := s3(t, minio, "backups")
+	pg.Exec(t, "postgres", "CREATE DATABASE orders")
+	pg.Exec(t, "orders", "CREATE TABLE t AS SELECT g FROM generate_series(1, 100) g")
+	pg.Exec(t, "postgres", "CREATE DATABASE billing")
+	pg.Exec(t, "billing", "CREATE TABLE t AS SELECT g FROM generate_series(1, 7) g")
+
+	other := backup.Series{UID: "uid-billing", Name: "ns/billing-nightly", Database: "billing"}
+	final := backup.Series{UID: "uid-final", Name: "ns/orders-final", Database: "orders"}
+	billing := opts(pg, "billing", st)
+	billing.Series = other
+	for i := range 3 {
+		id := backup.NewID(time.Date(2026, 1, 1, i, 0, 0, 0, time.UTC))
+		for _, o := range []backup.Options{opts(pg, "orders", st), billing} {
+			if _, err := backup.Run(ctx, o, id, "test"); err != nil {
+				t.Fatal(err)
+			}
+			if _, _, err := backup.Prune(ctx, st, o.Prefix, o.Series, backup.Retention{KeepLast: 5}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	snapshot := opts(pg, "orders", st)
+	snapshot.Series = final
+	if _, err := backup.Run(ctx, snapshot, backup.NewID(time.Date(2026, 1, 2, 0, 0, 0, 0, time.UTC)), "test"); err != nil {
+		t.Fatal(err)
+	}
+	if _, pruned, err := backup.Prune(ctx, st, "ns/orders/", final, backup.Retention{KeepLast: 1}); err != nil || pruned != 0 {
+		t.Fatalf("the final backup's retention pruned %d: %v", pruned, err)
+	}
+	for _, s := range []struct {
+		series backup.Series
+		want   int
+	}{{nightly, 3}, {other, 3}, {final, 1}} {
+		list, err := backup.List(ctx, st, "ns/orders/", s.series)
+		if err != nil || len(list) != s.want {
+			t.Fatalf("series %s lists %d backups, want %d: %v", s.series.Name, len(list), s.want, err)
+		}
+		for _, m := range list {
+			if m.Series != s.series.UID || m.Database != s.series.Database {
+				t.Fatalf("series %s lists %+v", s.series.Name, m)
+			}
+		}
+	}
+	// The same ID restores each series' own data.
+	pg.Exec(t, "postgres", "CREATE DATABASE copy")
+	restore := opts(pg, "copy", st)
+	restore.Series = other
+	if _, err := backup.Restore(ctx, restore, backup.NewID(time.Date(2026, 1, 1, 2, 0, 0, 0, time.UTC)), ""); err != nil {
+		t.Fatal(err)
+	}
+	if n := pg.Query(t, "copy", "SELECT count(*) FROM t"); n != "7" {
+		t.Fatalf("restored %s rows of billing, want 7", n)
+	}
+}
+
+// rejectingStorage fails every upload once some bytes have arrived, as a
+// network cut would, with the server still up.
+type rejectingStorage struct{ backup.Storage }
+
+func (r rejectingStorage) Put(ctx context.Context, key string, rd io.Reader) error {
+	if strings.HasSuffix(key, ".manifest.json") {
+		return r.Storage.Put(ctx, key, rd)
+	}
+	_, _ = io.CopyN(io.Discard, rd, 1024)
+	return errors.New("connection reset")
+}
+
+// A Job's retry of a backup ID that is stored already only prunes; a failed
+// retry never deletes what an earlier attempt stored.
+func TestRetriedBackupKeepsTheEarlierAttempt(t *testing.T) {
+	pg := testpg.Start(t)
+	minio := testpg.StartMinIO(t)
+	st := s3(t, minio, "backups")
+	pg.Exec(t, "postgres", "CREATE DATABASE small")
+	pg.Exec(t, "small", "CREATE TABLE t AS SELECT g FROM generate_series(1, 1000) g")
+	first, err := backup.Run(ctx, opts(pg, "small", st), "20260101T000000Z", "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := backup.Run(ctx, opts(pg, "small", rejectingStorage{st}), "20260101T000000Z", "test")
+	if err != nil || again.DataKey != first.DataKey || again.SHA256 != first.SHA256 {
+		t.Fatalf("the retry of a stored backup: %+v, %v", again, err)
+	}
+	// An attempt that fails halfway deletes only its own data.
+	if _, err := backup.Run(ctx, opts(pg, "small", rejectingStorage{st}), "20260101T000100Z", "test"); err == nil {
+		t.Fatal("an upload that was cut succeeded")
+	}
+	pg.Exec(t, "postgres", "CREATE DATABASE copy")
+	if _, err := backup.Restore(ctx, opts(pg, "copy", st), first.ID, ""); err != nil {
+		t.Fatalf("the first attempt's backup no longer restores: %v", err)
+	}
+	if n := pg.Query(t, "copy", "SELECT count(*) FROM t"); n != "1000" {
+		t.Fatalf("restored %s rows", n)
+	}
+}
+
+// What pg_dump wrote is checked before a manifest makes it a backup.
+func TestNotAnArchiveIsNotABackup(t *testing.T) {
+	pg := testpg.Start(t)
+	st := backup.NewDir(t.TempDir())
+	bin := t.TempDir()
+	fake := "#!/bin/sh\necho 'pg_dump: warning: something odd'\n"
+	if err := os.WriteFile(filepath.Join(bin, "pg_dump"), []byte(fake), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	o := opts(pg, "postgres", st)
+	o.BinDir = bin
+	_, err := backup.Run(ctx, o, "20260101T000000Z", "test")
+	if err == nil || !strings.Contains(err.Error(), "not a custom-format archive") {
+		t.Fatalf("a dump without the archive header: %v", err)
+	}
+	if list, _ := backup.List(ctx, st, "ns/orders/", nightly); len(list) != 0 {
+		t.Fatalf("it was stored as a backup: %+v", list)
+	}
+	if keys, _ := st.List(ctx, ""); len(keys) != 0 {
+		t.Fatalf("it left %v behind", keys)
+	}
+}
+
+// A table lock held by a long migration fails the backup after the lock
+// wait timeout instead of blocking the schedule for good.
+func TestBackupGivesUpOnALockedTable(t *testing.T) {
+	pg := testpg.Start(t)
+	pg.Exec(t, "postgres", "CREATE DATABASE small")
+	pg.Exec(t, "small", "CREATE TABLE t AS SELECT g FROM generate_series(1, 10) g")
+	conn, err := pg.Connect(ctx, "small")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = conn.Close(ctx) }()
+	if _, err := conn.Exec(ctx, "BEGIN; LOCK TABLE t IN ACCESS EXCLUSIVE MODE"); err != nil {
+		t.Fatal(err)
+	}
+	o := opts(pg, "small", backup.NewDir(t.TempDir()))
+	o.LockWaitTimeout = time.Second
+	runCtx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	start := time.Now()
+	_, err = backup.Run(runCtx, o, "20260101T000000Z", "test")
+	if err == nil || runCtx.Err() != nil {
+		t.Fatalf("backup of a locked table: %v after %s", err, time.Since(start))
+	}
+	t.Logf("gave up after %s: %v", time.Since(start).Round(time.Millisecond), err)
 }

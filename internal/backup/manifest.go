@@ -2,6 +2,8 @@ package backup
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -14,8 +16,13 @@ import (
 // Manifest describes one complete backup. It is written last: a backup
 // without a manifest does not exist for listing, retention or restore.
 type Manifest struct {
-	ID            string    `json:"id"`
-	Database      string    `json:"database"`
+	ID       string `json:"id"`
+	Database string `json:"database"`
+	// Series is the UID of the DatabaseBackup that took the backup, and
+	// SeriesName its namespace/name. Empty in backups taken before daytwo
+	// recorded series.
+	Series        string    `json:"series,omitempty"`
+	SeriesName    string    `json:"seriesName,omitempty"`
 	PGVersion     string    `json:"pgVersion"`
 	Method        string    `json:"method"`
 	Format        string    `json:"format"`
@@ -40,8 +47,48 @@ var ErrNoBackup = errors.New("no complete backup found")
 // NewID names a backup taken at t.
 func NewID(t time.Time) string { return t.UTC().Format(IDLayout) }
 
-func dataKey(prefix, id string) string     { return prefix + id + dataSuffix }
-func manifestKey(prefix, id string) string { return prefix + id + manifestSuffix }
+// Series identifies one DatabaseBackup's backups, so series that share a
+// location (a bucket and prefix) never list, prune or restore each other's.
+type Series struct {
+	// UID is the DatabaseBackup's metadata.uid; it is part of every key.
+	UID string
+	// Name is the DatabaseBackup's namespace/name, for people reading the bucket.
+	Name string
+	// Database is the name of the Database the series backs up.
+	Database string
+}
+
+// tag is what a series adds to its keys.
+func (s Series) tag() string {
+	if s.UID == "" {
+		return ""
+	}
+	return "." + s.UID
+}
+
+// owns reports whether m belongs to s. Backups from before series were
+// recorded belong to a series of the same database for listing and
+// restore (strict is false), never for pruning.
+func (s Series) owns(m Manifest, strict bool) bool {
+	switch {
+	case m.Series != "":
+		return m.Series == s.UID
+	case strict && s.UID != "":
+		return false
+	default:
+		return s.Database == "" || m.Database == s.Database
+	}
+}
+
+// dataKey is unique per attempt: a retried Job never overwrites or deletes
+// what an earlier attempt stored.
+func dataKey(prefix, id string, s Series) string {
+	nonce := make([]byte, 4)
+	_, _ = rand.Read(nonce)
+	return prefix + id + s.tag() + "." + hex.EncodeToString(nonce) + dataSuffix
+}
+
+func manifestKey(prefix, id string, s Series) string { return prefix + id + s.tag() + manifestSuffix }
 
 // NormalizePrefix makes a prefix end in exactly one slash (or be empty).
 func NormalizePrefix(p string) string {
@@ -52,16 +99,20 @@ func NormalizePrefix(p string) string {
 	return p + "/"
 }
 
-func writeManifest(ctx context.Context, st Storage, prefix string, m Manifest) error {
+func writeManifest(ctx context.Context, st Storage, prefix string, s Series, m Manifest) error {
 	b, err := json.MarshalIndent(m, "", "  ")
 	if err != nil {
 		return err
 	}
-	return st.Put(ctx, manifestKey(prefix, m.ID), strings.NewReader(string(b)))
+	return st.Put(ctx, manifestKey(prefix, m.ID, s), strings.NewReader(string(b)))
 }
 
-// List returns the complete backups under prefix, newest first.
-func List(ctx context.Context, st Storage, prefix string) ([]Manifest, error) {
+// List returns the complete backups of series s under prefix, newest first.
+func List(ctx context.Context, st Storage, prefix string, s Series) ([]Manifest, error) {
+	return list(ctx, st, prefix, s, false)
+}
+
+func list(ctx context.Context, st Storage, prefix string, s Series, strict bool) ([]Manifest, error) {
 	keys, err := st.List(ctx, prefix)
 	if err != nil {
 		return nil, err
@@ -76,7 +127,9 @@ func List(ctx context.Context, st Storage, prefix string) ([]Manifest, error) {
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, m)
+		if s.owns(m, strict) {
+			out = append(out, m)
+		}
 	}
 	slices.SortFunc(out, func(a, b Manifest) int { return strings.Compare(b.ID, a.ID) })
 	return out, nil
@@ -99,9 +152,9 @@ func readManifest(ctx context.Context, st Storage, key string) (Manifest, error)
 	return m, nil
 }
 
-// Find returns the backup with id, or the newest when id is empty.
-func Find(ctx context.Context, st Storage, prefix, id string) (Manifest, error) {
-	all, err := List(ctx, st, prefix)
+// Find returns series s's backup with id, or its newest when id is empty.
+func Find(ctx context.Context, st Storage, prefix string, s Series, id string) (Manifest, error) {
+	all, err := List(ctx, st, prefix, s)
 	if err != nil {
 		return Manifest{}, err
 	}

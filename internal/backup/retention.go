@@ -3,6 +3,7 @@ package backup
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -49,17 +50,19 @@ func Select(backups []Manifest, r Retention) (keep, prune []Manifest) {
 	return keep, prune
 }
 
-// Prune applies r to the backups under prefix. The manifest goes first, so
-// an interrupted prune leaves data that no longer counts, never a manifest
-// without data.
-func Prune(ctx context.Context, st Storage, prefix string, r Retention) (keep []Manifest, pruned int, err error) {
-	all, err := List(ctx, st, prefix)
+// Prune applies r to series s's backups under prefix; other series and
+// backups from before series were recorded are never touched. The manifest
+// goes first, so an interrupted prune leaves data that no longer counts,
+// never a manifest without data. Data that no manifest names (an attempt
+// that died before its manifest) goes too once a newer backup is complete.
+func Prune(ctx context.Context, st Storage, prefix string, s Series, r Retention) (keep []Manifest, pruned int, err error) {
+	all, err := list(ctx, st, prefix, s, true)
 	if err != nil {
 		return nil, 0, err
 	}
 	keep, drop := Select(all, r)
 	for _, m := range drop {
-		if err := st.Delete(ctx, manifestKey(prefix, m.ID)); err != nil {
+		if err := st.Delete(ctx, manifestKey(prefix, m.ID, s)); err != nil {
 			return keep, pruned, err
 		}
 		if err := st.Delete(ctx, m.DataKey); err != nil {
@@ -67,5 +70,32 @@ func Prune(ctx context.Context, st Storage, prefix string, r Retention) (keep []
 		}
 		pruned++
 	}
-	return keep, pruned, nil
+	if len(keep) > 0 && s.UID != "" {
+		err = deleteOrphans(ctx, st, prefix, s, keep)
+	}
+	return keep, pruned, err
+}
+
+// deleteOrphans removes series s's data keys older than its newest backup
+// that no kept manifest names.
+func deleteOrphans(ctx context.Context, st Storage, prefix string, s Series, keep []Manifest) error {
+	keys, err := st.List(ctx, prefix)
+	if err != nil {
+		return err
+	}
+	named := map[string]bool{}
+	for _, m := range keep {
+		named[m.DataKey] = true
+	}
+	for _, k := range keys {
+		rest := strings.TrimPrefix(k, prefix)
+		id, tail, ok := strings.Cut(rest, s.tag()+".")
+		if !ok || named[k] || !strings.HasSuffix(tail, dataSuffix) || strings.Contains(rest, "/") || id >= keep[0].ID {
+			continue
+		}
+		if err := st.Delete(ctx, k); err != nil {
+			return err
+		}
+	}
+	return nil
 }

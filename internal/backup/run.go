@@ -46,9 +46,20 @@ type Options struct {
 	Conn    Conn
 	Storage Storage
 	Prefix  string
+	// Series is whose backups these are.
+	Series Series
 	// BinDir holds pg_dump and pg_restore; empty means $PATH.
 	BinDir string
+	// LockWaitTimeout bounds how long pg_dump waits for a table lock (a
+	// long ALTER TABLE, say) before it fails; zero means DefaultLockWaitTimeout.
+	LockWaitTimeout time.Duration
 }
+
+// DefaultLockWaitTimeout is how long a backup waits for a table lock.
+const DefaultLockWaitTimeout = 5 * time.Minute
+
+// dumpMagic starts every pg_dump custom-format archive.
+const dumpMagic = "PGDMP"
 
 func (o Options) bin(name string) string {
 	if o.BinDir == "" {
@@ -60,49 +71,94 @@ func (o Options) bin(name string) string {
 // ErrChecksum means the stored data does not match its manifest.
 var ErrChecksum = errors.New("checksum mismatch")
 
-// Run streams `pg_dump -Fc` into storage, hashing it on the way, and writes
-// the manifest last. Nothing of the dump touches the local disk. A failed
-// dump leaves no manifest (and, best effort, no data).
-func Run(ctx context.Context, o Options, id, database, daytwoVersion string) (Manifest, error) {
-	m := Manifest{ID: id, Database: database, Method: "Logical", Format: "pg_dump-custom",
-		DataKey: dataKey(o.Prefix, id), Start: time.Now().UTC(), DaytwoVersion: daytwoVersion}
+// Run streams `pg_dump -Fc` into storage, hashing it on the way, checks
+// what was stored, and writes the manifest last. Nothing of the dump
+// touches the local disk. Each attempt writes its own data key, so a
+// failed attempt deletes only what it wrote; when a manifest for id already
+// exists (an earlier attempt got that far), Run returns it and dumps nothing.
+func Run(ctx context.Context, o Options, id, daytwoVersion string) (Manifest, error) {
+	if m, err := readManifest(ctx, o.Storage, manifestKey(o.Prefix, id, o.Series)); err == nil {
+		return m, nil
+	} else if _, serr := o.Storage.Size(ctx, manifestKey(o.Prefix, id, o.Series)); !errors.Is(serr, ErrNotFound) {
+		return Manifest{}, fmt.Errorf("failed to look for an earlier attempt's manifest: %w", err)
+	}
+	m := Manifest{ID: id, Database: o.Series.Database, Series: o.Series.UID, SeriesName: o.Series.Name,
+		Method: "Logical", Format: "pg_dump-custom", DataKey: dataKey(o.Prefix, id, o.Series),
+		Start: time.Now().UTC(), DaytwoVersion: daytwoVersion}
 	var err error
 	if m.PGVersion, err = serverVersion(ctx, o.Conn); err != nil {
 		return m, err
 	}
+	if err := dump(ctx, o, &m); err != nil {
+		cleanupCtx, done := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer done()
+		_ = o.Storage.Delete(cleanupCtx, m.DataKey)
+		return m, err
+	}
+	if err := writeManifest(ctx, o.Storage, o.Prefix, o.Series, m); err != nil {
+		return m, fmt.Errorf("failed to write the manifest: %w", err)
+	}
+	return m, nil
+}
+
+// dump streams pg_dump into m.DataKey and checks that what was stored is a
+// whole custom-format archive: the magic bytes, and the stored size equal
+// to what pg_dump wrote.
+func dump(ctx context.Context, o Options, m *Manifest) error {
 	dumpCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	cmd := exec.CommandContext(dumpCtx, o.bin("pg_dump"), "--format=custom", "--no-password")
+	lockWait := o.LockWaitTimeout
+	if lockWait == 0 {
+		lockWait = DefaultLockWaitTimeout
+	}
+	cmd := exec.CommandContext(dumpCtx, o.bin("pg_dump"), "--format=custom", "--no-password",
+		fmt.Sprintf("--lock-wait-timeout=%d", lockWait.Milliseconds()))
 	cmd.Env = o.Conn.env()
 	stderr := &tailBuffer{}
 	cmd.Stderr = stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
-		return m, err
+		return err
 	}
 	if err := cmd.Start(); err != nil {
-		return m, fmt.Errorf("failed to start pg_dump: %w", err)
+		return fmt.Errorf("failed to start pg_dump: %w", err)
 	}
-	h, n := sha256.New(), &counter{}
-	putErr := o.Storage.Put(ctx, m.DataKey, io.TeeReader(out, io.MultiWriter(h, n)))
+	h, n, head := sha256.New(), &counter{}, &headBuffer{max: len(dumpMagic)}
+	putErr := o.Storage.Put(ctx, m.DataKey, io.TeeReader(out, io.MultiWriter(h, n, head)))
 	if putErr != nil {
 		cancel() // pg_dump may be blocked writing to a pipe nobody reads
 	}
 	waitErr := cmd.Wait()
-	if putErr != nil || waitErr != nil {
-		cleanupCtx, done := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-		defer done()
-		_ = o.Storage.Delete(cleanupCtx, m.DataKey)
-		if putErr != nil {
-			return m, putErr
-		}
-		return m, fmt.Errorf("pg_dump failed: %w: %s", waitErr, stderr.String())
+	switch {
+	case putErr != nil:
+		return putErr
+	case waitErr != nil:
+		return fmt.Errorf("pg_dump failed: %w: %s", waitErr, stderr.String())
+	case string(head.b) != dumpMagic:
+		return fmt.Errorf("pg_dump wrote %d bytes that are not a custom-format archive", n.n)
+	}
+	stored, err := o.Storage.Size(ctx, m.DataKey)
+	if err != nil {
+		return fmt.Errorf("failed to check the stored backup: %w", err)
+	}
+	if stored != n.n {
+		return fmt.Errorf("storage holds %d bytes of the backup, pg_dump wrote %d", stored, n.n)
 	}
 	m.End, m.Bytes, m.SHA256 = time.Now().UTC(), n.n, hex.EncodeToString(h.Sum(nil))
-	if err := writeManifest(ctx, o.Storage, o.Prefix, m); err != nil {
-		return m, fmt.Errorf("failed to write the manifest: %w", err)
+	return nil
+}
+
+// headBuffer keeps the first max bytes written to it.
+type headBuffer struct {
+	b   []byte
+	max int
+}
+
+func (h *headBuffer) Write(p []byte) (int, error) {
+	if room := h.max - len(h.b); room > 0 {
+		h.b = append(h.b, p[:min(room, len(p))]...)
 	}
-	return m, nil
+	return len(p), nil
 }
 
 // Restore streams the backup id (the newest when empty) into pg_restore,
@@ -111,7 +167,7 @@ func Run(ctx context.Context, o Options, id, database, daytwoVersion string) (Ma
 // reported as ErrChecksum even when pg_restore choked on the bad bytes first.
 // role, when set, owns every restored object.
 func Restore(ctx context.Context, o Options, id, role string) (Manifest, error) {
-	m, err := Find(ctx, o.Storage, o.Prefix, id)
+	m, err := Find(ctx, o.Storage, o.Prefix, o.Series, id)
 	if err != nil {
 		return m, err
 	}

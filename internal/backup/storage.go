@@ -22,7 +22,12 @@ type Storage interface {
 	// List returns every key under prefix.
 	List(ctx context.Context, prefix string) ([]string, error)
 	Delete(ctx context.Context, key string) error
+	// Size returns the stored size of key, or ErrNotFound.
+	Size(ctx context.Context, key string) (int64, error)
 }
+
+// ErrNotFound means a key does not exist.
+var ErrNotFound = errors.New("not found")
 
 // S3Config says how to reach an S3-compatible bucket.
 type S3Config struct {
@@ -104,6 +109,17 @@ func (s *s3Storage) Delete(ctx context.Context, key string) error {
 		return fmt.Errorf("failed to delete s3://%s/%s: %w", s.cfg.Bucket, key, err)
 	}
 	return nil
+}
+
+func (s *s3Storage) Size(ctx context.Context, key string) (int64, error) {
+	info, err := s.client.StatObject(ctx, s.cfg.Bucket, key, minio.StatObjectOptions{})
+	if err != nil {
+		if minio.ToErrorResponse(err).Code == minio.NoSuchKey {
+			return 0, fmt.Errorf("s3://%s/%s: %w", s.cfg.Bucket, key, ErrNotFound)
+		}
+		return 0, fmt.Errorf("failed to stat s3://%s/%s: %w", s.cfg.Bucket, key, err)
+	}
+	return info.Size, nil
 }
 
 // EnsureBucket creates the bucket when it does not exist (tests and first runs).
@@ -201,6 +217,21 @@ func (d *dirStorage) List(_ context.Context, prefix string) ([]string, error) {
 		return nil, fmt.Errorf("failed to list %s: %w", d.root, err)
 	}
 	return keys, nil
+}
+
+func (d *dirStorage) Size(_ context.Context, key string) (int64, error) {
+	p, err := d.path(key)
+	if err != nil {
+		return 0, err
+	}
+	info, err := os.Stat(p)
+	if errors.Is(err, fs.ErrNotExist) {
+		return 0, fmt.Errorf("%s: %w", key, ErrNotFound)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("failed to stat %s: %w", key, err)
+	}
+	return info.Size(), nil
 }
 
 func (d *dirStorage) Delete(_ context.Context, key string) error {

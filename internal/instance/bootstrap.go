@@ -30,10 +30,10 @@ func hasData(pgdata string) bool {
 	return err == nil
 }
 
-// initdb creates the data directory. Local connections authenticate by peer
-// (the superuser, from inside the pod), network ones by scram-sha-256.
-func (m *Manager) initdb(ctx context.Context) error {
-	cmd := exec.CommandContext(ctx, m.cfg.bin("initdb"), "-D", m.cfg.PGData, "--username=postgres",
+// initdb creates the data directory dir. Local connections authenticate by
+// peer (the superuser, from inside the pod), network ones by scram-sha-256.
+func (m *Manager) initdb(ctx context.Context, dir string) error {
+	cmd := exec.CommandContext(ctx, m.cfg.bin("initdb"), "-D", dir, "--username=postgres",
 		"--auth-local=peer", "--auth-host=scram-sha-256", "--encoding=UTF8", "--locale=C.UTF-8", "--data-checksums")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("initdb failed: %w: %s", err, lastLines(out, 5))
@@ -41,22 +41,23 @@ func (m *Manager) initdb(ctx context.Context) error {
 	return nil
 }
 
-// cloneFromPrimary takes a base backup of the primary, retrying until it
-// answers: a replica's data can always be rebuilt, so leftovers are removed.
-func (m *Manager) cloneFromPrimary(ctx context.Context) error {
+// cloneFromPrimary takes a base backup of the primary into dir, retrying
+// until it answers: a replica's data can always be rebuilt, so leftovers
+// are removed.
+func (m *Manager) cloneFromPrimary(ctx context.Context, dir string) error {
 	if err := m.cfg.writePassFile(); err != nil {
 		return err
 	}
 	for {
-		if err := clearDir(m.cfg.PGData); err != nil {
+		if err := clearDir(dir); err != nil {
 			return err
 		}
 		cmd := exec.CommandContext(ctx, m.cfg.bin("pg_basebackup"), "-h", m.cfg.PrimaryHost, "-p", fmt.Sprint(m.cfg.primaryPort()),
-			"-U", replicationUser, "-D", m.cfg.PGData, "-X", "stream", "--checkpoint=fast", "--no-password")
+			"-U", replicationUser, "-D", dir, "-X", "stream", "--checkpoint=fast", "--no-password")
 		cmd.Env = append(os.Environ(), "PGPASSFILE="+m.cfg.passFile(), "PGCONNECT_TIMEOUT=5")
 		out, err := cmd.CombinedOutput()
 		if err == nil {
-			return os.Chmod(m.cfg.PGData, 0o700)
+			return os.Chmod(dir, 0o700)
 		}
 		m.setMessage(fmt.Sprintf("waiting to clone the primary %s: %s", m.cfg.PrimaryHost, lastLines(out, 1)))
 		m.log.Info("Base backup failed; retrying", "primary", m.cfg.PrimaryHost, "output", lastLines(out, 2))

@@ -43,7 +43,21 @@ type Config struct {
 	ShutdownTimeout time.Duration
 	// BinDir is where the PostgreSQL programs are; empty means $PATH.
 	BinDir string
+	// DatabaseUID is the Database's metadata.uid. With it, the data
+	// directory records which Database made it, and data made by another
+	// (a retained volume) is never served silently. Empty skips the check.
+	DatabaseUID string
+	// BootstrapSource is how the Database's spec bootstraps: instanceapi.BootstrapInitDB
+	// or "fromBackup/<DatabaseBackup>".
+	BootstrapSource string
+	// ReuseData runs on data another Database made, whatever its bootstrap:
+	// the user's explicit choice (annotation daytwo.dev/reuse-data).
+	ReuseData bool
 }
+
+// staging is where a bootstrap builds the data directory; it becomes
+// PGData by one rename once it is complete, on the same volume.
+func (c *Config) staging() string { return filepath.Clean(c.PGData) + ".bootstrap" }
 
 // Validate checks the fields that have no safe default.
 func (c *Config) Validate() error {
@@ -123,20 +137,20 @@ host    all          all                 all      scram-sha-256
 `
 }
 
-// writeConfig writes the managed files into the data directory and the
+// writeConfig writes the managed files into the data directory dir and the
 // password file the replica streams with.
-func (c *Config) writeConfig() error {
+func (c *Config) writeConfig(dir string) error {
 	files := map[string]string{
-		filepath.Join(c.PGData, "postgresql.conf"): c.managedConf(),
-		filepath.Join(c.PGData, "pg_hba.conf"):     hbaConf(),
-		filepath.Join(c.PGData, "pg_ident.conf"):   "# Written by the daytwo instance manager.\ndaytwo  /^(.*)$  postgres\n",
+		filepath.Join(dir, "postgresql.conf"): c.managedConf(),
+		filepath.Join(dir, "pg_hba.conf"):     hbaConf(),
+		filepath.Join(dir, "pg_ident.conf"):   "# Written by the daytwo instance manager.\ndaytwo  /^(.*)$  postgres\n",
 	}
 	for path, content := range files {
 		if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
 			return fmt.Errorf("failed to write %s: %w", filepath.Base(path), err)
 		}
 	}
-	standby := filepath.Join(c.PGData, "standby.signal")
+	standby := filepath.Join(dir, "standby.signal")
 	if c.Role == instanceapi.RoleReplica {
 		if err := c.writePassFile(); err != nil {
 			return err

@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -345,6 +346,87 @@ func TestRefusesAnotherMajorVersion(t *testing.T) {
 	in.stop()
 }
 
+// kill SIGKILLs the instance manager and everything it started, as a node
+// loss or the OOM killer would: no cleanup runs. It returns once they are
+// gone (reaped), as they would be with their container.
+func (in *instance) kill() {
+	in.t.Helper()
+	pids := descendants(in.cmd.Process.Pid, "")
+	for _, pid := range pids {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+	_ = in.cmd.Process.Kill()
+	<-in.exited
+	eventually(in.t, 30*time.Second, func() bool {
+		return !slices.ContainsFunc(pids, func(pid int) bool {
+			_, err := os.Stat(filepath.Join("/proc", strconv.Itoa(pid)))
+			return err == nil
+		})
+	}, "the killed processes gone")
+}
+
+// descendants lists the processes below pid, named name when name is set.
+func descendants(pid int, name string) []int {
+	parent := map[int]int{}
+	comm := map[int]string{}
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		p, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...
+		s := string(stat)
+		open, close := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
+		if open < 0 || close < 0 {
+			continue
+		}
+		fields := strings.Fields(s[close+1:])
+		if len(fields) < 2 {
+			continue
+		}
+		pp, _ := strconv.Atoi(fields[1])
+		parent[p], comm[p] = pp, s[open+1:close]
+	}
+	var out []int
+	for p := range parent {
+		for a := parent[p]; a > 1; a = parent[a] {
+			if a == pid {
+				if name == "" || comm[p] == name {
+					out = append(out, p)
+				}
+				break
+			}
+		}
+	}
+	return out
+}
+
+// checksum is a digest of the items table and its row count.
+func checksum(t *testing.T, in *instance) string {
+	t.Helper()
+	return in.query(context.Background(), "SELECT count(*) || ':' || md5(string_agg(id || '=' || v, ',' ORDER BY id)) FROM items")
+}
+
+// query runs sql as the application owner and returns the single text value.
+func (in *instance) query(ctx context.Context, sql string) string {
+	in.t.Helper()
+	c, err := in.connect(ctx, "shop", appPassword, "orders")
+	if err != nil {
+		in.t.Fatalf("connect: %v", err)
+	}
+	defer func() { _ = c.Close(ctx) }()
+	var v string
+	if err := c.QueryRow(ctx, sql).Scan(&v); err != nil {
+		in.t.Fatalf("%s: %v", sql, err)
+	}
+	return v
+}
+
 func eventually(t *testing.T, timeout time.Duration, cond func() bool, what string) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
@@ -379,10 +461,13 @@ func TestRestoreFromBackup(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := conn.Exec(ctx, "CREATE TABLE items AS SELECT g AS id, md5(g::text) AS v FROM generate_series(1, 20000) g"); err != nil {
+	// Large enough that a restore takes a moment, so it can be killed halfway.
+	if _, err := conn.Exec(ctx, "CREATE TABLE items AS SELECT g AS id, md5(g::text) AS v FROM generate_series(1, 300000) g; "+
+		"ALTER TABLE items ADD PRIMARY KEY (id)"); err != nil {
 		t.Fatal(err)
 	}
 	_ = conn.Close(ctx)
+	want := checksum(t, src)
 
 	minio := testpg.StartMinIO(t)
 	st, err := backup.NewS3(backup.S3Config{Endpoint: minio.Endpoint, Bucket: "backups", Insecure: true,
@@ -394,13 +479,15 @@ func TestRestoreFromBackup(t *testing.T) {
 		t.Fatal(err)
 	}
 	o := backup.Options{Conn: backup.Conn{Host: "127.0.0.1", Port: src.pgPort, User: "shop", Password: appPassword, Database: "orders"},
-		Storage: st, Prefix: "ns/orders/", BinDir: testpg.BinDir(t)}
-	m, err := backup.Run(ctx, o, "20260101T000000Z", "orders", "test")
+		Storage: st, Prefix: "ns/orders/", BinDir: testpg.BinDir(t),
+		Series: backup.Series{UID: "uid-nightly", Name: "ns/orders-nightly", Database: "orders"}}
+	m, err := backup.Run(ctx, o, "20260101T000000Z", "test")
 	if err != nil {
 		t.Fatal(err)
 	}
 	restoreFlags := []string{"--from-backup", "--restore-s3-endpoint", minio.Endpoint, "--restore-s3-bucket", "backups",
-		"--restore-s3-insecure", "--restore-prefix", "ns/orders", "--termination-log", ""}
+		"--restore-s3-insecure", "--restore-prefix", "ns/orders", "--restore-series-uid", "uid-nightly",
+		"--restore-database-name", "orders", "--termination-log", ""}
 	creds := []string{"AWS_ACCESS_KEY_ID=" + minio.AccessKey, "AWS_SECRET_ACCESS_KEY=" + minio.SecretKey}
 
 	t.Run("a good backup", func(t *testing.T) {
@@ -417,10 +504,88 @@ func TestRestoreFromBackup(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer func() { _ = c.Close(ctx) }()
-		var n int
 		var owner string
-		if err := c.QueryRow(ctx, "SELECT count(*), (SELECT tableowner FROM pg_tables WHERE tablename = 'items') FROM items").Scan(&n, &owner); err != nil || n != 20000 || owner != "shop" {
-			t.Fatalf("restored %d rows owned by %q: %v", n, owner, err)
+		if err := c.QueryRow(ctx, "SELECT tableowner FROM pg_tables WHERE tablename = 'items'").Scan(&owner); err != nil || owner != "shop" {
+			t.Fatalf("restored table owned by %q: %v", owner, err)
+		}
+		if got := checksum(t, dst); got != want {
+			t.Fatalf("restored checksum %s, want %s", got, want)
+		}
+	})
+
+	// A restore killed halfway (OOM, eviction, node loss: no cleanup runs)
+	// must not leave a data directory the next start serves.
+	t.Run("killed mid-restore restores again", func(t *testing.T) {
+		dst := newInstance(t, restoreFlags...)
+		dst.env = creds
+		dst.start("copy-0")
+		deadline := time.Now().Add(60 * time.Second)
+		for len(descendants(dst.cmd.Process.Pid, "pg_restore")) == 0 {
+			if time.Now().After(deadline) {
+				t.Fatal("pg_restore never ran")
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		dst.kill()
+		if _, err := os.Stat(filepath.Join(dst.root, "data", "PG_VERSION")); err == nil {
+			t.Log("the killed restore left a data directory with PG_VERSION")
+		}
+		dst.start("copy-0")
+		dst.waitReady(120 * time.Second)
+		if got := checksum(t, dst); got != want {
+			t.Fatalf("after a killed restore the instance serves checksum %s, want %s", got, want)
+		}
+	})
+
+	// A retained volume never stands in for the restore a spec asks for.
+	t.Run("retained data is not served in place of a restore", func(t *testing.T) {
+		old := newInstance(t, "--database-uid", "uid-old")
+		old.start("orders-0")
+		old.waitReady(90 * time.Second)
+		c, err := old.connect(ctx, "shop", appPassword, "orders")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Exec(ctx, "CREATE TABLE kept (id int); INSERT INTO kept VALUES (42)"); err != nil {
+			t.Fatal(err)
+		}
+		_ = c.Close(ctx)
+		old.stop()
+
+		// The same volume under a new Database that asks for a restore.
+		termLog := filepath.Join(old.root, "termination-log")
+		old.extraFlags = append(slices.Clone(restoreFlags), "--database-uid", "uid-new", "--bootstrap-source", "fromBackup/orders-nightly",
+			"--termination-log", termLog)
+		old.env = creds
+		old.start("orders-0")
+		select {
+		case err := <-old.exited:
+			if err == nil {
+				t.Fatal("the instance manager exited cleanly on another Database's data")
+			}
+		case <-time.After(60 * time.Second):
+			t.Fatal("the instance manager runs on another Database's data instead of restoring")
+		}
+		msg, _ := os.ReadFile(termLog)
+		if !strings.HasPrefix(string(msg), instanceapi.TerminationDataConflict) || !strings.Contains(string(msg), "daytwo.dev/reuse-data") {
+			t.Fatalf("termination message %q does not explain the conflict", msg)
+		}
+
+		// Re-using it is an explicit choice, and the data is intact.
+		old.extraFlags = append(old.extraFlags, "--reuse-data")
+		old.start("orders-0")
+		old.waitReady(60 * time.Second)
+		if got := old.query(ctx, "SELECT count(*)::text FROM kept"); got != "1" {
+			t.Fatalf("kept rows = %s, want 1", got)
+		}
+		old.stop()
+
+		// deletionPolicy Retain's promise: initdb on initdb data continues on it.
+		old.extraFlags = []string{"--database-uid", "uid-third"}
+		old.start("orders-0")
+		old.waitReady(60 * time.Second)
+		if got := old.query(ctx, "SELECT count(*)::text FROM kept"); got != "1" {
+			t.Fatalf("kept rows = %s, want 1", got)
 		}
 	})
 

@@ -101,44 +101,85 @@ type permanentError struct{ error }
 
 func (e permanentError) Unwrap() error { return e.error }
 
-// prepare leaves a data directory of the right major version with the
-// managed configuration written.
+// prepare leaves a data directory of the right major version, made by this
+// Database (or allowed to run by checkIdentity), with the managed
+// configuration written.
 func (m *Manager) prepare(ctx context.Context) error {
 	if err := os.MkdirAll(m.cfg.RunDir, 0o700); err != nil {
 		return fmt.Errorf("failed to create %s: %w", m.cfg.RunDir, err)
 	}
-	if !hasData(m.cfg.PGData) {
-		if err := m.bootstrap(ctx); err != nil {
-			return err
-		}
+	if err := m.ensureData(ctx); err != nil {
+		return err
 	}
 	if err := m.checkVersion(ctx); err != nil {
 		return err
 	}
 	m.setPhase(instanceapi.PhaseStarting, "")
-	return m.cfg.writeConfig()
+	return m.cfg.writeConfig(m.cfg.PGData)
 }
 
+// ensureData bootstraps unless a complete data directory exists. A
+// bootstrap builds in a staging directory and renames it into place only
+// once it is complete, so whatever interrupts it (SIGKILL, OOM, node loss)
+// leaves a staging directory, which the next start throws away, and never
+// a half-made data directory that would be served.
+func (m *Manager) ensureData(ctx context.Context) error {
+	if err := os.RemoveAll(m.cfg.staging()); err != nil {
+		return fmt.Errorf("failed to remove an interrupted bootstrap: %w", err)
+	}
+	if hasData(m.cfg.PGData) {
+		err := m.checkIdentity()
+		if !errors.Is(err, errReclone) {
+			return err
+		}
+		m.log.Info("The replica's data belongs to another Database; cloning the primary again")
+	}
+	return m.bootstrap(ctx)
+}
+
+// bootstrap makes a complete data directory in staging, records its
+// identity, and swaps it in for PGData.
 func (m *Manager) bootstrap(ctx context.Context) error {
+	dir := m.cfg.staging()
+	if err := clearDir(dir); err != nil {
+		return err
+	}
+	var err error
 	switch {
 	case m.cfg.Role == instanceapi.RoleReplica:
 		m.log.Info("Cloning the primary", "primary", m.cfg.PrimaryHost)
-		return m.cloneFromPrimary(ctx)
+		err = m.cloneFromPrimary(ctx, dir)
 	case m.cfg.FromBackup:
 		m.log.Info("Restoring from a backup")
-		if err := m.restoreFromBackup(ctx); err != nil {
+		if err = m.restoreFromBackup(ctx, dir); err != nil {
 			// Not permanent: storage may come back; the kubelet retries.
-			return fmt.Errorf("restore failed: %w", err)
+			err = fmt.Errorf("%s: %w", instanceapi.TerminationRestoreFailed, err)
 		}
-		m.log.Info("Restored from a backup")
-		return nil
 	default:
 		m.log.Info("Initialising an empty data directory")
-		if err := os.MkdirAll(m.cfg.PGData, 0o700); err != nil {
-			return fmt.Errorf("failed to create %s: %w", m.cfg.PGData, err)
-		}
-		return m.initdb(ctx)
+		err = m.initdb(ctx, dir)
 	}
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		return err
+	}
+	if m.cfg.DatabaseUID != "" {
+		id := Identity{DatabaseUID: m.cfg.DatabaseUID, Bootstrap: m.cfg.BootstrapSource, Created: time.Now().UTC()}
+		if err := writeIdentity(dir, id); err != nil {
+			return err
+		}
+	}
+	if err := os.RemoveAll(m.cfg.PGData); err != nil {
+		return fmt.Errorf("failed to replace %s: %w", m.cfg.PGData, err)
+	}
+	if err := os.Rename(dir, m.cfg.PGData); err != nil {
+		return fmt.Errorf("failed to move the bootstrapped data into place: %w", err)
+	}
+	if err := syncDir(filepath.Dir(m.cfg.PGData)); err != nil {
+		return err
+	}
+	m.log.Info("Bootstrap complete", "source", m.cfg.BootstrapSource)
+	return nil
 }
 
 // checkVersion refuses a data directory written by another major version:

@@ -14,27 +14,19 @@ import (
 	"github.com/daytwo-dev/daytwo/internal/backup"
 )
 
-// restoreFromBackup builds a data directory from a backup: initdb, a server
-// that listens on the local socket only (no client can see a half-restored
-// database), the roles and the application database, then the restore.
-// Unless everything succeeds the data directory is emptied again, so the
-// next attempt starts clean and nothing half-restored is ever served.
-func (m *Manager) restoreFromBackup(ctx context.Context) (err error) {
-	if err := clearDir(m.cfg.PGData); err != nil {
+// restoreFromBackup builds a data directory from a backup in dir (the
+// staging directory): initdb, a server that listens on the local socket
+// only (no client can see a half-restored database), the roles and the
+// application database, then the restore. dir becomes the data directory
+// only after all of it succeeded (see bootstrap).
+func (m *Manager) restoreFromBackup(ctx context.Context, dir string) (err error) {
+	if err := m.initdb(ctx, dir); err != nil {
 		return err
 	}
-	defer func() {
-		if err != nil {
-			_ = clearDir(m.cfg.PGData)
-		}
-	}()
-	if err := m.initdb(ctx); err != nil {
+	if err := m.cfg.writeConfig(dir); err != nil {
 		return err
 	}
-	if err := m.cfg.writeConfig(); err != nil {
-		return err
-	}
-	stop, err := m.startLocalOnly(ctx)
+	stop, err := m.startLocalOnly(ctx, dir)
 	if err != nil {
 		return err
 	}
@@ -52,9 +44,9 @@ func (m *Manager) restoreFromBackup(ctx context.Context) (err error) {
 	return m.restore(ctx, target, m.cfg.Owner)
 }
 
-// startLocalOnly starts postgres without TCP and returns how to stop it.
-func (m *Manager) startLocalOnly(ctx context.Context) (func() error, error) {
-	cmd := exec.CommandContext(ctx, m.cfg.bin("postgres"), "-D", m.cfg.PGData, "-c", "listen_addresses=")
+// startLocalOnly starts postgres on dir without TCP and returns how to stop it.
+func (m *Manager) startLocalOnly(ctx context.Context, dir string) (func() error, error) {
+	cmd := exec.CommandContext(ctx, m.cfg.bin("postgres"), "-D", dir, "-c", "listen_addresses=")
 	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {

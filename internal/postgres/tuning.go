@@ -3,6 +3,7 @@ package postgres
 import (
 	"fmt"
 	"maps"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -125,15 +126,40 @@ func Merge(tuned, user map[string]string) []Effective {
 	return out
 }
 
-// Render writes settings as postgresql.conf lines, quoting every value.
+// Render writes settings as postgresql.conf lines. Values are single-quoted
+// and escaped the way PostgreSQL's config file parser reads them back: a
+// backslash starts an escape there and a doubled quote is a quote.
+//
+// A newline cannot be quoted at all: it ends the line and the string with
+// it, so a value could add settings of its own. Admission refuses control
+// characters in values and malformed names, but an object stored before
+// those rules (the API server lets unchanged values through) can still hold
+// one. Render leaves such a setting out, with a comment naming it, instead
+// of failing: one bad value must not keep every other setting from reaching
+// the instances, and cutting characters out would run a value nobody asked
+// for. PostgreSQL keeps its default for the omitted setting.
 func Render(params []Effective) string {
 	var b strings.Builder
 	b.WriteString("# Rendered by daytwo from the Database's resources and spec.parameters.\n")
 	for _, p := range params {
-		fmt.Fprintf(&b, "%s = '%s'\t# %s\n", p.Name, strings.ReplaceAll(p.Value, "'", "''"), strings.ToLower(p.Source))
+		if !settingName.MatchString(p.Name) || strings.ContainsFunc(p.Value, isControl) {
+			fmt.Fprintf(&b, "# omitted %s: its name or value cannot be written here\n", strconv.QuoteToASCII(p.Name))
+			continue
+		}
+		fmt.Fprintf(&b, "%s = '%s'\t# %s\n", p.Name, quoteEscaper.Replace(p.Value), strings.ToLower(p.Source))
 	}
 	return b.String()
 }
+
+// settingName is what admission accepts as a parameter name.
+var settingName = regexp.MustCompile(`^[a-z][a-z0-9_.]*$`)
+
+// quoteEscaper escapes a value for a single-quoted postgresql.conf string.
+var quoteEscaper = strings.NewReplacer(`\`, `\\`, `'`, `''`)
+
+// isControl says whether r is a character admission refuses in values:
+// ASCII control characters and DEL.
+func isControl(r rune) bool { return r < 0x20 || r == 0x7f }
 
 // FormatBytes writes n in the largest of kB, MB or GB that divides it after
 // rounding down to whole kB (MB from 1GB up), as postgresql.conf expects.

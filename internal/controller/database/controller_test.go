@@ -16,6 +16,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	storagev1 "k8s.io/api/storage/v1"
@@ -29,6 +30,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
+	"github.com/daytwo-dev/daytwo/internal/backup"
 	"github.com/daytwo-dev/daytwo/internal/operator"
 	"github.com/daytwo-dev/daytwo/internal/testenv"
 )
@@ -504,6 +506,11 @@ func TestDeletionPolicies(t *testing.T) {
 				return err
 			}
 			final.Status.LastBackupTime = &metav1.Time{Time: time.Now()}
+			asked, err := time.Parse(time.RFC3339, final.Annotations[v1alpha1.AnnotationBackupRequested])
+			if err != nil {
+				return err
+			}
+			final.Status.Backups = []v1alpha1.StoredBackup{{ID: backup.NewID(asked), Time: metav1.Now(), SizeBytes: 1, SHA256: "x"}}
 			return env.Client.Status().Update(ctx, final)
 		})
 		if err != nil {
@@ -520,5 +527,76 @@ func TestDeletionPolicies(t *testing.T) {
 		if _, err := get(ns, "snap-final", &v1alpha1.DatabaseBackup{}); err != nil {
 			t.Errorf("the final DatabaseBackup did not outlive the Database: %v", err)
 		}
+
+		// A Database of the same name (restored from snap-final, say) and
+		// deleted again: the earlier final backup does not count for it.
+		// envtest runs no garbage collector or Job controller: play their
+		// part for the first Database and its (never finishing) backup Job.
+		jobs := &batchv1.JobList{}
+		if err := env.Client.List(ctx, jobs, client.InNamespace(ns)); err != nil {
+			t.Fatal(err)
+		}
+		for i := range jobs.Items {
+			_ = env.Client.Delete(ctx, &jobs.Items[i], client.PropagationPolicy(metav1.DeletePropagationBackground))
+		}
+		for _, name := range []string{"snap-credentials", "snap-replication"} {
+			_ = env.Client.Delete(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}})
+		}
+		pvc, _ := get(ns, "pgdata-snap-0", &corev1.PersistentVolumeClaim{})
+		update(t, pvc, func(p *corev1.PersistentVolumeClaim) { p.Finalizers = nil })
+		eventually(t, "the first volume gone", func() (bool, error) {
+			_, err := get(ns, "pgdata-snap-0", &corev1.PersistentVolumeClaim{})
+			return apierrors.IsNotFound(err), client.IgnoreNotFound(err)
+		})
+		again := newDB(ns, "snap", func(d *v1alpha1.Database) {
+			d.Spec.DeletionPolicy = v1alpha1.DatabaseDeletionSnapshot
+			d.Spec.BackupStorage = &v1alpha1.BackupStorage{PVC: &v1alpha1.PVCStorage{ClaimName: "backups"}}
+		})
+		create(t, again)
+		waitCondition(t, ns, "snap", v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonPrimaryNotReady)
+		volume(t, ns, "snap", "standard", "1Gi")
+		// Deletion times have whole seconds; this one must differ from the first.
+		for firstAsked, _ := time.Parse(time.RFC3339, final.Annotations[v1alpha1.AnnotationBackupRequested]); time.Now().Unix() <= firstAsked.Unix()+1; {
+			time.Sleep(100 * time.Millisecond)
+		}
+		if err := env.Client.Delete(ctx, again); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, "the final DatabaseBackup asked for a run for the new Database", func() (bool, error) {
+			final, err := get(ns, "snap-final", &v1alpha1.DatabaseBackup{})
+			return err == nil && final.Annotations[v1alpha1.AnnotationFinalBackupOfUID] == string(again.UID) &&
+				final.Annotations[v1alpha1.AnnotationBackupRequested] != "", err
+		})
+		final, _ = get(ns, "snap-final", &v1alpha1.DatabaseBackup{})
+		requested, _ := time.Parse(time.RFC3339, final.Annotations[v1alpha1.AnnotationBackupRequested])
+		eventually(t, "a backup Job for the requested run", func() (bool, error) {
+			jobs := &batchv1.JobList{}
+			err := env.Client.List(ctx, jobs, client.InNamespace(ns))
+			for _, j := range jobs.Items {
+				if j.Name == fmt.Sprintf("snap-final-%d", requested.Unix()) {
+					return true, nil
+				}
+			}
+			return false, err
+		})
+		db = waitCondition(t, ns, "snap", v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonDeleting)
+		if pvc, err := get(ns, "pgdata-snap-0", &corev1.PersistentVolumeClaim{}); err != nil || !pvc.DeletionTimestamp.IsZero() {
+			t.Fatalf("the volume went before the new final backup: %v", err)
+		}
+		err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			if err := env.Client.Get(ctx, client.ObjectKeyFromObject(final), final); err != nil {
+				return err
+			}
+			final.Status.LastBackupTime = &metav1.Time{Time: time.Now()}
+			final.Status.Backups = []v1alpha1.StoredBackup{{ID: backup.NewID(requested), Time: metav1.Now(), SizeBytes: 1, SHA256: "y"}}
+			return env.Client.Status().Update(ctx, final)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, "the second Database gone after its own final backup", func() (bool, error) {
+			_, err := get(ns, "snap", &v1alpha1.Database{})
+			return apierrors.IsNotFound(err), client.IgnoreNotFound(err)
+		})
 	})
 }

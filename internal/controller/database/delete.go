@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -14,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
+	"github.com/daytwo-dev/daytwo/internal/backup"
 	"github.com/daytwo-dev/daytwo/internal/controller/conditions"
 )
 
@@ -63,28 +65,16 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, db *v1alpha1.Database)
 func FinalBackupName(db *v1alpha1.Database) string { return db.Name + "-final" }
 
 // finalBackup takes the final backup with the DatabaseBackup machinery and
-// reports whether it is stored. While it runs, and if it fails, the
-// Database stays, and its status and Events say why.
+// reports whether it is stored. Only a backup of this Database (its UID)
+// that finished after its deletion began counts: <name>-final may hold an
+// earlier Database's final backup, even the one this Database was restored
+// from. While the backup runs, and if it fails, the Database stays, and its
+// status and Events say why.
 func (r *Reconciler) finalBackup(ctx context.Context, db *v1alpha1.Database) (bool, error) {
 	b := &v1alpha1.DatabaseBackup{}
 	err := r.Client.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: FinalBackupName(db)}, b)
 	if apierrors.IsNotFound(err) {
-		b = &v1alpha1.DatabaseBackup{
-			ObjectMeta: metav1.ObjectMeta{Name: FinalBackupName(db), Namespace: db.Namespace,
-				Labels: map[string]string{labelFinalBackupOf: db.Name}},
-			Spec: v1alpha1.DatabaseBackupSpec{
-				DatabaseRef: v1alpha1.LocalObjectReference{Name: db.Name},
-				Storage:     *db.Spec.BackupStorage.DeepCopy(),
-				Retention:   &v1alpha1.BackupRetention{KeepLast: 1},
-			},
-		}
-		if err := r.Client.Create(ctx, b); err != nil {
-			return false, fmt.Errorf("failed to create the final DatabaseBackup: %w", err)
-		}
-		r.Recorder.Eventf(db, b, corev1.EventTypeNormal, "FinalBackup", "Delete",
-			"deletionPolicy Snapshot: taking the final backup with DatabaseBackup %s", b.Name)
-		r.deleting(db, "Taking the final backup with DatabaseBackup "+b.Name)
-		return false, nil
+		return false, r.createFinalBackup(ctx, db)
 	}
 	if err != nil {
 		return false, fmt.Errorf("failed to get the final DatabaseBackup: %w", err)
@@ -93,19 +83,70 @@ func (r *Reconciler) finalBackup(ctx context.Context, db *v1alpha1.Database) (bo
 		r.deleting(db, fmt.Sprintf("DatabaseBackup %s exists and is not this Database's final backup; rename or delete it", b.Name))
 		return false, nil
 	}
+	since := db.DeletionTimestamp.Time
+	if b.Annotations[v1alpha1.AnnotationFinalBackupOfUID] != string(db.UID) || b.Annotations[v1alpha1.AnnotationBackupRequested] != finalRequest(db) {
+		return false, r.requestFinalBackup(ctx, db, b)
+	}
 	last := meta.FindStatusCondition(b.Status.Conditions, v1alpha1.ConditionLastRunFailed)
 	switch {
-	case last != nil && last.Status == metav1.ConditionTrue:
+	case last != nil && last.Status == metav1.ConditionTrue && b.Status.LastFailureTime != nil && !b.Status.LastFailureTime.Time.Before(since):
 		r.deleting(db, fmt.Sprintf("The final backup failed (%s); delete DatabaseBackup %s to retry, or set deletionPolicy to Retain or Delete",
 			last.Message, b.Name))
 		return false, nil
-	case b.Status.LastBackupTime == nil:
+	case len(b.Status.Backups) == 0 || b.Status.Backups[0].ID != backup.NewID(since):
+		// The run asked for at the deletion stores the backup with this
+		// ID; an earlier backup, however recent, does not count.
 		r.deleting(db, "Taking the final backup with DatabaseBackup "+b.Name)
 		return false, nil
 	}
 	r.Recorder.Eventf(db, b, corev1.EventTypeNormal, "FinalBackup", "Delete",
 		"deletionPolicy Snapshot: final backup stored; restore it with bootstrap.fromBackup.backupRef %s", b.Name)
 	return true, nil
+}
+
+// finalRequest is the run a final backup asks for: the deletion's start.
+func finalRequest(db *v1alpha1.Database) string {
+	return db.DeletionTimestamp.UTC().Format(time.RFC3339)
+}
+
+func (r *Reconciler) createFinalBackup(ctx context.Context, db *v1alpha1.Database) error {
+	b := &v1alpha1.DatabaseBackup{
+		ObjectMeta: metav1.ObjectMeta{Name: FinalBackupName(db), Namespace: db.Namespace,
+			Labels: map[string]string{labelFinalBackupOf: db.Name},
+			Annotations: map[string]string{v1alpha1.AnnotationFinalBackupOfUID: string(db.UID),
+				v1alpha1.AnnotationBackupRequested: finalRequest(db)}},
+		Spec: v1alpha1.DatabaseBackupSpec{
+			DatabaseRef: v1alpha1.LocalObjectReference{Name: db.Name},
+			Storage:     *db.Spec.BackupStorage.DeepCopy(),
+			Retention:   &v1alpha1.BackupRetention{KeepLast: 1},
+		},
+	}
+	if err := r.Client.Create(ctx, b); err != nil {
+		return fmt.Errorf("failed to create the final DatabaseBackup: %w", err)
+	}
+	r.Recorder.Eventf(db, b, corev1.EventTypeNormal, "FinalBackup", "Delete",
+		"deletionPolicy Snapshot: taking the final backup with DatabaseBackup %s", b.Name)
+	r.deleting(db, "Taking the final backup with DatabaseBackup "+b.Name)
+	return nil
+}
+
+// requestFinalBackup points an earlier Database's final DatabaseBackup at
+// this one and asks it for a run now. Once that run succeeds, keepLast 1
+// prunes the earlier final backup, never before.
+func (r *Reconciler) requestFinalBackup(ctx context.Context, db *v1alpha1.Database, b *v1alpha1.DatabaseBackup) error {
+	base := b.DeepCopy()
+	if b.Annotations == nil {
+		b.Annotations = map[string]string{}
+	}
+	b.Annotations[v1alpha1.AnnotationFinalBackupOfUID] = string(db.UID)
+	b.Annotations[v1alpha1.AnnotationBackupRequested] = finalRequest(db)
+	if err := r.Client.Patch(ctx, b, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
+		return fmt.Errorf("failed to ask DatabaseBackup %s for the final backup: %w", b.Name, err)
+	}
+	r.Recorder.Eventf(db, b, corev1.EventTypeNormal, "FinalBackup", "Delete",
+		"deletionPolicy Snapshot: taking the final backup with DatabaseBackup %s", b.Name)
+	r.deleting(db, "Taking the final backup with DatabaseBackup "+b.Name)
+	return nil
 }
 
 // deleting says what a deletion waits for.

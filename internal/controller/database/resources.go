@@ -188,7 +188,9 @@ func podTemplate(db *v1alpha1.Database, p plan, in stsInputs) *corev1ac.PodTempl
 				WithCommand("/daytwo", "instance", "bootstrap", controllerMount+"/daytwo").
 				WithSecurityContext(restrictedContainer()).
 				WithResources(corev1ac.ResourceRequirements().WithRequests(corev1.ResourceList{
-					corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("32Mi")})).
+					corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("32Mi")}).
+					WithLimits(corev1.ResourceList{
+						corev1.ResourceCPU: resource.MustParse("500m"), corev1.ResourceMemory: resource.MustParse("128Mi")})).
 				WithVolumeMounts(corev1ac.VolumeMount().WithName("controller").WithMountPath(controllerMount))).
 			WithContainers(postgresContainer(db, p, in)).
 			WithVolumes(append(podVolumes(db, p), restoreVolumes(in.restore)...)...))
@@ -198,7 +200,11 @@ func postgresContainer(db *v1alpha1.Database, p plan, in stsInputs) *corev1ac.Co
 	args := []string{"instance", "run", "--termination-log=/dev/termination-log",
 		"--cluster=" + db.Name, "--pod=$(POD_NAME)", "--primary-host=" + primaryHost(db),
 		"--pgdata=" + dataMount + "/pgdata", "--run-dir=" + controllerMount + "/run",
-		fmt.Sprintf("--shutdown-timeout=%ds", terminationGrace-10)}
+		fmt.Sprintf("--shutdown-timeout=%ds", terminationGrace-10),
+		"--database-uid=" + string(db.UID), "--bootstrap-source=" + bootstrapSource(db)}
+	if db.Annotations[v1alpha1.AnnotationReuseData] == "true" {
+		args = append(args, "--reuse-data")
+	}
 	if b := db.Spec.Bootstrap; b != nil && b.FromBackup != nil && in.restore != nil {
 		args = append(append(args, "--from-backup", "--restore-id="+b.FromBackup.BackupID), in.restore.args...)
 	} else if b != nil && b.InitDB != nil {
@@ -238,6 +244,15 @@ func postgresContainer(db *v1alpha1.Database, p plan, in stsInputs) *corev1ac.Co
 		).
 		WithVolumeMounts(restoreMounts(in.restore)...).
 		WithTerminationMessagePolicy(corev1.TerminationMessageReadFile)
+}
+
+// bootstrapSource names how db's spec bootstraps, as the instance manager
+// records it in the data directory.
+func bootstrapSource(db *v1alpha1.Database) string {
+	if b := db.Spec.Bootstrap; b != nil && b.FromBackup != nil {
+		return instanceapi.BootstrapFromBackup(b.FromBackup.BackupRef.Name)
+	}
+	return instanceapi.BootstrapInitDB
 }
 
 // restoreEnv passes the backup storage's credentials. Optional: once

@@ -13,6 +13,7 @@ import (
 	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
 	"github.com/daytwo-dev/daytwo/internal/controller"
 	"github.com/daytwo-dev/daytwo/internal/controller/conditions"
+	"github.com/daytwo-dev/daytwo/internal/instanceapi"
 )
 
 // observation is what one reconcile saw and decided; the status is built
@@ -85,12 +86,12 @@ func setStatus(db *v1alpha1.Database, obs *observation) {
 		}
 	}
 	st.Ready = primaryReady
-	switch restoreErr := restoreError(obs.pods); {
+	switch reason, msg := primaryError(obs.pods); {
 	case primaryReady:
 		set(v1alpha1.ConditionReady, true, v1alpha1.ReasonAvailable,
 			fmt.Sprintf("The primary %s accepts connections; %d of %d instances ready", st.Primary, st.ReadyInstances, st.Instances))
-	case restoreErr != "":
-		set(v1alpha1.ConditionReady, false, v1alpha1.ReasonRestoreFailed, restoreErr)
+	case reason != "":
+		set(v1alpha1.ConditionReady, false, reason, msg)
 	default:
 		set(v1alpha1.ConditionReady, false, v1alpha1.ReasonPrimaryNotReady, "The primary is not ready: "+primaryWhy)
 	}
@@ -176,10 +177,14 @@ func uniqueSorted(s []string) []string {
 	return slices.Compact(s)
 }
 
-// restoreError is what the primary's instance manager said when a restore
-// from a backup failed (it writes its fatal error as the termination
-// message), or "".
-func restoreError(pods []corev1.Pod) string {
+// primaryError is the condition reason and message for what the primary's
+// instance manager said when it stopped (it writes its fatal error as the
+// termination message): a failed restore, or data it refused to serve.
+func primaryError(pods []corev1.Pod) (string, string) {
+	reasons := map[string]string{
+		instanceapi.TerminationRestoreFailed: v1alpha1.ReasonRestoreFailed,
+		instanceapi.TerminationDataConflict:  v1alpha1.ReasonDataConflict,
+	}
 	for i := range pods {
 		if ordinal(pods[i].Name) != 0 {
 			continue
@@ -189,11 +194,16 @@ func restoreError(pods []corev1.Pod) string {
 				continue
 			}
 			for _, t := range []*corev1.ContainerStateTerminated{cs.State.Terminated, cs.LastTerminationState.Terminated} {
-				if t != nil && t.ExitCode != 0 && strings.HasPrefix(t.Message, "restore failed") {
-					return controller.Truncate(t.Message, 512)
+				if t == nil || t.ExitCode == 0 {
+					continue
+				}
+				for prefix, reason := range reasons {
+					if strings.HasPrefix(t.Message, prefix) {
+						return reason, controller.Truncate(t.Message, 1024)
+					}
 				}
 			}
 		}
 	}
-	return ""
+	return "", ""
 }

@@ -141,8 +141,34 @@ func (r *Reconciler) schedule(ctx context.Context, b *v1alpha1.DatabaseBackup, d
 	return d.Next.Sub(now), nil
 }
 
-// decide applies the schedule (or the one-shot rule) at now.
+// decide applies the schedule (or the one-shot rule) at now; a requested
+// run that has not started yet is due first.
 func (r *Reconciler) decide(b *v1alpha1.DatabaseBackup, now time.Time) schedule.Decision {
+	d := r.decideSchedule(b, now)
+	if t, ok := requestedRun(b, now); ok {
+		d.Due, d.Skipped, d.Missed = t, time.Time{}, 1
+	}
+	return d
+}
+
+// requestedRun is the run asked for with AnnotationBackupRequested, unless
+// it lies in the future or a run at or after it has started already.
+func requestedRun(b *v1alpha1.DatabaseBackup, now time.Time) (time.Time, bool) {
+	v, ok := b.Annotations[v1alpha1.AnnotationBackupRequested]
+	if !ok {
+		return time.Time{}, false
+	}
+	t, err := time.Parse(time.RFC3339, v)
+	if err != nil || t.After(now) {
+		return time.Time{}, false
+	}
+	if last := b.Status.LastScheduleTime; last != nil && !last.Time.Before(t) {
+		return time.Time{}, false
+	}
+	return t.UTC(), true
+}
+
+func (r *Reconciler) decideSchedule(b *v1alpha1.DatabaseBackup, now time.Time) schedule.Decision {
 	if b.Spec.Schedule == "" {
 		if b.Status.LastScheduleTime == nil {
 			return schedule.Decision{Due: b.CreationTimestamp.Time, Missed: 1}

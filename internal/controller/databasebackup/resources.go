@@ -26,6 +26,22 @@ const (
 	backupVolumeMount = "/backups"
 )
 
+// DefaultActiveDeadline bounds a backup run whose spec sets no
+// activeDeadlineSeconds: a stuck pg_dump (a lock, a hung connection) must
+// not hold a Forbid schedule for good.
+const DefaultActiveDeadline = 6 * time.Hour
+
+// checkDeadline bounds a verification's check Job.
+const checkDeadline = 10 * time.Minute
+
+// resources are requests and limits for a container daytwo creates.
+func resources(cpuRequest, memRequest, cpuLimit, memLimit string) corev1.ResourceRequirements {
+	return corev1.ResourceRequirements{
+		Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpuRequest), corev1.ResourceMemory: resource.MustParse(memRequest)},
+		Limits:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpuLimit), corev1.ResourceMemory: resource.MustParse(memLimit)},
+	}
+}
+
 // jobName is deterministic per scheduled time, so a stale cache cannot start
 // a run twice: the second create fails with AlreadyExists. Names stay within
 // 63 characters (the job-name pod label).
@@ -52,7 +68,8 @@ func SeriesPrefix(b *v1alpha1.DatabaseBackup) string {
 // storage of b, the environment that carries its S3 credentials, and the
 // volume a PVC storage needs.
 func StorageArgs(b *v1alpha1.DatabaseBackup, flagPrefix string) ([]string, []corev1.EnvVar, []corev1.Volume, []corev1.VolumeMount) {
-	args := []string{"--" + flagPrefix + "prefix=" + SeriesPrefix(b)}
+	args := []string{"--" + flagPrefix + "prefix=" + SeriesPrefix(b), "--" + flagPrefix + "series-uid=" + string(b.UID),
+		"--" + flagPrefix + "series-name=" + b.Namespace + "/" + b.Name, "--" + flagPrefix + "database-name=" + b.Spec.DatabaseRef.Name}
 	st := b.Spec.Storage
 	if s3 := st.S3; s3 != nil {
 		args = append(args, "--"+flagPrefix+"s3-endpoint="+s3.Endpoint, "--"+flagPrefix+"s3-bucket="+s3.Bucket)
@@ -90,7 +107,7 @@ type jobInputs struct {
 // backupJob is the Job of the run scheduled at t.
 func backupJob(b *v1alpha1.DatabaseBackup, in jobInputs, t time.Time) *batchv1.Job {
 	args, env, vols, mounts := StorageArgs(b, "")
-	args = append([]string{"backup", "run", "--id=" + backup.NewID(t), "--database-name=" + in.database}, args...)
+	args = append([]string{"backup", "run", "--id=" + backup.NewID(t)}, args...)
 	if r := b.Spec.Retention; r != nil {
 		args = append(args, fmt.Sprintf("--keep-last=%d", r.KeepLast), fmt.Sprintf("--keep-daily=%d", r.KeepDaily),
 			fmt.Sprintf("--keep-weekly=%d", r.KeepWeekly), fmt.Sprintf("--keep-monthly=%d", r.KeepMonthly))
@@ -109,6 +126,7 @@ func backupJob(b *v1alpha1.DatabaseBackup, in jobInputs, t time.Time) *batchv1.J
 			Name: "bootstrap-controller", Image: in.instanceImage, ImagePullPolicy: corev1.PullIfNotPresent,
 			Command:         []string{"/daytwo", "instance", "bootstrap", controllerMount + "/daytwo"},
 			SecurityContext: restricted(),
+			Resources:       resources("10m", "32Mi", "500m", "128Mi"),
 			VolumeMounts:    []corev1.VolumeMount{{Name: "controller", MountPath: controllerMount}},
 		}},
 		Containers: []corev1.Container{{
@@ -116,8 +134,8 @@ func backupJob(b *v1alpha1.DatabaseBackup, in jobInputs, t time.Time) *batchv1.J
 			Command: []string{controllerMount + "/daytwo"}, Args: args, Env: env,
 			SecurityContext:          restricted(),
 			TerminationMessagePolicy: corev1.TerminationMessageReadFile,
-			Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{
-				corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("256Mi")}},
+			// Two 64MiB upload parts in flight, pg_dump and the Go runtime.
+			Resources: resources("100m", "256Mi", "1", "1Gi"),
 			VolumeMounts: append([]corev1.VolumeMount{
 				{Name: "controller", MountPath: controllerMount}, {Name: "tmp", MountPath: "/tmp"}}, mounts...),
 		}},
@@ -133,7 +151,7 @@ func backupJob(b *v1alpha1.DatabaseBackup, in jobInputs, t time.Time) *batchv1.J
 		},
 		Spec: batchv1.JobSpec{
 			BackoffLimit:          ptr.To(ptr.Deref(b.Spec.BackoffLimit, 2)),
-			ActiveDeadlineSeconds: b.Spec.ActiveDeadlineSeconds,
+			ActiveDeadlineSeconds: ptr.To(ptr.Deref(b.Spec.ActiveDeadlineSeconds, int64(DefaultActiveDeadline.Seconds()))),
 			Template:              corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: pod},
 		},
 	}

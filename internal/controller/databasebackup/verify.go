@@ -181,7 +181,8 @@ func checkJob(b *v1alpha1.DatabaseBackup, name, credentials, image string) *batc
 	return &batchv1.Job{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: b.Namespace, Labels: labels},
 		Spec: batchv1.JobSpec{
-			BackoffLimit: ptr.To[int32](1),
+			BackoffLimit:          ptr.To[int32](1),
+			ActiveDeadlineSeconds: ptr.To(int64(checkDeadline.Seconds())),
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: labels},
 				Spec: corev1.PodSpec{
@@ -194,6 +195,7 @@ func checkJob(b *v1alpha1.DatabaseBackup, name, credentials, image string) *batc
 						Command:                  []string{"/daytwo", "backup", "check", "--query=" + query},
 						Env:                      libpqEnv(credentials),
 						SecurityContext:          restricted(),
+						Resources:                resources("10m", "64Mi", "500m", "256Mi"),
 						TerminationMessagePolicy: corev1.TerminationMessageReadFile,
 					}},
 				},

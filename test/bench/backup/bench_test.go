@@ -123,7 +123,7 @@ func TestBenchBackup(t *testing.T) {
 			return cmd.Run()
 		}))
 		daytwoBackup = best(daytwoBackup, timed(t, fmt.Sprintf("daytwo backup to MinIO (%d)", round), func() error {
-			m, err = backup.Run(ctx, opts("bench"), fmt.Sprintf("round-%d", round), "bench", "bench")
+			m, err = backup.Run(ctx, opts("bench"), fmt.Sprintf("round-%d", round), "bench")
 			return err
 		}))
 		db := fmt.Sprintf("raw_restore_%d", round)

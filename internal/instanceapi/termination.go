@@ -1,0 +1,20 @@
+package instanceapi
+
+// Prefixes of the instance manager's termination message (a fatal error)
+// that the operator turns into a Database condition.
+const (
+	// TerminationRestoreFailed: a bootstrap from a backup failed; the pod
+	// restarts to retry.
+	TerminationRestoreFailed = "restore failed"
+	// TerminationDataConflict: the volume holds data another Database made
+	// and the spec does not allow running on it.
+	TerminationDataConflict = "data conflict"
+)
+
+// BootstrapInitDB is the bootstrap source (flag --bootstrap-source) of a
+// Database made by initdb.
+const BootstrapInitDB = "initdb"
+
+// BootstrapFromBackup is the bootstrap source of a Database restored from
+// the backups of DatabaseBackup backupRef.
+func BootstrapFromBackup(backupRef string) string { return "fromBackup/" + backupRef }
