@@ -12,7 +12,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -103,10 +105,27 @@ func StartOperatorWith(opts operator.Options) (env *Env, stop func() error, err 
 	if err != nil {
 		return nil, nil, err
 	}
-	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
+	stopOperator, err := env.StartOperator(opts)
+	if err != nil {
+		_ = env.Stop()
+		return nil, nil, err
+	}
+	stop = func() error {
+		return errors.Join(stopOperator(), env.Stop())
+	}
+	return env, stop, nil
+}
+
+// StartOperator runs one more daytwo operator against e, as a restarted or
+// a second (leader election lost) operator would: a fresh cache, the same
+// metrics registry. stop ends it.
+func (e *Env) StartOperator(opts operator.Options) (stop func() error, err error) {
+	mgr, err := ctrl.NewManager(e.Config, ctrl.Options{
 		Scheme:  operator.NewScheme(),
 		Cache:   operator.CacheOptions(),
 		Metrics: metricsserver.Options{BindAddress: "0"},
+		// Controller names are unique per process, not per manager.
+		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	if err == nil {
@@ -114,14 +133,12 @@ func StartOperatorWith(opts operator.Options) (env *Env, stop func() error, err 
 	}
 	if err != nil {
 		cancel()
-		_ = env.Stop()
-		return nil, nil, fmt.Errorf("failed to set up the operator: %w", err)
+		return nil, fmt.Errorf("failed to set up the operator: %w", err)
 	}
 	done := make(chan error, 1)
 	go func() { done <- mgr.Start(ctx) }()
-	stop = func() error {
+	return func() error {
 		cancel()
-		return errors.Join(<-done, env.Stop())
-	}
-	return env, stop, nil
+		return <-done
+	}, nil
 }

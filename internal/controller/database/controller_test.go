@@ -10,6 +10,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -598,5 +599,40 @@ func TestDeletionPolicies(t *testing.T) {
 			_, err := get(ns, "snap", &v1alpha1.Database{})
 			return apierrors.IsNotFound(err), client.IgnoreNotFound(err)
 		})
+	})
+}
+
+// A retained volume with another Database's data: the pod says so in its
+// termination message and the Database reports it; re-using the data is an
+// annotation the instance manager receives as a flag.
+func TestDataConflictIsReported(t *testing.T) {
+	ns := env.Namespace(t)
+	db := newDB(ns, "orders")
+	create(t, db)
+	sts := &appsv1.StatefulSet{}
+	eventually(t, "the StatefulSet", func() (bool, error) { _, err := get(ns, "orders", sts); return err == nil, client.IgnoreNotFound(err) })
+	args := strings.Join(sts.Spec.Template.Spec.Containers[0].Args, " ")
+	if !strings.Contains(args, "--database-uid="+string(db.UID)) || !strings.Contains(args, "--bootstrap-source=initdb") ||
+		strings.Contains(args, "--reuse-data") {
+		t.Fatalf("instance manager args: %s", args)
+	}
+	fakeStatefulSetController(t, ns, "orders", "rev-1")
+	pod, _ := get(ns, "orders-0", &corev1.Pod{})
+	msg := "data conflict: the volume holds data of an earlier Database (uid x, bootstrap initdb); set the annotation daytwo.dev/reuse-data=true"
+	pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionFalse}}
+	pod.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "postgres", Image: "postgres:15", ImageID: "x",
+		State:                corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff"}},
+		LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 1, Message: msg}}}}
+	if err := env.Client.Status().Update(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	db = waitCondition(t, ns, "orders", v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonDataConflict)
+	if got := condition(db, v1alpha1.ConditionReady).Message; got != msg {
+		t.Errorf("Ready message %q", got)
+	}
+	update(t, db, func(d *v1alpha1.Database) { d.Annotations = map[string]string{v1alpha1.AnnotationReuseData: "true"} })
+	eventually(t, "--reuse-data in the template", func() (bool, error) {
+		s, err := get(ns, "orders", &appsv1.StatefulSet{})
+		return err == nil && slices.Contains(s.Spec.Template.Spec.Containers[0].Args, "--reuse-data"), err
 	})
 }

@@ -41,7 +41,7 @@ type Reconciler struct {
 // +kubebuilder:rbac:groups=daytwo.dev,resources=databasebackups/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=daytwo.dev,resources=databasebackups/finalizers,verbs=update
 // +kubebuilder:rbac:groups=daytwo.dev,resources=databases,verbs=get;list;watch;create;delete
-// +kubebuilder:rbac:groups=batch,resources=jobs,verbs=get;list;watch;create;delete
+// +kubebuilder:rbac:groups=batch,resources=jobs,verbs=get;list;watch;create;patch;delete
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 

@@ -14,6 +14,7 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
@@ -325,4 +326,85 @@ func metric(t *testing.T, name, ns string) float64 {
 	}
 	t.Fatalf("metric %s{namespace=%q} not found", name, ns)
 	return 0
+}
+
+// A finished Job is recorded once: replayed through more reconciles, a
+// second operator with its own cache, and an operator started afresh, it
+// makes one Event and one metric increment.
+func TestFinishedJobIsRecordedOnce(t *testing.T) {
+	ns, b := setup(t, nil)
+	job := waitJobs(t, ns, 1)[0]
+	second, err := env.StartOperator(operator.Options{Clock: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	finish(t, &job, false, backup.Result{Error: "pg_dump failed: connection refused"})
+	waitCondition(t, b, v1alpha1.ConditionLastRunFailed, metav1.ConditionTrue, v1alpha1.ReasonBackupFailed)
+	reconcileAgain := func() {
+		t.Helper()
+		before := reconciles(t)
+		poke(t, b)
+		eventually(t, "a reconcile after the poke", func() (bool, error) { return reconciles(t) > before, nil })
+	}
+	reconcileAgain()
+	reconcileAgain()
+	if err := second(); err != nil {
+		t.Fatal(err)
+	}
+	third, err := env.StartOperator(operator.Options{Clock: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = third() }()
+	reconcileAgain()
+
+	if v := metric(t, "daytwo_backup_failures_total", ns); v != 1 {
+		t.Errorf("daytwo_backup_failures_total = %v, want 1", v)
+	}
+	var events int32
+	list := &eventsv1.EventList{}
+	if err := env.Client.List(ctx, list, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range list.Items {
+		if e.Reason == v1alpha1.ReasonBackupFailed && e.Regarding.Name == b.Name {
+			events++
+			if e.Series != nil {
+				events += e.Series.Count - 1
+			}
+		}
+	}
+	if events != 1 {
+		t.Errorf("%d BackupFailed events, want 1", events)
+	}
+	if got := get(t, b); got.Status.LastFailureTime == nil {
+		t.Errorf("status lost the failure: %+v", got.Status)
+	}
+	var recorded batchv1.Job
+	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(&job), &recorded); err != nil || recorded.Annotations["daytwo.dev/recorded"] != "failed" {
+		t.Errorf("the Job is not marked recorded: %v %v", recorded.Annotations, err)
+	}
+}
+
+// reconciles is how many times the databasebackup controllers reconciled.
+func reconciles(t *testing.T) float64 {
+	t.Helper()
+	families, err := crmetrics.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	total := 0.0
+	for _, f := range families {
+		if f.GetName() != "controller_runtime_reconcile_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "controller" && l.GetValue() == "databasebackup" {
+					total += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return total
 }

@@ -10,6 +10,7 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -63,11 +64,17 @@ func activeJobs(jobs []batchv1.Job) []*batchv1.Job {
 	return out
 }
 
-// recordFinished moves the results of finished Jobs the status does not
-// hold yet into it, and into metrics and Events. A success is recorded when
-// lastBackupTime is older than its scheduled time, a failure when
-// lastFailureTime is older than its end: each is recorded once, even across
-// operator restarts.
+// annRecorded marks a finished Job whose result is recorded: status,
+// metrics and Events happen once per run, whatever the cache shows and
+// however many operators look.
+const annRecorded = "daytwo.dev/recorded"
+
+// recordFinished records each finished Job that is not marked recorded yet.
+// The mark is claimed first, with the Job's resourceVersion as a
+// precondition, so of two reconciles (a stale cache, a second operator)
+// only one records a run; the other fails on the conflict and looks again.
+// If the status write after a claim fails, that run's counters are lost:
+// at most once, never twice.
 func (r *Reconciler) recordFinished(ctx context.Context, b *v1alpha1.DatabaseBackup, jobs []batchv1.Job) error {
 	st := &b.Status
 	st.ActiveJobs = nil
@@ -78,29 +85,56 @@ func (r *Reconciler) recordFinished(ctx context.Context, b *v1alpha1.DatabaseBac
 			st.ActiveJobs = append(st.ActiveJobs, job.Name)
 			continue
 		}
-		if ok && (st.LastBackupTime == nil || st.LastBackupTime.Time.Before(scheduledOf(job))) {
-			res, err := r.result(ctx, job, true)
-			if err != nil {
-				return err
-			}
-			r.recordSuccess(b, job, res)
+		if _, recorded := job.Annotations[annRecorded]; recorded {
+			continue
 		}
-		if !ok && (st.LastFailureTime == nil || st.LastFailureTime.Time.Before(at)) {
-			res, err := r.result(ctx, job, false)
-			if err != nil {
-				return err
-			}
+		res, err := r.result(ctx, job, ok)
+		if err != nil {
+			return err
+		}
+		if claimed, err := r.claim(ctx, job, ok); err != nil || !claimed {
+			return err
+		}
+		if ok {
+			r.recordSuccess(b, job, res)
+		} else {
 			r.recordFailure(b, job, at, res)
 		}
 	}
 	return nil
 }
 
+// claim marks job recorded; false when the Job is gone.
+func (r *Reconciler) claim(ctx context.Context, job *batchv1.Job, ok bool) (bool, error) {
+	base := job.DeepCopy()
+	if job.Annotations == nil {
+		job.Annotations = map[string]string{}
+	}
+	job.Annotations[annRecorded] = map[bool]string{true: "succeeded", false: "failed"}[ok]
+	err := r.Client.Patch(ctx, job, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}))
+	if apierrors.IsNotFound(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("failed to mark Job %s recorded: %w", job.Name, err)
+	}
+	return true, nil
+}
+
+// recordSuccess records one successful run. Under concurrencyPolicy Allow
+// runs may finish out of order: the newest backup wins the status.
 func (r *Reconciler) recordSuccess(b *v1alpha1.DatabaseBackup, job *batchv1.Job, res backup.Result) {
 	st := &b.Status
 	end := res.End
 	if end.IsZero() {
 		end = scheduledOf(job)
+	}
+	st.PrunedTotal += int64(res.Pruned)
+	st.SuccessesSinceVerification++
+	r.Recorder.Eventf(b, job, corev1.EventTypeNormal, v1alpha1.ReasonBackupSucceeded, "Backup",
+		"Backup %s: %d bytes in %.1fs, sha256 %s, %d pruned", res.ID, res.Bytes, res.DurationSeconds, short(res.SHA256), res.Pruned)
+	if st.LastBackupTime != nil && st.LastBackupTime.Time.After(end) {
+		return
 	}
 	st.LastBackupTime = &metav1.Time{Time: end}
 	st.Backups = nil
@@ -108,21 +142,22 @@ func (r *Reconciler) recordSuccess(b *v1alpha1.DatabaseBackup, job *batchv1.Job,
 		st.Backups = append(st.Backups, v1alpha1.StoredBackup{ID: s.ID, Time: metav1.Time{Time: s.End}, SizeBytes: s.Bytes,
 			SHA256: s.SHA256, PGVersion: s.PGVersion})
 	}
-	st.PrunedTotal += int64(res.Pruned)
-	st.SuccessesSinceVerification++
 	setCondition(b, v1alpha1.ConditionLastRunFailed, false, v1alpha1.ReasonBackupSucceeded,
 		fmt.Sprintf("Backup %s stored (%d bytes)", res.ID, res.Bytes))
 	observeSuccess(b, res)
-	r.Recorder.Eventf(b, job, corev1.EventTypeNormal, v1alpha1.ReasonBackupSucceeded, "Backup",
-		"Backup %s: %d bytes in %.1fs, sha256 %s, %d pruned", res.ID, res.Bytes, res.DurationSeconds, short(res.SHA256), res.Pruned)
 }
 
 func (r *Reconciler) recordFailure(b *v1alpha1.DatabaseBackup, job *batchv1.Job, at time.Time, res backup.Result) {
-	b.Status.LastFailureTime = &metav1.Time{Time: at}
 	msg := fmt.Sprintf("Job %s failed: %s", job.Name, controller.Truncate(res.Error, 512))
-	setCondition(b, v1alpha1.ConditionLastRunFailed, true, v1alpha1.ReasonBackupFailed, msg)
 	observeFailure(b)
 	r.Recorder.Eventf(b, job, corev1.EventTypeWarning, v1alpha1.ReasonBackupFailed, "Backup", "%s", msg)
+	if t := b.Status.LastFailureTime; t != nil && t.Time.After(at) {
+		return
+	}
+	b.Status.LastFailureTime = &metav1.Time{Time: at}
+	if last := b.Status.LastBackupTime; last == nil || !last.Time.After(at) {
+		setCondition(b, v1alpha1.ConditionLastRunFailed, true, v1alpha1.ReasonBackupFailed, msg)
+	}
 }
 
 // result reads what the Job's pod reported in its termination message. For
@@ -165,7 +200,7 @@ func (r *Reconciler) pruneHistory(ctx context.Context, b *v1alpha1.DatabaseBacku
 	for i := len(jobs) - 1; i >= 0; i-- {
 		job := &jobs[i]
 		_, done, ok := finishedAt(job)
-		if !done || !job.DeletionTimestamp.IsZero() {
+		if _, recorded := job.Annotations[annRecorded]; !done || !recorded || !job.DeletionTimestamp.IsZero() {
 			continue
 		}
 		if ok {
