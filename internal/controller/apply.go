@@ -5,8 +5,13 @@ import (
 	"fmt"
 
 	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
 )
 
 // Apply server-side applies a child as daytwo's field manager, taking over
@@ -47,4 +52,57 @@ func Named[T any, PT interface {
 	obj.SetNamespace(namespace)
 	obj.SetName(name)
 	return obj
+}
+
+// Ownership is how a child of the name daytwo would use relates to owner.
+type Ownership int
+
+const (
+	// Absent: no such object; daytwo creates it.
+	Absent Ownership = iota
+	// Owned: owner controls it.
+	Owned
+	// Adoptable: nothing controls it and the owner asks for adoption.
+	Adoptable
+	// Conflicting: someone else controls it, or nothing does and adoption
+	// was not asked for; daytwo must not write or delete it.
+	Conflicting
+)
+
+// CheckOwner gets obj (namespace and name set) and says whether daytwo may
+// write it for owner, a ownerKind. kind names obj in the message that
+// explains a conflict.
+func CheckOwner(ctx context.Context, c client.Client, owner client.Object, ownerKind string, obj client.Object, kind string) (Ownership, string, error) {
+	if err := c.Get(ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
+		if apierrors.IsNotFound(err) {
+			return Absent, "", nil
+		}
+		return Conflicting, "", fmt.Errorf("failed to get %s %s: %w", kind, obj.GetName(), err)
+	}
+	ctrl := metav1.GetControllerOf(obj)
+	switch {
+	case ctrl != nil && ctrl.UID == owner.GetUID():
+		return Owned, "", nil
+	case ctrl == nil && owner.GetAnnotations()[v1alpha1.AnnotationAdopt] == "true":
+		return Adoptable, "", nil
+	case ctrl != nil:
+		return Conflicting, fmt.Sprintf("%s %s is controlled by %s %s", kind, obj.GetName(), ctrl.Kind, ctrl.Name), nil
+	default:
+		return Conflicting, fmt.Sprintf("%s %s exists and is not managed by daytwo; annotate the %s with %s=true to adopt it",
+			kind, obj.GetName(), ownerKind, v1alpha1.AnnotationAdopt), nil
+	}
+}
+
+// DeleteOwned deletes obj (namespace and name set) only if owner controls it.
+func DeleteOwned(ctx context.Context, c client.Client, owner, obj client.Object, kind string) error {
+	if err := c.Get(ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	if ctrl := metav1.GetControllerOf(obj); ctrl == nil || ctrl.UID != owner.GetUID() {
+		return nil
+	}
+	if err := c.Delete(ctx, obj, client.Preconditions{UID: ptr.To(obj.GetUID())}); client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("failed to delete %s %s: %w", kind, obj.GetName(), err)
+	}
+	return nil
 }

@@ -52,7 +52,7 @@ func (r *Reconciler) ensureSecrets(ctx context.Context, db *v1alpha1.Database, o
 	} {
 		msg, err := r.ensureSecret(ctx, db, s.name, s.data)
 		if err != nil || msg != "" {
-			obs.invalid = msg
+			obs.conflict = msg
 			return err
 		}
 	}
@@ -103,6 +103,37 @@ func (r *Reconciler) ensureSecret(ctx context.Context, db *v1alpha1.Database, na
 	default:
 		return fmt.Sprintf("Secret %s exists and does not belong to this Database", name), nil
 	}
+}
+
+// checkChildren refuses to write over an object of a child's name that
+// this Database does not control: another owner's, or one nobody controls
+// unless the Database carries daytwo.dev/adopt=true (the next apply then
+// makes the Database its controller).
+func (r *Reconciler) checkChildren(ctx context.Context, db *v1alpha1.Database, obs *observation) error {
+	ns := db.Namespace
+	for _, c := range []struct {
+		obj  client.Object
+		kind string
+	}{
+		{controller.Named[corev1.ConfigMap](ns, configName(db)), "ConfigMap"},
+		{controller.Named[corev1.Service](ns, headlessName(db)), "Service"},
+		{controller.Named[corev1.Service](ns, rwName(db)), "Service"},
+		{controller.Named[corev1.Service](ns, roName(db)), "Service"},
+		{controller.Named[appsv1.StatefulSet](ns, db.Name), "StatefulSet"},
+		{controller.Named[policyv1.PodDisruptionBudget](ns, db.Name), "PodDisruptionBudget"},
+	} {
+		own, msg, err := controller.CheckOwner(ctx, r.Client, db, "Database", c.obj, c.kind)
+		switch {
+		case err != nil:
+			return err
+		case own == controller.Conflicting:
+			obs.conflict = msg
+			return nil
+		case own == controller.Adoptable:
+			r.Recorder.Eventf(db, c.obj, corev1.EventTypeNormal, "Adopted", "Adopt", "Adopted existing %s %s", c.kind, c.obj.GetName())
+		}
+	}
+	return nil
 }
 
 func (r *Reconciler) applyConfigAndServices(ctx context.Context, db *v1alpha1.Database, p plan) error {
@@ -188,11 +219,7 @@ func (r *Reconciler) applyDisruptionBudget(ctx context.Context, db *v1alpha1.Dat
 		return controller.ApplyIfChanged(ctx, r.Client, controller.Named[policyv1.PodDisruptionBudget](db.Namespace, db.Name),
 			podDisruptionBudget(db), policyv1ac.ExtractPodDisruptionBudget, "PodDisruptionBudget")
 	}
-	pdb := controller.Named[policyv1.PodDisruptionBudget](db.Namespace, db.Name)
-	if err := r.Client.Delete(ctx, pdb); client.IgnoreNotFound(err) != nil {
-		return fmt.Errorf("failed to delete PodDisruptionBudget: %w", err)
-	}
-	return nil
+	return controller.DeleteOwned(ctx, r.Client, db, controller.Named[policyv1.PodDisruptionBudget](db.Namespace, db.Name), "PodDisruptionBudget")
 }
 
 // labelRoles marks ordinal 0 as the primary and the others as replicas,

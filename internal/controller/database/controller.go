@@ -30,6 +30,10 @@ const cleanupFinalizer = "daytwo.dev/database-cleanup"
 // become ready before the image is rolled back.
 const DefaultUpgradeDeadline = 5 * time.Minute
 
+// conflictRetry is how often a Database blocked by an object of a child's
+// name that it does not control looks again (not every kind is watched by name).
+const conflictRetry = time.Minute
+
 // restoreRetry is how often a Database waiting for the DatabaseBackup it
 // restores from looks again (DatabaseBackups are not watched).
 const restoreRetry = 30 * time.Second
@@ -94,8 +98,11 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, db *v1alpha1.Database)
 	if obs.invalid = validate(db, obs.plan); obs.invalid != "" {
 		return reconcile.Result{}, nil
 	}
-	if err := r.ensureSecrets(ctx, db, obs); err != nil || obs.invalid != "" {
-		return reconcile.Result{}, err
+	if err := r.ensureSecrets(ctx, db, obs); err != nil || obs.conflict != "" {
+		return reconcile.Result{RequeueAfter: conflictRetry}, err
+	}
+	if err := r.checkChildren(ctx, db, obs); err != nil || obs.conflict != "" {
+		return reconcile.Result{RequeueAfter: conflictRetry}, err
 	}
 	if err := r.applyConfigAndServices(ctx, db, obs.plan); err != nil {
 		return reconcile.Result{}, err

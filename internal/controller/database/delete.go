@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -31,6 +32,13 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, db *v1alpha1.Database)
 	if err := r.Client.List(ctx, pvcs, client.InNamespace(db.Namespace), client.MatchingLabels(selectorLabels(db))); err != nil {
 		return fmt.Errorf("failed to list volumes: %w", err)
 	}
+	// Only the StatefulSet's own claims: another volume that merely carries
+	// the label is not this Database's to delete.
+	pvcs.Items = slices.DeleteFunc(pvcs.Items, func(p corev1.PersistentVolumeClaim) bool {
+		i := strings.LastIndex(p.Name, "-")
+		n, err := strconv.Atoi(p.Name[i+1:])
+		return err != nil || n < 0 || p.Name != pvcName(db, n)
+	})
 	switch db.Spec.DeletionPolicy {
 	case v1alpha1.DatabaseDeletionSnapshot:
 		if len(pvcs.Items) > 0 {

@@ -28,6 +28,7 @@ type observation struct {
 	in            stsInputs
 	templateImage string
 
+	conflict         string
 	restoreFailed    string
 	keepStatefulSet  bool
 	instanceStatuses []v1alpha1.InstanceStatus
@@ -59,6 +60,11 @@ func setStatus(db *v1alpha1.Database, obs *observation) {
 	if obs.invalid != "" {
 		st.Phase, st.Ready = v1alpha1.DatabasePhaseDegraded, false
 		set(v1alpha1.ConditionReady, false, v1alpha1.ReasonInvalidSpec, obs.invalid)
+		return
+	}
+	if obs.conflict != "" {
+		st.Phase, st.Ready = v1alpha1.DatabasePhaseDegraded, false
+		set(v1alpha1.ConditionReady, false, v1alpha1.ReasonConflictingResource, obs.conflict)
 		return
 	}
 	if obs.restoreFailed != "" {

@@ -28,21 +28,26 @@ import (
 
 const revisionAnnotation = "deployment.kubernetes.io/revision"
 
-// checkOwnership looks for a Deployment or Service of app's name that app
-// does not control. It is adopted when app carries daytwo.dev/adopt=true and
-// nothing else controls it; otherwise the returned message explains the
-// conflict. It also returns the pod selector: a Deployment's selector is
-// immutable, so an adopted one keeps its own and pods do not restart.
+// checkOwnership looks for children of app's name (Deployment, Service,
+// HPA, PDB, Ingress) that app does not control. One is adopted when app
+// carries daytwo.dev/adopt=true and nothing else controls it; otherwise the
+// returned message explains the conflict, and daytwo writes and deletes
+// none of them. It also returns the pod selector: a Deployment's selector
+// is immutable, so an adopted one keeps its own and pods do not restart.
 func (r *Reconciler) checkOwnership(ctx context.Context, app *v1alpha1.WebApp) (string, map[string]string, error) {
 	sel := selectorLabels(app)
-	dep := &appsv1.Deployment{}
-	for _, obj := range []client.Object{dep, &corev1.Service{}} {
-		err := r.Client.Get(ctx, client.ObjectKey{Namespace: app.Namespace, Name: app.Name}, obj)
-		if apierrors.IsNotFound(err) {
-			continue
+	dep := controller.Named[appsv1.Deployment](app.Namespace, app.Name)
+	for _, obj := range []client.Object{dep, controller.Named[corev1.Service](app.Namespace, app.Name),
+		controller.Named[autoscalingv2.HorizontalPodAutoscaler](app.Namespace, app.Name),
+		controller.Named[policyv1.PodDisruptionBudget](app.Namespace, app.Name),
+		controller.Named[networkingv1.Ingress](app.Namespace, app.Name)} {
+		kind := kindOf(obj)
+		own, msg, err := controller.CheckOwner(ctx, r.Client, app, "WebApp", obj, kind)
+		if err != nil || own == controller.Conflicting {
+			return msg, nil, err
 		}
-		if err != nil {
-			return "", nil, fmt.Errorf("failed to get %T %s: %w", obj, app.Name, err)
+		if own == controller.Absent {
+			continue
 		}
 		if obj == dep && dep.Spec.Selector != nil {
 			if len(dep.Spec.Selector.MatchExpressions) > 0 {
@@ -50,22 +55,11 @@ func (r *Reconciler) checkOwnership(ctx context.Context, app *v1alpha1.WebApp) (
 			}
 			sel = dep.Spec.Selector.MatchLabels
 		}
-		kind := kindOf(obj)
-		owner := metav1.GetControllerOf(obj)
-		switch {
-		case owner != nil && owner.UID == app.UID:
-			continue
-		case owner == nil && app.Annotations[v1alpha1.AnnotationAdopt] == "true":
+		if own == controller.Adoptable {
 			if err := r.takeOver(ctx, obj); err != nil {
 				return "", nil, err
 			}
 			r.Recorder.Eventf(app, obj, corev1.EventTypeNormal, "Adopted", "Adopt", "Adopted existing %s %s", kind, app.Name)
-			continue
-		case owner != nil:
-			return fmt.Sprintf("%s %s is controlled by %s %s", kind, app.Name, owner.Kind, owner.Name), nil, nil
-		default:
-			return fmt.Sprintf("%s %s exists and is not managed by daytwo; annotate the WebApp with %s=true to adopt it",
-				kind, app.Name, v1alpha1.AnnotationAdopt), nil, nil
 		}
 	}
 	return "", sel, nil
@@ -101,6 +95,12 @@ func kindOf(obj client.Object) string {
 		return "Deployment"
 	case *corev1.Service:
 		return "Service"
+	case *autoscalingv2.HorizontalPodAutoscaler:
+		return "HorizontalPodAutoscaler"
+	case *policyv1.PodDisruptionBudget:
+		return "PodDisruptionBudget"
+	case *networkingv1.Ingress:
+		return "Ingress"
 	}
 	return fmt.Sprintf("%T", obj)
 }
@@ -245,14 +245,7 @@ func (r *Reconciler) applyOptionalChildren(ctx context.Context, app *v1alpha1.We
 
 // deleteOwned deletes app's child of obj's type, if app controls it.
 func (r *Reconciler) deleteOwned(ctx context.Context, app *v1alpha1.WebApp, obj client.Object) error {
-	if err := r.Client.Get(ctx, client.ObjectKeyFromObject(app), obj); err != nil {
-		return client.IgnoreNotFound(err)
-	}
-	if owner := metav1.GetControllerOf(obj); owner == nil || owner.UID != app.UID {
-		return nil
-	}
-	if err := r.Client.Delete(ctx, obj); client.IgnoreNotFound(err) != nil {
-		return fmt.Errorf("failed to delete %T %s: %w", obj, obj.GetName(), err)
-	}
-	return nil
+	obj.SetNamespace(app.Namespace)
+	obj.SetName(app.Name)
+	return controller.DeleteOwned(ctx, r.Client, app, obj, kindOf(obj))
 }
