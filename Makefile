@@ -86,6 +86,10 @@ bench-backup: deps ## Backup benchmark: daytwo vs raw pg_dump/pg_restore and pgB
 	hack/deps.sh pgbackrest
 	go test -tags bench -count=1 -run TestBenchBackup -v -timeout 60m ./test/bench/backup/
 
+.PHONY: bench-cache
+bench-cache: tools ## Operator heap with 1000 unrelated Secrets and ConfigMaps vs an empty cluster (BENCH_OBJECTS, BENCH_BYTES).
+	go test -tags bench -count=1 -run TestBenchCache -v ./test/bench/cache/ | grep -E '^(operator heap|BENCH)|FAIL|^ok'
+
 .PHONY: bench-webapp
 bench-webapp: tools build ## WebApp benchmark on the kwok cluster (BENCH_N=1000, BENCH_LATENCY_SECONDS=60).
 	KWOK_NODES=$${KWOK_NODES:-12} hack/kwok-cluster.sh up

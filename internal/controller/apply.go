@@ -30,7 +30,14 @@ func Apply(ctx context.Context, c client.Client, obj runtime.ApplyConfiguration,
 // to the editor) makes the two differ and is repaired. live is filled in.
 func ApplyIfChanged[O client.Object, AC runtime.ApplyConfiguration](ctx context.Context, c client.Client, live O, desired AC,
 	extract func(O, string) (AC, error), what string) error {
-	err := c.Get(ctx, client.ObjectKey{Namespace: live.GetNamespace(), Name: live.GetName()}, live)
+	return ApplyIfChangedReading(ctx, c, c, live, desired, extract, what)
+}
+
+// ApplyIfChangedReading is ApplyIfChanged reading live through reader: the
+// API server, for a kind the operator caches only as metadata.
+func ApplyIfChangedReading[O client.Object, AC runtime.ApplyConfiguration](ctx context.Context, reader client.Reader, c client.Client,
+	live O, desired AC, extract func(O, string) (AC, error), what string) error {
+	err := reader.Get(ctx, client.ObjectKey{Namespace: live.GetNamespace(), Name: live.GetName()}, live)
 	if client.IgnoreNotFound(err) != nil {
 		return fmt.Errorf("failed to get %s: %w", what, err)
 	}

@@ -4,11 +4,16 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"strconv"
 	"time"
 )
+
+// maxStatusBytes bounds what the operator reads from an instance: a
+// misbehaving (or compromised) pod must not make it buffer without end.
+const maxStatusBytes = 1 << 20
 
 // Client is the operator's side of the contract.
 type Client struct {
@@ -36,7 +41,7 @@ func (c *Client) Status(ctx context.Context, podIP string) (Status, error) {
 		return Status{}, fmt.Errorf("instance %s answered %s", podIP, resp.Status)
 	}
 	var s Status
-	if err := json.NewDecoder(resp.Body).Decode(&s); err != nil {
+	if err := json.NewDecoder(io.LimitReader(resp.Body, maxStatusBytes)).Decode(&s); err != nil {
 		return Status{}, fmt.Errorf("instance %s: %w", podIP, err)
 	}
 	return s, nil

@@ -91,7 +91,7 @@ func SetupControllers(ctx context.Context, mgr manager.Manager, opts Options) er
 	if err := wa.SetupWithManager(ctx, mgr); err != nil {
 		return fmt.Errorf("failed to set up the WebApp controller: %w", err)
 	}
-	if err := (&database.Reconciler{Client: c, Recorder: mgr.GetEventRecorder("daytwo"),
+	if err := (&database.Reconciler{Client: c, APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("daytwo"),
 		InstanceImage: opts.InstanceImage, Clock: opts.Clock}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("failed to set up the Database controller: %w", err)
 	}

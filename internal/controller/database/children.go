@@ -13,6 +13,7 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	appsv1ac "k8s.io/client-go/applyconfigurations/apps/v1"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
@@ -60,42 +61,37 @@ func (r *Reconciler) ensureSecrets(ctx context.Context, db *v1alpha1.Database, o
 }
 
 func (r *Reconciler) ensureSecret(ctx context.Context, db *v1alpha1.Database, name string, data func(string) map[string][]byte) (string, error) {
-	s := &corev1.Secret{}
-	err := r.Client.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: name}, s)
+	// Secrets are cached as metadata only: the operator never holds their data.
+	s := metadataOf(corev1.SchemeGroupVersion.WithKind("Secret"), db.Namespace, name)
+	err := r.Client.Get(ctx, client.ObjectKeyFromObject(s), s)
 	if apierrors.IsNotFound(err) {
-		pw, err := postgres.Password()
-		if err != nil {
-			return "", err
+		// The cache may not show a Secret created a moment ago: ask the API
+		// before creating one.
+		err = r.APIReader.Get(ctx, client.ObjectKeyFromObject(s), s)
+		if apierrors.IsNotFound(err) {
+			return "", r.createSecret(ctx, db, name, data)
 		}
-		s = &corev1.Secret{
-			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: db.Namespace, Labels: labels(db)},
-			Type:       corev1.SecretTypeOpaque,
-			Data:       data(pw),
-		}
-		if err := controllerutil.SetControllerReference(db, s, r.Client.Scheme()); err != nil {
-			return "", err
-		}
-		if err := r.Client.Create(ctx, s); err != nil {
-			return "", fmt.Errorf("failed to create Secret %s: %w", name, err)
-		}
-		return "", nil
 	}
 	if err != nil {
 		return "", fmt.Errorf("failed to get Secret %s: %w", name, err)
-	}
-	if len(s.Data[v1alpha1.CredentialsPassword]) == 0 {
-		return fmt.Sprintf("Secret %s exists without a %q key", name, v1alpha1.CredentialsPassword), nil
 	}
 	owner := metav1.GetControllerOf(s)
 	switch {
 	case owner != nil && owner.UID == db.UID:
 		return "", nil
 	case owner == nil && s.Labels[labelDatabase] == db.Name:
+		full := &corev1.Secret{}
+		if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(s), full); err != nil {
+			return "", fmt.Errorf("failed to get Secret %s: %w", name, err)
+		}
+		if len(full.Data[v1alpha1.CredentialsPassword]) == 0 {
+			return fmt.Sprintf("Secret %s exists without a %q key", name, v1alpha1.CredentialsPassword), nil
+		}
 		base := s.DeepCopy()
 		if err := controllerutil.SetControllerReference(db, s, r.Client.Scheme()); err != nil {
 			return "", err
 		}
-		if err := r.Client.Patch(ctx, s, client.MergeFrom(base)); err != nil {
+		if err := r.Client.Patch(ctx, s, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
 			return "", fmt.Errorf("failed to take back Secret %s: %w", name, err)
 		}
 		r.Recorder.Eventf(db, s, corev1.EventTypeNormal, "Adopted", "Adopt", "Took back the kept Secret %s", name)
@@ -103,6 +99,32 @@ func (r *Reconciler) ensureSecret(ctx context.Context, db *v1alpha1.Database, na
 	default:
 		return fmt.Sprintf("Secret %s exists and does not belong to this Database", name), nil
 	}
+}
+
+func (r *Reconciler) createSecret(ctx context.Context, db *v1alpha1.Database, name string, data func(string) map[string][]byte) error {
+	pw, err := postgres.Password()
+	if err != nil {
+		return err
+	}
+	s := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: db.Namespace, Labels: labels(db)},
+		Type:       corev1.SecretTypeOpaque,
+		Data:       data(pw),
+	}
+	if err := controllerutil.SetControllerReference(db, s, r.Client.Scheme()); err != nil {
+		return err
+	}
+	if err := r.Client.Create(ctx, s); err != nil {
+		return fmt.Errorf("failed to create Secret %s: %w", name, err)
+	}
+	return nil
+}
+
+// metadataOf is an object of kind gvk as the metadata-only cache holds it.
+func metadataOf(gvk schema.GroupVersionKind, namespace, name string) *metav1.PartialObjectMetadata {
+	m := &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name}}
+	m.SetGroupVersionKind(gvk)
+	return m
 }
 
 // checkChildren refuses to write over an object of a child's name that
@@ -115,7 +137,7 @@ func (r *Reconciler) checkChildren(ctx context.Context, db *v1alpha1.Database, o
 		obj  client.Object
 		kind string
 	}{
-		{controller.Named[corev1.ConfigMap](ns, configName(db)), "ConfigMap"},
+		{metadataOf(corev1.SchemeGroupVersion.WithKind("ConfigMap"), ns, configName(db)), "ConfigMap"},
 		{controller.Named[corev1.Service](ns, headlessName(db)), "Service"},
 		{controller.Named[corev1.Service](ns, rwName(db)), "Service"},
 		{controller.Named[corev1.Service](ns, roName(db)), "Service"},
@@ -137,8 +159,9 @@ func (r *Reconciler) checkChildren(ctx context.Context, db *v1alpha1.Database, o
 }
 
 func (r *Reconciler) applyConfigAndServices(ctx context.Context, db *v1alpha1.Database, p plan) error {
-	if err := controller.ApplyIfChanged(ctx, r.Client, controller.Named[corev1.ConfigMap](db.Namespace, configName(db)), configMap(db, p),
-		corev1ac.ExtractConfigMap, "ConfigMap"); err != nil {
+	// ConfigMaps are cached as metadata only; the rendered file is read from the API.
+	if err := controller.ApplyIfChangedReading(ctx, r.APIReader, r.Client, controller.Named[corev1.ConfigMap](db.Namespace, configName(db)),
+		configMap(db, p), corev1ac.ExtractConfigMap, "ConfigMap"); err != nil {
 		return err
 	}
 	for name, role := range map[string]string{headlessName(db): "", rwName(db): "primary", roName(db): "replica"} {

@@ -40,8 +40,11 @@ const restoreRetry = 30 * time.Second
 
 // Reconciler reconciles a Database.
 type Reconciler struct {
-	Client   client.Client
-	Recorder events.EventRecorder
+	Client client.Client
+	// APIReader reads what the cache holds as metadata only (the rendered
+	// ConfigMap, a kept Secret's keys).
+	APIReader client.Reader
+	Recorder  events.EventRecorder
 	// InstanceImage is the daytwo image whose binary the init container
 	// copies into each PostgreSQL pod.
 	InstanceImage string
@@ -155,8 +158,10 @@ func (r *Reconciler) SetupWithManager(mgr manager.Manager) error {
 		For(&v1alpha1.Database{}).
 		Owns(&appsv1.StatefulSet{}).
 		Owns(&corev1.Service{}).
-		Owns(&corev1.ConfigMap{}).
-		Owns(&corev1.Secret{}).
+		// Metadata only: the operator never caches Secret data, nor every
+		// ConfigMap of the cluster (the WebApp controller shares these informers).
+		Owns(&corev1.ConfigMap{}, builder.OnlyMetadata).
+		Owns(&corev1.Secret{}, builder.OnlyMetadata).
 		Owns(&policyv1.PodDisruptionBudget{}).
 		Watches(&corev1.Pod{}, byLabel).
 		Watches(&corev1.PersistentVolumeClaim{}, byLabel).

@@ -127,9 +127,10 @@ func TestChildrenHaveTheRightShape(t *testing.T) {
 	if conf := cm.Data["postgresql.conf"]; !strings.Contains(conf, "shared_buffers = '1GB'") || !strings.Contains(conf, "work_mem = '16MB'\t# user") {
 		t.Errorf("rendered configuration:\n%s", conf)
 	}
-	if _, err := get(ns, "orders", &policyv1.PodDisruptionBudget{}); err != nil {
-		t.Errorf("no PodDisruptionBudget for 2 instances: %v", err)
-	}
+	eventually(t, "a PodDisruptionBudget for 2 instances", func() (bool, error) {
+		_, err := get(ns, "orders", &policyv1.PodDisruptionBudget{})
+		return err == nil, client.IgnoreNotFound(err)
+	})
 	secret, err := get(ns, "orders-credentials", &corev1.Secret{})
 	if err != nil {
 		t.Fatal(err)
@@ -242,12 +243,18 @@ func TestRestartOnlyChangeRollsThePod(t *testing.T) {
 		t.Errorf("status: primary %q ready %d", db.Status.Primary, db.Status.ReadyInstances)
 	}
 
-	// A reloadable setting changes the ConfigMap only: no new revision.
+	// A reloadable setting changes the ConfigMap only: no new revision. The
+	// reconcile of the new generation applies the StatefulSet before it
+	// writes status.observedGeneration.
 	sts, _ := get(ns, "app", &appsv1.StatefulSet{})
 	update(t, db, func(d *v1alpha1.Database) { d.Spec.Parameters = map[string]string{"work_mem": "8MB"} })
-	eventually(t, "work_mem in the ConfigMap", func() (bool, error) {
+	eventually(t, "work_mem in the ConfigMap, generation observed", func() (bool, error) {
 		cm, err := get(ns, "app-config", &corev1.ConfigMap{})
-		return err == nil && strings.Contains(cm.Data["postgresql.conf"], "work_mem = '8MB'"), err
+		if err != nil || !strings.Contains(cm.Data["postgresql.conf"], "work_mem = '8MB'") {
+			return false, err
+		}
+		d, err := get(ns, "app", &v1alpha1.Database{})
+		return err == nil && d.Status.ObservedGeneration == db.Generation, err
 	})
 	if now, _ := get(ns, "app", &appsv1.StatefulSet{}); now.Generation != sts.Generation {
 		t.Errorf("a reloadable setting changed the pod template (generation %d -> %d)", sts.Generation, now.Generation)
@@ -540,8 +547,16 @@ func TestDeletionPolicies(t *testing.T) {
 		for i := range jobs.Items {
 			_ = env.Client.Delete(ctx, &jobs.Items[i], client.PropagationPolicy(metav1.DeletePropagationBackground))
 		}
-		for _, name := range []string{"snap-credentials", "snap-replication"} {
-			_ = env.Client.Delete(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}})
+		for _, obj := range []client.Object{
+			&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "snap-credentials"}},
+			&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "snap-replication"}},
+			&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "snap-config"}},
+			&corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "snap"}},
+			&corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "snap-rw"}},
+			&corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "snap-ro"}},
+			&appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "snap"}},
+		} {
+			_ = env.Client.Delete(ctx, obj)
 		}
 		pvc, _ := get(ns, "pgdata-snap-0", &corev1.PersistentVolumeClaim{})
 		update(t, pvc, func(p *corev1.PersistentVolumeClaim) { p.Finalizers = nil })

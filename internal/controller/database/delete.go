@@ -186,8 +186,8 @@ func (r *Reconciler) retain(ctx context.Context, db *v1alpha1.Database, pvcs []c
 		kept = append(kept, "volume "+pvcs[i].Name)
 	}
 	for _, name := range []string{db.CredentialsSecretName(), replicationName(db)} {
-		s := &corev1.Secret{}
-		if err := r.Client.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: name}, s); err != nil {
+		s := metadataOf(corev1.SchemeGroupVersion.WithKind("Secret"), db.Namespace, name)
+		if err := r.Client.Get(ctx, client.ObjectKeyFromObject(s), s); err != nil {
 			if client.IgnoreNotFound(err) != nil {
 				return fmt.Errorf("failed to get Secret %s: %w", name, err)
 			}
