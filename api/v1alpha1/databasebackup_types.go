@@ -55,6 +55,14 @@ const (
 	ConditionBackupStale = "BackupStale"
 	// ConditionVerified is True when the latest verification restored the backup.
 	ConditionVerified = "Verified"
+	// ConditionSharedLocation is True when another DatabaseBackup stores in
+	// the same bucket and prefix (or volume and path). Series stay apart by
+	// UID, so nothing is lost, but the location is harder to reason about.
+	ConditionSharedLocation = "SharedLocation"
+	// ReasonLocationShared names the other DatabaseBackups at the location.
+	ReasonLocationShared = "LocationShared"
+	// ReasonLocationExclusive means no other DatabaseBackup stores there.
+	ReasonLocationExclusive = "LocationExclusive"
 	// ReasonSuspended means scheduling is suspended.
 	ReasonSuspended = "Suspended"
 	// ReasonDatabaseNotFound means databaseRef names no Database.

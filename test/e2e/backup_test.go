@@ -139,6 +139,30 @@ func TestBackupScheduleRetentionAndRestore(t *testing.T) {
 		return apierrors.IsNotFound(err), nil
 	})
 	t.Logf("Snapshot deletion took %s", time.Since(start).Round(100*time.Millisecond))
+
+	// orders again, restored from its final backup and written to, then
+	// deleted again with Snapshot: the earlier final backup must not count,
+	// the rows written since the restore come back.
+	createDatabase(t, ns, "orders", func(db *v1alpha1.Database) {
+		db.Spec.Bootstrap = &v1alpha1.DatabaseBootstrap{FromBackup: &v1alpha1.BootstrapFromBackup{
+			BackupRef: v1alpha1.LocalObjectReference{Name: "orders-final"}}}
+		db.Spec.BackupStorage = storage
+		db.Spec.DeletionPolicy = v1alpha1.DatabaseDeletionSnapshot
+	})
+	waitDatabase(t, ns, "orders", 4*time.Minute, "Ready from the final backup", isReady(1, ""))
+	psqlPod(t, ns, "psql-again", "orders")
+	if got := sql(t, ns, "psql-again", "orders-rw", backupChecksum); got != want {
+		t.Fatalf("checksum of orders restored from its final backup %s, want %s", got, want)
+	}
+	sql(t, ns, "psql-again", "orders-rw", "INSERT INTO items SELECT g, md5(g::text) FROM generate_series(200001, 200100) g")
+	want = sql(t, ns, "psql-again", "orders-rw", backupChecksum)
+	if err := cluster.Client.Delete(context.Background(), &v1alpha1.Database{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "orders"}}); err != nil {
+		t.Fatal(err)
+	}
+	framework.Eventually(t, 3*time.Minute, "orders deleted after its second final backup", func(ctx context.Context) (bool, error) {
+		err := cluster.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "orders"}, &v1alpha1.Database{})
+		return apierrors.IsNotFound(err), nil
+	})
 	createDatabase(t, ns, "reborn", func(db *v1alpha1.Database) {
 		db.Spec.Bootstrap = &v1alpha1.DatabaseBootstrap{FromBackup: &v1alpha1.BootstrapFromBackup{
 			BackupRef: v1alpha1.LocalObjectReference{Name: "orders-final"}}}
@@ -146,7 +170,7 @@ func TestBackupScheduleRetentionAndRestore(t *testing.T) {
 	waitDatabase(t, ns, "reborn", 4*time.Minute, "Ready from the final backup", isReady(1, ""))
 	psqlPod(t, ns, "psql-reborn", "reborn")
 	if got := sql(t, ns, "psql-reborn", "reborn-rw", backupChecksum); got != want {
-		t.Fatalf("checksum after the Snapshot round trip %s, want %s", got, want)
+		t.Fatalf("checksum after the second Snapshot round trip %s, want %s (rows written after the restore)", got, want)
 	}
 
 	// A one-shot backup to a volume instead of S3, restored again.
@@ -178,6 +202,25 @@ func TestBackupScheduleRetentionAndRestore(t *testing.T) {
 	if got := sql(t, ns, "psql-from-pvc", "from-pvc-rw", backupChecksum); got != want {
 		t.Fatalf("checksum after the volume round trip %s, want %s", got, want)
 	}
+
+	// Deleted with Retain and created again asking for a restore: the kept
+	// volume is not served in place of the restore.
+	if err := cluster.Client.Delete(context.Background(), &v1alpha1.Database{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "from-pvc"}}); err != nil {
+		t.Fatal(err)
+	}
+	framework.Eventually(t, 2*time.Minute, "from-pvc deleted, its volume kept", func(ctx context.Context) (bool, error) {
+		err := cluster.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "from-pvc"}, &v1alpha1.Database{})
+		return apierrors.IsNotFound(err), nil
+	})
+	createDatabase(t, ns, "from-pvc", func(db *v1alpha1.Database) {
+		db.Spec.Bootstrap = &v1alpha1.DatabaseBootstrap{FromBackup: &v1alpha1.BootstrapFromBackup{
+			BackupRef: v1alpha1.LocalObjectReference{Name: "orders-s3"}}}
+	})
+	conflict := waitDatabase(t, ns, "from-pvc", 3*time.Minute, "DataConflict", func(db *v1alpha1.Database) bool {
+		c := meta.FindStatusCondition(db.Status.Conditions, v1alpha1.ConditionReady)
+		return c != nil && c.Reason == v1alpha1.ReasonDataConflict
+	})
+	t.Logf("refused: %s", meta.FindStatusCondition(conflict.Status.Conditions, v1alpha1.ConditionReady).Message)
 }
 
 func updateBackup(t *testing.T, ns, name string, mutate func(*v1alpha1.DatabaseBackup)) {

@@ -3,6 +3,8 @@ package databasebackup
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
@@ -76,6 +78,9 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, b *v1alpha1.DatabaseBa
 		return reconcile.Result{}, err
 	}
 	if err := r.pruneHistory(ctx, b, jobs); err != nil {
+		return reconcile.Result{}, err
+	}
+	if err := r.setSharedLocation(ctx, b); err != nil {
 		return reconcile.Result{}, err
 	}
 	requeue := r.setStaleness(b, now)
@@ -259,6 +264,32 @@ func (r *Reconciler) setStaleness(b *v1alpha1.DatabaseBackup, now time.Time) tim
 	return staleAt.Sub(now)
 }
 
+// locationIndex indexes DatabaseBackups by Location.
+const locationIndex = "daytwo.dev/location"
+
+// setSharedLocation warns when other DatabaseBackups store where b does.
+func (r *Reconciler) setSharedLocation(ctx context.Context, b *v1alpha1.DatabaseBackup) error {
+	list := &v1alpha1.DatabaseBackupList{}
+	if err := r.Client.List(ctx, list, client.MatchingFields{locationIndex: Location(b)}); err != nil {
+		return fmt.Errorf("failed to list DatabaseBackups at %s: %w", Location(b), err)
+	}
+	var others []string
+	for _, o := range list.Items {
+		if o.UID != b.UID {
+			others = append(others, o.Namespace+"/"+o.Name)
+		}
+	}
+	if len(others) == 0 {
+		setCondition(b, v1alpha1.ConditionSharedLocation, false, v1alpha1.ReasonLocationExclusive, "No other DatabaseBackup stores at "+Location(b))
+		return nil
+	}
+	slices.Sort(others)
+	setCondition(b, v1alpha1.ConditionSharedLocation, true, v1alpha1.ReasonLocationShared,
+		fmt.Sprintf("DatabaseBackup %s also stores at %s; each series lists, prunes and restores only its own backups",
+			strings.Join(others, ", "), Location(b)))
+	return nil
+}
+
 // SetupWithManager declares every trigger of this controller.
 func (r *Reconciler) SetupWithManager(mgr manager.Manager) error {
 	if r.Clock == nil {
@@ -279,8 +310,27 @@ func (r *Reconciler) SetupWithManager(mgr manager.Manager) error {
 		}
 		return out
 	})
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &v1alpha1.DatabaseBackup{}, locationIndex,
+		func(obj client.Object) []string { return []string{Location(obj.(*v1alpha1.DatabaseBackup))} }); err != nil {
+		return err
+	}
+	// A DatabaseBackup appearing at, or leaving, a location matters to the others there.
+	sameLocation := handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, obj client.Object) []reconcile.Request {
+		list := &v1alpha1.DatabaseBackupList{}
+		if err := mgr.GetClient().List(ctx, list, client.MatchingFields{locationIndex: Location(obj.(*v1alpha1.DatabaseBackup))}); err != nil {
+			return nil
+		}
+		var out []reconcile.Request
+		for _, o := range list.Items {
+			if o.UID != obj.GetUID() {
+				out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&o)})
+			}
+		}
+		return out
+	})
 	return builder.ControllerManagedBy(mgr).
 		For(&v1alpha1.DatabaseBackup{}).
+		Watches(&v1alpha1.DatabaseBackup{}, sameLocation).
 		Owns(&batchv1.Job{}).
 		Owns(&v1alpha1.Database{}).
 		Watches(&v1alpha1.Database{}, byDatabase).

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
@@ -62,6 +63,19 @@ func SeriesPrefix(b *v1alpha1.DatabaseBackup) string {
 		return backup.NormalizePrefix(s3.Prefix)
 	}
 	return backup.NormalizePrefix(b.Namespace + "/" + b.Name)
+}
+
+// Location identifies where b stores its backups, across namespaces for
+// S3 (a bucket is global) and within b's namespace for a volume.
+func Location(b *v1alpha1.DatabaseBackup) string {
+	if s3 := b.Spec.Storage.S3; s3 != nil {
+		endpoint := strings.ToLower(strings.TrimPrefix(strings.TrimPrefix(s3.Endpoint, "https://"), "http://"))
+		return "s3://" + endpoint + "/" + s3.Bucket + "/" + SeriesPrefix(b)
+	}
+	if pvc := b.Spec.Storage.PVC; pvc != nil {
+		return "pvc://" + b.Namespace + "/" + pvc.ClaimName + "/" + backup.NormalizePrefix(pvc.Path) + SeriesPrefix(b)
+	}
+	return ""
 }
 
 // StorageArgs are the daytwo flags (with flagPrefix) that select the
