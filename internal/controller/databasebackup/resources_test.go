@@ -1,0 +1,54 @@
+package databasebackup
+
+import (
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
+)
+
+// Every Job daytwo creates is bounded in time, and every container in it
+// has requests and limits: a stuck or runaway run cannot hold a schedule
+// or a node for good.
+func TestJobsAreBounded(t *testing.T) {
+	b := &v1alpha1.DatabaseBackup{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "nightly", UID: "uid-1"},
+		Spec: v1alpha1.DatabaseBackupSpec{
+			DatabaseRef: v1alpha1.LocalObjectReference{Name: "orders"},
+			Storage:     v1alpha1.BackupStorage{PVC: &v1alpha1.PVCStorage{ClaimName: "backups"}},
+			Verify:      &v1alpha1.BackupVerify{EveryNth: ptr.To[int32](1)},
+		},
+	}
+	in := jobInputs{database: "orders", image: "postgres:15", instanceImage: "daytwo:dev", credentials: "orders-credentials"}
+	backupRun := backupJob(b, in, time.Unix(1700000000, 0))
+	check := checkJob(b, "nightly-check", "orders-credentials", "daytwo:dev")
+	if d := backupRun.Spec.ActiveDeadlineSeconds; d == nil || *d != int64(DefaultActiveDeadline.Seconds()) {
+		t.Errorf("backup Job deadline %v, want the %s default", d, DefaultActiveDeadline)
+	}
+	b.Spec.ActiveDeadlineSeconds = ptr.To[int64](600)
+	if d := backupJob(b, in, time.Unix(1700000000, 0)).Spec.ActiveDeadlineSeconds; d == nil || *d != 600 {
+		t.Errorf("backup Job deadline %v, want spec's 600", d)
+	}
+	if d := check.Spec.ActiveDeadlineSeconds; d == nil || *d <= 0 {
+		t.Errorf("check Job deadline %v", d)
+	}
+	for _, job := range []struct {
+		name string
+		pod  corev1.PodSpec
+	}{{"backup", backupRun.Spec.Template.Spec}, {"check", check.Spec.Template.Spec}} {
+		for _, c := range append(job.pod.InitContainers, job.pod.Containers...) {
+			for _, r := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
+				if _, ok := c.Resources.Requests[r]; !ok {
+					t.Errorf("%s Job container %s requests no %s", job.name, c.Name, r)
+				}
+				if _, ok := c.Resources.Limits[r]; !ok {
+					t.Errorf("%s Job container %s has no %s limit", job.name, c.Name, r)
+				}
+			}
+		}
+	}
+}
