@@ -3,6 +3,9 @@
 package main
 
 import (
+	// Time zones for schedules, in an image without /usr/share/zoneinfo.
+	_ "time/tzdata"
+
 	"fmt"
 	"os"
 

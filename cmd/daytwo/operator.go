@@ -1,23 +1,30 @@
 package main
 
 import (
+	"context"
 	"crypto/tls"
+	"errors"
 	"flag"
 	"fmt"
 	"net/http"
 	"net/http/pprof"
+	"os"
 
 	"github.com/spf13/cobra"
+	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/daytwo-dev/daytwo/internal/operator"
 	"github.com/daytwo-dev/daytwo/internal/version"
+	daytwowebhook "github.com/daytwo-dev/daytwo/internal/webhook"
 )
 
 type operatorOptions struct {
@@ -31,7 +38,14 @@ type operatorOptions struct {
 	concurrency             int
 	burst                   int
 	instanceImage           string
+	webhook                 webhookOptions
 	zap                     zap.Options
+}
+
+// webhookOptions configure the validating webhook and its certificate.
+type webhookOptions struct {
+	port                                int
+	certDir, service, secret, configKey string
 }
 
 func newOperatorCommand() *cobra.Command {
@@ -55,6 +69,11 @@ func newOperatorCommand() *cobra.Command {
 	f.Float32Var(&o.qps, "kube-api-qps", 50, "Requests per second the operator may send to the API server.")
 	f.IntVar(&o.burst, "kube-api-burst", 100, "Burst of requests above kube-api-qps.")
 	f.StringVar(&o.instanceImage, "instance-image", operator.DefaultInstanceImage(), "daytwo image whose binary PostgreSQL pods run as their instance manager.")
+	f.IntVar(&o.webhook.port, "webhook-port", 0, "Port of the validating webhook; 0 serves none (config/default sets 9443).")
+	f.StringVar(&o.webhook.certDir, "webhook-cert-dir", "/tmp/daytwo-webhook", "Where the webhook's serving certificate is written.")
+	f.StringVar(&o.webhook.service, "webhook-service", "daytwo-webhook", "Service in the operator's namespace that reaches the webhook.")
+	f.StringVar(&o.webhook.secret, "webhook-secret", "daytwo-webhook-cert", "Secret in the operator's namespace that keeps the webhook's CA and certificate.")
+	f.StringVar(&o.webhook.configKey, "webhook-configuration", "daytwo-validating-webhook", "ValidatingWebhookConfiguration whose caBundle daytwo sets.")
 	zapFlags := flag.NewFlagSet("zap", flag.ContinueOnError)
 	o.zap.BindFlags(zapFlags)
 	f.AddGoFlagSet(zapFlags)
@@ -85,7 +104,14 @@ func runOperator(cmd *cobra.Command, o *operatorOptions) error {
 		return fmt.Errorf("failed to load a kubeconfig: %w", err)
 	}
 	cfg.QPS, cfg.Burst = o.qps, o.burst
+	var webhookServer webhook.Server
+	if o.webhook.port != 0 {
+		if webhookServer, err = prepareWebhook(cmd.Context(), cfg, o.webhook); err != nil {
+			return err
+		}
+	}
 	mgr, err := ctrl.NewManager(cfg, manager.Options{
+		WebhookServer:                 webhookServer,
 		Scheme:                        operator.NewScheme(),
 		Cache:                         operator.CacheOptions(),
 		Controller:                    config.Controller{MaxConcurrentReconciles: o.concurrency},
@@ -103,6 +129,11 @@ func runOperator(cmd *cobra.Command, o *operatorOptions) error {
 	if err := operator.SetupControllers(ctx, mgr, operator.Options{InstanceImage: o.instanceImage}); err != nil {
 		return err
 	}
+	if webhookServer != nil {
+		if err := daytwowebhook.Setup(mgr); err != nil {
+			return err
+		}
+	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return fmt.Errorf("failed to add the health check: %w", err)
 	}
@@ -111,4 +142,25 @@ func runOperator(cmd *cobra.Command, o *operatorOptions) error {
 	}
 	log.Info("Starting the daytwo operator", "version", version.Version)
 	return mgr.Start(ctx)
+}
+
+// prepareWebhook puts the webhook's certificate in place (creating or
+// renewing it, and setting the configuration's caBundle) and returns the
+// server that serves it.
+func prepareWebhook(ctx context.Context, cfg *rest.Config, o webhookOptions) (webhook.Server, error) {
+	ns := os.Getenv("POD_NAMESPACE")
+	if ns == "" {
+		return nil, errors.New("the webhook needs POD_NAMESPACE, the operator's namespace")
+	}
+	c, err := client.New(cfg, client.Options{Scheme: operator.NewScheme()})
+	if err != nil {
+		return nil, fmt.Errorf("failed to create a client: %w", err)
+	}
+	certs := &daytwowebhook.Certs{Client: c, Namespace: ns, Service: o.service, Secret: o.secret,
+		Configuration: o.configKey, Dir: o.certDir}
+	if err := certs.Ensure(ctx); err != nil {
+		return nil, fmt.Errorf("failed to prepare the webhook certificate: %w", err)
+	}
+	return webhook.NewServer(webhook.Options{Port: o.port, CertDir: o.certDir,
+		TLSOpts: []func(*tls.Config){func(c *tls.Config) { c.NextProtos = []string{"http/1.1"} }}}), nil
 }

@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/daytwo-dev/daytwo/internal/operator"
 )
@@ -60,4 +61,28 @@ func (e *Env) Update(t *testing.T, obj client.Object, mutate func()) {
 	if err != nil {
 		t.Fatalf("update %s: %v", obj.GetName(), err)
 	}
+}
+
+// SumMetric adds up the samples of the operator's metric name that carry
+// the label key=value.
+func SumMetric(t *testing.T, name, key, value string) float64 {
+	t.Helper()
+	families, err := crmetrics.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	total := 0.0
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == key && l.GetValue() == value {
+					total += m.GetCounter().GetValue() + m.GetGauge().GetValue()
+				}
+			}
+		}
+	}
+	return total
 }

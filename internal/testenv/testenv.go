@@ -18,8 +18,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/daytwo-dev/daytwo/internal/operator"
+	daytwowebhook "github.com/daytwo-dev/daytwo/internal/webhook"
 )
 
 // Env is a running envtest control plane.
@@ -27,6 +29,8 @@ type Env struct {
 	Config *rest.Config
 	Client client.Client
 	env    *envtest.Environment
+	// webhookServed: one operator serves the webhook at envtest's address.
+	webhookServed bool
 }
 
 // RepoRoot is the root of the daytwo source tree.
@@ -65,6 +69,9 @@ func Start() (*Env, error) {
 	e := &envtest.Environment{
 		CRDDirectoryPaths:     []string{filepath.Join(RepoRoot(), "config", "crd", "bases")},
 		ErrorIfCRDPathMissing: true,
+		// The real API server calls the operator's webhook, at an address
+		// and with a certificate envtest sets up.
+		WebhookInstallOptions: envtest.WebhookInstallOptions{Paths: []string{filepath.Join(RepoRoot(), "config", "webhook", "manifests.yaml")}},
 		BinaryAssetsDirectory: dir,
 	}
 	cfg, err := e.Start()
@@ -120,16 +127,26 @@ func StartOperatorWith(opts operator.Options) (env *Env, stop func() error, err 
 // a second (leader election lost) operator would: a fresh cache, the same
 // metrics registry. stop ends it.
 func (e *Env) StartOperator(opts operator.Options) (stop func() error, err error) {
+	var server webhook.Server
+	if !e.webhookServed {
+		w := e.env.WebhookInstallOptions
+		server = webhook.NewServer(webhook.Options{Host: w.LocalServingHost, Port: w.LocalServingPort, CertDir: w.LocalServingCertDir})
+	}
 	mgr, err := ctrl.NewManager(e.Config, ctrl.Options{
-		Scheme:  operator.NewScheme(),
-		Cache:   operator.CacheOptions(),
-		Metrics: metricsserver.Options{BindAddress: "0"},
+		WebhookServer: server,
+		Scheme:        operator.NewScheme(),
+		Cache:         operator.CacheOptions(),
+		Metrics:       metricsserver.Options{BindAddress: "0"},
 		// Controller names are unique per process, not per manager.
 		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	if err == nil {
 		err = operator.SetupControllers(ctx, mgr, opts)
+	}
+	if err == nil && server != nil {
+		err = daytwowebhook.Setup(mgr)
+		e.webhookServed = err == nil
 	}
 	if err != nil {
 		cancel()

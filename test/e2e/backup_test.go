@@ -5,6 +5,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -233,4 +234,29 @@ func updateBackup(t *testing.T, ns, name string, mutate func(*v1alpha1.DatabaseB
 	if err := cluster.Client.Update(context.Background(), b); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// The in-cluster operator serves the validating webhook with the certificate
+// it manages: the API server refuses a schedule that only parsing catches.
+func TestWebhookRefusesAnUnparseableSchedule(t *testing.T) {
+	requireRealNode(t)
+	ns := restrictedNamespace(t)
+	b := &v1alpha1.DatabaseBackup{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "bad"},
+		Spec: v1alpha1.DatabaseBackupSpec{
+			DatabaseRef: v1alpha1.LocalObjectReference{Name: "orders"},
+			Schedule:    "61 * * * *",
+			Storage:     v1alpha1.BackupStorage{PVC: &v1alpha1.PVCStorage{ClaimName: "backups"}},
+		},
+	}
+	// The webhook's failurePolicy is Ignore: until the operator serves it, a
+	// create goes through; so the refusal must come, not merely be allowed.
+	framework.Eventually(t, time.Minute, "the webhook refusing minute 61", func(ctx context.Context) (bool, error) {
+		err := cluster.Client.Create(ctx, b.DeepCopy())
+		if err == nil {
+			_ = cluster.Client.Delete(ctx, b.DeepCopy())
+			return false, nil
+		}
+		return strings.Contains(err.Error(), "denied the request") && strings.Contains(err.Error(), "spec.schedule"), nil
+	})
 }

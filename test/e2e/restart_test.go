@@ -13,6 +13,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -29,9 +31,13 @@ func TestWebAppsConvergeThroughOperatorRestarts(t *testing.T) {
 	ctx := context.Background()
 	const n = 20
 
+	// killed holds the operator pods deleted while their container ran;
+	// stops counts them by how they were stopped.
 	var wg sync.WaitGroup
 	wg.Add(1)
-	kills := 0
+	killed := sets.New[types.UID]()
+	stops := map[string]int{}
+	var listErr error
 	go func() {
 		defer wg.Done()
 		for i := range 5 {
@@ -39,16 +45,19 @@ func TestWebAppsConvergeThroughOperatorRestarts(t *testing.T) {
 			pods := &corev1.PodList{}
 			if err := cluster.Client.List(ctx, pods, client.InNamespace(framework.OperatorNamespace),
 				client.MatchingLabels{"app.kubernetes.io/component": "operator"}); err != nil {
+				listErr = err
 				continue
 			}
 			for _, p := range pods.Items {
 				// Alternate a graceful stop with a kill that leaves the leader lease behind.
-				grace := int64(0)
+				grace, how := int64(0), "killed"
 				if i%2 == 0 {
-					grace = 5
+					grace, how = 5, "stopped"
 				}
-				if cluster.Client.Delete(ctx, &p, client.GracePeriodSeconds(grace)) == nil {
-					kills++
+				running := p.DeletionTimestamp.IsZero() && operatorRunning(p)
+				if cluster.Client.Delete(ctx, &p, client.GracePeriodSeconds(grace)) == nil && running {
+					killed.Insert(p.UID)
+					stops[how]++
 				}
 			}
 		}
@@ -71,7 +80,28 @@ func TestWebAppsConvergeThroughOperatorRestarts(t *testing.T) {
 		time.Sleep(300 * time.Millisecond)
 	}
 	wg.Wait()
-	t.Logf("killed the operator pod %d times", kills)
+	if stops["stopped"] == 0 || stops["killed"] == 0 {
+		t.Fatalf("running operator pods stopped gracefully %d times and killed %d times, want both (last list error: %v)",
+			stops["stopped"], stops["killed"], listErr)
+	}
+	t.Logf("running operator pods stopped gracefully %d times and killed %d times", stops["stopped"], stops["killed"])
+	// What converges below is the work of operators started after the kills:
+	// every killed pod is gone and a new one is ready.
+	framework.Eventually(t, 2*time.Minute, "the killed operator pods gone and a new one ready", func(ctx context.Context) (bool, error) {
+		pods := &corev1.PodList{}
+		if err := cluster.Client.List(ctx, pods, client.InNamespace(framework.OperatorNamespace),
+			client.MatchingLabels{"app.kubernetes.io/component": "operator"}); err != nil {
+			return false, err
+		}
+		fresh := false
+		for _, p := range pods.Items {
+			if killed.Has(p.UID) {
+				return false, nil
+			}
+			fresh = fresh || podReady(p)
+		}
+		return fresh, nil
+	})
 
 	for i, a := range apps {
 		want := int32(i % 2)
@@ -108,6 +138,16 @@ func TestWebAppsConvergeThroughOperatorRestarts(t *testing.T) {
 			t.Errorf("Deployment %s image: %v %v", a.Name, err, d.Spec.Template.Spec.Containers)
 		}
 	}
+}
+
+// operatorRunning reports whether p's operator container has started and not stopped.
+func operatorRunning(p corev1.Pod) bool {
+	for _, c := range p.Status.ContainerStatuses {
+		if c.Name == "operator" {
+			return c.State.Running != nil
+		}
+	}
+	return false
 }
 
 func objectsOf(l client.ObjectList) []client.Object {

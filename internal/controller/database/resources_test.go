@@ -1,6 +1,7 @@
 package database
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
+	"github.com/daytwo-dev/daytwo/internal/postgres"
 )
 
 func newDB(mutate ...func(*v1alpha1.Database)) *v1alpha1.Database {
@@ -68,10 +70,11 @@ func TestPlanTiers(t *testing.T) {
 			if p.image != tt.image {
 				t.Errorf("image = %s, want %s", p.image, tt.image)
 			}
-			for _, e := range p.params {
-				if e.Name == "shared_buffers" && e.Value != tt.sharedBuffers {
-					t.Errorf("shared_buffers = %s, want %s", e.Value, tt.sharedBuffers)
-				}
+			i := slices.IndexFunc(p.params, func(e postgres.Effective) bool { return e.Name == "shared_buffers" })
+			if i < 0 {
+				t.Errorf("no shared_buffers among %d parameters, want %s", len(p.params), tt.sharedBuffers)
+			} else if got := p.params[i].Value; got != tt.sharedBuffers {
+				t.Errorf("shared_buffers = %s, want %s", got, tt.sharedBuffers)
 			}
 		})
 	}

@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -30,10 +31,53 @@ import (
 )
 
 var (
-	env   *testenv.Env
+	env *testenv.Env
+	// clock is the one clock of the operator every test here runs against,
+	// and tests move it: they must not call t.Parallel. holdClock makes a
+	// test that overlaps another one fail instead of reading its times.
 	clock = clocktesting.NewFakeClock(time.Now())
 	ctx   = context.Background()
 )
+
+// clockHolder is the test that uses the clock now.
+var clockHolder struct {
+	sync.Mutex
+	t *testing.T
+}
+
+// holdClock claims the clock for t until t ends, failing t if another test
+// holds it. A claim starts the clock at the real time again, so where an
+// earlier test left it does not leak into t's schedules.
+func holdClock(t *testing.T) {
+	t.Helper()
+	clockHolder.Lock()
+	defer clockHolder.Unlock()
+	switch clockHolder.t {
+	case t:
+	case nil:
+		clockHolder.t = t
+		clock.SetTime(time.Now())
+		t.Cleanup(func() {
+			clockHolder.Lock()
+			defer clockHolder.Unlock()
+			clockHolder.t = nil
+		})
+	default:
+		t.Fatalf("%s uses the fake clock at the same time: tests that share it must not run in parallel", clockHolder.t.Name())
+	}
+}
+
+func setClock(t *testing.T, to time.Time) {
+	t.Helper()
+	holdClock(t)
+	clock.SetTime(to)
+}
+
+func stepClock(t *testing.T, d time.Duration) {
+	t.Helper()
+	holdClock(t)
+	clock.Step(d)
+}
 
 func TestMain(m *testing.M) { testenv.Main(m, &env, operator.Options{Clock: clock}) }
 
@@ -45,6 +89,7 @@ func eventually(t *testing.T, what string, cond func() (bool, error)) {
 // setup creates a Database and a DatabaseBackup of it in a new namespace.
 func setup(t *testing.T, mutate func(*v1alpha1.DatabaseBackup)) (string, *v1alpha1.DatabaseBackup) {
 	t.Helper()
+	holdClock(t)
 	ns := env.Namespace(t)
 	db := &v1alpha1.Database{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "orders"}, Spec: v1alpha1.DatabaseSpec{Version: "15"}}
 	if err := env.Client.Create(ctx, db); err != nil {
@@ -117,6 +162,28 @@ func poke(t *testing.T, b *v1alpha1.DatabaseBackup) {
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// reconciled makes the operator reconcile b and returns once that reconcile
+// has finished. A poke leaves no trace once handled; a spec change does: the
+// operator writes status.observedGeneration after everything else it does.
+// activeDeadlineSeconds only bounds Jobs created later, so no run depends on it.
+func reconciled(t *testing.T, b *v1alpha1.DatabaseBackup) {
+	t.Helper()
+	var gen int64
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cur := get(t, b)
+		cur.Spec.ActiveDeadlineSeconds = ptr.To(ptr.Deref(cur.Spec.ActiveDeadlineSeconds, 3600) + 1)
+		err := env.Client.Update(ctx, cur)
+		gen = cur.Generation
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, fmt.Sprintf("observedGeneration %d", gen), func() (bool, error) {
+		return get(t, b).Status.ObservedGeneration >= gen, nil
+	})
 }
 
 // finish plays the Job controller and the kubelet: a pod that reported res,
@@ -218,9 +285,10 @@ func TestOneShotRunsOnceWithTheRightJob(t *testing.T) {
 	if v := metric(t, "daytwo_backup_last_success_timestamp_seconds", ns); v != float64(res.End.Unix()) {
 		t.Errorf("daytwo_backup_last_success_timestamp_seconds = %v, want %d", v, res.End.Unix())
 	}
-	// Once means once: nothing new however often it reconciles.
+	// Once means once: nothing new however often, or however much later, it reconciles.
+	stepClock(t, 24*time.Hour)
 	poke(t, b)
-	time.Sleep(300 * time.Millisecond)
+	reconciled(t, b)
 	if n := len(jobs(t, ns)); n != 1 {
 		t.Fatalf("%d Jobs after the one-shot finished", n)
 	}
@@ -228,7 +296,7 @@ func TestOneShotRunsOnceWithTheRightJob(t *testing.T) {
 
 func TestFailureIsReportedAndClearedBySuccess(t *testing.T) {
 	ns, b := setup(t, func(b *v1alpha1.DatabaseBackup) { b.Spec.Schedule = "*/10 * * * *" })
-	clock.SetTime(get(t, b).CreationTimestamp.Add(10*time.Minute + 5*time.Second))
+	setClock(t, get(t, b).CreationTimestamp.Add(10*time.Minute+5*time.Second))
 	poke(t, b)
 	job := waitJobs(t, ns, 1)[0]
 	finish(t, &job, false, backup.Result{Error: "pg_dump failed: connection refused"})
@@ -239,7 +307,7 @@ func TestFailureIsReportedAndClearedBySuccess(t *testing.T) {
 	if v := metric(t, "daytwo_backup_failures_total", ns); v != 1 {
 		t.Errorf("daytwo_backup_failures_total = %v, want 1", v)
 	}
-	clock.Step(10 * time.Minute)
+	stepClock(t, 10*time.Minute)
 	poke(t, b)
 	jobsNow := waitJobs(t, ns, 2)
 	next := jobsNow[0]
@@ -253,13 +321,13 @@ func TestFailureIsReportedAndClearedBySuccess(t *testing.T) {
 func TestTenMissedPeriodsMakeOneRun(t *testing.T) {
 	ns, b := setup(t, func(b *v1alpha1.DatabaseBackup) { b.Spec.Schedule = "*/10 * * * *" })
 	created := get(t, b).CreationTimestamp.Time
-	clock.SetTime(created.Add(100*time.Minute + 30*time.Second))
+	setClock(t, created.Add(100*time.Minute+30*time.Second))
 	poke(t, b)
 	waitJobs(t, ns, 1)
 	for range 3 {
 		poke(t, b)
 	}
-	time.Sleep(500 * time.Millisecond)
+	reconciled(t, b)
 	got := jobs(t, ns)
 	if len(got) != 1 {
 		t.Fatalf("%d Jobs after 10 missed periods, want exactly 1", len(got))
@@ -277,7 +345,7 @@ func TestSuspendAndStaleness(t *testing.T) {
 		b.Spec.MaxAge = &metav1.Duration{Duration: time.Hour}
 	})
 	got := waitCondition(t, b, v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonSuspended)
-	clock.SetTime(got.CreationTimestamp.Add(2*time.Hour + time.Minute))
+	setClock(t, got.CreationTimestamp.Add(2*time.Hour+time.Minute))
 	poke(t, b)
 	waitCondition(t, b, v1alpha1.ConditionBackupStale, metav1.ConditionTrue, v1alpha1.ReasonNoRecentBackup)
 	if n := len(jobs(t, ns)); n != 0 {
@@ -389,22 +457,5 @@ func TestFinishedJobIsRecordedOnce(t *testing.T) {
 // reconciles is how many times the databasebackup controllers reconciled.
 func reconciles(t *testing.T) float64 {
 	t.Helper()
-	families, err := crmetrics.Registry.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	total := 0.0
-	for _, f := range families {
-		if f.GetName() != "controller_runtime_reconcile_total" {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "controller" && l.GetValue() == "databasebackup" {
-					total += m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	return total
+	return testenv.SumMetric(t, "controller_runtime_reconcile_total", "controller", "databasebackup")
 }

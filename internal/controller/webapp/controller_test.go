@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"testing"
-	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
@@ -17,7 +16,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
 	"github.com/daytwo-dev/daytwo/internal/operator"
@@ -270,13 +268,17 @@ func TestConfigChangeRollsThePods(t *testing.T) {
 	update(t, cm, func(cm *corev1.ConfigMap) { cm.Data["mode"] = "b" })
 	d = deploymentOf(t, app, "with a new config hash", func(d *appsv1.Deployment) bool { return hash(d) != first })
 
-	// A write that changes nothing moves no resourceVersion and rolls nothing.
-	second := hash(d)
+	// A write that changes nothing moves no resourceVersion and rolls nothing,
+	// however often the app is reconciled afterwards.
+	second, rv := hash(d), cm.ResourceVersion
 	update(t, cm, func(*corev1.ConfigMap) {})
-	time.Sleep(500 * time.Millisecond)
-	d = deploymentOf(t, app, "unchanged", func(*appsv1.Deployment) bool { return true })
+	if cm.ResourceVersion != rv {
+		t.Fatalf("the no-op ConfigMap write moved its resourceVersion from %s to %s", rv, cm.ResourceVersion)
+	}
+	touch(t, app, "1")
+	d = deploymentOf(t, app, "read again", func(*appsv1.Deployment) bool { return true })
 	if hash(d) != second {
-		t.Errorf("a no-op ConfigMap write changed the config hash")
+		t.Errorf("the config hash changed from %s to %s without a ConfigMap change", second, hash(d))
 	}
 }
 
@@ -458,8 +460,7 @@ func TestMissedDeadlineRollsBack(t *testing.T) {
 	condition(t, app, v1alpha1.ConditionDegraded, v1alpha1.ReasonRolledBack)
 
 	// No flapping: further reconciles keep the good image.
-	update(t, app, func(a *v1alpha1.WebApp) { a.Labels = map[string]string{"touch": "1"} })
-	time.Sleep(300 * time.Millisecond)
+	touch(t, app, "1")
 	if d = deploymentOf(t, app, "still rolled back", func(*appsv1.Deployment) bool { return true }); appContainer(d).Image != "demo:1" {
 		t.Fatalf("image = %s after a reconcile, want demo:1 kept", appContainer(d).Image)
 	}
@@ -495,24 +496,39 @@ func TestIngressFollowsTheSpec(t *testing.T) {
 // operator's applies and status patches; the tests themselves use PUT).
 func patchRequests(t *testing.T) float64 {
 	t.Helper()
-	families, err := crmetrics.Registry.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	total := 0.0
-	for _, f := range families {
-		if f.GetName() != "rest_client_requests_total" {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "method" && l.GetValue() == "PATCH" {
-					total += m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	return total
+	return testenv.SumMetric(t, "rest_client_requests_total", "method", "PATCH")
+}
+
+// reconciles counts the reconciles the webapp controller has finished. A
+// reconcile counts after it returned, so after every request it sent.
+func reconciles(t *testing.T) float64 {
+	t.Helper()
+	return testenv.SumMetric(t, "controller_runtime_reconcile_total", "controller", "webapp")
+}
+
+// idle reports whether the webapp controller has nothing queued and nothing
+// running: every request of the reconciles before has been counted.
+func idle(t *testing.T) bool {
+	t.Helper()
+	return testenv.SumMetric(t, "workqueue_depth", "controller", "webapp") == 0 &&
+		testenv.SumMetric(t, "controller_runtime_active_workers", "controller", "webapp") == 0
+}
+
+func waitIdle(t *testing.T) {
+	t.Helper()
+	eventually(t, "the webapp controller idle", func() (bool, error) { return idle(t), nil })
+}
+
+// touch relabels app and waits until the controller has finished a reconcile
+// that started after everything before and is idle again. A label moves no
+// generation and the status of an app that needs nothing stays the same, so
+// the controller's own metrics are the evidence.
+func touch(t *testing.T, app *v1alpha1.WebApp, value string) {
+	t.Helper()
+	waitIdle(t)
+	n := reconciles(t)
+	update(t, app, func(a *v1alpha1.WebApp) { a.Labels = map[string]string{"touch": value} })
+	eventually(t, "a reconcile after relabelling "+app.Name, func() (bool, error) { return reconciles(t) > n && idle(t), nil })
 }
 
 // A reconcile of an app whose children already match writes nothing.
@@ -524,13 +540,14 @@ func TestResyncOfAnUnchangedAppWritesNothing(t *testing.T) {
 	create(t, app)
 	d := deploymentOf(t, app, "created", func(*appsv1.Deployment) bool { return true })
 	markAvailable(t, d)
+	// Once the controller is idle, the status patch of the reconcile that
+	// wrote Available is the last request counted before the measurement.
 	condition(t, app, v1alpha1.ConditionReady, v1alpha1.ReasonAvailable)
-	time.Sleep(time.Second) // let the reconciles the status write caused finish
+	waitIdle(t)
 
 	before := patchRequests(t)
 	for i := range 5 {
-		update(t, app, func(a *v1alpha1.WebApp) { a.Labels = map[string]string{"resync": fmt.Sprint(i)} })
-		time.Sleep(200 * time.Millisecond)
+		touch(t, app, fmt.Sprint(i))
 	}
 	if got := patchRequests(t) - before; got != 0 {
 		t.Errorf("5 reconciles of an unchanged app sent %v PATCH requests, want 0", got)
