@@ -11,6 +11,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -144,8 +145,16 @@ func TestWebhookRefusesWhatTheSchemaCannotCheck(t *testing.T) {
 	if err := env.Client.Create(context.Background(), b); err != nil {
 		t.Fatalf("a valid DatabaseBackup was refused: %v", err)
 	}
-	b.Spec.Schedule = "0 25 * * *"
-	if err := env.Client.Update(context.Background(), b); err == nil || !strings.Contains(err.Error(), "spec.schedule") {
+	// The operator writes the object too: retry on conflicts until the
+	// update reaches admission.
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := env.Client.Get(context.Background(), client.ObjectKeyFromObject(b), b); err != nil {
+			return err
+		}
+		b.Spec.Schedule = "0 25 * * *"
+		return env.Client.Update(context.Background(), b)
+	})
+	if err == nil || !strings.Contains(err.Error(), "spec.schedule") {
 		t.Fatalf("an update to hour 25: %v", err)
 	}
 }
