@@ -77,9 +77,11 @@ var ErrChecksum = errors.New("checksum mismatch")
 // failed attempt deletes only what it wrote; when a manifest for id already
 // exists (an earlier attempt got that far), Run returns it and dumps nothing.
 func Run(ctx context.Context, o Options, id, daytwoVersion string) (Manifest, error) {
-	if m, err := readManifest(ctx, o.Storage, manifestKey(o.Prefix, id, o.Series)); err == nil {
-		return m, nil
-	} else if _, serr := o.Storage.Size(ctx, manifestKey(o.Prefix, id, o.Series)); !errors.Is(serr, ErrNotFound) {
+	earlier := manifestKey(o.Prefix, id, o.Series)
+	switch _, err := o.Storage.Size(ctx, earlier); {
+	case err == nil:
+		return readManifest(ctx, o.Storage, earlier)
+	case !errors.Is(err, ErrNotFound):
 		return Manifest{}, fmt.Errorf("failed to look for an earlier attempt's manifest: %w", err)
 	}
 	m := Manifest{ID: id, Database: o.Series.Database, Series: o.Series.UID, SeriesName: o.Series.Name,

@@ -73,10 +73,10 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, db *v1alpha1.Database)
 func FinalBackupName(db *v1alpha1.Database) string { return db.Name + "-final" }
 
 // finalBackup takes the final backup with the DatabaseBackup machinery and
-// reports whether it is stored. Only a backup of this Database (its UID)
-// that finished after its deletion began counts: <name>-final may hold an
-// earlier Database's final backup, even the one this Database was restored
-// from. While the backup runs, and if it fails, the Database stays, and its
+// reports whether it is stored. Only the run requested at this Database's
+// deletion (its UID and deletion time on <name>-final) counts: <name>-final
+// may hold an earlier Database's final backup, even the one this Database
+// was restored from. While the backup runs, and if it fails, the Database stays, and its
 // status and Events say why.
 func (r *Reconciler) finalBackup(ctx context.Context, db *v1alpha1.Database) (bool, error) {
 	b := &v1alpha1.DatabaseBackup{}

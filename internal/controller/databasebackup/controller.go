@@ -239,7 +239,7 @@ func (r *Reconciler) jobInputs(db *v1alpha1.Database) jobInputs {
 	if image == "" {
 		image = postgres.DefaultImage(db.Spec.Version)
 	}
-	return jobInputs{database: db.Name, image: image, instanceImage: r.InstanceImage, credentials: db.CredentialsSecretName()}
+	return jobInputs{image: image, instanceImage: r.InstanceImage, credentials: db.CredentialsSecretName()}
 }
 
 // setStaleness raises BackupStale once the newest success is older than

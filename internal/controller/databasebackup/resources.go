@@ -112,7 +112,6 @@ func StorageArgs(b *v1alpha1.DatabaseBackup, flagPrefix string) ([]string, []cor
 
 // jobInputs are the facts a backup Job needs beyond the DatabaseBackup.
 type jobInputs struct {
-	database      string // the Database's name
 	image         string // the Database's PostgreSQL image (pg_dump matches the server)
 	instanceImage string // the daytwo image the init container copies from
 	credentials   string // the Database's credentials Secret

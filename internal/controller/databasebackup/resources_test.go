@@ -23,7 +23,7 @@ func TestJobsAreBounded(t *testing.T) {
 			Verify:      &v1alpha1.BackupVerify{EveryNth: ptr.To[int32](1)},
 		},
 	}
-	in := jobInputs{database: "orders", image: "postgres:15", instanceImage: "daytwo:dev", credentials: "orders-credentials"}
+	in := jobInputs{image: "postgres:15", instanceImage: "daytwo:dev", credentials: "orders-credentials"}
 	backupRun := backupJob(b, in, time.Unix(1700000000, 0))
 	check := checkJob(b, "nightly-check", "orders-credentials", "daytwo:dev")
 	if d := backupRun.Spec.ActiveDeadlineSeconds; d == nil || *d != int64(DefaultActiveDeadline.Seconds()) {

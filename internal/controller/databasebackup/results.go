@@ -110,7 +110,10 @@ func (r *Reconciler) claim(ctx context.Context, job *batchv1.Job, ok bool) (bool
 	if job.Annotations == nil {
 		job.Annotations = map[string]string{}
 	}
-	job.Annotations[annRecorded] = map[bool]string{true: "succeeded", false: "failed"}[ok]
+	job.Annotations[annRecorded] = "failed"
+	if ok {
+		job.Annotations[annRecorded] = "succeeded"
+	}
 	err := r.Client.Patch(ctx, job, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}))
 	if apierrors.IsNotFound(err) {
 		return false, nil
