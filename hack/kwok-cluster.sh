@@ -25,9 +25,13 @@ up() {
       log "cluster $NAME already running"
       return
     fi
-    log "cluster $NAME exists but does not answer; starting it"
-    kwokctl start cluster --name "$NAME" >/dev/null 2>>"$KLOG"
-  else
+    # A cluster whose processes died with an earlier session restarts with a
+    # kwok controller that never moves its old nodes' pods to Running, so
+    # such a cluster is recreated rather than restarted.
+    log "cluster $NAME exists but does not answer; recreating it"
+    kwokctl delete cluster --name "$NAME" >/dev/null 2>>"$KLOG"
+  fi
+  if ! kwokctl get clusters 2>/dev/null | grep -qx "$NAME"; then
     log "creating cluster $NAME (kwok nodes, runtime binary)"
     start=$(date +%s%N)
     kwokctl create cluster --name "$NAME" --runtime binary \
