@@ -37,6 +37,15 @@ func newInstanceRunCommand() *cobra.Command {
 		Short: "Initialise or clone the data directory, then run and supervise postgres",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if instance.NeedsInit() {
+				// The container's first process: be its init, and run the
+				// manager as a child.
+				code, err := instance.RunInit()
+				if err != nil {
+					return err
+				}
+				os.Exit(code)
+			}
 			cfg.Role = instanceapi.Role(role)
 			if role == "auto" {
 				cfg.Role = roleFromOrdinal(cfg.Pod)

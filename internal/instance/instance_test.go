@@ -61,6 +61,9 @@ type instance struct {
 	exited     chan error
 	extraFlags []string
 	env        []string
+	// pidNamespace starts the instance manager as PID 1 of a new PID
+	// namespace, as the container runtime does.
+	pidNamespace bool
 }
 
 const appPassword = "app-pass-Ø:'\"-1"
@@ -105,6 +108,12 @@ func (in *instance) start(pod string) {
 	in.cmd = exec.Command(daytwoBin, append(args, in.extraFlags...)...)
 	in.cmd.Stdout, in.cmd.Stderr = testWriter{in.t, pod}, testWriter{in.t, pod}
 	in.cmd.SysProcAttr = testpg.RunnerCredential(in.t)
+	if in.pidNamespace {
+		if in.cmd.SysProcAttr == nil {
+			in.cmd.SysProcAttr = &syscall.SysProcAttr{}
+		}
+		in.cmd.SysProcAttr.Cloneflags = syscall.CLONE_NEWPID
+	}
 	in.cmd.Env = append(os.Environ(), in.env...)
 	if err := in.cmd.Start(); err != nil {
 		in.t.Fatal(err)
@@ -365,10 +374,16 @@ func (in *instance) kill() {
 	}, "the killed processes gone")
 }
 
-// descendants lists the processes below pid, named name when name is set.
-func descendants(pid int, name string) []int {
-	parent := map[int]int{}
-	comm := map[int]string{}
+// proc is one line of /proc/<pid>/stat, as far as the tests need it.
+type proc struct {
+	ppid  int
+	comm  string
+	state string
+}
+
+// procs reads every process of the host.
+func procs() map[int]proc {
+	out := map[int]proc{}
 	entries, _ := os.ReadDir("/proc")
 	for _, e := range entries {
 		p, err := strconv.Atoi(e.Name())
@@ -390,13 +405,19 @@ func descendants(pid int, name string) []int {
 			continue
 		}
 		pp, _ := strconv.Atoi(fields[1])
-		parent[p], comm[p] = pp, s[open+1:close]
+		out[p] = proc{ppid: pp, comm: s[open+1 : close], state: fields[0]}
 	}
+	return out
+}
+
+// descendants lists the processes below pid, named name when name is set.
+func descendants(pid int, name string) []int {
+	all := procs()
 	var out []int
-	for p := range parent {
-		for a := parent[p]; a > 1; a = parent[a] {
+	for p := range all {
+		for a := all[p].ppid; a > 1; a = all[a].ppid {
 			if a == pid {
-				if name == "" || comm[p] == name {
+				if name == "" || all[p].comm == name {
 					out = append(out, p)
 				}
 				break
