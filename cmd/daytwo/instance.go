@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"time"
 
@@ -30,7 +29,7 @@ func newInstanceCommand() *cobra.Command {
 
 func newInstanceRunCommand() *cobra.Command {
 	cfg := &instance.Config{}
-	var role, restoreID, termLog string
+	var role, restoreID, termLog, leaseName, namespace string
 	var restoreFrom storageFlags
 	cmd := &cobra.Command{
 		Use:   "run",
@@ -47,8 +46,14 @@ func newInstanceRunCommand() *cobra.Command {
 				os.Exit(code)
 			}
 			cfg.Role = instanceapi.Role(role)
-			if role == "auto" {
-				cfg.Role = roleFromOrdinal(cfg.Pod)
+			var lease *instance.KubeLease
+			if leaseName != "" {
+				// The lease decides; until it is read the instance is no primary.
+				cfg.Role = instanceapi.RoleReplica
+				var err error
+				if lease, err = instance.NewKubeLease(namespace, leaseName); err != nil {
+					return err
+				}
 			}
 			if err := cfg.Validate(); err != nil {
 				return err
@@ -72,6 +77,9 @@ func newInstanceRunCommand() *cobra.Command {
 				}
 			}
 			m := instance.New(cfg, log, restore)
+			if lease != nil {
+				m.UseLease(lease)
+			}
 			hup := make(chan os.Signal, 1)
 			signal.Notify(hup, syscall.SIGHUP)
 			go func() {
@@ -96,7 +104,9 @@ func newInstanceRunCommand() *cobra.Command {
 	f.IntVar(&cfg.Port, "port", instanceapi.PostgresPort, "PostgreSQL port.")
 	f.StringVar(&cfg.Cluster, "cluster", "", "Name of the Database.")
 	f.StringVar(&cfg.Pod, "pod", os.Getenv("POD_NAME"), "Name of this pod.")
-	f.StringVar(&role, "role", "auto", "primary, replica, or auto (ordinal 0 is the primary).")
+	f.StringVar(&role, "role", "", "primary or replica, for an instance without --lease.")
+	f.StringVar(&leaseName, instanceapi.FlagLease, "", "The Database's primary Lease: its holder runs as the primary, the others as replicas.")
+	f.StringVar(&namespace, instanceapi.FlagNamespace, os.Getenv("POD_NAMESPACE"), "Namespace of the Lease.")
 	f.StringVar(&cfg.PrimaryHost, "primary-host", "", "Host a replica clones and streams from.")
 	f.IntVar(&cfg.PrimaryPort, "primary-port", 0, "Port of the primary; defaults to --port.")
 	f.StringVar(&cfg.Database, "database", "app", "Application database.")
@@ -111,15 +121,6 @@ func newInstanceRunCommand() *cobra.Command {
 	restoreFrom.bind(f, "restore-")
 	f.StringVar(&restoreID, "restore-id", "", "Backup to restore with --from-backup; empty means the newest.")
 	return cmd
-}
-
-// roleFromOrdinal makes the StatefulSet's first pod the primary. Failover
-// will move the role; until then ordinal 0 always holds it.
-func roleFromOrdinal(pod string) instanceapi.Role {
-	if strings.HasSuffix(pod, "-0") {
-		return instanceapi.RolePrimary
-	}
-	return instanceapi.RoleReplica
 }
 
 func newInstanceBootstrapCommand() *cobra.Command {

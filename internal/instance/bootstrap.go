@@ -104,6 +104,20 @@ func (m *Manager) ensureRoles(ctx context.Context, conn *pgx.Conn) error {
 	if err := ensureRole(ctx, conn, replicationUser, "LOGIN REPLICATION", replPassword); err != nil {
 		return err
 	}
+	// pg_rewind, run by an old primary rejoining as a replica, reads files
+	// of this server through these functions as the replication role.
+	for _, fn := range []string{"pg_ls_dir(text, boolean, boolean)", "pg_stat_file(text, boolean)",
+		"pg_read_binary_file(text)", "pg_read_binary_file(text, bigint, bigint, boolean)"} {
+		if _, err := conn.Exec(ctx, "GRANT EXECUTE ON FUNCTION pg_catalog."+fn+" TO "+replicationUser); err != nil {
+			return fmt.Errorf("failed to grant %s to %s: %w", fn, replicationUser, err)
+		}
+	}
+	// pg_rewind reads the source's timeline from its control file, which a
+	// just-promoted primary updates only at its next checkpoint: the
+	// rejoining instance asks for one first.
+	if _, err := conn.Exec(ctx, "GRANT pg_checkpoint TO "+replicationUser); err != nil {
+		return fmt.Errorf("failed to grant pg_checkpoint to %s: %w", replicationUser, err)
+	}
 	var exists bool
 	if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)", m.cfg.Database).Scan(&exists); err != nil {
 		return fmt.Errorf("failed to look up database %s: %w", m.cfg.Database, err)

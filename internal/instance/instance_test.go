@@ -104,7 +104,7 @@ func (in *instance) start(pod string) {
 		"--secrets-dir", filepath.Join(in.root, "secrets"), "--run-dir", filepath.Join(in.root, "run"),
 		"--http-address", fmt.Sprintf("127.0.0.1:%d", in.httpPort), "--port", strconv.Itoa(in.pgPort),
 		"--cluster", "orders", "--pod", pod, "--database", "orders", "--owner", "shop",
-		"--bin-dir", testpg.BinDir(in.t), "--shutdown-timeout", "10s"}
+		"--bin-dir", testpg.BinDir(in.t), "--shutdown-timeout", "10s", "--role", "primary"}
 	in.cmd = exec.Command(daytwoBin, append(args, in.extraFlags...)...)
 	in.cmd.Stdout, in.cmd.Stderr = testWriter{in.t, pod}, testWriter{in.t, pod}
 	in.cmd.SysProcAttr = testpg.RunnerCredential(in.t)
@@ -296,7 +296,7 @@ func TestPrimaryLifecycle(t *testing.T) {
 	}
 
 	t.Run("replica clones and streams", func(t *testing.T) {
-		rep := newInstance(t, "--primary-host", "127.0.0.1", "--primary-port", strconv.Itoa(in.pgPort))
+		rep := newInstance(t, "--role", "replica", "--primary-host", "127.0.0.1", "--primary-port", strconv.Itoa(in.pgPort))
 		rep.start("orders-1")
 		took := rep.waitReady(90 * time.Second)
 		t.Logf("clone to ready: %s", took.Round(time.Millisecond))

@@ -36,7 +36,24 @@ type Manager struct {
 
 	// reload asks the supervisor to re-read the parameters file now (SIGHUP).
 	reload chan struct{}
+
+	// lease is the primary lease; nil runs the role given in cfg for good
+	// (tests of a single instance, and a pod without the Kubernetes API).
+	lease Lease
+	// lastHeartbeat and lastRenew: the last heartbeat commit and lease
+	// renewal that succeeded (guarded by mu).
+	lastHeartbeat, lastRenew time.Time
+	// bootstrapped: this start made the data directory (nothing to rejoin).
+	bootstrapped bool
 }
+
+// UseLease makes the primary lease decide this instance's role: the holder
+// runs as the primary while it can renew it, everyone else as a replica.
+func (m *Manager) UseLease(l Lease) { m.lease = l }
+
+// errFenced: a primary lost its lease and stopped postgres; the next round
+// starts it again in the role the lease gives it.
+var errFenced = errors.New("fenced")
 
 // New returns a manager for cfg. restore may be nil.
 func New(cfg *Config, log logr.Logger, restore RestoreFunc) *Manager {
@@ -75,9 +92,16 @@ func (m *Manager) Run(ctx context.Context) error {
 		_ = srv.Shutdown(shutdownCtx)
 	}()
 
-	err = m.prepare(ctx)
-	if err == nil {
-		err = m.supervise(ctx)
+	for {
+		err = m.prepare(ctx)
+		if err == nil {
+			err = m.supervise(ctx)
+		}
+		if !errors.Is(err, errFenced) || ctx.Err() != nil {
+			break
+		}
+		m.log.Info("Postgres stopped because this instance lost the primary lease; starting again in the role the lease gives", "reason", err.Error())
+		m.setPhase(instanceapi.PhaseStarting, "fenced: "+err.Error())
 	}
 	if err != nil && ctx.Err() == nil {
 		m.setPhase(instanceapi.PhaseFailed, err.Error())
@@ -108,10 +132,16 @@ func (m *Manager) prepare(ctx context.Context) error {
 	if err := os.MkdirAll(m.cfg.RunDir, 0o700); err != nil {
 		return fmt.Errorf("failed to create %s: %w", m.cfg.RunDir, err)
 	}
+	if err := m.learnRole(ctx); err != nil {
+		return err
+	}
 	if err := m.ensureData(ctx); err != nil {
 		return err
 	}
 	if err := m.checkVersion(ctx); err != nil {
+		return err
+	}
+	if err := m.rejoin(ctx); err != nil {
 		return err
 	}
 	m.setPhase(instanceapi.PhaseStarting, "")
@@ -127,6 +157,7 @@ func (m *Manager) ensureData(ctx context.Context) error {
 	if err := os.RemoveAll(m.cfg.staging()); err != nil {
 		return fmt.Errorf("failed to remove an interrupted bootstrap: %w", err)
 	}
+	m.bootstrapped = false
 	if hasData(m.cfg.PGData) {
 		err := m.checkIdentity()
 		if !errors.Is(err, errReclone) {
@@ -178,6 +209,7 @@ func (m *Manager) bootstrap(ctx context.Context) error {
 	if err := syncDir(filepath.Dir(m.cfg.PGData)); err != nil {
 		return err
 	}
+	m.bootstrapped = true
 	m.log.Info("Bootstrap complete", "source", m.cfg.BootstrapSource)
 	return nil
 }
@@ -221,13 +253,22 @@ func (m *Manager) supervise(ctx context.Context) error {
 
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	go m.monitor(runCtx)
+	fence := make(chan error, 1)
+	go m.monitor(runCtx, fence)
 
 	select {
 	case err := <-exited:
 		return fmt.Errorf("postgres exited unexpectedly: %v", err)
+	case err := <-fence:
+		// No checkpoint, no goodbye: the lease may be someone else's by now.
+		m.log.Info("Killing postgres: this instance may no longer serve writes", "reason", err.Error())
+		killServer(cmd.Process.Pid)
+		<-exited
+		return fmt.Errorf("%w: %v", errFenced, err)
 	case <-ctx.Done():
-		return m.shutdown(cmd, exited)
+		err := m.shutdown(cmd, exited)
+		m.releaseLease()
+		return err
 	}
 }
 
@@ -251,7 +292,7 @@ func (m *Manager) shutdown(cmd *exec.Cmd, exited <-chan error) error {
 
 // monitor waits for postgres to accept connections, finishes bootstrapping,
 // then keeps the status fresh and reloads a changed parameters file.
-func (m *Manager) monitor(ctx context.Context) {
+func (m *Manager) monitor(ctx context.Context, fence chan<- error) {
 	var conn *pgx.Conn
 	defer func() {
 		if conn != nil {
@@ -259,6 +300,7 @@ func (m *Manager) monitor(ctx context.Context) {
 		}
 	}()
 	hash := m.parametersHash()
+	duties := false
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	for {
@@ -271,6 +313,9 @@ func (m *Manager) monitor(ctx context.Context) {
 				m.Reload()
 			}
 			m.observe(ctx, conn, hash)
+			if !duties {
+				duties = m.startPrimaryDuties(ctx, fence)
+			}
 		}
 		select {
 		case <-ctx.Done():
@@ -293,7 +338,7 @@ func (m *Manager) connect(ctx context.Context) *pgx.Conn {
 	if err != nil {
 		return nil
 	}
-	if m.cfg.Role == instanceapi.RolePrimary {
+	if m.role() == instanceapi.RolePrimary {
 		if err := m.ensureRoles(ctx, conn); err != nil {
 			m.setMessage(err.Error())
 			m.log.Error(err, "Failed to ensure roles")
@@ -323,22 +368,19 @@ func (m *Manager) reloadConfig(ctx context.Context, conn *pgx.Conn) {
 func (m *Manager) observe(ctx context.Context, conn *pgx.Conn, hash string) {
 	qctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
-	var version, lsn string
-	var inRecovery bool
+	var version, lsn, received string
+	var inRecovery, streaming bool
+	var timeline int
 	err := conn.QueryRow(qctx, `SELECT current_setting('server_version'), pg_is_in_recovery(),
-		COALESCE(CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() ELSE pg_current_wal_lsn() END::text, '')`).
-		Scan(&version, &inRecovery, &lsn)
+		COALESCE(CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() ELSE pg_current_wal_lsn() END::text, ''),
+		COALESCE(pg_last_wal_receive_lsn()::text, ''),
+		EXISTS (SELECT 1 FROM pg_stat_wal_receiver WHERE status = 'streaming'),
+		CASE WHEN pg_is_in_recovery() THEN COALESCE((SELECT received_tli FROM pg_stat_wal_receiver), 0)
+			ELSE ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::int END`).
+		Scan(&version, &inRecovery, &lsn, &received, &streaming, &timeline)
 	if err != nil {
 		_ = conn.Close(ctx)
 		return
-	}
-	streaming := false
-	if inRecovery {
-		err := conn.QueryRow(qctx, "SELECT EXISTS (SELECT 1 FROM pg_stat_wal_receiver WHERE status = 'streaming')").Scan(&streaming)
-		if err != nil {
-			_ = conn.Close(ctx)
-			return
-		}
 	}
 	rows, err := conn.Query(qctx, "SELECT name FROM pg_settings WHERE pending_restart ORDER BY name")
 	if err != nil {
@@ -353,6 +395,7 @@ func (m *Manager) observe(ctx context.Context, conn *pgx.Conn, hash string) {
 	defer m.mu.Unlock()
 	s := &m.status
 	s.PostgresVersion, s.InRecovery, s.LSN, s.ConfigHash, s.Streaming = version, inRecovery, lsn, hash, streaming
+	s.ReceivedLSN, s.Timeline = received, timeline
 	s.PendingRestartSettings, s.PendingRestart = pending, len(pending) > 0
 	if s.Phase == instanceapi.PhaseStarting {
 		s.Phase, s.Message = instanceapi.PhaseRunning, ""
@@ -388,4 +431,18 @@ func (m *Manager) Status() instanceapi.Status {
 	s := m.status
 	s.PendingRestartSettings = append([]string(nil), s.PendingRestartSettings...)
 	return s
+}
+
+// role is what the instance runs as now (a promotion changes it).
+func (m *Manager) role() instanceapi.Role {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.status.Role
+}
+
+func (m *Manager) setRole(r instanceapi.Role) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.status.Role = r
+	m.cfg.Role = r
 }

@@ -31,18 +31,16 @@ func (m *Manager) Handler() http.Handler {
 		s.Ready = m.ready(r.Context(), s)
 		writeJSON(w, http.StatusOK, s)
 	})
-	notYet := func(w http.ResponseWriter, _ *http.Request) {
-		writeJSON(w, http.StatusNotImplemented, instanceapi.Error{Message: "replication management is not implemented yet"})
-	}
-	mux.HandleFunc("POST "+instanceapi.PathPromote, notYet)
-	mux.HandleFunc("POST "+instanceapi.PathFollow, notYet)
+	mux.HandleFunc("POST "+instanceapi.PathPromote, m.handlePromote)
 	return mux
 }
 
-// ready: PostgreSQL answers now, bootstrap is done, and a replica streams
-// from its primary (the status refreshes every second).
+// ready: PostgreSQL answers now, bootstrap is done, a replica streams from
+// its primary (the status refreshes every second), and a primary holds a
+// valid lease.
 func (m *Manager) ready(ctx context.Context, s instanceapi.Status) bool {
-	if s.Phase != instanceapi.PhaseRunning || (m.cfg.Role == instanceapi.RoleReplica && !s.Streaming) {
+	if s.Phase != instanceapi.PhaseRunning || (s.Role == instanceapi.RoleReplica && !s.Streaming) ||
+		(s.Role == instanceapi.RolePrimary && !m.leaseFresh()) {
 		return false
 	}
 	return m.ping(ctx)

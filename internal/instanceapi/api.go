@@ -15,11 +15,9 @@ const (
 	PathReadyz = "/readyz"
 	// PathStatus answers a Status document.
 	PathStatus = "/status"
-	// PathPromote turns a replica into the primary. Reserved for failover:
-	// answers 501 Not Implemented until replication management lands.
+	// PathPromote (POST, authenticated) turns a replica into the primary.
+	// The instance refuses unless the primary lease names it.
 	PathPromote = "/promote"
-	// PathFollow points a replica at a new primary. Reserved like PathPromote.
-	PathFollow = "/follow"
 )
 
 // Role of an instance.
@@ -67,6 +65,11 @@ type Status struct {
 	// LSN is the current WAL location: pg_current_wal_lsn() on a primary,
 	// pg_last_wal_replay_lsn() on a replica.
 	LSN string `json:"lsn,omitempty"`
+	// ReceivedLSN is pg_last_wal_receive_lsn() on a replica: the WAL it
+	// holds, replayed or not. Failover promotes the replica holding most.
+	ReceivedLSN string `json:"receivedLSN,omitempty"`
+	// Timeline is the timeline the instance runs on.
+	Timeline int `json:"timeline,omitempty"`
 	// Streaming is true on a replica whose WAL receiver streams from the
 	// primary. A replica that does not stream is not ready: it serves ever
 	// older data.

@@ -1,6 +1,7 @@
 package instanceapi
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -45,4 +46,26 @@ func (c *Client) Status(ctx context.Context, podIP string) (Status, error) {
 		return Status{}, fmt.Errorf("instance %s: %w", podIP, err)
 	}
 	return s, nil
+}
+
+// Promote asks the instance manager at podIP to promote its replica; token
+// is the Database's api-token.
+func (c *Client) Promote(ctx context.Context, podIP, token string) error {
+	url := "http://" + net.JoinHostPort(podIP, strconv.Itoa(Port)) + PathPromote
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(nil))
+	if err != nil {
+		return err
+	}
+	req.Header.Set(AuthorizationHeader, "Bearer "+token)
+	resp, err := c.HTTP.Do(req)
+	if err != nil {
+		return fmt.Errorf("instance %s: %w", podIP, err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	if resp.StatusCode != http.StatusOK {
+		var e Error
+		_ = json.NewDecoder(io.LimitReader(resp.Body, maxStatusBytes)).Decode(&e)
+		return fmt.Errorf("instance %s answered %s: %s", podIP, resp.Status, e.Message)
+	}
+	return nil
 }

@@ -62,7 +62,14 @@ func Tune(r Resources) map[string]string {
 	if r.StorageBytes > 0 {
 		walSize = max(min(walSize, r.StorageBytes/4), 64*miB)
 	}
+	// WAL kept past checkpoints, so an old primary can pg_rewind and a
+	// replica that fell behind can catch up instead of being cloned again.
+	keep := int64(512 * miB)
+	if r.StorageBytes > 0 {
+		keep = clamp(r.StorageBytes/20, 64*miB, 512*miB)
+	}
 	return map[string]string{
+		"wal_keep_size":                    FormatBytes(keep),
 		"shared_buffers":                   FormatBytes(shared),
 		"effective_cache_size":             FormatBytes(mem * 3 / 4),
 		"max_connections":                  strconv.FormatInt(conns, 10),

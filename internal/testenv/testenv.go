@@ -86,6 +86,15 @@ func Start() (*Env, error) {
 	return &Env{Config: cfg, Client: c, env: e}, nil
 }
 
+// WriteKubeconfig writes an admin kubeconfig to path, for a process the
+// test starts.
+func (e *Env) WriteKubeconfig(t *testing.T, path string) {
+	t.Helper()
+	if err := os.WriteFile(path, e.env.KubeConfig, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // Stop stops the control plane.
 func (e *Env) Stop() error { return e.env.Stop() }
 

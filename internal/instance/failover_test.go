@@ -1,0 +1,268 @@
+package instance_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/daytwo-dev/daytwo/internal/instanceapi"
+	"github.com/daytwo-dev/daytwo/internal/testenv"
+)
+
+const apiToken = "token-for-tests"
+
+// proxy forwards 127.0.0.1 connections to a port until it is cut: a
+// network partition between a replica and its primary, on loopback.
+type proxy struct {
+	l     net.Listener
+	mu    sync.Mutex
+	conns []net.Conn
+	cut   bool
+}
+
+func newProxy(t *testing.T, target int) *proxy {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &proxy{l: l}
+	t.Cleanup(func() { _ = l.Close(); p.partition() })
+	go func() {
+		for {
+			in, err := l.Accept()
+			if err != nil {
+				return
+			}
+			p.mu.Lock()
+			if p.cut {
+				p.mu.Unlock()
+				_ = in.Close()
+				continue
+			}
+			out, err := net.Dial("tcp", "127.0.0.1:"+strconv.Itoa(target))
+			if err != nil {
+				p.mu.Unlock()
+				_ = in.Close()
+				continue
+			}
+			p.conns = append(p.conns, in, out)
+			p.mu.Unlock()
+			go func() { _, _ = io.Copy(out, in); _ = out.Close() }()
+			go func() { _, _ = io.Copy(in, out); _ = in.Close() }()
+		}
+	}()
+	return p
+}
+
+func (p *proxy) port() int { return p.l.Addr().(*net.TCPAddr).Port }
+
+func (p *proxy) partition() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cut = true
+	for _, c := range p.conns {
+		_ = c.Close()
+	}
+}
+
+// leaseTest is a primary lease in a real API server, and instances that
+// obey it.
+type leaseTest struct {
+	t   *testing.T
+	env *testenv.Env
+	key client.ObjectKey
+}
+
+func newLeaseTest(t *testing.T, holder string) *leaseTest {
+	env, err := testenv.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Stop() })
+	ns := env.Namespace(t)
+	lt := &leaseTest{t: t, env: env, key: client.ObjectKey{Namespace: ns, Name: instanceapi.LeaseName("orders")}}
+	l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: lt.key.Name},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(holder)}}
+	if err := env.Client.Create(context.Background(), l); err != nil {
+		t.Fatal(err)
+	}
+	return lt
+}
+
+// instance makes an instance that takes its role from the lease and
+// streams from primaryPort when it is a replica.
+func (lt *leaseTest) instance(primaryPort int) *instance {
+	in := newInstance(lt.t, "--lease", lt.key.Name, "--namespace", lt.key.Namespace,
+		"--primary-host", "127.0.0.1", "--primary-port", strconv.Itoa(primaryPort))
+	in.writeFile("secrets/api-token", apiToken)
+	lt.env.WriteKubeconfig(lt.t, filepath.Join(in.root, "kubeconfig"))
+	in.env = append(in.env, "KUBECONFIG="+filepath.Join(in.root, "kubeconfig"))
+	return in
+}
+
+func (lt *leaseTest) get() *coordinationv1.Lease {
+	l := &coordinationv1.Lease{}
+	if err := lt.env.Client.Get(context.Background(), lt.key, l); err != nil {
+		lt.t.Fatal(err)
+	}
+	return l
+}
+
+// transfer is what the operator does at failover: name another holder.
+func (lt *leaseTest) transfer(to string) {
+	l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: lt.key.Namespace, Name: lt.key.Name}}
+	lt.env.Update(lt.t, l, func() {
+		l.Spec.HolderIdentity, l.Spec.RenewTime = ptr.To(to), ptr.To(metav1.NewMicroTime(time.Now()))
+	})
+}
+
+func promote(t *testing.T, in *instance, token string) int {
+	req, _ := http.NewRequest(http.MethodPost, in.url(instanceapi.PathPromote), nil)
+	if token != "" {
+		req.Header.Set(instanceapi.AuthorizationHeader, "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	return resp.StatusCode
+}
+
+// The failover protocol on real PostgreSQL and a real API server: a
+// replica cut off from its primary misses the primary's last writes; the
+// lease moves to it and it promotes; the old primary sees the lease gone,
+// kills its postgres, rewinds its data (throwing away what only it had) and
+// follows the new primary.
+func TestFailoverPromotesFencesAndRejoins(t *testing.T) {
+	ctx := context.Background()
+	lt := newLeaseTest(t, "orders-0")
+	// Each instance streams from the other when it is a replica; orders-1
+	// reaches orders-0 through a proxy the test can cut.
+	old := lt.instance(0)
+	repl := lt.instance(0)
+	link := newProxy(t, old.pgPort)
+	old.extraFlags[len(old.extraFlags)-1] = strconv.Itoa(repl.pgPort)
+	repl.extraFlags[len(repl.extraFlags)-1] = strconv.Itoa(link.port())
+
+	old.start("orders-0")
+	old.waitReady(90 * time.Second)
+	if l := lt.get(); l.Spec.RenewTime == nil || l.Annotations[instanceapi.AnnotationLeaseLSN] == "" {
+		t.Fatalf("the primary does not renew its lease: %+v", l.Spec)
+	}
+	repl.start("orders-1")
+	repl.waitReady(90 * time.Second)
+	old.exec(ctx, "CREATE TABLE items (id int PRIMARY KEY, v text)")
+	old.exec(ctx, "INSERT INTO items SELECT g, 'before' FROM generate_series(1, 100) g")
+	want := checksum(t, old)
+	eventually(t, 30*time.Second, func() bool { return checksum(t, repl) == want }, "the replica caught up")
+
+	// Only the lease holder may be promoted, and only by the operator.
+	if code := promote(t, repl, ""); code != http.StatusUnauthorized {
+		t.Fatalf("promote without a token = %d, want 401", code)
+	}
+	if code := promote(t, repl, apiToken); code != http.StatusConflict {
+		t.Fatalf("promote of an instance the lease does not name = %d, want 409", code)
+	}
+
+	// The partition: the old primary acknowledges writes the replica never gets.
+	link.partition()
+	old.exec(ctx, "INSERT INTO items SELECT g, 'split' FROM generate_series(101, 120) g")
+	lt.transfer("orders-1")
+	if code := promote(t, repl, apiToken); code != http.StatusOK {
+		t.Fatalf("promote = %d, want 200", code)
+	}
+	if got := repl.status(); got.Role != instanceapi.RolePrimary || got.InRecovery {
+		t.Fatalf("after promote: role %s, in recovery %v", got.Role, got.InRecovery)
+	}
+	repl.exec(ctx, "INSERT INTO items SELECT g, 'after' FROM generate_series(121, 130) g")
+
+	// The old primary fences itself within a renewal period, then rejoins.
+	eventually(t, 10*time.Second, func() bool { return old.status().Role == instanceapi.RoleReplica }, "the old primary to step down")
+	old.waitReady(120 * time.Second)
+	if s := old.status(); !s.InRecovery || !s.Streaming {
+		t.Fatalf("the old primary rejoined as %+v", s)
+	}
+	want = checksum(t, repl)
+	eventually(t, 30*time.Second, func() bool { return checksum(t, old) == want }, "the old primary to hold the new primary's data")
+	if n := old.query(ctx, "SELECT count(*)::text FROM items WHERE v = 'split'"); n != "0" {
+		t.Fatalf("%s rows only the old primary had survived the rewind", n)
+	}
+	if l := lt.get(); *l.Spec.HolderIdentity != "orders-1" {
+		t.Fatalf("lease holder %s, want orders-1", *l.Spec.HolderIdentity)
+	}
+}
+
+// A primary whose server hangs (every postgres process stopped, as on a
+// dead disk) stops renewing its lease and kills postgres before the lease
+// can run out, then starts again and holds it.
+func TestHungPrimaryStopsRenewing(t *testing.T) {
+	lt := newLeaseTest(t, "orders-0")
+	in := lt.instance(1)
+	in.start("orders-0")
+	in.waitReady(90 * time.Second)
+	pgid := 0 // the postmaster
+	for pid, p := range procs() {
+		if p.ppid == in.cmd.Process.Pid && p.comm == "postgres" {
+			pgid = pid
+		}
+	}
+	if pgid == 0 {
+		t.Fatal("no postmaster below the instance manager")
+	}
+	// Every backend is a session of its own: stop each one.
+	server := append(descendants(pgid, ""), pgid)
+	frozenAt := time.Now()
+	for _, pid := range server {
+		_ = syscall.Kill(pid, syscall.SIGSTOP)
+	}
+	// While frozen, the lease is not renewed; the manager kills postgres
+	// before the last renewal expires.
+	eventually(t, instanceapi.HeartbeatDeadline+instanceapi.LeaseRenewPeriod+instanceapi.LeaseDuration, func() bool {
+		all := procs()
+		for _, pid := range server {
+			if p, ok := all[pid]; ok && p.state != "Z" {
+				return false
+			}
+		}
+		return true
+	}, fmt.Sprintf("the %d frozen postgres processes to be killed", len(server)))
+	fenced := time.Since(frozenAt)
+	renewed := lt.get().Spec.RenewTime.Time
+	if expiry := renewed.Add(instanceapi.LeaseDuration); !time.Now().Before(expiry) {
+		t.Fatalf("postgres was killed only after the lease expired (%s)", expiry)
+	}
+	t.Logf("frozen postgres killed %s after the freeze; the lease, last renewed %s after the freeze, had %s left",
+		fenced.Round(time.Millisecond), renewed.Sub(frozenAt).Round(time.Millisecond),
+		time.Until(renewed.Add(instanceapi.LeaseDuration)).Round(time.Millisecond))
+	in.waitReady(90 * time.Second)
+	if l := lt.get(); !l.Spec.RenewTime.After(frozenAt) {
+		t.Fatal("the restarted primary does not renew its lease")
+	}
+}
+
+// exec runs sql as the application owner.
+func (in *instance) exec(ctx context.Context, sql string) {
+	in.t.Helper()
+	c, err := in.connect(ctx, "shop", appPassword, "orders")
+	if err != nil {
+		in.t.Fatalf("connect: %v", err)
+	}
+	defer func() { _ = c.Close(ctx) }()
+	if _, err := c.Exec(ctx, sql); err != nil {
+		in.t.Fatalf("%s: %v", sql, err)
+	}
+}

@@ -1,0 +1,116 @@
+package instance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client/config"
+
+	"github.com/daytwo-dev/daytwo/internal/instanceapi"
+)
+
+// ErrLeaseLost: the primary lease names another instance.
+var ErrLeaseLost = errors.New("the primary lease names another instance")
+
+// Lease is the per-Database lock a primary must hold to serve writes (see
+// instanceapi.LeaseDuration for the protocol).
+type Lease interface {
+	// Holder is the instance the lease names.
+	Holder(ctx context.Context) (string, error)
+	// Renew extends the lease for pod, recording lsn. It fails with
+	// ErrLeaseLost when the lease names another instance.
+	Renew(ctx context.Context, pod, lsn string) error
+	// Release lets the lease expire now if pod holds it (a clean shutdown),
+	// so failover need not wait for it to run out.
+	Release(ctx context.Context, pod string) error
+}
+
+// KubeLease is Lease on a coordination.k8s.io Lease.
+type KubeLease struct {
+	Client coordinationv1client.LeaseInterface
+	Name   string
+}
+
+// NewKubeLease uses the pod's service account (in-cluster config), or
+// $KUBECONFIG outside a pod.
+func NewKubeLease(namespace, name string) (*KubeLease, error) {
+	cfg, err := config.GetConfig()
+	if err != nil {
+		return nil, fmt.Errorf("failed to configure the Kubernetes client: %w", err)
+	}
+	cfg.Timeout = 2 * time.Second
+	c, err := coordinationv1client.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &KubeLease{Client: c.Leases(namespace), Name: name}, nil
+}
+
+func (k *KubeLease) get(ctx context.Context) (*coordinationv1.Lease, error) {
+	l, err := k.Client.Get(ctx, k.Name, metav1.GetOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("failed to read Lease %s: %w", k.Name, err)
+	}
+	return l, nil
+}
+
+// Holder implements Lease.
+func (k *KubeLease) Holder(ctx context.Context) (string, error) {
+	l, err := k.get(ctx)
+	if err != nil {
+		return "", err
+	}
+	if l.Spec.HolderIdentity == nil {
+		return "", nil
+	}
+	return *l.Spec.HolderIdentity, nil
+}
+
+// Renew implements Lease. The update carries the resourceVersion it read, so
+// it cannot overwrite a transfer the operator made in between.
+func (k *KubeLease) Renew(ctx context.Context, pod, lsn string) error {
+	l, err := k.get(ctx)
+	if err != nil {
+		return err
+	}
+	if l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity != pod {
+		return ErrLeaseLost
+	}
+	now := metav1.NewMicroTime(time.Now())
+	seconds := int32(instanceapi.LeaseDuration / time.Second)
+	l.Spec.RenewTime, l.Spec.LeaseDurationSeconds = &now, &seconds
+	if l.Spec.AcquireTime == nil {
+		l.Spec.AcquireTime = &now
+	}
+	if lsn != "" {
+		if l.Annotations == nil {
+			l.Annotations = map[string]string{}
+		}
+		l.Annotations[instanceapi.AnnotationLeaseLSN] = lsn
+	}
+	if _, err := k.Client.Update(ctx, l, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("failed to renew Lease %s: %w", k.Name, err)
+	}
+	return nil
+}
+
+// Release implements Lease: the holder stays, the renewal goes.
+func (k *KubeLease) Release(ctx context.Context, pod string) error {
+	l, err := k.get(ctx)
+	if err != nil {
+		return err
+	}
+	if l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity != pod || l.Spec.RenewTime == nil {
+		return nil
+	}
+	l.Spec.RenewTime = nil
+	if _, err := k.Client.Update(ctx, l, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("failed to release Lease %s: %w", k.Name, err)
+	}
+	return nil
+}

@@ -1,0 +1,285 @@
+package instance
+
+import (
+	"context"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/daytwo-dev/daytwo/internal/instanceapi"
+)
+
+// learnRole asks the primary lease who the primary is, waiting while the
+// Kubernetes API does not answer: an instance that does not know its role
+// must not start postgres at all.
+func (m *Manager) learnRole(ctx context.Context) error {
+	if m.lease == nil {
+		return nil
+	}
+	for {
+		holder, err := m.lease.Holder(ctx)
+		if err == nil && holder != "" {
+			role := instanceapi.RoleReplica
+			if holder == m.cfg.Pod {
+				role = instanceapi.RolePrimary
+			}
+			m.setRole(role)
+			m.log.Info("Role from the primary lease", "role", role, "holder", holder)
+			return nil
+		}
+		msg := "waiting for the primary lease to name a holder"
+		if err != nil {
+			msg = "waiting for the Kubernetes API to read the primary lease: " + err.Error()
+		}
+		m.setMessage(msg)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// rejoin turns data that last ran as a primary into a replica of the
+// current primary: pg_rewind undoes what it wrote after the two diverged,
+// and when that fails the replica is cloned again. Data that already ran as
+// a replica needs nothing: it follows the new timeline by itself.
+func (m *Manager) rejoin(ctx context.Context) error {
+	if m.role() != instanceapi.RoleReplica || m.bootstrapped {
+		return nil
+	}
+	if _, err := os.Stat(filepath.Join(m.cfg.PGData, "standby.signal")); err == nil {
+		return nil
+	}
+	if err := m.cfg.writePassFile(); err != nil {
+		return err
+	}
+	m.setMessage("rewinding the old primary's data to follow " + m.cfg.PrimaryHost)
+	source := fmt.Sprintf("host=%s port=%d user=%s dbname=postgres passfile=%s connect_timeout=5",
+		m.cfg.PrimaryHost, m.cfg.primaryPort(), replicationUser, m.cfg.passFile())
+	// Without a checkpoint a just-promoted source still shows the old
+	// timeline in its control file, and pg_rewind would find nothing to
+	// undo. Until the primary answers, wait, as a clone would.
+	for {
+		err := checkpoint(ctx, source)
+		if err == nil {
+			break
+		}
+		m.setMessage("waiting for the primary " + m.cfg.PrimaryHost + " to rewind: " + err.Error())
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(2 * time.Second):
+		}
+	}
+	out, err := exec.CommandContext(ctx, m.cfg.bin("pg_rewind"), "--target-pgdata="+m.cfg.PGData, "--source-server="+source).CombinedOutput()
+	if err == nil {
+		m.log.Info("Rewound the old primary's data", "output", lastLines(out, 2))
+		return nil
+	}
+	m.log.Info("Cloning the primary again: pg_rewind could not rejoin this data", "output", lastLines(out, 2))
+	return m.bootstrap(ctx)
+}
+
+// startPrimaryDuties starts, once per run of postgres as a primary, the
+// heartbeat commit and the lease renewal that depends on it.
+// It reports whether they run.
+func (m *Manager) startPrimaryDuties(ctx context.Context, fence chan<- error) bool {
+	s := m.Status()
+	if m.lease == nil || s.Role != instanceapi.RolePrimary || s.InRecovery || s.Phase != instanceapi.PhaseRunning {
+		return false
+	}
+	go m.heartbeat(ctx)
+	go m.holdLease(ctx, fence)
+	context.AfterFunc(ctx, func() {
+		m.mu.Lock()
+		m.lastHeartbeat, m.lastRenew = time.Time{}, time.Time{}
+		m.mu.Unlock()
+	})
+	return true
+}
+
+// heartbeat commits a WAL record three times per HeartbeatDeadline on its
+// own connection, each with that deadline: a frozen server, a stalled disk or a full one stops it, and
+// with it the lease renewal. It waits for the local flush only, so a
+// missing synchronous standby does not look like a broken primary.
+func (m *Manager) heartbeat(ctx context.Context) {
+	var conn *pgx.Conn
+	defer func() {
+		if conn != nil {
+			_ = conn.Close(context.Background())
+		}
+	}()
+	tick := time.NewTicker(instanceapi.HeartbeatDeadline / 3)
+	defer tick.Stop()
+	for {
+		if conn == nil || conn.IsClosed() {
+			cctx, cancel := context.WithTimeout(ctx, instanceapi.HeartbeatDeadline)
+			conn, _ = pgx.Connect(cctx, m.localDSN("postgres"))
+			if conn != nil {
+				if _, err := conn.Exec(cctx, "SET synchronous_commit = local"); err != nil {
+					_ = conn.Close(context.Background())
+					conn = nil
+				}
+			}
+			cancel()
+		}
+		if conn != nil {
+			hctx, cancel := context.WithTimeout(ctx, instanceapi.HeartbeatDeadline)
+			_, err := conn.Exec(hctx, "SELECT pg_logical_emit_message(true, 'daytwo-heartbeat', now()::text)")
+			cancel()
+			if err == nil {
+				m.mu.Lock()
+				m.lastHeartbeat = time.Now()
+				m.mu.Unlock()
+			} else {
+				_ = conn.Close(context.Background())
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// holdLease renews the primary lease while the heartbeat is fresh. It asks
+// for fencing when the lease names another instance, or when the last
+// renewal is about to run out (the API unreachable, or the write path hung).
+func (m *Manager) holdLease(ctx context.Context, fence chan<- error) {
+	tick := time.NewTicker(instanceapi.LeaseRenewPeriod)
+	defer tick.Stop()
+	for {
+		m.mu.Lock()
+		beat, renewed, lsn := m.lastHeartbeat, m.lastRenew, m.status.LSN
+		m.mu.Unlock()
+		if time.Since(beat) < instanceapi.HeartbeatDeadline {
+			start := time.Now()
+			rctx, cancel := context.WithTimeout(ctx, instanceapi.LeaseRenewPeriod)
+			err := m.lease.Renew(rctx, m.cfg.Pod, lsn)
+			cancel()
+			switch {
+			case err == nil:
+				m.mu.Lock()
+				m.lastRenew = start
+				m.mu.Unlock()
+				renewed = start
+			case errors.Is(err, ErrLeaseLost):
+				fence <- err
+				return
+			}
+		}
+		if !renewed.IsZero() && time.Since(renewed) > instanceapi.LeaseDuration-instanceapi.LeaseFenceMargin {
+			fence <- fmt.Errorf("the primary lease was not renewed for %s (heartbeat %s ago)",
+				time.Since(renewed).Round(time.Millisecond), time.Since(beat).Round(time.Millisecond))
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// leaseFresh: a primary under a lease serves (is ready) only while its last
+// renewal is valid, so the -rw Service drops it as soon as it may not write.
+func (m *Manager) leaseFresh() bool {
+	if m.lease == nil {
+		return true
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return !m.lastRenew.IsZero() && time.Since(m.lastRenew) < instanceapi.LeaseDuration-instanceapi.LeaseFenceMargin
+}
+
+// releaseLease lets the lease expire at once after a clean shutdown, so a
+// replica takes over without waiting for it to run out.
+func (m *Manager) releaseLease() {
+	if m.lease == nil || m.role() != instanceapi.RolePrimary {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := m.lease.Release(ctx, m.cfg.Pod); err != nil {
+		m.log.Error(err, "Failed to release the primary lease; a replica takes over once it expires")
+		return
+	}
+	m.log.Info("Released the primary lease")
+}
+
+// handlePromote promotes this replica once the caller proved it is the
+// operator and the lease names this instance.
+func (m *Manager) handlePromote(w http.ResponseWriter, r *http.Request) {
+	if !m.authorized(r) {
+		writeJSON(w, http.StatusUnauthorized, instanceapi.Error{Message: "a valid bearer token is required"})
+		return
+	}
+	if s := m.Status(); s.Role != instanceapi.RoleReplica || s.Phase != instanceapi.PhaseRunning {
+		writeJSON(w, http.StatusConflict, instanceapi.Error{Message: fmt.Sprintf("instance is a %s in phase %s", s.Role, s.Phase)})
+		return
+	}
+	if m.lease != nil {
+		holder, err := m.lease.Holder(r.Context())
+		if err != nil || holder != m.cfg.Pod {
+			writeJSON(w, http.StatusConflict, instanceapi.Error{Message: "the primary lease does not name this instance"})
+			return
+		}
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, m.localDSN("postgres"))
+	if err != nil {
+		writeJSON(w, http.StatusServiceUnavailable, instanceapi.Error{Message: "postgres does not answer"})
+		return
+	}
+	defer func() { _ = conn.Close(context.Background()) }()
+	var done bool
+	if err := conn.QueryRow(ctx, "SELECT pg_promote(true, 25)").Scan(&done); err != nil || !done {
+		writeJSON(w, http.StatusInternalServerError, instanceapi.Error{Message: "pg_promote did not finish"})
+		return
+	}
+	m.setRole(instanceapi.RolePrimary)
+	m.mu.Lock()
+	// The operator renewed the lease as it moved it here.
+	m.lastRenew, m.lastHeartbeat = time.Now(), time.Now()
+	m.status.InRecovery, m.status.Streaming = false, false
+	m.mu.Unlock()
+	m.log.Info("Promoted to primary")
+	writeJSON(w, http.StatusOK, m.Status())
+}
+
+// authorized compares the bearer token with the api-token secret file in
+// constant time. Without a token file nothing is authorized.
+func (m *Manager) authorized(r *http.Request) bool {
+	want, err := m.cfg.secret(instanceapi.SecretAPIToken)
+	if err != nil || want == "" {
+		return false
+	}
+	got, ok := strings.CutPrefix(r.Header.Get(instanceapi.AuthorizationHeader), "Bearer ")
+	return ok && subtle.ConstantTimeCompare([]byte(got), []byte(want)) == 1
+}
+
+// checkpoint runs CHECKPOINT on the server dsn names.
+func checkpoint(ctx context.Context, dsn string) error {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		return fmt.Errorf("failed to connect to the primary: %w", err)
+	}
+	defer func() { _ = conn.Close(context.Background()) }()
+	if _, err := conn.Exec(ctx, "CHECKPOINT"); err != nil {
+		return fmt.Errorf("failed to checkpoint the primary: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,84 @@
+package instanceapi
+
+import "time"
+
+// What the operator's pod template and the instance manager must agree on:
+// mount paths, secret file names and the flags the template passes.
+const (
+	// ControllerMount is the emptyDir the init container copies the daytwo
+	// binary into; the instance manager keeps its socket directory there.
+	ControllerMount = "/controller"
+	// Binary is the instance manager inside ControllerMount.
+	Binary = ControllerMount + "/daytwo"
+	// RunDir holds the socket and the password file.
+	RunDir = ControllerMount + "/run"
+	// DataMount is where the data volume is mounted; PGData is below it so
+	// a bootstrap can stage next to it on the same volume.
+	DataMount = "/var/lib/postgresql/data"
+	PGData    = DataMount + "/pgdata"
+	// ConfigDir holds the operator's rendered ParametersFile.
+	ConfigDir      = "/etc/daytwo/config"
+	ParametersFile = "postgresql.conf"
+	// SecretsDir holds the secret files below.
+	SecretsDir = "/etc/daytwo/secrets"
+	// SecretAppPassword, SecretReplicationPassword and SecretAPIToken are
+	// file names in SecretsDir.
+	SecretAppPassword         = "app-password"
+	SecretReplicationPassword = "replication-password"
+	SecretAPIToken            = "api-token"
+)
+
+// Flags of `daytwo instance run` that the pod template sets.
+const (
+	FlagCluster         = "cluster"
+	FlagPod             = "pod"
+	FlagPrimaryHost     = "primary-host"
+	FlagPGData          = "pgdata"
+	FlagRunDir          = "run-dir"
+	FlagShutdownTimeout = "shutdown-timeout"
+	FlagDatabaseUID     = "database-uid"
+	FlagBootstrapSource = "bootstrap-source"
+	FlagReuseData       = "reuse-data"
+	FlagFromBackup      = "from-backup"
+	FlagRestoreID       = "restore-id"
+	FlagDatabase        = "database"
+	FlagOwner           = "owner"
+	FlagTerminationLog  = "termination-log"
+	FlagLease           = "lease"
+	FlagNamespace       = "namespace"
+)
+
+// Flag renders --name=value.
+func Flag(name, value string) string { return "--" + name + "=" + value }
+
+// The primary lease: a coordination.k8s.io Lease per Database whose holder is
+// the one instance allowed to serve writes. The instance manager of the holder
+// renews it while its own write path works (a heartbeat commit succeeds); the
+// operator moves it to another instance only once it has expired, and only
+// then asks that instance to promote. An instance that cannot renew stops
+// postgres before the lease can expire, so two primaries never accept writes
+// at once, whether the operator runs or not.
+const (
+	// LeaseDuration is how long a renewal is valid.
+	LeaseDuration = 7 * time.Second
+	// LeaseRenewPeriod is how often the holder renews.
+	LeaseRenewPeriod = time.Second
+	// LeaseFenceMargin: the holder fences itself this long before its last
+	// renewal expires, which absorbs clock skew between the holder's node and
+	// the operator's.
+	LeaseFenceMargin = 2 * time.Second
+	// HeartbeatDeadline: the holder renews only while a heartbeat commit
+	// succeeded within this long, so a hung server or a stalled disk loses
+	// the lease like a dead pod.
+	HeartbeatDeadline = 1500 * time.Millisecond
+	// AnnotationLeaseLSN on the Lease is the holder's WAL position at its
+	// last renewal; failover measures a candidate's lag against it.
+	AnnotationLeaseLSN = "daytwo.dev/lsn"
+)
+
+// LeaseName is the primary lease of the Database named cluster.
+func LeaseName(cluster string) string { return cluster + "-primary" }
+
+// AuthorizationHeader carries "Bearer <token>" on the calls that change an
+// instance (promote); the token is the api-token secret file.
+const AuthorizationHeader = "Authorization"
