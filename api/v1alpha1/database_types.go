@@ -89,6 +89,11 @@ const (
 	ReasonResizing = "Resizing"
 	// ReasonDeleting means the Database is being deleted.
 	ReasonDeleting = "Deleting"
+	// ReasonFailingOver means the primary lease expired and daytwo is
+	// promoting a replica, or waits for one it may promote.
+	ReasonFailingOver = "FailingOver"
+	// ReasonFailover is the Event reason of each failover step.
+	ReasonFailover = "Failover"
 )
 
 // Parameters are postgresql.conf settings by name. To Go code it is a
@@ -262,6 +267,12 @@ type InstanceStatus struct {
 	// lsn is the instance's WAL position when it was last asked.
 	// +optional
 	LSN string `json:"lsn,omitempty"`
+	// receivedLSN is the WAL a replica has received, replayed or not.
+	// +optional
+	ReceivedLSN string `json:"receivedLSN,omitempty"`
+	// timeline is the timeline the instance runs on.
+	// +optional
+	Timeline int32 `json:"timeline,omitempty"`
 	// streaming is true on a replica that streams from the primary.
 	// +optional
 	Streaming bool `json:"streaming,omitempty"`
@@ -272,6 +283,31 @@ type InstanceStatus struct {
 	// error says why the instance could not be asked.
 	// +optional
 	Error string `json:"error,omitempty"`
+}
+
+// FailoverRecord is one failover, step by step.
+type FailoverRecord struct {
+	// from is the instance that lost the primary lease.
+	// +required
+	From string `json:"from"`
+	// to is the replica promoted.
+	// +required
+	To string `json:"to"`
+	// reason says why the old primary was given up.
+	// +optional
+	// +kubebuilder:validation:MaxLength=256
+	Reason string `json:"reason,omitempty"`
+	// detectedTime is when daytwo found the lease expired.
+	// +optional
+	DetectedTime *metav1.Time `json:"detectedTime,omitempty"`
+	// promotedTime is when the new primary finished its promotion.
+	// +optional
+	PromotedTime *metav1.Time `json:"promotedTime,omitempty"`
+	// lagBytes is how much WAL the old primary had, at its last lease
+	// renewal, beyond what the promoted replica had received: the most
+	// that can be lost (0 when it held everything).
+	// +optional
+	LagBytes int64 `json:"lagBytes,omitempty"`
 }
 
 // DatabaseStatus is what daytwo observed about a Database.
@@ -316,9 +352,15 @@ type DatabaseStatus struct {
 	// +optional
 	Selector string `json:"selector,omitempty"`
 
-	// primary is the name of the pod that runs the primary.
+	// primary is the name of the pod that runs the primary: the holder of
+	// the primary Lease (<name>-primary).
 	// +optional
 	Primary string `json:"primary,omitempty"`
+
+	// lastFailover records the last promotion of a replica after the
+	// primary was lost.
+	// +optional
+	LastFailover *FailoverRecord `json:"lastFailover,omitempty"`
 
 	// secretName is the name of the credentials Secret.
 	// +optional

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/daytwo-dev/daytwo/internal/backup"
+	"github.com/daytwo-dev/daytwo/internal/instanceapi"
 	"github.com/daytwo-dev/daytwo/internal/postgres"
 )
 
@@ -90,11 +91,11 @@ func clearDir(dir string) error {
 // primary, so a crash between initdb and here, a restore, or a rotated Secret
 // all converge. Passwords travel as SCRAM verifiers, never in plain text.
 func (m *Manager) ensureRoles(ctx context.Context, conn *pgx.Conn) error {
-	appPassword, err := m.cfg.secret("app-password")
+	appPassword, err := m.cfg.secret(instanceapi.SecretAppPassword)
 	if err != nil {
 		return err
 	}
-	replPassword, err := m.cfg.secret("replication-password")
+	replPassword, err := m.cfg.secret(instanceapi.SecretReplicationPassword)
 	if err != nil {
 		return err
 	}

@@ -161,7 +161,7 @@ func (c *Config) writeConfig(dir string) error {
 }
 
 func (c *Config) writePassFile() error {
-	pw, err := c.secret("replication-password")
+	pw, err := c.secret(instanceapi.SecretReplicationPassword)
 	if err != nil {
 		return err
 	}

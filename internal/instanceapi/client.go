@@ -57,7 +57,10 @@ func (c *Client) Promote(ctx context.Context, podIP, token string) error {
 		return err
 	}
 	req.Header.Set(AuthorizationHeader, "Bearer "+token)
-	resp, err := c.HTTP.Do(req)
+	// pg_promote waits up to 25 s; the status timeout is far shorter.
+	hc := *c.HTTP
+	hc.Timeout = 30 * time.Second
+	resp, err := hc.Do(req)
 	if err != nil {
 		return fmt.Errorf("instance %s: %w", podIP, err)
 	}

@@ -9,8 +9,10 @@ import (
 	"sync"
 
 	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -50,6 +52,8 @@ func (r *Reconciler) ensureSecrets(ctx context.Context, db *v1alpha1.Database, o
 	}{
 		{db.CredentialsSecretName(), func(pw string) map[string][]byte { return credentialsData(db, pw) }},
 		{replicationName(db), func(pw string) map[string][]byte { return map[string][]byte{v1alpha1.CredentialsPassword: []byte(pw)} }},
+		// The token the instance API asks of whoever promotes an instance.
+		{apiSecretName(db), func(pw string) map[string][]byte { return map[string][]byte{v1alpha1.CredentialsPassword: []byte(pw)} }},
 	} {
 		msg, err := r.ensureSecret(ctx, db, s.name, s.data)
 		if err != nil || msg != "" {
@@ -143,6 +147,12 @@ func (r *Reconciler) checkChildren(ctx context.Context, db *v1alpha1.Database, o
 		{controller.Named[corev1.Service](ns, roName(db)), "Service"},
 		{controller.Named[appsv1.StatefulSet](ns, db.Name), "StatefulSet"},
 		{controller.Named[policyv1.PodDisruptionBudget](ns, db.Name), "PodDisruptionBudget"},
+		// A Lease left by an earlier Database of this name would name the
+		// wrong primary.
+		{controller.Named[coordinationv1.Lease](ns, leaseName(db)), "Lease"},
+		{controller.Named[corev1.ServiceAccount](ns, instanceAccountName(db)), "ServiceAccount"},
+		{controller.Named[rbacv1.Role](ns, instanceAccountName(db)), "Role"},
+		{controller.Named[rbacv1.RoleBinding](ns, instanceAccountName(db)), "RoleBinding"},
 	} {
 		own, msg, err := controller.CheckOwner(ctx, r.Client, db, "Database", c.obj, c.kind)
 		switch {
@@ -205,7 +215,9 @@ func (r *Reconciler) askInstances(ctx context.Context, pods []corev1.Pod) []v1al
 	for i := range pods {
 		pod := &pods[i]
 		out[i].Name = pod.Name
-		if !podReady(pod) || pod.Status.PodIP == "" {
+		// Not only ready pods: a replica that lost its primary stops being
+		// ready, and failover needs to hear from it most.
+		if pod.Status.PodIP == "" || pod.Status.Phase != corev1.PodRunning || !pod.DeletionTimestamp.IsZero() {
 			continue
 		}
 		wg.Go(func() {
@@ -215,7 +227,8 @@ func (r *Reconciler) askInstances(ctx context.Context, pods []corev1.Pod) []v1al
 				return
 			}
 			out[i] = v1alpha1.InstanceStatus{Name: pod.Name, Role: string(s.Role), PostgresVersion: s.PostgresVersion,
-				LSN: s.LSN, Streaming: s.Streaming, PendingRestart: s.PendingRestartSettings}
+				LSN: s.LSN, ReceivedLSN: s.ReceivedLSN, Timeline: int32(s.Timeline), Streaming: s.Streaming,
+				PendingRestart: s.PendingRestartSettings}
 		})
 	}
 	wg.Wait()
@@ -245,13 +258,13 @@ func (r *Reconciler) applyDisruptionBudget(ctx context.Context, db *v1alpha1.Dat
 	return controller.DeleteOwned(ctx, r.Client, db, controller.Named[policyv1.PodDisruptionBudget](db.Namespace, db.Name), "PodDisruptionBudget")
 }
 
-// labelRoles marks ordinal 0 as the primary and the others as replicas,
-// which is what the -rw and -ro Services select on.
-func (r *Reconciler) labelRoles(ctx context.Context, db *v1alpha1.Database, pods []corev1.Pod) error {
+// labelRoles marks the lease holder as the primary and the others as
+// replicas, which is what the -rw and -ro Services select on.
+func (r *Reconciler) labelRoles(ctx context.Context, pods []corev1.Pod, primary string) error {
 	for i := range pods {
 		pod := &pods[i]
 		want := "replica"
-		if ordinal(pod.Name) == 0 {
+		if pod.Name == primary {
 			want = "primary"
 		}
 		if pod.Labels[labelRole] == want || !pod.DeletionTimestamp.IsZero() {

@@ -5,8 +5,10 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -72,6 +74,9 @@ const instanceRefresh = 30 * time.Second
 // +kubebuilder:rbac:groups=storage.k8s.io,resources=storageclasses,verbs=get;list;watch
 // +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update
+// +kubebuilder:rbac:groups="",resources=serviceaccounts,verbs=get;list;watch;create;patch
+// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=roles;rolebindings,verbs=get;list;watch;create;patch
 
 // Reconcile brings one Database towards its spec and reports what it observed.
 func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (_ reconcile.Result, err error) {
@@ -107,6 +112,9 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, db *v1alpha1.Database)
 	if err := r.checkChildren(ctx, db, obs); err != nil || obs.conflict != "" {
 		return reconcile.Result{RequeueAfter: conflictRetry}, err
 	}
+	if err := r.ensurePrimaryLease(ctx, db, obs); err != nil {
+		return reconcile.Result{}, err
+	}
 	if err := r.applyConfigAndServices(ctx, db, obs.plan); err != nil {
 		return reconcile.Result{}, err
 	}
@@ -122,15 +130,21 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, db *v1alpha1.Database)
 	if err := r.applyDisruptionBudget(ctx, db, obs.plan); err != nil {
 		return reconcile.Result{}, err
 	}
-	if err := r.labelRoles(ctx, db, obs.pods); err != nil {
+	failoverRes, err := r.failover(ctx, db, obs)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	if err := r.labelRoles(ctx, obs.pods, obs.primary); err != nil {
 		return reconcile.Result{}, err
 	}
 	if err := r.reconcileStorage(ctx, db, obs); err != nil {
 		return reconcile.Result{}, err
 	}
 	res, err := r.rollOut(ctx, db, obs)
-	if len(obs.instanceStatuses) > 0 && (res.RequeueAfter == 0 || res.RequeueAfter > instanceRefresh) {
-		res.RequeueAfter = instanceRefresh
+	for _, after := range []time.Duration{failoverRes.RequeueAfter, instanceRefresh} {
+		if after > 0 && (res.RequeueAfter == 0 || res.RequeueAfter > after) && (after != instanceRefresh || len(obs.instanceStatuses) > 0) {
+			res.RequeueAfter = after
+		}
 	}
 	return res, err
 }
@@ -163,6 +177,10 @@ func (r *Reconciler) SetupWithManager(mgr manager.Manager) error {
 		Owns(&corev1.ConfigMap{}, builder.OnlyMetadata).
 		Owns(&corev1.Secret{}, builder.OnlyMetadata).
 		Owns(&policyv1.PodDisruptionBudget{}).
+		Owns(&coordinationv1.Lease{}, builder.WithPredicates(leaseChanged)).
+		Owns(&corev1.ServiceAccount{}).
+		Owns(&rbacv1.Role{}).
+		Owns(&rbacv1.RoleBinding{}).
 		Watches(&corev1.Pod{}, byLabel).
 		Watches(&corev1.PersistentVolumeClaim{}, byLabel).
 		// A final backup's progress moves a Snapshot deletion forward.

@@ -16,9 +16,11 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -554,6 +556,11 @@ func TestDeletionPolicies(t *testing.T) {
 			&corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "snap-rw"}},
 			&corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "snap-ro"}},
 			&appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "snap"}},
+			&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "snap-instance-api"}},
+			&coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "snap-primary"}},
+			&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "snap-instance"}},
+			&rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "snap-instance"}},
+			&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "snap-instance"}},
 		} {
 			_ = env.Client.Delete(ctx, obj)
 		}

@@ -6,14 +6,19 @@ import (
 	"strconv"
 
 	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	appsv1ac "k8s.io/client-go/applyconfigurations/apps/v1"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
 	policyv1ac "k8s.io/client-go/applyconfigurations/policy/v1"
+	rbacv1ac "k8s.io/client-go/applyconfigurations/rbac/v1"
+	"k8s.io/utils/ptr"
 
 	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
 	"github.com/daytwo-dev/daytwo/internal/instanceapi"
@@ -41,8 +46,8 @@ const (
 
 	containerPostgres = "postgres"
 	volumeData        = "pgdata"
-	dataMount         = "/var/lib/postgresql/data"
-	controllerMount   = "/controller"
+	dataMount         = instanceapi.DataMount
+	controllerMount   = instanceapi.ControllerMount
 	terminationGrace  = 60
 )
 
@@ -74,10 +79,44 @@ func pvcName(db *v1alpha1.Database, ordinal int) string {
 	return volumeData + "-" + podName(db, ordinal)
 }
 
-// primaryHost is the stable DNS name of the primary (ordinal 0) through the
-// headless Service; replicas clone and stream from it.
-func primaryHost(db *v1alpha1.Database) string {
-	return podName(db, 0) + "." + headlessName(db)
+func apiSecretName(db *v1alpha1.Database) string { return db.Name + "-instance-api" }
+func instanceAccountName(db *v1alpha1.Database) string { return db.Name + "-instance" }
+func leaseName(db *v1alpha1.Database) string           { return instanceapi.LeaseName(db.Name) }
+
+// primaryHost is the -rw Service, which follows the primary lease's holder:
+// replicas clone, stream and rewind from whichever instance is primary.
+func primaryHost(db *v1alpha1.Database) string { return rwName(db) }
+
+// instanceServiceAccount, instanceRole and instanceRoleBinding let the
+// instance managers read and renew their Database's primary Lease, and
+// nothing else.
+func instanceServiceAccount(db *v1alpha1.Database) *corev1ac.ServiceAccountApplyConfiguration {
+	return corev1ac.ServiceAccount(instanceAccountName(db), db.Namespace).
+		WithLabels(labels(db)).WithOwnerReferences(ownerReference(db))
+}
+
+func instanceRole(db *v1alpha1.Database) *rbacv1ac.RoleApplyConfiguration {
+	return rbacv1ac.Role(instanceAccountName(db), db.Namespace).
+		WithLabels(labels(db)).WithOwnerReferences(ownerReference(db)).
+		WithRules(rbacv1ac.PolicyRule().WithAPIGroups(coordinationv1.GroupName).WithResources("leases").
+			WithResourceNames(leaseName(db)).WithVerbs("get", "update"))
+}
+
+func instanceRoleBinding(db *v1alpha1.Database) *rbacv1ac.RoleBindingApplyConfiguration {
+	return rbacv1ac.RoleBinding(instanceAccountName(db), db.Namespace).
+		WithLabels(labels(db)).WithOwnerReferences(ownerReference(db)).
+		WithRoleRef(rbacv1ac.RoleRef().WithAPIGroup(rbacv1.GroupName).WithKind("Role").WithName(instanceAccountName(db))).
+		WithSubjects(rbacv1ac.Subject().WithKind(rbacv1.ServiceAccountKind).WithName(instanceAccountName(db)).WithNamespace(db.Namespace))
+}
+
+// primaryLease is the Lease created with a new Database: ordinal 0 makes
+// the data, so it holds it first. Afterwards only failover moves it.
+func primaryLease(db *v1alpha1.Database) *coordinationv1.Lease {
+	l := &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Name: leaseName(db), Namespace: db.Namespace, Labels: labels(db)},
+		Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To(podName(db, 0))},
+	}
+	return l
 }
 
 func endpoint(db *v1alpha1.Database) string {
@@ -169,8 +208,9 @@ func podTemplate(db *v1alpha1.Database, p plan, in stsInputs) *corev1ac.PodTempl
 		WithSpec(corev1ac.PodSpec().
 			WithTerminationGracePeriodSeconds(terminationGrace).
 			WithEnableServiceLinks(false).
-			// The instance manager never talks to the API server.
-			WithAutomountServiceAccountToken(false).
+			// The instance manager reads and renews the primary Lease.
+			WithServiceAccountName(instanceAccountName(db)).
+			WithAutomountServiceAccountToken(true).
 			WithSecurityContext(corev1ac.PodSecurityContext().
 				WithRunAsNonRoot(true).WithRunAsUser(999).WithRunAsGroup(999).WithFSGroup(999).
 				WithFSGroupChangePolicy(corev1.FSGroupChangeOnRootMismatch).
@@ -185,7 +225,7 @@ func podTemplate(db *v1alpha1.Database, p plan, in stsInputs) *corev1ac.PodTempl
 				WithName("bootstrap-controller").
 				WithImage(in.instanceImage).
 				WithImagePullPolicy(corev1.PullIfNotPresent).
-				WithCommand("/daytwo", "instance", "bootstrap", controllerMount+"/daytwo").
+				WithCommand("/daytwo", "instance", "bootstrap", instanceapi.Binary).
 				WithSecurityContext(restrictedContainer()).
 				WithResources(corev1ac.ResourceRequirements().WithRequests(corev1.ResourceList{
 					corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("32Mi")}).
@@ -197,11 +237,13 @@ func podTemplate(db *v1alpha1.Database, p plan, in stsInputs) *corev1ac.PodTempl
 }
 
 func postgresContainer(db *v1alpha1.Database, p plan, in stsInputs) *corev1ac.ContainerApplyConfiguration {
-	args := []string{"instance", "run", "--termination-log=/dev/termination-log",
-		"--cluster=" + db.Name, "--pod=$(POD_NAME)", "--primary-host=" + primaryHost(db),
-		"--pgdata=" + dataMount + "/pgdata", "--run-dir=" + controllerMount + "/run",
-		fmt.Sprintf("--shutdown-timeout=%ds", terminationGrace-10),
-		"--database-uid=" + string(db.UID), "--bootstrap-source=" + bootstrapSource(db)}
+	f := instanceapi.Flag
+	args := []string{"instance", "run", f(instanceapi.FlagTerminationLog, "/dev/termination-log"),
+		f(instanceapi.FlagCluster, db.Name), f(instanceapi.FlagPod, "$(POD_NAME)"), f(instanceapi.FlagPrimaryHost, primaryHost(db)),
+		f(instanceapi.FlagPGData, instanceapi.PGData), f(instanceapi.FlagRunDir, instanceapi.RunDir),
+		f(instanceapi.FlagShutdownTimeout, fmt.Sprintf("%ds", terminationGrace-10)),
+		f(instanceapi.FlagDatabaseUID, string(db.UID)), f(instanceapi.FlagBootstrapSource, bootstrapSource(db)),
+		f(instanceapi.FlagLease, leaseName(db)), f(instanceapi.FlagNamespace, "$(POD_NAMESPACE)")}
 	if db.Annotations[v1alpha1.AnnotationReuseData] == "true" {
 		args = append(args, "--reuse-data")
 	}
@@ -219,26 +261,30 @@ func postgresContainer(db *v1alpha1.Database, p plan, in stsInputs) *corev1ac.Co
 		WithName(containerPostgres).
 		WithImage(in.image).
 		WithImagePullPolicy(corev1.PullIfNotPresent).
-		WithCommand(controllerMount+"/daytwo").
+		WithCommand(instanceapi.Binary).
 		WithArgs(args...).
 		WithEnv(append([]*corev1ac.EnvVarApplyConfiguration{
 			corev1ac.EnvVar().WithName("POD_NAME").WithValueFrom(corev1ac.EnvVarSource().
 				WithFieldRef(corev1ac.ObjectFieldSelector().WithFieldPath("metadata.name"))),
-			corev1ac.EnvVar().WithName("PGDATA").WithValue(dataMount + "/pgdata"),
+			corev1ac.EnvVar().WithName("POD_NAMESPACE").WithValueFrom(corev1ac.EnvVarSource().
+				WithFieldRef(corev1ac.ObjectFieldSelector().WithFieldPath("metadata.namespace"))),
+			corev1ac.EnvVar().WithName("PGDATA").WithValue(instanceapi.PGData),
 		}, restoreEnv(in.restore)...)...).
 		WithPorts(
 			corev1ac.ContainerPort().WithName("postgresql").WithContainerPort(instanceapi.PostgresPort).WithProtocol(corev1.ProtocolTCP),
 			corev1ac.ContainerPort().WithName("status").WithContainerPort(instanceapi.Port).WithProtocol(corev1.ProtocolTCP),
 		).
-		WithReadinessProbe(probe(instanceapi.PathReadyz, 2, 3)).
+		// Readiness moves the -rw Service: probe often, so a failover is
+		// seen within a second of the promotion.
+		WithReadinessProbe(probe(instanceapi.PathReadyz, 1, 2)).
 		WithLivenessProbe(probe(instanceapi.PathHealthz, 10, 6)).
 		WithResources(resourcesApply(p.resources)).
 		WithSecurityContext(restrictedContainer()).
 		WithVolumeMounts(
 			corev1ac.VolumeMount().WithName(volumeData).WithMountPath(dataMount),
 			corev1ac.VolumeMount().WithName("controller").WithMountPath(controllerMount),
-			corev1ac.VolumeMount().WithName("config").WithMountPath("/etc/daytwo/config").WithReadOnly(true),
-			corev1ac.VolumeMount().WithName("secrets").WithMountPath("/etc/daytwo/secrets").WithReadOnly(true),
+			corev1ac.VolumeMount().WithName("config").WithMountPath(instanceapi.ConfigDir).WithReadOnly(true),
+			corev1ac.VolumeMount().WithName("secrets").WithMountPath(instanceapi.SecretsDir).WithReadOnly(true),
 			corev1ac.VolumeMount().WithName("shm").WithMountPath("/dev/shm"),
 			corev1ac.VolumeMount().WithName("tmp").WithMountPath("/tmp"),
 		).
@@ -307,9 +353,11 @@ func podVolumes(db *v1alpha1.Database, p plan) []*corev1ac.VolumeApplyConfigurat
 			WithDefaultMode(0o440).
 			WithSources(
 				corev1ac.VolumeProjection().WithSecret(corev1ac.SecretProjection().WithName(db.CredentialsSecretName()).
-					WithItems(corev1ac.KeyToPath().WithKey(v1alpha1.CredentialsPassword).WithPath("app-password"))),
+					WithItems(corev1ac.KeyToPath().WithKey(v1alpha1.CredentialsPassword).WithPath(instanceapi.SecretAppPassword))),
 				corev1ac.VolumeProjection().WithSecret(corev1ac.SecretProjection().WithName(replicationName(db)).
-					WithItems(corev1ac.KeyToPath().WithKey(v1alpha1.CredentialsPassword).WithPath("replication-password"))),
+					WithItems(corev1ac.KeyToPath().WithKey(v1alpha1.CredentialsPassword).WithPath(instanceapi.SecretReplicationPassword))),
+				corev1ac.VolumeProjection().WithSecret(corev1ac.SecretProjection().WithName(apiSecretName(db)).
+					WithItems(corev1ac.KeyToPath().WithKey(v1alpha1.CredentialsPassword).WithPath(instanceapi.SecretAPIToken))),
 			)),
 	}
 }

@@ -115,7 +115,7 @@ func TestStatefulSetShape(t *testing.T) {
 	}
 	c := pod.Containers[0]
 	args := strings.Join(c.Args, " ")
-	for _, want := range []string{"--cluster=orders", "--primary-host=orders-0.orders", "--database=orders", "--owner=shop", "--pod=$(POD_NAME)"} {
+	for _, want := range []string{"--cluster=orders", "--primary-host=orders-rw", "--lease=orders-primary", "--database=orders", "--owner=shop", "--pod=$(POD_NAME)"} {
 		if !strings.Contains(args, want) {
 			t.Errorf("args %q lack %s", args, want)
 		}
@@ -184,11 +184,17 @@ func TestPickRestartOrder(t *testing.T) {
 		{"a broken outdated pod goes at once", []*corev1.Pod{pod("db-0", "a", true), pod("db-1", "a", false)}, false, "db-1"},
 		{"wait while another instance is not ready", []*corev1.Pod{pod("db-0", "a", true), pod("db-1", "a", true)}, false, ""},
 		{"ordinal 10 sorts after 9", []*corev1.Pod{pod("db-9", "a", true), pod("db-10", "a", true)}, true, "db-10"},
+		{"after a failover the primary is db-2, still last", []*corev1.Pod{pod("db-2", "a", true), pod("db-0", "a", true), pod("db-1", "a", true)}, true, "db-1"},
+		{"the new primary last", []*corev1.Pod{pod("db-2", "a", true), pod("db-0", "a", true)}, true, "db-0"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			got := ""
-			if p := pickRestart(tt.outdated, tt.allReady); p != nil {
+			primary := "db-0"
+			if strings.Contains(tt.name, "failover") || strings.Contains(tt.name, "new primary") {
+				primary = "db-2"
+			}
+			if p := pickRestart(tt.outdated, tt.allReady, primary); p != nil {
 				got = p.Name
 			}
 			if got != tt.want {
@@ -252,12 +258,12 @@ func TestPhase(t *testing.T) {
 		obs  observation
 		want v1alpha1.DatabasePhase
 	}{
-		{"first start", observation{plan: plan{instances: 1}, pods: []corev1.Pod{*pod("orders-0", "r", false)}}, v1alpha1.DatabasePhaseCreating},
-		{"ready", observation{plan: plan{instances: 1}, pods: []corev1.Pod{ready}, in: stsInputs{goodImage: "pg:1"}, templateImage: "pg:1"}, v1alpha1.DatabasePhaseReady},
-		{"rolling an image", observation{plan: plan{instances: 1}, pods: []corev1.Pod{ready}, in: stsInputs{goodImage: "pg:1"}, templateImage: "pg:2"}, v1alpha1.DatabasePhaseUpgrading},
-		{"restart pending", observation{plan: plan{instances: 1}, pods: []corev1.Pod{ready}, in: stsInputs{goodImage: "pg:1"}, templateImage: "pg:1", outdated: 1}, v1alpha1.DatabasePhaseUpgrading},
-		{"a replica down", observation{plan: plan{instances: 2}, pods: []corev1.Pod{ready}, in: stsInputs{goodImage: "pg:1"}, templateImage: "pg:1"}, v1alpha1.DatabasePhaseDegraded},
-		{"rolled back", observation{plan: plan{instances: 1}, pods: []corev1.Pod{ready}, in: stsInputs{goodImage: "pg:1"}, templateImage: "pg:1", rolledBack: "x"}, v1alpha1.DatabasePhaseDegraded},
+		{"first start", observation{primary: "orders-0", plan: plan{instances: 1}, pods: []corev1.Pod{*pod("orders-0", "r", false)}}, v1alpha1.DatabasePhaseCreating},
+		{"ready", observation{primary: "orders-0", plan: plan{instances: 1}, pods: []corev1.Pod{ready}, in: stsInputs{goodImage: "pg:1"}, templateImage: "pg:1"}, v1alpha1.DatabasePhaseReady},
+		{"rolling an image", observation{primary: "orders-0", plan: plan{instances: 1}, pods: []corev1.Pod{ready}, in: stsInputs{goodImage: "pg:1"}, templateImage: "pg:2"}, v1alpha1.DatabasePhaseUpgrading},
+		{"restart pending", observation{primary: "orders-0", plan: plan{instances: 1}, pods: []corev1.Pod{ready}, in: stsInputs{goodImage: "pg:1"}, templateImage: "pg:1", outdated: 1}, v1alpha1.DatabasePhaseUpgrading},
+		{"a replica down", observation{primary: "orders-0", plan: plan{instances: 2}, pods: []corev1.Pod{ready}, in: stsInputs{goodImage: "pg:1"}, templateImage: "pg:1"}, v1alpha1.DatabasePhaseDegraded},
+		{"rolled back", observation{primary: "orders-0", plan: plan{instances: 1}, pods: []corev1.Pod{ready}, in: stsInputs{goodImage: "pg:1"}, templateImage: "pg:1", rolledBack: "x"}, v1alpha1.DatabasePhaseDegraded},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			db := newDB()

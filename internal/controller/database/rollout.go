@@ -126,7 +126,7 @@ func (r *Reconciler) rollOut(ctx context.Context, db *v1alpha1.Database, obs *ob
 	if len(outdated) == 0 {
 		return r.pollWhileRollingOut(obs), nil
 	}
-	victim := pickRestart(outdated, allReady)
+	victim := pickRestart(outdated, allReady, obs.primary)
 	if victim == nil {
 		return r.pollWhileRollingOut(obs), nil
 	}
@@ -135,7 +135,7 @@ func (r *Reconciler) rollOut(ctx context.Context, db *v1alpha1.Database, obs *ob
 		return reconcile.Result{}, fmt.Errorf("failed to delete pod %s: %w", victim.Name, err)
 	}
 	role := "replica"
-	if ordinal(victim.Name) == 0 {
+	if victim.Name == obs.primary {
 		role = "primary"
 	}
 	r.Recorder.Eventf(db, victim, corev1.EventTypeNormal, "Restarting", "Restart",
@@ -145,8 +145,9 @@ func (r *Reconciler) rollOut(ctx context.Context, db *v1alpha1.Database, obs *ob
 
 // pickRestart chooses the next instance to restart: an outdated one that is
 // not ready serves nothing, so it goes at once; otherwise one at a time,
-// replicas (highest ordinal first) before the primary.
-func pickRestart(outdated []*corev1.Pod, allReady bool) *corev1.Pod {
+// replicas (highest ordinal first) before the primary. The primary's
+// restart releases its lease, so a ready replica takes over at once.
+func pickRestart(outdated []*corev1.Pod, allReady bool, primary string) *corev1.Pod {
 	for _, p := range outdated {
 		if !podReady(p) {
 			return p
@@ -157,7 +158,7 @@ func pickRestart(outdated []*corev1.Pod, allReady bool) *corev1.Pod {
 	}
 	best := outdated[0]
 	for _, p := range outdated[1:] {
-		if ordinal(p.Name) > ordinal(best.Name) {
+		if best.Name == primary || (p.Name != primary && ordinal(p.Name) > ordinal(best.Name)) {
 			best = p
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -39,6 +40,11 @@ type observation struct {
 	pendingParams []string
 
 	storageReason, storageMessage string
+
+	// lease is the primary Lease; primary is its holder.
+	lease           *coordinationv1.Lease
+	primary         string
+	failoverWaiting string
 }
 
 // setStatus rebuilds db's status from obs.
@@ -87,12 +93,14 @@ func setStatus(db *v1alpha1.Database, obs *observation) {
 		if ready {
 			st.ReadyInstances++
 		}
-		if ordinal(pod.Name) == 0 {
+		if pod.Name == obs.primary {
 			st.Primary, primaryReady, primaryWhy = pod.Name, ready, notReadyReason(pod)
 		}
 	}
 	st.Ready = primaryReady
-	switch reason, msg := primaryError(obs.pods); {
+	switch reason, msg := primaryError(obs.pods, obs.primary); {
+	case obs.failoverWaiting != "":
+		set(v1alpha1.ConditionReady, false, v1alpha1.ReasonFailingOver, obs.failoverWaiting)
 	case primaryReady:
 		set(v1alpha1.ConditionReady, true, v1alpha1.ReasonAvailable,
 			fmt.Sprintf("The primary %s accepts connections; %d of %d instances ready", st.Primary, st.ReadyInstances, st.Instances))
@@ -186,13 +194,13 @@ func uniqueSorted(s []string) []string {
 // primaryError is the condition reason and message for what the primary's
 // instance manager said when it stopped (it writes its fatal error as the
 // termination message): a failed restore, or data it refused to serve.
-func primaryError(pods []corev1.Pod) (string, string) {
+func primaryError(pods []corev1.Pod, primary string) (string, string) {
 	reasons := map[string]string{
 		instanceapi.TerminationRestoreFailed: v1alpha1.ReasonRestoreFailed,
 		instanceapi.TerminationDataConflict:  v1alpha1.ReasonDataConflict,
 	}
 	for i := range pods {
-		if ordinal(pods[i].Name) != 0 {
+		if pods[i].Name != primary {
 			continue
 		}
 		for _, cs := range pods[i].Status.ContainerStatuses {

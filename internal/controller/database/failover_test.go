@@ -1,0 +1,52 @@
+package database
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
+)
+
+func TestDecideFailover(t *testing.T) {
+	now := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
+	expired := leaseState{holder: "db-0", expires: now.Add(-time.Second), lsn: "0/5000000"}
+	replica := func(name, received string) v1alpha1.InstanceStatus {
+		return v1alpha1.InstanceStatus{Name: name, Role: "replica", ReceivedLSN: received}
+	}
+	tests := []struct {
+		name      string
+		lease     leaseState
+		instances []v1alpha1.InstanceStatus
+		want      string
+		lag       int64
+		waiting   string
+	}{
+		{"a valid lease moves nowhere", leaseState{holder: "db-0", expires: now.Add(time.Second)},
+			[]v1alpha1.InstanceStatus{replica("db-1", "0/5000000")}, "", 0, ""},
+		{"the replica with the most WAL", expired,
+			[]v1alpha1.InstanceStatus{replica("db-1", "0/4FFF000"), replica("db-2", "0/5000000")}, "db-2", 0, ""},
+		{"the lag against the lease's LSN is recorded", expired,
+			[]v1alpha1.InstanceStatus{replica("db-1", "0/4FFF000")}, "db-1", 0x1000, ""},
+		{"released (never renewed) counts as expired", leaseState{holder: "db-0"},
+			[]v1alpha1.InstanceStatus{replica("db-1", "0/1")}, "db-1", 0, ""},
+		{"a replica past the bound is never promoted", expired,
+			[]v1alpha1.InstanceStatus{replica("db-1", "0/1000000")}, "", 0, "lags more than"},
+		{"the old holder, primaries and silent instances are no candidates", expired,
+			[]v1alpha1.InstanceStatus{replica("db-0", "0/5000000"), {Name: "db-1", Role: "primary", ReceivedLSN: "0/5000000"},
+				{Name: "db-2", Role: "replica", Error: "the instance manager did not answer"}}, "", 0, "no replica answers"},
+		{"LSNs compare as numbers across the slash", leaseState{holder: "db-0"},
+			[]v1alpha1.InstanceStatus{replica("db-1", "1/0"), replica("db-2", "0/FFFFFFFF")}, "db-1", 0, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			d := decideFailover(tt.lease, now, tt.instances)
+			if d.promote != tt.want || d.lagBytes != tt.lag {
+				t.Fatalf("promote %q lag %d, want %q lag %d (%s)", d.promote, d.lagBytes, tt.want, tt.lag, d.waiting)
+			}
+			if !strings.Contains(d.waiting, tt.waiting) || (tt.waiting == "" && d.waiting != "") {
+				t.Fatalf("waiting %q, want it to say %q", d.waiting, tt.waiting)
+			}
+		})
+	}
+}

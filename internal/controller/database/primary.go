@@ -1,0 +1,163 @@
+package database
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
+	rbacv1ac "k8s.io/client-go/applyconfigurations/rbac/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
+	"github.com/daytwo-dev/daytwo/internal/controller"
+)
+
+// ensurePrimaryLease creates the primary Lease once, and lets the instance
+// managers read and renew it. The operator never applies the Lease: its
+// holder is the one fact failover changes.
+func (r *Reconciler) ensurePrimaryLease(ctx context.Context, db *v1alpha1.Database, obs *observation) error {
+	if err := controller.ApplyIfChanged(ctx, r.Client, controller.Named[corev1.ServiceAccount](db.Namespace, instanceAccountName(db)),
+		instanceServiceAccount(db), corev1ac.ExtractServiceAccount, "ServiceAccount"); err != nil {
+		return err
+	}
+	if err := controller.ApplyIfChanged(ctx, r.Client, controller.Named[rbacv1.Role](db.Namespace, instanceAccountName(db)),
+		instanceRole(db), rbacv1ac.ExtractRole, "Role"); err != nil {
+		return err
+	}
+	if err := controller.ApplyIfChanged(ctx, r.Client, controller.Named[rbacv1.RoleBinding](db.Namespace, instanceAccountName(db)),
+		instanceRoleBinding(db), rbacv1ac.ExtractRoleBinding, "RoleBinding"); err != nil {
+		return err
+	}
+	l := &coordinationv1.Lease{}
+	key := client.ObjectKey{Namespace: db.Namespace, Name: leaseName(db)}
+	err := r.Client.Get(ctx, key, l)
+	if apierrors.IsNotFound(err) {
+		// Not in the cache yet, or really missing: the API server decides.
+		if err = r.APIReader.Get(ctx, key, l); apierrors.IsNotFound(err) {
+			l = primaryLease(db)
+			if err := controllerutil.SetControllerReference(db, l, r.Client.Scheme()); err != nil {
+				return err
+			}
+			if err := r.Client.Create(ctx, l); err != nil {
+				return fmt.Errorf("failed to create Lease %s: %w", l.Name, err)
+			}
+		}
+	}
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("failed to get Lease %s: %w", key.Name, err)
+	}
+	obs.lease = l
+	obs.primary = leaseStateOf(l).holder
+	return nil
+}
+
+// failover carries out decideFailover: it moves an expired lease to the
+// best replica and asks it to promote, and promotes a holder still running
+// as a replica (a promotion an earlier reconcile could not finish). While
+// the lease is valid it comes back when the lease would expire, since a
+// frozen primary sends no event.
+func (r *Reconciler) failover(ctx context.Context, db *v1alpha1.Database, obs *observation) (reconcile.Result, error) {
+	if obs.lease == nil {
+		return reconcile.Result{}, nil
+	}
+	st := leaseStateOf(obs.lease)
+	now := r.Clock.Now()
+	if !st.expired(now) {
+		if r.holderIsReplica(obs, st.holder) {
+			return reconcile.Result{}, r.promote(ctx, db, obs, st.holder)
+		}
+		return reconcile.Result{RequeueAfter: st.expires.Sub(now) + 100*time.Millisecond}, nil
+	}
+	d := decideFailover(st, now, obs.instanceStatuses)
+	if d.promote == "" {
+		// A lease never taken is a Database still bootstrapping; with a
+		// single instance there is no one to fail over to.
+		if obs.lease.Spec.AcquireTime == nil || len(obs.pods) < 2 {
+			return reconcile.Result{}, nil
+		}
+		obs.failoverWaiting = d.waiting
+		return reconcile.Result{RequeueAfter: time.Second}, nil
+	}
+	reason := "its lease expired"
+	if obs.lease.Spec.RenewTime == nil {
+		reason = "it released its lease (shut down)"
+	}
+	l := obs.lease.DeepCopy()
+	t := metav1.NewMicroTime(now)
+	l.Spec.HolderIdentity, l.Spec.RenewTime, l.Spec.AcquireTime = ptr.To(d.promote), &t, &t
+	l.Spec.LeaseTransitions = ptr.To(ptr.Deref(l.Spec.LeaseTransitions, 0) + 1)
+	// The update carries the resourceVersion read: a renewal in between wins.
+	if err := r.Client.Update(ctx, l); err != nil {
+		return reconcile.Result{}, fmt.Errorf("failed to move Lease %s to %s: %w", l.Name, d.promote, err)
+	}
+	obs.lease, obs.primary = l, d.promote
+	db.Status.LastFailover = &v1alpha1.FailoverRecord{From: st.holder, To: d.promote, Reason: controller.Truncate(reason, 256),
+		DetectedTime: ptr.To(metav1.NewTime(now)), LagBytes: d.lagBytes}
+	r.Recorder.Eventf(db, l, corev1.EventTypeWarning, v1alpha1.ReasonFailover, "Fence",
+		"The primary %s lost its lease (%s); moved it to %s, which lacked %d bytes of WAL", st.holder, reason, d.promote, d.lagBytes)
+	return reconcile.Result{}, r.promote(ctx, db, obs, d.promote)
+}
+
+// holderIsReplica: the lease names an instance that still reports itself a
+// replica, so it waits to be promoted.
+func (r *Reconciler) holderIsReplica(obs *observation, holder string) bool {
+	for _, s := range obs.instanceStatuses {
+		if s.Name == holder {
+			return s.Error == "" && s.Role == "replica"
+		}
+	}
+	return false
+}
+
+// promote asks the instance manager of pod to promote, with the Database's
+// API token; only the operator can read it.
+func (r *Reconciler) promote(ctx context.Context, db *v1alpha1.Database, obs *observation, pod string) error {
+	ip := ""
+	for i := range obs.pods {
+		if obs.pods[i].Name == pod {
+			ip = obs.pods[i].Status.PodIP
+		}
+	}
+	if ip == "" {
+		return fmt.Errorf("pod %s has no IP to promote it", pod)
+	}
+	s := &corev1.Secret{}
+	if err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: apiSecretName(db)}, s); err != nil {
+		return fmt.Errorf("failed to read the instance API token: %w", err)
+	}
+	if err := r.Instances.Promote(ctx, ip, string(s.Data[v1alpha1.CredentialsPassword])); err != nil {
+		return fmt.Errorf("failed to promote %s: %w", pod, err)
+	}
+	now := metav1.NewTime(r.Clock.Now())
+	if f := db.Status.LastFailover; f != nil && f.To == pod && f.PromotedTime == nil {
+		f.PromotedTime = &now
+	}
+	r.Recorder.Eventf(db, nil, corev1.EventTypeNormal, v1alpha1.ReasonFailover, "Promote", "Promoted %s to primary", pod)
+	return nil
+}
+
+// leaseChanged lets through the Lease events failover acts on: a new
+// holder, and a release (renewTime cleared). Renewals, once a second, are
+// not events to reconcile on.
+var leaseChanged = predicate.Funcs{
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		o, ok1 := e.ObjectOld.(*coordinationv1.Lease)
+		n, ok2 := e.ObjectNew.(*coordinationv1.Lease)
+		if !ok1 || !ok2 {
+			return true
+		}
+		return ptr.Deref(o.Spec.HolderIdentity, "") != ptr.Deref(n.Spec.HolderIdentity, "") ||
+			(o.Spec.RenewTime == nil) != (n.Spec.RenewTime == nil)
+	},
+}
