@@ -23,6 +23,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/daytwo-dev/daytwo/internal/backup"
+	manager "github.com/daytwo-dev/daytwo/internal/instance"
 	"github.com/daytwo-dev/daytwo/internal/instanceapi"
 	"github.com/daytwo-dev/daytwo/internal/postgres"
 	"github.com/daytwo-dev/daytwo/internal/testenv"
@@ -374,40 +375,19 @@ func (in *instance) kill() {
 	}, "the killed processes gone")
 }
 
-// proc is one line of /proc/<pid>/stat, as far as the tests need it.
-type proc struct {
-	ppid  int
-	comm  string
-	state string
-}
-
 // procs reads every process of the host.
 func procs() map[int]proc {
 	out := map[int]proc{}
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		p, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-		if err != nil {
-			continue
-		}
-		// pid (comm) state ppid ...
-		s := string(stat)
-		open, close := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
-		if open < 0 || close < 0 {
-			continue
-		}
-		fields := strings.Fields(s[close+1:])
-		if len(fields) < 2 {
-			continue
-		}
-		pp, _ := strconv.Atoi(fields[1])
-		out[p] = proc{ppid: pp, comm: s[open+1 : close], state: fields[0]}
+	for pid, p := range manager.Processes() {
+		out[pid] = proc{ppid: p.PPID, comm: p.Comm, state: p.State}
 	}
 	return out
+}
+
+// proc is what the tests need of a process.
+type proc struct {
+	ppid        int
+	comm, state string
 }
 
 // descendants lists the processes below pid, named name when name is set.

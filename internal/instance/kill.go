@@ -16,18 +16,27 @@ import (
 // from starting. The postmaster is stopped first so it forks no more.
 func killServer(postmaster int) {
 	_ = syscall.Kill(postmaster, syscall.SIGSTOP)
-	for _, pid := range childrenOf(postmaster) {
-		_ = syscall.Kill(pid, syscall.SIGKILL)
+	for pid, p := range processes() {
+		if p.PPID == postmaster {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
 	}
 	_ = syscall.Kill(postmaster, syscall.SIGKILL)
 }
 
-// childrenOf lists the processes whose parent is pid, from /proc.
-func childrenOf(pid int) []int {
+// process is what /proc/<pid>/stat says of a process.
+type process struct {
+	PPID  int
+	Comm  string
+	State string
+}
+
+// processes reads every process from /proc.
+func processes() map[int]process {
+	out := map[int]process{}
 	entries, _ := os.ReadDir("/proc")
-	var out []int
 	for _, e := range entries {
-		p, err := strconv.Atoi(e.Name())
+		pid, err := strconv.Atoi(e.Name())
 		if err != nil {
 			continue
 		}
@@ -37,10 +46,16 @@ func childrenOf(pid int) []int {
 		}
 		// pid (comm) state ppid ...: comm may hold spaces and parentheses.
 		s := string(stat)
-		fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-		if len(fields) >= 2 && fields[1] == strconv.Itoa(pid) {
-			out = append(out, p)
+		open, end := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
+		if open < 0 || end < open {
+			continue
 		}
+		fields := strings.Fields(s[end+1:])
+		if len(fields) < 2 {
+			continue
+		}
+		ppid, _ := strconv.Atoi(fields[1])
+		out[pid] = process{PPID: ppid, Comm: s[open+1 : end], State: fields[0]}
 	}
 	return out
 }

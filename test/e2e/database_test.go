@@ -265,8 +265,16 @@ func TestDatabaseMediumUpgradeAndRollback(t *testing.T) {
 		t.Fatalf("after the upgrade: %q", got)
 	}
 
+	// Restarting the primary released its lease: the ready replica took
+	// over, and the old primary rejoined as a replica.
+	db = waitDatabase(t, ns, "shop", 2*time.Minute, "a failover recorded", func(d *v1alpha1.Database) bool {
+		return d.Status.LastFailover != nil && d.Status.LastFailover.PromotedTime != nil && isReady(2, postgresNextImage)(d)
+	})
+	t.Logf("failover during the upgrade: %+v", *db.Status.LastFailover)
+
 	// A broken image is rolled back; the primary keeps running throughout.
-	primary := podUID(t, ns, "shop-0")
+	primaryName := db.Status.Primary
+	primary := podUID(t, ns, primaryName)
 	start = time.Now()
 	updateDatabase(t, ns, "shop", func(d *v1alpha1.Database) { d.Spec.Image = postgresMissingImage })
 	db = waitDatabase(t, ns, "shop", 4*time.Minute, "rolled back", func(d *v1alpha1.Database) bool {
@@ -275,11 +283,50 @@ func TestDatabaseMediumUpgradeAndRollback(t *testing.T) {
 	})
 	t.Logf("broken image rolled back in %s: %s", time.Since(start).Round(10*time.Millisecond),
 		meta.FindStatusCondition(db.Status.Conditions, v1alpha1.ConditionUpgradeFailed).Message)
-	if podUID(t, ns, "shop-0") != primary {
+	if podUID(t, ns, primaryName) != primary {
 		t.Fatal("the primary was restarted during a failing upgrade")
 	}
 	if ev := eventsFor(t, ns, "shop", v1alpha1.ReasonRolledBack); len(ev) == 0 {
 		t.Error("no RolledBack event")
+	}
+
+	// Failover: the primary's pod is deleted. The other instance takes the
+	// lease and -rw writes again; the deleted one comes back as a replica.
+	before := db.Status.LastFailover.DetectedTime
+	start = time.Now()
+	if err := cluster.Client.Delete(context.Background(), &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: primaryName}}); err != nil {
+		t.Fatal(err)
+	}
+	framework.Eventually(t, time.Minute, "a write through shop-rw after the primary's deletion", func(ctx context.Context) (bool, error) {
+		// Each attempt is bounded, as an application's would be: a
+		// connection to an endpoint that just went away must not hang.
+		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		_, stderr, err := cluster.Exec(ctx, ns, "psql", "client", "psql",
+			"host=shop-rw."+ns+".svc.cluster.local user=app dbname=app connect_timeout=2", "-qtAc", "INSERT INTO orders VALUES (1001)")
+		if err != nil {
+			t.Logf("write through shop-rw: %v: %s", err, strings.TrimSpace(stderr))
+		}
+		return err == nil, nil
+	})
+	t.Logf("writes again %s after deleting the primary %s", time.Since(start).Round(10*time.Millisecond), primaryName)
+	db = waitDatabase(t, ns, "shop", 3*time.Minute, "failed over and whole again", func(d *v1alpha1.Database) bool {
+		f := d.Status.LastFailover
+		// Ready, not phase Ready: the refused image keeps the phase Degraded.
+		return f != nil && f.DetectedTime.After(before.Time) && f.From == primaryName && d.Status.Primary == f.To &&
+			d.Status.Ready && d.Status.ReadyInstances == 2
+	})
+	t.Logf("failover: %+v; both instances ready %s after the deletion", *db.Status.LastFailover, time.Since(start).Round(10*time.Millisecond))
+	if got := sql(t, ns, "psql", "shop-rw", "SELECT count(*) FROM orders"); got != "1001" {
+		t.Fatalf("after the failover: %q rows, want 1001", got)
+	}
+	framework.Eventually(t, time.Minute, "the rejoined replica to have every row", func(ctx context.Context) (bool, error) {
+		out, _, err := cluster.Exec(ctx, ns, "psql", "client", "psql", "-h", "shop-ro."+ns+".svc.cluster.local", "-U", "app", "-d", "app",
+			"-qtAc", "SELECT count(*) FROM orders")
+		return err == nil && strings.TrimSpace(out) == "1001", nil
+	})
+	if ev := eventsFor(t, ns, "shop", v1alpha1.ReasonFailover); len(ev) < 2 {
+		t.Errorf("Failover events: %q", ev)
 	}
 
 	// Delete removes the volumes too.

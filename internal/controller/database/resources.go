@@ -10,8 +10,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	appsv1ac "k8s.io/client-go/applyconfigurations/apps/v1"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
@@ -79,7 +79,7 @@ func pvcName(db *v1alpha1.Database, ordinal int) string {
 	return volumeData + "-" + podName(db, ordinal)
 }
 
-func apiSecretName(db *v1alpha1.Database) string { return db.Name + "-instance-api" }
+func apiSecretName(db *v1alpha1.Database) string       { return db.Name + "-instance-api" }
 func instanceAccountName(db *v1alpha1.Database) string { return db.Name + "-instance" }
 func leaseName(db *v1alpha1.Database) string           { return instanceapi.LeaseName(db.Name) }
 
