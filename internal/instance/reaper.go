@@ -16,7 +16,7 @@ const initChildEnv = "DAYTWO_INIT_CHILD"
 // NeedsInit reports whether this process is PID 1 of its PID namespace (the
 // container's first process) and so must reap the orphans the kernel hands
 // it: a postgres child whose parent died, the shell of an archive_command or
-// a COPY ... TO PROGRAM. Without reaping they stay zombies and, over weeks,
+// a COPY ... FROM PROGRAM. Without reaping they stay zombies and, over weeks,
 // use up the pod's PID limit.
 func NeedsInit() bool {
 	return os.Getpid() == 1 && os.Getenv(initChildEnv) == ""

@@ -13,7 +13,7 @@ import (
 )
 
 // As a container's PID 1 the instance manager inherits every orphan in the
-// pod. Here postgres runs shells (COPY ... TO PROGRAM, as an archive_command
+// pod. Here postgres runs shells (COPY ... FROM PROGRAM, as an archive_command
 // might) that leave a background process behind; when each ends it must be
 // reaped, not left a zombie, and SIGTERM still stops everything cleanly.
 func TestReapsOrphansAsPID1(t *testing.T) {
@@ -28,7 +28,9 @@ func TestReapsOrphansAsPID1(t *testing.T) {
 
 	const orphans = 5
 	for i := range orphans {
-		sql := fmt.Sprintf("COPY (SELECT 1) TO PROGRAM 'sleep 0.%d </dev/null >/dev/null 2>&1 &'", 3+i)
+		// FROM, not TO: the shell exits at once, and writing to it would
+		// race its exit (a broken pipe).
+		sql := fmt.Sprintf("CREATE TEMP TABLE t (x text); COPY t FROM PROGRAM 'sleep 0.%d </dev/null >/dev/null 2>&1 &'", 3+i)
 		psql := exec.Command(filepath.Join(testpg.BinDir(t), "psql"), "-X", "-q", "-v", "ON_ERROR_STOP=1",
 			"-h", filepath.Join(in.root, "run"), "-p", strconv.Itoa(in.pgPort), "-U", "postgres", "-d", "postgres", "-c", sql)
 		psql.SysProcAttr = testpg.RunnerCredential(t)
