@@ -141,12 +141,19 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, db *v1alpha1.Database)
 		return reconcile.Result{}, err
 	}
 	res, err := r.rollOut(ctx, db, obs)
-	for _, after := range []time.Duration{failoverRes.RequeueAfter, instanceRefresh} {
-		if after > 0 && (res.RequeueAfter == 0 || res.RequeueAfter > after) && (after != instanceRefresh || len(obs.instanceStatuses) > 0) {
-			res.RequeueAfter = after
-		}
+	res.RequeueAfter = soonest(res.RequeueAfter, failoverRes.RequeueAfter)
+	if len(obs.instanceStatuses) > 0 {
+		res.RequeueAfter = soonest(res.RequeueAfter, instanceRefresh)
 	}
 	return res, err
+}
+
+// soonest is the earlier of two requeue delays, zero meaning none.
+func soonest(a, b time.Duration) time.Duration {
+	if a == 0 || (b != 0 && b < a) {
+		return b
+	}
+	return a
 }
 
 // SetupWithManager declares every trigger of this controller.

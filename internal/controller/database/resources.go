@@ -112,11 +112,10 @@ func instanceRoleBinding(db *v1alpha1.Database) *rbacv1ac.RoleBindingApplyConfig
 // primaryLease is the Lease created with a new Database: ordinal 0 makes
 // the data, so it holds it first. Afterwards only failover moves it.
 func primaryLease(db *v1alpha1.Database) *coordinationv1.Lease {
-	l := &coordinationv1.Lease{
+	return &coordinationv1.Lease{
 		ObjectMeta: metav1.ObjectMeta{Name: leaseName(db), Namespace: db.Namespace, Labels: labels(db)},
 		Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To(podName(db, 0))},
 	}
-	return l
 }
 
 func endpoint(db *v1alpha1.Database) string {
