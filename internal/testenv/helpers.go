@@ -51,12 +51,25 @@ func Eventually(t *testing.T, what string, cond func() (bool, error)) {
 // with the operator's own writes.
 func (e *Env) Update(t *testing.T, obj client.Object, mutate func()) {
 	t.Helper()
+	e.update(t, obj, mutate, func(ctx context.Context, o client.Object) error { return e.Client.Update(ctx, o) })
+}
+
+// UpdateStatus is Update for the status subresource: tests play the parts
+// of absent controllers (the StatefulSet controller, the kubelet) while the
+// operator labels and patches the same objects.
+func (e *Env) UpdateStatus(t *testing.T, obj client.Object, mutate func()) {
+	t.Helper()
+	e.update(t, obj, mutate, func(ctx context.Context, o client.Object) error { return e.Client.Status().Update(ctx, o) })
+}
+
+func (e *Env) update(t *testing.T, obj client.Object, mutate func(), write func(context.Context, client.Object) error) {
+	t.Helper()
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		if err := e.Client.Get(context.Background(), client.ObjectKeyFromObject(obj), obj); err != nil {
 			return err
 		}
 		mutate()
-		return e.Client.Update(context.Background(), obj)
+		return write(context.Background(), obj)
 	})
 	if err != nil {
 		t.Fatalf("update %s: %v", obj.GetName(), err)

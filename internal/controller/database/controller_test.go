@@ -54,6 +54,11 @@ func update[T client.Object](t *testing.T, obj T, mutate func(T)) {
 	env.Update(t, obj, func() { mutate(obj) })
 }
 
+func updateStatus[T client.Object](t *testing.T, obj T, mutate func(T)) {
+	t.Helper()
+	env.UpdateStatus(t, obj, func() { mutate(obj) })
+}
+
 func newDB(ns, name string, mutate ...func(*v1alpha1.Database)) *v1alpha1.Database {
 	db := &v1alpha1.Database{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
@@ -205,12 +210,11 @@ func fakeStatefulSetController(t *testing.T, ns, name, rev string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sts.Status.ObservedGeneration = sts.Generation
-	sts.Status.UpdateRevision, sts.Status.CurrentRevision = rev, rev
-	sts.Status.Replicas = *sts.Spec.Replicas
-	if err := env.Client.Status().Update(ctx, sts); err != nil {
-		t.Fatalf("StatefulSet status: %v", err)
-	}
+	updateStatus(t, sts, func(s *appsv1.StatefulSet) {
+		s.Status.ObservedGeneration = s.Generation
+		s.Status.UpdateRevision, s.Status.CurrentRevision = rev, rev
+		s.Status.Replicas = *s.Spec.Replicas
+	})
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name + "-0", Namespace: ns, Labels: map[string]string{}, Annotations: sts.Spec.Template.Annotations},
 		Spec:       *sts.Spec.Template.Spec.DeepCopy(),
@@ -222,10 +226,9 @@ func fakeStatefulSetController(t *testing.T, ns, name, rev string) {
 	pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: "pgdata", VolumeSource: corev1.VolumeSource{
 		PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "pgdata-" + pod.Name}}})
 	create(t, pod)
-	pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
-	if err := env.Client.Status().Update(ctx, pod); err != nil {
-		t.Fatal(err)
-	}
+	updateStatus(t, pod, func(p *corev1.Pod) {
+		p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
+	})
 }
 
 func TestRestartOnlyChangeRollsThePod(t *testing.T) {
@@ -270,11 +273,7 @@ func TestRestartOnlyChangeRollsThePod(t *testing.T) {
 		return err == nil && now.Generation > sts.Generation, err
 	})
 	// Publish the new revision but keep pod 0 on the old one.
-	now, _ := get(ns, "app", &appsv1.StatefulSet{})
-	now.Status.ObservedGeneration, now.Status.UpdateRevision = now.Generation, "rev-2"
-	if err := env.Client.Status().Update(ctx, now); err != nil {
-		t.Fatal(err)
-	}
+	updateStatus(t, sts, func(s *appsv1.StatefulSet) { s.Status.ObservedGeneration, s.Status.UpdateRevision = s.Generation, "rev-2" })
 	eventually(t, "pod 0 restarted", func() (bool, error) {
 		p, err := get(ns, "app-0", &corev1.Pod{})
 		if apierrors.IsNotFound(err) {
@@ -403,11 +402,10 @@ func TestStorageGrowsWhenTheClassAllowsIt(t *testing.T) {
 	create(t, db)
 	// A bound claim, as the provisioner would leave it: only bound claims resize.
 	pvc := volume(t, ns, "grow", class.Name, "1Gi", "pv-"+ns)
-	pvc.Status.Phase = corev1.ClaimBound
-	pvc.Status.Capacity = corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}
-	if err := env.Client.Status().Update(ctx, pvc); err != nil {
-		t.Fatal(err)
-	}
+	updateStatus(t, pvc, func(p *corev1.PersistentVolumeClaim) {
+		p.Status.Phase = corev1.ClaimBound
+		p.Status.Capacity = corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}
+	})
 	update(t, db, func(d *v1alpha1.Database) { d.Spec.Storage.Size = ptr.To(resource.MustParse("3Gi")) })
 	eventually(t, "the claim asking for 3Gi", func() (bool, error) {
 		got, err := get(ns, pvc.Name, &corev1.PersistentVolumeClaim{})
@@ -640,13 +638,12 @@ func TestDataConflictIsReported(t *testing.T) {
 	fakeStatefulSetController(t, ns, "orders", "rev-1")
 	pod, _ := get(ns, "orders-0", &corev1.Pod{})
 	msg := "data conflict: the volume holds data of an earlier Database (uid x, bootstrap initdb); set the annotation daytwo.dev/reuse-data=true"
-	pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionFalse}}
-	pod.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "postgres", Image: "postgres:15", ImageID: "x",
-		State:                corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff"}},
-		LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 1, Message: msg}}}}
-	if err := env.Client.Status().Update(ctx, pod); err != nil {
-		t.Fatal(err)
-	}
+	updateStatus(t, pod, func(p *corev1.Pod) {
+		p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionFalse}}
+		p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "postgres", Image: "postgres:15", ImageID: "x",
+			State:                corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff"}},
+			LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 1, Message: msg}}}}
+	})
 	db = waitCondition(t, ns, "orders", v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonDataConflict)
 	if got := condition(db, v1alpha1.ConditionReady).Message; got != msg {
 		t.Errorf("Ready message %q", got)
