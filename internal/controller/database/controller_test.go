@@ -273,7 +273,9 @@ func TestRestartOnlyChangeRollsThePod(t *testing.T) {
 		return err == nil && now.Generation > sts.Generation, err
 	})
 	// Publish the new revision but keep pod 0 on the old one.
-	updateStatus(t, sts, func(s *appsv1.StatefulSet) { s.Status.ObservedGeneration, s.Status.UpdateRevision = s.Generation, "rev-2" })
+	updateStatus(t, sts, func(s *appsv1.StatefulSet) {
+		s.Status.ObservedGeneration, s.Status.UpdateRevision = s.Generation, "rev-2"
+	})
 	eventually(t, "pod 0 restarted", func() (bool, error) {
 		p, err := get(ns, "app-0", &corev1.Pod{})
 		if apierrors.IsNotFound(err) {
