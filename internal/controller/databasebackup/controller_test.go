@@ -459,3 +459,32 @@ func reconciles(t *testing.T) float64 {
 	t.Helper()
 	return testenv.SumMetric(t, "controller_runtime_reconcile_total", "controller", "databasebackup")
 }
+
+// A run claimed by an operator whose status write was then lost (a
+// conflict, a crash) is not lost with it: the next reconcile shows its
+// backup in the status, without counting it a second time. A Snapshot
+// deletion waiting for its final backup depends on that.
+func TestClaimedRunWithALostStatusWriteIsShown(t *testing.T) {
+	ns, b := setup(t, nil)
+	job := waitJobs(t, ns, 1)[0]
+	env.Update(t, &job, func() {
+		if job.Annotations == nil {
+			job.Annotations = map[string]string{}
+		}
+		job.Annotations["daytwo.dev/recorded"] = "succeeded"
+	})
+	end := clock.Now()
+	finish(t, &job, true, backup.Result{ID: "20261123T030000Z", Bytes: 42, End: end,
+		Retained: []backup.Summary{{ID: "20261123T030000Z", End: end, Bytes: 42, SHA256: "abc"}}})
+	eventually(t, "the claimed run's backup in the status", func() (bool, error) {
+		st := get(t, b).Status
+		return st.LastBackupTime != nil && len(st.Backups) == 1 && st.Backups[0].ID == "20261123T030000Z", nil
+	})
+	got := get(t, b)
+	if got.Status.SuccessesSinceVerification != 0 {
+		t.Errorf("successesSinceVerification = %d: the run was counted again", got.Status.SuccessesSinceVerification)
+	}
+	if c := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionLastRunFailed); c == nil || c.Status != metav1.ConditionFalse {
+		t.Errorf("LastRunFailed = %+v", c)
+	}
+}

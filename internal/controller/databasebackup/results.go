@@ -72,9 +72,12 @@ const annRecorded = "daytwo.dev/recorded"
 // recordFinished records each finished Job that is not marked recorded yet.
 // The mark is claimed first, with the Job's resourceVersion as a
 // precondition, so of two reconciles (a stale cache, a second operator)
-// only one records a run; the other fails on the conflict and looks again.
-// If the status write after a claim fails, that run's counters are lost:
-// at most once, never twice.
+// only one counts a run (counters, Events, the failure metric): at most
+// once, never twice. What a run leaves in the status (the newest backup,
+// the retained list, LastRunFailed) is re-derived from a recorded Job the
+// status has not caught up with yet, so a status write lost after a claim
+// does not lose the run: a Snapshot deletion waiting for its final backup
+// still sees it.
 func (r *Reconciler) recordFinished(ctx context.Context, b *v1alpha1.DatabaseBackup, jobs []batchv1.Job) error {
 	st := &b.Status
 	st.ActiveJobs = nil
@@ -85,23 +88,40 @@ func (r *Reconciler) recordFinished(ctx context.Context, b *v1alpha1.DatabaseBac
 			st.ActiveJobs = append(st.ActiveJobs, job.Name)
 			continue
 		}
-		if _, recorded := job.Annotations[annRecorded]; recorded {
+		_, recorded := job.Annotations[annRecorded]
+		if recorded && !statusBehind(b, job, at, ok) {
 			continue
 		}
 		res, err := r.result(ctx, job, ok)
 		if err != nil {
 			return err
 		}
-		if claimed, err := r.claim(ctx, job, ok); err != nil || !claimed {
-			return err
+		if !recorded {
+			claimed, err := r.claim(ctx, job, ok)
+			if err != nil || !claimed {
+				return err
+			}
+			r.count(b, job, res, ok)
 		}
 		if ok {
-			r.recordSuccess(b, job, res)
+			applySuccess(b, job, res)
 		} else {
-			r.recordFailure(b, job, at, res)
+			applyFailure(b, at, r.failureMessage(job, res))
 		}
 	}
 	return nil
+}
+
+// statusBehind: the status does not show the outcome of job, which finished
+// at at yet. A success's backup ends after the Job's scheduled time; a
+// failure is recorded at the time the Job failed (second precision).
+func statusBehind(b *v1alpha1.DatabaseBackup, job *batchv1.Job, at time.Time, ok bool) bool {
+	if ok {
+		last := b.Status.LastBackupTime
+		return last == nil || last.Time.Before(scheduledOf(job))
+	}
+	last := b.Status.LastFailureTime
+	return last == nil || at.Truncate(time.Second).After(last.Time)
 }
 
 // claim marks job recorded; false when the Job is gone.
@@ -124,18 +144,33 @@ func (r *Reconciler) claim(ctx context.Context, job *batchv1.Job, ok bool) (bool
 	return true, nil
 }
 
-// recordSuccess records one successful run. Under concurrencyPolicy Allow
-// runs may finish out of order: the newest backup wins the status.
-func (r *Reconciler) recordSuccess(b *v1alpha1.DatabaseBackup, job *batchv1.Job, res backup.Result) {
+// count records one run exactly once: the counters, the Event and the
+// failure metric.
+func (r *Reconciler) count(b *v1alpha1.DatabaseBackup, job *batchv1.Job, res backup.Result, ok bool) {
+	if !ok {
+		observeFailure(b)
+		r.Recorder.Eventf(b, job, corev1.EventTypeWarning, v1alpha1.ReasonBackupFailed, "Backup", "%s", r.failureMessage(job, res))
+		return
+	}
+	b.Status.PrunedTotal += int64(res.Pruned)
+	b.Status.SuccessesSinceVerification++
+	r.Recorder.Eventf(b, job, corev1.EventTypeNormal, v1alpha1.ReasonBackupSucceeded, "Backup",
+		"Backup %s: %d bytes in %.1fs, sha256 %s, %d pruned", res.ID, res.Bytes, res.DurationSeconds, short(res.SHA256), res.Pruned)
+}
+
+func (r *Reconciler) failureMessage(job *batchv1.Job, res backup.Result) string {
+	return fmt.Sprintf("Job %s failed: %s", job.Name, controller.Truncate(res.Error, 512))
+}
+
+// applySuccess puts a successful run into the status. Under
+// concurrencyPolicy Allow runs may finish out of order: the newest backup
+// wins the status. Applying the same run twice changes nothing.
+func applySuccess(b *v1alpha1.DatabaseBackup, job *batchv1.Job, res backup.Result) {
 	st := &b.Status
 	end := res.End
 	if end.IsZero() {
 		end = scheduledOf(job)
 	}
-	st.PrunedTotal += int64(res.Pruned)
-	st.SuccessesSinceVerification++
-	r.Recorder.Eventf(b, job, corev1.EventTypeNormal, v1alpha1.ReasonBackupSucceeded, "Backup",
-		"Backup %s: %d bytes in %.1fs, sha256 %s, %d pruned", res.ID, res.Bytes, res.DurationSeconds, short(res.SHA256), res.Pruned)
 	if st.LastBackupTime != nil && st.LastBackupTime.Time.After(end) {
 		return
 	}
@@ -150,10 +185,8 @@ func (r *Reconciler) recordSuccess(b *v1alpha1.DatabaseBackup, job *batchv1.Job,
 	observeSuccess(b, res)
 }
 
-func (r *Reconciler) recordFailure(b *v1alpha1.DatabaseBackup, job *batchv1.Job, at time.Time, res backup.Result) {
-	msg := fmt.Sprintf("Job %s failed: %s", job.Name, controller.Truncate(res.Error, 512))
-	observeFailure(b)
-	r.Recorder.Eventf(b, job, corev1.EventTypeWarning, v1alpha1.ReasonBackupFailed, "Backup", "%s", msg)
+// applyFailure puts a failed run into the status; idempotent like applySuccess.
+func applyFailure(b *v1alpha1.DatabaseBackup, at time.Time, msg string) {
 	if t := b.Status.LastFailureTime; t != nil && t.Time.After(at) {
 		return
 	}
