@@ -46,3 +46,20 @@ func Truncate(s string, n int) string {
 	}
 	return s[:n] + "..."
 }
+
+// WithMemoryLimit returns a copy of r in which a memory request without a
+// memory limit also sets the limit: every container daytwo creates is
+// bounded, and a database or app whose limit equals its request is not the
+// first to be killed when its node runs short.
+func WithMemoryLimit(r *corev1.ResourceRequirements) *corev1.ResourceRequirements {
+	out := r.DeepCopy()
+	req, ok := out.Requests[corev1.ResourceMemory]
+	if _, limited := out.Limits[corev1.ResourceMemory]; !ok || limited {
+		return out
+	}
+	if out.Limits == nil {
+		out.Limits = corev1.ResourceList{}
+	}
+	out.Limits[corev1.ResourceMemory] = req
+	return out
+}

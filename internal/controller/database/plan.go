@@ -7,6 +7,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
+	"github.com/daytwo-dev/daytwo/internal/controller"
 	"github.com/daytwo-dev/daytwo/internal/postgres"
 )
 
@@ -59,7 +60,7 @@ func newPlan(db *v1alpha1.Database) plan {
 		p.instances = *db.Spec.Instances
 	}
 	if db.Spec.Resources != nil {
-		p.resources = *db.Spec.Resources.DeepCopy()
+		p.resources = *controller.WithMemoryLimit(db.Spec.Resources)
 	}
 	if s := db.Spec.Storage; s != nil {
 		if s.Size != nil {

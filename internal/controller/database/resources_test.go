@@ -93,6 +93,12 @@ func TestValidate(t *testing.T) {
 	if msg := validate(newDB(), newPlan(newDB())); msg != "" {
 		t.Errorf("valid spec refused: %s", msg)
 	}
+	requestOnly := newDB(func(d *v1alpha1.Database) {
+		d.Spec.Resources = &corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("2Gi")}}
+	})
+	if l := newPlan(requestOnly).resources.Limits; l.Memory().String() != "2Gi" {
+		t.Errorf("a 2Gi request without a limit got limits %v", l)
+	}
 }
 
 func TestStatefulSetShape(t *testing.T) {

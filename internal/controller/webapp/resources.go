@@ -202,15 +202,22 @@ func env(app *v1alpha1.WebApp, in podInputs) []corev1.EnvVar {
 }
 
 // resources defaults to a small request, so the scheduler and the HPA have
-// something to work with.
+// something to work with, and a bound, so one app cannot take a node's
+// memory. A memory request without a limit gets the request as its limit.
 func resources(app *v1alpha1.WebApp) *corev1.ResourceRequirements {
 	if app.Spec.Resources != nil {
-		return app.Spec.Resources
+		return controller.WithMemoryLimit(app.Spec.Resources)
 	}
-	return &corev1.ResourceRequirements{Requests: corev1.ResourceList{
-		corev1.ResourceCPU:    resource.MustParse("100m"),
-		corev1.ResourceMemory: resource.MustParse("128Mi"),
-	}}
+	return &corev1.ResourceRequirements{
+		Requests: corev1.ResourceList{
+			corev1.ResourceCPU:    resource.MustParse("100m"),
+			corev1.ResourceMemory: resource.MustParse("128Mi"),
+		},
+		Limits: corev1.ResourceList{
+			corev1.ResourceCPU:    resource.MustParse("1"),
+			corev1.ResourceMemory: resource.MustParse("512Mi"),
+		},
+	}
 }
 
 func probe(app *v1alpha1.WebApp, pick func(*v1alpha1.WebAppProbes) *corev1.Probe, def *corev1.Probe) *corev1ac.ProbeApplyConfiguration {

@@ -5,6 +5,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
@@ -116,6 +117,16 @@ func TestContainerDefaultsAndOverrides(t *testing.T) {
 	}
 	if *c.SecurityContext.AllowPrivilegeEscalation || c.SecurityContext.Capabilities.Drop[0] != "ALL" {
 		t.Errorf("security context = %+v", c.SecurityContext)
+	}
+	// Every container is bounded: by default, and when only a memory request is given.
+	if l := *c.Resources.Limits; l.Memory().IsZero() || l.Cpu().IsZero() {
+		t.Errorf("default limits = %v", l)
+	}
+	own := testApp(func(a *v1alpha1.WebApp) {
+		a.Spec.Resources = &corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("300Mi")}}
+	})
+	if l := *container(own, podInputs{}).Resources.Limits; l.Memory().String() != "300Mi" {
+		t.Errorf("a 300Mi request without a limit got limits %v", l)
 	}
 }
 
