@@ -65,7 +65,9 @@ func TestForeignAutoscalerAndIngressAreLeftAlone(t *testing.T) {
 			}},
 		{"Ingress",
 			&networkingv1.Ingress{Spec: networkingv1.IngressSpec{Rules: []networkingv1.IngressRule{{Host: "theirs.example.com"}}}},
-			func(a *v1alpha1.WebApp) { a.Spec.Ingress = &v1alpha1.WebAppIngress{Host: "shop.example.com", Path: "/"} },
+			func(a *v1alpha1.WebApp) {
+				a.Spec.Ingress = &v1alpha1.WebAppIngress{Host: "shop.example.com", Path: "/"}
+			},
 			func(ns string) (client.Object, error) {
 				in := &networkingv1.Ingress{}
 				err := env.Client.Get(ctx, key(ns, "shop"), in)
