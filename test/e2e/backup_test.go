@@ -62,6 +62,7 @@ func TestBackupScheduleRetentionAndRestore(t *testing.T) {
 	psqlPod(t, ns, "psql", "orders")
 	sql(t, ns, "psql", "orders-rw", "CREATE TABLE items AS SELECT g AS id, md5(g::text) AS v FROM generate_series(1, 200000) g")
 	want := sql(t, ns, "psql", "orders-rw", backupChecksum)
+	wantNightly := want // what orders-s3's backups hold
 
 	b := &v1alpha1.DatabaseBackup{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "orders-s3"},
@@ -222,6 +223,23 @@ func TestBackupScheduleRetentionAndRestore(t *testing.T) {
 		return c != nil && c.Reason == v1alpha1.ReasonDataConflict
 	})
 	t.Logf("refused: %s", meta.FindStatusCondition(conflict.Status.Conditions, v1alpha1.ConditionReady).Message)
+
+	// Doing what the message says (delete the claim) lets the restore run.
+	// It restores orders-s3's newest backup: orders-final, a series of
+	// keepLast 1 at the same bucket and prefix, pruned twice beside it and
+	// touched none of it.
+	for _, obj := range []client.Object{
+		&corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "pgdata-from-pvc-0"}},
+		&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "from-pvc-0"}},
+	} {
+		if err := cluster.Client.Delete(context.Background(), obj); client.IgnoreNotFound(err) != nil {
+			t.Fatal(err)
+		}
+	}
+	waitDatabase(t, ns, "from-pvc", 4*time.Minute, "Ready from orders-s3 once the kept claim is gone", isReady(1, ""))
+	if got := sql(t, ns, "psql-from-pvc", "from-pvc-rw", backupChecksum); got != wantNightly {
+		t.Fatalf("checksum of orders-s3's newest backup after two Snapshot deletions beside it %s, want %s", got, wantNightly)
+	}
 }
 
 func updateBackup(t *testing.T, ns, name string, mutate func(*v1alpha1.DatabaseBackup)) {
