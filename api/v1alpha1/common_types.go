@@ -42,6 +42,13 @@ const (
 	// spec asks for. Without it such data runs only when both were made by
 	// initdb; otherwise the Database reports Ready=False, reason DataConflict.
 	AnnotationReuseData = "daytwo.dev/reuse-data"
+	// AnnotationSwitchoverRequested, an RFC 3339 time on a Database, asks
+	// for one switchover: a newer time than status.lastSwitchover's asks
+	// again, the same one never does (so GitOps can keep it applied).
+	AnnotationSwitchoverRequested = "daytwo.dev/switchover-requested"
+	// AnnotationSwitchoverTo names the instance a switchover promotes;
+	// without it, the replica that received the most WAL.
+	AnnotationSwitchoverTo = "daytwo.dev/switchover-to"
 	// AnnotationBackupRequested on a DatabaseBackup asks for one run now,
 	// besides its schedule: an RFC 3339 time, later than the last run.
 	// Each new time is one more run (kubectl annotate --overwrite).

@@ -94,6 +94,11 @@ const (
 	ReasonFailingOver = "FailingOver"
 	// ReasonFailover is the Event reason of each failover step.
 	ReasonFailover = "Failover"
+	// ReasonSwitchoverPending means a requested switchover waits until the
+	// Database allows one (Progressing=True); the message says why.
+	ReasonSwitchoverPending = "SwitchoverPending"
+	// ReasonSwitchover is the Event reason of each switchover step.
+	ReasonSwitchover = "Switchover"
 )
 
 // Parameters are postgresql.conf settings by name. To Go code it is a
@@ -310,6 +315,48 @@ type FailoverRecord struct {
 	LagBytes int64 `json:"lagBytes,omitempty"`
 }
 
+// SwitchoverResult is how a requested switchover ended.
+// +kubebuilder:validation:Enum=Succeeded;Refused;Failed
+type SwitchoverResult string
+
+// Switchover results.
+const (
+	SwitchoverSucceeded SwitchoverResult = "Succeeded"
+	SwitchoverRefused   SwitchoverResult = "Refused"
+	SwitchoverFailed    SwitchoverResult = "Failed"
+)
+
+// SwitchoverRecord is the outcome of the newest switchover request.
+type SwitchoverRecord struct {
+	// requestedTime is the daytwo.dev/switchover-requested time it answers.
+	// +required
+	RequestedTime metav1.Time `json:"requestedTime"`
+	// from is the primary that stepped down.
+	// +optional
+	From string `json:"from,omitempty"`
+	// to is the instance promoted (or asked for).
+	// +optional
+	To string `json:"to,omitempty"`
+	// result is how it ended.
+	// +required
+	Result SwitchoverResult `json:"result"`
+	// message says why it was refused or failed, or what it did.
+	// +optional
+	// +kubebuilder:validation:MaxLength=512
+	Message string `json:"message,omitempty"`
+	// startedTime is when the old primary was asked to step down.
+	// +optional
+	StartedTime *metav1.Time `json:"startedTime,omitempty"`
+	// promotedTime is when the new primary finished its promotion.
+	// +optional
+	PromotedTime *metav1.Time `json:"promotedTime,omitempty"`
+	// lsn is the old primary's shutdown checkpoint, which the new primary
+	// had received before it was promoted.
+	// +optional
+	// +kubebuilder:validation:MaxLength=32
+	LSN string `json:"lsn,omitempty"`
+}
+
 // DatabaseStatus is what daytwo observed about a Database.
 type DatabaseStatus struct {
 	// observedGeneration is the generation the status describes.
@@ -361,6 +408,10 @@ type DatabaseStatus struct {
 	// primary was lost.
 	// +optional
 	LastFailover *FailoverRecord `json:"lastFailover,omitempty"`
+
+	// lastSwitchover is the outcome of the newest switchover request.
+	// +optional
+	LastSwitchover *SwitchoverRecord `json:"lastSwitchover,omitempty"`
 
 	// secretName is the name of the credentials Secret.
 	// +optional

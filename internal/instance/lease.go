@@ -9,6 +9,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client/config"
 
 	"github.com/daytwo-dev/daytwo/internal/instanceapi"
@@ -28,6 +29,9 @@ type Lease interface {
 	// Release lets the lease expire now if pod holds it (a clean shutdown),
 	// so failover need not wait for it to run out.
 	Release(ctx context.Context, pod string) error
+	// HandOver names to the holder, renewed now, if from holds the lease:
+	// a switchover (asked at request), after from shut down cleanly at lsn.
+	HandOver(ctx context.Context, from, to, lsn, request string) error
 }
 
 // KubeLease is Lease on a coordination.k8s.io Lease.
@@ -93,6 +97,8 @@ func (k *KubeLease) Renew(ctx context.Context, pod, lsn string) error {
 		}
 		l.Annotations[instanceapi.AnnotationLeaseLSN] = lsn
 	}
+	// The holder renews as a primary: a handover's wait is over.
+	delete(l.Annotations, instanceapi.AnnotationHandoverLSN)
 	if _, err := k.Client.Update(ctx, l, metav1.UpdateOptions{}); err != nil {
 		return fmt.Errorf("failed to renew Lease %s: %w", k.Name, err)
 	}
@@ -111,6 +117,34 @@ func (k *KubeLease) Release(ctx context.Context, pod string) error {
 	l.Spec.RenewTime = nil
 	if _, err := k.Client.Update(ctx, l, metav1.UpdateOptions{}); err != nil {
 		return fmt.Errorf("failed to release Lease %s: %w", k.Name, err)
+	}
+	return nil
+}
+
+// HandOver implements Lease. Like Renew, it cannot overwrite a change made
+// in between.
+func (k *KubeLease) HandOver(ctx context.Context, from, to, lsn, request string) error {
+	l, err := k.get(ctx)
+	if err != nil {
+		return err
+	}
+	if l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity != from {
+		return ErrLeaseLost
+	}
+	now := metav1.NewMicroTime(time.Now())
+	seconds := int32(instanceapi.LeaseDuration / time.Second)
+	l.Spec.HolderIdentity, l.Spec.RenewTime, l.Spec.AcquireTime, l.Spec.LeaseDurationSeconds = &to, &now, &now, &seconds
+	l.Spec.LeaseTransitions = ptr.To(ptr.Deref(l.Spec.LeaseTransitions, 0) + 1)
+	if l.Annotations == nil {
+		l.Annotations = map[string]string{}
+	}
+	l.Annotations[instanceapi.AnnotationLeaseLSN] = lsn
+	l.Annotations[instanceapi.AnnotationHandoverLSN] = lsn
+	if request != "" {
+		l.Annotations[instanceapi.AnnotationSwitchoverRequest] = request
+	}
+	if _, err := k.Client.Update(ctx, l, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("failed to hand Lease %s over to %s: %w", k.Name, to, err)
 	}
 	return nil
 }

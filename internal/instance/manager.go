@@ -45,6 +45,8 @@ type Manager struct {
 	lastHeartbeat, lastRenew time.Time
 	// bootstrapped: this start made the data directory (nothing to rejoin).
 	bootstrapped bool
+	// demote carries a switchover from the API to the supervisor.
+	demote chan demoteRequest
 }
 
 // UseLease makes the primary lease decide this instance's role: the holder
@@ -60,7 +62,7 @@ func New(cfg *Config, log logr.Logger, restore RestoreFunc) *Manager {
 	if restore == nil {
 		restore = func(context.Context, backup.Conn, string) error { return ErrRestoreUnavailable }
 	}
-	return &Manager{cfg: cfg, log: log, restore: restore, reload: make(chan struct{}, 1),
+	return &Manager{cfg: cfg, log: log, restore: restore, reload: make(chan struct{}, 1), demote: make(chan demoteRequest),
 		status: instanceapi.Status{Pod: cfg.Pod, Role: cfg.Role, Phase: instanceapi.PhaseBootstrapping}}
 }
 
@@ -97,11 +99,11 @@ func (m *Manager) Run(ctx context.Context) error {
 		if err == nil {
 			err = m.supervise(ctx)
 		}
-		if !errors.Is(err, errFenced) || ctx.Err() != nil {
+		if !(errors.Is(err, errFenced) || errors.Is(err, errSwitchedOver)) || ctx.Err() != nil {
 			break
 		}
-		m.log.Info("Postgres stopped because this instance lost the primary lease; starting again in the role the lease gives", "reason", err.Error())
-		m.setPhase(instanceapi.PhaseStarting, "fenced: "+err.Error())
+		m.log.Info("Postgres stopped as a primary; starting again in the role the lease gives", "reason", err.Error())
+		m.setPhase(instanceapi.PhaseStarting, err.Error())
 	}
 	if err != nil && ctx.Err() == nil {
 		m.setPhase(instanceapi.PhaseFailed, err.Error())
@@ -265,6 +267,10 @@ func (m *Manager) supervise(ctx context.Context) error {
 		killServer(cmd.Process.Pid)
 		<-exited
 		return fmt.Errorf("%w: %v", errFenced, err)
+	case d := <-m.demote:
+		// The heartbeat and the renewals stop first: the lease is handed over, not renewed.
+		cancel()
+		return m.switchOver(d, func() error { return m.shutdown(cmd, exited) })
 	case <-ctx.Done():
 		err := m.shutdown(cmd, exited)
 		m.releaseLease()

@@ -3,8 +3,10 @@ package instance
 import (
 	"context"
 	"crypto/subtle"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -243,6 +245,14 @@ func (m *Manager) handlePromote(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer func() { _ = conn.Close(context.Background()) }()
+	var req instanceapi.PromoteRequest
+	_ = json.NewDecoder(io.LimitReader(r.Body, 1<<16)).Decode(&req) // the body is optional
+	if req.WaitLSN != "" {
+		if err := waitReceived(ctx, conn, req.WaitLSN); err != nil {
+			writeJSON(w, http.StatusConflict, instanceapi.Error{Message: err.Error()})
+			return
+		}
+	}
 	var done bool
 	if err := conn.QueryRow(ctx, "SELECT pg_promote(true, 25)").Scan(&done); err != nil || !done {
 		writeJSON(w, http.StatusInternalServerError, instanceapi.Error{Message: "pg_promote did not finish"})

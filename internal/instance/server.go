@@ -32,6 +32,7 @@ func (m *Manager) Handler() http.Handler {
 		writeJSON(w, http.StatusOK, s)
 	})
 	mux.HandleFunc("POST "+instanceapi.PathPromote, m.handlePromote)
+	mux.HandleFunc("POST "+instanceapi.PathDemote, m.handleDemote)
 	return mux
 }
 

@@ -16,9 +16,37 @@ const (
 	// PathStatus answers a Status document.
 	PathStatus = "/status"
 	// PathPromote (POST, authenticated) turns a replica into the primary.
-	// The instance refuses unless the primary lease names it.
+	// The instance refuses unless the primary lease names it. The body, a
+	// PromoteRequest, is optional.
 	PathPromote = "/promote"
+	// PathDemote (POST, authenticated, a DemoteRequest) is the old primary's
+	// half of a switchover: it shuts postgres down cleanly, hands the lease
+	// to the named replica with the LSN of its shutdown checkpoint, answers a
+	// DemoteResult, and starts again as a replica.
+	PathDemote = "/demote"
 )
+
+// PromoteRequest is the body of POST /promote.
+type PromoteRequest struct {
+	// WaitLSN: in a switchover, promote only once this replica has received
+	// WAL up to the old primary's shutdown checkpoint, so no acknowledged
+	// write is lost. Empty in a failover.
+	WaitLSN string `json:"waitLSN,omitempty"`
+}
+
+// DemoteRequest is the body of POST /demote.
+type DemoteRequest struct {
+	// To is the replica the primary lease goes to.
+	To string `json:"to"`
+	// Request is the switchover request's time, recorded on the Lease.
+	Request string `json:"request,omitempty"`
+}
+
+// DemoteResult answers POST /demote.
+type DemoteResult struct {
+	// LSN is the old primary's shutdown checkpoint: the end of what it wrote.
+	LSN string `json:"lsn"`
+}
 
 // Role of an instance.
 type Role string

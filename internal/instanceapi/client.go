@@ -49,26 +49,52 @@ func (c *Client) Status(ctx context.Context, podIP string) (Status, error) {
 }
 
 // Promote asks the instance manager at podIP to promote its replica; token
-// is the Database's api-token.
-func (c *Client) Promote(ctx context.Context, podIP, token string) error {
-	url := "http://" + net.JoinHostPort(podIP, strconv.Itoa(Port)) + PathPromote
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(nil))
+// is the Database's api-token. waitLSN, in a switchover, is the old
+// primary's shutdown checkpoint.
+func (c *Client) Promote(ctx context.Context, podIP, token, waitLSN string) error {
+	// pg_promote waits up to 25 s; the status timeout is far shorter.
+	return c.post(ctx, podIP, PathPromote, token, PromoteRequest{WaitLSN: waitLSN}, nil, 40*time.Second)
+}
+
+// Demote asks the primary at podIP to shut down cleanly and hand the
+// primary lease to the replica to; it answers once it has.
+func (c *Client) Demote(ctx context.Context, podIP, token string, req DemoteRequest) (DemoteResult, error) {
+	var res DemoteResult
+	err := c.post(ctx, podIP, PathDemote, token, req, &res, 90*time.Second)
+	return res, err
+}
+
+// post sends an authenticated call that changes an instance and decodes its answer into out.
+func (c *Client) post(ctx context.Context, podIP, path, token string, in, out any, timeout time.Duration) error {
+	body, err := json.Marshal(in)
+	if err != nil {
+		return err
+	}
+	url := "http://" + net.JoinHostPort(podIP, strconv.Itoa(Port)) + path
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {
 		return err
 	}
 	req.Header.Set(AuthorizationHeader, "Bearer "+token)
-	// pg_promote waits up to 25 s; the status timeout is far shorter.
+	req.Header.Set("Content-Type", "application/json")
 	hc := *c.HTTP
-	hc.Timeout = 30 * time.Second
+	hc.Timeout = timeout
 	resp, err := hc.Do(req)
 	if err != nil {
 		return fmt.Errorf("instance %s: %w", podIP, err)
 	}
 	defer func() { _ = resp.Body.Close() }()
+	limited := io.LimitReader(resp.Body, maxStatusBytes)
 	if resp.StatusCode != http.StatusOK {
 		var e Error
-		_ = json.NewDecoder(io.LimitReader(resp.Body, maxStatusBytes)).Decode(&e)
+		_ = json.NewDecoder(limited).Decode(&e)
 		return fmt.Errorf("instance %s answered %s: %s", podIP, resp.Status, e.Message)
+	}
+	if out == nil {
+		return nil
+	}
+	if err := json.NewDecoder(limited).Decode(out); err != nil {
+		return fmt.Errorf("instance %s: %w", podIP, err)
 	}
 	return nil
 }

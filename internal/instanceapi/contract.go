@@ -74,6 +74,16 @@ const (
 	// AnnotationLeaseLSN on the Lease is the holder's WAL position at its
 	// last renewal; failover measures a candidate's lag against it.
 	AnnotationLeaseLSN = "daytwo.dev/lsn"
+	// AnnotationHandoverLSN on the Lease, written by a switchover's
+	// handover and dropped by the new holder's first renewal, is the old
+	// primary's shutdown checkpoint: the new holder is promoted only once it
+	// has received WAL up to it.
+	AnnotationHandoverLSN = "daytwo.dev/handover-lsn"
+	// AnnotationSwitchoverRequest on the Lease is the request time
+	// (daytwo.dev/switchover-requested) of the switchover that handed it
+	// over, so a request is carried out once even if the status write that
+	// answers it is lost.
+	AnnotationSwitchoverRequest = "daytwo.dev/switchover-request"
 )
 
 // LeaseName is the primary lease of the Database named cluster.

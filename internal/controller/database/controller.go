@@ -134,6 +134,10 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, db *v1alpha1.Database)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
+	switchoverRes, err := r.switchover(ctx, db, obs)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
 	if err := r.labelRoles(ctx, obs.pods, obs.primary); err != nil {
 		return reconcile.Result{}, err
 	}
@@ -141,7 +145,7 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, db *v1alpha1.Database)
 		return reconcile.Result{}, err
 	}
 	res, err := r.rollOut(ctx, db, obs)
-	res.RequeueAfter = soonest(res.RequeueAfter, failoverRes.RequeueAfter)
+	res.RequeueAfter = soonest(res.RequeueAfter, soonest(failoverRes.RequeueAfter, switchoverRes.RequeueAfter))
 	if len(obs.instanceStatuses) > 0 {
 		res.RequeueAfter = soonest(res.RequeueAfter, instanceRefresh)
 	}
@@ -167,6 +171,7 @@ func (r *Reconciler) SetupWithManager(mgr manager.Manager) error {
 	if r.Instances == nil {
 		r.Instances = instanceapi.NewClient(time.Second)
 	}
+	registerMetrics()
 	// Pods and volumes belong to the StatefulSet, not to the Database: map them by label.
 	byLabel := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, obj client.Object) []reconcile.Request {
 		name, ok := obj.GetLabels()[labelDatabase]

@@ -21,6 +21,7 @@ import (
 
 	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
 	"github.com/daytwo-dev/daytwo/internal/controller"
+	"github.com/daytwo-dev/daytwo/internal/instanceapi"
 )
 
 // ensurePrimaryLease creates the primary Lease once, and lets the instance
@@ -75,7 +76,8 @@ func (r *Reconciler) failover(ctx context.Context, db *v1alpha1.Database, obs *o
 	now := r.Clock.Now()
 	if !st.expired(now) {
 		if r.holderIsReplica(obs, st.holder) {
-			return reconcile.Result{}, r.promote(ctx, db, obs, st.holder)
+			// A switchover's handover names the WAL the holder must have first.
+			return reconcile.Result{}, r.promote(ctx, db, obs, st.holder, obs.lease.Annotations[instanceapi.AnnotationHandoverLSN])
 		}
 		return reconcile.Result{RequeueAfter: st.expires.Sub(now) + 100*time.Millisecond}, nil
 	}
@@ -106,7 +108,8 @@ func (r *Reconciler) failover(ctx context.Context, db *v1alpha1.Database, obs *o
 		DetectedTime: ptr.To(metav1.NewTime(now)), LagBytes: d.lagBytes}
 	r.Recorder.Eventf(db, l, corev1.EventTypeWarning, v1alpha1.ReasonFailover, "Fence",
 		"The primary %s lost its lease (%s); moved it to %s, which lacked %d bytes of WAL", st.holder, reason, d.promote, d.lagBytes)
-	return reconcile.Result{}, r.promote(ctx, db, obs, d.promote)
+	countFailover(db)
+	return reconcile.Result{}, r.promote(ctx, db, obs, d.promote, "")
 }
 
 // holderIsReplica: the lease names an instance that still reports itself a
@@ -121,30 +124,44 @@ func (r *Reconciler) holderIsReplica(obs *observation, holder string) bool {
 }
 
 // promote asks the instance manager of pod to promote, with the Database's
-// API token; only the operator can read it.
-func (r *Reconciler) promote(ctx context.Context, db *v1alpha1.Database, obs *observation, pod string) error {
-	ip := ""
-	for i := range obs.pods {
-		if obs.pods[i].Name == pod {
-			ip = obs.pods[i].Status.PodIP
-		}
+// API token; only the operator can read it. waitLSN, in a switchover, is the
+// WAL the replica must have received first.
+func (r *Reconciler) promote(ctx context.Context, db *v1alpha1.Database, obs *observation, pod, waitLSN string) error {
+	token, err := r.apiToken(ctx, db)
+	if err != nil {
+		return err
 	}
-	if ip == "" {
-		return fmt.Errorf("pod %s has no IP to promote it", pod)
-	}
-	s := &corev1.Secret{}
-	if err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: apiSecretName(db)}, s); err != nil {
-		return fmt.Errorf("failed to read the instance API token: %w", err)
-	}
-	if err := r.Instances.Promote(ctx, ip, string(s.Data[v1alpha1.CredentialsPassword])); err != nil {
+	if err := r.Instances.Promote(ctx, podIP(obs, pod), token, waitLSN); err != nil {
 		return fmt.Errorf("failed to promote %s: %w", pod, err)
 	}
 	now := metav1.NewTime(r.Clock.Now())
 	if f := db.Status.LastFailover; f != nil && f.To == pod && f.PromotedTime == nil {
 		f.PromotedTime = &now
+		if f.DetectedTime != nil {
+			observeFailover(db, now.Sub(f.DetectedTime.Time))
+		}
 	}
 	r.Recorder.Eventf(db, nil, corev1.EventTypeNormal, v1alpha1.ReasonFailover, "Promote", "Promoted %s to primary", pod)
 	return nil
+}
+
+// apiToken reads the token instance managers ask of whoever changes them.
+func (r *Reconciler) apiToken(ctx context.Context, db *v1alpha1.Database) (string, error) {
+	s := &corev1.Secret{}
+	if err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: apiSecretName(db)}, s); err != nil {
+		return "", fmt.Errorf("failed to read the instance API token: %w", err)
+	}
+	return string(s.Data[v1alpha1.CredentialsPassword]), nil
+}
+
+// podIP is the address of the named pod's instance manager ("" if it has none).
+func podIP(obs *observation, pod string) string {
+	for i := range obs.pods {
+		if obs.pods[i].Name == pod {
+			return obs.pods[i].Status.PodIP
+		}
+	}
+	return ""
 }
 
 // leaseChanged lets through the Lease events failover acts on: a new

@@ -42,9 +42,10 @@ type observation struct {
 	storageReason, storageMessage string
 
 	// lease is the primary Lease; primary is its holder.
-	lease           *coordinationv1.Lease
-	primary         string
-	failoverWaiting string
+	lease             *coordinationv1.Lease
+	primary           string
+	failoverWaiting   string
+	switchoverWaiting string
 }
 
 // setStatus rebuilds db's status from obs.
@@ -137,6 +138,8 @@ func setRolloutConditions(db *v1alpha1.Database, obs *observation, set func(stri
 		set(v1alpha1.ConditionPendingRestart, false, v1alpha1.ReasonUpToDate, "Every instance runs the current settings")
 	}
 	switch {
+	case obs.switchoverWaiting != "":
+		set(v1alpha1.ConditionProgressing, true, v1alpha1.ReasonSwitchoverPending, "A switchover waits: "+obs.switchoverWaiting)
 	case obs.outdated > 0:
 		set(v1alpha1.ConditionProgressing, true, v1alpha1.ReasonRollingOut,
 			fmt.Sprintf("%d of %d instances run an older revision", obs.outdated, st.Instances))

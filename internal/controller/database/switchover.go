@@ -1,0 +1,196 @@
+package database
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
+	"github.com/daytwo-dev/daytwo/internal/controller"
+	"github.com/daytwo-dev/daytwo/internal/instanceapi"
+)
+
+// SwitchoverPatience is how long a switchover request waits for the
+// Database to allow one (a streaming target, a primary holding its lease)
+// before it is refused.
+const SwitchoverPatience = 5 * time.Minute
+
+// switchoverRequest is what the annotations ask for.
+type switchoverRequest struct {
+	at time.Time
+	to string // empty: the best replica
+}
+
+// pendingSwitchover reads a switchover request that status.lastSwitchover
+// has not answered yet. A time that does not parse is answered as refused.
+func pendingSwitchover(db *v1alpha1.Database, lease *coordinationv1.Lease) (switchoverRequest, string, bool) {
+	raw, ok := db.Annotations[v1alpha1.AnnotationSwitchoverRequested]
+	if !ok {
+		return switchoverRequest{}, "", false
+	}
+	at, err := time.Parse(time.RFC3339, raw)
+	if err != nil {
+		return switchoverRequest{}, fmt.Sprintf("annotation %s must be an RFC 3339 time", v1alpha1.AnnotationSwitchoverRequested), true
+	}
+	if last := db.Status.LastSwitchover; last != nil && !at.After(last.RequestedTime.Time) {
+		return switchoverRequest{}, "", false
+	}
+	// The handover records the request too: a status write lost after it
+	// must not make a second switchover.
+	if done, err := time.Parse(time.RFC3339, lease.Annotations[instanceapi.AnnotationSwitchoverRequest]); err == nil && !at.After(done) {
+		return switchoverRequest{}, "", false
+	}
+	return switchoverRequest{at: at, to: db.Annotations[v1alpha1.AnnotationSwitchoverTo]}, "", true
+}
+
+// switchoverDecision is what to do about a pending request: switch from
+// one instance to another, wait (and say why), refuse it for good, or
+// nothing (the target already is the primary).
+type switchoverDecision struct {
+	from, to     string
+	wait, refuse string
+	alreadyThere bool
+}
+
+// decideSwitchover is pure: a switchover needs a primary that holds a valid
+// lease and answers, and a target replica that streams within
+// MaxFailoverLag of it. It never acts while the lease is not valid, so it
+// cannot fight a failover.
+func decideSwitchover(req switchoverRequest, lease leaseState, now time.Time, pods []string, instances []v1alpha1.InstanceStatus) switchoverDecision {
+	if req.to != "" && !slices.Contains(pods, req.to) {
+		return switchoverDecision{refuse: fmt.Sprintf("no instance is named %s", req.to)}
+	}
+	d := switchoverDecision{from: lease.holder}
+	if lease.holder == "" || lease.expired(now) {
+		d.wait = "no primary holds a valid lease (a failover may be under way)"
+	}
+	if req.to == lease.holder && d.wait == "" {
+		return switchoverDecision{from: lease.holder, to: req.to, alreadyThere: true}
+	}
+	var primaryLSN uint64
+	var replicas []v1alpha1.InstanceStatus
+	for _, in := range instances {
+		switch {
+		case in.Name == lease.holder && in.Error == "" && in.Role == string(instanceapi.RolePrimary):
+			primaryLSN, _ = parseLSN(in.LSN)
+		case in.Name != lease.holder && in.Error == "" && in.Role == string(instanceapi.RoleReplica) && in.Streaming:
+			replicas = append(replicas, in)
+		}
+	}
+	if d.wait == "" && primaryLSN == 0 {
+		d.wait = fmt.Sprintf("the primary %s does not answer", lease.holder)
+	}
+	best, bestLSN := "", uint64(0)
+	for _, in := range replicas {
+		got, ok := parseLSN(in.ReceivedLSN)
+		if !ok || (req.to != "" && in.Name != req.to) || (primaryLSN > got && primaryLSN-got > MaxFailoverLag) {
+			continue
+		}
+		if best == "" || got > bestLSN {
+			best, bestLSN = in.Name, got
+		}
+	}
+	switch {
+	case best == "" && req.to != "":
+		d.to = req.to
+		d.wait = cmpOr(d.wait, fmt.Sprintf("%s does not stream from the primary within %d bytes", req.to, MaxFailoverLag))
+	case best == "" && len(pods) < 2:
+		d.refuse = "a Database with one instance has no replica to switch over to"
+	case best == "":
+		d.wait = cmpOr(d.wait, fmt.Sprintf("no replica streams from the primary within %d bytes", MaxFailoverLag))
+	default:
+		d.to = best
+	}
+	if d.refuse == "" && d.wait != "" && now.Sub(req.at) > SwitchoverPatience {
+		d.refuse, d.wait = fmt.Sprintf("waited %s: %s", SwitchoverPatience, d.wait), ""
+	}
+	return d
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+// switchover carries out decideSwitchover: the primary shuts down cleanly
+// and hands the lease to the target, which is promoted once it has received
+// the old primary's last WAL. The outcome is recorded in
+// status.lastSwitchover; a failed step is not retried, the request is
+// answered.
+func (r *Reconciler) switchover(ctx context.Context, db *v1alpha1.Database, obs *observation) (reconcile.Result, error) {
+	if obs.lease == nil {
+		return reconcile.Result{}, nil
+	}
+	req, invalid, ok := pendingSwitchover(db, obs.lease)
+	if !ok {
+		return reconcile.Result{}, nil
+	}
+	rec := &v1alpha1.SwitchoverRecord{RequestedTime: metav1.NewTime(req.at), To: req.to}
+	if invalid != "" {
+		rec.RequestedTime = metav1.NewTime(r.Clock.Now())
+		r.answerSwitchover(db, rec, v1alpha1.SwitchoverRefused, invalid)
+		return reconcile.Result{}, nil
+	}
+	names := make([]string, 0, len(obs.pods))
+	for i := range obs.pods {
+		names = append(names, obs.pods[i].Name)
+	}
+	d := decideSwitchover(req, leaseStateOf(obs.lease), r.Clock.Now(), names, obs.instanceStatuses)
+	rec.From, rec.To = d.from, cmpOr(d.to, req.to)
+	switch {
+	case d.refuse != "":
+		r.answerSwitchover(db, rec, v1alpha1.SwitchoverRefused, d.refuse)
+		return reconcile.Result{}, nil
+	case d.wait != "":
+		obs.switchoverWaiting = d.wait
+		return reconcile.Result{RequeueAfter: time.Second}, nil
+	case d.alreadyThere:
+		r.answerSwitchover(db, rec, v1alpha1.SwitchoverSucceeded, fmt.Sprintf("%s already is the primary", d.to))
+		return reconcile.Result{}, nil
+	}
+	rec.StartedTime = ptr.To(metav1.NewTime(r.Clock.Now()))
+	token, err := r.apiToken(ctx, db)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	r.Recorder.Eventf(db, nil, corev1.EventTypeNormal, v1alpha1.ReasonSwitchover, "Demote", "Asking %s to step down for %s", d.from, d.to)
+	res, err := r.Instances.Demote(ctx, podIP(obs, d.from), token,
+		instanceapi.DemoteRequest{To: d.to, Request: req.at.UTC().Format(time.RFC3339)})
+	if err != nil {
+		r.answerSwitchover(db, rec, v1alpha1.SwitchoverFailed, "the primary did not step down: "+err.Error())
+		return reconcile.Result{}, nil
+	}
+	rec.LSN = res.LSN
+	obs.primary = d.to
+	if err := r.Instances.Promote(ctx, podIP(obs, d.to), token, res.LSN); err != nil {
+		// The lease names the target: failover promotes it once it can (see failover).
+		r.answerSwitchover(db, rec, v1alpha1.SwitchoverFailed, fmt.Sprintf("%s holds the lease but did not promote yet: %v", d.to, err))
+		return reconcile.Result{RequeueAfter: time.Second}, nil
+	}
+	rec.PromotedTime = ptr.To(metav1.NewTime(r.Clock.Now()))
+	r.answerSwitchover(db, rec, v1alpha1.SwitchoverSucceeded,
+		fmt.Sprintf("%s is the primary; %s stepped down cleanly at %s", d.to, d.from, res.LSN))
+	observeSwitchover(db, rec.PromotedTime.Sub(rec.StartedTime.Time))
+	return reconcile.Result{}, nil
+}
+
+// answerSwitchover records the outcome of a request with an Event.
+func (r *Reconciler) answerSwitchover(db *v1alpha1.Database, rec *v1alpha1.SwitchoverRecord, result v1alpha1.SwitchoverResult, msg string) {
+	rec.Result, rec.Message = result, controller.Truncate(msg, 512)
+	db.Status.LastSwitchover = rec
+	typ := corev1.EventTypeNormal
+	if result != v1alpha1.SwitchoverSucceeded {
+		typ = corev1.EventTypeWarning
+	}
+	r.Recorder.Eventf(db, nil, typ, v1alpha1.ReasonSwitchover, string(result), "Switchover %s: %s", result, rec.Message)
+	countSwitchover(db, result)
+}
