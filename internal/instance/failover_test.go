@@ -1,7 +1,9 @@
 package instance_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -203,6 +205,117 @@ func TestFailoverPromotesFencesAndRejoins(t *testing.T) {
 	}
 	if l := lt.get(); *l.Spec.HolderIdentity != "orders-1" {
 		t.Fatalf("lease holder %s, want orders-1", *l.Spec.HolderIdentity)
+	}
+}
+
+func demote(t *testing.T, in *instance, to string) (int, instanceapi.DemoteResult) {
+	body, _ := json.Marshal(instanceapi.DemoteRequest{To: to, Request: "2026-11-23T12:00:00Z"})
+	req, _ := http.NewRequest(http.MethodPost, in.url(instanceapi.PathDemote), bytes.NewReader(body))
+	req.Header.Set(instanceapi.AuthorizationHeader, "Bearer "+apiToken)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	var res instanceapi.DemoteResult
+	_ = json.NewDecoder(resp.Body).Decode(&res)
+	return resp.StatusCode, res
+}
+
+func promoteAfter(t *testing.T, in *instance, waitLSN string) int {
+	body, _ := json.Marshal(instanceapi.PromoteRequest{WaitLSN: waitLSN})
+	req, _ := http.NewRequest(http.MethodPost, in.url(instanceapi.PathPromote), bytes.NewReader(body))
+	req.Header.Set(instanceapi.AuthorizationHeader, "Bearer "+apiToken)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	return resp.StatusCode
+}
+
+// A switchover on real PostgreSQL and a real API server, under a writer
+// that records every write the old primary acknowledged: the primary
+// shuts down cleanly and hands the lease over with its shutdown
+// checkpoint, the replica is promoted once it holds that WAL, every
+// acknowledged write is on the new primary, and the old primary follows it.
+func TestSwitchoverLosesNoAcknowledgedWrite(t *testing.T) {
+	ctx := context.Background()
+	lt := newLeaseTest(t, "orders-0")
+	old := lt.instance(0)
+	repl := lt.instance(0)
+	old.extraFlags[len(old.extraFlags)-1] = strconv.Itoa(repl.pgPort)
+	repl.extraFlags[len(repl.extraFlags)-1] = strconv.Itoa(old.pgPort)
+	old.start("orders-0")
+	old.waitReady(90 * time.Second)
+	repl.start("orders-1")
+	repl.waitReady(90 * time.Second)
+	old.exec(ctx, "CREATE TABLE acks (id int PRIMARY KEY)")
+
+	// The writer: one connection per write, as an application through -rw
+	// would after a failed one; it stops at its first refusal.
+	var acked []int
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for id := 1; ; id++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			c, err := old.connect(ctx, "shop", appPassword, "orders")
+			if err != nil {
+				return
+			}
+			_, err = c.Exec(ctx, fmt.Sprintf("INSERT INTO acks VALUES (%d)", id))
+			_ = c.Close(ctx)
+			if err != nil {
+				return
+			}
+			acked = append(acked, id)
+		}
+	}()
+	time.Sleep(500 * time.Millisecond)
+
+	if code, _ := demote(t, repl, "orders-0"); code != http.StatusConflict {
+		t.Fatalf("demote of a replica = %d, want 409", code)
+	}
+	start := time.Now()
+	code, res := demote(t, old, "orders-1")
+	if code != http.StatusOK || res.LSN == "" {
+		t.Fatalf("demote = %d %+v", code, res)
+	}
+	if l := lt.get(); *l.Spec.HolderIdentity != "orders-1" || l.Annotations[instanceapi.AnnotationHandoverLSN] != res.LSN ||
+		l.Annotations[instanceapi.AnnotationSwitchoverRequest] != "2026-11-23T12:00:00Z" {
+		t.Fatalf("after the handover the lease is %v %v", *l.Spec.HolderIdentity, l.Annotations)
+	}
+	if code := promoteAfter(t, repl, res.LSN); code != http.StatusOK {
+		t.Fatalf("promote after the handover = %d", code)
+	}
+	promoted := time.Since(start)
+	close(stop)
+	<-done
+	if len(acked) < 2 {
+		t.Fatalf("the writer got only %d writes in", len(acked))
+	}
+	// Every acknowledged write is on the new primary.
+	got := repl.query(ctx, fmt.Sprintf("SELECT count(*)::text FROM acks WHERE id <= %d", acked[len(acked)-1]))
+	if got != strconv.Itoa(len(acked)) {
+		t.Fatalf("the new primary holds %s of the %d acknowledged writes", got, len(acked))
+	}
+	repl.exec(ctx, "INSERT INTO acks VALUES (1000000)")
+	t.Logf("%d writes acknowledged; demote + promote took %s; shutdown checkpoint %s", len(acked), promoted.Round(time.Millisecond), res.LSN)
+
+	// The old primary follows the new one.
+	eventually(t, 10*time.Second, func() bool { return old.status().Role == instanceapi.RoleReplica }, "the old primary to start as a replica")
+	old.waitReady(120 * time.Second)
+	count := "SELECT count(*)::text FROM acks"
+	want := repl.query(ctx, count)
+	eventually(t, 30*time.Second, func() bool { return old.query(ctx, count) == want }, "the old primary to follow the new one")
+	if l := lt.get(); l.Annotations[instanceapi.AnnotationHandoverLSN] != "" {
+		t.Errorf("the new primary's renewals kept the handover LSN: %v", l.Annotations)
 	}
 }
 
