@@ -329,6 +329,44 @@ func TestDatabaseMediumUpgradeAndRollback(t *testing.T) {
 		t.Errorf("Failover events: %q", ev)
 	}
 
+	// Switchover back to the instance that was deleted, by annotation: the
+	// primary steps down cleanly and no row is lost.
+	requested := time.Now().UTC().Truncate(time.Second)
+	start = time.Now()
+	updateDatabase(t, ns, "shop", func(d *v1alpha1.Database) {
+		if d.Annotations == nil {
+			d.Annotations = map[string]string{}
+		}
+		d.Annotations[v1alpha1.AnnotationSwitchoverRequested] = requested.Format(time.RFC3339)
+		d.Annotations[v1alpha1.AnnotationSwitchoverTo] = primaryName
+	})
+	db = waitDatabase(t, ns, "shop", 2*time.Minute, "the switchover answered", func(d *v1alpha1.Database) bool {
+		s := d.Status.LastSwitchover
+		return s != nil && s.RequestedTime.Equal(&metav1.Time{Time: requested})
+	})
+	sw := db.Status.LastSwitchover
+	if sw.Result != v1alpha1.SwitchoverSucceeded || sw.To != primaryName || sw.PromotedTime == nil {
+		t.Fatalf("switchover: %+v", *sw)
+	}
+	t.Logf("switchover to %s: demote and promote took %s (%s)", primaryName, sw.PromotedTime.Sub(sw.StartedTime.Time), sw.Message)
+	framework.Eventually(t, time.Minute, "a write through shop-rw after the switchover", func(ctx context.Context) (bool, error) {
+		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		_, _, err := cluster.Exec(ctx, ns, "psql", "client", "psql",
+			"host=shop-rw."+ns+".svc.cluster.local user=app dbname=app connect_timeout=2", "-qtAc", "INSERT INTO orders VALUES (1002)")
+		return err == nil, nil
+	})
+	t.Logf("writes again %s after the switchover was requested", time.Since(start).Round(10*time.Millisecond))
+	if got := sql(t, ns, "psql", "shop-rw", "SELECT count(*) || ':' || bool_and(NOT pg_is_in_recovery()) FROM orders"); got != "1002:true" {
+		t.Fatalf("after the switchover: %q, want 1002 rows on a primary", got)
+	}
+	waitDatabase(t, ns, "shop", 3*time.Minute, "whole again with the named primary", func(d *v1alpha1.Database) bool {
+		return d.Status.Primary == primaryName && d.Status.Ready && d.Status.ReadyInstances == 2
+	})
+	if ev := eventsFor(t, ns, "shop", v1alpha1.ReasonSwitchover); len(ev) < 2 {
+		t.Errorf("Switchover events: %q", ev)
+	}
+
 	// Delete removes the volumes too.
 	if err := cluster.Client.Delete(context.Background(), db); err != nil {
 		t.Fatal(err)
