@@ -220,6 +220,13 @@ func podTemplate(db *v1alpha1.Database, p plan, in stsInputs) *corev1ac.PodTempl
 					WithPodAffinityTerm(corev1ac.PodAffinityTerm().
 						WithTopologyKey(corev1.LabelHostname).
 						WithLabelSelector(metav1ac.LabelSelector().WithMatchLabels(selectorLabels(db))))))).
+			// Instances spread across zones where the nodes have them; a
+			// cluster without zones, or with one, still schedules them all.
+			WithTopologySpreadConstraints(corev1ac.TopologySpreadConstraint().
+				WithMaxSkew(1).
+				WithTopologyKey(corev1.LabelTopologyZone).
+				WithWhenUnsatisfiable(corev1.ScheduleAnyway).
+				WithLabelSelector(metav1ac.LabelSelector().WithMatchLabels(selectorLabels(db)))).
 			WithInitContainers(corev1ac.Container().
 				WithName("bootstrap-controller").
 				WithImage(in.instanceImage).

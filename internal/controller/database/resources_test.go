@@ -113,6 +113,15 @@ func TestStatefulSetShape(t *testing.T) {
 		t.Errorf("the live claim size must be kept, got %s", got.String())
 	}
 	pod := spec.Template.Spec
+	// Placement: instances prefer distinct nodes and spread across zones.
+	anti := pod.Affinity.PodAntiAffinity.PreferredDuringSchedulingIgnoredDuringExecution
+	if len(anti) != 1 || *anti[0].PodAffinityTerm.TopologyKey != corev1.LabelHostname {
+		t.Errorf("anti-affinity %+v", anti)
+	}
+	if ts := pod.TopologySpreadConstraints; len(ts) != 1 || *ts[0].TopologyKey != corev1.LabelTopologyZone ||
+		*ts[0].WhenUnsatisfiable != corev1.ScheduleAnyway || ts[0].LabelSelector.MatchLabels["daytwo.dev/database"] != "orders" {
+		t.Errorf("topology spread %+v", ts)
+	}
 	if *pod.SecurityContext.RunAsUser != 999 || *pod.SecurityContext.FSGroup != 999 || !*pod.SecurityContext.RunAsNonRoot {
 		t.Errorf("pod security context not restricted: %+v", pod.SecurityContext)
 	}
