@@ -132,7 +132,19 @@ func (lt *leaseTest) transfer(to string) {
 }
 
 func promote(t *testing.T, in *instance, token string) int {
-	req, _ := http.NewRequest(http.MethodPost, in.url(instanceapi.PathPromote), nil)
+	return post(t, in, instanceapi.PathPromote, token, nil, nil)
+}
+
+// post calls an authenticated path of in's API with body as JSON (nil:
+// none) and decodes the answer into out (nil: ignored).
+func post(t *testing.T, in *instance, path, token string, body, out any) int {
+	t.Helper()
+	var r io.Reader
+	if body != nil {
+		data, _ := json.Marshal(body)
+		r = bytes.NewReader(data)
+	}
+	req, _ := http.NewRequest(http.MethodPost, in.url(path), r)
 	if token != "" {
 		req.Header.Set(instanceapi.AuthorizationHeader, "Bearer "+token)
 	}
@@ -140,7 +152,10 @@ func promote(t *testing.T, in *instance, token string) int {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_ = resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
+	if out != nil {
+		_ = json.NewDecoder(resp.Body).Decode(out)
+	}
 	return resp.StatusCode
 }
 
@@ -209,29 +224,13 @@ func TestFailoverPromotesFencesAndRejoins(t *testing.T) {
 }
 
 func demote(t *testing.T, in *instance, to string) (int, instanceapi.DemoteResult) {
-	body, _ := json.Marshal(instanceapi.DemoteRequest{To: to, Request: "2026-11-23T12:00:00Z"})
-	req, _ := http.NewRequest(http.MethodPost, in.url(instanceapi.PathDemote), bytes.NewReader(body))
-	req.Header.Set(instanceapi.AuthorizationHeader, "Bearer "+apiToken)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = resp.Body.Close() }()
 	var res instanceapi.DemoteResult
-	_ = json.NewDecoder(resp.Body).Decode(&res)
-	return resp.StatusCode, res
+	code := post(t, in, instanceapi.PathDemote, apiToken, instanceapi.DemoteRequest{To: to, Request: "2026-11-23T12:00:00Z"}, &res)
+	return code, res
 }
 
 func promoteAfter(t *testing.T, in *instance, waitLSN string) int {
-	body, _ := json.Marshal(instanceapi.PromoteRequest{WaitLSN: waitLSN})
-	req, _ := http.NewRequest(http.MethodPost, in.url(instanceapi.PathPromote), bytes.NewReader(body))
-	req.Header.Set(instanceapi.AuthorizationHeader, "Bearer "+apiToken)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_ = resp.Body.Close()
-	return resp.StatusCode
+	return post(t, in, instanceapi.PathPromote, apiToken, instanceapi.PromoteRequest{WaitLSN: waitLSN}, nil)
 }
 
 // A switchover on real PostgreSQL and a real API server, under a writer
