@@ -105,7 +105,7 @@ spec:
     log_line_prefix: '%m [%p] %q%u@%d '
     default_text_search_config: pg_catalog.english
     pg_stat_statements.track: all
-    hot_standby: "on"
+    jit: "off"
     statement_timeout: "` + strings.Repeat("9", 1024) + `"`},
 		{goodDatabase, "metadata: {name: many}\nspec: {parameters: " + parameters(64) + "}"},
 	} {
