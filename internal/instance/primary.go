@@ -254,9 +254,16 @@ func (m *Manager) handlePromote(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	var done bool
-	if err := conn.QueryRow(ctx, "SELECT pg_promote(true, 25)").Scan(&done); err != nil || !done {
-		writeJSON(w, http.StatusInternalServerError, instanceapi.Error{Message: "pg_promote did not finish"})
-		return
+	// Its own deadline: a cancelled pg_promote may still finish, and then
+	// this instance must know it is a primary (and renew, or fence).
+	pctx, pcancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer pcancel()
+	if err := conn.QueryRow(pctx, "SELECT pg_promote(true, 25)").Scan(&done); err != nil || !done {
+		var inRecovery bool
+		if err := conn.QueryRow(pctx, "SELECT pg_is_in_recovery()").Scan(&inRecovery); err != nil || inRecovery {
+			writeJSON(w, http.StatusInternalServerError, instanceapi.Error{Message: "pg_promote did not finish"})
+			return
+		}
 	}
 	m.setRole(instanceapi.RolePrimary)
 	m.mu.Lock()

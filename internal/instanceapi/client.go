@@ -53,7 +53,7 @@ func (c *Client) Status(ctx context.Context, podIP string) (Status, error) {
 // primary's shutdown checkpoint.
 func (c *Client) Promote(ctx context.Context, podIP, token, waitLSN string) error {
 	// pg_promote waits up to 25 s; the status timeout is far shorter.
-	return c.post(ctx, podIP, PathPromote, token, PromoteRequest{WaitLSN: waitLSN}, nil, 40*time.Second)
+	return c.post(ctx, podIP, PathPromote, token, PromoteRequest{WaitLSN: waitLSN}, nil, 60*time.Second)
 }
 
 // Demote asks the primary at podIP to shut down cleanly and hand the

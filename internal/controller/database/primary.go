@@ -74,6 +74,16 @@ func (r *Reconciler) failover(ctx context.Context, db *v1alpha1.Database, obs *o
 	}
 	st := leaseStateOf(obs.lease)
 	now := r.Clock.Now()
+	handover := obs.lease.Annotations[instanceapi.AnnotationHandoverLSN]
+	if st.expired(now) && handover != "" && r.holderIsReplica(obs, st.holder) {
+		// A switchover's target that answers but is not promoted yet (its
+		// promote failed or timed out) keeps the lease: the old primary
+		// stopped cleanly, and only the target is known to hold all of it.
+		if err := r.extendLease(ctx, obs); err != nil {
+			return reconcile.Result{}, err
+		}
+		st = leaseStateOf(obs.lease)
+	}
 	if !st.expired(now) {
 		if r.holderIsReplica(obs, st.holder) {
 			// A switchover's handover names the WAL the holder must have first.
@@ -99,6 +109,9 @@ func (r *Reconciler) failover(ctx context.Context, db *v1alpha1.Database, obs *o
 	t := metav1.NewMicroTime(now)
 	l.Spec.HolderIdentity, l.Spec.RenewTime, l.Spec.AcquireTime = ptr.To(d.promote), &t, &t
 	l.Spec.LeaseTransitions = ptr.To(ptr.Deref(l.Spec.LeaseTransitions, 0) + 1)
+	// A failover accepts what the chosen replica lacks (lagBytes): an
+	// earlier handover's LSN must not block its promotion.
+	delete(l.Annotations, instanceapi.AnnotationHandoverLSN)
 	// The update carries the resourceVersion read: a renewal in between wins.
 	if err := r.Client.Update(ctx, l); err != nil {
 		return reconcile.Result{}, fmt.Errorf("failed to move Lease %s to %s: %w", l.Name, d.promote, err)
@@ -110,6 +123,19 @@ func (r *Reconciler) failover(ctx context.Context, db *v1alpha1.Database, obs *o
 		"The primary %s lost its lease (%s); moved it to %s, which lacked %d bytes of WAL", st.holder, reason, d.promote, d.lagBytes)
 	countFailover(db)
 	return reconcile.Result{}, r.promote(ctx, db, obs, d.promote, "")
+}
+
+// extendLease renews the lease for its holder, on the operator's side,
+// with the resourceVersion read.
+func (r *Reconciler) extendLease(ctx context.Context, obs *observation) error {
+	l := obs.lease.DeepCopy()
+	t := metav1.NewMicroTime(r.Clock.Now())
+	l.Spec.RenewTime = &t
+	if err := r.Client.Update(ctx, l); err != nil {
+		return fmt.Errorf("failed to extend Lease %s for %s: %w", l.Name, ptr.Deref(l.Spec.HolderIdentity, ""), err)
+	}
+	obs.lease = l
+	return nil
 }
 
 // holderIsReplica: the lease names an instance that still reports itself a
@@ -131,7 +157,11 @@ func (r *Reconciler) promote(ctx context.Context, db *v1alpha1.Database, obs *ob
 	if err != nil {
 		return err
 	}
-	if err := r.Instances.Promote(ctx, podIP(obs, pod), token, waitLSN); err != nil {
+	ip := podIP(obs, pod)
+	if ip == "" {
+		return fmt.Errorf("pod %s has no IP to promote it", pod)
+	}
+	if err := r.Instances.Promote(ctx, ip, token, waitLSN); err != nil {
 		return fmt.Errorf("failed to promote %s: %w", pod, err)
 	}
 	now := metav1.NewTime(r.Clock.Now())

@@ -37,7 +37,10 @@ func pendingSwitchover(db *v1alpha1.Database, lease *coordinationv1.Lease) (swit
 	}
 	at, err := time.Parse(time.RFC3339, raw)
 	if err != nil {
-		return switchoverRequest{}, fmt.Sprintf("annotation %s must be an RFC 3339 time", v1alpha1.AnnotationSwitchoverRequested), true
+		msg := fmt.Sprintf("annotation %s must be an RFC 3339 time", v1alpha1.AnnotationSwitchoverRequested)
+		// Answered once, not on every reconcile.
+		last := db.Status.LastSwitchover
+		return switchoverRequest{}, msg, last == nil || last.Result != v1alpha1.SwitchoverRefused || last.Message != msg
 	}
 	if last := db.Status.LastSwitchover; last != nil && !at.After(last.RequestedTime.Time) {
 		return switchoverRequest{}, "", false
@@ -156,6 +159,10 @@ func (r *Reconciler) switchover(ctx context.Context, db *v1alpha1.Database, obs 
 	case d.alreadyThere:
 		r.answerSwitchover(db, rec, v1alpha1.SwitchoverSucceeded, fmt.Sprintf("%s already is the primary", d.to))
 		return reconcile.Result{}, nil
+	}
+	if podIP(obs, d.from) == "" || podIP(obs, d.to) == "" {
+		obs.switchoverWaiting = fmt.Sprintf("%s or %s has no pod IP", d.from, d.to)
+		return reconcile.Result{RequeueAfter: time.Second}, nil
 	}
 	rec.StartedTime = ptr.To(metav1.NewTime(r.Clock.Now()))
 	token, err := r.apiToken(ctx, db)

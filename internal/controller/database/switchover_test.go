@@ -91,7 +91,12 @@ func TestPendingSwitchoverIsAnsweredOnce(t *testing.T) {
 	}
 	bad := db.DeepCopy()
 	bad.Annotations[v1alpha1.AnnotationSwitchoverRequested] = "now"
-	if _, msg, ok := pendingSwitchover(bad, lease); !ok || !strings.Contains(msg, "RFC 3339") {
+	_, msg, ok := pendingSwitchover(bad, lease)
+	if !ok || !strings.Contains(msg, "RFC 3339") {
 		t.Errorf("an unparseable time: %q %v", msg, ok)
+	}
+	bad.Status.LastSwitchover = &v1alpha1.SwitchoverRecord{Result: v1alpha1.SwitchoverRefused, Message: msg}
+	if _, _, ok := pendingSwitchover(bad, lease); ok {
+		t.Error("an unparseable time already refused is answered again (a reconcile loop)")
 	}
 }
