@@ -1,6 +1,7 @@
 package database
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -103,11 +104,11 @@ func decideSwitchover(req switchoverRequest, lease leaseState, now time.Time, po
 	switch {
 	case best == "" && req.to != "":
 		d.to = req.to
-		d.wait = cmpOr(d.wait, fmt.Sprintf("%s does not stream from the primary within %d bytes", req.to, MaxFailoverLag))
+		d.wait = cmp.Or(d.wait, fmt.Sprintf("%s does not stream from the primary within %d bytes", req.to, MaxFailoverLag))
 	case best == "" && len(pods) < 2:
 		d.refuse = "a Database with one instance has no replica to switch over to"
 	case best == "":
-		d.wait = cmpOr(d.wait, fmt.Sprintf("no replica streams from the primary within %d bytes", MaxFailoverLag))
+		d.wait = cmp.Or(d.wait, fmt.Sprintf("no replica streams from the primary within %d bytes", MaxFailoverLag))
 	default:
 		d.to = best
 	}
@@ -115,13 +116,6 @@ func decideSwitchover(req switchoverRequest, lease leaseState, now time.Time, po
 		d.refuse, d.wait = fmt.Sprintf("waited %s: %s", SwitchoverPatience, d.wait), ""
 	}
 	return d
-}
-
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }
 
 // switchover carries out decideSwitchover: the primary shuts down cleanly
@@ -148,7 +142,7 @@ func (r *Reconciler) switchover(ctx context.Context, db *v1alpha1.Database, obs 
 		names = append(names, obs.pods[i].Name)
 	}
 	d := decideSwitchover(req, leaseStateOf(obs.lease), r.Clock.Now(), names, obs.instanceStatuses)
-	rec.From, rec.To = d.from, cmpOr(d.to, req.to)
+	rec.From, rec.To = d.from, cmp.Or(d.to, req.to)
 	switch {
 	case d.refuse != "":
 		r.answerSwitchover(db, rec, v1alpha1.SwitchoverRefused, d.refuse)
