@@ -252,25 +252,41 @@ func TestDatabaseMediumUpgradeAndRollback(t *testing.T) {
 		return err == nil && strings.TrimSpace(out) == "1000", nil
 	})
 
-	// Minor upgrade: replica first, then the primary.
+	// Minor upgrade: the replica first, then a switchover, then the old
+	// primary, while an application writes through shop-rw.
+	rw := "host=shop-rw." + ns + ".svc.cluster.local user=app dbname=app connect_timeout=2"
+	firstPrimary := db.Status.Primary
+	writer := cluster.StartWriter(t, ns, "psql", "client", rw, "acks")
 	start = time.Now()
 	updateDatabase(t, ns, "shop", func(d *v1alpha1.Database) { d.Spec.Image = postgresNextImage })
-	waitDatabase(t, ns, "shop", 4*time.Minute, "running "+postgresNextImage, isReady(2, postgresNextImage))
+	db = waitDatabase(t, ns, "shop", 4*time.Minute, "running "+postgresNextImage+" after a switchover", func(d *v1alpha1.Database) bool {
+		return isReady(2, postgresNextImage)(d) && d.Status.LastSwitchover != nil
+	})
 	t.Logf("minor upgrade of 2 instances took %s", time.Since(start).Round(10*time.Millisecond))
+	writes := writer.Stop(t)
+	gap, at := writes.LongestGap()
+	t.Logf("writer during the upgrade: %s (the gap began %s after the change)", writes, at.Sub(start).Round(10*time.Millisecond))
+	if lost := writes.Lost(cluster.ReadIDs(t, ns, "psql", "client", rw, "acks")); len(lost) > 0 {
+		t.Fatalf("acknowledged writes lost in the upgrade: %v", lost)
+	}
+	if gap > 10*time.Second {
+		t.Errorf("no write for %s during the upgrade: a planned restart of the primary must hand over, not fail over", gap)
+	}
 	restarts := eventsFor(t, ns, "shop", "Restarting")
-	if len(restarts) < 2 || !strings.Contains(restarts[0], "replica shop-1") || !strings.Contains(restarts[len(restarts)-1], "primary shop-0") {
+	if len(restarts) < 2 || !strings.Contains(restarts[0], "replica shop-1") || !strings.Contains(restarts[len(restarts)-1], firstPrimary) {
 		t.Fatalf("rolling order: %q", restarts)
 	}
+	sw := db.Status.LastSwitchover
+	if sw.Result != v1alpha1.SwitchoverSucceeded || sw.From != firstPrimary || !strings.Contains(sw.Message, "before its restart") {
+		t.Fatalf("switchover before the primary's restart: %+v", *sw)
+	}
+	if db.Status.LastFailover != nil {
+		t.Errorf("a planned restart failed over: %+v", *db.Status.LastFailover)
+	}
+	t.Logf("switchover during the upgrade: %s", sw.Message)
 	if got := sql(t, ns, "psql", "shop-rw", "SELECT count(*) FROM orders"); got != "1000" {
 		t.Fatalf("after the upgrade: %q", got)
 	}
-
-	// Restarting the primary released its lease: the ready replica took
-	// over, and the old primary rejoined as a replica.
-	db = waitDatabase(t, ns, "shop", 2*time.Minute, "a failover recorded", func(d *v1alpha1.Database) bool {
-		return d.Status.LastFailover != nil && d.Status.LastFailover.PromotedTime != nil && isReady(2, postgresNextImage)(d)
-	})
-	t.Logf("failover during the upgrade: %+v", *db.Status.LastFailover)
 
 	// A broken image is rolled back; the primary keeps running throughout.
 	primaryName := db.Status.Primary
@@ -292,7 +308,7 @@ func TestDatabaseMediumUpgradeAndRollback(t *testing.T) {
 
 	// Failover: the primary's pod is deleted. The other instance takes the
 	// lease and -rw writes again; the deleted one comes back as a replica.
-	before := db.Status.LastFailover.DetectedTime
+	before := start
 	start = time.Now()
 	if err := cluster.Client.Delete(context.Background(), &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: primaryName}}); err != nil {
 		t.Fatal(err)
@@ -313,7 +329,7 @@ func TestDatabaseMediumUpgradeAndRollback(t *testing.T) {
 	db = waitDatabase(t, ns, "shop", 3*time.Minute, "failed over and whole again", func(d *v1alpha1.Database) bool {
 		f := d.Status.LastFailover
 		// Ready, not phase Ready: the refused image keeps the phase Degraded.
-		return f != nil && f.DetectedTime.After(before.Time) && f.From == primaryName && d.Status.Primary == f.To &&
+		return f != nil && f.DetectedTime.After(before) && f.From == primaryName && d.Status.Primary == f.To &&
 			d.Status.Ready && d.Status.ReadyInstances == 2
 	})
 	t.Logf("failover: %+v; both instances ready %s after the deletion", *db.Status.LastFailover, time.Since(start).Round(10*time.Millisecond))
@@ -344,7 +360,7 @@ func TestDatabaseMediumUpgradeAndRollback(t *testing.T) {
 		s := d.Status.LastSwitchover
 		return s != nil && s.RequestedTime.Equal(&metav1.Time{Time: requested})
 	})
-	sw := db.Status.LastSwitchover
+	sw = db.Status.LastSwitchover
 	if sw.Result != v1alpha1.SwitchoverSucceeded || sw.To != primaryName || sw.PromotedTime == nil {
 		t.Fatalf("switchover: %+v", *sw)
 	}

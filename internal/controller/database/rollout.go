@@ -1,6 +1,7 @@
 package database
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -130,6 +132,11 @@ func (r *Reconciler) rollOut(ctx context.Context, db *v1alpha1.Database, obs *ob
 	if victim == nil {
 		return r.pollWhileRollingOut(obs), nil
 	}
+	if victim.Name == obs.primary && podReady(victim) && len(obs.pods) > 1 {
+		// A planned restart of the primary is a switchover first: the old
+		// primary then restarts as a replica, on a later pass.
+		return r.switchoverBeforeRestart(ctx, db, obs, sts.Status.UpdateRevision)
+	}
 	uid := victim.UID
 	if err := r.Client.Delete(ctx, victim, client.Preconditions{UID: &uid}); client.IgnoreNotFound(err) != nil {
 		return reconcile.Result{}, fmt.Errorf("failed to delete pod %s: %w", victim.Name, err)
@@ -145,8 +152,8 @@ func (r *Reconciler) rollOut(ctx context.Context, db *v1alpha1.Database, obs *ob
 
 // pickRestart chooses the next instance to restart: an outdated one that is
 // not ready serves nothing, so it goes at once; otherwise one at a time,
-// replicas (highest ordinal first) before the primary. The primary's
-// restart releases its lease, so a ready replica takes over at once.
+// replicas (highest ordinal first) before the primary, which hands over to
+// a replica before its restart (see switchoverBeforeRestart).
 func pickRestart(outdated []*corev1.Pod, allReady bool, primary string) *corev1.Pod {
 	for _, p := range outdated {
 		if !podReady(p) {
@@ -163,6 +170,25 @@ func pickRestart(outdated []*corev1.Pod, allReady bool, primary string) *corev1.
 		}
 	}
 	return best
+}
+
+// switchoverBeforeRestart moves the primary to the best streaming replica
+// before the old primary restarts for revision. It waits, and says why,
+// while no replica streams close enough: restarting the primary then would
+// be a failover to a replica that lacks acknowledged writes.
+func (r *Reconciler) switchoverBeforeRestart(ctx context.Context, db *v1alpha1.Database, obs *observation, revision string) (reconcile.Result, error) {
+	if obs.switchoverWaiting != "" {
+		return reconcile.Result{RequeueAfter: time.Second}, nil // a requested switchover comes first
+	}
+	now := r.Clock.Now()
+	d := decideSwitchover(switchoverRequest{at: now}, leaseStateOf(obs.lease), now, podNames(obs.pods), obs.instanceStatuses)
+	if d.to == "" || d.wait != "" || d.refuse != "" {
+		obs.switchoverWaiting = fmt.Sprintf("before restarting the primary %s to apply revision %s: %s",
+			obs.primary, revision, cmp.Or(d.wait, d.refuse))
+		return reconcile.Result{RequeueAfter: 2 * time.Second}, nil
+	}
+	rec := &v1alpha1.SwitchoverRecord{RequestedTime: metav1.NewTime(now), From: d.from, To: d.to}
+	return r.handOver(ctx, db, obs, rec, now, fmt.Sprintf(", before its restart to apply revision %s", revision))
 }
 
 func (r *Reconciler) pollWhileRollingOut(obs *observation) reconcile.Result {

@@ -137,11 +137,7 @@ func (r *Reconciler) switchover(ctx context.Context, db *v1alpha1.Database, obs 
 		r.answerSwitchover(db, rec, v1alpha1.SwitchoverRefused, invalid)
 		return reconcile.Result{}, nil
 	}
-	names := make([]string, 0, len(obs.pods))
-	for i := range obs.pods {
-		names = append(names, obs.pods[i].Name)
-	}
-	d := decideSwitchover(req, leaseStateOf(obs.lease), r.Clock.Now(), names, obs.instanceStatuses)
+	d := decideSwitchover(req, leaseStateOf(obs.lease), r.Clock.Now(), podNames(obs.pods), obs.instanceStatuses)
 	rec.From, rec.To = d.from, cmp.Or(d.to, req.to)
 	switch {
 	case d.refuse != "":
@@ -154,8 +150,19 @@ func (r *Reconciler) switchover(ctx context.Context, db *v1alpha1.Database, obs 
 		r.answerSwitchover(db, rec, v1alpha1.SwitchoverSucceeded, fmt.Sprintf("%s already is the primary", d.to))
 		return reconcile.Result{}, nil
 	}
-	if podIP(obs, d.from) == "" || podIP(obs, d.to) == "" {
-		obs.switchoverWaiting = fmt.Sprintf("%s or %s has no pod IP", d.from, d.to)
+	return r.handOver(ctx, db, obs, rec, req.at, "")
+}
+
+// handOver carries out a switchover decided from d.from to d.to (rec names
+// them): the primary shuts down cleanly and hands the lease over, and the
+// target is promoted once it has the primary's last WAL. request stamps
+// the handover, so a status write lost after it cannot make a second one;
+// why ends the message.
+func (r *Reconciler) handOver(ctx context.Context, db *v1alpha1.Database, obs *observation, rec *v1alpha1.SwitchoverRecord,
+	request time.Time, why string) (reconcile.Result, error) {
+	from, to := rec.From, rec.To
+	if podIP(obs, from) == "" || podIP(obs, to) == "" {
+		obs.switchoverWaiting = fmt.Sprintf("%s or %s has no pod IP", from, to)
 		return reconcile.Result{RequeueAfter: time.Second}, nil
 	}
 	rec.StartedTime = ptr.To(metav1.NewTime(r.Clock.Now()))
@@ -163,25 +170,33 @@ func (r *Reconciler) switchover(ctx context.Context, db *v1alpha1.Database, obs 
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	r.Recorder.Eventf(db, nil, corev1.EventTypeNormal, v1alpha1.ReasonSwitchover, "Demote", "Asking %s to step down for %s", d.from, d.to)
-	res, err := r.Instances.Demote(ctx, podIP(obs, d.from), token,
-		instanceapi.DemoteRequest{To: d.to, Request: req.at.UTC().Format(time.RFC3339)})
+	r.Recorder.Eventf(db, nil, corev1.EventTypeNormal, v1alpha1.ReasonSwitchover, "Demote", "Asking %s to step down for %s%s", from, to, why)
+	res, err := r.Instances.Demote(ctx, podIP(obs, from), token,
+		instanceapi.DemoteRequest{To: to, Request: request.UTC().Format(time.RFC3339)})
 	if err != nil {
 		r.answerSwitchover(db, rec, v1alpha1.SwitchoverFailed, "the primary did not step down: "+err.Error())
 		return reconcile.Result{}, nil
 	}
 	rec.LSN = res.LSN
-	obs.primary = d.to
-	if err := r.Instances.Promote(ctx, podIP(obs, d.to), token, res.LSN); err != nil {
+	obs.primary = to
+	if err := r.Instances.Promote(ctx, podIP(obs, to), token, res.LSN); err != nil {
 		// The lease names the target: failover promotes it once it can (see failover).
-		r.answerSwitchover(db, rec, v1alpha1.SwitchoverFailed, fmt.Sprintf("%s holds the lease but did not promote yet: %v", d.to, err))
+		r.answerSwitchover(db, rec, v1alpha1.SwitchoverFailed, fmt.Sprintf("%s holds the lease but did not promote yet: %v", to, err))
 		return reconcile.Result{RequeueAfter: time.Second}, nil
 	}
 	rec.PromotedTime = ptr.To(metav1.NewTime(r.Clock.Now()))
 	r.answerSwitchover(db, rec, v1alpha1.SwitchoverSucceeded,
-		fmt.Sprintf("%s is the primary; %s stepped down cleanly at %s", d.to, d.from, res.LSN))
+		fmt.Sprintf("%s is the primary; %s stepped down cleanly at %s%s", to, from, res.LSN, why))
 	observeSwitchover(db, rec.PromotedTime.Sub(rec.StartedTime.Time))
-	return reconcile.Result{}, nil
+	return reconcile.Result{RequeueAfter: time.Second}, nil
+}
+
+func podNames(pods []corev1.Pod) []string {
+	names := make([]string, 0, len(pods))
+	for i := range pods {
+		names = append(names, pods[i].Name)
+	}
+	return names
 }
 
 // answerSwitchover records the outcome of a request with an Event.

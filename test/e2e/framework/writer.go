@@ -1,0 +1,144 @@
+//go:build e2e
+
+package framework
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Writer is an application as a failover sees it: a loop in a client pod
+// that writes one row per attempt to a table through a Service, each
+// attempt a new connection capped at 0.5 s, about ten attempts a second.
+// It records every acknowledged id with the time of its acknowledgement.
+type Writer struct {
+	c                  *Cluster
+	ns, pod, container string
+	started            time.Time
+}
+
+// WriterResult is what a Writer recorded.
+type WriterResult struct {
+	// Acked holds the acknowledged ids in order, and Times when each was acknowledged.
+	Acked []int
+	Times []time.Time
+	// Attempts counts every write tried, Failed the ones not acknowledged.
+	Attempts, Failed int
+	Start, End       time.Time
+}
+
+// writerScript loops until /tmp/writer-run is removed. Its output lines are
+// "A <id> <unix time>" for an acknowledged write and "F <id> <unix time>"
+// for one that failed or timed out.
+const writerScript = `i=0
+while [ -e /tmp/writer-run ]; do
+  i=$((i+1))
+  if timeout 0.5 psql "$1" -qtAc "INSERT INTO $2 VALUES ($i)" >/dev/null 2>&1; then
+    echo "A $i $(date +%s.%N)"
+  else
+    echo "F $i $(date +%s.%N)"
+  fi
+  sleep 0.1
+done > /tmp/writer.log 2>&1
+echo done >> /tmp/writer.log`
+
+// StartWriter creates table (id int) through conninfo and starts writing to it.
+func (c *Cluster) StartWriter(t *testing.T, ns, pod, container, conninfo, table string) *Writer {
+	t.Helper()
+	c.ExecOK(t, ns, pod, container, "psql", conninfo, "-v", "ON_ERROR_STOP=1", "-qtAc",
+		fmt.Sprintf("CREATE TABLE IF NOT EXISTS %s (id int PRIMARY KEY)", table))
+	c.ExecOK(t, ns, pod, container, "sh", "-c",
+		`rm -f /tmp/writer.log; touch /tmp/writer-run; nohup sh -c "$0" writer "$1" "$2" </dev/null >/dev/null 2>&1 &`,
+		writerScript, conninfo, table)
+	return &Writer{c: c, ns: ns, pod: pod, container: container, started: time.Now()}
+}
+
+// Stop ends the loop, waits for its last attempt and returns what it recorded.
+func (w *Writer) Stop(t *testing.T) WriterResult {
+	t.Helper()
+	w.c.ExecOK(t, w.ns, w.pod, w.container, "rm", "-f", "/tmp/writer-run")
+	var log string
+	Eventually(t, 30*time.Second, "the writer to stop", func(ctx context.Context) (bool, error) {
+		out, _, err := w.c.Exec(ctx, w.ns, w.pod, w.container, "cat", "/tmp/writer.log")
+		log = out
+		return err == nil && strings.HasSuffix(strings.TrimSpace(out), "done"), nil
+	})
+	r := WriterResult{Start: w.started, End: time.Now()}
+	for _, line := range strings.Split(strings.TrimSpace(log), "\n") {
+		f := strings.Fields(line)
+		if len(f) != 3 {
+			continue
+		}
+		id, err1 := strconv.Atoi(f[1])
+		sec, err2 := strconv.ParseFloat(f[2], 64)
+		if err1 != nil || err2 != nil {
+			t.Fatalf("writer log line %q", line)
+		}
+		r.Attempts++
+		if f[0] != "A" {
+			r.Failed++
+			continue
+		}
+		r.Acked = append(r.Acked, id)
+		r.Times = append(r.Times, time.Unix(0, int64(sec*1e9)))
+	}
+	if len(r.Acked) == 0 {
+		t.Fatalf("the writer had no write acknowledged in %d attempts:\n%s", r.Attempts, log)
+	}
+	return r
+}
+
+// LongestGap is the longest stretch without an acknowledged write, and when it began.
+func (r WriterResult) LongestGap() (time.Duration, time.Time) {
+	var gap time.Duration
+	var at time.Time
+	prev := r.Start
+	for _, t := range append(slices.Clone(r.Times), r.End) {
+		if d := t.Sub(prev); d > gap {
+			gap, at = d, prev
+		}
+		prev = t
+	}
+	return gap, at
+}
+
+// Lost lists the acknowledged ids missing from present.
+func (r WriterResult) Lost(present []int) []int {
+	have := map[int]bool{}
+	for _, id := range present {
+		have[id] = true
+	}
+	var lost []int
+	for _, id := range r.Acked {
+		if !have[id] {
+			lost = append(lost, id)
+		}
+	}
+	return lost
+}
+
+// String summarises the run.
+func (r WriterResult) String() string {
+	gap, _ := r.LongestGap()
+	return fmt.Sprintf("%d writes acknowledged of %d tried, longest gap %s", len(r.Acked), r.Attempts, gap.Round(10*time.Millisecond))
+}
+
+// ReadIDs returns the ids in table, read through conninfo.
+func (c *Cluster) ReadIDs(t *testing.T, ns, pod, container, conninfo, table string) []int {
+	t.Helper()
+	out := c.ExecOK(t, ns, pod, container, "psql", conninfo, "-v", "ON_ERROR_STOP=1", "-qtAc", "SELECT id FROM "+table)
+	var ids []int
+	for _, f := range strings.Fields(out) {
+		id, err := strconv.Atoi(f)
+		if err != nil {
+			t.Fatalf("id %q in %s", f, table)
+		}
+		ids = append(ids, id)
+	}
+	return ids
+}
