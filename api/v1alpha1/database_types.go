@@ -128,6 +128,7 @@ func (in Parameters) DeepCopy() Parameters { return maps.Clone(in) }
 // DatabaseSpec is what a user declares for a PostgreSQL database.
 // +kubebuilder:validation:XValidation:rule="self.deletionPolicy != 'Snapshot' || has(self.backupStorage)",message="deletionPolicy Snapshot needs spec.backupStorage to hold the final backup"
 // +kubebuilder:validation:XValidation:rule="has(oldSelf.bootstrap) == has(self.bootstrap)",message="bootstrap is immutable"
+// +kubebuilder:validation:XValidation:rule="!has(self.replication) || !has(self.replication.synchronous) || !has(self.instances) || self.replication.synchronous.number < self.instances",message="spec.replication.synchronous.number must be below spec.instances: the primary does not count"
 type DatabaseSpec struct {
 	// version is the PostgreSQL major version.
 	// +required
@@ -186,7 +187,49 @@ type DatabaseSpec struct {
 	// +optional
 	// +kubebuilder:default=Retain
 	DeletionPolicy DatabaseDeletionPolicy `json:"deletionPolicy,omitempty"`
+
+	// replication says how replicas follow the primary. Without it they
+	// stream asynchronously.
+	// +optional
+	Replication *DatabaseReplication `json:"replication,omitempty"`
 }
+
+// DatabaseReplication says how replicas follow the primary.
+type DatabaseReplication struct {
+	// synchronous makes each commit wait until replicas have flushed it.
+	// +optional
+	Synchronous *SynchronousReplication `json:"synchronous,omitempty"`
+}
+
+// SynchronousReplication makes a commit wait for replicas:
+// synchronous_standby_names = 'ANY <number> (<the other instances>)'.
+type SynchronousReplication struct {
+	// number of replicas that must have flushed a commit before it is
+	// acknowledged. It must be below the number of instances.
+	// +required
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=8
+	Number int32 `json:"number"`
+
+	// dataDurability: with required, commits wait for number replicas even
+	// when fewer stream (writes stop rather than risk a loss), and a
+	// failover promotes only a replica that holds every acknowledged
+	// commit. With preferred, the primary waits only for the replicas that
+	// stream, so writes go on without them, and a failover may lose what
+	// only the primary had, as with asynchronous replication.
+	// +optional
+	// +kubebuilder:default=required
+	DataDurability DataDurability `json:"dataDurability,omitempty"`
+}
+
+// DataDurability chooses between waiting for replicas and staying writable.
+// +kubebuilder:validation:Enum=required;preferred
+type DataDurability string
+
+const (
+	DataDurabilityRequired  DataDurability = "required"
+	DataDurabilityPreferred DataDurability = "preferred"
+)
 
 // DatabaseStorage is the persistent volume of each instance.
 type DatabaseStorage struct {

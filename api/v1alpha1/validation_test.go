@@ -108,6 +108,9 @@ spec:
     jit: "off"
     statement_timeout: "` + strings.Repeat("9", 1024) + `"`},
 		{goodDatabase, "metadata: {name: many}\nspec: {parameters: " + parameters(64) + "}"},
+		{goodDatabase, "metadata: {name: sync}\nspec: {instances: 3, replication: {synchronous: {number: 2, dataDurability: preferred}}}"},
+		// A tier's instances are checked by the operator, which names the field too.
+		{goodDatabase, "metadata: {name: sync-tier}\nspec: {size: large, replication: {synchronous: {number: 1}}}"},
 	} {
 		u := object(t, m.base, m.patch)
 		u.SetNamespace(ns)
@@ -129,6 +132,8 @@ func TestDefaultsAreApplied(t *testing.T) {
 		{goodWebApp, []string{"spec", "imagePullPolicy"}, "IfNotPresent"},
 		{goodDatabase, []string{"spec", "deletionPolicy"}, "Retain"},
 		{goodDatabase, []string{"spec", "bootstrap", "initdb", "database"}, "app"},
+		{strings.Replace(goodDatabase, "size: small", "instances: 2, replication: {synchronous: {number: 1}}", 1),
+			[]string{"spec", "replication", "synchronous", "dataDurability"}, "required"},
 		{goodBackup, []string{"spec", "method"}, "Logical"},
 		{goodBackup, []string{"spec", "concurrencyPolicy"}, "Forbid"},
 		{goodBackup, []string{"spec", "missedRunPolicy"}, "RunOnce"},
@@ -186,6 +191,9 @@ func TestBadSpecsAreRefusedNamingTheField(t *testing.T) {
 		{"database too many parameters", goodDatabase, "spec: {parameters: " + parameters(65) + "}", []string{"spec.parameters", "must have at most 64 items"}},
 		{"database two bootstraps", goodDatabase, `spec: {bootstrap: {initdb: {}, fromBackup: {backupRef: {name: b}}}}`, []string{"spec.bootstrap", "exactly one of initdb or fromBackup"}},
 		{"database superuser owner", goodDatabase, `spec: {bootstrap: {initdb: {owner: postgres}}}`, []string{"spec.bootstrap.initdb.owner"}},
+		{"database synchronous replicas not below instances", goodDatabase, `spec: {instances: 2, replication: {synchronous: {number: 2}}}`, []string{"spec", "spec.replication.synchronous.number must be below spec.instances"}},
+		{"database synchronous number zero", goodDatabase, `spec: {instances: 2, replication: {synchronous: {number: 0}}}`, []string{"spec.replication.synchronous.number"}},
+		{"database unknown data durability", goodDatabase, `spec: {instances: 2, replication: {synchronous: {number: 1, dataDurability: best}}}`, []string{"spec.replication.synchronous.dataDurability", "Unsupported value"}},
 		{"database snapshot without storage", goodDatabase, `spec: {deletionPolicy: Snapshot}`, []string{"spec", "needs spec.backupStorage"}},
 		{"backup without databaseRef", goodBackup, `spec: {databaseRef: null}`, []string{"spec.databaseRef", "Required value"}},
 		{"backup without storage backend", goodBackup, `spec: {storage: {s3: null}}`, []string{"spec.storage", "exactly one of s3 or pvc"}},

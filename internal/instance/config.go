@@ -118,6 +118,7 @@ func (c *Config) managedConf() string {
 		fmt.Fprintf(&b, "primary_conninfo = 'host=%s port=%d user=%s passfile=%s application_name=%s'\n",
 			c.PrimaryHost, c.primaryPort(), replicationUser, c.passFile(), c.Pod)
 	}
+	fmt.Fprintf(&b, "include_if_exists '%s'\n", syncFile)
 	return b.String()
 }
 
@@ -145,6 +146,11 @@ func (c *Config) writeConfig(dir string) error {
 		filepath.Join(dir, "pg_hba.conf"):     hbaConf(),
 		filepath.Join(dir, "pg_ident.conf"):   "# Written by the daytwo instance manager.\ndaytwo  /^(.*)$  postgres\n",
 	}
+	names, err := c.startingSyncNames()
+	if err != nil {
+		return err
+	}
+	files[filepath.Join(dir, syncFile)] = syncConf(names)
 	for path, content := range files {
 		if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
 			return fmt.Errorf("failed to write %s: %w", filepath.Base(path), err)

@@ -378,3 +378,81 @@ func (in *instance) exec(ctx context.Context, sql string) {
 		in.t.Fatalf("%s: %v", sql, err)
 	}
 }
+
+// Synchronous replication on real PostgreSQL: with required durability a
+// commit waits for the replica and never returns without it, while the
+// primary keeps its lease; with preferred durability the primary stops
+// waiting for a replica that is gone within a few seconds and waits for it
+// again once it streams.
+func TestSynchronousReplication(t *testing.T) {
+	ctx := context.Background()
+	lt := newLeaseTest(t, "orders-0")
+	primary := lt.instance(0)
+	repl := lt.instance(0)
+	primary.extraFlags[len(primary.extraFlags)-1] = strconv.Itoa(repl.pgPort)
+	repl.extraFlags[len(repl.extraFlags)-1] = strconv.Itoa(primary.pgPort)
+	wish := func(required bool) {
+		r, _ := json.Marshal(instanceapi.Replication{Instances: []string{"orders-0", "orders-1"}, Synchronous: 1, Required: required})
+		primary.writeFile("config/"+instanceapi.ReplicationFile, string(r))
+		repl.writeFile("config/"+instanceapi.ReplicationFile, string(r))
+	}
+	names := func() string { return primary.show(ctx, "synchronous_standby_names") }
+	write := func(id int) error {
+		wctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		c, err := primary.connect(wctx, "shop", appPassword, "orders")
+		if err != nil {
+			return err
+		}
+		defer func() { _ = c.Close(ctx) }()
+		_, err = c.Exec(wctx, fmt.Sprintf("INSERT INTO acks VALUES (%d)", id))
+		return err
+	}
+	wish(true)
+	primary.start("orders-0")
+	primary.waitReady(90 * time.Second)
+	repl.start("orders-1")
+	repl.waitReady(90 * time.Second)
+	const want = `ANY 1 ("orders-1")`
+	if got := names(); got != want {
+		t.Fatalf("synchronous_standby_names = %q, want %q", got, want)
+	}
+	primary.exec(ctx, "CREATE TABLE acks (id int PRIMARY KEY)")
+	if err := write(1); err != nil {
+		t.Fatalf("a write with the synchronous replica streaming: %v", err)
+	}
+
+	// required: without the replica a commit is never acknowledged, and the
+	// primary still holds its lease (the heartbeat waits for no standby).
+	repl.stop()
+	stopped := time.Now()
+	if err := write(2); err == nil {
+		t.Fatal("a commit was acknowledged with required durability and no synchronous replica")
+	}
+	if got := names(); got != want {
+		t.Fatalf("required durability changed synchronous_standby_names to %q", got)
+	}
+	if l := lt.get(); *l.Spec.HolderIdentity != "orders-0" || !l.Spec.RenewTime.After(stopped.Add(time.Second)) {
+		t.Fatalf("the primary waiting for its standby stopped renewing its lease: %+v", l.Spec)
+	}
+
+	// preferred: the primary stops waiting for the missing replica.
+	wish(false)
+	start := time.Now()
+	eventually(t, 10*time.Second, func() bool { return names() == "" }, "the primary to stop waiting for the missing replica")
+	if err := write(3); err != nil {
+		t.Fatalf("a write under preferred durability without the replica: %v", err)
+	}
+	t.Logf("preferred durability: writable again %s after the wish changed", time.Since(start).Round(time.Millisecond))
+
+	// ...and waits for it again once it streams.
+	repl.start("orders-1")
+	repl.waitReady(90 * time.Second)
+	eventually(t, 10*time.Second, func() bool { return names() == want }, "the primary to wait for the replica again")
+	if err := write(4); err != nil {
+		t.Fatalf("a write with the replica back: %v", err)
+	}
+	if got := repl.query(ctx, "SELECT count(*)::text FROM acks WHERE id IN (1, 3, 4)"); got != "3" {
+		t.Errorf("the replica holds %s of the 3 acknowledged writes", got)
+	}
+}

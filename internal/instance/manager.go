@@ -319,6 +319,11 @@ func (m *Manager) monitor(ctx context.Context, fence chan<- error) {
 				m.Reload()
 			}
 			m.observe(ctx, conn, hash)
+			if conn != nil && !conn.IsClosed() && m.role() == instanceapi.RolePrimary {
+				sctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+				m.manageSync(sctx, conn)
+				cancel()
+			}
 			if !duties {
 				duties = m.startPrimaryDuties(ctx, fence)
 			}
@@ -342,6 +347,12 @@ func (m *Manager) connect(ctx context.Context) *pgx.Conn {
 	defer cancel()
 	conn, err := pgx.Connect(cctx, m.localDSN("postgres"))
 	if err != nil {
+		return nil
+	}
+	// The manager's own writes (roles) must not wait for a synchronous
+	// standby that may not be there.
+	if _, err := conn.Exec(cctx, "SET synchronous_commit = local"); err != nil {
+		_ = conn.Close(ctx)
 		return nil
 	}
 	if m.role() == instanceapi.RolePrimary {

@@ -19,6 +19,9 @@ const (
 	// ConfigDir holds the operator's rendered ParametersFile.
 	ConfigDir      = "/etc/daytwo/config"
 	ParametersFile = "postgresql.conf"
+	// ReplicationFile, next to ParametersFile, is the Replication the
+	// operator asks for, as JSON.
+	ReplicationFile = "replication.json"
 	// SecretsDir holds the secret files below.
 	SecretsDir = "/etc/daytwo/secrets"
 	// SecretAppPassword, SecretReplicationPassword and SecretAPIToken are
@@ -92,3 +95,17 @@ func LeaseName(cluster string) string { return cluster + "-primary" }
 // AuthorizationHeader carries "Bearer <token>" on the calls that change an
 // instance (promote); the token is the api-token secret file.
 const AuthorizationHeader = "Authorization"
+
+// Replication is how replicas follow the primary. The primary's instance
+// manager alone sets synchronous_standby_names from it, so the setting
+// follows the standbys that stream within a second, operator or not.
+type Replication struct {
+	// Instances names every instance (pod) of the Database, the primary included.
+	Instances []string `json:"instances"`
+	// Synchronous is how many replicas must flush a commit before it is
+	// acknowledged; 0 is asynchronous replication.
+	Synchronous int `json:"synchronous,omitempty"`
+	// Required: commits wait for Synchronous replicas even while fewer
+	// stream. Otherwise the primary waits only for those that stream.
+	Required bool `json:"required,omitempty"`
+}

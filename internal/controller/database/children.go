@@ -39,6 +39,10 @@ func validate(db *v1alpha1.Database, p plan) string {
 			return "spec.resources must set a memory limit or request: PostgreSQL is tuned from it"
 		}
 	}
+	if p.syncReplicas > 0 && p.syncReplicas >= p.instances {
+		return fmt.Sprintf("spec.replication.synchronous.number is %d but the Database has %d instances: "+
+			"it must be below the number of instances, since the primary does not count", p.syncReplicas, p.instances)
+	}
 	return ""
 }
 

@@ -54,14 +54,20 @@ type failoverDecision struct {
 }
 
 // decideFailover picks the replica to promote once the lease expired: the
-// one that received the most WAL among those that answer, within
-// MaxFailoverLag of what the old primary last reported. It is pure: the
+// one that received the most WAL among those that answer. It is pure: the
 // reconciler gathers its inputs and carries out its answer.
-func decideFailover(lease leaseState, now time.Time, instances []v1alpha1.InstanceStatus) failoverDecision {
+//
+// quorum 0 (asynchronous, or synchronous with preferred durability): the
+// replica must be within MaxFailoverLag of what the old primary last
+// reported. quorum q > 0 (synchronous, required): at least q replicas must
+// answer, enough that one of them holds every acknowledged commit; the one
+// with the most WAL then holds them all, and no lag bound applies, since
+// what it lacks was never acknowledged.
+func decideFailover(lease leaseState, now time.Time, instances []v1alpha1.InstanceStatus, quorum int) failoverDecision {
 	if lease.holder == "" || !lease.expired(now) {
 		return failoverDecision{}
 	}
-	best, bestLSN := "", uint64(0)
+	best, bestLSN, answering := "", uint64(0), 0
 	var behind []string
 	for _, in := range instances {
 		if in.Name == lease.holder || in.Error != "" || in.Role != string(instanceapi.RoleReplica) {
@@ -71,13 +77,19 @@ func decideFailover(lease leaseState, now time.Time, instances []v1alpha1.Instan
 		if !ok {
 			continue
 		}
-		if want, ok := parseLSN(lease.lsn); ok && want > got && want-got > MaxFailoverLag {
+		answering++
+		if want, ok := parseLSN(lease.lsn); quorum == 0 && ok && want > got && want-got > MaxFailoverLag {
 			behind = append(behind, fmt.Sprintf("%s (%d bytes behind)", in.Name, want-got))
 			continue
 		}
 		if best == "" || got > bestLSN {
 			best, bestLSN = in.Name, got
 		}
+	}
+	if quorum > 0 && answering < quorum {
+		return failoverDecision{waiting: fmt.Sprintf("The primary %s lost its lease; synchronous replication with required durability "+
+			"needs %d replicas to answer to be sure one holds every acknowledged commit, and %d do, so none is promoted",
+			lease.holder, quorum, answering)}
 	}
 	if best == "" {
 		why := "no replica answers"

@@ -2,12 +2,14 @@ package database
 
 import (
 	"encoding/json"
+	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
 	"github.com/daytwo-dev/daytwo/internal/controller"
+	"github.com/daytwo-dev/daytwo/internal/instanceapi"
 	"github.com/daytwo-dev/daytwo/internal/postgres"
 )
 
@@ -33,6 +35,10 @@ type plan struct {
 	storageClass *string
 	image        string
 	params       []postgres.Effective
+	// syncReplicas is how many replicas must flush each commit (0:
+	// asynchronous); syncRequired keeps that number when fewer stream.
+	syncReplicas int32
+	syncRequired bool
 }
 
 func newPlan(db *v1alpha1.Database) plan {
@@ -72,6 +78,10 @@ func newPlan(db *v1alpha1.Database) plan {
 		p.image = postgres.DefaultImage(db.Spec.Version)
 	}
 	p.params = postgres.Merge(postgres.Tune(tuningInput(p)), db.Spec.Parameters)
+	if r := db.Spec.Replication; r != nil && r.Synchronous != nil {
+		p.syncReplicas = r.Synchronous.Number
+		p.syncRequired = r.Synchronous.DataDurability != v1alpha1.DataDurabilityPreferred
+	}
 	return p
 }
 
@@ -104,6 +114,29 @@ func (p plan) restartParameters() string {
 }
 
 func (p plan) parametersConf() string { return postgres.Render(p.params) }
+
+// replicationConf is the instance managers' instanceapi.ReplicationFile.
+func (p plan) replicationConf(db *v1alpha1.Database) string {
+	r := instanceapi.Replication{Synchronous: int(p.syncReplicas), Required: p.syncRequired}
+	for i := range p.instances {
+		r.Instances = append(r.Instances, fmt.Sprintf("%s-%d", db.Name, i))
+	}
+	b, _ := json.Marshal(r) // a struct of strings, ints and bools always marshals
+	return string(b)
+}
+
+// failoverQuorum is how many replicas must answer before a failover, so
+// that one of them surely holds every acknowledged commit: with each commit
+// flushed on syncReplicas of the n-1 replicas, any n-syncReplicas of them
+// include one that has it (R + W > N). 0 when replication is not
+// synchronous with required durability.
+func (p plan) failoverQuorum(pods int) int {
+	if p.syncReplicas == 0 || !p.syncRequired {
+		return 0
+	}
+	n := max(int(p.instances), pods)
+	return n - int(p.syncReplicas)
+}
 
 func (p plan) statusParameters() []v1alpha1.EffectiveParameter {
 	out := make([]v1alpha1.EffectiveParameter, 0, len(p.params))

@@ -411,7 +411,10 @@ func configMap(db *v1alpha1.Database, p plan) *corev1ac.ConfigMapApplyConfigurat
 	return corev1ac.ConfigMap(configName(db), db.Namespace).
 		WithLabels(labels(db)).
 		WithOwnerReferences(ownerReference(db)).
-		WithData(map[string]string{"postgresql.conf": p.parametersConf()})
+		WithData(map[string]string{
+			instanceapi.ParametersFile:  p.parametersConf(),
+			instanceapi.ReplicationFile: p.replicationConf(db),
+		})
 }
 
 // podDisruptionBudget lets a drain take one instance at a time.

@@ -93,6 +93,33 @@ func TestValidate(t *testing.T) {
 	if msg := validate(newDB(), newPlan(newDB())); msg != "" {
 		t.Errorf("valid spec refused: %s", msg)
 	}
+	// The small tier runs one instance: no replica can confirm a commit.
+	syncSmall := newDB(func(d *v1alpha1.Database) {
+		d.Spec.Replication = &v1alpha1.DatabaseReplication{Synchronous: &v1alpha1.SynchronousReplication{Number: 1}}
+	})
+	if msg := validate(syncSmall, newPlan(syncSmall)); !strings.Contains(msg, "spec.replication.synchronous.number") {
+		t.Errorf("synchronous replication on one instance accepted: %q", msg)
+	}
+	syncLarge := newDB(func(d *v1alpha1.Database) {
+		d.Spec.Size = v1alpha1.SizeLarge
+		d.Spec.Replication = &v1alpha1.DatabaseReplication{Synchronous: &v1alpha1.SynchronousReplication{Number: 1,
+			DataDurability: v1alpha1.DataDurabilityRequired}}
+	})
+	p := newPlan(syncLarge)
+	if msg := validate(syncLarge, p); msg != "" {
+		t.Errorf("synchronous replication on %d instances refused: %s", p.instances, msg)
+	}
+	// 3 instances, each commit on 1 of 2 replicas: both must answer.
+	if q := p.failoverQuorum(3); q != 2 {
+		t.Errorf("quorum for ANY 1 of 2 replicas = %d, want 2", q)
+	}
+	if got := p.replicationConf(syncLarge); got != `{"instances":["orders-0","orders-1","orders-2"],"synchronous":1,"required":true}` {
+		t.Errorf("replication file %s", got)
+	}
+	syncLarge.Spec.Replication.Synchronous.DataDurability = v1alpha1.DataDurabilityPreferred
+	if q := newPlan(syncLarge).failoverQuorum(3); q != 0 {
+		t.Errorf("preferred durability has a quorum of %d", q)
+	}
 	requestOnly := newDB(func(d *v1alpha1.Database) {
 		d.Spec.Resources = &corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("2Gi")}}
 	})
