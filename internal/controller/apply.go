@@ -41,12 +41,17 @@ func ApplyIfChangedReading[O client.Object, AC runtime.ApplyConfiguration](ctx c
 	if client.IgnoreNotFound(err) != nil {
 		return fmt.Errorf("failed to get %s: %w", what, err)
 	}
-	if err == nil {
-		if current, err := extract(live, FieldOwner); err == nil && equality.Semantic.DeepEqual(current, desired) {
-			return nil
-		}
+	if err == nil && Unchanged(live, desired, extract) {
+		return nil
 	}
 	return Apply(ctx, c, desired, what)
+}
+
+// Unchanged is true when live holds exactly what daytwo would apply as
+// desired (see ApplyIfChanged).
+func Unchanged[O client.Object, AC runtime.ApplyConfiguration](live O, desired AC, extract func(O, string) (AC, error)) bool {
+	current, err := extract(live, FieldOwner)
+	return err == nil && equality.Semantic.DeepEqual(current, desired)
 }
 
 // Named returns an empty object of type T with a namespace and name, for

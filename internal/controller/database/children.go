@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -243,13 +244,52 @@ func (r *Reconciler) applyStatefulSet(ctx context.Context, db *v1alpha1.Database
 	if obs.keepStatefulSet {
 		return nil
 	}
+	// One read serves both the instance manager decision and the comparison.
 	live := controller.Named[appsv1.StatefulSet](db.Namespace, db.Name)
-	if err := controller.ApplyIfChanged(ctx, r.Client, live, statefulSet(db, obs.plan, obs.in),
-		appsv1ac.ExtractStatefulSet, "StatefulSet"); err != nil {
-		return err
+	err := r.Client.Get(ctx, client.ObjectKeyFromObject(live), live)
+	if client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("failed to get StatefulSet: %w", err)
 	}
-	obs.sts = live
+	if err == nil {
+		keepInstanceManager(db, obs, live)
+	}
+	desired := statefulSet(db, obs.plan, obs.in)
+	if err != nil || !controller.Unchanged(live, desired, appsv1ac.ExtractStatefulSet) {
+		if err := controller.Apply(ctx, r.Client, desired, "StatefulSet"); err != nil {
+			return err
+		}
+	}
+	if err == nil {
+		obs.sts = live
+	}
 	return nil
+}
+
+// keepInstanceManager keeps the instance manager image the pods were made
+// with while nothing else in their template changes, so a new operator
+// restarts no PostgreSQL pod. The new instance manager comes with the next
+// restart the pods need anyway (a minor upgrade, a restart-only setting,
+// new resources), which rolls replicas first and switches over before the
+// primary's turn.
+func keepInstanceManager(db *v1alpha1.Database, obs *observation, live *appsv1.StatefulSet) {
+	var kept string
+	for _, c := range live.Spec.Template.Spec.InitContainers {
+		if c.Name == containerInit {
+			kept = c.Image
+		}
+	}
+	if kept == "" || kept == obs.in.instanceImage {
+		return
+	}
+	current, err := appsv1ac.ExtractStatefulSet(live, controller.FieldOwner)
+	if err != nil || current.Spec == nil {
+		return
+	}
+	in := obs.in
+	in.instanceImage = kept
+	if equality.Semantic.DeepEqual(current.Spec.Template, statefulSet(db, obs.plan, in).Spec.Template) {
+		obs.in.instanceImage = kept
+	}
 }
 
 // applyDisruptionBudget keeps a PodDisruptionBudget while more than one

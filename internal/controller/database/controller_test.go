@@ -28,12 +28,14 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	appsv1ac "k8s.io/client-go/applyconfigurations/apps/v1"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
 	"github.com/daytwo-dev/daytwo/internal/backup"
+	"github.com/daytwo-dev/daytwo/internal/controller"
 	"github.com/daytwo-dev/daytwo/internal/operator"
 	"github.com/daytwo-dev/daytwo/internal/testenv"
 )
@@ -655,4 +657,58 @@ func TestDataConflictIsReported(t *testing.T) {
 		s, err := get(ns, "orders", &appsv1.StatefulSet{})
 		return err == nil && slices.Contains(s.Spec.Template.Spec.Containers[0].Args, "--reuse-data"), err
 	})
+}
+
+// An operator upgrade restarts no PostgreSQL pod: a StatefulSet made by an
+// earlier operator (another instance manager image) keeps that image while
+// nothing else in the pod template changes, and takes the new one with the
+// next change that restarts the pods anyway.
+func TestOperatorUpgradeKeepsTheInstanceManager(t *testing.T) {
+	ns := env.Namespace(t)
+	create(t, newDB(ns, "keep"))
+	sts := &appsv1.StatefulSet{}
+	eventually(t, "the StatefulSet", func() (bool, error) { _, err := get(ns, "keep", sts); return err == nil, client.IgnoreNotFound(err) })
+	initImage := func() string {
+		if _, err := get(ns, "keep", sts); err != nil {
+			t.Fatal(err)
+		}
+		return sts.Spec.Template.Spec.InitContainers[0].Image
+	}
+	current := initImage()
+	if current != operator.DefaultInstanceImage() {
+		t.Fatalf("init container image %s, want the operator's %s", current, operator.DefaultInstanceImage())
+	}
+
+	// What an older operator applied: the same template with its own image.
+	const older = "localhost/daytwo:older"
+	ac, err := appsv1ac.ExtractStatefulSet(sts, controller.FieldOwner)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ac.Spec.Template.Spec.InitContainers[0].Image = ptr.To(older)
+	if err := env.Client.Apply(ctx, ac, client.FieldOwner(controller.FieldOwner), client.ForceOwnership); err != nil {
+		t.Fatal(err)
+	}
+
+	// A change outside the pod template: the older image stays.
+	db := &v1alpha1.Database{}
+	update(t, must(get(ns, "keep", db)), func(d *v1alpha1.Database) { d.Spec.DeletionPolicy = v1alpha1.DatabaseDeletionDelete })
+	eventually(t, "the change observed", func() (bool, error) {
+		_, err := get(ns, "keep", db)
+		return err == nil && db.Status.ObservedGeneration == db.Generation, err
+	})
+	if got := initImage(); got != older {
+		t.Fatalf("a reconcile with an unchanged template moved the instance manager to %s", got)
+	}
+
+	// A restart-only setting rolls the pods anyway: with the operator's image.
+	update(t, db, func(d *v1alpha1.Database) { d.Spec.Parameters = map[string]string{"max_connections": "150"} })
+	eventually(t, "the new instance manager with the restart", func() (bool, error) { return initImage() == current, nil })
+}
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
 }

@@ -45,10 +45,12 @@ const (
 	annRunningParameters = "daytwo.dev/running-parameters"
 
 	containerPostgres = "postgres"
-	volumeData        = "pgdata"
-	dataMount         = instanceapi.DataMount
-	controllerMount   = instanceapi.ControllerMount
-	terminationGrace  = 60
+	// containerInit copies the instance manager into the pod.
+	containerInit    = "bootstrap-controller"
+	volumeData       = "pgdata"
+	dataMount        = instanceapi.DataMount
+	controllerMount  = instanceapi.ControllerMount
+	terminationGrace = 60
 )
 
 func selectorLabels(db *v1alpha1.Database) map[string]string {
@@ -170,11 +172,17 @@ func statefulSet(db *v1alpha1.Database, p plan, in stsInputs) *appsv1ac.Stateful
 	if in.claimSize != nil {
 		size = *in.claimSize
 	}
-	claim := corev1ac.PersistentVolumeClaim(volumeData, "").
+	// The claim template is written as the API server stores it (no kind or
+	// namespace, the defaulted volume mode and phase), so an unchanged
+	// StatefulSet compares equal and is not applied again.
+	claim := (&corev1ac.PersistentVolumeClaimApplyConfiguration{}).
+		WithName(volumeData).
 		WithLabels(selectorLabels(db)).
 		WithSpec(corev1ac.PersistentVolumeClaimSpec().
 			WithAccessModes(corev1.ReadWriteOnce).
-			WithResources(corev1ac.VolumeResourceRequirements().WithRequests(corev1.ResourceList{corev1.ResourceStorage: size})))
+			WithVolumeMode(corev1.PersistentVolumeFilesystem).
+			WithResources(corev1ac.VolumeResourceRequirements().WithRequests(corev1.ResourceList{corev1.ResourceStorage: size}))).
+		WithStatus(corev1ac.PersistentVolumeClaimStatus().WithPhase(corev1.ClaimPending))
 	if p.storageClass != nil {
 		claim.Spec.WithStorageClassName(*p.storageClass)
 	}
@@ -228,7 +236,7 @@ func podTemplate(db *v1alpha1.Database, p plan, in stsInputs) *corev1ac.PodTempl
 				WithWhenUnsatisfiable(corev1.ScheduleAnyway).
 				WithLabelSelector(metav1ac.LabelSelector().WithMatchLabels(selectorLabels(db)))).
 			WithInitContainers(corev1ac.Container().
-				WithName("bootstrap-controller").
+				WithName(containerInit).
 				WithImage(in.instanceImage).
 				WithImagePullPolicy(corev1.PullIfNotPresent).
 				WithCommand("/daytwo", "instance", "bootstrap", instanceapi.Binary).
@@ -271,9 +279,9 @@ func postgresContainer(db *v1alpha1.Database, p plan, in stsInputs) *corev1ac.Co
 		WithArgs(args...).
 		WithEnv(append([]*corev1ac.EnvVarApplyConfiguration{
 			corev1ac.EnvVar().WithName("POD_NAME").WithValueFrom(corev1ac.EnvVarSource().
-				WithFieldRef(corev1ac.ObjectFieldSelector().WithFieldPath("metadata.name"))),
+				WithFieldRef(corev1ac.ObjectFieldSelector().WithAPIVersion("v1").WithFieldPath("metadata.name"))),
 			corev1ac.EnvVar().WithName("POD_NAMESPACE").WithValueFrom(corev1ac.EnvVarSource().
-				WithFieldRef(corev1ac.ObjectFieldSelector().WithFieldPath("metadata.namespace"))),
+				WithFieldRef(corev1ac.ObjectFieldSelector().WithAPIVersion("v1").WithFieldPath("metadata.namespace"))),
 			corev1ac.EnvVar().WithName("PGDATA").WithValue(instanceapi.PGData),
 		}, restoreEnv(in.restore)...)...).
 		WithPorts(
