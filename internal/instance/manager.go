@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -57,6 +58,17 @@ func (m *Manager) UseLease(l Lease) { m.lease = l }
 // starts it again in the role the lease gives it.
 var errFenced = errors.New("fenced")
 
+// errCrashed: postgres exited on its own. The manager starts it again in
+// place up to maxCrashes times within crashWindow, crashPause apart; then it
+// exits, and the kubelet's restart backoff takes over.
+var errCrashed = errors.New("postgres exited unexpectedly")
+
+const (
+	maxCrashes  = 5
+	crashWindow = 2 * time.Minute
+	crashPause  = 200 * time.Millisecond
+)
+
 // New returns a manager for cfg. restore may be nil.
 func New(cfg *Config, log logr.Logger, restore RestoreFunc) *Manager {
 	if restore == nil {
@@ -94,12 +106,29 @@ func (m *Manager) Run(ctx context.Context) error {
 		_ = srv.Shutdown(shutdownCtx)
 	}()
 
+	var crashes []time.Time
 	for {
 		err = m.prepare(ctx)
 		if err == nil {
 			err = m.supervise(ctx)
 		}
-		if !(errors.Is(err, errFenced) || errors.Is(err, errSwitchedOver)) || ctx.Err() != nil {
+		if ctx.Err() != nil {
+			break
+		}
+		if errors.Is(err, errCrashed) {
+			// A killed postmaster (the OOM killer, say) restarts here, with
+			// crash recovery, far sooner than a container restart would;
+			// a server that keeps dying is left to the kubelet.
+			crashes = append(slices.DeleteFunc(crashes, func(t time.Time) bool { return time.Since(t) > crashWindow }), time.Now())
+			if len(crashes) > maxCrashes {
+				break
+			}
+			m.log.Info("Postgres exited unexpectedly; starting it again", "reason", err.Error(), "crashes", len(crashes))
+			m.setPhase(instanceapi.PhaseStarting, err.Error())
+			time.Sleep(crashPause)
+			continue
+		}
+		if !(errors.Is(err, errFenced) || errors.Is(err, errSwitchedOver)) {
 			break
 		}
 		m.log.Info("Postgres stopped as a primary; starting again in the role the lease gives", "reason", err.Error())
@@ -260,7 +289,7 @@ func (m *Manager) supervise(ctx context.Context) error {
 
 	select {
 	case err := <-exited:
-		return fmt.Errorf("postgres exited unexpectedly: %v", err)
+		return fmt.Errorf("%w: %v", errCrashed, err)
 	case err := <-fence:
 		// No checkpoint, no goodbye: the lease may be someone else's by now.
 		m.log.Info("Killing postgres: this instance may no longer serve writes", "reason", err.Error())

@@ -1,0 +1,95 @@
+//go:build e2e
+
+package framework
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// Faults for the real node, where the test runs on the node itself: a
+// frozen container (every process stopped at once, as on a hung server or
+// a dead disk) and a killed process.
+
+// containerID is the runtime's id of container in pod.
+func (c *Cluster) containerID(t *testing.T, ns, pod, container string) string {
+	t.Helper()
+	p := &corev1.Pod{}
+	if err := c.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: pod}, p); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range p.Status.ContainerStatuses {
+		if s.Name == container && s.ContainerID != "" {
+			_, id, _ := strings.Cut(s.ContainerID, "://")
+			return id
+		}
+	}
+	t.Fatalf("container %s of %s/%s has no id", container, ns, pod)
+	return ""
+}
+
+// Freeze stops every process of a container at once with the cgroup
+// freezer and returns the function that thaws it. The container must run
+// on this machine (the real node).
+func (c *Cluster) Freeze(t *testing.T, ns, pod, container string) (thaw func()) {
+	t.Helper()
+	id := c.containerID(t, ns, pod, container)
+	// cgroup v1 (the real node's kubelet runs on it here) or v2.
+	for _, f := range []struct{ root, file, frozen, thawed string }{
+		{"/sys/fs/cgroup/freezer", "freezer.state", "FROZEN", "THAWED"},
+		{"/sys/fs/cgroup", "cgroup.freeze", "1", "0"},
+	} {
+		dir, err := findDir(f.root, id)
+		if err != nil {
+			continue
+		}
+		path := filepath.Join(dir, f.file)
+		if err := os.WriteFile(path, []byte(f.frozen), 0o644); err != nil {
+			t.Fatalf("freeze %s: %v", pod, err)
+		}
+		return func() {
+			if err := os.WriteFile(path, []byte(f.thawed), 0o644); err != nil {
+				t.Errorf("thaw %s: %v", pod, err)
+			}
+		}
+	}
+	t.Fatalf("no cgroup of container %s found to freeze", id)
+	return nil
+}
+
+var errFound = errors.New("found")
+
+// findDir finds the directory named name below root.
+func findDir(root, name string) (string, error) {
+	var found string
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || !d.IsDir() {
+			return nil
+		}
+		if strings.Contains(d.Name(), name) {
+			found = path
+			return errFound
+		}
+		return nil
+	})
+	if errors.Is(err, errFound) {
+		return found, nil
+	}
+	return "", fmt.Errorf("no directory %s below %s", name, root)
+}
+
+// KillPostgres sends SIGKILL to the postmaster of the PostgreSQL pod, as the
+// kernel's OOM killer would.
+func (c *Cluster) KillPostgres(t *testing.T, ns, pod string) {
+	t.Helper()
+	c.ExecOK(t, ns, pod, "postgres", "sh", "-c", `kill -KILL "$(head -n 1 "$PGDATA/postmaster.pid")"`)
+}
