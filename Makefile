@@ -49,6 +49,7 @@ vet: ## go vet, including the e2e build tag.
 	go vet ./...
 	go vet -tags e2e ./test/...
 	go vet -tags bench ./test/bench/...
+	go vet -tags e2e,bench ./test/bench/failover/
 
 ##@ Build
 
@@ -89,6 +90,10 @@ bench-backup: deps ## Backup benchmark: daytwo vs raw pg_dump/pg_restore and pgB
 .PHONY: bench-cache
 bench-cache: tools ## Operator heap with 1000 unrelated Secrets and ConfigMaps vs an empty cluster (BENCH_OBJECTS, BENCH_BYTES).
 	go test -tags bench -count=1 -run TestBenchCache -v ./test/bench/cache/ | grep -E '^(operator heap|BENCH)|FAIL|^ok'
+
+.PHONY: bench-failover
+bench-failover: tools ## Failover benchmark on the real node: write gaps for pod delete, freeze, postgres kill, switchover (BENCH_ROUNDS=5, BENCH_CONFIGS=2,3,3s).
+	E2E_PKG=./test/bench/failover E2E_TAGS=e2e,bench E2E_RUN=TestBenchFailover E2E_TIMEOUT=80m hack/e2e.sh
 
 .PHONY: bench-webapp
 bench-webapp: tools build ## WebApp benchmark on the kwok cluster (BENCH_N=1000, BENCH_LATENCY_SECONDS=60).

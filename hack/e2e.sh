@@ -29,4 +29,4 @@ else
   phase "install CRDs" kubectl --kubeconfig "$kcfg" apply --server-side -k config/crd
 fi
 phase "suites" env KUBECONFIG="$kcfg" DAYTWO_E2E_MODE="$mode" DAYTWO_BIN="$root/bin/daytwo" \
-  go test -count=1 -tags e2e -timeout 30m -v ./test/e2e/... ${E2E_RUN:+-run "$E2E_RUN"}
+  go test -count=1 -tags "${E2E_TAGS:-e2e}" -timeout "${E2E_TIMEOUT:-30m}" -v "${E2E_PKG:-./test/e2e/...}" ${E2E_RUN:+-run "$E2E_RUN"}

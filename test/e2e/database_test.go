@@ -101,9 +101,7 @@ func hasCondition(typ string, status metav1.ConditionStatus, reason string) func
 // psqlPod runs a client pod with the Database's generated password.
 func psqlPod(t *testing.T, ns, name, db string) {
 	t.Helper()
-	pod := framework.ClientPod(ns, name, postgresImage, fromSecret("PGPASSWORD", db+"-credentials", "password"))
-	pod.Spec.SecurityContext.RunAsUser = ptr.To[int64](999)
-	cluster.RunPod(t, pod)
+	cluster.RunPod(t, framework.PSQLPod(ns, name, postgresImage, db))
 }
 
 func sql(t *testing.T, ns, pod, host, query string) string {

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
 )
 
 // Writer is an application as a failover sees it: a loop in a client pod
@@ -68,6 +70,21 @@ func (w *Writer) Stop(t *testing.T) WriterResult {
 		log = out
 		return err == nil && strings.HasSuffix(strings.TrimSpace(out), "done"), nil
 	})
+	r := w.parse(t, log)
+	if len(r.Acked) == 0 {
+		t.Fatalf("the writer had no write acknowledged in %d attempts:\n%s", r.Attempts, log)
+	}
+	return r
+}
+
+// Read returns what the writer recorded so far; it goes on writing.
+func (w *Writer) Read(t *testing.T) WriterResult {
+	t.Helper()
+	return w.parse(t, w.c.ExecOK(t, w.ns, w.pod, w.container, "cat", "/tmp/writer.log"))
+}
+
+func (w *Writer) parse(t *testing.T, log string) WriterResult {
+	t.Helper()
 	r := WriterResult{Start: w.started, End: time.Now()}
 	for _, line := range strings.Split(strings.TrimSpace(log), "\n") {
 		f := strings.Fields(line)
@@ -87,10 +104,26 @@ func (w *Writer) Stop(t *testing.T) WriterResult {
 		r.Acked = append(r.Acked, id)
 		r.Times = append(r.Times, time.Unix(0, int64(sec*1e9)))
 	}
-	if len(r.Acked) == 0 {
-		t.Fatalf("the writer had no write acknowledged in %d attempts:\n%s", r.Attempts, log)
-	}
 	return r
+}
+
+// GapAround is the longest stretch without an acknowledged write that
+// overlaps [from, to]: what a fault at from cost, if the writer is back by to.
+func (r WriterResult) GapAround(from, to time.Time) time.Duration {
+	var gap time.Duration
+	prev := r.Start
+	for _, t := range append(slices.Clone(r.Times), r.End) {
+		if !t.Before(from) && !prev.After(to) {
+			gap = max(gap, t.Sub(prev))
+		}
+		prev = t
+	}
+	return gap
+}
+
+// WrittenSince is true once a write was acknowledged after at.
+func (r WriterResult) WrittenSince(at time.Time) bool {
+	return len(r.Times) > 0 && r.Times[len(r.Times)-1].After(at)
 }
 
 // LongestGap is the longest stretch without an acknowledged write, and when it began.
@@ -126,6 +159,15 @@ func (r WriterResult) Lost(present []int) []int {
 func (r WriterResult) String() string {
 	gap, _ := r.LongestGap()
 	return fmt.Sprintf("%d writes acknowledged of %d tried, longest gap %s", len(r.Acked), r.Attempts, gap.Round(10*time.Millisecond))
+}
+
+// PSQLPod is a client pod with psql (image) and the password of the
+// Database db's application user, for StartWriter and ReadIDs.
+func PSQLPod(ns, name, image, db string) *corev1.Pod {
+	pod := ClientPod(ns, name, image, corev1.EnvVar{Name: "PGPASSWORD", ValueFrom: &corev1.EnvVarSource{
+		SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: db + "-credentials"}, Key: "password"}}})
+	pod.Spec.SecurityContext.RunAsUser = ptrTo[int64](999)
+	return pod
 }
 
 // ReadIDs returns the ids in table, read through conninfo.

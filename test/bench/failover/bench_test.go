@@ -1,0 +1,245 @@
+//go:build e2e && bench
+
+// Package failover is the failover benchmark (make bench-failover): on the
+// real node, a writer makes a new connection to <db>-rw for every write
+// (each attempt capped at 0.5 s, about ten a second) while the primary is
+// deleted, frozen, has its postgres killed, or is switched over. It prints
+// the longest write gap of each round, p50 and p95 per fault, the
+// acknowledged writes lost and the time until every instance is ready
+// again, with the writer's gap in a quiet stretch as the floor. Figures,
+// not pass or fail.
+package failover
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
+	"github.com/daytwo-dev/daytwo/test/e2e/framework"
+)
+
+const postgresImage = "docker.io/library/postgres:15"
+
+var cluster *framework.Cluster
+
+func TestMain(m *testing.M) {
+	var err error
+	if cluster, err = framework.Connect(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	os.Exit(m.Run())
+}
+
+func envInt(name string, def int) int {
+	if n, err := strconv.Atoi(os.Getenv(name)); err == nil && n > 0 {
+		return n
+	}
+	return def
+}
+
+// fault does something to the primary and returns what undoes it (nil: nothing).
+type fault struct {
+	name string
+	do   func(t *testing.T, ns, db, primary string) func()
+}
+
+var faults = []fault{
+	{"delete", func(t *testing.T, ns, _, primary string) func() {
+		if err := cluster.Client.Delete(context.Background(), &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: primary}}); err != nil {
+			t.Fatal(err)
+		}
+		return nil
+	}},
+	{"freeze", func(t *testing.T, ns, _, primary string) func() {
+		return cluster.Freeze(t, ns, primary, "postgres")
+	}},
+	{"kill", func(t *testing.T, ns, _, primary string) func() {
+		cluster.KillPostgres(t, ns, primary)
+		return nil
+	}},
+	{"switchover", func(t *testing.T, ns, db, _ string) func() {
+		d := &v1alpha1.Database{}
+		if err := cluster.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: db}, d); err != nil {
+			t.Fatal(err)
+		}
+		patch := client.MergeFrom(d.DeepCopy())
+		if d.Annotations == nil {
+			d.Annotations = map[string]string{}
+		}
+		// Second precision: one request per second at most.
+		time.Sleep(time.Second)
+		d.Annotations[v1alpha1.AnnotationSwitchoverRequested] = time.Now().UTC().Format(time.RFC3339)
+		if err := cluster.Client.Patch(context.Background(), d, patch); err != nil {
+			t.Fatal(err)
+		}
+		return nil
+	}},
+}
+
+// figures are one configuration's results.
+type figures struct {
+	gaps, ready map[string][]time.Duration
+	lost        int
+	floor       time.Duration
+}
+
+func TestBenchFailover(t *testing.T) {
+	if cluster.Mode != framework.ModeReal {
+		t.Skip("needs the real node: kwok runs no PostgreSQL")
+	}
+	rounds := envInt("BENCH_ROUNDS", 5)
+	type config struct {
+		instances int32
+		sync      bool
+	}
+	results := map[config]figures{}
+	configs := []config{{2, false}, {3, false}, {3, true}}
+	if s := os.Getenv("BENCH_CONFIGS"); s != "" { // e.g. "2,3s": 2 instances async, 3 sync
+		configs = nil
+		for _, c := range strings.Split(s, ",") {
+			n, _ := strconv.Atoi(strings.TrimSuffix(c, "s"))
+			configs = append(configs, config{int32(n), strings.HasSuffix(c, "s")})
+		}
+	}
+	for _, c := range configs {
+		name := fmt.Sprintf("instances=%d sync=%v", c.instances, c.sync)
+		t.Run(name, func(t *testing.T) { results[c] = run(t, c.instances, c.sync, rounds) })
+	}
+
+	fmt.Printf("\nfailover benchmark: %d round(s) per fault; write gap = longest stretch without an acknowledged write\n", rounds)
+	fmt.Printf("%-22s %-11s %8s %8s %8s %10s\n", "configuration", "fault", "gap p50", "gap p95", "ready p95", "floor")
+	for _, c := range configs {
+		f := results[c]
+		for _, fl := range faults {
+			fmt.Printf("%-22s %-11s %7.2fs %7.2fs %8.2fs %9.2fs\n", fmt.Sprintf("%d instances, %s", c.instances, mode(c.sync)), fl.name,
+				pct(f.gaps[fl.name], 50).Seconds(), pct(f.gaps[fl.name], 95).Seconds(), pct(f.ready[fl.name], 95).Seconds(), f.floor.Seconds())
+		}
+	}
+	for _, n := range []int32{2, 3} {
+		async, ok := results[config{n, false}]
+		if !ok {
+			continue
+		}
+		lostSync := "n/a"
+		if s, ok := results[config{n, true}]; ok {
+			lostSync = strconv.Itoa(s.lost)
+		}
+		p95 := func(name string) float64 { return pct(async.gaps[name], 95).Seconds() }
+		fmt.Printf("BENCH failover instances=%d delete_p95_s=%.2f freeze_p95_s=%.2f kill_p95_s=%.2f switchover_p95_s=%.2f lost_async=%d lost_sync=%s floor_s=%.2f\n",
+			n, p95("delete"), p95("freeze"), p95("kill"), p95("switchover"), async.lost, lostSync, async.floor.Seconds())
+	}
+}
+
+func mode(sync bool) string {
+	if sync {
+		return "sync required"
+	}
+	return "async"
+}
+
+// run measures every fault rounds times on one Database.
+func run(t *testing.T, instances int32, sync bool, rounds int) figures {
+	ctx := context.Background()
+	ns := cluster.Namespace(t)
+	const db = "bench"
+	d := &v1alpha1.Database{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: db}, Spec: v1alpha1.DatabaseSpec{
+		Version: "15", Instances: ptr.To(instances), DeletionPolicy: v1alpha1.DatabaseDeletionDelete}}
+	if sync {
+		d.Spec.Replication = &v1alpha1.DatabaseReplication{Synchronous: &v1alpha1.SynchronousReplication{
+			Number: 1, DataDurability: v1alpha1.DataDurabilityRequired}}
+	}
+	if err := cluster.Client.Create(ctx, d); err != nil {
+		t.Fatal(err)
+	}
+	whole := func() (*v1alpha1.Database, bool) {
+		got := &v1alpha1.Database{}
+		if err := cluster.Client.Get(ctx, client.ObjectKeyFromObject(d), got); err != nil {
+			return got, false
+		}
+		streaming := 0
+		for _, s := range got.Status.InstanceStatuses {
+			if s.Role == "replica" && s.Streaming {
+				streaming++
+			}
+		}
+		return got, got.Status.Ready && got.Status.ReadyInstances == instances && streaming == int(instances)-1
+	}
+	start := time.Now()
+	framework.Eventually(t, 5*time.Minute, "every instance ready and streaming", func(context.Context) (bool, error) {
+		_, ok := whole()
+		return ok, nil
+	})
+	t.Logf("%d instances ready in %s", instances, time.Since(start).Round(time.Second))
+	cluster.RunPod(t, framework.PSQLPod(ns, "psql", postgresImage, db))
+	rw := "host=" + db + "-rw." + ns + ".svc.cluster.local user=app dbname=app connect_timeout=2"
+	w := cluster.StartWriter(t, ns, "psql", "client", rw, "acks")
+
+	// The floor: the writer's longest gap with nothing going on.
+	quiet := time.Now()
+	time.Sleep(5 * time.Second)
+	f := figures{gaps: map[string][]time.Duration{}, ready: map[string][]time.Duration{}}
+	f.floor = w.Read(t).GapAround(quiet, time.Now())
+
+	for _, fl := range faults {
+		for r := range rounds {
+			cur, _ := whole()
+			at := time.Now()
+			undo := fl.do(t, ns, db, cur.Status.Primary)
+			// Writes come back, and every instance is whole again.
+			var writable time.Time
+			framework.Eventually(t, 3*time.Minute, fl.name+": writes back", func(context.Context) (bool, error) {
+				if undo != nil {
+					// A frozen primary stays frozen until another took over.
+					if now, _ := whole(); now.Status.Primary != cur.Status.Primary && now.Status.Primary != "" {
+						undo()
+						undo = nil
+					}
+				}
+				if writable.IsZero() && w.Read(t).WrittenSince(at) {
+					writable = time.Now()
+				}
+				return !writable.IsZero() && undo == nil, nil
+			})
+			framework.Eventually(t, 5*time.Minute, fl.name+": whole again", func(context.Context) (bool, error) {
+				_, ok := whole()
+				return ok, nil
+			})
+			ready := time.Since(at)
+			time.Sleep(2 * time.Second) // a quiet stretch closes the round's gap
+			gap := w.Read(t).GapAround(at, time.Now())
+			f.gaps[fl.name] = append(f.gaps[fl.name], gap)
+			f.ready[fl.name] = append(f.ready[fl.name], ready)
+			t.Logf("%s round %d (primary %s): write gap %s, whole again after %s", fl.name, r+1, cur.Status.Primary,
+				gap.Round(10*time.Millisecond), ready.Round(100*time.Millisecond))
+		}
+	}
+	res := w.Stop(t)
+	lost := res.Lost(cluster.ReadIDs(t, ns, "psql", "client", rw, "acks"))
+	f.lost = len(lost)
+	t.Logf("writer: %s; %d acknowledged writes lost %v", res, len(lost), lost)
+	_ = cluster.Client.Delete(ctx, d)
+	return f
+}
+
+// pct is the p-th percentile (nearest rank) of ds.
+func pct(ds []time.Duration, p int) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	i := (p*len(s)+99)/100 - 1
+	return s[max(0, min(i, len(s)-1))]
+}
