@@ -4,11 +4,14 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -212,6 +215,47 @@ func TestDatabaseSmallLifecycle(t *testing.T) {
 	}
 }
 
+// writesAfter counts the writer's acknowledged writes after at.
+func writesAfter(t *testing.T, w *framework.Writer, at time.Time) int {
+	n := 0
+	for _, ts := range w.Read(t).Times {
+		if ts.After(at) {
+			n++
+		}
+	}
+	return n
+}
+
+// setOperatorReplicas scales the operator and waits until that many run.
+func setOperatorReplicas(t *testing.T, n int32) {
+	t.Helper()
+	ctx := context.Background()
+	dep := &appsv1.Deployment{}
+	key := client.ObjectKey{Namespace: framework.OperatorNamespace, Name: "daytwo-operator"}
+	if err := cluster.Client.Get(ctx, key, dep); err != nil {
+		t.Fatal(err)
+	}
+	patch := client.MergeFrom(dep.DeepCopy())
+	dep.Spec.Replicas = ptr.To(n)
+	if err := cluster.Client.Patch(ctx, dep, patch); err != nil {
+		t.Fatal(err)
+	}
+	framework.Eventually(t, 2*time.Minute, fmt.Sprintf("%d operator pods", n), func(ctx context.Context) (bool, error) {
+		pods := &corev1.PodList{}
+		if err := cluster.Client.List(ctx, pods, client.InNamespace(framework.OperatorNamespace),
+			client.MatchingLabels{"app.kubernetes.io/component": "operator"}); err != nil {
+			return false, err
+		}
+		ready := 0
+		for _, p := range pods.Items {
+			if p.DeletionTimestamp.IsZero() && podReady(p) {
+				ready++
+			}
+		}
+		return ready == int(n) && len(pods.Items) == int(n), nil
+	})
+}
+
 func podUIDOrEmpty(ns, name string) types.UID {
 	p := &corev1.Pod{}
 	if err := cluster.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, p); err != nil || !p.DeletionTimestamp.IsZero() {
@@ -380,6 +424,52 @@ func TestDatabaseMediumUpgradeAndRollback(t *testing.T) {
 	if ev := eventsFor(t, ns, "shop", v1alpha1.ReasonSwitchover); len(ev) < 2 {
 		t.Errorf("Switchover events: %q", ev)
 	}
+
+	// A frozen primary (every process stopped, as on a hung server) with
+	// the operator scaled to 0: nothing is promoted and nothing splits. The
+	// frozen primary's lease runs out; once the operator is back it fails
+	// over, writes come back, and the thawed old primary rejoins. The
+	// writer's every acknowledged write survives.
+	frozen := db.Status.Primary
+	setOperatorReplicas(t, 0)
+	writer = cluster.StartWriter(t, ns, "psql", "client", rw, "acks2")
+	time.Sleep(2 * time.Second)
+	thaw := cluster.Freeze(t, ns, frozen, "postgres")
+	frozenAt := time.Now()
+	time.Sleep(15 * time.Second) // twice the lease
+	lease := &coordinationv1.Lease{}
+	if err := cluster.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "shop-primary"}, lease); err != nil {
+		thaw()
+		t.Fatal(err)
+	}
+	if h := ptr.Deref(lease.Spec.HolderIdentity, ""); h != frozen {
+		thaw()
+		t.Fatalf("with the operator down, the lease moved from %s to %s", frozen, h)
+	}
+	if got := writesAfter(t, writer, frozenAt); got > 0 {
+		thaw()
+		t.Fatalf("%d writes acknowledged while the primary was frozen and the operator down", got)
+	}
+	back := time.Now()
+	setOperatorReplicas(t, 1)
+	db = waitDatabase(t, ns, "shop", 2*time.Minute, "failed over from the frozen primary", func(d *v1alpha1.Database) bool {
+		f := d.Status.LastFailover
+		return f != nil && f.From == frozen && f.PromotedTime != nil && f.DetectedTime.After(frozenAt)
+	})
+	t.Logf("failover from the frozen primary: promoted %s after the operator's return (%+v)",
+		db.Status.LastFailover.PromotedTime.Sub(back).Round(10*time.Millisecond), *db.Status.LastFailover)
+	framework.Eventually(t, time.Minute, "writes through shop-rw again", func(context.Context) (bool, error) {
+		return writesAfter(t, writer, back) > 0, nil
+	})
+	thaw()
+	waitDatabase(t, ns, "shop", 3*time.Minute, "the thawed primary rejoined", func(d *v1alpha1.Database) bool {
+		return d.Status.Ready && d.Status.ReadyInstances == 2 && d.Status.Primary != frozen
+	})
+	writes2 := writer.Stop(t)
+	if lost := writes2.Lost(cluster.ReadIDs(t, ns, "psql", "client", rw, "acks2")); len(lost) > 0 {
+		t.Fatalf("acknowledged writes lost to the frozen primary: %v", lost)
+	}
+	t.Logf("writer through the freeze: %s", writes2)
 
 	// Delete removes the volumes too.
 	if err := cluster.Client.Delete(context.Background(), db); err != nil {
