@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -117,6 +118,9 @@ func (c *Config) managedConf() string {
 	if c.Role == instanceapi.RoleReplica {
 		fmt.Fprintf(&b, "primary_conninfo = 'host=%s port=%d user=%s passfile=%s application_name=%s'\n",
 			c.PrimaryHost, c.primaryPort(), replicationUser, c.passFile(), c.Pod)
+		if r, err := c.replication(); err == nil && slices.Contains(r.Instances, c.Pod) {
+			fmt.Fprintf(&b, "primary_slot_name = '%s'\n", slotName(c.Pod))
+		}
 	}
 	fmt.Fprintf(&b, "include_if_exists '%s'\n", syncFile)
 	return b.String()

@@ -174,6 +174,12 @@ func TestFailoverPromotesFencesAndRejoins(t *testing.T) {
 	link := newProxy(t, old.pgPort)
 	old.extraFlags[len(old.extraFlags)-1] = strconv.Itoa(repl.pgPort)
 	repl.extraFlags[len(repl.extraFlags)-1] = strconv.Itoa(link.port())
+	for _, in := range []*instance{old, repl} {
+		in.writeFile("config/"+instanceapi.ReplicationFile, `{"instances":["orders-0","orders-1"]}`)
+	}
+	slotActive := func(in *instance, slot string) bool {
+		return in.query(ctx, "SELECT count(*)::text FROM pg_replication_slots WHERE active AND slot_name = '"+slot+"'") == "1"
+	}
 
 	old.start("orders-0")
 	old.waitReady(90 * time.Second)
@@ -186,6 +192,7 @@ func TestFailoverPromotesFencesAndRejoins(t *testing.T) {
 	old.exec(ctx, "INSERT INTO items SELECT g, 'before' FROM generate_series(1, 100) g")
 	want := checksum(t, old)
 	eventually(t, 30*time.Second, func() bool { return checksum(t, repl) == want }, "the replica caught up")
+	eventually(t, 30*time.Second, func() bool { return slotActive(old, "daytwo_orders_1") }, "the replica streaming through its slot")
 
 	// Only the lease holder may be promoted, and only by the operator.
 	if code := promote(t, repl, ""); code != http.StatusUnauthorized {
@@ -218,6 +225,12 @@ func TestFailoverPromotesFencesAndRejoins(t *testing.T) {
 	if n := old.query(ctx, "SELECT count(*)::text FROM items WHERE v = 'split'"); n != "0" {
 		t.Fatalf("%s rows only the old primary had survived the rewind", n)
 	}
+	// The slots followed the primary: the new one keeps one for the old,
+	// which streams through it and kept none of its own.
+	eventually(t, 30*time.Second, func() bool { return slotActive(repl, "daytwo_orders_0") }, "the old primary streaming through its slot")
+	eventually(t, 30*time.Second, func() bool {
+		return old.query(ctx, "SELECT count(*)::text FROM pg_replication_slots WHERE slot_name LIKE 'daytwo%'") == "0"
+	}, "the old primary's own slots dropped")
 	if l := lt.get(); *l.Spec.HolderIdentity != "orders-1" {
 		t.Fatalf("lease holder %s, want orders-1", *l.Spec.HolderIdentity)
 	}

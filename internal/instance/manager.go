@@ -48,6 +48,9 @@ type Manager struct {
 	bootstrapped bool
 	// demote carries a switchover from the API to the supervisor.
 	demote chan demoteRequest
+	// unwantedSlots: when each daytwo slot no instance wants was first seen
+	// (only the monitor goroutine uses it).
+	unwantedSlots map[string]time.Time
 }
 
 // UseLease makes the primary lease decide this instance's role: the holder
@@ -176,7 +179,13 @@ func (m *Manager) prepare(ctx context.Context) error {
 		return err
 	}
 	m.setPhase(instanceapi.PhaseStarting, "")
-	return m.cfg.writeConfig(m.cfg.PGData)
+	if err := m.cfg.writeConfig(m.cfg.PGData); err != nil {
+		return err
+	}
+	if m.role() == instanceapi.RoleReplica {
+		m.reserveSlot(ctx)
+	}
+	return nil
 }
 
 // ensureData bootstraps unless a complete data directory exists. A
@@ -348,10 +357,8 @@ func (m *Manager) monitor(ctx context.Context, fence chan<- error) {
 				m.Reload()
 			}
 			m.observe(ctx, conn, hash)
-			if conn != nil && !conn.IsClosed() && m.role() == instanceapi.RolePrimary {
-				sctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-				m.manageSync(sctx, conn)
-				cancel()
+			if conn != nil && !conn.IsClosed() {
+				m.manageReplication(ctx, conn)
 			}
 			if !duties {
 				duties = m.startPrimaryDuties(ctx, fence)
@@ -393,6 +400,22 @@ func (m *Manager) connect(ctx context.Context) *pgx.Conn {
 		}
 	}
 	return conn
+}
+
+// manageReplication keeps replication slots and, on the primary,
+// synchronous_standby_names in line with the operator's wish.
+func (m *Manager) manageReplication(ctx context.Context, conn *pgx.Conn) {
+	r, err := m.cfg.replication()
+	if err != nil {
+		m.log.Error(err, "Failed to read the replication settings")
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	m.manageSlots(ctx, conn, r)
+	if m.role() == instanceapi.RolePrimary {
+		m.manageSync(ctx, conn, r)
+	}
 }
 
 func (m *Manager) localDSN(db string) string {

@@ -3,13 +3,16 @@ package instance
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/daytwo-dev/daytwo/internal/instanceapi"
 )
@@ -88,16 +91,158 @@ func (c *Config) startingSyncNames() (string, error) {
 	return synchronousStandbyNames(r, c.Pod, nil), nil
 }
 
+// slotPrefix marks the physical replication slots the instance manager
+// keeps; it leaves every other slot alone.
+const slotPrefix = "daytwo_"
+
+// slotGrace is how long a primary keeps a daytwo slot that no instance in
+// its list wants, unused, before it drops it.
+const slotGrace = 5 * time.Minute
+
+// slotName is the physical replication slot of the instance pod on the
+// primary: slot names allow only lower-case letters, digits and underscores.
+func slotName(pod string) string {
+	return slotPrefix + strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' {
+			return r
+		}
+		return '_'
+	}, pod)
+}
+
+// slotChanges is the bookkeeping of the primary self's slots: one per other
+// instance, so a replica that falls behind or restarts finds every WAL
+// segment it needs; none for an instance that is gone. existing are the
+// daytwo slots there now. An empty instance list (an operator from before
+// slots) changes nothing.
+func slotChanges(instances []string, self string, existing []string) (create, drop []string) {
+	if len(instances) == 0 {
+		return nil, nil
+	}
+	want := map[string]bool{}
+	for _, name := range instances {
+		if name != self {
+			want[slotName(name)] = true
+		}
+	}
+	for _, s := range existing {
+		if !want[s] {
+			drop = append(drop, s)
+		}
+		delete(want, s)
+	}
+	for s := range want {
+		create = append(create, s)
+	}
+	slices.Sort(create)
+	slices.Sort(drop)
+	return create, drop
+}
+
+// manageSlots keeps the daytwo slots in line with slotChanges on a primary,
+// and drops them on a replica, where a slot would only hold back its own
+// WAL (an old primary keeps its slots across a switchover). A slot still in
+// use is dropped later.
+func (m *Manager) manageSlots(ctx context.Context, conn *pgx.Conn, r instanceapi.Replication) {
+	rows, err := conn.Query(ctx, "SELECT slot_name, active FROM pg_replication_slots WHERE slot_type = 'physical' AND slot_name LIKE 'daytwo\\_%'")
+	if err != nil {
+		return
+	}
+	var existing, active []string
+	var name string
+	var inUse bool
+	if _, err := pgx.ForEachRow(rows, []any{&name, &inUse}, func() error {
+		existing = append(existing, name)
+		if inUse {
+			active = append(active, name)
+		}
+		return nil
+	}); err != nil {
+		return
+	}
+	var create, drop []string
+	switch {
+	case m.role() == instanceapi.RolePrimary:
+		create, drop = slotChanges(r.Instances, m.cfg.Pod, existing)
+	case len(r.Instances) > 0:
+		drop = existing
+	}
+	drop = slices.DeleteFunc(drop, func(s string) bool { return slices.Contains(active, s) })
+	// A slot no instance wants goes only after slotGrace: the operator's
+	// instance list reaches each pod with a delay (a ConfigMap volume), so a
+	// new replica's slot may be unknown here for a while.
+	now := time.Now()
+	seen := m.unwantedSlots
+	m.unwantedSlots = map[string]time.Time{}
+	drop = slices.DeleteFunc(drop, func(s string) bool {
+		since, ok := seen[s]
+		if !ok {
+			since = now
+		}
+		m.unwantedSlots[s] = since
+		return m.role() == instanceapi.RolePrimary && now.Sub(since) < slotGrace
+	})
+	for _, s := range create {
+		if _, err := conn.Exec(ctx, "SELECT pg_create_physical_replication_slot($1, true)", s); err != nil {
+			m.log.Error(err, "Failed to create a replication slot", "slot", s)
+			continue
+		}
+		m.log.Info("Created a replication slot", "slot", s)
+	}
+	for _, s := range drop {
+		if _, err := conn.Exec(ctx, "SELECT pg_drop_replication_slot($1)", s); err != nil {
+			m.log.Error(err, "Failed to drop a replication slot", "slot", s)
+			continue
+		}
+		m.log.Info("Dropped a replication slot", "slot", s)
+	}
+}
+
+// reserveSlot creates this replica's slot on the primary over the
+// replication protocol before postgres starts, so it streams through it at
+// once, even before the primary's manager learns of a new instance. A slot
+// that exists is fine; any failure is only logged, since the primary's
+// manager makes the slot too.
+func (m *Manager) reserveSlot(ctx context.Context) {
+	r, err := m.cfg.replication()
+	if err != nil || !slices.Contains(r.Instances, m.cfg.Pod) {
+		return
+	}
+	pw, err := m.cfg.secret(instanceapi.SecretReplicationPassword)
+	if err != nil {
+		return
+	}
+	cfg, err := pgconn.ParseConfig(fmt.Sprintf("host=%s port=%d user=%s dbname=replication replication=true connect_timeout=3",
+		m.cfg.PrimaryHost, m.cfg.primaryPort(), replicationUser))
+	if err != nil {
+		return
+	}
+	cfg.Password = pw
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	conn, err := pgconn.ConnectConfig(ctx, cfg)
+	if err != nil {
+		m.log.Info("Could not reserve a replication slot on the primary yet", "reason", err.Error())
+		return
+	}
+	defer func() { _ = conn.Close(context.Background()) }()
+	slot := slotName(m.cfg.Pod)
+	_, err = conn.Exec(ctx, "CREATE_REPLICATION_SLOT "+slot+" PHYSICAL RESERVE_WAL").ReadAll()
+	var pgErr *pgconn.PgError
+	switch {
+	case err == nil:
+		m.log.Info("Reserved a replication slot on the primary", "slot", slot)
+	case errors.As(err, &pgErr) && pgErr.Code == "42710": // duplicate_object: it exists
+	default:
+		m.log.Info("Could not reserve a replication slot on the primary", "slot", slot, "reason", err.Error())
+	}
+}
+
 // manageSync, on the primary, keeps synchronous_standby_names in line with
 // the operator's wish and the standbys that stream, and reloads when it
 // changes. A standby that stops streaming leaves the setting within a
 // second under preferred durability, and never under required.
-func (m *Manager) manageSync(ctx context.Context, conn *pgx.Conn) {
-	r, err := m.cfg.replication()
-	if err != nil {
-		m.log.Error(err, "Failed to read the replication settings")
-		return
-	}
+func (m *Manager) manageSync(ctx context.Context, conn *pgx.Conn, r instanceapi.Replication) {
 	rows, err := conn.Query(ctx, "SELECT application_name FROM pg_stat_replication WHERE state = 'streaming'")
 	if err != nil {
 		return

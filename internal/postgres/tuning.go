@@ -68,7 +68,7 @@ func Tune(r Resources) map[string]string {
 	if r.StorageBytes > 0 {
 		keep = clamp(r.StorageBytes/20, 64*miB, 512*miB)
 	}
-	return map[string]string{
+	out := map[string]string{
 		"wal_keep_size":                    FormatBytes(keep),
 		"shared_buffers":                   FormatBytes(shared),
 		"effective_cache_size":             FormatBytes(mem * 3 / 4),
@@ -83,6 +83,14 @@ func Tune(r Resources) map[string]string {
 		"max_parallel_workers_per_gather":  strconv.FormatInt(max(cpus/2, 1), 10),
 		"max_parallel_maintenance_workers": strconv.FormatInt(max(cpus/2, 1), 10),
 	}
+	if r.StorageBytes > 0 {
+		// A replica's slot keeps WAL for it while it is away, but never
+		// more than a quarter of the volume: past that the slot is given
+		// up, and the replica rewinds or is cloned again, rather than the
+		// primary's disk filling up.
+		out["max_slot_wal_keep_size"] = FormatBytes(max(r.StorageBytes/4, 64*miB))
+	}
+	return out
 }
 
 // Defaults are settings daytwo always sets: what a production instance and
