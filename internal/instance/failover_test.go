@@ -115,6 +115,14 @@ func (lt *leaseTest) instance(primaryPort int) *instance {
 	return in
 }
 
+// pair makes two instances that each stream from the other when a replica.
+func (lt *leaseTest) pair() (*instance, *instance) {
+	a, b := lt.instance(0), lt.instance(0)
+	a.extraFlags[len(a.extraFlags)-1] = strconv.Itoa(b.pgPort)
+	b.extraFlags[len(b.extraFlags)-1] = strconv.Itoa(a.pgPort)
+	return a, b
+}
+
 func (lt *leaseTest) get() *coordinationv1.Lease {
 	l := &coordinationv1.Lease{}
 	if err := lt.env.Client.Get(context.Background(), lt.key, l); err != nil {
@@ -254,10 +262,7 @@ func promoteAfter(t *testing.T, in *instance, waitLSN string) int {
 func TestSwitchoverLosesNoAcknowledgedWrite(t *testing.T) {
 	ctx := context.Background()
 	lt := newLeaseTest(t, "orders-0")
-	old := lt.instance(0)
-	repl := lt.instance(0)
-	old.extraFlags[len(old.extraFlags)-1] = strconv.Itoa(repl.pgPort)
-	repl.extraFlags[len(repl.extraFlags)-1] = strconv.Itoa(old.pgPort)
+	old, repl := lt.pair()
 	old.start("orders-0")
 	old.waitReady(90 * time.Second)
 	repl.start("orders-1")
@@ -400,10 +405,7 @@ func (in *instance) exec(ctx context.Context, sql string) {
 func TestSynchronousReplication(t *testing.T) {
 	ctx := context.Background()
 	lt := newLeaseTest(t, "orders-0")
-	primary := lt.instance(0)
-	repl := lt.instance(0)
-	primary.extraFlags[len(primary.extraFlags)-1] = strconv.Itoa(repl.pgPort)
-	repl.extraFlags[len(repl.extraFlags)-1] = strconv.Itoa(primary.pgPort)
+	primary, repl := lt.pair()
 	wish := func(required bool) {
 		r, _ := json.Marshal(instanceapi.Replication{Instances: []string{"orders-0", "orders-1"}, Synchronous: 1, Required: required})
 		primary.writeFile("config/"+instanceapi.ReplicationFile, string(r))
