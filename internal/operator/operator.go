@@ -47,6 +47,13 @@ func CacheOptions() cache.Options {
 		ByObject: map[client.Object]cache.ByObject{
 			&corev1.Pod{}:                   {Label: ours},
 			&corev1.PersistentVolumeClaim{}: {Label: ours},
+			// Nodes only for a drain's cordon: no status (its image list is large).
+			&corev1.Node{}: {Transform: func(in any) (any, error) {
+				if n, ok := in.(*corev1.Node); ok {
+					n.Status = corev1.NodeStatus{}
+				}
+				return keepOwnManagedFields(in)
+			}},
 		},
 	}
 }

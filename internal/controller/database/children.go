@@ -292,14 +292,27 @@ func keepInstanceManager(db *v1alpha1.Database, obs *observation, live *appsv1.S
 	}
 }
 
-// applyDisruptionBudget keeps a PodDisruptionBudget while more than one
-// instance runs; with one, a budget would block every node drain.
+// applyDisruptionBudget keeps two PodDisruptionBudgets while more than one
+// instance runs: one instance at a time may go, and never the primary (see
+// primaryDisruptionBudget). With one instance, a budget would block every
+// node drain.
 func (r *Reconciler) applyDisruptionBudget(ctx context.Context, db *v1alpha1.Database, p plan) error {
-	if p.instances > 1 {
-		return controller.ApplyIfChanged(ctx, r.Client, controller.Named[policyv1.PodDisruptionBudget](db.Namespace, db.Name),
-			podDisruptionBudget(db), policyv1ac.ExtractPodDisruptionBudget, "PodDisruptionBudget")
+	for _, b := range []struct {
+		name    string
+		desired *policyv1ac.PodDisruptionBudgetApplyConfiguration
+	}{{db.Name, podDisruptionBudget(db)}, {primaryBudgetName(db), primaryDisruptionBudget(db)}} {
+		live := controller.Named[policyv1.PodDisruptionBudget](db.Namespace, b.name)
+		var err error
+		if p.instances > 1 {
+			err = controller.ApplyIfChanged(ctx, r.Client, live, b.desired, policyv1ac.ExtractPodDisruptionBudget, "PodDisruptionBudget")
+		} else {
+			err = controller.DeleteOwned(ctx, r.Client, db, live, "PodDisruptionBudget")
+		}
+		if err != nil {
+			return err
+		}
 	}
-	return controller.DeleteOwned(ctx, r.Client, db, controller.Named[policyv1.PodDisruptionBudget](db.Namespace, db.Name), "PodDisruptionBudget")
+	return nil
 }
 
 // labelRoles marks the lease holder as the primary and the others as

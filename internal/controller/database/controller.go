@@ -14,8 +14,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
@@ -72,6 +74,7 @@ const instanceRefresh = 30 * time.Second
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;patch;delete
 // +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=get;list;watch;patch;delete
 // +kubebuilder:rbac:groups=storage.k8s.io,resources=storageclasses,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
 // +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update
@@ -138,6 +141,10 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, db *v1alpha1.Database)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
+	drainRes, err := r.switchoverForDrain(ctx, db, obs)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
 	if err := r.labelRoles(ctx, obs.pods, obs.primary); err != nil {
 		return reconcile.Result{}, err
 	}
@@ -145,11 +152,39 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, db *v1alpha1.Database)
 		return reconcile.Result{}, err
 	}
 	res, err := r.rollOut(ctx, db, obs)
-	res.RequeueAfter = soonest(res.RequeueAfter, soonest(failoverRes.RequeueAfter, switchoverRes.RequeueAfter))
+	for _, other := range []reconcile.Result{failoverRes, switchoverRes, drainRes} {
+		res.RequeueAfter = soonest(res.RequeueAfter, other.RequeueAfter)
+	}
 	if len(obs.instanceStatuses) > 0 {
 		res.RequeueAfter = soonest(res.RequeueAfter, instanceRefresh)
 	}
 	return res, err
+}
+
+// primariesOn maps a node to the Databases whose primary runs on it.
+func (r *Reconciler) primariesOn(ctx context.Context, obj client.Object) []reconcile.Request {
+	pods := &corev1.PodList{}
+	if err := r.Client.List(ctx, pods, client.MatchingLabels{labelRole: "primary"}); err != nil {
+		return nil
+	}
+	var out []reconcile.Request
+	for _, p := range pods.Items {
+		if p.Spec.NodeName == obj.GetName() {
+			out = append(out, reconcile.Request{NamespacedName: client.ObjectKey{Namespace: p.Namespace, Name: p.Labels[labelDatabase]}})
+		}
+	}
+	return out
+}
+
+// cordonChanged lets through a node that was cordoned or uncordoned.
+var cordonChanged = predicate.Funcs{
+	CreateFunc: func(event.CreateEvent) bool { return false },
+	DeleteFunc: func(event.DeleteEvent) bool { return false },
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		o, ok1 := e.ObjectOld.(*corev1.Node)
+		n, ok2 := e.ObjectNew.(*corev1.Node)
+		return ok1 && ok2 && o.Spec.Unschedulable != n.Spec.Unschedulable
+	},
 }
 
 // soonest is the earlier of two requeue delays, zero meaning none.
@@ -194,6 +229,8 @@ func (r *Reconciler) SetupWithManager(mgr manager.Manager) error {
 		Owns(&rbacv1.Role{}).
 		Owns(&rbacv1.RoleBinding{}).
 		Watches(&corev1.Pod{}, byLabel).
+		// A cordoned node (a drain) moves its primary elsewhere first.
+		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.primariesOn), builder.WithPredicates(cordonChanged)).
 		Watches(&corev1.PersistentVolumeClaim{}, byLabel).
 		// A final backup's progress moves a Snapshot deletion forward.
 		Watches(&v1alpha1.DatabaseBackup{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, obj client.Object) []reconcile.Request {

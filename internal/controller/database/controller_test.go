@@ -140,6 +140,20 @@ func TestChildrenHaveTheRightShape(t *testing.T) {
 		_, err := get(ns, "orders", &policyv1.PodDisruptionBudget{})
 		return err == nil, client.IgnoreNotFound(err)
 	})
+	// Two budgets that never select the same pod (the eviction API refuses
+	// such a pod): one replica at a time, and never the primary.
+	for name, want := range map[string]string{"orders": "replica", "orders-primary": "primary"} {
+		b, err := get(ns, name, &policyv1.PodDisruptionBudget{})
+		if err != nil {
+			t.Fatalf("PodDisruptionBudget %s: %v", name, err)
+		}
+		if got := b.Spec.Selector.MatchLabels["daytwo.dev/role"]; got != want {
+			t.Errorf("PodDisruptionBudget %s selects role %q, want %q", name, got, want)
+		}
+	}
+	if b, _ := get(ns, "orders-primary", &policyv1.PodDisruptionBudget{}); b.Spec.MinAvailable == nil || b.Spec.MinAvailable.IntValue() != 1 {
+		t.Errorf("the primary's budget allows its eviction: %+v", b.Spec)
+	}
 	secret, err := get(ns, "orders-credentials", &corev1.Secret{})
 	if err != nil {
 		t.Fatal(err)
@@ -301,6 +315,9 @@ func TestScaleSubresourceAndBudget(t *testing.T) {
 		_, err := get(ns, "scaled", &appsv1.StatefulSet{})
 		return err == nil, client.IgnoreNotFound(err)
 	})
+	if _, err := get(ns, "scaled-primary", &policyv1.PodDisruptionBudget{}); !apierrors.IsNotFound(err) {
+		t.Errorf("a single instance got the primary's PodDisruptionBudget: %v", err)
+	}
 	if _, err := get(ns, "scaled", &policyv1.PodDisruptionBudget{}); !apierrors.IsNotFound(err) {
 		t.Errorf("a single instance got a PodDisruptionBudget: %v", err)
 	}

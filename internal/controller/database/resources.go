@@ -425,16 +425,37 @@ func configMap(db *v1alpha1.Database, p plan) *corev1ac.ConfigMapApplyConfigurat
 		})
 }
 
-// podDisruptionBudget lets a drain take one instance at a time.
+// podDisruptionBudget lets a drain take one replica at a time.
 func podDisruptionBudget(db *v1alpha1.Database) *policyv1ac.PodDisruptionBudgetApplyConfiguration {
+	// Replicas only: the eviction API refuses a pod that two budgets select.
+	sel := selectorLabels(db)
+	sel[labelRole] = "replica"
 	return policyv1ac.PodDisruptionBudget(db.Name, db.Namespace).
 		WithLabels(labels(db)).
 		WithOwnerReferences(ownerReference(db)).
 		WithSpec(policyv1ac.PodDisruptionBudgetSpec().
 			WithMaxUnavailable(intstr.FromInt32(1)).
-			WithSelector(metav1ac.LabelSelector().WithMatchLabels(selectorLabels(db))).
+			WithSelector(metav1ac.LabelSelector().WithMatchLabels(sel)).
 			WithUnhealthyPodEvictionPolicy(policyv1.AlwaysAllow))
 }
+
+// primaryDisruptionBudget refuses the eviction of the primary (a node
+// drain): once its node is cordoned, the operator switches over to a
+// replica elsewhere, and the old primary, now a replica, may go under the
+// Database's other budget.
+func primaryDisruptionBudget(db *v1alpha1.Database) *policyv1ac.PodDisruptionBudgetApplyConfiguration {
+	sel := selectorLabels(db)
+	sel[labelRole] = "primary"
+	return policyv1ac.PodDisruptionBudget(primaryBudgetName(db), db.Namespace).
+		WithLabels(labels(db)).
+		WithOwnerReferences(ownerReference(db)).
+		WithSpec(policyv1ac.PodDisruptionBudgetSpec().
+			WithMinAvailable(intstr.FromInt32(1)).
+			WithSelector(metav1ac.LabelSelector().WithMatchLabels(sel)).
+			WithUnhealthyPodEvictionPolicy(policyv1.AlwaysAllow))
+}
+
+func primaryBudgetName(db *v1alpha1.Database) string { return db.Name + "-primary" }
 
 // credentialsData is the application Secret's content: what WebApps and
 // users connect with.

@@ -1,7 +1,6 @@
 package database
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -9,7 +8,6 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -177,18 +175,8 @@ func pickRestart(outdated []*corev1.Pod, allReady bool, primary string) *corev1.
 // while no replica streams close enough: restarting the primary then would
 // be a failover to a replica that lacks acknowledged writes.
 func (r *Reconciler) switchoverBeforeRestart(ctx context.Context, db *v1alpha1.Database, obs *observation, revision string) (reconcile.Result, error) {
-	if obs.switchoverWaiting != "" {
-		return reconcile.Result{RequeueAfter: time.Second}, nil // a requested switchover comes first
-	}
-	now := r.Clock.Now()
-	d := decideSwitchover(switchoverRequest{at: now}, leaseStateOf(obs.lease), now, podNames(obs.pods), obs.instanceStatuses)
-	if d.to == "" || d.wait != "" || d.refuse != "" {
-		obs.switchoverWaiting = fmt.Sprintf("before restarting the primary %s to apply revision %s: %s",
-			obs.primary, revision, cmp.Or(d.wait, d.refuse))
-		return reconcile.Result{RequeueAfter: 2 * time.Second}, nil
-	}
-	rec := &v1alpha1.SwitchoverRecord{RequestedTime: metav1.NewTime(now), From: d.from, To: d.to}
-	return r.handOver(ctx, db, obs, rec, now, fmt.Sprintf(", before its restart to apply revision %s", revision))
+	return r.autoSwitchover(ctx, db, obs, obs.instanceStatuses,
+		fmt.Sprintf("before restarting the primary %s to apply revision %s", obs.primary, revision))
 }
 
 func (r *Reconciler) pollWhileRollingOut(obs *observation) reconcile.Result {

@@ -9,8 +9,10 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
@@ -189,6 +191,60 @@ func (r *Reconciler) handOver(ctx context.Context, db *v1alpha1.Database, obs *o
 		fmt.Sprintf("%s is the primary; %s stepped down cleanly at %s%s", to, from, res.LSN, why))
 	observeSwitchover(db, rec.PromotedTime.Sub(rec.StartedTime.Time))
 	return reconcile.Result{RequeueAfter: time.Second}, nil
+}
+
+// autoSwitchover hands the primary over to the best replica among
+// instances, for a reason of the operator's own that why states. It waits,
+// and says why, while none can take over; a requested switchover waiting
+// for its turn comes first.
+func (r *Reconciler) autoSwitchover(ctx context.Context, db *v1alpha1.Database, obs *observation,
+	instances []v1alpha1.InstanceStatus, why string) (reconcile.Result, error) {
+	if obs.switchoverWaiting != "" {
+		return reconcile.Result{RequeueAfter: time.Second}, nil
+	}
+	now := r.Clock.Now()
+	d := decideSwitchover(switchoverRequest{at: now}, leaseStateOf(obs.lease), now, podNames(obs.pods), instances)
+	if d.to == "" || d.wait != "" || d.refuse != "" {
+		obs.switchoverWaiting = fmt.Sprintf("%s: %s", why, cmp.Or(d.wait, d.refuse))
+		return reconcile.Result{RequeueAfter: 2 * time.Second}, nil
+	}
+	rec := &v1alpha1.SwitchoverRecord{RequestedTime: metav1.NewTime(now), From: d.from, To: d.to}
+	return r.handOver(ctx, db, obs, rec, now, ", "+why)
+}
+
+// switchoverForDrain moves the primary off a cordoned node, as a drain
+// does first, to a replica on a node that is not cordoned; the primary's
+// PodDisruptionBudget refuses its eviction until then.
+func (r *Reconciler) switchoverForDrain(ctx context.Context, db *v1alpha1.Database, obs *observation) (reconcile.Result, error) {
+	if len(obs.pods) < 2 || obs.lease == nil {
+		return reconcile.Result{}, nil
+	}
+	cordoned := map[string]string{} // pod name: its cordoned node
+	for i := range obs.pods {
+		p := &obs.pods[i]
+		if p.Spec.NodeName == "" {
+			continue
+		}
+		node := &corev1.Node{}
+		if err := r.Client.Get(ctx, client.ObjectKey{Name: p.Spec.NodeName}, node); err != nil {
+			if apierrors.IsNotFound(err) {
+				continue
+			}
+			return reconcile.Result{}, fmt.Errorf("failed to get node %s: %w", p.Spec.NodeName, err)
+		}
+		if node.Spec.Unschedulable {
+			cordoned[p.Name] = node.Name
+		}
+	}
+	node, ok := cordoned[obs.primary]
+	if !ok {
+		return reconcile.Result{}, nil
+	}
+	instances := slices.DeleteFunc(slices.Clone(obs.instanceStatuses), func(s v1alpha1.InstanceStatus) bool {
+		_, c := cordoned[s.Name]
+		return c && s.Name != obs.primary
+	})
+	return r.autoSwitchover(ctx, db, obs, instances, fmt.Sprintf("off the primary's cordoned node %s", node))
 }
 
 func podNames(pods []corev1.Pod) []string {
