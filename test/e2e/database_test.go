@@ -450,7 +450,7 @@ func TestDatabaseMediumUpgradeAndRollback(t *testing.T) {
 		&policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: pod.Name}})
 	db = waitDatabase(t, ns, "shop", time.Minute, "waiting to move the primary off its cordoned node", func(d *v1alpha1.Database) bool {
 		c := meta.FindStatusCondition(d.Status.Conditions, v1alpha1.ConditionProgressing)
-		return c != nil && c.Reason == v1alpha1.ReasonSwitchoverPending && strings.Contains(c.Message, "cordoned node")
+		return c != nil && c.Reason == v1alpha1.ReasonSwitchoverPending && strings.Contains(c.Message, "is cordoned")
 	})
 	cordon(false)
 	if !apierrors.IsTooManyRequests(evictErr) {

@@ -240,6 +240,10 @@ func (r *Reconciler) switchoverForDrain(ctx context.Context, db *v1alpha1.Databa
 	if !ok {
 		return reconcile.Result{}, nil
 	}
+	if len(cordoned) == len(obs.pods) {
+		obs.switchoverWaiting = fmt.Sprintf("the primary's node %s is cordoned, and so is every other instance's node", node)
+		return reconcile.Result{}, nil // a node's uncordon wakes us
+	}
 	instances := slices.DeleteFunc(slices.Clone(obs.instanceStatuses), func(s v1alpha1.InstanceStatus) bool {
 		_, c := cordoned[s.Name]
 		return c && s.Name != obs.primary
