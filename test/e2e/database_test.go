@@ -446,8 +446,19 @@ func TestDatabaseMediumUpgradeAndRollback(t *testing.T) {
 		}
 	}
 	cordon(true)
-	evictErr := cluster.Client.SubResource("eviction").Create(context.Background(), pod,
-		&policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: pod.Name}})
+	evict := func(name string) error { // a dry run: the budgets are checked, nothing is evicted
+		return cluster.Client.SubResource("eviction").Create(context.Background(),
+			&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}},
+			&policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}, client.DryRunAll)
+	}
+	evictErr := evict(pod.Name)
+	replica := "shop-0"
+	if pod.Name == replica {
+		replica = "shop-1"
+	}
+	if err := evict(replica); err != nil {
+		t.Errorf("a drain may not evict the replica %s: %v", replica, err)
+	}
 	db = waitDatabase(t, ns, "shop", time.Minute, "waiting to move the primary off its cordoned node", func(d *v1alpha1.Database) bool {
 		c := meta.FindStatusCondition(d.Status.Conditions, v1alpha1.ConditionProgressing)
 		return c != nil && c.Reason == v1alpha1.ReasonSwitchoverPending && strings.Contains(c.Message, "is cordoned")

@@ -300,7 +300,7 @@ func (r *Reconciler) applyDisruptionBudget(ctx context.Context, db *v1alpha1.Dat
 	for _, b := range []struct {
 		name    string
 		desired *policyv1ac.PodDisruptionBudgetApplyConfiguration
-	}{{db.Name, podDisruptionBudget(db)}, {primaryBudgetName(db), primaryDisruptionBudget(db)}} {
+	}{{db.Name, podDisruptionBudget(db, p)}, {primaryBudgetName(db), primaryDisruptionBudget(db)}} {
 		live := controller.Named[policyv1.PodDisruptionBudget](db.Namespace, b.name)
 		var err error
 		if p.instances > 1 {

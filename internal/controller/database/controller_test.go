@@ -154,6 +154,10 @@ func TestChildrenHaveTheRightShape(t *testing.T) {
 	if b, _ := get(ns, "orders-primary", &policyv1.PodDisruptionBudget{}); b.Spec.MinAvailable == nil || b.Spec.MinAvailable.IntValue() != 1 {
 		t.Errorf("the primary's budget allows its eviction: %+v", b.Spec)
 	}
+	// maxUnavailable would count the primary too and allow no eviction.
+	if b, _ := get(ns, "orders", &policyv1.PodDisruptionBudget{}); b.Spec.MinAvailable == nil || b.Spec.MinAvailable.IntValue() != 0 {
+		t.Errorf("the replicas' budget of 2 instances: %+v", b.Spec)
+	}
 	secret, err := get(ns, "orders-credentials", &corev1.Secret{})
 	if err != nil {
 		t.Fatal(err)

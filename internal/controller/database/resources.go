@@ -425,16 +425,18 @@ func configMap(db *v1alpha1.Database, p plan) *corev1ac.ConfigMapApplyConfigurat
 		})
 }
 
-// podDisruptionBudget lets a drain take one replica at a time.
-func podDisruptionBudget(db *v1alpha1.Database) *policyv1ac.PodDisruptionBudgetApplyConfiguration {
-	// Replicas only: the eviction API refuses a pod that two budgets select.
+// podDisruptionBudget lets a drain take one replica at a time. It selects
+// replicas only (the eviction API refuses a pod that two budgets select),
+// and counts with minAvailable: a maxUnavailable budget would count against
+// the whole StatefulSet, primary included, and allow no eviction at all.
+func podDisruptionBudget(db *v1alpha1.Database, p plan) *policyv1ac.PodDisruptionBudgetApplyConfiguration {
 	sel := selectorLabels(db)
 	sel[labelRole] = "replica"
 	return policyv1ac.PodDisruptionBudget(db.Name, db.Namespace).
 		WithLabels(labels(db)).
 		WithOwnerReferences(ownerReference(db)).
 		WithSpec(policyv1ac.PodDisruptionBudgetSpec().
-			WithMaxUnavailable(intstr.FromInt32(1)).
+			WithMinAvailable(intstr.FromInt32(max(p.instances-2, 0))).
 			WithSelector(metav1ac.LabelSelector().WithMatchLabels(sel)).
 			WithUnhealthyPodEvictionPolicy(policyv1.AlwaysAllow))
 }
