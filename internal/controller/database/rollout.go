@@ -123,6 +123,9 @@ func (r *Reconciler) rollOut(ctx context.Context, db *v1alpha1.Database, obs *ob
 	}
 	obs.outdated = len(outdated)
 	obs.pendingParams = pendingParameters(obs.plan, obs.in.runningParams, outdated)
+	if obs.handedOver {
+		return reconcile.Result{RequeueAfter: time.Second}, nil // readiness and roles just changed
+	}
 	if len(outdated) == 0 {
 		return r.pollWhileRollingOut(obs), nil
 	}

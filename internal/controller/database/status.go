@@ -46,6 +46,9 @@ type observation struct {
 	primary           string
 	failoverWaiting   string
 	switchoverWaiting string
+	// handedOver: a switchover moved the primary in this reconcile, so what
+	// was observed (lease, roles, readiness) is stale; nothing else acts on it.
+	handedOver bool
 }
 
 // setStatus rebuilds db's status from obs.

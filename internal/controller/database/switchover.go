@@ -173,6 +173,7 @@ func (r *Reconciler) handOver(ctx context.Context, db *v1alpha1.Database, obs *o
 		return reconcile.Result{}, err
 	}
 	r.Recorder.Eventf(db, nil, corev1.EventTypeNormal, v1alpha1.ReasonSwitchover, "Demote", "Asking %s to step down for %s%s", from, to, why)
+	obs.handedOver = true
 	res, err := r.Instances.Demote(ctx, podIP(obs, from), token,
 		instanceapi.DemoteRequest{To: to, Request: request.UTC().Format(time.RFC3339)})
 	if err != nil {
@@ -216,7 +217,7 @@ func (r *Reconciler) autoSwitchover(ctx context.Context, db *v1alpha1.Database, 
 // does first, to a replica on a node that is not cordoned; the primary's
 // PodDisruptionBudget refuses its eviction until then.
 func (r *Reconciler) switchoverForDrain(ctx context.Context, db *v1alpha1.Database, obs *observation) (reconcile.Result, error) {
-	if len(obs.pods) < 2 || obs.lease == nil {
+	if len(obs.pods) < 2 || obs.lease == nil || obs.handedOver {
 		return reconcile.Result{}, nil
 	}
 	cordoned := map[string]string{} // pod name: its cordoned node
