@@ -432,6 +432,8 @@ func TestSynchronousReplication(t *testing.T) {
 	if got := names(); got != want {
 		t.Fatalf("synchronous_standby_names = %q, want %q", got, want)
 	}
+	record := func() string { return lt.get().Annotations[instanceapi.AnnotationSync] }
+	eventually(t, 10*time.Second, func() bool { return record() == want }, "the lease to record the synchronous setting")
 	primary.exec(ctx, "CREATE TABLE acks (id int PRIMARY KEY)")
 	if err := write(1); err != nil {
 		t.Fatalf("a write with the synchronous replica streaming: %v", err)
@@ -455,6 +457,12 @@ func TestSynchronousReplication(t *testing.T) {
 	wish(false)
 	start := time.Now()
 	eventually(t, 10*time.Second, func() bool { return names() == "" }, "the primary to stop waiting for the missing replica")
+	// It loosened only once the lease recorded the change: failover never
+	// counts on a quorum the commits no longer have.
+	if got := record(); got != want+instanceapi.SyncSeparator && got != "" {
+		t.Fatalf("the lease records %q once the primary stopped waiting", got)
+	}
+	eventually(t, 10*time.Second, func() bool { return record() == "" }, "the lease to record asynchronous replication")
 	if err := write(3); err != nil {
 		t.Fatalf("a write under preferred durability without the replica: %v", err)
 	}

@@ -23,9 +23,10 @@ var ErrLeaseLost = errors.New("the primary lease names another instance")
 type Lease interface {
 	// Holder is the instance the lease names.
 	Holder(ctx context.Context) (string, error)
-	// Renew extends the lease for pod, recording lsn. It fails with
+	// Renew extends the lease for pod, recording lsn and the synchronous
+	// replication in force (instanceapi.AnnotationSync). It fails with
 	// ErrLeaseLost when the lease names another instance.
-	Renew(ctx context.Context, pod, lsn string) error
+	Renew(ctx context.Context, pod, lsn, sync string) error
 	// Release lets the lease expire now if pod holds it (a clean shutdown),
 	// so failover need not wait for it to run out.
 	Release(ctx context.Context, pod string) error
@@ -77,7 +78,7 @@ func (k *KubeLease) Holder(ctx context.Context) (string, error) {
 
 // Renew implements Lease. The update carries the resourceVersion it read, so
 // it cannot overwrite a transfer the operator made in between.
-func (k *KubeLease) Renew(ctx context.Context, pod, lsn string) error {
+func (k *KubeLease) Renew(ctx context.Context, pod, lsn, sync string) error {
 	l, err := k.get(ctx)
 	if err != nil {
 		return err
@@ -91,12 +92,13 @@ func (k *KubeLease) Renew(ctx context.Context, pod, lsn string) error {
 	if l.Spec.AcquireTime == nil {
 		l.Spec.AcquireTime = &now
 	}
+	if l.Annotations == nil {
+		l.Annotations = map[string]string{}
+	}
 	if lsn != "" {
-		if l.Annotations == nil {
-			l.Annotations = map[string]string{}
-		}
 		l.Annotations[instanceapi.AnnotationLeaseLSN] = lsn
 	}
+	l.Annotations[instanceapi.AnnotationSync] = sync
 	// The holder renews as a primary: a handover's wait is over.
 	delete(l.Annotations, instanceapi.AnnotationHandoverLSN)
 	if _, err := k.Client.Update(ctx, l, metav1.UpdateOptions{}); err != nil {

@@ -48,6 +48,10 @@ type Manager struct {
 	bootstrapped bool
 	// demote carries a switchover from the API to the supervisor.
 	demote chan demoteRequest
+	// syncRecord is the synchronous_standby_names record the lease renewals
+	// carry (instanceapi.AnnotationSync); syncRecorded, the one the last
+	// renewal wrote (both guarded by mu).
+	syncRecord, syncRecorded string
 	// unwantedSlots: when each daytwo slot no instance wants was first seen
 	// (only the monitor goroutine uses it).
 	unwantedSlots map[string]time.Time
@@ -485,6 +489,11 @@ func (m *Manager) setPhase(p instanceapi.Phase, msg string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.status.Phase, m.status.Message = p, msg
+	if p != instanceapi.PhaseRunning {
+		// Positions are what a running server reports: a failover must not
+		// rank this instance by what it had before it stopped.
+		m.status.LSN, m.status.ReceivedLSN, m.status.Streaming = "", "", false
+	}
 }
 
 func (m *Manager) setMessage(msg string) {

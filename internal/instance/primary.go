@@ -103,7 +103,7 @@ func (m *Manager) startPrimaryDuties(ctx context.Context, fence chan<- error) bo
 	go m.holdLease(ctx, fence)
 	context.AfterFunc(ctx, func() {
 		m.mu.Lock()
-		m.lastHeartbeat, m.lastRenew = time.Time{}, time.Time{}
+		m.lastHeartbeat, m.lastRenew, m.syncRecorded = time.Time{}, time.Time{}, ""
 		m.mu.Unlock()
 	})
 	return true
@@ -162,17 +162,17 @@ func (m *Manager) holdLease(ctx context.Context, fence chan<- error) {
 	defer tick.Stop()
 	for {
 		m.mu.Lock()
-		beat, renewed, lsn := m.lastHeartbeat, m.lastRenew, m.status.LSN
+		beat, renewed, lsn, sync := m.lastHeartbeat, m.lastRenew, m.status.LSN, m.syncRecord
 		m.mu.Unlock()
 		if time.Since(beat) < instanceapi.HeartbeatDeadline {
 			start := time.Now()
 			rctx, cancel := context.WithTimeout(ctx, instanceapi.LeaseRenewPeriod)
-			err := m.lease.Renew(rctx, m.cfg.Pod, lsn)
+			err := m.lease.Renew(rctx, m.cfg.Pod, lsn, sync)
 			cancel()
 			switch {
 			case err == nil:
 				m.mu.Lock()
-				m.lastRenew = start
+				m.lastRenew, m.syncRecorded = start, sync
 				m.mu.Unlock()
 				renewed = start
 			case errors.Is(err, ErrLeaseLost):

@@ -253,7 +253,19 @@ func (m *Manager) manageSync(ctx context.Context, conn *pgx.Conn, r instanceapi.
 	}
 	want := synchronousStandbyNames(r, m.cfg.Pod, streaming)
 	var have string
-	if err := conn.QueryRow(ctx, "SHOW synchronous_standby_names").Scan(&have); err != nil || have == want {
+	if err := conn.QueryRow(ctx, "SHOW synchronous_standby_names").Scan(&have); err != nil {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if have == want {
+		m.syncRecord = have
+		return
+	}
+	// A change takes effect only once the lease records both values, so
+	// failover never trusts more than the acknowledged commits have.
+	m.syncRecord = have + instanceapi.SyncSeparator + want
+	if m.lease != nil && m.syncRecorded != m.syncRecord {
 		return
 	}
 	if err := os.WriteFile(filepath.Join(m.cfg.PGData, syncFile), []byte(syncConf(want)), 0o600); err != nil {
@@ -261,5 +273,7 @@ func (m *Manager) manageSync(ctx context.Context, conn *pgx.Conn, r instanceapi.
 		return
 	}
 	m.log.Info("Synchronous standbys changed", "from", have, "to", want, "streaming", streaming)
+	m.mu.Unlock()
 	m.reloadConfig(ctx, conn)
+	m.mu.Lock()
 }

@@ -87,6 +87,14 @@ const (
 	// over, so a request is carried out once even if the status write that
 	// answers it is lost.
 	AnnotationSwitchoverRequest = "daytwo.dev/switchover-request"
+	// AnnotationSync on the Lease is the synchronous_standby_names the
+	// holder runs with, recorded at its renewals; failover's quorum rule
+	// reads it. While the setting changes it holds the old and the new
+	// value, separated by SyncSeparator, and the new value takes effect
+	// only once that is recorded, so the record never claims more than the
+	// acknowledged commits have. Absent or empty: asynchronous.
+	AnnotationSync = "daytwo.dev/synchronous-standby-names"
+	SyncSeparator  = "|"
 )
 
 // LeaseName is the primary lease of the Database named cluster.

@@ -2,6 +2,7 @@ package database
 
 import (
 	"fmt"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -23,6 +24,39 @@ type leaseState struct {
 	holder  string
 	expires time.Time // zero: released or never renewed
 	lsn     string    // the holder's WAL position at its last renewal
+	// sync is the synchronous replication the holder recorded: one
+	// setting, or the old and the new one while it changes. None:
+	// asynchronous (or an instance manager from before the record).
+	sync []syncSetting
+}
+
+// syncSetting is a synchronous_standby_names of the form ANY k (names);
+// k 0 is asynchronous.
+type syncSetting struct {
+	k     int
+	names []string
+}
+
+var anySync = regexp.MustCompile(`^ANY (\d+) \((.*)\)$`)
+
+// parseSync reads the lease's record (instanceapi.AnnotationSync). A value
+// it cannot read counts as asynchronous: the lag bound then applies.
+func parseSync(record string) []syncSetting {
+	var out []syncSetting
+	for _, v := range strings.Split(record, instanceapi.SyncSeparator) {
+		m := anySync.FindStringSubmatch(v)
+		if m == nil {
+			out = append(out, syncSetting{})
+			continue
+		}
+		k, _ := strconv.Atoi(m[1])
+		var names []string
+		for _, n := range strings.Split(m[2], ",") {
+			names = append(names, strings.Trim(strings.TrimSpace(n), `"`))
+		}
+		out = append(out, syncSetting{k: k, names: names})
+	}
+	return out
 }
 
 func leaseStateOf(l *coordinationv1.Lease) leaseState {
@@ -37,6 +71,9 @@ func leaseStateOf(l *coordinationv1.Lease) leaseState {
 		s.expires = l.Spec.RenewTime.Add(time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second)
 	}
 	s.lsn = l.Annotations[instanceapi.AnnotationLeaseLSN]
+	if rec, ok := l.Annotations[instanceapi.AnnotationSync]; ok {
+		s.sync = parseSync(rec)
+	}
 	return s
 }
 
@@ -54,31 +91,40 @@ type failoverDecision struct {
 }
 
 // decideFailover picks the replica to promote once the lease expired: the
-// one that received the most WAL among those that answer. It is pure: the
-// reconciler gathers its inputs and carries out its answer.
+// one with the most WAL (received, or replayed when nothing was received
+// since it started) among those that answer. It is pure: the reconciler
+// gathers its inputs and carries out its answer.
 //
-// quorum 0 (asynchronous, or synchronous with preferred durability): the
-// replica must be within MaxFailoverLag of what the old primary last
-// reported. quorum q > 0 (synchronous, required): at least q replicas must
-// answer, enough that one of them holds every acknowledged commit; the one
-// with the most WAL then holds them all, and no lag bound applies, since
-// what it lacks was never acknowledged.
-func decideFailover(lease leaseState, now time.Time, instances []v1alpha1.InstanceStatus, quorum int) failoverDecision {
+// Asynchronous (the lease records no synchronous setting, or one of k 0):
+// the replica must be within MaxFailoverLag of what the old primary last
+// reported. Synchronous (every recorded setting ANY k of n names): enough
+// of the named replicas must answer that one of them holds every
+// acknowledged commit, n - k + 1 of them (R + W > N); the one with the most
+// WAL then holds them all, and no lag bound applies, since what it lacks
+// was never acknowledged.
+func decideFailover(lease leaseState, now time.Time, instances []v1alpha1.InstanceStatus) failoverDecision {
 	if lease.holder == "" || !lease.expired(now) {
 		return failoverDecision{}
 	}
-	best, bestLSN, answering := "", uint64(0), 0
+	quorum := len(lease.sync) > 0
+	for _, s := range lease.sync {
+		quorum = quorum && s.k > 0
+	}
+	best, bestLSN := "", uint64(0)
+	answering := map[string]bool{}
 	var behind []string
 	for _, in := range instances {
 		if in.Name == lease.holder || in.Error != "" || in.Role != string(instanceapi.RoleReplica) {
 			continue
 		}
-		got, ok := parseLSN(in.ReceivedLSN)
-		if !ok {
+		got, ok1 := parseLSN(in.ReceivedLSN)
+		replayed, ok2 := parseLSN(in.LSN)
+		if !ok1 && !ok2 {
 			continue
 		}
-		answering++
-		if want, ok := parseLSN(lease.lsn); quorum == 0 && ok && want > got && want-got > MaxFailoverLag {
+		got = max(got, replayed)
+		answering[in.Name] = true
+		if want, ok := parseLSN(lease.lsn); !quorum && ok && want > got && want-got > MaxFailoverLag {
 			behind = append(behind, fmt.Sprintf("%s (%d bytes behind)", in.Name, want-got))
 			continue
 		}
@@ -86,10 +132,20 @@ func decideFailover(lease leaseState, now time.Time, instances []v1alpha1.Instan
 			best, bestLSN = in.Name, got
 		}
 	}
-	if quorum > 0 && answering < quorum {
-		return failoverDecision{waiting: fmt.Sprintf("The primary %s lost its lease; synchronous replication with required durability "+
-			"needs %d replicas to answer to be sure one holds every acknowledged commit, and %d do, so none is promoted",
-			lease.holder, quorum, answering)}
+	if quorum {
+		for _, s := range lease.sync {
+			n := 0
+			for _, name := range s.names {
+				if answering[name] {
+					n++
+				}
+			}
+			if need := len(s.names) - s.k + 1; n < need {
+				return failoverDecision{waiting: fmt.Sprintf("The primary %s lost its lease; it committed synchronously on %d of %s, "+
+					"so %d of them must answer to be sure one holds every acknowledged commit, and %d do; none is promoted",
+					lease.holder, s.k, strings.Join(s.names, ", "), need, n)}
+			}
+		}
 	}
 	if best == "" {
 		why := "no replica answers"

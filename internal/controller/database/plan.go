@@ -125,19 +125,6 @@ func (p plan) replicationConf(db *v1alpha1.Database) string {
 	return string(b)
 }
 
-// failoverQuorum is how many replicas must answer before a failover, so
-// that one of them surely holds every acknowledged commit: with each commit
-// flushed on syncReplicas of the n-1 replicas, any n-syncReplicas of them
-// include one that has it (R + W > N). 0 when replication is not
-// synchronous with required durability.
-func (p plan) failoverQuorum(pods int) int {
-	if p.syncReplicas == 0 || !p.syncRequired {
-		return 0
-	}
-	n := max(int(p.instances), pods)
-	return n - int(p.syncReplicas)
-}
-
 func (p plan) statusParameters() []v1alpha1.EffectiveParameter {
 	out := make([]v1alpha1.EffectiveParameter, 0, len(p.params))
 	for _, e := range p.params {

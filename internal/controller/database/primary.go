@@ -91,7 +91,7 @@ func (r *Reconciler) failover(ctx context.Context, db *v1alpha1.Database, obs *o
 		}
 		return reconcile.Result{RequeueAfter: st.expires.Sub(now) + 100*time.Millisecond}, nil
 	}
-	d := decideFailover(st, now, obs.instanceStatuses, obs.plan.failoverQuorum(len(obs.pods)))
+	d := decideFailover(st, now, obs.instanceStatuses)
 	if d.promote == "" {
 		// A lease never taken is a Database still bootstrapping; with a
 		// single instance there is no one to fail over to.

@@ -109,16 +109,8 @@ func TestValidate(t *testing.T) {
 	if msg := validate(syncLarge, p); msg != "" {
 		t.Errorf("synchronous replication on %d instances refused: %s", p.instances, msg)
 	}
-	// 3 instances, each commit on 1 of 2 replicas: both must answer.
-	if q := p.failoverQuorum(3); q != 2 {
-		t.Errorf("quorum for ANY 1 of 2 replicas = %d, want 2", q)
-	}
 	if got := p.replicationConf(syncLarge); got != `{"instances":["orders-0","orders-1","orders-2"],"synchronous":1,"required":true}` {
 		t.Errorf("replication file %s", got)
-	}
-	syncLarge.Spec.Replication.Synchronous.DataDurability = v1alpha1.DataDurabilityPreferred
-	if q := newPlan(syncLarge).failoverQuorum(3); q != 0 {
-		t.Errorf("preferred durability has a quorum of %d", q)
 	}
 	requestOnly := newDB(func(d *v1alpha1.Database) {
 		d.Spec.Resources = &corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("2Gi")}}
