@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 )
 
 // killServer SIGKILLs the postmaster and every process it forked. Each
@@ -22,6 +23,37 @@ func killServer(postmaster int) {
 		}
 	}
 	_ = syscall.Kill(postmaster, syscall.SIGKILL)
+}
+
+// killOrphans SIGKILLs the backends a dead postmaster left behind, before
+// a new one starts: they would keep its shared memory attached (so the new
+// postmaster refuses to start) and could still write. In a container they
+// were handed to the init that started this manager (see RunInit); outside
+// one (tests) there is no such parent to look below, and nothing is done.
+func killOrphans() {
+	if os.Getenv(initChildEnv) == "" {
+		return
+	}
+	init := os.Getppid()
+	var left []int
+	for pid, p := range processes() {
+		if p.PPID == init && p.Comm == "postgres" {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+			left = append(left, pid)
+		}
+	}
+	for range 50 { // the init reaps them; wait at most 5 s
+		alive := false
+		for _, pid := range left {
+			if _, err := os.Stat(filepath.Join("/proc", strconv.Itoa(pid))); err == nil {
+				alive = true
+			}
+		}
+		if !alive {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 // process is what /proc/<pid>/stat says of a process.

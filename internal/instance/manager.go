@@ -132,6 +132,7 @@ func (m *Manager) Run(ctx context.Context) error {
 			}
 			m.log.Info("Postgres exited unexpectedly; starting it again", "reason", err.Error(), "crashes", len(crashes))
 			m.setPhase(instanceapi.PhaseStarting, err.Error())
+			killOrphans()
 			time.Sleep(crashPause)
 			continue
 		}
