@@ -97,20 +97,23 @@ func Tune(r Resources) map[string]string {
 // the later replication issue need. Users may override them.
 func Defaults() map[string]string {
 	return map[string]string{
-		"password_encryption":        "scram-sha-256",
-		"wal_level":                  "replica",
-		"max_wal_senders":            "10",
-		"max_replication_slots":      "10",
-		"hot_standby":                "on",
-		"wal_log_hints":              "on",
-		"log_destination":            "stderr",
-		"logging_collector":          "off",
-		"log_line_prefix":            "%m [%p] %q%u@%d ",
-		"log_checkpoints":            "on",
-		"log_lock_waits":             "on",
-		"log_min_duration_statement": "1000",
-		"shared_preload_libraries":   "pg_stat_statements",
-		"dynamic_shared_memory_type": "posix",
+		"password_encryption":   "scram-sha-256",
+		"wal_level":             "replica",
+		"max_wal_senders":       "10",
+		"max_replication_slots": "10",
+		"hot_standby":           "on",
+		// A replica reconnects to a new primary within a second of a
+		// failover, not five: synchronous commits wait for it.
+		"wal_retrieve_retry_interval": "1s",
+		"wal_log_hints":               "on",
+		"log_destination":             "stderr",
+		"logging_collector":           "off",
+		"log_line_prefix":             "%m [%p] %q%u@%d ",
+		"log_checkpoints":             "on",
+		"log_lock_waits":              "on",
+		"log_min_duration_statement":  "1000",
+		"shared_preload_libraries":    "pg_stat_statements",
+		"dynamic_shared_memory_type":  "posix",
 	}
 }
 
