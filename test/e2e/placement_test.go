@@ -47,6 +47,21 @@ func TestInstancesSpreadAcrossNodes(t *testing.T) {
 		}
 		t.Cleanup(func() { _ = cluster.Client.Delete(context.Background(), node) })
 	}
+	// kwok has no storage provisioner: volumes for the claims to bind to.
+	for i := range 3 {
+		pv := &corev1.PersistentVolume{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("placement-%d", i)},
+			Spec: corev1.PersistentVolumeSpec{
+				Capacity:               corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Ti")},
+				AccessModes:            []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+				PersistentVolumeSource: corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: fmt.Sprintf("/tmp/placement-%d", i)}},
+			},
+		}
+		if err := cluster.Client.Create(ctx, pv); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cluster.Client.Delete(context.Background(), pv) })
+	}
 	ns := cluster.Namespace(t)
 	createDatabase(t, ns, "spread", func(db *v1alpha1.Database) {
 		db.Spec.Instances = ptr.To[int32](3)

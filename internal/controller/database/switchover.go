@@ -182,6 +182,11 @@ func (r *Reconciler) handOver(ctx context.Context, db *v1alpha1.Database, obs *o
 	}
 	rec.LSN = res.LSN
 	obs.primary = to
+	// -rw moves to the target now: the Service's endpoints and kube-proxy
+	// catch up while it is being promoted. The old primary serves nothing.
+	if err := r.labelRoles(ctx, obs.pods, to); err != nil {
+		return reconcile.Result{}, err
+	}
 	if err := r.Instances.Promote(ctx, podIP(obs, to), token, res.LSN); err != nil {
 		// The lease names the target: failover promotes it once it can (see failover).
 		r.answerSwitchover(db, rec, v1alpha1.SwitchoverFailed, fmt.Sprintf("%s holds the lease but did not promote yet: %v", to, err))
