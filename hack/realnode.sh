@@ -321,5 +321,7 @@ case "${1:-}" in
   load) shift; load "$@" ;;
   kubeconfig) echo "$KCFG" ;;
   status) status ;;
-  *) echo "usage: $0 up|down [--purge]|load [image...]|kubeconfig|status" >&2; exit 2 ;;
+  # tag SRC DST: another name for a loaded image (the e2e's stand-in for a new release).
+  tag) "${CTR[@]}" images tag --force "$2" "$3" >/dev/null ;;
+  *) echo "usage: $0 up|down [--purge]|load [image...]|kubeconfig|status|tag SRC DST" >&2; exit 2 ;;
 esac

@@ -214,6 +214,84 @@ func TestDatabaseSmallLifecycle(t *testing.T) {
 	if got := sql(t, ns, "psql", "orders-rw", "SELECT sum(v) FROM items"); got != "42" {
 		t.Fatalf("the re-created Database does not see the kept data: %q", got)
 	}
+
+	// Upgrading the operator restarts no PostgreSQL pod. The same image
+	// under a new tag stands in for a new release, in the operator's
+	// Deployment and as its instance image.
+	before := postgresContainer(t, ns, "orders-0")
+	const next = "localhost/daytwo:e2e-next"
+	cluster.TagImage(t, operatorImage, next)
+	setOperatorImage(t, next)
+	t.Cleanup(func() { setOperatorImage(t, operatorImage) })
+	// A change outside the pod template: the new operator has reconciled
+	// the Database once its status shows the new generation.
+	updateDatabase(t, ns, "orders", func(d *v1alpha1.Database) { d.Spec.DeletionPolicy = v1alpha1.DatabaseDeletionDelete })
+	waitDatabase(t, ns, "orders", time.Minute, "the change seen by the new operator", func(d *v1alpha1.Database) bool {
+		return d.Status.ObservedGeneration == d.Generation && isReady(1, "")(d)
+	})
+	time.Sleep(5 * time.Second) // a restart would show by now: the StatefulSet controller acts at once
+	if after := postgresContainer(t, ns, "orders-0"); after != before {
+		t.Fatalf("the operator upgrade restarted PostgreSQL: %s, then %s", before, after)
+	}
+	sts := &appsv1.StatefulSet{}
+	if err := cluster.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "orders"}, sts); err != nil {
+		t.Fatal(err)
+	}
+	if img := sts.Spec.Template.Spec.InitContainers[0].Image; img != operatorImage {
+		t.Errorf("the pod template took the new instance manager %s without a restart to carry it", img)
+	}
+	t.Logf("operator upgraded to %s; PostgreSQL container unchanged: %s", next, before)
+}
+
+const operatorImage = "localhost/daytwo:dev"
+
+// postgresContainer identifies the running PostgreSQL container of pod: its
+// pod, container id and restart count.
+func postgresContainer(t *testing.T, ns, name string) string {
+	t.Helper()
+	p := &corev1.Pod{}
+	if err := cluster.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, p); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range p.Status.ContainerStatuses {
+		if c.Name == "postgres" {
+			return fmt.Sprintf("pod %s container %s restarts %d", p.UID, c.ContainerID, c.RestartCount)
+		}
+	}
+	t.Fatalf("pod %s has no postgres container", name)
+	return ""
+}
+
+// setOperatorImage points the operator's Deployment and its instance image
+// at image and waits until the only operator pod runs it.
+func setOperatorImage(t *testing.T, image string) {
+	t.Helper()
+	ctx := context.Background()
+	dep := &appsv1.Deployment{}
+	key := client.ObjectKey{Namespace: framework.OperatorNamespace, Name: "daytwo-operator"}
+	if err := cluster.Client.Get(ctx, key, dep); err != nil {
+		t.Fatal(err)
+	}
+	patch := client.MergeFrom(dep.DeepCopy())
+	c := &dep.Spec.Template.Spec.Containers[0]
+	c.Image = image
+	for i, a := range c.Args {
+		if strings.HasPrefix(a, "--instance-image=") {
+			c.Args[i] = "--instance-image=" + image
+		}
+	}
+	if err := cluster.Client.Patch(ctx, dep, patch); err != nil {
+		t.Fatal(err)
+	}
+	framework.Eventually(t, 2*time.Minute, "the operator running "+image, func(ctx context.Context) (bool, error) {
+		pods := &corev1.PodList{}
+		if err := cluster.Client.List(ctx, pods, client.InNamespace(framework.OperatorNamespace),
+			client.MatchingLabels{"app.kubernetes.io/component": "operator"}); err != nil {
+			return false, err
+		}
+		return len(pods.Items) == 1 && pods.Items[0].Spec.Containers[0].Image == image && podReady(pods.Items[0]) &&
+			pods.Items[0].DeletionTimestamp.IsZero(), nil
+	})
 }
 
 // writesAfter counts the writer's acknowledged writes after at.

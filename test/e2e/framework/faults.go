@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -86,6 +87,15 @@ func findDir(root, name string) (string, error) {
 		return found, nil
 	}
 	return "", fmt.Errorf("no directory %s below %s", name, root)
+}
+
+// TagImage gives an image loaded on the real node another name.
+func (c *Cluster) TagImage(t *testing.T, src, dst string) {
+	t.Helper()
+	out, err := exec.Command(filepath.Join(RepoRoot(), "hack", "realnode.sh"), "tag", src, dst).CombinedOutput()
+	if err != nil {
+		t.Fatalf("tag %s as %s: %v: %s", src, dst, err, out)
+	}
 }
 
 // KillPostgres sends SIGKILL to the postmaster of the PostgreSQL pod, as the
