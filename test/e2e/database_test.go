@@ -266,6 +266,38 @@ func postgresContainer(t *testing.T, ns, name string) string {
 // at image and waits until the only operator pod runs it.
 func setOperatorImage(t *testing.T, image string) {
 	t.Helper()
+	changeOperator(t, "the operator running "+image, func(dep *appsv1.Deployment) {
+		c := &dep.Spec.Template.Spec.Containers[0]
+		c.Image = image
+		for i, a := range c.Args {
+			if strings.HasPrefix(a, "--instance-image=") {
+				c.Args[i] = "--instance-image=" + image
+			}
+		}
+	}, func(pods []corev1.Pod) bool {
+		return len(pods) == 1 && pods[0].Spec.Containers[0].Image == image && podReady(pods[0]) && pods[0].DeletionTimestamp.IsZero()
+	})
+}
+
+// setOperatorReplicas scales the operator and waits until that many run.
+func setOperatorReplicas(t *testing.T, n int32) {
+	t.Helper()
+	changeOperator(t, fmt.Sprintf("%d operator pods", n), func(dep *appsv1.Deployment) { dep.Spec.Replicas = ptr.To(n) },
+		func(pods []corev1.Pod) bool {
+			ready := 0
+			for _, p := range pods {
+				if p.DeletionTimestamp.IsZero() && podReady(p) {
+					ready++
+				}
+			}
+			return ready == int(n) && len(pods) == int(n)
+		})
+}
+
+// changeOperator patches the operator's Deployment with mutate and waits
+// until its pods are done.
+func changeOperator(t *testing.T, what string, mutate func(*appsv1.Deployment), done func([]corev1.Pod) bool) {
+	t.Helper()
 	ctx := context.Background()
 	dep := &appsv1.Deployment{}
 	key := client.ObjectKey{Namespace: framework.OperatorNamespace, Name: "daytwo-operator"}
@@ -273,24 +305,17 @@ func setOperatorImage(t *testing.T, image string) {
 		t.Fatal(err)
 	}
 	patch := client.MergeFrom(dep.DeepCopy())
-	c := &dep.Spec.Template.Spec.Containers[0]
-	c.Image = image
-	for i, a := range c.Args {
-		if strings.HasPrefix(a, "--instance-image=") {
-			c.Args[i] = "--instance-image=" + image
-		}
-	}
+	mutate(dep)
 	if err := cluster.Client.Patch(ctx, dep, patch); err != nil {
 		t.Fatal(err)
 	}
-	framework.Eventually(t, 2*time.Minute, "the operator running "+image, func(ctx context.Context) (bool, error) {
+	framework.Eventually(t, 2*time.Minute, what, func(ctx context.Context) (bool, error) {
 		pods := &corev1.PodList{}
 		if err := cluster.Client.List(ctx, pods, client.InNamespace(framework.OperatorNamespace),
 			client.MatchingLabels{"app.kubernetes.io/component": "operator"}); err != nil {
 			return false, err
 		}
-		return len(pods.Items) == 1 && pods.Items[0].Spec.Containers[0].Image == image && podReady(pods.Items[0]) &&
-			pods.Items[0].DeletionTimestamp.IsZero(), nil
+		return done(pods.Items), nil
 	})
 }
 
@@ -303,36 +328,6 @@ func writesAfter(t *testing.T, w *framework.Writer, at time.Time) int {
 		}
 	}
 	return n
-}
-
-// setOperatorReplicas scales the operator and waits until that many run.
-func setOperatorReplicas(t *testing.T, n int32) {
-	t.Helper()
-	ctx := context.Background()
-	dep := &appsv1.Deployment{}
-	key := client.ObjectKey{Namespace: framework.OperatorNamespace, Name: "daytwo-operator"}
-	if err := cluster.Client.Get(ctx, key, dep); err != nil {
-		t.Fatal(err)
-	}
-	patch := client.MergeFrom(dep.DeepCopy())
-	dep.Spec.Replicas = ptr.To(n)
-	if err := cluster.Client.Patch(ctx, dep, patch); err != nil {
-		t.Fatal(err)
-	}
-	framework.Eventually(t, 2*time.Minute, fmt.Sprintf("%d operator pods", n), func(ctx context.Context) (bool, error) {
-		pods := &corev1.PodList{}
-		if err := cluster.Client.List(ctx, pods, client.InNamespace(framework.OperatorNamespace),
-			client.MatchingLabels{"app.kubernetes.io/component": "operator"}); err != nil {
-			return false, err
-		}
-		ready := 0
-		for _, p := range pods.Items {
-			if p.DeletionTimestamp.IsZero() && podReady(p) {
-				ready++
-			}
-		}
-		return ready == int(n) && len(pods.Items) == int(n), nil
-	})
 }
 
 func podUIDOrEmpty(ns, name string) types.UID {
