@@ -345,10 +345,17 @@ type FailoverRecord struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=256
 	Reason string `json:"reason,omitempty"`
+	// fencedTime is when the old primary could no longer serve writes: the
+	// end of its last lease renewal less the fence margin, by which time its
+	// instance manager has killed postgres; for a released lease (a clean
+	// shutdown), when the release was found.
+	// +optional
+	FencedTime *metav1.Time `json:"fencedTime,omitempty"`
 	// detectedTime is when daytwo found the lease expired.
 	// +optional
 	DetectedTime *metav1.Time `json:"detectedTime,omitempty"`
-	// promotedTime is when the new primary finished its promotion.
+	// promotedTime is when the new primary finished its promotion, and so
+	// accepted writes.
 	// +optional
 	PromotedTime *metav1.Time `json:"promotedTime,omitempty"`
 	// lagBytes is how much WAL the old primary had, at its last lease

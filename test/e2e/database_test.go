@@ -578,6 +578,11 @@ func TestDatabaseMediumUpgradeAndRollback(t *testing.T) {
 		f := d.Status.LastFailover
 		return f != nil && f.From == frozen && f.PromotedTime != nil && f.DetectedTime.After(frozenAt)
 	})
+	// The frozen primary could not write past its last renewal's end, less
+	// the fence margin: before the operator came back.
+	if f := db.Status.LastFailover; f.FencedTime == nil || f.FencedTime.After(back) || f.FencedTime.Before(&metav1.Time{Time: frozenAt.Add(-time.Second)}) {
+		t.Errorf("fenced at %v: want between the freeze (%s) and the operator's return (%s)", f.FencedTime, frozenAt, back)
+	}
 	t.Logf("failover from the frozen primary: promoted %s after the operator's return (%+v)",
 		db.Status.LastFailover.PromotedTime.Sub(back).Round(10*time.Millisecond), *db.Status.LastFailover)
 	framework.Eventually(t, time.Minute, "writes through shop-rw again", func(context.Context) (bool, error) {

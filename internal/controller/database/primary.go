@@ -117,8 +117,12 @@ func (r *Reconciler) failover(ctx context.Context, db *v1alpha1.Database, obs *o
 		return reconcile.Result{}, fmt.Errorf("failed to move Lease %s to %s: %w", l.Name, d.promote, err)
 	}
 	obs.lease, obs.primary = l, d.promote
+	fenced := now
+	if !st.expires.IsZero() {
+		fenced = st.expires.Add(-instanceapi.LeaseFenceMargin)
+	}
 	db.Status.LastFailover = &v1alpha1.FailoverRecord{From: st.holder, To: d.promote, Reason: controller.Truncate(reason, 256),
-		DetectedTime: ptr.To(metav1.NewTime(now)), LagBytes: d.lagBytes}
+		FencedTime: ptr.To(metav1.NewTime(fenced)), DetectedTime: ptr.To(metav1.NewTime(now)), LagBytes: d.lagBytes}
 	r.Recorder.Eventf(db, l, corev1.EventTypeWarning, v1alpha1.ReasonFailover, "Fence",
 		"The primary %s lost its lease (%s); moved it to %s, which lacked %d bytes of WAL", st.holder, reason, d.promote, d.lagBytes)
 	countFailover(db)
