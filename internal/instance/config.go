@@ -116,7 +116,12 @@ func (c *Config) managedConf() string {
 	fmt.Fprintf(&b, "listen_addresses = '*'\nport = %d\nunix_socket_directories = '%s'\n", c.Port, c.RunDir)
 	fmt.Fprintf(&b, "cluster_name = '%s'\n", c.Cluster)
 	if c.Role == instanceapi.RoleReplica {
-		fmt.Fprintf(&b, "primary_conninfo = 'host=%s port=%d user=%s passfile=%s application_name=%s'\n",
+		// Bounded: right after a failover the Service may still send a
+		// connection to the old primary's vanished address, where a TCP
+		// connect would hang for minutes; keepalives notice a dead
+		// primary on a connection already open.
+		fmt.Fprintf(&b, "primary_conninfo = 'host=%s port=%d user=%s passfile=%s application_name=%s "+
+			"connect_timeout=3 keepalives_idle=5 keepalives_interval=2 keepalives_count=3'\n",
 			c.PrimaryHost, c.primaryPort(), replicationUser, c.passFile(), c.Pod)
 		if r, err := c.replication(); err == nil && slices.Contains(r.Instances, c.Pod) {
 			fmt.Fprintf(&b, "primary_slot_name = '%s'\n", slotName(c.Pod))
