@@ -118,10 +118,12 @@ func (c *Config) managedConf() string {
 	if c.Role == instanceapi.RoleReplica {
 		// Bounded: right after a failover the Service may still send a
 		// connection to the old primary's vanished address, where a TCP
-		// connect would hang for minutes; keepalives notice a dead
+		// connect would hang for minutes. The walreceiver connects
+		// asynchronously, which ignores connect_timeout, so the socket's
+		// own TCP_USER_TIMEOUT bounds the connect; keepalives notice a dead
 		// primary on a connection already open.
 		fmt.Fprintf(&b, "primary_conninfo = 'host=%s port=%d user=%s passfile=%s application_name=%s "+
-			"connect_timeout=3 keepalives_idle=5 keepalives_interval=2 keepalives_count=3'\n",
+			"connect_timeout=3 tcp_user_timeout=5000 keepalives_idle=5 keepalives_interval=2 keepalives_count=3'\n",
 			c.PrimaryHost, c.primaryPort(), replicationUser, c.passFile(), c.Pod)
 		if r, err := c.replication(); err == nil && slices.Contains(r.Instances, c.Pod) {
 			fmt.Fprintf(&b, "primary_slot_name = '%s'\n", slotName(c.Pod))
