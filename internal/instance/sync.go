@@ -256,16 +256,7 @@ func (m *Manager) manageSync(ctx context.Context, conn *pgx.Conn, r instanceapi.
 	if err := conn.QueryRow(ctx, "SHOW synchronous_standby_names").Scan(&have); err != nil {
 		return
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if have == want {
-		m.syncRecord = have
-		return
-	}
-	// A change takes effect only once the lease records both values, so
-	// failover never trusts more than the acknowledged commits have.
-	m.syncRecord = have + instanceapi.SyncSeparator + want
-	if m.lease != nil && m.syncRecorded != m.syncRecord {
+	if !m.recordSync(have, want) {
 		return
 	}
 	if err := os.WriteFile(filepath.Join(m.cfg.PGData, syncFile), []byte(syncConf(want)), 0o600); err != nil {
@@ -273,7 +264,20 @@ func (m *Manager) manageSync(ctx context.Context, conn *pgx.Conn, r instanceapi.
 		return
 	}
 	m.log.Info("Synchronous standbys changed", "from", have, "to", want, "streaming", streaming)
-	m.mu.Unlock()
 	m.reloadConfig(ctx, conn)
+}
+
+// recordSync sets what the lease renewals record, and says whether the
+// setting may change from have to want now: only once the lease records
+// both values, so failover never trusts more than the acknowledged commits
+// have.
+func (m *Manager) recordSync(have, want string) bool {
 	m.mu.Lock()
+	defer m.mu.Unlock()
+	if have == want {
+		m.syncRecord = have
+		return false
+	}
+	m.syncRecord = have + instanceapi.SyncSeparator + want
+	return m.lease == nil || m.syncRecorded == m.syncRecord
 }

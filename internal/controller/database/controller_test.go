@@ -713,7 +713,10 @@ func TestOperatorUpgradeKeepsTheInstanceManager(t *testing.T) {
 
 	// A change outside the pod template: the older image stays.
 	db := &v1alpha1.Database{}
-	update(t, must(get(ns, "keep", db)), func(d *v1alpha1.Database) { d.Spec.DeletionPolicy = v1alpha1.DatabaseDeletionDelete })
+	if _, err := get(ns, "keep", db); err != nil {
+		t.Fatal(err)
+	}
+	update(t, db, func(d *v1alpha1.Database) { d.Spec.DeletionPolicy = v1alpha1.DatabaseDeletionDelete })
 	eventually(t, "the change observed", func() (bool, error) {
 		_, err := get(ns, "keep", db)
 		return err == nil && db.Status.ObservedGeneration == db.Generation, err
@@ -725,11 +728,4 @@ func TestOperatorUpgradeKeepsTheInstanceManager(t *testing.T) {
 	// A restart-only setting rolls the pods anyway: with the operator's image.
 	update(t, db, func(d *v1alpha1.Database) { d.Spec.Parameters = map[string]string{"max_connections": "150"} })
 	eventually(t, "the new instance manager with the restart", func() (bool, error) { return initImage() == current, nil })
-}
-
-func must[T any](v T, err error) T {
-	if err != nil {
-		panic(err)
-	}
-	return v
 }
