@@ -99,6 +99,10 @@ const (
 	ReasonSwitchoverPending = "SwitchoverPending"
 	// ReasonSwitchover is the Event reason of each switchover step.
 	ReasonSwitchover = "Switchover"
+	// ReasonSwitchingOver means a switchover is under way
+	// (Progressing=True): status.targetPrimary names the instance it
+	// promotes.
+	ReasonSwitchingOver = "SwitchingOver"
 )
 
 // Parameters are postgresql.conf settings by name. To Go code it is a
@@ -454,6 +458,12 @@ type DatabaseStatus struct {
 	// +optional
 	Primary string `json:"primary,omitempty"`
 
+	// targetPrimary is set while the primary moves, by a failover or a
+	// switchover: the instance being promoted. It is empty once that
+	// instance serves writes.
+	// +optional
+	TargetPrimary string `json:"targetPrimary,omitempty"`
+
 	// lastFailover records the last promotion of a replica after the
 	// primary was lost.
 	// +optional
@@ -500,6 +510,7 @@ type DatabaseStatus struct {
 // +kubebuilder:printcolumn:name="Ready",type=integer,JSONPath=`.status.readyInstances`
 // +kubebuilder:printcolumn:name="Instances",type=integer,JSONPath=`.status.instances`
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Primary",type=string,JSONPath=`.status.primary`
 // +kubebuilder:printcolumn:name="Endpoint",type=string,JSONPath=`.status.endpoint`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type Database struct {

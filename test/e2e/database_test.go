@@ -88,6 +88,18 @@ func waitDatabase(t *testing.T, ns, name string, timeout time.Duration, what str
 	return waitFor(t, &v1alpha1.Database{}, ns, name, timeout, what, cond)
 }
 
+// sawTarget: one of statuses showed the primary moving to target, not
+// there yet, with the condition typ saying so by reason.
+func sawTarget(statuses []v1alpha1.DatabaseStatus, target, typ, reason string) bool {
+	for _, st := range statuses {
+		c := meta.FindStatusCondition(st.Conditions, typ)
+		if st.TargetPrimary == target && st.Primary != target && c != nil && c.Reason == reason {
+			return true
+		}
+	}
+	return false
+}
+
 func isReady(instances int32, image string) func(*v1alpha1.Database) bool {
 	return func(db *v1alpha1.Database) bool {
 		return db.Status.Phase == v1alpha1.DatabasePhaseReady && db.Status.ReadyInstances == instances &&
@@ -426,6 +438,7 @@ func TestDatabaseMediumUpgradeAndRollback(t *testing.T) {
 	// lease and -rw writes again; the deleted one comes back as a replica.
 	before := start
 	start = time.Now()
+	failoverStatuses := cluster.WatchStatuses(t, ns, "shop")
 	if err := cluster.Client.Delete(context.Background(), &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: primaryName}}); err != nil {
 		t.Fatal(err)
 	}
@@ -449,6 +462,9 @@ func TestDatabaseMediumUpgradeAndRollback(t *testing.T) {
 			d.Status.Ready && d.Status.ReadyInstances == 2
 	})
 	t.Logf("failover: %+v; both instances ready %s after the deletion", *db.Status.LastFailover, time.Since(start).Round(10*time.Millisecond))
+	if !sawTarget(failoverStatuses(), db.Status.LastFailover.To, v1alpha1.ConditionReady, v1alpha1.ReasonFailingOver) {
+		t.Errorf("no status showed targetPrimary %s and Ready/%s during the failover", db.Status.LastFailover.To, v1alpha1.ReasonFailingOver)
+	}
 	if got := sql(t, ns, "psql", "shop-rw", "SELECT count(*) FROM orders"); got != "1001" {
 		t.Fatalf("after the failover: %q rows, want 1001", got)
 	}
@@ -465,6 +481,7 @@ func TestDatabaseMediumUpgradeAndRollback(t *testing.T) {
 	// primary steps down cleanly and no row is lost.
 	requested := time.Now().UTC().Truncate(time.Second)
 	start = time.Now()
+	statuses := cluster.WatchStatuses(t, ns, "shop")
 	updateDatabase(t, ns, "shop", func(d *v1alpha1.Database) {
 		if d.Annotations == nil {
 			d.Annotations = map[string]string{}
@@ -481,6 +498,11 @@ func TestDatabaseMediumUpgradeAndRollback(t *testing.T) {
 		t.Fatalf("switchover: %+v", *sw)
 	}
 	t.Logf("switchover to %s: demote and promote took %s (%s)", primaryName, sw.PromotedTime.Sub(sw.StartedTime.Time), sw.Message)
+	// While it was under way the status said so: the target named, and a
+	// condition, before the old primary stepped down.
+	if !sawTarget(statuses(), primaryName, v1alpha1.ConditionProgressing, v1alpha1.ReasonSwitchingOver) {
+		t.Errorf("no status showed targetPrimary %s and Progressing/%s during the switchover", primaryName, v1alpha1.ReasonSwitchingOver)
+	}
 	framework.Eventually(t, time.Minute, "a write through shop-rw after the switchover", func(ctx context.Context) (bool, error) {
 		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
@@ -493,7 +515,7 @@ func TestDatabaseMediumUpgradeAndRollback(t *testing.T) {
 		t.Fatalf("after the switchover: %q, want 1002 rows on a primary", got)
 	}
 	waitDatabase(t, ns, "shop", 3*time.Minute, "whole again with the named primary", func(d *v1alpha1.Database) bool {
-		return d.Status.Primary == primaryName && d.Status.Ready && d.Status.ReadyInstances == 2
+		return d.Status.Primary == primaryName && d.Status.TargetPrimary == "" && d.Status.Ready && d.Status.ReadyInstances == 2
 	})
 	if ev := eventsFor(t, ns, "shop", v1alpha1.ReasonSwitchover); len(ev) < 2 {
 		t.Errorf("Switchover events: %q", ev)

@@ -97,13 +97,15 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (_ re
 	if !db.DeletionTimestamp.IsZero() {
 		return reconcile.Result{}, r.reconcileDelete(ctx, db)
 	}
-	return r.reconcileNormal(ctx, db)
+	return r.reconcileNormal(ctx, db, before)
 }
 
 // reconcileNormal applies the children, rolls instances that run an old
-// revision and rebuilds the status from what it observed.
-func (r *Reconciler) reconcileNormal(ctx context.Context, db *v1alpha1.Database) (reconcile.Result, error) {
-	obs := &observation{plan: newPlan(db)}
+// revision and rebuilds the status from what it observed. written is the
+// Database as the API server has it, which the status write at the end
+// patches.
+func (r *Reconciler) reconcileNormal(ctx context.Context, db, written *v1alpha1.Database) (reconcile.Result, error) {
+	obs := &observation{plan: newPlan(db), written: written}
 	defer func() { setStatus(db, obs) }()
 
 	if obs.invalid = validate(db, obs.plan); obs.invalid != "" {

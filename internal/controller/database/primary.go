@@ -21,6 +21,7 @@ import (
 
 	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
 	"github.com/daytwo-dev/daytwo/internal/controller"
+	"github.com/daytwo-dev/daytwo/internal/controller/conditions"
 	"github.com/daytwo-dev/daytwo/internal/instanceapi"
 )
 
@@ -75,7 +76,7 @@ func (r *Reconciler) failover(ctx context.Context, db *v1alpha1.Database, obs *o
 	st := leaseStateOf(obs.lease)
 	now := r.Clock.Now()
 	handover := obs.lease.Annotations[instanceapi.AnnotationHandoverLSN]
-	if st.expired(now) && handover != "" && r.holderIsReplica(obs, st.holder) {
+	if st.expired(now) && handover != "" && holderIsReplica(obs, st.holder) {
 		// A switchover's target that answers but is not promoted yet (its
 		// promote failed or timed out) keeps the lease: the old primary
 		// stopped cleanly, and only the target is known to hold all of it.
@@ -85,7 +86,7 @@ func (r *Reconciler) failover(ctx context.Context, db *v1alpha1.Database, obs *o
 		st = leaseStateOf(obs.lease)
 	}
 	if !st.expired(now) {
-		if r.holderIsReplica(obs, st.holder) {
+		if holderIsReplica(obs, st.holder) {
 			// A switchover's handover names the WAL the holder must have first.
 			return reconcile.Result{}, r.promote(ctx, db, obs, st.holder, obs.lease.Annotations[instanceapi.AnnotationHandoverLSN])
 		}
@@ -126,6 +127,10 @@ func (r *Reconciler) failover(ctx context.Context, db *v1alpha1.Database, obs *o
 	r.Recorder.Eventf(db, l, corev1.EventTypeWarning, v1alpha1.ReasonFailover, "Fence",
 		"The primary %s lost its lease (%s); moved it to %s, which lacked %d bytes of WAL", st.holder, reason, d.promote, d.lagBytes)
 	countFailover(db)
+	if err := r.announce(ctx, db, obs, d.promote, v1alpha1.ConditionReady, v1alpha1.ReasonFailingOver,
+		fmt.Sprintf("Promoting %s: the primary %s lost its lease (%s)", d.promote, st.holder, reason)); err != nil {
+		return reconcile.Result{}, err
+	}
 	return reconcile.Result{}, r.promote(ctx, db, obs, d.promote, "")
 }
 
@@ -144,13 +149,36 @@ func (r *Reconciler) extendLease(ctx context.Context, obs *observation) error {
 
 // holderIsReplica: the lease names an instance that still reports itself a
 // replica, so it waits to be promoted.
-func (r *Reconciler) holderIsReplica(obs *observation, holder string) bool {
+func holderIsReplica(obs *observation, holder string) bool {
 	for _, s := range obs.instanceStatuses {
 		if s.Name == holder {
 			return s.Error == "" && s.Role == "replica"
 		}
 	}
 	return false
+}
+
+// announce writes at once, before the primary moves to target, that it
+// does: status.targetPrimary names target and a condition says why. The
+// status write at the end of the reconcile replaces it with what happened.
+func (r *Reconciler) announce(ctx context.Context, db *v1alpha1.Database, obs *observation, target, typ, reason, msg string) error {
+	if obs.written == nil {
+		return nil
+	}
+	next := obs.written.DeepCopy()
+	next.Status.TargetPrimary = target
+	status := metav1.ConditionTrue
+	if typ == v1alpha1.ConditionReady {
+		status = metav1.ConditionFalse
+	}
+	conditions.Set(&next.Status.Conditions, db.Generation, typ, status, reason, msg)
+	if err := controller.PatchStatus(ctx, r.Client, obs.written, next, obs.written.Status, next.Status); err != nil {
+		return err
+	}
+	// The final write patches from what the server now has.
+	*obs.written = *next
+	db.ResourceVersion = next.ResourceVersion
+	return nil
 }
 
 // promote asks the instance manager of pod to promote, with the Database's

@@ -46,6 +46,8 @@ type observation struct {
 	primary           string
 	failoverWaiting   string
 	switchoverWaiting string
+	// written is the Database as the API server has it (see announce).
+	written *v1alpha1.Database
 	// handedOver: a switchover moved the primary in this reconcile, so what
 	// was observed (lease, roles, readiness) is stale; nothing else acts on it.
 	handedOver bool
@@ -102,6 +104,12 @@ func setStatus(db *v1alpha1.Database, obs *observation) {
 		}
 	}
 	st.Ready = primaryReady
+	// The lease names an instance still running as a replica: it is being
+	// promoted.
+	st.TargetPrimary = ""
+	if holderIsReplica(obs, obs.primary) {
+		st.TargetPrimary = obs.primary
+	}
 	switch reason, msg := primaryError(obs.pods, obs.primary); {
 	case obs.failoverWaiting != "":
 		set(v1alpha1.ConditionReady, false, v1alpha1.ReasonFailingOver, obs.failoverWaiting)

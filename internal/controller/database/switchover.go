@@ -172,6 +172,10 @@ func (r *Reconciler) handOver(ctx context.Context, db *v1alpha1.Database, obs *o
 	if err != nil {
 		return reconcile.Result{}, err
 	}
+	if err := r.announce(ctx, db, obs, to, v1alpha1.ConditionProgressing, v1alpha1.ReasonSwitchingOver,
+		fmt.Sprintf("Switching over from %s to %s%s", from, to, why)); err != nil {
+		return reconcile.Result{}, err
+	}
 	r.Recorder.Eventf(db, nil, corev1.EventTypeNormal, v1alpha1.ReasonSwitchover, "Demote", "Asking %s to step down for %s%s", from, to, why)
 	obs.handedOver = true
 	res, err := r.Instances.Demote(ctx, podIP(obs, from), token,
