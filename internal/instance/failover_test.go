@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -29,8 +30,9 @@ const apiToken = "token-for-tests"
 // proxy forwards 127.0.0.1 connections to a port until it is cut: a
 // network partition between a replica and its primary, on loopback.
 type proxy struct {
-	l     net.Listener
-	mu    sync.Mutex
+	l      net.Listener
+	mu     sync.Mutex
+	target int
 	conns []net.Conn
 	cut   bool
 }
@@ -40,7 +42,7 @@ func newProxy(t *testing.T, target int) *proxy {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &proxy{l: l}
+	p := &proxy{l: l, target: target}
 	t.Cleanup(func() { _ = l.Close(); p.partition() })
 	go func() {
 		for {
@@ -54,7 +56,7 @@ func newProxy(t *testing.T, target int) *proxy {
 				_ = in.Close()
 				continue
 			}
-			out, err := net.Dial("tcp", "127.0.0.1:"+strconv.Itoa(target))
+			out, err := net.Dial("tcp", "127.0.0.1:"+strconv.Itoa(p.target))
 			if err != nil {
 				p.mu.Unlock()
 				_ = in.Close()
@@ -70,6 +72,21 @@ func newProxy(t *testing.T, target int) *proxy {
 }
 
 func (p *proxy) port() int { return p.l.Addr().(*net.TCPAddr).Port }
+
+// heal lets new connections through again.
+func (p *proxy) heal() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cut = false
+}
+
+// retarget sends new connections to another port, and cuts the old ones.
+func (p *proxy) retarget(port int) {
+	p.partition()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.target, p.cut = port, false
+}
 
 func (p *proxy) partition() {
 	p.mu.Lock()
@@ -241,6 +258,102 @@ func TestFailoverPromotesFencesAndRejoins(t *testing.T) {
 	}, "the old primary's own slots dropped")
 	if l := lt.get(); *l.Spec.HolderIdentity != "orders-1" {
 		t.Fatalf("lease holder %s, want orders-1", *l.Spec.HolderIdentity)
+	}
+}
+
+// A replica cut off while the primary writes more WAL than
+// max_slot_wal_keep_size: the primary invalidates the replica's slot and
+// removes WAL the replica never received. Once the link is back the
+// replica finds out, clones the primary again and streams through a new
+// slot, holding every row.
+func TestReplicaWhoseWALIsGoneIsClonedAgain(t *testing.T) {
+	ctx := context.Background()
+	lt := newLeaseTest(t, "orders-0")
+	prim, repl := lt.instance(0), lt.instance(0)
+	link := newProxy(t, prim.pgPort)
+	repl.extraFlags[len(repl.extraFlags)-1] = strconv.Itoa(link.port())
+	for _, in := range []*instance{prim, repl} {
+		in.writeFile("config/"+instanceapi.ReplicationFile, `{"instances":["orders-0","orders-1"]}`)
+	}
+	prim.setParameters(map[string]string{"max_slot_wal_keep_size": "32MB", "wal_keep_size": "0",
+		"min_wal_size": "32MB", "max_wal_size": "64MB"})
+	const slotStatus = "SELECT coalesce(string_agg(wal_status || ':' || active, ','), 'none') FROM pg_replication_slots WHERE slot_name = 'daytwo_orders_1'"
+	prim.start("orders-0")
+	prim.waitReady(90 * time.Second)
+	repl.start("orders-1")
+	repl.waitReady(90 * time.Second)
+	prim.exec(ctx, "CREATE TABLE items (id int PRIMARY KEY, v text)")
+	prim.exec(ctx, "INSERT INTO items SELECT g, 'before' FROM generate_series(1, 100) g")
+	eventually(t, 30*time.Second, func() bool { return prim.query(ctx, slotStatus) == "reserved:true" }, "the replica streaming through its slot")
+
+	link.partition()
+	prim.exec(ctx, "CREATE TABLE filler (x text)")
+	eventually(t, 2*time.Minute, func() bool {
+		prim.exec(ctx, "INSERT INTO filler SELECT repeat(md5(g::text), 32) FROM generate_series(1, 10000) g")
+		prim.superuser("SELECT pg_switch_wal(); CHECKPOINT")
+		return strings.HasPrefix(prim.query(ctx, slotStatus), "lost:")
+	}, "the primary invalidating the cut-off replica's slot")
+	prim.exec(ctx, "INSERT INTO items SELECT g, 'while cut off' FROM generate_series(101, 120) g")
+	cloned := time.Now()
+	link.heal()
+
+	want := checksum(t, prim)
+	eventually(t, 3*time.Minute, func() bool {
+		s := repl.status()
+		return s.Streaming && s.Phase == instanceapi.PhaseRunning && checksum(t, repl) == want
+	}, "the replica cloned again, streaming and holding every row")
+	t.Logf("the replica streams again %s after the link came back", time.Since(cloned).Round(100*time.Millisecond))
+	eventually(t, 30*time.Second, func() bool { return prim.query(ctx, slotStatus) == "reserved:true" }, "a new slot in use")
+}
+
+// A replica ahead of the one promoted: it received WAL of the old
+// timeline past the new timeline's fork, so it cannot follow the new
+// primary. It finds out from the primary's timeline history, stops
+// cleanly, rewinds and streams, holding exactly the new primary's rows.
+func TestDivergedReplicaIsRewound(t *testing.T) {
+	ctx := context.Background()
+	lt := newLeaseTest(t, "orders-0")
+	a, b, c := lt.instance(0), lt.instance(0), lt.instance(0)
+	linkB, linkC := newProxy(t, a.pgPort), newProxy(t, a.pgPort)
+	a.extraFlags[len(a.extraFlags)-1] = strconv.Itoa(b.pgPort)
+	b.extraFlags[len(b.extraFlags)-1] = strconv.Itoa(linkB.port())
+	c.extraFlags[len(c.extraFlags)-1] = strconv.Itoa(linkC.port())
+	for _, in := range []*instance{a, b, c} {
+		in.writeFile("config/"+instanceapi.ReplicationFile, `{"instances":["orders-0","orders-1","orders-2"]}`)
+	}
+	a.start("orders-0")
+	a.waitReady(90 * time.Second)
+	b.start("orders-1")
+	c.start("orders-2")
+	b.waitReady(90 * time.Second)
+	c.waitReady(90 * time.Second)
+	a.exec(ctx, "CREATE TABLE items (id int PRIMARY KEY, v text)")
+	a.exec(ctx, "INSERT INTO items SELECT g, 'before' FROM generate_series(1, 100) g")
+	want := checksum(t, a)
+	eventually(t, 30*time.Second, func() bool { return checksum(t, b) == want && checksum(t, c) == want }, "both replicas caught up")
+
+	// b is cut off; c gets writes b never sees. Then a stops and b is promoted.
+	linkB.partition()
+	a.exec(ctx, "INSERT INTO items SELECT g, 'only a and c' FROM generate_series(101, 120) g")
+	want = checksum(t, a)
+	eventually(t, 30*time.Second, func() bool { return checksum(t, c) == want }, "c holding what b lacks")
+	a.stop()
+	lt.transfer("orders-1")
+	if code := promote(t, b, apiToken); code != http.StatusOK {
+		t.Fatalf("promote = %d, want 200", code)
+	}
+	b.exec(ctx, "INSERT INTO items SELECT g, 'after' FROM generate_series(121, 130) g")
+	start := time.Now()
+	linkC.retarget(b.pgPort)
+
+	want = checksum(t, b)
+	eventually(t, 2*time.Minute, func() bool {
+		s := c.status()
+		return s.Streaming && s.Phase == instanceapi.PhaseRunning && checksum(t, c) == want
+	}, "the diverged replica rewound and streaming from the new primary")
+	t.Logf("c follows b again %s after it was pointed at it", time.Since(start).Round(100*time.Millisecond))
+	if n := c.query(ctx, "SELECT count(*)::text FROM items WHERE v = 'only a and c'"); n != "0" {
+		t.Fatalf("%s rows of the abandoned timeline survived", n)
 	}
 }
 

@@ -414,6 +414,20 @@ func checksum(t *testing.T, in *instance) string {
 }
 
 // query runs sql as the application owner and returns the single text value.
+// superuser runs sql as the superuser, over the local socket as the
+// instance manager does, and returns its output.
+func (in *instance) superuser(sql string) string {
+	in.t.Helper()
+	psql := exec.Command(filepath.Join(testpg.BinDir(in.t), "psql"), "-X", "-qtA", "-v", "ON_ERROR_STOP=1",
+		"-h", filepath.Join(in.root, "run"), "-p", strconv.Itoa(in.pgPort), "-U", "postgres", "-d", "postgres", "-c", sql)
+	psql.SysProcAttr = testpg.RunnerCredential(in.t)
+	out, err := psql.CombinedOutput()
+	if err != nil {
+		in.t.Fatalf("psql: %v: %s", err, out)
+	}
+	return strings.TrimSpace(string(out))
+}
+
 func (in *instance) query(ctx context.Context, sql string) string {
 	in.t.Helper()
 	c, err := in.connect(ctx, "shop", appPassword, "orders")

@@ -139,7 +139,7 @@ func (m *Manager) Run(ctx context.Context) error {
 		if !(errors.Is(err, errFenced) || errors.Is(err, errSwitchedOver)) {
 			break
 		}
-		m.log.Info("Postgres stopped as a primary; starting again in the role the lease gives", "reason", err.Error())
+		m.log.Info("Postgres stopped; starting again in the role the lease gives", "reason", err.Error())
 		m.setPhase(instanceapi.PhaseStarting, err.Error())
 	}
 	if err != nil && ctx.Err() == nil {
@@ -174,6 +174,11 @@ func (m *Manager) prepare(ctx context.Context) error {
 	if err := m.learnRole(ctx); err != nil {
 		return err
 	}
+	if m.role() == instanceapi.RoleReplica {
+		if err := m.reserveSlot(ctx); err != nil {
+			return err
+		}
+	}
 	if err := m.ensureData(ctx); err != nil {
 		return err
 	}
@@ -184,16 +189,11 @@ func (m *Manager) prepare(ctx context.Context) error {
 		return err
 	}
 	m.setPhase(instanceapi.PhaseStarting, "")
-	if err := m.cfg.writeConfig(m.cfg.PGData); err != nil {
-		return err
-	}
-	if m.role() == instanceapi.RoleReplica {
-		m.reserveSlot(ctx)
-	}
-	return nil
+	return m.cfg.writeConfig(m.cfg.PGData)
 }
 
-// ensureData bootstraps unless a complete data directory exists. A
+// ensureData bootstraps unless a complete data directory exists that is
+// not marked to be cloned again (recloneMark). A
 // bootstrap builds in a staging directory and renames it into place only
 // once it is complete, so whatever interrupts it (SIGKILL, OOM, node loss)
 // leaves a staging directory, which the next start throws away, and never
@@ -203,7 +203,10 @@ func (m *Manager) ensureData(ctx context.Context) error {
 		return fmt.Errorf("failed to remove an interrupted bootstrap: %w", err)
 	}
 	m.bootstrapped = false
-	if hasData(m.cfg.PGData) {
+	if hasData(m.cfg.PGData) && m.marked(recloneMark) {
+		m.log.Info("Cloning the primary again", "reason", errWALGone.Error())
+		m.setMessage("cloning the primary again: " + errWALGone.Error())
+	} else if hasData(m.cfg.PGData) {
 		err := m.checkIdentity()
 		if !errors.Is(err, errReclone) {
 			return err
@@ -305,11 +308,20 @@ func (m *Manager) supervise(ctx context.Context) error {
 	case err := <-exited:
 		return fmt.Errorf("%w: %v", errCrashed, err)
 	case err := <-fence:
-		// No checkpoint, no goodbye: the lease may be someone else's by now.
-		m.log.Info("Killing postgres: this instance may no longer serve writes", "reason", err.Error())
+		if errors.Is(err, errDiverged) {
+			// pg_rewind wants a replica shut down cleanly.
+			m.log.Info("Stopping postgres to rewind it", "reason", err.Error())
+			if err := m.shutdown(cmd, exited); err != nil {
+				return err
+			}
+			return fmt.Errorf("%w: %w", errFenced, err)
+		}
+		// No checkpoint, no goodbye: the lease may be someone else's by
+		// now, or the replica's data is to be replaced.
+		m.log.Info("Killing postgres", "reason", err.Error())
 		killServer(cmd.Process.Pid)
 		<-exited
-		return fmt.Errorf("%w: %v", errFenced, err)
+		return fmt.Errorf("%w: %w", errFenced, err)
 	case d := <-m.demote:
 		// The heartbeat and the renewals stop first: the lease is handed over, not renewed.
 		cancel()
@@ -350,6 +362,7 @@ func (m *Manager) monitor(ctx context.Context, fence chan<- error) {
 	}()
 	hash := m.parametersHash()
 	duties := false
+	var follow followWatch
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	for {
@@ -368,6 +381,9 @@ func (m *Manager) monitor(ctx context.Context, fence chan<- error) {
 			if !duties {
 				duties = m.startPrimaryDuties(ctx, fence)
 			}
+			if err := m.cannotFollow(ctx, &follow); err != nil {
+				m.stopToRepair(err, fence)
+			}
 		}
 		select {
 		case <-ctx.Done():
@@ -378,6 +394,24 @@ func (m *Manager) monitor(ctx context.Context, fence chan<- error) {
 			}
 		case <-tick.C:
 		}
+	}
+}
+
+// stopToRepair stops postgres on a replica that cannot follow the primary
+// (errWALGone, errDiverged), marking the data first so that the next start
+// repairs it even if this manager dies in between.
+func (m *Manager) stopToRepair(why error, stop chan<- error) {
+	mark := recloneMark
+	if errors.Is(why, errDiverged) {
+		mark = rewindMark
+	}
+	if err := m.markData(mark, why); err != nil {
+		m.log.Error(err, "Failed to mark the data for repair")
+		return
+	}
+	select {
+	case stop <- why:
+	default:
 	}
 }
 
@@ -449,7 +483,8 @@ func (m *Manager) observe(ctx context.Context, conn *pgx.Conn, hash string) {
 		COALESCE(CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() ELSE pg_current_wal_lsn() END::text, ''),
 		COALESCE(pg_last_wal_receive_lsn()::text, ''),
 		EXISTS (SELECT 1 FROM pg_stat_wal_receiver WHERE status = 'streaming'),
-		CASE WHEN pg_is_in_recovery() THEN COALESCE((SELECT received_tli FROM pg_stat_wal_receiver), 0)
+		CASE WHEN pg_is_in_recovery() THEN COALESCE((SELECT received_tli FROM pg_stat_wal_receiver),
+			(SELECT timeline_id FROM pg_control_checkpoint()), 0)
 			ELSE ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::int END`).
 		Scan(&version, &inRecovery, &lsn, &received, &streaming, &timeline)
 	if err != nil {

@@ -53,18 +53,19 @@ func (m *Manager) learnRole(ctx context.Context) error {
 // rejoin turns data that last ran as a primary into a replica of the
 // current primary: pg_rewind undoes what it wrote after the two diverged,
 // and when that fails the replica is cloned again. Data that already ran as
-// a replica needs nothing: it follows the new timeline by itself.
+// a replica follows the new timeline by itself, unless it replayed past the
+// fork (rewindMark, see errDiverged).
 func (m *Manager) rejoin(ctx context.Context) error {
 	if m.role() != instanceapi.RoleReplica || m.bootstrapped {
 		return nil
 	}
-	if _, err := os.Stat(filepath.Join(m.cfg.PGData, "standby.signal")); err == nil {
+	if _, err := os.Stat(filepath.Join(m.cfg.PGData, "standby.signal")); err == nil && !m.marked(rewindMark) {
 		return nil
 	}
 	if err := m.cfg.writePassFile(); err != nil {
 		return err
 	}
-	m.setMessage("rewinding the old primary's data to follow " + m.cfg.PrimaryHost)
+	m.setMessage("rewinding the data to follow " + m.cfg.PrimaryHost)
 	source := fmt.Sprintf("host=%s port=%d user=%s dbname=postgres passfile=%s connect_timeout=5",
 		m.cfg.PrimaryHost, m.cfg.primaryPort(), replicationUser, m.cfg.passFile())
 	// Without a checkpoint a just-promoted source still shows the old
@@ -84,7 +85,10 @@ func (m *Manager) rejoin(ctx context.Context) error {
 	}
 	out, err := exec.CommandContext(ctx, m.cfg.bin("pg_rewind"), "--target-pgdata="+m.cfg.PGData, "--source-server="+source).CombinedOutput()
 	if err == nil {
-		m.log.Info("Rewound the old primary's data", "output", lastLines(out, 2))
+		m.log.Info("Rewound the data to follow the primary", "output", lastLines(out, 2))
+		if err := os.Remove(filepath.Join(m.cfg.PGData, rewindMark)); err != nil && !os.IsNotExist(err) {
+			return fmt.Errorf("failed to remove %s: %w", rewindMark, err)
+		}
 		return nil
 	}
 	m.log.Info("Cloning the primary again: pg_rewind could not rejoin this data", "output", lastLines(out, 2))

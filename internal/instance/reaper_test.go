@@ -3,13 +3,10 @@ package instance_test
 import (
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"testing"
 	"time"
-
-	"github.com/daytwo-dev/daytwo/internal/testpg"
 )
 
 // As a container's PID 1 the instance manager inherits every orphan in the
@@ -31,12 +28,7 @@ func TestReapsOrphansAsPID1(t *testing.T) {
 		// FROM, not TO: the shell exits at once, and writing to it would
 		// race its exit (a broken pipe).
 		sql := fmt.Sprintf("CREATE TEMP TABLE t (x text); COPY t FROM PROGRAM 'sleep 0.%d </dev/null >/dev/null 2>&1 &'", 3+i)
-		psql := exec.Command(filepath.Join(testpg.BinDir(t), "psql"), "-X", "-q", "-v", "ON_ERROR_STOP=1",
-			"-h", filepath.Join(in.root, "run"), "-p", strconv.Itoa(in.pgPort), "-U", "postgres", "-d", "postgres", "-c", sql)
-		psql.SysProcAttr = testpg.RunnerCredential(t)
-		if out, err := psql.CombinedOutput(); err != nil {
-			t.Fatalf("psql: %v: %s", err, out)
-		}
+		in.superuser(sql)
 	}
 	// The shells have exited, so the sleeps are orphans now, and the kernel
 	// gave them to PID 1 of the namespace.

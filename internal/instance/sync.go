@@ -3,7 +3,6 @@ package instance
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -12,7 +11,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/daytwo-dev/daytwo/internal/instanceapi"
 )
@@ -195,46 +193,6 @@ func (m *Manager) manageSlots(ctx context.Context, conn *pgx.Conn, r instanceapi
 			continue
 		}
 		m.log.Info("Dropped a replication slot", "slot", s)
-	}
-}
-
-// reserveSlot creates this replica's slot on the primary over the
-// replication protocol before postgres starts, so it streams through it at
-// once, even before the primary's manager learns of a new instance. A slot
-// that exists is fine; any failure is only logged, since the primary's
-// manager makes the slot too.
-func (m *Manager) reserveSlot(ctx context.Context) {
-	r, err := m.cfg.replication()
-	if err != nil || !slices.Contains(r.Instances, m.cfg.Pod) {
-		return
-	}
-	pw, err := m.cfg.secret(instanceapi.SecretReplicationPassword)
-	if err != nil {
-		return
-	}
-	cfg, err := pgconn.ParseConfig(fmt.Sprintf("host=%s port=%d user=%s dbname=replication replication=true connect_timeout=3",
-		m.cfg.PrimaryHost, m.cfg.primaryPort(), replicationUser))
-	if err != nil {
-		return
-	}
-	cfg.Password = pw
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	conn, err := pgconn.ConnectConfig(ctx, cfg)
-	if err != nil {
-		m.log.Info("Could not reserve a replication slot on the primary yet", "reason", err.Error())
-		return
-	}
-	defer func() { _ = conn.Close(context.Background()) }()
-	slot := slotName(m.cfg.Pod)
-	_, err = conn.Exec(ctx, "CREATE_REPLICATION_SLOT "+slot+" PHYSICAL RESERVE_WAL").ReadAll()
-	var pgErr *pgconn.PgError
-	switch {
-	case err == nil:
-		m.log.Info("Reserved a replication slot on the primary", "slot", slot)
-	case errors.As(err, &pgErr) && pgErr.Code == "42710": // duplicate_object: it exists
-	default:
-		m.log.Info("Could not reserve a replication slot on the primary", "slot", slot, "reason", err.Error())
 	}
 }
 

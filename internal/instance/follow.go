@@ -1,0 +1,268 @@
+package instance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/daytwo-dev/daytwo/internal/instanceapi"
+)
+
+// A replica follows whichever instance the lease names. Two things stop
+// it for good, and a restart fixes neither: the primary removed WAL it
+// still needs (errWALGone: it is cloned again), or it replayed WAL past the
+// point where the primary's timeline forked off its own (errDiverged: it
+// is rewound). A replica that has not streamed for followCheckAfter asks
+// the primary which, if either, it is.
+
+// primaryReplicationConn opens a replication-protocol connection to the
+// primary as the replication user, for slot commands.
+func (m *Manager) primaryReplicationConn(ctx context.Context) (*pgconn.PgConn, error) {
+	pw, err := m.cfg.secret(instanceapi.SecretReplicationPassword)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := pgconn.ParseConfig(fmt.Sprintf("host=%s port=%d user=%s dbname=replication replication=true connect_timeout=3",
+		m.cfg.PrimaryHost, m.cfg.primaryPort(), replicationUser))
+	if err != nil {
+		return nil, err
+	}
+	cfg.Password = pw
+	return pgconn.ConnectConfig(ctx, cfg)
+}
+
+// wantsSlot: the operator lists this replica, so it streams through a slot.
+func (m *Manager) wantsSlot() bool {
+	r, err := m.cfg.replication()
+	return err == nil && slices.Contains(r.Instances, m.cfg.Pod)
+}
+
+// errWALGone: the primary invalidated this replica's slot. It removed WAL
+// the replica had not received (past max_slot_wal_keep_size), so the data
+// can never catch up by streaming and is cloned again.
+var errWALGone = errors.New("the primary removed WAL this replica needs: its replication slot was invalidated")
+
+// slotState reads this replica's slot on the primary: whether it exists,
+// and whether the primary invalidated it (no restart LSN: the WAL it
+// held is gone).
+func slotState(ctx context.Context, conn *pgconn.PgConn, slot string) (exists, lost bool, err error) {
+	res, err := conn.Exec(ctx, "READ_REPLICATION_SLOT "+slot).ReadAll()
+	if err != nil {
+		return false, false, err
+	}
+	if len(res) != 1 || len(res[0].Rows) != 1 || len(res[0].Rows[0]) < 2 {
+		return false, false, fmt.Errorf("READ_REPLICATION_SLOT answered %d results", len(res))
+	}
+	row := res[0].Rows[0]
+	return row[0] != nil, row[0] != nil && row[1] == nil, nil
+}
+
+// reserveSlot creates this replica's slot on the primary over the
+// replication protocol before postgres starts, so it streams through it at
+// once, even before the primary's manager learns of a new instance, and
+// the primary keeps the WAL a clone needs from before it starts. A slot
+// the primary invalidated is made again, and the data marked to be cloned
+// again (recloneMark). Any other failure is only logged, since the
+// primary's manager makes the slot too.
+func (m *Manager) reserveSlot(ctx context.Context) error {
+	if !m.wantsSlot() {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	conn, err := m.primaryReplicationConn(ctx)
+	if err != nil {
+		m.log.Info("Could not reserve a replication slot on the primary yet", "reason", err.Error())
+		return nil
+	}
+	defer func() { _ = conn.Close(context.Background()) }()
+	slot := slotName(m.cfg.Pod)
+	exists, lost, err := slotState(ctx, conn, slot)
+	if err != nil {
+		m.log.Info("Could not read this replica's slot on the primary", "slot", slot, "reason", err.Error())
+		return nil
+	}
+	if lost {
+		// Recorded first: once the slot is made again nothing else shows
+		// that this data cannot catch up. A clone replaces the directory,
+		// and the mark with it.
+		if err := m.markData(recloneMark, errWALGone); err != nil {
+			return err
+		}
+		if _, err := conn.Exec(ctx, "DROP_REPLICATION_SLOT "+slot).ReadAll(); err != nil {
+			return fmt.Errorf("failed to drop the invalidated replication slot %s: %w", slot, err)
+		}
+		m.log.Info("Dropped this replica's invalidated replication slot on the primary", "slot", slot)
+		exists = false
+	}
+	if !exists {
+		_, err = conn.Exec(ctx, "CREATE_REPLICATION_SLOT "+slot+" PHYSICAL RESERVE_WAL").ReadAll()
+		var pgErr *pgconn.PgError
+		switch {
+		case err == nil:
+			m.log.Info("Reserved a replication slot on the primary", "slot", slot)
+		case errors.As(err, &pgErr) && pgErr.Code == "42710": // duplicate_object: the primary's manager made it
+		default:
+			m.log.Info("Could not reserve a replication slot on the primary", "slot", slot, "reason", err.Error())
+		}
+	}
+	return nil
+}
+
+// recloneMark, in the data directory, says the data is to be cloned again
+// (see errWALGone).
+const recloneMark = "daytwo-reclone"
+
+// errDiverged: this replica replayed WAL of an old timeline past the point
+// where the primary's timeline forked off it (it was ahead of the replica
+// that was promoted), so it cannot follow; pg_rewind undoes the rest.
+var errDiverged = errors.New("this replica replayed WAL past the point where the primary's timeline forked off its own")
+
+// rewindMark, in the data directory, says the replica is to be rewound
+// before it starts again (see errDiverged).
+const rewindMark = "daytwo-rewind"
+
+// followCheckAfter is how long a replica may fail to stream before it asks
+// the primary why, and how often it asks again.
+const followCheckAfter = 10 * time.Second
+
+// followWatch tracks a replica that does not stream.
+type followWatch struct {
+	notStreaming, checked time.Time
+	// timeline is the newest timeline this replica replayed, as it saw it.
+	timeline int
+}
+
+// cannotFollow, on a replica that has not streamed for followCheckAfter,
+// asks the primary whether it ever can: errWALGone, errDiverged or nil.
+func (m *Manager) cannotFollow(ctx context.Context, w *followWatch) error {
+	s := m.Status()
+	now := time.Now()
+	if s.Role != instanceapi.RoleReplica || s.Phase != instanceapi.PhaseRunning {
+		*w = followWatch{}
+		return nil
+	}
+	w.timeline = max(w.timeline, s.Timeline)
+	if s.Streaming {
+		w.notStreaming = time.Time{}
+		return nil
+	}
+	if w.notStreaming.IsZero() {
+		w.notStreaming = now
+	}
+	if now.Sub(w.notStreaming) < followCheckAfter || now.Sub(w.checked) < followCheckAfter {
+		return nil
+	}
+	w.checked = now
+	replayed, ok := parseLSN(s.LSN)
+	if !ok {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	conn, err := m.primaryReplicationConn(ctx)
+	if err != nil {
+		return nil
+	}
+	defer func() { _ = conn.Close(context.Background()) }()
+	if m.wantsSlot() {
+		if _, lost, err := slotState(ctx, conn, slotName(m.cfg.Pod)); err == nil && lost {
+			return errWALGone
+		}
+	}
+	if w.timeline == 0 {
+		return nil
+	}
+	tli, history, err := primaryTimeline(ctx, conn)
+	if err != nil {
+		return nil
+	}
+	if tli > w.timeline && replayedPastFork(history, w.timeline, replayed) {
+		m.log.Info("Diverged from the primary's timeline", "timeline", w.timeline, "replayed", s.LSN, "primaryTimeline", tli)
+		return errDiverged
+	}
+	return nil
+}
+
+// primaryTimeline asks the primary for its timeline and that timeline's
+// history file (empty on timeline 1).
+func primaryTimeline(ctx context.Context, conn *pgconn.PgConn) (int, string, error) {
+	res, err := conn.Exec(ctx, "IDENTIFY_SYSTEM").ReadAll()
+	if err != nil {
+		return 0, "", err
+	}
+	if len(res) != 1 || len(res[0].Rows) != 1 || len(res[0].Rows[0]) < 2 {
+		return 0, "", errors.New("IDENTIFY_SYSTEM answered no row")
+	}
+	tli, err := strconv.Atoi(string(res[0].Rows[0][1]))
+	if err != nil || tli <= 1 {
+		return tli, "", err
+	}
+	res, err = conn.Exec(ctx, fmt.Sprintf("TIMELINE_HISTORY %d", tli)).ReadAll()
+	if err != nil {
+		return 0, "", err
+	}
+	if len(res) != 1 || len(res[0].Rows) != 1 || len(res[0].Rows[0]) < 2 {
+		return 0, "", errors.New("TIMELINE_HISTORY answered no row")
+	}
+	return tli, string(res[0].Rows[0][1]), nil
+}
+
+// replayedPastFork reads a timeline history file ("parent<TAB>switchpoint
+// <TAB>reason" per line): a replica that replayed up to replayed on
+// timeline tli cannot follow when the history forked off tli before that,
+// or never passed through tli at all.
+func replayedPastFork(history string, tli int, replayed uint64) bool {
+	for _, line := range strings.Split(history, "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 || strings.HasPrefix(f[0], "#") {
+			continue
+		}
+		parent, err := strconv.Atoi(f[0])
+		fork, ok := parseLSN(f[1])
+		if err != nil || !ok || parent != tli {
+			continue
+		}
+		return replayed > fork
+	}
+	return true
+}
+
+// parseLSN reads PostgreSQL's "X/Y" WAL position.
+func parseLSN(s string) (uint64, bool) {
+	hi, lo, ok := strings.Cut(s, "/")
+	if !ok {
+		return 0, false
+	}
+	h, err1 := strconv.ParseUint(hi, 16, 32)
+	l, err2 := strconv.ParseUint(lo, 16, 32)
+	if err1 != nil || err2 != nil {
+		return 0, false
+	}
+	return h<<32 | l, true
+}
+
+// markData leaves a mark file in the data directory, if there is one.
+func (m *Manager) markData(name string, why error) error {
+	if !hasData(m.cfg.PGData) {
+		return nil
+	}
+	if err := os.WriteFile(filepath.Join(m.cfg.PGData, name), []byte(why.Error()+"\n"), 0o600); err != nil {
+		return fmt.Errorf("failed to leave %s in the data directory: %w", name, err)
+	}
+	return nil
+}
+
+// marked says whether the data directory holds the mark file name.
+func (m *Manager) marked(name string) bool {
+	_, err := os.Stat(filepath.Join(m.cfg.PGData, name))
+	return err == nil
+}
