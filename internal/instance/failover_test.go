@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -261,6 +262,82 @@ func TestFailoverPromotesFencesAndRejoins(t *testing.T) {
 	}
 }
 
+// dataDir identifies the data directory in place now: a clone swaps in a
+// new one, a rewind keeps it.
+func (in *instance) dataDir() uint64 {
+	in.t.Helper()
+	fi, err := os.Stat(filepath.Join(in.root, "data"))
+	if err != nil {
+		in.t.Fatal(err)
+	}
+	return fi.Sys().(*syscall.Stat_t).Ino
+}
+
+// smallWALKeep makes a primary keep little WAL for slots: 32 MB.
+var smallWALKeep = map[string]string{"max_slot_wal_keep_size": "32MB", "wal_keep_size": "0", "min_wal_size": "32MB", "max_wal_size": "64MB"}
+
+// slotStatus reads the state of orders-1's slot: "<wal_status>:<active>".
+const slotStatus = "SELECT coalesce(string_agg(wal_status || ':' || active, ','), 'none') FROM pg_replication_slots WHERE slot_name = 'daytwo_orders_1'"
+
+// outgrowSlot writes and checkpoints on prim until it invalidated
+// orders-1's slot and removed the WAL the slot held.
+func outgrowSlot(t *testing.T, prim *instance) {
+	ctx := context.Background()
+	prim.exec(ctx, "CREATE TABLE filler (x text)")
+	eventually(t, 2*time.Minute, func() bool {
+		prim.exec(ctx, "INSERT INTO filler SELECT repeat(md5(g::text), 32) FROM generate_series(1, 10000) g")
+		prim.superuser("SELECT pg_switch_wal(); CHECKPOINT")
+		return strings.HasPrefix(prim.query(ctx, slotStatus), "lost:")
+	}, "the primary invalidating orders-1's slot")
+}
+
+// An old primary that cannot be rewound: cut off from its replica, it
+// wrote and checkpointed so much that the WAL since the two diverged is
+// gone, so pg_rewind has nothing to work from. After the failover it is
+// cloned from the new primary instead, and holds exactly its rows.
+func TestOldPrimaryThatCannotRewindIsClonedAgain(t *testing.T) {
+	ctx := context.Background()
+	lt := newLeaseTest(t, "orders-0")
+	old, repl := lt.instance(0), lt.instance(0)
+	link := newProxy(t, old.pgPort)
+	old.extraFlags[len(old.extraFlags)-1] = strconv.Itoa(repl.pgPort)
+	repl.extraFlags[len(repl.extraFlags)-1] = strconv.Itoa(link.port())
+	for _, in := range []*instance{old, repl} {
+		in.writeFile("config/"+instanceapi.ReplicationFile, `{"instances":["orders-0","orders-1"]}`)
+		in.setParameters(smallWALKeep)
+	}
+	old.start("orders-0")
+	old.waitReady(90 * time.Second)
+	repl.start("orders-1")
+	repl.waitReady(90 * time.Second)
+	old.exec(ctx, "CREATE TABLE items (id int PRIMARY KEY, v text)")
+	old.exec(ctx, "INSERT INTO items SELECT g, 'before' FROM generate_series(1, 100) g")
+	eventually(t, 30*time.Second, func() bool { return old.query(ctx, slotStatus) == "reserved:true" }, "the replica streaming through its slot")
+
+	link.partition()
+	old.exec(ctx, "INSERT INTO items SELECT g, 'split' FROM generate_series(101, 120) g")
+	outgrowSlot(t, old)
+	dir := old.dataDir()
+	lt.transfer("orders-1")
+	if code := promote(t, repl, apiToken); code != http.StatusOK {
+		t.Fatalf("promote = %d, want 200", code)
+	}
+	repl.exec(ctx, "INSERT INTO items SELECT g, 'after' FROM generate_series(121, 130) g")
+	start := time.Now()
+	want := checksum(t, repl)
+	eventually(t, 3*time.Minute, func() bool {
+		s := old.status()
+		return s.Role == instanceapi.RoleReplica && s.Streaming && s.Phase == instanceapi.PhaseRunning && checksum(t, old) == want
+	}, "the old primary cloned again and streaming from the new one")
+	t.Logf("the old primary follows again %s after the failover", time.Since(start).Round(100*time.Millisecond))
+	if n := old.query(ctx, "SELECT count(*)::text FROM items WHERE v = 'split'"); n != "0" {
+		t.Fatalf("%s rows only the old primary had survived", n)
+	}
+	if old.dataDir() == dir {
+		t.Fatal("the old primary's data directory is the same one: it was not cloned again")
+	}
+}
+
 // A replica cut off while the primary writes more WAL than
 // max_slot_wal_keep_size: the primary invalidates the replica's slot and
 // removes WAL the replica never received. Once the link is back the
@@ -275,9 +352,7 @@ func TestReplicaWhoseWALIsGoneIsClonedAgain(t *testing.T) {
 	for _, in := range []*instance{prim, repl} {
 		in.writeFile("config/"+instanceapi.ReplicationFile, `{"instances":["orders-0","orders-1"]}`)
 	}
-	prim.setParameters(map[string]string{"max_slot_wal_keep_size": "32MB", "wal_keep_size": "0",
-		"min_wal_size": "32MB", "max_wal_size": "64MB"})
-	const slotStatus = "SELECT coalesce(string_agg(wal_status || ':' || active, ','), 'none') FROM pg_replication_slots WHERE slot_name = 'daytwo_orders_1'"
+	prim.setParameters(smallWALKeep)
 	prim.start("orders-0")
 	prim.waitReady(90 * time.Second)
 	repl.start("orders-1")
@@ -287,13 +362,9 @@ func TestReplicaWhoseWALIsGoneIsClonedAgain(t *testing.T) {
 	eventually(t, 30*time.Second, func() bool { return prim.query(ctx, slotStatus) == "reserved:true" }, "the replica streaming through its slot")
 
 	link.partition()
-	prim.exec(ctx, "CREATE TABLE filler (x text)")
-	eventually(t, 2*time.Minute, func() bool {
-		prim.exec(ctx, "INSERT INTO filler SELECT repeat(md5(g::text), 32) FROM generate_series(1, 10000) g")
-		prim.superuser("SELECT pg_switch_wal(); CHECKPOINT")
-		return strings.HasPrefix(prim.query(ctx, slotStatus), "lost:")
-	}, "the primary invalidating the cut-off replica's slot")
+	outgrowSlot(t, prim)
 	prim.exec(ctx, "INSERT INTO items SELECT g, 'while cut off' FROM generate_series(101, 120) g")
+	dir := repl.dataDir()
 	cloned := time.Now()
 	link.heal()
 
@@ -304,6 +375,9 @@ func TestReplicaWhoseWALIsGoneIsClonedAgain(t *testing.T) {
 	}, "the replica cloned again, streaming and holding every row")
 	t.Logf("the replica streams again %s after the link came back", time.Since(cloned).Round(100*time.Millisecond))
 	eventually(t, 30*time.Second, func() bool { return prim.query(ctx, slotStatus) == "reserved:true" }, "a new slot in use")
+	if repl.dataDir() == dir {
+		t.Fatal("the replica's data directory is the same one: it was not cloned again")
+	}
 }
 
 // A replica ahead of the one promoted: it received WAL of the old
@@ -343,7 +417,7 @@ func TestDivergedReplicaIsRewound(t *testing.T) {
 		t.Fatalf("promote = %d, want 200", code)
 	}
 	b.exec(ctx, "INSERT INTO items SELECT g, 'after' FROM generate_series(121, 130) g")
-	start := time.Now()
+	start, dir := time.Now(), c.dataDir()
 	linkC.retarget(b.pgPort)
 
 	want = checksum(t, b)
@@ -354,6 +428,9 @@ func TestDivergedReplicaIsRewound(t *testing.T) {
 	t.Logf("c follows b again %s after it was pointed at it", time.Since(start).Round(100*time.Millisecond))
 	if n := c.query(ctx, "SELECT count(*)::text FROM items WHERE v = 'only a and c'"); n != "0" {
 		t.Fatalf("%s rows of the abandoned timeline survived", n)
+	}
+	if c.dataDir() != dir {
+		t.Fatal("the diverged replica was cloned again, not rewound")
 	}
 }
 
@@ -619,7 +696,21 @@ func TestKilledPostgresRestartsInPlace(t *testing.T) {
 		if err := syscall.Kill(postmaster, syscall.SIGKILL); err != nil {
 			t.Fatal(err)
 		}
+		// It stays ready, so it stays the endpoint of -rw: never a second
+		// unready, which a kubelet probing every second twice could see.
+		var unready time.Time
+		watchReady := func() {
+			switch {
+			case in.readyz():
+				unready = time.Time{}
+			case unready.IsZero():
+				unready = time.Now()
+			case time.Since(unready) > time.Second:
+				t.Fatalf("round %d: not ready for over a second, %s after the kill", round, time.Since(killed).Round(time.Millisecond))
+			}
+		}
 		eventually(t, 30*time.Second, func() bool {
+			watchReady()
 			c, err := in.connect(ctx, "shop", appPassword, "orders")
 			if err != nil {
 				return false
@@ -629,6 +720,10 @@ func TestKilledPostgresRestartsInPlace(t *testing.T) {
 			return err == nil
 		}, "writes after the kill")
 		t.Logf("round %d: writable again %s after the postmaster was killed", round, time.Since(killed).Round(time.Millisecond))
+		for time.Since(killed) < 4*time.Second {
+			watchReady()
+			time.Sleep(100 * time.Millisecond)
+		}
 		select {
 		case err := <-in.exited:
 			t.Fatalf("the instance manager exited: %v", err)

@@ -44,6 +44,12 @@ type Manager struct {
 	// lastHeartbeat and lastRenew: the last heartbeat commit and lease
 	// renewal that succeeded (guarded by mu).
 	lastHeartbeat, lastRenew time.Time
+	// leaseUntil is when the lease this instance last renewed runs out,
+	// less the fence margin; unlike lastRenew it outlives a postgres run.
+	leaseUntil time.Time
+	// crashRestart: postgres crashed and is being started again in place,
+	// with the lease kept (see restartingInPlace).
+	crashRestart bool
 	// bootstrapped: this start made the data directory (nothing to rejoin).
 	bootstrapped bool
 	// demote carries a switchover from the API to the supervisor.
@@ -131,11 +137,17 @@ func (m *Manager) Run(ctx context.Context) error {
 				break
 			}
 			m.log.Info("Postgres exited unexpectedly; starting it again", "reason", err.Error(), "crashes", len(crashes))
+			m.mu.Lock()
+			m.crashRestart = true
+			m.mu.Unlock()
 			m.setPhase(instanceapi.PhaseStarting, err.Error())
 			killOrphans()
 			time.Sleep(crashPause)
 			continue
 		}
+		m.mu.Lock()
+		m.crashRestart = false
+		m.mu.Unlock()
 		if !(errors.Is(err, errFenced) || errors.Is(err, errSwitchedOver)) {
 			break
 		}

@@ -38,8 +38,11 @@ func (m *Manager) Handler() http.Handler {
 
 // ready: PostgreSQL answers now, bootstrap is done, a replica streams from
 // its primary (the status refreshes every second), and a primary holds a
-// valid lease.
+// valid lease; or a primary restarts in place (restartingInPlace).
 func (m *Manager) ready(ctx context.Context, s instanceapi.Status) bool {
+	if m.restartingInPlace() {
+		return true
+	}
 	if s.Phase != instanceapi.PhaseRunning || (s.Role == instanceapi.RoleReplica && !s.Streaming) ||
 		(s.Role == instanceapi.RolePrimary && !m.leaseFresh()) {
 		return false

@@ -88,6 +88,9 @@ type failoverDecision struct {
 	lagBytes int64
 	// waiting explains why a lease that expired is not moved.
 	waiting string
+	// weighed lists each replica that answered with the WAL position it
+	// was ranked by, for the record.
+	weighed []string
 }
 
 // decideFailover picks the replica to promote once the lease expired: the
@@ -112,7 +115,7 @@ func decideFailover(lease leaseState, now time.Time, instances []v1alpha1.Instan
 	}
 	best, bestLSN := "", uint64(0)
 	answering := map[string]bool{}
-	var behind []string
+	var behind, weighed []string
 	for _, in := range instances {
 		if in.Name == lease.holder || in.Error != "" || in.Role != string(instanceapi.RoleReplica) {
 			continue
@@ -124,6 +127,7 @@ func decideFailover(lease leaseState, now time.Time, instances []v1alpha1.Instan
 		}
 		got = max(got, replayed)
 		answering[in.Name] = true
+		weighed = append(weighed, fmt.Sprintf("%s at %X/%X", in.Name, got>>32, uint32(got)))
 		if want, ok := parseLSN(lease.lsn); !quorum && ok && want > got && want-got > MaxFailoverLag {
 			behind = append(behind, fmt.Sprintf("%s (%d bytes behind)", in.Name, want-got))
 			continue
@@ -154,7 +158,7 @@ func decideFailover(lease leaseState, now time.Time, instances []v1alpha1.Instan
 		}
 		return failoverDecision{waiting: fmt.Sprintf("The primary %s lost its lease; %s, so none is promoted", lease.holder, why)}
 	}
-	d := failoverDecision{promote: best}
+	d := failoverDecision{promote: best, weighed: weighed}
 	if want, ok := parseLSN(lease.lsn); ok && want > bestLSN {
 		d.lagBytes = int64(want - bestLSN)
 	}

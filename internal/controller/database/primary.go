@@ -3,6 +3,7 @@ package database
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -125,7 +126,8 @@ func (r *Reconciler) failover(ctx context.Context, db *v1alpha1.Database, obs *o
 	db.Status.LastFailover = &v1alpha1.FailoverRecord{From: st.holder, To: d.promote, Reason: controller.Truncate(reason, 256),
 		FencedTime: ptr.To(metav1.NewTime(fenced)), DetectedTime: ptr.To(metav1.NewTime(now)), LagBytes: d.lagBytes}
 	r.Recorder.Eventf(db, l, corev1.EventTypeWarning, v1alpha1.ReasonFailover, "Fence",
-		"The primary %s lost its lease (%s); moved it to %s, which lacked %d bytes of WAL", st.holder, reason, d.promote, d.lagBytes)
+		"The primary %s lost its lease (%s); moved it to %s, which lacked %d bytes of WAL (replicas weighed: %s)",
+		st.holder, reason, d.promote, d.lagBytes, strings.Join(d.weighed, ", "))
 	countFailover(db)
 	if err := r.announce(ctx, db, obs, d.promote, v1alpha1.ConditionReady, v1alpha1.ReasonFailingOver,
 		fmt.Sprintf("Promoting %s: the primary %s lost its lease (%s)", d.promote, st.holder, reason)); err != nil {
