@@ -34,8 +34,8 @@ type proxy struct {
 	l      net.Listener
 	mu     sync.Mutex
 	target int
-	conns []net.Conn
-	cut   bool
+	conns  []net.Conn
+	cut    bool
 }
 
 func newProxy(t *testing.T, target int) *proxy {
@@ -279,6 +279,32 @@ var smallWALKeep = map[string]string{"max_slot_wal_keep_size": "32MB", "wal_keep
 // slotStatus reads the state of orders-1's slot: "<wal_status>:<active>".
 const slotStatus = "SELECT coalesce(string_agg(wal_status || ':' || active, ','), 'none') FROM pg_replication_slots WHERE slot_name = 'daytwo_orders_1'"
 
+// linkedPair starts orders-0 as the primary and orders-1 as its replica,
+// which reaches it through a proxy the test can cut; each streams from the
+// other when a replica, and both keep little WAL for slots (smallWALKeep).
+// It returns once the replica streams through its slot, with 100 rows in
+// items.
+func (lt *leaseTest) linkedPair() (prim, repl *instance, link *proxy) {
+	ctx := context.Background()
+	prim, repl = lt.instance(0), lt.instance(0)
+	link = newProxy(lt.t, prim.pgPort)
+	prim.extraFlags[len(prim.extraFlags)-1] = strconv.Itoa(repl.pgPort)
+	repl.extraFlags[len(repl.extraFlags)-1] = strconv.Itoa(link.port())
+	for _, in := range []*instance{prim, repl} {
+		in.writeFile("config/"+instanceapi.ReplicationFile, `{"instances":["orders-0","orders-1"]}`)
+		in.setParameters(smallWALKeep)
+	}
+	prim.start("orders-0")
+	prim.waitReady(90 * time.Second)
+	repl.start("orders-1")
+	repl.waitReady(90 * time.Second)
+	prim.exec(ctx, "CREATE TABLE items (id int PRIMARY KEY, v text)")
+	prim.exec(ctx, "INSERT INTO items SELECT g, 'before' FROM generate_series(1, 100) g")
+	eventually(lt.t, 30*time.Second, func() bool { return prim.query(ctx, slotStatus) == "reserved:true" },
+		"the replica streaming through its slot")
+	return prim, repl, link
+}
+
 // outgrowSlot writes and checkpoints on prim until it invalidated
 // orders-1's slot and removed the WAL the slot held.
 func outgrowSlot(t *testing.T, prim *instance) {
@@ -298,21 +324,7 @@ func outgrowSlot(t *testing.T, prim *instance) {
 func TestOldPrimaryThatCannotRewindIsClonedAgain(t *testing.T) {
 	ctx := context.Background()
 	lt := newLeaseTest(t, "orders-0")
-	old, repl := lt.instance(0), lt.instance(0)
-	link := newProxy(t, old.pgPort)
-	old.extraFlags[len(old.extraFlags)-1] = strconv.Itoa(repl.pgPort)
-	repl.extraFlags[len(repl.extraFlags)-1] = strconv.Itoa(link.port())
-	for _, in := range []*instance{old, repl} {
-		in.writeFile("config/"+instanceapi.ReplicationFile, `{"instances":["orders-0","orders-1"]}`)
-		in.setParameters(smallWALKeep)
-	}
-	old.start("orders-0")
-	old.waitReady(90 * time.Second)
-	repl.start("orders-1")
-	repl.waitReady(90 * time.Second)
-	old.exec(ctx, "CREATE TABLE items (id int PRIMARY KEY, v text)")
-	old.exec(ctx, "INSERT INTO items SELECT g, 'before' FROM generate_series(1, 100) g")
-	eventually(t, 30*time.Second, func() bool { return old.query(ctx, slotStatus) == "reserved:true" }, "the replica streaming through its slot")
+	old, repl, link := lt.linkedPair()
 
 	link.partition()
 	old.exec(ctx, "INSERT INTO items SELECT g, 'split' FROM generate_series(101, 120) g")
@@ -346,20 +358,7 @@ func TestOldPrimaryThatCannotRewindIsClonedAgain(t *testing.T) {
 func TestReplicaWhoseWALIsGoneIsClonedAgain(t *testing.T) {
 	ctx := context.Background()
 	lt := newLeaseTest(t, "orders-0")
-	prim, repl := lt.instance(0), lt.instance(0)
-	link := newProxy(t, prim.pgPort)
-	repl.extraFlags[len(repl.extraFlags)-1] = strconv.Itoa(link.port())
-	for _, in := range []*instance{prim, repl} {
-		in.writeFile("config/"+instanceapi.ReplicationFile, `{"instances":["orders-0","orders-1"]}`)
-	}
-	prim.setParameters(smallWALKeep)
-	prim.start("orders-0")
-	prim.waitReady(90 * time.Second)
-	repl.start("orders-1")
-	repl.waitReady(90 * time.Second)
-	prim.exec(ctx, "CREATE TABLE items (id int PRIMARY KEY, v text)")
-	prim.exec(ctx, "INSERT INTO items SELECT g, 'before' FROM generate_series(1, 100) g")
-	eventually(t, 30*time.Second, func() bool { return prim.query(ctx, slotStatus) == "reserved:true" }, "the replica streaming through its slot")
+	prim, repl, link := lt.linkedPair()
 
 	link.partition()
 	outgrowSlot(t, prim)

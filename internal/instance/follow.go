@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/daytwo-dev/daytwo/internal/instanceapi"
+	"github.com/daytwo-dev/daytwo/internal/postgres"
 )
 
 // A replica follows whichever instance the lease names. Two things stop
@@ -162,7 +163,7 @@ func (m *Manager) cannotFollow(ctx context.Context, w *followWatch) error {
 		return nil
 	}
 	w.checked = now
-	replayed, ok := parseLSN(s.LSN)
+	replayed, ok := postgres.ParseLSN(s.LSN)
 	if !ok {
 		return nil
 	}
@@ -227,27 +228,13 @@ func replayedPastFork(history string, tli int, replayed uint64) bool {
 			continue
 		}
 		parent, err := strconv.Atoi(f[0])
-		fork, ok := parseLSN(f[1])
+		fork, ok := postgres.ParseLSN(f[1])
 		if err != nil || !ok || parent != tli {
 			continue
 		}
 		return replayed > fork
 	}
 	return true
-}
-
-// parseLSN reads PostgreSQL's "X/Y" WAL position.
-func parseLSN(s string) (uint64, bool) {
-	hi, lo, ok := strings.Cut(s, "/")
-	if !ok {
-		return 0, false
-	}
-	h, err1 := strconv.ParseUint(hi, 16, 32)
-	l, err2 := strconv.ParseUint(lo, 16, 32)
-	if err1 != nil || err2 != nil {
-		return 0, false
-	}
-	return h<<32 | l, true
 }
 
 // markData leaves a mark file in the data directory, if there is one.

@@ -335,6 +335,14 @@ func (m *Manager) supervise(ctx context.Context) error {
 		<-exited
 		return fmt.Errorf("%w: %w", errFenced, err)
 	case d := <-m.demote:
+		// A checkpoint while it still serves leaves the shutdown checkpoint
+		// little to flush, so writes stop for less time.
+		// Bounded well within the operator's wait for the demote.
+		cctx, cancelCheckpoint := context.WithTimeout(ctx, 30*time.Second)
+		if err := checkpoint(cctx, m.localDSN("postgres")); err != nil {
+			m.log.Info("Checkpoint before the switchover failed; the shutdown writes it", "reason", err.Error())
+		}
+		cancelCheckpoint()
 		// The heartbeat and the renewals stop first: the lease is handed over, not renewed.
 		cancel()
 		return m.switchOver(d, func() error { return m.shutdown(cmd, exited) })

@@ -11,6 +11,7 @@ import (
 
 	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
 	"github.com/daytwo-dev/daytwo/internal/instanceapi"
+	"github.com/daytwo-dev/daytwo/internal/postgres"
 )
 
 // MaxFailoverLag is the most WAL a replica may lack, against the old
@@ -120,15 +121,15 @@ func decideFailover(lease leaseState, now time.Time, instances []v1alpha1.Instan
 		if in.Name == lease.holder || in.Error != "" || in.Role != string(instanceapi.RoleReplica) {
 			continue
 		}
-		got, ok1 := parseLSN(in.ReceivedLSN)
-		replayed, ok2 := parseLSN(in.LSN)
+		got, ok1 := postgres.ParseLSN(in.ReceivedLSN)
+		replayed, ok2 := postgres.ParseLSN(in.LSN)
 		if !ok1 && !ok2 {
 			continue
 		}
 		got = max(got, replayed)
 		answering[in.Name] = true
-		weighed = append(weighed, fmt.Sprintf("%s at %X/%X", in.Name, got>>32, uint32(got)))
-		if want, ok := parseLSN(lease.lsn); !quorum && ok && want > got && want-got > MaxFailoverLag {
+		weighed = append(weighed, in.Name+" at "+postgres.FormatLSN(got))
+		if want, ok := postgres.ParseLSN(lease.lsn); !quorum && ok && want > got && want-got > MaxFailoverLag {
 			behind = append(behind, fmt.Sprintf("%s (%d bytes behind)", in.Name, want-got))
 			continue
 		}
@@ -159,22 +160,8 @@ func decideFailover(lease leaseState, now time.Time, instances []v1alpha1.Instan
 		return failoverDecision{waiting: fmt.Sprintf("The primary %s lost its lease; %s, so none is promoted", lease.holder, why)}
 	}
 	d := failoverDecision{promote: best, weighed: weighed}
-	if want, ok := parseLSN(lease.lsn); ok && want > bestLSN {
+	if want, ok := postgres.ParseLSN(lease.lsn); ok && want > bestLSN {
 		d.lagBytes = int64(want - bestLSN)
 	}
 	return d
-}
-
-// parseLSN reads PostgreSQL's "X/Y" WAL position.
-func parseLSN(s string) (uint64, bool) {
-	hi, lo, ok := strings.Cut(s, "/")
-	if !ok {
-		return 0, false
-	}
-	h, err1 := strconv.ParseUint(hi, 16, 32)
-	l, err2 := strconv.ParseUint(lo, 16, 32)
-	if err1 != nil || err2 != nil {
-		return 0, false
-	}
-	return h<<32 | l, true
 }

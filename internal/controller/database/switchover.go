@@ -18,6 +18,7 @@ import (
 	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
 	"github.com/daytwo-dev/daytwo/internal/controller"
 	"github.com/daytwo-dev/daytwo/internal/instanceapi"
+	"github.com/daytwo-dev/daytwo/internal/postgres"
 )
 
 // SwitchoverPatience is how long a switchover request waits for the
@@ -85,7 +86,7 @@ func decideSwitchover(req switchoverRequest, lease leaseState, now time.Time, po
 	for _, in := range instances {
 		switch {
 		case in.Name == lease.holder && in.Error == "" && in.Role == string(instanceapi.RolePrimary):
-			primaryLSN, _ = parseLSN(in.LSN)
+			primaryLSN, _ = postgres.ParseLSN(in.LSN)
 		case in.Name != lease.holder && in.Error == "" && in.Role == string(instanceapi.RoleReplica) && in.Streaming:
 			replicas = append(replicas, in)
 		}
@@ -95,7 +96,7 @@ func decideSwitchover(req switchoverRequest, lease leaseState, now time.Time, po
 	}
 	best, bestLSN := "", uint64(0)
 	for _, in := range replicas {
-		got, ok := parseLSN(in.ReceivedLSN)
+		got, ok := postgres.ParseLSN(in.ReceivedLSN)
 		if !ok || (req.to != "" && in.Name != req.to) || (primaryLSN > got && primaryLSN-got > MaxFailoverLag) {
 			continue
 		}
@@ -178,19 +179,24 @@ func (r *Reconciler) handOver(ctx context.Context, db *v1alpha1.Database, obs *o
 	}
 	r.Recorder.Eventf(db, nil, corev1.EventTypeNormal, v1alpha1.ReasonSwitchover, "Demote", "Asking %s to step down for %s%s", from, to, why)
 	obs.handedOver = true
-	res, err := r.Instances.Demote(ctx, podIP(obs, from), token,
-		instanceapi.DemoteRequest{To: to, Request: request.UTC().Format(time.RFC3339)})
-	if err != nil {
-		r.answerSwitchover(db, rec, v1alpha1.SwitchoverFailed, "the primary did not step down: "+err.Error())
-		return reconcile.Result{}, nil
-	}
-	rec.LSN = res.LSN
-	obs.primary = to
-	// -rw moves to the target now: the Service's endpoints and kube-proxy
-	// catch up while it is being promoted. The old primary serves nothing.
+	// -rw moves to the target first: the Service's endpoints and
+	// kube-proxy's next sync (up to a second) catch up while the primary
+	// shuts down and the target is promoted, instead of after. A new
+	// connection meanwhile reaches a server that refuses writes, as the
+	// stopping primary would. No acknowledged write is at stake: the target
+	// is promoted only once it has all the primary wrote.
 	if err := r.labelRoles(ctx, obs.pods, to); err != nil {
 		return reconcile.Result{}, err
 	}
+	res, err := r.Instances.Demote(ctx, podIP(obs, from), token,
+		instanceapi.DemoteRequest{To: to, Request: request.UTC().Format(time.RFC3339)})
+	if err != nil {
+		// The lease is still the primary's: the next reconcile labels it back.
+		r.answerSwitchover(db, rec, v1alpha1.SwitchoverFailed, "the primary did not step down: "+err.Error())
+		return reconcile.Result{RequeueAfter: time.Second}, nil
+	}
+	rec.LSN = res.LSN
+	obs.primary = to
 	if err := r.Instances.Promote(ctx, podIP(obs, to), token, res.LSN); err != nil {
 		// The lease names the target: failover promotes it once it can (see failover).
 		r.answerSwitchover(db, rec, v1alpha1.SwitchoverFailed, fmt.Sprintf("%s holds the lease but did not promote yet: %v", to, err))

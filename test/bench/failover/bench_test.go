@@ -112,13 +112,51 @@ var faults = []fault{
 			meta.IsStatusConditionFalse(now.Status.Conditions, v1alpha1.ConditionPendingRestart) &&
 			meta.IsStatusConditionFalse(now.Status.Conditions, v1alpha1.ConditionProgressing)
 	}},
+	// A minor upgrade: a new image of the same major version, rolled the
+	// same way. Rounds alternate between two tags of one image.
+	{name: "upgrade", do: func(t *testing.T, ns, db, _ string) func() {
+		patchDatabase(t, ns, db, func(d *v1alpha1.Database) {
+			if d.Spec.Image == nextImage {
+				d.Spec.Image = ""
+			} else {
+				d.Spec.Image = nextImage
+			}
+		})
+		return nil
+	}, settled: func(before, now *v1alpha1.Database) bool {
+		want := nextImage
+		if before.Spec.Image == nextImage {
+			want = postgresImage
+		}
+		return now.Status.ObservedGeneration > before.Generation && now.Status.Primary != before.Status.Primary &&
+			strings.HasSuffix(now.Status.CurrentImage, strings.TrimPrefix(want, "docker.io/library/")) &&
+			meta.IsStatusConditionFalse(now.Status.Conditions, v1alpha1.ConditionProgressing)
+	}},
 }
+
+// nextImage is postgresImage under another tag: a minor upgrade to the
+// operator, the same binaries to the benchmark.
+const nextImage = "localhost/postgres:15-bench-next"
 
 // figures are one configuration's results.
 type figures struct {
 	gaps, ready map[string][]time.Duration
 	lost        int
 	floor       time.Duration
+}
+
+// add is f and g together; the floor is the higher one.
+func (f figures) add(g figures) figures {
+	out := figures{gaps: map[string][]time.Duration{}, ready: map[string][]time.Duration{}, lost: f.lost + g.lost, floor: max(f.floor, g.floor)}
+	for _, x := range []figures{f, g} {
+		for k, v := range x.gaps {
+			out.gaps[k] = append(out.gaps[k], v...)
+		}
+		for k, v := range x.ready {
+			out.ready[k] = append(out.ready[k], v...)
+		}
+	}
+	return out
 }
 
 func TestBenchFailover(t *testing.T) {
@@ -130,55 +168,82 @@ func TestBenchFailover(t *testing.T) {
 		instances int32
 		sync      bool
 	}
-	results := map[config]figures{}
-	configs := []config{{2, false}, {3, false}, {3, true}}
-	roundsOf := map[config]int{}
-	// e.g. "2,3s:7": 2 instances async, 3 with sync required for 7 rounds.
-	if s := os.Getenv("BENCH_CONFIGS"); s != "" {
-		configs = nil
-		for _, c := range strings.Split(s, ",") {
-			c, r, _ := strings.Cut(c, ":")
-			n, _ := strconv.Atoi(strings.TrimSuffix(c, "s"))
-			cfg := config{int32(n), strings.HasSuffix(c, "s")}
-			configs = append(configs, cfg)
-			if r, err := strconv.Atoi(r); err == nil && r > 0 {
-				roundsOf[cfg] = r
-			}
+	type runSpec struct {
+		config
+		rounds int
+		faults []fault
+	}
+	// e.g. "2,3s,3s:10@delete+freeze": 2 instances async and 3 with sync
+	// required, every fault BENCH_ROUNDS times; then 3 sync again, pod
+	// delete and freeze 10 times each. Figures of equal configurations add up.
+	spec := cmp.Or(os.Getenv("BENCH_CONFIGS"), "2,3,3s")
+	var runs []runSpec
+	var configs []config
+	for _, c := range strings.Split(spec, ",") {
+		c, only, _ := strings.Cut(c, "@")
+		c, r, _ := strings.Cut(c, ":")
+		n, _ := strconv.Atoi(strings.TrimSuffix(c, "s"))
+		rs := runSpec{config: config{int32(n), strings.HasSuffix(c, "s")}, rounds: rounds, faults: faults}
+		if r, err := strconv.Atoi(r); err == nil && r > 0 {
+			rs.rounds = r
+		}
+		if only != "" {
+			names := strings.Split(only, "+")
+			rs.faults = slices.DeleteFunc(slices.Clone(faults), func(f fault) bool { return !slices.Contains(names, f.name) })
+		}
+		runs = append(runs, rs)
+		if !slices.Contains(configs, rs.config) {
+			configs = append(configs, rs.config)
 		}
 	}
-	for _, c := range configs {
-		name := fmt.Sprintf("instances=%d sync=%v", c.instances, c.sync)
+	cluster.TagImage(t, postgresImage, nextImage)
+	results := map[config]figures{}
+	for _, rs := range runs {
+		name := fmt.Sprintf("instances=%d sync=%v", rs.instances, rs.sync)
 		t.Run(name, func(t *testing.T) {
-			f := run(t, c.instances, c.sync, cmp.Or(roundsOf[c], rounds))
-			if c.sync && f.lost > 0 {
+			f := run(t, rs.instances, rs.sync, rs.rounds, rs.faults)
+			if rs.sync && f.lost > 0 {
 				// Not a figure: synchronous replication promises this.
 				t.Errorf("sync required lost %d acknowledged writes", f.lost)
 			}
-			results[c] = f
+			results[rs.config] = results[rs.config].add(f)
 		})
 	}
 
-	fmt.Printf("\nfailover benchmark: %d round(s) per fault unless a configuration says; write gap = longest stretch without an acknowledged write\n", rounds)
-	fmt.Printf("%-22s %-11s %8s %8s %8s %10s\n", "configuration", "fault", "gap p50", "gap p95", "ready p95", "floor")
+	fmt.Printf("\nfailover benchmark (%s): %d round(s) per fault unless a configuration says; write gap = longest stretch without an acknowledged write\n", spec, rounds)
+	fmt.Printf("%-22s %-11s %6s %8s %8s %9s %8s\n", "configuration", "fault", "rounds", "gap p50", "gap p95", "ready p95", "floor")
 	for _, c := range configs {
 		f := results[c]
 		for _, fl := range faults {
-			fmt.Printf("%-22s %-11s %7.2fs %7.2fs %8.2fs %9.2fs\n", fmt.Sprintf("%d instances, %s", c.instances, mode(c.sync)), fl.name,
-				pct(f.gaps[fl.name], 50).Seconds(), pct(f.gaps[fl.name], 95).Seconds(), pct(f.ready[fl.name], 95).Seconds(), f.floor.Seconds())
+			if len(f.gaps[fl.name]) == 0 {
+				continue
+			}
+			fmt.Printf("%-22s %-11s %6d %7.2fs %7.2fs %8.2fs %7.2fs\n", fmt.Sprintf("%d instances, %s", c.instances, mode(c.sync)), fl.name,
+				len(f.gaps[fl.name]), pct(f.gaps[fl.name], 50).Seconds(), pct(f.gaps[fl.name], 95).Seconds(), pct(f.ready[fl.name], 95).Seconds(), f.floor.Seconds())
 		}
 	}
+	// One line per instance count: the gaps of async replication, or of
+	// sync when only that ran; the writes lost in each mode.
 	for _, n := range []int32{2, 3} {
-		async, ok := results[config{n, false}]
-		if !ok {
+		async, hasAsync := results[config{n, false}]
+		syncF, hasSync := results[config{n, true}]
+		if !hasAsync && !hasSync {
 			continue
 		}
-		lostSync := "n/a"
-		if s, ok := results[config{n, true}]; ok {
-			lostSync = strconv.Itoa(s.lost)
+		lost := func(f figures, ok bool) string {
+			if !ok {
+				return "n/a"
+			}
+			return strconv.Itoa(f.lost)
 		}
-		p95 := func(name string) float64 { return pct(async.gaps[name], 95).Seconds() }
-		fmt.Printf("BENCH failover instances=%d delete_p95_s=%.2f freeze_p95_s=%.2f kill_p95_s=%.2f switchover_p95_s=%.2f restart_p95_s=%.2f lost_async=%d lost_sync=%s floor_s=%.2f\n",
-			n, p95("delete"), p95("freeze"), p95("kill"), p95("switchover"), p95("restart"), async.lost, lostSync, async.floor.Seconds())
+		gaps, gapsMode := async, "async"
+		if !hasAsync {
+			gaps, gapsMode = syncF, "sync"
+		}
+		p95 := func(name string) float64 { return pct(gaps.gaps[name], 95).Seconds() }
+		fmt.Printf("BENCH failover instances=%d delete_p95_s=%.2f freeze_p95_s=%.2f kill_p95_s=%.2f switchover_p95_s=%.2f restart_p95_s=%.2f upgrade_p95_s=%.2f lost_async=%s lost_sync=%s gaps=%s floor_s=%.2f\n",
+			n, p95("delete"), p95("freeze"), p95("kill"), p95("switchover"), p95("restart"), p95("upgrade"),
+			lost(async, hasAsync), lost(syncF, hasSync), gapsMode, gaps.floor.Seconds())
 	}
 }
 
@@ -190,7 +255,7 @@ func mode(sync bool) string {
 }
 
 // run measures every fault rounds times on one Database.
-func run(t *testing.T, instances int32, sync bool, rounds int) figures {
+func run(t *testing.T, instances int32, sync bool, rounds int, faults []fault) figures {
 	ctx := context.Background()
 	ns := cluster.Namespace(t)
 	const db = "bench"
