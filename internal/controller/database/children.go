@@ -27,6 +27,7 @@ import (
 	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
 	"github.com/daytwo-dev/daytwo/internal/controller"
 	"github.com/daytwo-dev/daytwo/internal/controller/databasebackup"
+	"github.com/daytwo-dev/daytwo/internal/instanceapi"
 	"github.com/daytwo-dev/daytwo/internal/postgres"
 )
 
@@ -207,19 +208,32 @@ func (r *Reconciler) observe(ctx context.Context, db *v1alpha1.Database, obs *ob
 	obs.pods = pods.Items
 	slices.SortFunc(obs.pods, func(a, b corev1.Pod) int { return ordinal(a.Name) - ordinal(b.Name) })
 	obs.in = r.decideImage(db, obs)
-	obs.instanceStatuses = r.askInstances(ctx, obs.pods)
+	// A primary whose renewed lease ran out is not asked: failover does not
+	// weigh it, and a frozen one would hold the reconcile for the whole
+	// timeout. (A switchover's target, holding a handed-over lease, is.)
+	expired := ""
+	if l := obs.lease; l != nil && l.Spec.RenewTime != nil && l.Annotations[instanceapi.AnnotationHandoverLSN] == "" {
+		if st := leaseStateOf(l); st.expired(r.Clock.Now()) {
+			expired = st.holder
+		}
+	}
+	obs.instanceStatuses = r.askInstances(ctx, obs.pods, expired)
 	return nil
 }
 
-// askInstances gets the status of every ready instance from its instance
-// manager, in parallel. An instance that does not answer is listed with
-// the error; it never fails the reconcile.
-func (r *Reconciler) askInstances(ctx context.Context, pods []corev1.Pod) []v1alpha1.InstanceStatus {
+// askInstances gets the status of every ready instance but skip from its
+// instance manager, in parallel. An instance that does not answer is
+// listed with the error; it never fails the reconcile.
+func (r *Reconciler) askInstances(ctx context.Context, pods []corev1.Pod, skip string) []v1alpha1.InstanceStatus {
 	out := make([]v1alpha1.InstanceStatus, len(pods))
 	var wg sync.WaitGroup
 	for i := range pods {
 		pod := &pods[i]
 		out[i].Name = pod.Name
+		if pod.Name == skip {
+			out[i].Error = "its primary lease expired: not asked"
+			continue
+		}
 		// Not only ready pods: a replica that lost its primary stops being
 		// ready, and failover needs to hear from it most.
 		if pod.Status.PodIP == "" || pod.Status.Phase != corev1.PodRunning || !pod.DeletionTimestamp.IsZero() {

@@ -133,6 +133,10 @@ func (r *Reconciler) failover(ctx context.Context, db *v1alpha1.Database, obs *o
 		fmt.Sprintf("Promoting %s: the primary %s lost its lease (%s)", d.promote, st.holder, reason)); err != nil {
 		return reconcile.Result{}, err
 	}
+	// -rw moves before the promotion, so kube-proxy catches up meanwhile.
+	if err := r.labelRoles(ctx, obs.pods, d.promote); err != nil {
+		return reconcile.Result{}, err
+	}
 	return reconcile.Result{}, r.promote(ctx, db, obs, d.promote, "")
 }
 
