@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -732,6 +733,39 @@ func TestKilledPostgresRestartsInPlace(t *testing.T) {
 	if got := in.query(ctx, "SELECT count(*)::text FROM acks"); got != "6" {
 		t.Fatalf("%s rows after three crashes, want 6", got)
 	}
+
+	// A restart asked through the API, as the operator does before it
+	// lowers a setting replicas may not run lower than their primary: in
+	// place, ready throughout, the lease kept.
+	if got := in.status().StandbySettings["max_locks_per_transaction"]; got != "64" {
+		t.Fatalf("status reports max_locks_per_transaction %q, want 64", got)
+	}
+	in.setParameters(map[string]string{"max_locks_per_transaction": "63"})
+	eventually(t, 30*time.Second, func() bool {
+		return slices.Contains(in.status().PendingRestartSettings, "max_locks_per_transaction")
+	}, "the lowered setting pending a restart")
+	if code := post(t, in, instanceapi.PathRestart, "", nil, nil); code != http.StatusUnauthorized {
+		t.Fatalf("restart without a token = %d, want 401", code)
+	}
+	asked := time.Now()
+	if code := post(t, in, instanceapi.PathRestart, apiToken, nil, nil); code != http.StatusAccepted {
+		t.Fatalf("restart = %d, want 202", code)
+	}
+	var unready time.Time
+	eventually(t, 30*time.Second, func() bool {
+		switch {
+		case in.readyz():
+			unready = time.Time{}
+		case unready.IsZero():
+			unready = time.Now()
+		case time.Since(unready) > time.Second:
+			t.Fatalf("not ready for over a second during the restart in place")
+		}
+		s := in.status()
+		return s.Phase == instanceapi.PhaseRunning && s.StandbySettings["max_locks_per_transaction"] == "63" && !s.PendingRestart
+	}, "postgres running with the lowered setting")
+	t.Logf("restarted in place with the lowered setting %s after the request", time.Since(asked).Round(time.Millisecond))
+	in.exec(ctx, "INSERT INTO acks VALUES (200)")
 	if l := lt.get(); *l.Spec.HolderIdentity != "orders-0" {
 		t.Fatalf("the lease moved to %s", *l.Spec.HolderIdentity)
 	}

@@ -47,9 +47,11 @@ type Manager struct {
 	// leaseUntil is when the lease this instance last renewed runs out,
 	// less the fence margin; unlike lastRenew it outlives a postgres run.
 	leaseUntil time.Time
-	// crashRestart: postgres crashed and is being started again in place,
-	// with the lease kept (see restartingInPlace).
+	// crashRestart: postgres crashed, or was asked to restart, and is being
+	// started again in place, with the lease kept (see restartingInPlace).
 	crashRestart bool
+	// restartReq carries a restart asked through the API to the supervisor.
+	restartReq chan struct{}
 	// bootstrapped: this start made the data directory (nothing to rejoin).
 	bootstrapped bool
 	// demote carries a switchover from the API to the supervisor.
@@ -71,6 +73,10 @@ func (m *Manager) UseLease(l Lease) { m.lease = l }
 // starts it again in the role the lease gives it.
 var errFenced = errors.New("fenced")
 
+// errRestartRequested: postgres stopped cleanly to start again in place,
+// as asked through instanceapi.PathRestart.
+var errRestartRequested = errors.New("restarting in place, as asked")
+
 // errCrashed: postgres exited on its own. The manager starts it again in
 // place up to maxCrashes times within crashWindow, crashPause apart; then it
 // exits, and the kubelet's restart backoff takes over.
@@ -88,6 +94,7 @@ func New(cfg *Config, log logr.Logger, restore RestoreFunc) *Manager {
 		restore = func(context.Context, backup.Conn, string) error { return ErrRestoreUnavailable }
 	}
 	return &Manager{cfg: cfg, log: log, restore: restore, reload: make(chan struct{}, 1), demote: make(chan demoteRequest),
+		restartReq: make(chan struct{}),
 		status: instanceapi.Status{Pod: cfg.Pod, Role: cfg.Role, Phase: instanceapi.PhaseBootstrapping}}
 }
 
@@ -143,6 +150,10 @@ func (m *Manager) Run(ctx context.Context) error {
 			m.setPhase(instanceapi.PhaseStarting, err.Error())
 			killOrphans()
 			time.Sleep(crashPause)
+			continue
+		}
+		if errors.Is(err, errRestartRequested) {
+			m.setPhase(instanceapi.PhaseStarting, err.Error())
 			continue
 		}
 		m.mu.Lock()
@@ -334,6 +345,16 @@ func (m *Manager) supervise(ctx context.Context) error {
 		killServer(cmd.Process.Pid)
 		<-exited
 		return fmt.Errorf("%w: %w", errFenced, err)
+	case <-m.restartReq:
+		// Ready throughout on a primary, within its lease (restartingInPlace).
+		m.mu.Lock()
+		m.crashRestart = true
+		m.mu.Unlock()
+		m.log.Info("Restarting postgres in place, as asked")
+		if err := m.shutdown(cmd, exited); err != nil {
+			return err
+		}
+		return errRestartRequested
 	case d := <-m.demote:
 		// A checkpoint while it still serves leaves the shutdown checkpoint
 		// little to flush, so writes stop for less time.
@@ -520,12 +541,23 @@ func (m *Manager) observe(ctx context.Context, conn *pgx.Conn, hash string) {
 	if err != nil {
 		return
 	}
+	settings := map[string]string{}
+	rows, err = conn.Query(qctx, "SELECT name, setting FROM pg_settings WHERE name = ANY($1)", postgres.StandbySensitive)
+	if err != nil {
+		_ = conn.Close(ctx)
+		return
+	}
+	var name, value string
+	if _, err := pgx.ForEachRow(rows, []any{&name, &value}, func() error { settings[name] = value; return nil }); err != nil {
+		return
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	s := &m.status
 	s.PostgresVersion, s.InRecovery, s.LSN, s.ConfigHash, s.Streaming = version, inRecovery, lsn, hash, streaming
 	s.ReceivedLSN, s.Timeline = received, timeline
 	s.PendingRestartSettings, s.PendingRestart = pending, len(pending) > 0
+	s.StandbySettings = settings
 	if s.Phase == instanceapi.PhaseStarting {
 		s.Phase, s.Message = instanceapi.PhaseRunning, ""
 		m.log.Info("Instance is running", "role", s.Role, "version", version)

@@ -33,6 +33,7 @@ func (m *Manager) Handler() http.Handler {
 	})
 	mux.HandleFunc("POST "+instanceapi.PathPromote, m.handlePromote)
 	mux.HandleFunc("POST "+instanceapi.PathDemote, m.handleDemote)
+	mux.HandleFunc("POST "+instanceapi.PathRestart, m.handleRestart)
 	return mux
 }
 
@@ -66,4 +67,23 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
 	_ = json.NewEncoder(w).Encode(v)
+}
+
+// handleRestart hands a restart in place to the supervisor and answers 202
+// once it took it.
+func (m *Manager) handleRestart(w http.ResponseWriter, r *http.Request) {
+	if !m.authorized(r) {
+		writeJSON(w, http.StatusUnauthorized, instanceapi.Error{Message: "a valid bearer token is required"})
+		return
+	}
+	if s := m.Status(); s.Phase != instanceapi.PhaseRunning {
+		writeJSON(w, http.StatusConflict, instanceapi.Error{Message: "instance is in phase " + string(s.Phase)})
+		return
+	}
+	select {
+	case m.restartReq <- struct{}{}:
+		writeJSON(w, http.StatusAccepted, m.Status())
+	case <-time.After(2 * time.Second):
+		writeJSON(w, http.StatusConflict, instanceapi.Error{Message: "the instance is busy (a switchover or a restart under way)"})
+	}
 }

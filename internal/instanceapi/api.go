@@ -24,6 +24,10 @@ const (
 	// to the named replica with the LSN of its shutdown checkpoint, answers a
 	// DemoteResult, and starts again as a replica.
 	PathDemote = "/demote"
+	// PathRestart (POST, authenticated, no body) restarts postgres in place
+	// with a fast shutdown, keeping the pod and, on a primary, the lease
+	// and its readiness (see Status.StandbySettings for why).
+	PathRestart = "/restart"
 )
 
 // PromoteRequest is the body of POST /promote.
@@ -108,6 +112,10 @@ type Status struct {
 	PendingRestartSettings []string `json:"pendingRestartSettings,omitempty"`
 	// ConfigHash identifies the configuration file the instance last loaded.
 	ConfigHash string `json:"configHash,omitempty"`
+	// StandbySettings are the running values of the settings a replica may
+	// not run lower than its primary (postgres.StandbySensitive). Lowering
+	// one needs the primary restarted first, in place.
+	StandbySettings map[string]string `json:"standbySettings,omitempty"`
 }
 
 // Error is the body of a non-2xx answer.

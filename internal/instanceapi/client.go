@@ -64,6 +64,11 @@ func (c *Client) Demote(ctx context.Context, podIP, token string, req DemoteRequ
 	return res, err
 }
 
+// Restart asks the instance manager at podIP to restart postgres in place.
+func (c *Client) Restart(ctx context.Context, podIP, token string) error {
+	return c.post(ctx, podIP, PathRestart, token, struct{}{}, nil, 10*time.Second)
+}
+
 // post sends an authenticated call that changes an instance and decodes its answer into out.
 func (c *Client) post(ctx context.Context, podIP, path, token string, in, out any, timeout time.Duration) error {
 	body, err := json.Marshal(in)
@@ -85,7 +90,7 @@ func (c *Client) post(ctx context.Context, podIP, path, token string, in, out an
 	}
 	defer func() { _ = resp.Body.Close() }()
 	limited := io.LimitReader(resp.Body, maxStatusBytes)
-	if resp.StatusCode != http.StatusOK {
+	if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusAccepted {
 		var e Error
 		_ = json.NewDecoder(limited).Decode(&e)
 		return fmt.Errorf("instance %s answered %s: %s", podIP, resp.Status, e.Message)

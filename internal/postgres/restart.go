@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"slices"
+	"strconv"
 )
 
 // restartSettings are the settings of context "postmaster" (pg_settings) that
@@ -64,4 +65,29 @@ func ChangedKeys(a, b map[string]string) []string {
 	}
 	slices.Sort(out)
 	return slices.Compact(out)
+}
+
+// StandbySensitive are the settings a hot standby may not run lower than
+// its primary: PostgreSQL refuses to start recovery below the primary's
+// value. Raising one restarts replicas first; lowering one restarts the
+// primary first.
+var StandbySensitive = []string{"max_connections", "max_locks_per_transaction", "max_prepared_transactions",
+	"max_wal_senders", "max_worker_processes"}
+
+// Lowered names the standby-sensitive settings whose value in want is
+// below the running one.
+func Lowered(running map[string]string, want []Effective) []string {
+	var names []string
+	for _, e := range want {
+		if !slices.Contains(StandbySensitive, e.Name) {
+			continue
+		}
+		have, err1 := strconv.Atoi(running[e.Name])
+		next, err2 := strconv.Atoi(e.Value)
+		if err1 == nil && err2 == nil && next < have {
+			names = append(names, e.Name)
+		}
+	}
+	slices.Sort(names)
+	return names
 }

@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"slices"
 	"strings"
 	"testing"
 )
@@ -151,5 +152,19 @@ func TestSCRAMVerifier(t *testing.T) {
 	p, _ := Password()
 	if len(p) != 32 || strings.ContainsAny(p, "'\"\\ ") {
 		t.Errorf("bad password shape %q", p)
+	}
+}
+
+func TestLowered(t *testing.T) {
+	running := map[string]string{"max_connections": "100", "max_locks_per_transaction": "64", "max_wal_senders": "10"}
+	want := []Effective{
+		{Name: "max_connections", Value: "90"},           // lowered
+		{Name: "max_locks_per_transaction", Value: "65"}, // raised
+		{Name: "max_wal_senders", Value: "10"},           // unchanged
+		{Name: "max_worker_processes", Value: "4"},       // not running: unknown
+		{Name: "shared_buffers", Value: "1MB"},           // not sensitive
+	}
+	if got := Lowered(running, want); !slices.Equal(got, []string{"max_connections"}) {
+		t.Errorf("Lowered = %v, want [max_connections]", got)
 	}
 }

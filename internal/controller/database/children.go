@@ -217,15 +217,16 @@ func (r *Reconciler) observe(ctx context.Context, db *v1alpha1.Database, obs *ob
 			expired = st.holder
 		}
 	}
-	obs.instanceStatuses = r.askInstances(ctx, obs.pods, expired)
+	obs.instanceStatuses, obs.instances = r.askInstances(ctx, obs.pods, expired)
 	return nil
 }
 
 // askInstances gets the status of every ready instance but skip from its
 // instance manager, in parallel. An instance that does not answer is
 // listed with the error; it never fails the reconcile.
-func (r *Reconciler) askInstances(ctx context.Context, pods []corev1.Pod, skip string) []v1alpha1.InstanceStatus {
+func (r *Reconciler) askInstances(ctx context.Context, pods []corev1.Pod, skip string) ([]v1alpha1.InstanceStatus, map[string]instanceapi.Status) {
 	out := make([]v1alpha1.InstanceStatus, len(pods))
+	answers := make([]*instanceapi.Status, len(pods))
 	var wg sync.WaitGroup
 	for i := range pods {
 		pod := &pods[i]
@@ -245,13 +246,20 @@ func (r *Reconciler) askInstances(ctx context.Context, pods []corev1.Pod, skip s
 				out[i].Error = "the instance manager did not answer"
 				return
 			}
+			answers[i] = &s
 			out[i] = v1alpha1.InstanceStatus{Name: pod.Name, Role: string(s.Role), PostgresVersion: s.PostgresVersion,
 				LSN: s.LSN, ReceivedLSN: s.ReceivedLSN, Timeline: int32(s.Timeline), Streaming: s.Streaming,
 				PendingRestart: s.PendingRestartSettings}
 		})
 	}
 	wg.Wait()
-	return slices.DeleteFunc(out, func(s v1alpha1.InstanceStatus) bool { return s.Role == "" && s.Error == "" })
+	byPod := map[string]instanceapi.Status{}
+	for i, a := range answers {
+		if a != nil {
+			byPod[pods[i].Name] = *a
+		}
+	}
+	return slices.DeleteFunc(out, func(s v1alpha1.InstanceStatus) bool { return s.Role == "" && s.Error == "" }), byPod
 }
 
 func (r *Reconciler) applyStatefulSet(ctx context.Context, db *v1alpha1.Database, obs *observation) error {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -12,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
+	"github.com/daytwo-dev/daytwo/internal/instanceapi"
 	"github.com/daytwo-dev/daytwo/internal/postgres"
 )
 
@@ -129,6 +132,9 @@ func (r *Reconciler) rollOut(ctx context.Context, db *v1alpha1.Database, obs *ob
 	if len(outdated) == 0 {
 		return r.pollWhileRollingOut(obs), nil
 	}
+	if res, acted, err := r.lowerOnPrimaryFirst(ctx, db, obs, allReady); acted || err != nil {
+		return res, err
+	}
 	victim := pickRestart(outdated, allReady, obs.primary)
 	if victim == nil {
 		return r.pollWhileRollingOut(obs), nil
@@ -171,6 +177,46 @@ func pickRestart(outdated []*corev1.Pod, allReady bool, primary string) *corev1.
 		}
 	}
 	return best
+}
+
+// lowerOnPrimaryFirst restarts the primary in place before any replica
+// when the spec lowers a setting a replica may not run lower than its
+// primary (postgres.StandbySensitive): a replica restarted first would
+// refuse to start. It waits until the primary has read the new settings
+// (PostgreSQL reports them pending a restart); the lease and the primary's
+// readiness stay, so writes pause only for the restart itself. It reports
+// whether it acted or waits, so that nothing else restarts meanwhile.
+func (r *Reconciler) lowerOnPrimaryFirst(ctx context.Context, db *v1alpha1.Database, obs *observation, allReady bool) (reconcile.Result, bool, error) {
+	primary, ok := obs.instances[obs.primary]
+	if len(obs.pods) < 2 || !ok || primary.Role != instanceapi.RolePrimary || primary.InRecovery {
+		return reconcile.Result{}, false, nil
+	}
+	lowered := postgres.Lowered(primary.StandbySettings, obs.plan.params)
+	if len(lowered) == 0 {
+		return reconcile.Result{}, false, nil
+	}
+	what := strings.Join(lowered, ", ")
+	if primary.Phase != instanceapi.PhaseRunning || !allReady {
+		obs.rolloutWaiting = fmt.Sprintf("Lowering %s: the primary %s restarts first, once every instance is ready", what, obs.primary)
+		return reconcile.Result{RequeueAfter: time.Second}, true, nil
+	}
+	for _, name := range lowered {
+		if !slices.Contains(primary.PendingRestartSettings, name) {
+			obs.rolloutWaiting = fmt.Sprintf("Lowering %s: waiting for the primary %s to read the new settings before it restarts, first", what, obs.primary)
+			return reconcile.Result{RequeueAfter: 2 * time.Second}, true, nil
+		}
+	}
+	token, err := r.apiToken(ctx, db)
+	if err != nil {
+		return reconcile.Result{}, true, err
+	}
+	if err := r.Instances.Restart(ctx, podIP(obs, obs.primary), token); err != nil {
+		return reconcile.Result{}, true, fmt.Errorf("failed to restart the primary %s in place: %w", obs.primary, err)
+	}
+	obs.rolloutWaiting = fmt.Sprintf("Lowering %s: the primary %s restarts in place first", what, obs.primary)
+	r.Recorder.Eventf(db, nil, corev1.EventTypeNormal, "Restarting", "Restart",
+		"Restarting the primary %s in place first: the spec lowers %s, which a replica may not run lower than its primary", obs.primary, what)
+	return reconcile.Result{RequeueAfter: time.Second}, true, nil
 }
 
 // switchoverBeforeRestart moves the primary to the best streaming replica

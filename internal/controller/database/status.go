@@ -33,6 +33,10 @@ type observation struct {
 	restoreFailed    string
 	keepStatefulSet  bool
 	instanceStatuses []v1alpha1.InstanceStatus
+	// instances are the instance managers' answers by pod.
+	instances map[string]instanceapi.Status
+	// rolloutWaiting says why a rollout holds (Progressing=True).
+	rolloutWaiting string
 
 	rolledBack    string
 	majorRefused  string
@@ -151,6 +155,8 @@ func setRolloutConditions(db *v1alpha1.Database, obs *observation, set func(stri
 	switch {
 	case obs.switchoverWaiting != "":
 		set(v1alpha1.ConditionProgressing, true, v1alpha1.ReasonSwitchoverPending, "A switchover waits: "+obs.switchoverWaiting)
+	case obs.rolloutWaiting != "":
+		set(v1alpha1.ConditionProgressing, true, v1alpha1.ReasonRollingOut, obs.rolloutWaiting)
 	case obs.outdated > 0:
 		set(v1alpha1.ConditionProgressing, true, v1alpha1.ReasonRollingOut,
 			fmt.Sprintf("%d of %d instances run an older revision", obs.outdated, st.Instances))

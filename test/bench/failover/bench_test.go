@@ -96,13 +96,15 @@ var faults = []fault{
 		})
 		return nil
 	}},
-	// A planned restart: a setting that needs one, so the replicas restart,
-	// then the primary hands over and restarts as a replica.
+	// A planned restart: a setting that needs one. Rounds alternate between
+	// lowering it (the primary restarts in place first, then the replicas,
+	// then it hands over and restarts as a replica) and raising it back
+	// (replicas first).
 	{name: "restart", do: func(t *testing.T, ns, db, _ string) func() {
 		patchDatabase(t, ns, db, func(d *v1alpha1.Database) {
-			n := 64
-			if d.Spec.Parameters["max_locks_per_transaction"] == "64" {
-				n = 65
+			n := 63
+			if d.Spec.Parameters["max_locks_per_transaction"] == "63" {
+				n = 64
 			}
 			d.Spec.Parameters = map[string]string{"max_locks_per_transaction": strconv.Itoa(n)}
 		})
