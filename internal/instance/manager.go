@@ -95,7 +95,7 @@ func New(cfg *Config, log logr.Logger, restore RestoreFunc) *Manager {
 	}
 	return &Manager{cfg: cfg, log: log, restore: restore, reload: make(chan struct{}, 1), demote: make(chan demoteRequest),
 		restartReq: make(chan struct{}),
-		status: instanceapi.Status{Pod: cfg.Pod, Role: cfg.Role, Phase: instanceapi.PhaseBootstrapping}}
+		status:     instanceapi.Status{Pod: cfg.Pod, Role: cfg.Role, Phase: instanceapi.PhaseBootstrapping}}
 }
 
 // Reload asks for the parameters file to be re-read.
