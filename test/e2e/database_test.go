@@ -201,6 +201,22 @@ func TestDatabaseSmallLifecycle(t *testing.T) {
 		t.Errorf("no Restarting event")
 	}
 
+	// A reloadable setting applies in seconds, with no restart: the operator
+	// makes the kubelet refresh the ConfigMap volume instead of waiting for
+	// its periodic sync (a minute or more).
+	old = podUID(t, ns, "orders-0")
+	start = time.Now()
+	updateDatabase(t, ns, "orders", func(d *v1alpha1.Database) {
+		d.Spec.Parameters = map[string]string{"shared_buffers": "64MB", "work_mem": "12MB"}
+	})
+	framework.Eventually(t, 30*time.Second, "work_mem reloaded", func(context.Context) (bool, error) {
+		return sql(t, ns, "psql", "orders-rw", "SHOW work_mem") == "12MB", nil
+	})
+	t.Logf("a reloadable setting applied %s after the change", time.Since(start).Round(10*time.Millisecond))
+	if podUID(t, ns, "orders-0") != old {
+		t.Errorf("a reloadable setting restarted the pod")
+	}
+
 	// local-path cannot expand volumes: a clear condition, nothing else.
 	updateDatabase(t, ns, "orders", func(d *v1alpha1.Database) {
 		d.Spec.Storage = &v1alpha1.DatabaseStorage{Size: ptr.To(resource.MustParse("20Gi"))}

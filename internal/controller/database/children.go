@@ -357,6 +357,27 @@ func (r *Reconciler) labelRoles(ctx context.Context, pods []corev1.Pod, primary 
 	return nil
 }
 
+// annConfig, on each instance pod, is the hash of the ConfigMap content the
+// operator last applied. Changing it makes the kubelet sync the pod, and
+// so refresh the ConfigMap volume at once instead of at its next periodic
+// sync (a minute or more): a reloadable setting applies within seconds.
+const annConfig = "daytwo.dev/config"
+
+// nudgePods sets annConfig to hash on every pod that carries another.
+func (r *Reconciler) nudgePods(ctx context.Context, pods []corev1.Pod, hash string) error {
+	for i := range pods {
+		pod := &pods[i]
+		if pod.Annotations[annConfig] == hash || !pod.DeletionTimestamp.IsZero() {
+			continue
+		}
+		patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, annConfig, hash)
+		if err := r.Client.Patch(ctx, pod, client.RawPatch(types.MergePatchType, []byte(patch))); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("failed to annotate pod %s: %w", pod.Name, err)
+		}
+	}
+	return nil
+}
+
 // ordinal is a StatefulSet pod's index, from its name.
 func ordinal(pod string) int {
 	i := strings.LastIndex(pod, "-")

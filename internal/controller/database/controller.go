@@ -150,6 +150,9 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, db, written *v1alpha1.
 	if err := r.labelRoles(ctx, obs.pods, obs.primary); err != nil {
 		return reconcile.Result{}, err
 	}
+	if err := r.nudgePods(ctx, obs.pods, configHash(db, obs.plan)); err != nil {
+		return reconcile.Result{}, err
+	}
 	if err := r.reconcileStorage(ctx, db, obs); err != nil {
 		return reconcile.Result{}, err
 	}

@@ -1,8 +1,11 @@
 package database
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"maps"
+	"slices"
 	"strconv"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -419,10 +422,24 @@ func configMap(db *v1alpha1.Database, p plan) *corev1ac.ConfigMapApplyConfigurat
 	return corev1ac.ConfigMap(configName(db), db.Namespace).
 		WithLabels(labels(db)).
 		WithOwnerReferences(ownerReference(db)).
-		WithData(map[string]string{
-			instanceapi.ParametersFile:  p.parametersConf(),
-			instanceapi.ReplicationFile: p.replicationConf(db),
-		})
+		WithData(configData(db, p))
+}
+
+func configData(db *v1alpha1.Database, p plan) map[string]string {
+	return map[string]string{
+		instanceapi.ParametersFile:  p.parametersConf(),
+		instanceapi.ReplicationFile: p.replicationConf(db),
+	}
+}
+
+// configHash identifies the ConfigMap's content (see annConfig).
+func configHash(db *v1alpha1.Database, p plan) string {
+	data := configData(db, p)
+	h := sha256.New()
+	for _, k := range slices.Sorted(maps.Keys(data)) {
+		fmt.Fprintf(h, "%s\x00%s\x00", k, data[k])
+	}
+	return hex.EncodeToString(h.Sum(nil)[:8])
 }
 
 // podDisruptionBudget lets a drain take one replica at a time. It selects
