@@ -147,8 +147,8 @@ type followWatch struct {
 func (m *Manager) cannotFollow(ctx context.Context, w *followWatch) error {
 	s := m.Status()
 	now := time.Now()
-	if s.Role != instanceapi.RoleReplica || s.Phase != instanceapi.PhaseRunning {
-		*w = followWatch{}
+	if s.Role != instanceapi.RoleReplica || !s.InRecovery || s.Phase != instanceapi.PhaseRunning {
+		w.notStreaming, w.checked = time.Time{}, time.Time{}
 		return nil
 	}
 	w.timeline = max(w.timeline, s.Timeline)

@@ -52,6 +52,9 @@ type Manager struct {
 	crashRestart bool
 	// restartReq carries a restart asked through the API to the supervisor.
 	restartReq chan struct{}
+	// follow is the replica's check that it can follow (monitor only); it
+	// outlives a postgres run, so the newest timeline seen is kept.
+	follow followWatch
 	// bootstrapped: this start made the data directory (nothing to rejoin).
 	bootstrapped bool
 	// demote carries a switchover from the API to the supervisor.
@@ -226,6 +229,14 @@ func (m *Manager) ensureData(ctx context.Context) error {
 		return fmt.Errorf("failed to remove an interrupted bootstrap: %w", err)
 	}
 	m.bootstrapped = false
+	if hasData(m.cfg.PGData) && m.marked(recloneMark) && m.role() != instanceapi.RoleReplica {
+		// The lease names this instance now: its data, behind or not, is
+		// what there is. Never wipe a primary's data for a replica's reason.
+		m.log.Info("Ignoring the mark to clone again: this instance is the primary now")
+		if err := os.Remove(filepath.Join(m.cfg.PGData, recloneMark)); err != nil {
+			return fmt.Errorf("failed to remove %s: %w", recloneMark, err)
+		}
+	}
 	if hasData(m.cfg.PGData) && m.marked(recloneMark) {
 		m.log.Info("Cloning the primary again", "reason", errWALGone.Error())
 		m.setMessage("cloning the primary again: " + errWALGone.Error())
@@ -349,21 +360,18 @@ func (m *Manager) supervise(ctx context.Context) error {
 		// Ready throughout on a primary, within its lease (restartingInPlace).
 		m.mu.Lock()
 		m.crashRestart = true
+		sync := m.syncRecorded
 		m.mu.Unlock()
 		m.log.Info("Restarting postgres in place, as asked")
+		cancel() // the heartbeat and its renewals stop with the server
 		if err := m.shutdown(cmd, exited); err != nil {
 			return err
 		}
+		if lsn, err := m.shutdownCheckpoint(); err == nil && m.role() == instanceapi.RolePrimary {
+			go m.keepLeaseWhileRestarting(ctx, lsn, sync)
+		}
 		return errRestartRequested
 	case d := <-m.demote:
-		// A checkpoint while it still serves leaves the shutdown checkpoint
-		// little to flush, so writes stop for less time.
-		// Bounded well within the operator's wait for the demote.
-		cctx, cancelCheckpoint := context.WithTimeout(ctx, 30*time.Second)
-		if err := checkpoint(cctx, m.localDSN("postgres")); err != nil {
-			m.log.Info("Checkpoint before the switchover failed; the shutdown writes it", "reason", err.Error())
-		}
-		cancelCheckpoint()
 		// The heartbeat and the renewals stop first: the lease is handed over, not renewed.
 		cancel()
 		return m.switchOver(d, func() error { return m.shutdown(cmd, exited) })
@@ -403,7 +411,6 @@ func (m *Manager) monitor(ctx context.Context, fence chan<- error) {
 	}()
 	hash := m.parametersHash()
 	duties := false
-	var follow followWatch
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	for {
@@ -422,7 +429,7 @@ func (m *Manager) monitor(ctx context.Context, fence chan<- error) {
 			if !duties {
 				duties = m.startPrimaryDuties(ctx, fence)
 			}
-			if err := m.cannotFollow(ctx, &follow); err != nil {
+			if err := m.cannotFollow(ctx, &m.follow); err != nil {
 				m.stopToRepair(err, fence)
 			}
 		}
@@ -524,8 +531,8 @@ func (m *Manager) observe(ctx context.Context, conn *pgx.Conn, hash string) {
 		COALESCE(CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() ELSE pg_current_wal_lsn() END::text, ''),
 		COALESCE(pg_last_wal_receive_lsn()::text, ''),
 		EXISTS (SELECT 1 FROM pg_stat_wal_receiver WHERE status = 'streaming'),
-		CASE WHEN pg_is_in_recovery() THEN COALESCE((SELECT received_tli FROM pg_stat_wal_receiver),
-			(SELECT timeline_id FROM pg_control_checkpoint()), 0)
+		CASE WHEN pg_is_in_recovery() THEN COALESCE(GREATEST((SELECT received_tli FROM pg_stat_wal_receiver),
+			(SELECT timeline_id FROM pg_control_checkpoint()), (SELECT min_recovery_end_timeline FROM pg_control_recovery())), 0)
 			ELSE ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::int END`).
 		Scan(&version, &inRecovery, &lsn, &received, &streaming, &timeline)
 	if err != nil {

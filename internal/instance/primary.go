@@ -209,6 +209,44 @@ func (m *Manager) leaseFresh() bool {
 	return !m.lastRenew.IsZero() && time.Since(m.lastRenew) < instanceapi.LeaseDuration-instanceapi.LeaseFenceMargin
 }
 
+// restartLeaseLimit bounds how long a primary restarting in place, as
+// asked, renews its lease without a heartbeat: a server that does not come
+// back by then lets the lease run out, and a failover follows.
+const restartLeaseLimit = 30 * time.Second
+
+// keepLeaseWhileRestarting renews the lease of a primary that stopped
+// cleanly at lsn to start again in place, until its server runs again
+// (the heartbeat and its renewals take over) or restartLeaseLimit passes.
+// Nothing can write meanwhile, so the lease only keeps a failover from
+// turning a planned restart of a second into a promotion.
+func (m *Manager) keepLeaseWhileRestarting(ctx context.Context, lsn, sync string) {
+	deadline := time.Now().Add(restartLeaseLimit)
+	tick := time.NewTicker(instanceapi.LeaseRenewPeriod)
+	defer tick.Stop()
+	for time.Now().Before(deadline) {
+		if m.Status().Phase == instanceapi.PhaseRunning {
+			return
+		}
+		start := time.Now()
+		rctx, cancel := context.WithTimeout(ctx, instanceapi.LeaseRenewPeriod)
+		err := m.lease.Renew(rctx, m.cfg.Pod, lsn, sync)
+		cancel()
+		if errors.Is(err, ErrLeaseLost) {
+			return
+		}
+		if err == nil {
+			m.mu.Lock()
+			m.leaseUntil = start.Add(instanceapi.LeaseDuration - instanceapi.LeaseFenceMargin)
+			m.mu.Unlock()
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
 // restartingInPlace: this primary's postgres crashed and its manager is
 // starting it again, within the lease it still holds. It stays ready, so
 // it stays the endpoint of -rw: there is no other primary to send writes
@@ -289,6 +327,13 @@ func (m *Manager) handlePromote(w http.ResponseWriter, r *http.Request) {
 	m.leaseUntil = m.lastRenew.Add(instanceapi.LeaseDuration - instanceapi.LeaseFenceMargin)
 	m.status.InRecovery, m.status.Streaming = false, false
 	m.mu.Unlock()
+	// A replica's repair marks mean nothing to a primary, and a clone of
+	// it must not inherit them.
+	for _, mark := range []string{recloneMark, rewindMark} {
+		if err := os.Remove(filepath.Join(m.cfg.PGData, mark)); err == nil {
+			m.log.Info("Removed a replica's repair mark on promotion", "mark", mark)
+		}
+	}
 	m.log.Info("Promoted to primary")
 	writeJSON(w, http.StatusOK, m.Status())
 }

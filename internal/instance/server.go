@@ -34,6 +34,7 @@ func (m *Manager) Handler() http.Handler {
 	mux.HandleFunc("POST "+instanceapi.PathPromote, m.handlePromote)
 	mux.HandleFunc("POST "+instanceapi.PathDemote, m.handleDemote)
 	mux.HandleFunc("POST "+instanceapi.PathRestart, m.handleRestart)
+	mux.HandleFunc("POST "+instanceapi.PathCheckpoint, m.handleCheckpoint)
 	return mux
 }
 
@@ -86,4 +87,20 @@ func (m *Manager) handleRestart(w http.ResponseWriter, r *http.Request) {
 	case <-time.After(2 * time.Second):
 		writeJSON(w, http.StatusConflict, instanceapi.Error{Message: "the instance is busy (a switchover or a restart under way)"})
 	}
+}
+
+// handleCheckpoint runs CHECKPOINT, bounded to 30 s, outside the
+// supervisor: fencing goes on meanwhile.
+func (m *Manager) handleCheckpoint(w http.ResponseWriter, r *http.Request) {
+	if !m.authorized(r) {
+		writeJSON(w, http.StatusUnauthorized, instanceapi.Error{Message: "a valid bearer token is required"})
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
+	defer cancel()
+	if err := checkpoint(ctx, m.localDSN("postgres")); err != nil {
+		writeJSON(w, http.StatusServiceUnavailable, instanceapi.Error{Message: err.Error()})
+		return
+	}
+	writeJSON(w, http.StatusOK, m.Status())
 }

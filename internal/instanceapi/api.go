@@ -28,6 +28,11 @@ const (
 	// with a fast shutdown, keeping the pod and, on a primary, the lease
 	// and its readiness (see Status.StandbySettings for why).
 	PathRestart = "/restart"
+	// PathCheckpoint (POST, authenticated, no body) runs CHECKPOINT and
+	// answers when it is done. The operator asks for one before a planned
+	// stop of a primary (a switchover, a restart in place), so the shutdown
+	// checkpoint has little left to write and writes stop for less time.
+	PathCheckpoint = "/checkpoint"
 )
 
 // PromoteRequest is the body of POST /promote.

@@ -64,6 +64,11 @@ func (c *Client) Demote(ctx context.Context, podIP, token string, req DemoteRequ
 	return res, err
 }
 
+// Checkpoint asks the instance manager at podIP to run CHECKPOINT.
+func (c *Client) Checkpoint(ctx context.Context, podIP, token string) error {
+	return c.post(ctx, podIP, PathCheckpoint, token, struct{}{}, nil, 40*time.Second)
+}
+
 // Restart asks the instance manager at podIP to restart postgres in place.
 func (c *Client) Restart(ctx context.Context, podIP, token string) error {
 	return c.post(ctx, podIP, PathRestart, token, struct{}{}, nil, 10*time.Second)

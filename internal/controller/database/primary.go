@@ -77,10 +77,12 @@ func (r *Reconciler) failover(ctx context.Context, db *v1alpha1.Database, obs *o
 	st := leaseStateOf(obs.lease)
 	now := r.Clock.Now()
 	handover := obs.lease.Annotations[instanceapi.AnnotationHandoverLSN]
-	if st.expired(now) && handover != "" && holderIsReplica(obs, st.holder) {
+	if st.expired(now) && handover != "" && holderIsReplica(obs, st.holder) && !handoverExpired(obs.lease, now) {
 		// A switchover's target that answers but is not promoted yet (its
-		// promote failed or timed out) keeps the lease: the old primary
-		// stopped cleanly, and only the target is known to hold all of it.
+		// promote failed or timed out) keeps the lease for a while: the old
+		// primary stopped cleanly, and the target should hold all of it.
+		// Past HandoverPatience, failover weighs every replica, the old
+		// primary (a replica now, holding all it wrote) included.
 		if err := r.extendLease(ctx, obs); err != nil {
 			return reconcile.Result{}, err
 		}
@@ -138,6 +140,16 @@ func (r *Reconciler) failover(ctx context.Context, db *v1alpha1.Database, obs *o
 		return reconcile.Result{}, err
 	}
 	return reconcile.Result{}, r.promote(ctx, db, obs, d.promote, "")
+}
+
+// HandoverPatience is how long a switchover's target keeps a lease it has
+// not been promoted with (it lacks the old primary's last WAL, say) before
+// failover chooses again among all replicas.
+const HandoverPatience = 2 * time.Minute
+
+// handoverExpired: the lease was handed over more than HandoverPatience ago.
+func handoverExpired(l *coordinationv1.Lease, now time.Time) bool {
+	return l.Spec.AcquireTime != nil && now.Sub(l.Spec.AcquireTime.Time) > HandoverPatience
 }
 
 // extendLease renews the lease for its holder, on the operator's side,

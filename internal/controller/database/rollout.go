@@ -132,7 +132,7 @@ func (r *Reconciler) rollOut(ctx context.Context, db *v1alpha1.Database, obs *ob
 	if len(outdated) == 0 {
 		return r.pollWhileRollingOut(obs), nil
 	}
-	if res, acted, err := r.lowerOnPrimaryFirst(ctx, db, obs, allReady); acted || err != nil {
+	if res, acted, err := r.lowerOnPrimaryFirst(ctx, db, obs); acted || err != nil {
 		return res, err
 	}
 	victim := pickRestart(outdated, allReady, obs.primary)
@@ -184,9 +184,12 @@ func pickRestart(outdated []*corev1.Pod, allReady bool, primary string) *corev1.
 // primary (postgres.StandbySensitive): a replica restarted first would
 // refuse to start. It waits until the primary has read the new settings
 // (PostgreSQL reports them pending a restart); the lease and the primary's
-// readiness stay, so writes pause only for the restart itself. It reports
-// whether it acted or waits, so that nothing else restarts meanwhile.
-func (r *Reconciler) lowerOnPrimaryFirst(ctx context.Context, db *v1alpha1.Database, obs *observation, allReady bool) (reconcile.Result, bool, error) {
+// readiness stay, so writes pause only for the restart itself. A change
+// that also alters another restart-only setting is held, and the condition
+// says so: the primary would be the first to try it, and replicas below a
+// raised value could not be promoted until their own restart. It reports
+// whether it acted or holds, so that nothing else restarts meanwhile.
+func (r *Reconciler) lowerOnPrimaryFirst(ctx context.Context, db *v1alpha1.Database, obs *observation) (reconcile.Result, bool, error) {
 	primary, ok := obs.instances[obs.primary]
 	if len(obs.pods) < 2 || !ok || primary.Role != instanceapi.RolePrimary || primary.InRecovery {
 		return reconcile.Result{}, false, nil
@@ -196,8 +199,13 @@ func (r *Reconciler) lowerOnPrimaryFirst(ctx context.Context, db *v1alpha1.Datab
 		return reconcile.Result{}, false, nil
 	}
 	what := strings.Join(lowered, ", ")
-	if primary.Phase != instanceapi.PhaseRunning || !allReady {
-		obs.rolloutWaiting = fmt.Sprintf("Lowering %s: the primary %s restarts first, once every instance is ready", what, obs.primary)
+	if others := slices.DeleteFunc(slices.Clone(obs.pendingParams), func(n string) bool { return slices.Contains(lowered, n) }); len(others) > 0 {
+		obs.rolloutWaiting = fmt.Sprintf("Held: spec lowers %s, which the primary must restart with first, and changes %s, "+
+			"which replicas must try first; change them in two steps", what, strings.Join(others, ", "))
+		return reconcile.Result{}, true, nil
+	}
+	if primary.Phase != instanceapi.PhaseRunning {
+		obs.rolloutWaiting = fmt.Sprintf("Lowering %s: the primary %s restarts first, once it runs", what, obs.primary)
 		return reconcile.Result{RequeueAfter: time.Second}, true, nil
 	}
 	for _, name := range lowered {
@@ -210,7 +218,12 @@ func (r *Reconciler) lowerOnPrimaryFirst(ctx context.Context, db *v1alpha1.Datab
 	if err != nil {
 		return reconcile.Result{}, true, err
 	}
-	if err := r.Instances.Restart(ctx, podIP(obs, obs.primary), token); err != nil {
+	ip := podIP(obs, obs.primary)
+	// A checkpoint while it serves leaves the restart little to write.
+	if err := r.Instances.Checkpoint(ctx, ip, token); err != nil {
+		return reconcile.Result{}, true, fmt.Errorf("failed to checkpoint the primary %s before its restart: %w", obs.primary, err)
+	}
+	if err := r.Instances.Restart(ctx, ip, token); err != nil {
 		return reconcile.Result{}, true, fmt.Errorf("failed to restart the primary %s in place: %w", obs.primary, err)
 	}
 	obs.rolloutWaiting = fmt.Sprintf("Lowering %s: the primary %s restarts in place first", what, obs.primary)

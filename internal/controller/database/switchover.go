@@ -179,6 +179,12 @@ func (r *Reconciler) handOver(ctx context.Context, db *v1alpha1.Database, obs *o
 	}
 	r.Recorder.Eventf(db, nil, corev1.EventTypeNormal, v1alpha1.ReasonSwitchover, "Demote", "Asking %s to step down for %s%s", from, to, why)
 	obs.handedOver = true
+	// A checkpoint while the primary still serves leaves its shutdown
+	// checkpoint little to write; a failed one only makes that slower.
+	if err := r.Instances.Checkpoint(ctx, podIP(obs, from), token); err != nil {
+		r.Recorder.Eventf(db, nil, corev1.EventTypeWarning, v1alpha1.ReasonSwitchover, "Checkpoint",
+			"CHECKPOINT on %s before it steps down failed (its shutdown writes it): %v", from, err)
+	}
 	// -rw moves to the target first: the Service's endpoints and
 	// kube-proxy's next sync (up to a second) catch up while the primary
 	// shuts down and the target is promoted, instead of after. A new
