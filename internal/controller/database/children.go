@@ -349,10 +349,19 @@ func (r *Reconciler) labelRoles(ctx context.Context, pods []corev1.Pod, primary 
 		if pod.Labels[labelRole] == want || !pod.DeletionTimestamp.IsZero() {
 			continue
 		}
-		patch := fmt.Sprintf(`{"metadata":{"labels":{%q:%q}}}`, labelRole, want)
-		if err := r.Client.Patch(ctx, pod, client.RawPatch(types.MergePatchType, []byte(patch))); client.IgnoreNotFound(err) != nil {
-			return fmt.Errorf("failed to label pod %s: %w", pod.Name, err)
+		if err := r.patchPodMeta(ctx, pod, "labels", labelRole, want); err != nil {
+			return err
 		}
+	}
+	return nil
+}
+
+// patchPodMeta sets one label or annotation (field) of pod with a merge
+// patch; a pod already gone is no error.
+func (r *Reconciler) patchPodMeta(ctx context.Context, pod *corev1.Pod, field, key, value string) error {
+	patch := fmt.Sprintf(`{"metadata":{%q:{%q:%q}}}`, field, key, value)
+	if err := r.Client.Patch(ctx, pod, client.RawPatch(types.MergePatchType, []byte(patch))); client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("failed to set %s %s on pod %s: %w", field, key, pod.Name, err)
 	}
 	return nil
 }
@@ -370,9 +379,8 @@ func (r *Reconciler) nudgePods(ctx context.Context, pods []corev1.Pod, hash stri
 		if pod.Annotations[annConfig] == hash || !pod.DeletionTimestamp.IsZero() {
 			continue
 		}
-		patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, annConfig, hash)
-		if err := r.Client.Patch(ctx, pod, client.RawPatch(types.MergePatchType, []byte(patch))); client.IgnoreNotFound(err) != nil {
-			return fmt.Errorf("failed to annotate pod %s: %w", pod.Name, err)
+		if err := r.patchPodMeta(ctx, pod, "annotations", annConfig, hash); err != nil {
+			return err
 		}
 	}
 	return nil
