@@ -306,7 +306,18 @@ func run(t *testing.T, instances int32, sync bool, rounds int, faults []fault) f
 			undo := fl.do(t, ns, db, cur.Status.Primary)
 			// Writes come back, and every instance is whole again.
 			var writable time.Time
+			lastSaid := time.Now()
 			framework.Eventually(t, 3*time.Minute, fl.name+": writes back", func(context.Context) (bool, error) {
+				if time.Since(lastSaid) > 15*time.Second {
+					// A round that takes long says what the operator sees.
+					lastSaid = time.Now()
+					now, _ := whole()
+					ready := meta.FindStatusCondition(now.Status.Conditions, v1alpha1.ConditionReady)
+					if ready != nil {
+						t.Logf("%s round %d after %s: primary %q, Ready %s/%s: %s; instances %+v", fl.name, r+1,
+							time.Since(at).Round(time.Second), now.Status.Primary, ready.Status, ready.Reason, ready.Message, now.Status.InstanceStatuses)
+					}
+				}
 				if undo != nil {
 					// A frozen primary stays frozen until another took over.
 					if now, _ := whole(); now.Status.Primary != cur.Status.Primary && now.Status.Primary != "" {

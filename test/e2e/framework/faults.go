@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -57,6 +58,26 @@ func (c *Cluster) Freeze(t *testing.T, ns, pod, container string) (thaw func()) 
 		if err := os.WriteFile(path, []byte(f.frozen), 0o644); err != nil {
 			t.Fatalf("freeze %s: %v", pod, err)
 		}
+		// The write only starts freezing: make sure it took, and that it
+		// took on the processes of the container, before anyone relies on it.
+		tasks, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+		if err != nil || len(strings.Fields(string(tasks))) == 0 {
+			t.Fatalf("freeze %s: cgroup %s holds no process (%v)", pod, dir, err)
+		}
+		if f.file == "freezer.state" {
+			deadline := time.Now().Add(5 * time.Second)
+			for {
+				state, _ := os.ReadFile(path)
+				if strings.TrimSpace(string(state)) == f.frozen {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("freeze %s: %s still %q after 5s", pod, dir, strings.TrimSpace(string(state)))
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+		}
+		t.Logf("froze %s: %d processes in %s", pod, len(strings.Fields(string(tasks))), dir)
 		// Idempotent, so it can also be a cleanup; a container already gone is thawed.
 		return func() {
 			if err := os.WriteFile(path, []byte(f.thawed), 0o644); err != nil && !os.IsNotExist(err) {
