@@ -1,7 +1,6 @@
 package database
 
 import (
-	"cmp"
 	"context"
 	"time"
 
@@ -148,7 +147,7 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, db, written *v1alpha1.
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	if err := r.labelRoles(ctx, obs.pods, cmp.Or(obs.rwTarget, obs.primary)); err != nil {
+	if err := r.labelRoles(ctx, obs.pods, obs.primary); err != nil {
 		return reconcile.Result{}, err
 	}
 	if err := r.nudgePods(ctx, obs.pods, configHash(db, obs.plan)); err != nil {

@@ -5,9 +5,6 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
 	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
 )
 
@@ -74,42 +71,6 @@ func TestDecideFailover(t *testing.T) {
 			}
 			if !strings.Contains(d.waiting, tt.waiting) || (tt.waiting == "" && d.waiting != "") {
 				t.Fatalf("waiting %q, want it to say %q", d.waiting, tt.waiting)
-			}
-		})
-	}
-}
-
-// While the primary's pod is being deleted, -rw moves to the replica
-// failover will promote; otherwise it stays with the lease holder.
-func TestNextPrimary(t *testing.T) {
-	now := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
-	valid := leaseState{holder: "db-0", expires: now.Add(5 * time.Second), lsn: "0/5000000"}
-	pod := func(name string, deleting bool) corev1.Pod {
-		p := corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name}}
-		if deleting {
-			p.DeletionTimestamp = &metav1.Time{Time: now}
-		}
-		return p
-	}
-	statuses := []v1alpha1.InstanceStatus{
-		{Name: "db-0", Role: "primary", LSN: "0/5000000"},
-		{Name: "db-1", Role: "replica", ReceivedLSN: "0/4FFFF00"},
-		{Name: "db-2", Role: "replica", ReceivedLSN: "0/5000000"},
-	}
-	for _, tc := range []struct {
-		name string
-		pods []corev1.Pod
-		want string
-	}{
-		{"primary being deleted: the replica with the most WAL", []corev1.Pod{pod("db-0", true), pod("db-1", false), pod("db-2", false)}, "db-2"},
-		{"a replica being deleted: no change", []corev1.Pod{pod("db-0", false), pod("db-1", false), pod("db-2", true)}, ""},
-		{"nothing deleted", []corev1.Pod{pod("db-0", false), pod("db-1", false), pod("db-2", false)}, ""},
-		{"a single instance", []corev1.Pod{pod("db-0", true)}, ""},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			obs := &observation{pods: tc.pods, instanceStatuses: statuses}
-			if got := nextPrimary(obs, valid, now); got != tc.want {
-				t.Errorf("nextPrimary = %q, want %q", got, tc.want)
 			}
 		})
 	}

@@ -89,7 +89,6 @@ func (r *Reconciler) failover(ctx context.Context, db *v1alpha1.Database, obs *o
 		st = leaseStateOf(obs.lease)
 	}
 	if !st.expired(now) {
-		obs.rwTarget = nextPrimary(obs, st, now)
 		if holderIsReplica(obs, st.holder) {
 			// A switchover's handover names the WAL the holder must have first.
 			return reconcile.Result{}, r.promote(ctx, db, obs, st.holder, obs.lease.Annotations[instanceapi.AnnotationHandoverLSN])
@@ -141,26 +140,6 @@ func (r *Reconciler) failover(ctx context.Context, db *v1alpha1.Database, obs *o
 		return reconcile.Result{}, err
 	}
 	return reconcile.Result{}, r.promote(ctx, db, obs, d.promote, "")
-}
-
-// nextPrimary names, while the primary's pod is being deleted, the replica
-// failover will promote once the lease is released: -rw selects it at
-// once, so that the Service's endpoints lose the old primary and gain the
-// new one in one kube-proxy sync, not two a second apart, and writes
-// resume as soon as it is promoted. Until then it refuses writes, as a
-// Service with no endpoint would. "" otherwise.
-func nextPrimary(obs *observation, st leaseState, now time.Time) string {
-	if len(obs.pods) < 2 {
-		return ""
-	}
-	for i := range obs.pods {
-		if p := &obs.pods[i]; p.Name == st.holder && !p.DeletionTimestamp.IsZero() {
-			gone := st
-			gone.expires = now.Add(-time.Second)
-			return decideFailover(gone, now, obs.instanceStatuses).promote
-		}
-	}
-	return ""
 }
 
 // HandoverPatience is how long a switchover's target keeps a lease it has

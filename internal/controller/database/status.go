@@ -35,9 +35,6 @@ type observation struct {
 	instanceStatuses []v1alpha1.InstanceStatus
 	// instances are the instance managers' answers by pod.
 	instances map[string]instanceapi.Status
-	// rwTarget, when set, is the pod -rw selects instead of the lease
-	// holder (see nextPrimary).
-	rwTarget string
 	// rolloutWaiting says why a rollout holds (Progressing=True).
 	rolloutWaiting string
 
