@@ -136,8 +136,12 @@ func TestChildrenHaveTheRightShape(t *testing.T) {
 	if conf := cm.Data["postgresql.conf"]; !strings.Contains(conf, "shared_buffers = '1GB'") || !strings.Contains(conf, "work_mem = '16MB'\t# user") {
 		t.Errorf("rendered configuration:\n%s", conf)
 	}
-	eventually(t, "a PodDisruptionBudget for 2 instances", func() (bool, error) {
+	// Both budgets: they are applied one after the other.
+	eventually(t, "the PodDisruptionBudgets for 2 instances", func() (bool, error) {
 		_, err := get(ns, "orders", &policyv1.PodDisruptionBudget{})
+		if err == nil {
+			_, err = get(ns, "orders-primary", &policyv1.PodDisruptionBudget{})
+		}
 		return err == nil, client.IgnoreNotFound(err)
 	})
 	// Two budgets that never select the same pod (the eviction API refuses
