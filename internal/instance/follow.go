@@ -25,7 +25,7 @@ import (
 // the primary which, if either, it is.
 
 // primaryReplicationConn opens a replication-protocol connection to the
-// primary as the replication user, for slot commands.
+// primary as the replication user, for slot and timeline commands.
 func (m *Manager) primaryReplicationConn(ctx context.Context) (*pgconn.PgConn, error) {
 	pw, err := m.cfg.secret(instanceapi.SecretReplicationPassword)
 	if err != nil {

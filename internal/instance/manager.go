@@ -47,9 +47,9 @@ type Manager struct {
 	// leaseUntil is when the lease this instance last renewed runs out,
 	// less the fence margin; unlike lastRenew it outlives a postgres run.
 	leaseUntil time.Time
-	// crashRestart: postgres crashed, or was asked to restart, and is being
+	// restarting: postgres crashed, or was asked to restart, and is being
 	// started again in place, with the lease kept (see restartingInPlace).
-	crashRestart bool
+	restarting bool
 	// restartReq carries a restart asked through the API to the supervisor.
 	restartReq chan struct{}
 	// follow is the replica's check that it can follow (monitor only); it
@@ -148,7 +148,7 @@ func (m *Manager) Run(ctx context.Context) error {
 			}
 			m.log.Info("Postgres exited unexpectedly; starting it again", "reason", err.Error(), "crashes", len(crashes))
 			m.mu.Lock()
-			m.crashRestart = true
+			m.restarting = true
 			m.mu.Unlock()
 			m.setPhase(instanceapi.PhaseStarting, err.Error())
 			killOrphans()
@@ -160,7 +160,7 @@ func (m *Manager) Run(ctx context.Context) error {
 			continue
 		}
 		m.mu.Lock()
-		m.crashRestart = false
+		m.restarting = false
 		m.mu.Unlock()
 		if !(errors.Is(err, errFenced) || errors.Is(err, errSwitchedOver)) {
 			break
@@ -229,18 +229,20 @@ func (m *Manager) ensureData(ctx context.Context) error {
 		return fmt.Errorf("failed to remove an interrupted bootstrap: %w", err)
 	}
 	m.bootstrapped = false
-	if hasData(m.cfg.PGData) && m.marked(recloneMark) && m.role() != instanceapi.RoleReplica {
-		// The lease names this instance now: its data, behind or not, is
-		// what there is. Never wipe a primary's data for a replica's reason.
-		m.log.Info("Ignoring the mark to clone again: this instance is the primary now")
-		if err := os.Remove(filepath.Join(m.cfg.PGData, recloneMark)); err != nil {
-			return fmt.Errorf("failed to remove %s: %w", recloneMark, err)
-		}
-	}
-	if hasData(m.cfg.PGData) && m.marked(recloneMark) {
+	switch {
+	case !hasData(m.cfg.PGData):
+	case m.marked(recloneMark) && m.role() == instanceapi.RoleReplica:
 		m.log.Info("Cloning the primary again", "reason", errWALGone.Error())
 		m.setMessage("cloning the primary again: " + errWALGone.Error())
-	} else if hasData(m.cfg.PGData) {
+	default:
+		if m.marked(recloneMark) {
+			// The lease names this instance now: its data, behind or not,
+			// is what there is. Never wipe a primary's data for a replica's reason.
+			m.log.Info("Ignoring the mark to clone again: this instance is the primary now")
+			if err := os.Remove(filepath.Join(m.cfg.PGData, recloneMark)); err != nil {
+				return fmt.Errorf("failed to remove %s: %w", recloneMark, err)
+			}
+		}
 		err := m.checkIdentity()
 		if !errors.Is(err, errReclone) {
 			return err
@@ -359,7 +361,7 @@ func (m *Manager) supervise(ctx context.Context) error {
 	case <-m.restartReq:
 		// Ready throughout on a primary, within its lease (restartingInPlace).
 		m.mu.Lock()
-		m.crashRestart = true
+		m.restarting = true
 		sync := m.syncRecorded
 		m.mu.Unlock()
 		m.log.Info("Restarting postgres in place, as asked")

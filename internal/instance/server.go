@@ -31,11 +31,23 @@ func (m *Manager) Handler() http.Handler {
 		s.Ready = m.ready(r.Context(), s)
 		writeJSON(w, http.StatusOK, s)
 	})
-	mux.HandleFunc("POST "+instanceapi.PathPromote, m.handlePromote)
-	mux.HandleFunc("POST "+instanceapi.PathDemote, m.handleDemote)
-	mux.HandleFunc("POST "+instanceapi.PathRestart, m.handleRestart)
-	mux.HandleFunc("POST "+instanceapi.PathCheckpoint, m.handleCheckpoint)
+	// Every call that changes the instance needs the operator's token.
+	mux.HandleFunc("POST "+instanceapi.PathPromote, m.withToken(m.handlePromote))
+	mux.HandleFunc("POST "+instanceapi.PathDemote, m.withToken(m.handleDemote))
+	mux.HandleFunc("POST "+instanceapi.PathRestart, m.withToken(m.handleRestart))
+	mux.HandleFunc("POST "+instanceapi.PathCheckpoint, m.withToken(m.handleCheckpoint))
 	return mux
+}
+
+// withToken answers 401 unless the request carries the API token.
+func (m *Manager) withToken(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if !m.authorized(r) {
+			writeJSON(w, http.StatusUnauthorized, instanceapi.Error{Message: "a valid bearer token is required"})
+			return
+		}
+		h(w, r)
+	}
 }
 
 // ready: PostgreSQL answers now, bootstrap is done, a replica streams from
@@ -73,10 +85,6 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 // handleRestart hands a restart in place to the supervisor and answers 202
 // once it took it.
 func (m *Manager) handleRestart(w http.ResponseWriter, r *http.Request) {
-	if !m.authorized(r) {
-		writeJSON(w, http.StatusUnauthorized, instanceapi.Error{Message: "a valid bearer token is required"})
-		return
-	}
 	if s := m.Status(); s.Phase != instanceapi.PhaseRunning {
 		writeJSON(w, http.StatusConflict, instanceapi.Error{Message: "instance is in phase " + string(s.Phase)})
 		return
@@ -92,10 +100,6 @@ func (m *Manager) handleRestart(w http.ResponseWriter, r *http.Request) {
 // handleCheckpoint runs CHECKPOINT, bounded to 30 s, outside the
 // supervisor: fencing goes on meanwhile.
 func (m *Manager) handleCheckpoint(w http.ResponseWriter, r *http.Request) {
-	if !m.authorized(r) {
-		writeJSON(w, http.StatusUnauthorized, instanceapi.Error{Message: "a valid bearer token is required"})
-		return
-	}
 	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
 	defer cancel()
 	if err := checkpoint(ctx, m.localDSN("postgres")); err != nil {
