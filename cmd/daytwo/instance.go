@@ -30,6 +30,7 @@ func newInstanceCommand() *cobra.Command {
 func newInstanceRunCommand() *cobra.Command {
 	cfg := &instance.Config{}
 	var role, restoreID, termLog, leaseName, namespace string
+	var peers string
 	var restoreFrom storageFlags
 	cmd := &cobra.Command{
 		Use:   "run",
@@ -46,6 +47,12 @@ func newInstanceRunCommand() *cobra.Command {
 				os.Exit(code)
 			}
 			cfg.Role = instanceapi.Role(role)
+			if cmd.Flags().Changed(instanceapi.FlagPeers) {
+				var err error
+				if cfg.Peers, err = instance.ParsePeers(peers); err != nil {
+					return err
+				}
+			}
 			var lease *instance.KubeLease
 			if leaseName != "" {
 				// The lease decides; until it is read the instance is no primary.
@@ -109,6 +116,8 @@ func newInstanceRunCommand() *cobra.Command {
 	f.StringVar(&namespace, instanceapi.FlagNamespace, os.Getenv("POD_NAMESPACE"), "Namespace of the Lease.")
 	f.StringVar(&cfg.PrimaryHost, instanceapi.FlagPrimaryHost, "", "Host a replica clones and streams from.")
 	f.IntVar(&cfg.PrimaryPort, "primary-port", 0, "Port of the primary; defaults to --port.")
+	f.StringVar(&peers, instanceapi.FlagPeers, "", "Other instances' addresses, pod=host:port, for a replica to stream from the lease holder; "+
+		"a holder not listed is reached at --primary-host. Unset: each pod's name under the Database's headless Service.")
 	f.StringVar(&cfg.Database, instanceapi.FlagDatabase, "app", "Application database.")
 	f.StringVar(&cfg.Owner, instanceapi.FlagOwner, "app", "Owner role of the application database.")
 	f.BoolVar(&cfg.FromBackup, instanceapi.FlagFromBackup, false, "Bootstrap the primary from a backup instead of initdb.")

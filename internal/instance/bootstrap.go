@@ -53,15 +53,16 @@ func (m *Manager) cloneFromPrimary(ctx context.Context, dir string) error {
 		if err := clearDir(dir); err != nil {
 			return err
 		}
-		cmd := exec.CommandContext(ctx, m.cfg.bin("pg_basebackup"), "-h", m.cfg.PrimaryHost, "-p", fmt.Sprint(m.cfg.primaryPort()),
+		host, port := m.upstream()
+		cmd := exec.CommandContext(ctx, m.cfg.bin("pg_basebackup"), "-h", host, "-p", fmt.Sprint(port),
 			"-U", replicationUser, "-D", dir, "-X", "stream", "--checkpoint=fast", "--no-password")
 		cmd.Env = append(os.Environ(), "PGPASSFILE="+m.cfg.passFile(), "PGCONNECT_TIMEOUT=5")
 		out, err := cmd.CombinedOutput()
 		if err == nil {
 			return os.Chmod(dir, 0o700)
 		}
-		m.setMessage(fmt.Sprintf("waiting to clone the primary %s: %s", m.cfg.PrimaryHost, lastLines(out, 1)))
-		m.log.Info("Base backup failed; retrying", "primary", m.cfg.PrimaryHost, "output", lastLines(out, 2))
+		m.setMessage(fmt.Sprintf("waiting to clone the primary %s: %s", host, lastLines(out, 1)))
+		m.log.Info("Base backup failed; retrying", "primary", host, "output", lastLines(out, 2))
 		select {
 		case <-ctx.Done():
 			return ctx.Err()

@@ -2,9 +2,11 @@ package instance
 
 import (
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -33,9 +35,14 @@ type Config struct {
 	Pod string
 	// Role is what this instance runs as.
 	Role instanceapi.Role
-	// PrimaryHost and PrimaryPort are where a replica clones and streams from.
+	// PrimaryHost and PrimaryPort are where a replica clones and streams
+	// from when it cannot tell the primary's own address (see upstream).
 	PrimaryHost string
 	PrimaryPort int
+	// Peers are the other instances' addresses (host:port) by pod name.
+	// Nil means each instance's instanceapi.PeerHost on Port. An instance
+	// missing from a non-nil map is reached at PrimaryHost.
+	Peers map[string]string
 	// Database and Owner are the application database and its owner role.
 	Database, Owner string
 	// FromBackup is true when the primary bootstraps from a backup instead of initdb.
@@ -105,11 +112,47 @@ func (c *Config) primaryPort() int {
 	return c.PrimaryPort
 }
 
+// ParsePeers reads Config.Peers from "pod=host:port,...": empty is no peers.
+func ParsePeers(s string) (map[string]string, error) {
+	peers := map[string]string{}
+	for _, entry := range strings.Split(s, ",") {
+		if entry == "" {
+			continue
+		}
+		pod, addr, ok := strings.Cut(entry, "=")
+		if _, port, err := net.SplitHostPort(addr); !ok || pod == "" || err != nil || port == "" {
+			return nil, fmt.Errorf("--%s: %q is not pod=host:port", instanceapi.FlagPeers, entry)
+		}
+		peers[pod] = addr
+	}
+	return peers, nil
+}
+
+// upstream is where a replica clones and streams from while holder holds
+// the primary lease: that instance's own address, so a replica follows a
+// new primary the moment the lease moves, or PrimaryHost (the -rw Service)
+// while the holder is unknown or this instance itself (about to be promoted).
+func (c *Config) upstream(holder string) (string, int) {
+	if holder == "" || holder == c.Pod {
+		return c.PrimaryHost, c.primaryPort()
+	}
+	if c.Peers == nil {
+		return instanceapi.PeerHost(c.Cluster, holder), c.Port
+	}
+	if host, port, err := net.SplitHostPort(c.Peers[holder]); err == nil {
+		if p, err := strconv.Atoi(port); err == nil {
+			return host, p
+		}
+	}
+	return c.PrimaryHost, c.primaryPort()
+}
+
 func (c *Config) passFile() string { return filepath.Join(c.RunDir, ".pgpass") }
 
 // managedConf is the postgresql.conf in the data directory: the operator's
-// settings first, then those daytwo must control, which therefore win.
-func (c *Config) managedConf() string {
+// settings first, then those daytwo must control, which therefore win. A
+// replica streams from host:port.
+func (c *Config) managedConf(host string, port int) string {
 	var b strings.Builder
 	b.WriteString("# Written by the daytwo instance manager at every start; edits are lost.\n")
 	fmt.Fprintf(&b, "include '%s'\n", c.ParametersFile)
@@ -124,7 +167,7 @@ func (c *Config) managedConf() string {
 		// primary on a connection already open.
 		fmt.Fprintf(&b, "primary_conninfo = 'host=%s port=%d user=%s passfile=%s application_name=%s "+
 			"connect_timeout=3 tcp_user_timeout=5000 keepalives_idle=5 keepalives_interval=2 keepalives_count=3'\n",
-			c.PrimaryHost, c.primaryPort(), replicationUser, c.passFile(), c.Pod)
+			host, port, replicationUser, c.passFile(), c.Pod)
 		if r, err := c.replication(); err == nil && slices.Contains(r.Instances, c.Pod) {
 			fmt.Fprintf(&b, "primary_slot_name = '%s'\n", slotName(c.Pod))
 		}
@@ -150,10 +193,11 @@ host    all          all                 all      scram-sha-256
 }
 
 // writeConfig writes the managed files into the data directory dir and the
-// password file the replica streams with.
-func (c *Config) writeConfig(dir string) error {
+// password file the replica streams with from holder's upstream.
+func (c *Config) writeConfig(dir, holder string) error {
+	host, port := c.upstream(holder)
 	files := map[string]string{
-		filepath.Join(dir, "postgresql.conf"): c.managedConf(),
+		filepath.Join(dir, "postgresql.conf"): c.managedConf(host, port),
 		filepath.Join(dir, "pg_hba.conf"):     hbaConf(),
 		filepath.Join(dir, "pg_ident.conf"):   "# Written by the daytwo instance manager.\ndaytwo  /^(.*)$  postgres\n",
 	}

@@ -126,7 +126,9 @@ func newLeaseTest(t *testing.T, holder string) *leaseTest {
 // instance makes an instance that takes its role from the lease and
 // streams from primaryPort when it is a replica.
 func (lt *leaseTest) instance(primaryPort int) *instance {
-	in := newInstance(lt.t, "--lease", lt.key.Name, "--namespace", lt.key.Namespace,
+	// No peer addresses: a replica streams from --primary-host, which each
+	// test points (through a proxy it can cut, say) where it wants.
+	in := newInstance(lt.t, "--lease", lt.key.Name, "--namespace", lt.key.Namespace, "--peers=",
 		"--primary-host", "127.0.0.1", "--primary-port", strconv.Itoa(primaryPort))
 	in.writeFile("secrets/api-token", apiToken)
 	lt.env.WriteKubeconfig(lt.t, filepath.Join(in.root, "kubeconfig"))
@@ -767,5 +769,68 @@ func TestKilledPostgresRestartsInPlace(t *testing.T) {
 	in.exec(ctx, "INSERT INTO acks VALUES (200)")
 	if l := lt.get(); *l.Spec.HolderIdentity != "orders-0" {
 		t.Fatalf("the lease moved to %s", *l.Spec.HolderIdentity)
+	}
+}
+
+// Replicas stream from the instance the lease names, at its own address:
+// when a failover moves the lease, the other replica streams from the new
+// primary within seconds, through a slot the new primary made before its
+// promotion, though nothing points it there (its --primary-host still
+// names the old primary, which is gone). With required durability the new
+// primary's commits wait for it, so that is when writes come back.
+func TestReplicasFollowTheLeaseHolder(t *testing.T) {
+	ctx := context.Background()
+	lt := newLeaseTest(t, "orders-0")
+	a, b, c := lt.instance(0), lt.instance(0), lt.instance(0)
+	peers := fmt.Sprintf("--peers=orders-0=127.0.0.1:%d,orders-1=127.0.0.1:%d,orders-2=127.0.0.1:%d", a.pgPort, b.pgPort, c.pgPort)
+	r, _ := json.Marshal(instanceapi.Replication{Instances: []string{"orders-0", "orders-1", "orders-2"}, Synchronous: 1, Required: true})
+	for _, in := range []*instance{a, b, c} {
+		in.extraFlags[slices.Index(in.extraFlags, "--peers=")] = peers
+		in.extraFlags[len(in.extraFlags)-1] = strconv.Itoa(a.pgPort)
+		in.writeFile("config/"+instanceapi.ReplicationFile, string(r))
+	}
+	a.start("orders-0")
+	a.waitReady(90 * time.Second)
+	b.start("orders-1")
+	c.start("orders-2")
+	b.waitReady(90 * time.Second)
+	c.waitReady(90 * time.Second)
+	a.exec(ctx, "CREATE TABLE items (id int PRIMARY KEY, v text)")
+	a.exec(ctx, "INSERT INTO items SELECT g, 'before' FROM generate_series(1, 100) g")
+
+	// The failover: a stops, the lease moves to b, b is promoted.
+	a.stop()
+	lt.transfer("orders-1")
+	start := time.Now()
+	if code := promote(t, b, apiToken); code != http.StatusOK {
+		t.Fatalf("promote = %d, want 200", code)
+	}
+	promoted := time.Since(start)
+	// Each attempt writes a new row: one that timed out waiting for c is
+	// committed locally all the same.
+	id := 100
+	write := func() error {
+		id++
+		wctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+		defer cancel()
+		conn, err := b.connect(wctx, "shop", appPassword, "orders")
+		if err != nil {
+			return err
+		}
+		defer func() { _ = conn.Close(ctx) }()
+		_, err = conn.Exec(wctx, fmt.Sprintf("INSERT INTO items VALUES (%d, 'after')", id))
+		return err
+	}
+	eventually(t, 15*time.Second, func() bool { return write() == nil }, "a commit on the new primary, acknowledged by c")
+	t.Logf("promoted in %s; the first synchronous commit on the new primary %s after the promotion began",
+		promoted.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
+	if got := b.superuser("SELECT string_agg(application_name || ':' || state || ':' || sync_state, ',') FROM pg_stat_replication"); got != "orders-2:streaming:quorum" {
+		t.Fatalf("the new primary's standbys: %s", got)
+	}
+	if got := b.superuser("SELECT count(*) FROM pg_replication_slots WHERE active AND slot_name = 'daytwo_orders_2'"); got != "1" {
+		t.Fatal("c does not stream through its slot on the new primary")
+	}
+	if got := c.query(ctx, fmt.Sprintf("SELECT count(*)::text FROM items WHERE id = %d", id)); got != "1" {
+		t.Fatal("c lacks the acknowledged row")
 	}
 }

@@ -31,8 +31,9 @@ func (m *Manager) primaryReplicationConn(ctx context.Context) (*pgconn.PgConn, e
 	if err != nil {
 		return nil, err
 	}
+	host, port := m.upstream()
 	cfg, err := pgconn.ParseConfig(fmt.Sprintf("host=%s port=%d user=%s dbname=replication replication=true connect_timeout=3",
-		m.cfg.PrimaryHost, m.cfg.primaryPort(), replicationUser))
+		host, port, replicationUser))
 	if err != nil {
 		return nil, err
 	}

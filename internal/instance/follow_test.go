@@ -1,6 +1,9 @@
 package instance
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 func TestReplayedPastFork(t *testing.T) {
 	const history = "1\t0/3000000\tno recovery target specified\n\n2\t0/5030E70\tno recovery target specified\n"
@@ -22,5 +25,43 @@ func TestReplayedPastFork(t *testing.T) {
 				t.Errorf("replayedPastFork(timeline %d, %X) = %v, want %v", tc.tli, tc.replayed, got, tc.want)
 			}
 		})
+	}
+}
+
+func TestUpstream(t *testing.T) {
+	inCluster := &Config{Cluster: "orders", Pod: "orders-2", Port: 5432, PrimaryHost: "orders-rw"}
+	listed := &Config{Cluster: "orders", Pod: "orders-2", Port: 5432, PrimaryHost: "127.0.0.1", PrimaryPort: 7000,
+		Peers: map[string]string{"orders-0": "127.0.0.1:7001"}}
+	for _, tc := range []struct {
+		name   string
+		cfg    *Config
+		holder string
+		host   string
+		port   int
+	}{
+		{"in a pod, the holder's DNS name", inCluster, "orders-1", "orders-1.orders", 5432},
+		{"holder unknown: the -rw Service", inCluster, "", "orders-rw", 5432},
+		{"holder is this instance, about to be promoted", inCluster, "orders-2", "orders-rw", 5432},
+		{"a listed peer", listed, "orders-0", "127.0.0.1", 7001},
+		{"a peer not listed", listed, "orders-1", "127.0.0.1", 7000},
+	} {
+		if host, port := tc.cfg.upstream(tc.holder); host != tc.host || port != tc.port {
+			t.Errorf("%s: upstream = %s:%d, want %s:%d", tc.name, host, port, tc.host, tc.port)
+		}
+	}
+}
+
+func TestParsePeers(t *testing.T) {
+	got, err := ParsePeers("orders-0=127.0.0.1:7001,orders-1=[::1]:7002")
+	if err != nil || len(got) != 2 || got["orders-1"] != "[::1]:7002" {
+		t.Fatalf("ParsePeers = %v, %v", got, err)
+	}
+	if got, err := ParsePeers(""); err != nil || got == nil || len(got) != 0 {
+		t.Fatalf("ParsePeers(\"\") = %v, %v; want an empty map", got, err)
+	}
+	for _, bad := range []string{"orders-0", "orders-0=127.0.0.1", "=127.0.0.1:1"} {
+		if _, err := ParsePeers(bad); err == nil || !strings.Contains(err.Error(), "--peers") {
+			t.Errorf("ParsePeers(%q) = %v, want an error naming --peers", bad, err)
+		}
 	}
 }

@@ -413,7 +413,6 @@ func checksum(t *testing.T, in *instance) string {
 	return in.query(context.Background(), "SELECT count(*) || ':' || md5(string_agg(id || '=' || v, ',' ORDER BY id)) FROM items")
 }
 
-// query runs sql as the application owner and returns the single text value.
 // superuser runs sql as the superuser, over the local socket as the
 // instance manager does, and returns its output.
 func (in *instance) superuser(sql string) string {
@@ -428,6 +427,7 @@ func (in *instance) superuser(sql string) string {
 	return strings.TrimSpace(string(out))
 }
 
+// query runs sql as the application owner and returns the single text value.
 func (in *instance) query(ctx context.Context, sql string) string {
 	in.t.Helper()
 	c, err := in.connect(ctx, "shop", appPassword, "orders")

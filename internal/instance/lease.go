@@ -8,7 +8,9 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client/config"
 
@@ -35,10 +37,20 @@ type Lease interface {
 	HandOver(ctx context.Context, from, to, lsn, request string) error
 }
 
+// HolderWatcher is a Lease that reports its holder as it changes.
+type HolderWatcher interface {
+	// WatchHolder calls changed with the holder each time the lease is
+	// seen, until ctx ends.
+	WatchHolder(ctx context.Context, changed func(holder string))
+}
+
 // KubeLease is Lease on a coordination.k8s.io Lease.
 type KubeLease struct {
 	Client coordinationv1client.LeaseInterface
 	Name   string
+	// Watch lists and watches the Lease; its client has no request
+	// timeout, which would cut every watch short.
+	Watch cache.ListerWatcher
 }
 
 // NewKubeLease uses the pod's service account (in-cluster config), or
@@ -48,12 +60,35 @@ func NewKubeLease(namespace, name string) (*KubeLease, error) {
 	if err != nil {
 		return nil, fmt.Errorf("failed to configure the Kubernetes client: %w", err)
 	}
+	watching, err := coordinationv1client.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
 	cfg.Timeout = 2 * time.Second
 	c, err := coordinationv1client.NewForConfig(cfg)
 	if err != nil {
 		return nil, err
 	}
-	return &KubeLease{Client: c.Leases(namespace), Name: name}, nil
+	return &KubeLease{Client: c.Leases(namespace), Name: name,
+		Watch: cache.NewListWatchFromClient(watching.RESTClient(), "leases", namespace, fields.OneTermEqualSelector("metadata.name", name))}, nil
+}
+
+// WatchHolder implements HolderWatcher with an informer on the one Lease.
+func (k *KubeLease) WatchHolder(ctx context.Context, changed func(holder string)) {
+	seen := func(obj any) {
+		if l, ok := obj.(*coordinationv1.Lease); ok && l.Spec.HolderIdentity != nil {
+			changed(*l.Spec.HolderIdentity)
+		}
+	}
+	_, informer := cache.NewInformerWithOptions(cache.InformerOptions{
+		ListerWatcher: k.Watch,
+		ObjectType:    &coordinationv1.Lease{},
+		Handler: cache.ResourceEventHandlerFuncs{
+			AddFunc:    seen,
+			UpdateFunc: func(_, obj any) { seen(obj) },
+		},
+	})
+	informer.RunWithContext(ctx)
 }
 
 func (k *KubeLease) get(ctx context.Context) (*coordinationv1.Lease, error) {

@@ -41,6 +41,12 @@ type Manager struct {
 	// lease is the primary lease; nil runs the role given in cfg for good
 	// (tests of a single instance, and a pod without the Kubernetes API).
 	lease Lease
+	// holder is the instance the lease named when last read or watched
+	// (guarded by mu); a replica streams from it (Config.upstream).
+	holder string
+	// confMu serializes writes of the managed configuration: the lease
+	// watch rewrites it while postgres runs.
+	confMu sync.Mutex
 	// lastHeartbeat and lastRenew: the last heartbeat commit and lease
 	// renewal that succeeded (guarded by mu).
 	lastHeartbeat, lastRenew time.Time
@@ -129,6 +135,9 @@ func (m *Manager) Run(ctx context.Context) error {
 		_ = srv.Shutdown(shutdownCtx)
 	}()
 
+	if w, ok := m.lease.(HolderWatcher); ok {
+		go m.followHolder(ctx, w)
+	}
 	var crashes []time.Time
 	for {
 		err = m.prepare(ctx)
@@ -215,7 +224,68 @@ func (m *Manager) prepare(ctx context.Context) error {
 		return err
 	}
 	m.setPhase(instanceapi.PhaseStarting, "")
-	return m.cfg.writeConfig(m.cfg.PGData)
+	return m.writeConfig(m.cfg.PGData)
+}
+
+// writeConfig writes the managed configuration into dir, streaming from
+// the lease's holder as last seen.
+func (m *Manager) writeConfig(dir string) error {
+	m.confMu.Lock()
+	defer m.confMu.Unlock()
+	return m.cfg.writeConfig(dir, m.holderName())
+}
+
+// holderName is the instance the lease named when last read or watched.
+func (m *Manager) holderName() string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.holder
+}
+
+// upstream is where this replica clones and streams from now.
+func (m *Manager) upstream() (string, int) { return m.cfg.upstream(m.holderName()) }
+
+// followHolder keeps a replica streaming from whichever instance the lease
+// names: when the lease moves (a failover or a switchover names the next
+// primary just before promoting it), the managed postgresql.conf is
+// rewritten and reloaded, and the walreceiver connects to the new holder
+// at once, without waiting for the -rw Service to follow.
+func (m *Manager) followHolder(ctx context.Context, w HolderWatcher) {
+	w.WatchHolder(ctx, func(holder string) {
+		m.mu.Lock()
+		changed := holder != m.holder
+		m.holder = holder
+		m.mu.Unlock()
+		if !changed || holder == m.cfg.Pod || m.role() != instanceapi.RoleReplica {
+			return
+		}
+		m.confMu.Lock()
+		defer m.confMu.Unlock()
+		conf := filepath.Join(m.cfg.PGData, "postgresql.conf")
+		if _, err := os.Stat(conf); err != nil {
+			return // not written yet: the next start writes it for this holder
+		}
+		host, port := m.cfg.upstream(holder)
+		if err := writeFileAtomic(conf, m.cfg.managedConf(host, port)); err != nil {
+			m.log.Error(err, "Failed to point the replica at the new lease holder", "holder", holder)
+			return
+		}
+		m.log.Info("Streaming from the new lease holder", "holder", holder, "host", host, "port", port)
+		m.Reload()
+	})
+}
+
+// writeFileAtomic replaces path with content in one rename, so that a
+// reader (postgres at a reload) never sees half of it.
+func writeFileAtomic(path, content string) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(content), 0o600); err != nil {
+		return fmt.Errorf("failed to write %s: %w", filepath.Base(path), err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("failed to replace %s: %w", filepath.Base(path), err)
+	}
+	return nil
 }
 
 // ensureData bootstraps unless a complete data directory exists that is
@@ -262,7 +332,8 @@ func (m *Manager) bootstrap(ctx context.Context) error {
 	var err error
 	switch {
 	case m.cfg.Role == instanceapi.RoleReplica:
-		m.log.Info("Cloning the primary", "primary", m.cfg.PrimaryHost)
+		host, _ := m.upstream()
+		m.log.Info("Cloning the primary", "primary", host)
 		err = m.cloneFromPrimary(ctx, dir)
 	case m.cfg.FromBackup:
 		m.log.Info("Restoring from a backup")

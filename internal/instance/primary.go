@@ -34,6 +34,9 @@ func (m *Manager) learnRole(ctx context.Context) error {
 				role = instanceapi.RolePrimary
 			}
 			m.setRole(role)
+			m.mu.Lock()
+			m.holder = holder
+			m.mu.Unlock()
 			m.log.Info("Role from the primary lease", "role", role, "holder", holder)
 			return nil
 		}
@@ -65,9 +68,10 @@ func (m *Manager) rejoin(ctx context.Context) error {
 	if err := m.cfg.writePassFile(); err != nil {
 		return err
 	}
-	m.setMessage("rewinding the data to follow " + m.cfg.PrimaryHost)
+	host, port := m.upstream()
+	m.setMessage("rewinding the data to follow " + host)
 	source := fmt.Sprintf("host=%s port=%d user=%s dbname=postgres passfile=%s connect_timeout=5",
-		m.cfg.PrimaryHost, m.cfg.primaryPort(), replicationUser, m.cfg.passFile())
+		host, port, replicationUser, m.cfg.passFile())
 	// Without a checkpoint a just-promoted source still shows the old
 	// timeline in its control file, and pg_rewind would find nothing to
 	// undo. Until the primary answers, wait, as a clone would.
@@ -76,7 +80,7 @@ func (m *Manager) rejoin(ctx context.Context) error {
 		if err == nil {
 			break
 		}
-		m.setMessage("waiting for the primary " + m.cfg.PrimaryHost + " to rewind: " + err.Error())
+		m.setMessage("waiting for the primary " + host + " to rewind: " + err.Error())
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
@@ -296,6 +300,14 @@ func (m *Manager) handlePromote(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer func() { _ = conn.Close(context.Background()) }()
+	m.mu.Lock()
+	m.holder = m.cfg.Pod
+	m.mu.Unlock()
+	// The peers' slots first: they stream from this instance as soon as
+	// the lease names it, and keep streaming across the promotion.
+	sctx, scancel := context.WithTimeout(ctx, 3*time.Second)
+	m.createPeerSlots(sctx, conn)
+	scancel()
 	var req instanceapi.PromoteRequest
 	_ = json.NewDecoder(io.LimitReader(r.Body, 1<<16)).Decode(&req) // the body is optional
 	if req.WaitLSN != "" {

@@ -23,7 +23,7 @@ func (m *Manager) restoreFromBackup(ctx context.Context, dir string) (err error)
 	if err := m.initdb(ctx, dir); err != nil {
 		return err
 	}
-	if err := m.cfg.writeConfig(dir); err != nil {
+	if err := m.writeConfig(dir); err != nil {
 		return err
 	}
 	stop, err := m.startLocalOnly(ctx, dir)

@@ -137,30 +137,21 @@ func slotChanges(instances []string, self string, existing []string) (create, dr
 	return create, drop
 }
 
-// manageSlots keeps the daytwo slots in line with slotChanges on a primary,
-// and drops them on a replica, where a slot would only hold back its own
-// WAL (an old primary keeps its slots across a switchover). A slot still in
-// use is dropped later.
+// manageSlots keeps the daytwo slots in line with slotChanges on a primary
+// and on the replica the lease names, and drops them on other replicas,
+// where a slot would only hold back their own WAL (an old primary keeps
+// its slots across a switchover). A slot still in use is dropped later.
 func (m *Manager) manageSlots(ctx context.Context, conn *pgx.Conn, r instanceapi.Replication) {
-	rows, err := conn.Query(ctx, "SELECT slot_name, active FROM pg_replication_slots WHERE slot_type = 'physical' AND slot_name LIKE 'daytwo\\_%'")
+	existing, active, err := daytwoSlots(ctx, conn)
 	if err != nil {
-		return
-	}
-	var existing, active []string
-	var name string
-	var inUse bool
-	if _, err := pgx.ForEachRow(rows, []any{&name, &inUse}, func() error {
-		existing = append(existing, name)
-		if inUse {
-			active = append(active, name)
-		}
-		return nil
-	}); err != nil {
 		return
 	}
 	var create, drop []string
 	switch {
-	case m.role() == instanceapi.RolePrimary:
+	case m.role() == instanceapi.RolePrimary || m.holderName() == m.cfg.Pod:
+		// A replica the lease names is about to be promoted: its peers
+		// stream from it already (followHolder), and their slots must be
+		// there when they reconnect after the promotion.
 		create, drop = slotChanges(r.Instances, m.cfg.Pod, existing)
 	case len(r.Instances) > 0:
 		drop = existing
@@ -180,13 +171,7 @@ func (m *Manager) manageSlots(ctx context.Context, conn *pgx.Conn, r instanceapi
 		m.unwantedSlots[s] = since
 		return m.role() == instanceapi.RolePrimary && now.Sub(since) < slotGrace
 	})
-	for _, s := range create {
-		if _, err := conn.Exec(ctx, "SELECT pg_create_physical_replication_slot($1, true)", s); err != nil {
-			m.log.Error(err, "Failed to create a replication slot", "slot", s)
-			continue
-		}
-		m.log.Info("Created a replication slot", "slot", s)
-	}
+	m.createSlots(ctx, conn, create)
 	for _, s := range drop {
 		if _, err := conn.Exec(ctx, "SELECT pg_drop_replication_slot($1)", s); err != nil {
 			m.log.Error(err, "Failed to drop a replication slot", "slot", s)
@@ -238,4 +223,48 @@ func (m *Manager) recordSync(have, want string) bool {
 	}
 	m.syncRecord = have + instanceapi.SyncSeparator + want
 	return m.lease == nil || m.syncRecorded == m.syncRecord
+}
+
+// daytwoSlots lists the daytwo slots here, and those of them in use.
+func daytwoSlots(ctx context.Context, conn *pgx.Conn) (existing, active []string, err error) {
+	rows, err := conn.Query(ctx, "SELECT slot_name, active FROM pg_replication_slots WHERE slot_type = 'physical' AND slot_name LIKE 'daytwo\\_%'")
+	if err != nil {
+		return nil, nil, err
+	}
+	var name string
+	var inUse bool
+	_, err = pgx.ForEachRow(rows, []any{&name, &inUse}, func() error {
+		existing = append(existing, name)
+		if inUse {
+			active = append(active, name)
+		}
+		return nil
+	})
+	return existing, active, err
+}
+
+// createSlots makes the physical slots names, reserving WAL at once.
+func (m *Manager) createSlots(ctx context.Context, conn *pgx.Conn, names []string) {
+	for _, s := range names {
+		if _, err := conn.Exec(ctx, "SELECT pg_create_physical_replication_slot($1, true)", s); err != nil {
+			m.log.Error(err, "Failed to create a replication slot", "slot", s)
+			continue
+		}
+		m.log.Info("Created a replication slot", "slot", s)
+	}
+}
+
+// createPeerSlots makes the slots of the other instances that are missing
+// here: a replica does it just before its promotion.
+func (m *Manager) createPeerSlots(ctx context.Context, conn *pgx.Conn) {
+	r, err := m.cfg.replication()
+	if err != nil {
+		return
+	}
+	existing, _, err := daytwoSlots(ctx, conn)
+	if err != nil {
+		return
+	}
+	create, _ := slotChanges(r.Instances, m.cfg.Pod, existing)
+	m.createSlots(ctx, conn, create)
 }

@@ -36,6 +36,7 @@ const (
 	FlagCluster         = "cluster"
 	FlagPod             = "pod"
 	FlagPrimaryHost     = "primary-host"
+	FlagPeers           = "peers"
 	FlagPGData          = "pgdata"
 	FlagRunDir          = "run-dir"
 	FlagShutdownTimeout = "shutdown-timeout"
@@ -99,6 +100,16 @@ const (
 
 // LeaseName is the primary lease of the Database named cluster.
 func LeaseName(cluster string) string { return cluster + "-primary" }
+
+// HeadlessService is the Service of the Database named cluster that gives
+// each instance pod a DNS name, ready or not.
+func HeadlessService(cluster string) string { return cluster }
+
+// PeerHost is the DNS name of the instance pod of the Database named
+// cluster. A replica clones and streams from the lease holder's PeerHost,
+// so it follows a new primary as soon as the lease moves, without waiting
+// for the -rw Service's endpoints to change.
+func PeerHost(cluster, pod string) string { return pod + "." + HeadlessService(cluster) }
 
 // AuthorizationHeader carries "Bearer <token>" on the calls that change an
 // instance (promote); the token is the api-token secret file.

@@ -72,7 +72,7 @@ func labels(db *v1alpha1.Database) map[string]string {
 }
 
 // Child names, each from one place.
-func headlessName(db *v1alpha1.Database) string    { return db.Name }
+func headlessName(db *v1alpha1.Database) string    { return instanceapi.HeadlessService(db.Name) }
 func rwName(db *v1alpha1.Database) string          { return db.Name + "-rw" }
 func roName(db *v1alpha1.Database) string          { return db.Name + "-ro" }
 func configName(db *v1alpha1.Database) string      { return db.Name + "-config" }
@@ -93,8 +93,9 @@ func leaseName(db *v1alpha1.Database) string           { return instanceapi.Leas
 func primaryHost(db *v1alpha1.Database) string { return rwName(db) }
 
 // instanceServiceAccount, instanceRole and instanceRoleBinding let the
-// instance managers read and renew their Database's primary Lease, and
-// nothing else.
+// instance managers read, watch and renew their Database's primary Lease,
+// and nothing else (a watch of one named object, by field selector, is
+// authorized by resourceNames).
 func instanceServiceAccount(db *v1alpha1.Database) *corev1ac.ServiceAccountApplyConfiguration {
 	return corev1ac.ServiceAccount(instanceAccountName(db), db.Namespace).
 		WithLabels(labels(db)).WithOwnerReferences(ownerReference(db))
@@ -104,7 +105,7 @@ func instanceRole(db *v1alpha1.Database) *rbacv1ac.RoleApplyConfiguration {
 	return rbacv1ac.Role(instanceAccountName(db), db.Namespace).
 		WithLabels(labels(db)).WithOwnerReferences(ownerReference(db)).
 		WithRules(rbacv1ac.PolicyRule().WithAPIGroups(coordinationv1.GroupName).WithResources("leases").
-			WithResourceNames(leaseName(db)).WithVerbs("get", "update"))
+			WithResourceNames(leaseName(db)).WithVerbs("get", "list", "watch", "update"))
 }
 
 func instanceRoleBinding(db *v1alpha1.Database) *rbacv1ac.RoleBindingApplyConfiguration {
