@@ -88,8 +88,10 @@ func apiSecretName(db *v1alpha1.Database) string       { return db.Name + "-inst
 func instanceAccountName(db *v1alpha1.Database) string { return db.Name + "-instance" }
 func leaseName(db *v1alpha1.Database) string           { return instanceapi.LeaseName(db.Name) }
 
-// primaryHost is the -rw Service, which follows the primary lease's holder:
-// replicas clone, stream and rewind from whichever instance is primary.
+// primaryHost is the -rw Service, which follows the primary lease's holder.
+// Replicas clone, stream and rewind from the holder's own address
+// (instanceapi.PeerHost) and fall back to it only while they do not know
+// the holder.
 func primaryHost(db *v1alpha1.Database) string { return rwName(db) }
 
 // instanceServiceAccount, instanceRole and instanceRoleBinding let the
