@@ -95,9 +95,12 @@ type failoverDecision struct {
 }
 
 // decideFailover picks the replica to promote once the lease expired: the
-// one with the most WAL (received, or replayed when nothing was received
-// since it started) among those that answer. It is pure: the reconciler
-// gathers its inputs and carries out its answer.
+// one on the newest timeline with the most WAL (received, or replayed when
+// nothing was received since it started) among those that answer. Timeline
+// first: a replica still on a timeline an earlier failover left behind may
+// report a higher LSN than one that follows the primary, but its WAL past
+// the fork is not the primary's. It is pure: the reconciler gathers its
+// inputs and carries out its answer.
 //
 // Asynchronous (the lease records no synchronous setting, or one of k 0):
 // the replica must be within MaxFailoverLag of what the old primary last
@@ -114,7 +117,7 @@ func decideFailover(lease leaseState, now time.Time, instances []v1alpha1.Instan
 	for _, s := range lease.sync {
 		quorum = quorum && s.k > 0
 	}
-	best, bestLSN := "", uint64(0)
+	best, bestLSN, bestTimeline := "", uint64(0), int32(0)
 	answering := map[string]bool{}
 	var behind, weighed []string
 	for _, in := range instances {
@@ -128,13 +131,13 @@ func decideFailover(lease leaseState, now time.Time, instances []v1alpha1.Instan
 		}
 		got = max(got, replayed)
 		answering[in.Name] = true
-		weighed = append(weighed, in.Name+" at "+postgres.FormatLSN(got))
+		weighed = append(weighed, fmt.Sprintf("%s at %s on timeline %d", in.Name, postgres.FormatLSN(got), in.Timeline))
 		if want, ok := postgres.ParseLSN(lease.lsn); !quorum && ok && want > got && want-got > MaxFailoverLag {
 			behind = append(behind, fmt.Sprintf("%s (%d bytes behind)", in.Name, want-got))
 			continue
 		}
-		if best == "" || got > bestLSN {
-			best, bestLSN = in.Name, got
+		if best == "" || in.Timeline > bestTimeline || in.Timeline == bestTimeline && got > bestLSN {
+			best, bestLSN, bestTimeline = in.Name, got, in.Timeline
 		}
 	}
 	if quorum {

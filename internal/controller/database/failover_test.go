@@ -43,6 +43,9 @@ func TestDecideFailover(t *testing.T) {
 				{Name: "db-2", Role: "replica", Error: "the instance manager did not answer"}}, "", 0, "no replica answers"},
 		{"a replica that received nothing since it started ranks by what it replayed", expired,
 			[]v1alpha1.InstanceStatus{{Name: "db-1", Role: "replica", LSN: "0/4FFF000"}, replica("db-2", "0/4000000")}, "db-1", 0x1000, ""},
+		{"the newest timeline wins over a higher LSN on a timeline a failover left behind", expired,
+			[]v1alpha1.InstanceStatus{{Name: "db-1", Role: "replica", ReceivedLSN: "0/4FFF000", Timeline: 3},
+				{Name: "db-2", Role: "replica", ReceivedLSN: "0/5000000", Timeline: 2}}, "db-1", 0x1000, ""},
 		{"LSNs compare as numbers across the slash", leaseState{holder: "db-0"},
 			[]v1alpha1.InstanceStatus{replica("db-1", "1/0"), replica("db-2", "0/FFFFFFFF")}, "db-1", 0, ""},
 		// Synchronous: 3 instances, each commit flushed on ANY 1 of the 2
