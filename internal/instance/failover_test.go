@@ -414,14 +414,7 @@ func TestDivergedReplicaIsRewound(t *testing.T) {
 	for _, in := range []*instance{a, b, c} {
 		in.writeFile("config/"+instanceapi.ReplicationFile, `{"instances":["orders-0","orders-1","orders-2"]}`)
 	}
-	a.start("orders-0")
-	a.waitReady(90 * time.Second)
-	b.start("orders-1")
-	c.start("orders-2")
-	b.waitReady(90 * time.Second)
-	c.waitReady(90 * time.Second)
-	a.exec(ctx, "CREATE TABLE items (id int PRIMARY KEY, v text)")
-	a.exec(ctx, "INSERT INTO items SELECT g, 'before' FROM generate_series(1, 100) g")
+	startTrio(ctx, a, b, c)
 	want := checksum(t, a)
 	eventually(t, 30*time.Second, func() bool { return checksum(t, b) == want && checksum(t, c) == want }, "both replicas caught up")
 
@@ -451,6 +444,19 @@ func TestDivergedReplicaIsRewound(t *testing.T) {
 	if c.dataDir() != dir {
 		t.Fatal("the diverged replica was cloned again, not rewound")
 	}
+}
+
+// startTrio starts a as the primary (orders-0), then b and c as its
+// replicas, and writes 100 rows to table items.
+func startTrio(ctx context.Context, a, b, c *instance) {
+	a.start("orders-0")
+	a.waitReady(90 * time.Second)
+	b.start("orders-1")
+	c.start("orders-2")
+	b.waitReady(90 * time.Second)
+	c.waitReady(90 * time.Second)
+	a.exec(ctx, "CREATE TABLE items (id int PRIMARY KEY, v text)")
+	a.exec(ctx, "INSERT INTO items SELECT g, 'before' FROM generate_series(1, 100) g")
 }
 
 func demote(t *testing.T, in *instance, to string) (int, instanceapi.DemoteResult) {
@@ -594,6 +600,20 @@ func TestHungPrimaryStopsRenewing(t *testing.T) {
 }
 
 // exec runs sql as the application owner.
+// execWithin runs sql as the application owner on a new connection, all
+// within d, as a client with a deadline would.
+func (in *instance) execWithin(ctx context.Context, d time.Duration, sql string) error {
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	c, err := in.connect(ctx, "shop", appPassword, "orders")
+	if err != nil {
+		return err
+	}
+	defer func() { _ = c.Close(context.Background()) }()
+	_, err = c.Exec(ctx, sql)
+	return err
+}
+
 func (in *instance) exec(ctx context.Context, sql string) {
 	in.t.Helper()
 	c, err := in.connect(ctx, "shop", appPassword, "orders")
@@ -622,15 +642,7 @@ func TestSynchronousReplication(t *testing.T) {
 	}
 	names := func() string { return primary.show(ctx, "synchronous_standby_names") }
 	write := func(id int) error {
-		wctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		defer cancel()
-		c, err := primary.connect(wctx, "shop", appPassword, "orders")
-		if err != nil {
-			return err
-		}
-		defer func() { _ = c.Close(ctx) }()
-		_, err = c.Exec(wctx, fmt.Sprintf("INSERT INTO acks VALUES (%d)", id))
-		return err
+		return primary.execWithin(ctx, 2*time.Second, fmt.Sprintf("INSERT INTO acks VALUES (%d)", id))
 	}
 	wish(true)
 	primary.start("orders-0")
@@ -789,14 +801,7 @@ func TestReplicasFollowTheLeaseHolder(t *testing.T) {
 		in.extraFlags[len(in.extraFlags)-1] = strconv.Itoa(a.pgPort)
 		in.writeFile("config/"+instanceapi.ReplicationFile, string(r))
 	}
-	a.start("orders-0")
-	a.waitReady(90 * time.Second)
-	b.start("orders-1")
-	c.start("orders-2")
-	b.waitReady(90 * time.Second)
-	c.waitReady(90 * time.Second)
-	a.exec(ctx, "CREATE TABLE items (id int PRIMARY KEY, v text)")
-	a.exec(ctx, "INSERT INTO items SELECT g, 'before' FROM generate_series(1, 100) g")
+	startTrio(ctx, a, b, c)
 
 	// The failover: a stops, the lease moves to b, b is promoted.
 	a.stop()
@@ -811,15 +816,7 @@ func TestReplicasFollowTheLeaseHolder(t *testing.T) {
 	id := 100
 	write := func() error {
 		id++
-		wctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
-		defer cancel()
-		conn, err := b.connect(wctx, "shop", appPassword, "orders")
-		if err != nil {
-			return err
-		}
-		defer func() { _ = conn.Close(ctx) }()
-		_, err = conn.Exec(wctx, fmt.Sprintf("INSERT INTO items VALUES (%d, 'after')", id))
-		return err
+		return b.execWithin(ctx, 500*time.Millisecond, fmt.Sprintf("INSERT INTO items VALUES (%d, 'after')", id))
 	}
 	eventually(t, 15*time.Second, func() bool { return write() == nil }, "a commit on the new primary, acknowledged by c")
 	t.Logf("promoted in %s; the first synchronous commit on the new primary %s after the promotion began",

@@ -128,7 +128,7 @@ func waitReceived(ctx context.Context, conn *pgx.Conn, lsn string) error {
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("the replica has not received the old primary's WAL up to %s", lsn)
-		case <-time.After(50 * time.Millisecond):
+		case <-time.After(10 * time.Millisecond):
 		}
 	}
 }
