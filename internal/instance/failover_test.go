@@ -446,6 +446,15 @@ func TestDivergedReplicaIsRewound(t *testing.T) {
 	}
 }
 
+// joinInts renders ids for SQL's IN (...).
+func joinInts(ids []int) string {
+	s := make([]string, len(ids))
+	for i, id := range ids {
+		s[i] = strconv.Itoa(id)
+	}
+	return strings.Join(s, ",")
+}
+
 // startTrio starts a as the primary (orders-0), then b and c as its
 // replicas, and writes 100 rows to table items.
 func startTrio(ctx context.Context, a, b, c *instance) {
@@ -470,10 +479,11 @@ func promoteAfter(t *testing.T, in *instance, waitLSN string) int {
 }
 
 // A switchover on real PostgreSQL and a real API server, under a writer
-// that records every write the old primary acknowledged: the primary
-// shuts down cleanly and hands the lease over with its shutdown
-// checkpoint, the replica is promoted once it holds that WAL, every
-// acknowledged write is on the new primary, and the old primary follows it.
+// that records every acknowledged write it sent to the old primary's port:
+// the primary shuts down cleanly and hands the lease over with its shutdown
+// checkpoint, then forwards new connections to the new primary; the
+// replica is promoted once it holds that WAL; every acknowledged write,
+// before and after, is on the new primary; and the old primary follows it.
 func TestSwitchoverLosesNoAcknowledgedWrite(t *testing.T) {
 	ctx := context.Background()
 	lt := newLeaseTest(t, "orders-0")
@@ -484,9 +494,14 @@ func TestSwitchoverLosesNoAcknowledgedWrite(t *testing.T) {
 	repl.waitReady(90 * time.Second)
 	old.exec(ctx, "CREATE TABLE acks (id int PRIMARY KEY)")
 
-	// The writer: one connection per write, as an application through -rw
-	// would after a failed one; it stops at its first refusal.
+	// The writer: one connection per write to the old primary's port, as
+	// an application through -rw would, on and on: after the handover the
+	// old primary forwards new connections to the new one.
+	var mu sync.Mutex
 	var acked []int
+	var lastAck, promotedAt time.Time
+	var gap time.Duration
+	afterPromotion := 0
 	stop := make(chan struct{})
 	done := make(chan struct{})
 	go func() {
@@ -497,16 +512,21 @@ func TestSwitchoverLosesNoAcknowledgedWrite(t *testing.T) {
 				return
 			default:
 			}
-			c, err := old.connect(ctx, "shop", appPassword, "orders")
-			if err != nil {
-				return
+			if err := old.execWithin(ctx, 500*time.Millisecond, fmt.Sprintf("INSERT INTO acks VALUES (%d)", id)); err != nil {
+				time.Sleep(20 * time.Millisecond)
+				continue
 			}
-			_, err = c.Exec(ctx, fmt.Sprintf("INSERT INTO acks VALUES (%d)", id))
-			_ = c.Close(ctx)
-			if err != nil {
-				return
+			mu.Lock()
+			now := time.Now()
+			if !lastAck.IsZero() {
+				gap = max(gap, now.Sub(lastAck))
 			}
+			lastAck = now
 			acked = append(acked, id)
+			if !promotedAt.IsZero() {
+				afterPromotion++
+			}
+			mu.Unlock()
 		}
 	}()
 	time.Sleep(500 * time.Millisecond)
@@ -519,6 +539,7 @@ func TestSwitchoverLosesNoAcknowledgedWrite(t *testing.T) {
 	if code != http.StatusOK || res.LSN == "" {
 		t.Fatalf("demote = %d %+v", code, res)
 	}
+	demoted := time.Since(start)
 	if l := lt.get(); *l.Spec.HolderIdentity != "orders-1" || l.Annotations[instanceapi.AnnotationHandoverLSN] != res.LSN ||
 		l.Annotations[instanceapi.AnnotationSwitchoverRequest] != "2026-11-23T12:00:00Z" {
 		t.Fatalf("after the handover the lease is %v %v", *l.Spec.HolderIdentity, l.Annotations)
@@ -527,18 +548,26 @@ func TestSwitchoverLosesNoAcknowledgedWrite(t *testing.T) {
 		t.Fatalf("promote after the handover = %d", code)
 	}
 	promoted := time.Since(start)
+	mu.Lock()
+	promotedAt = time.Now()
+	mu.Unlock()
+	eventually(t, 2*time.Second, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return afterPromotion >= 5
+	}, "writes through the old primary's port, forwarded to the new one")
 	close(stop)
 	<-done
-	if len(acked) < 2 {
-		t.Fatalf("the writer got only %d writes in", len(acked))
-	}
-	// Every acknowledged write is on the new primary.
-	got := repl.query(ctx, fmt.Sprintf("SELECT count(*)::text FROM acks WHERE id <= %d", acked[len(acked)-1]))
+	// Every acknowledged write is on the new primary, those the old one
+	// forwarded included.
+	got := repl.query(ctx, fmt.Sprintf("SELECT count(*)::text FROM acks WHERE id IN (%s)", joinInts(acked)))
 	if got != strconv.Itoa(len(acked)) {
 		t.Fatalf("the new primary holds %s of the %d acknowledged writes", got, len(acked))
 	}
 	repl.exec(ctx, "INSERT INTO acks VALUES (1000000)")
-	t.Logf("%d writes acknowledged; demote + promote took %s; shutdown checkpoint %s", len(acked), promoted.Round(time.Millisecond), res.LSN)
+	t.Logf("%d writes acknowledged, %d after the promotion through the old primary's port; demote took %s, demote + promote %s; "+
+		"the longest stretch without an acknowledged write %s; shutdown checkpoint %s",
+		len(acked), afterPromotion, demoted.Round(time.Millisecond), promoted.Round(time.Millisecond), gap.Round(time.Millisecond), res.LSN)
 
 	// The old primary follows the new one.
 	eventually(t, 10*time.Second, func() bool { return old.status().Role == instanceapi.RoleReplica }, "the old primary to start as a replica")

@@ -44,6 +44,10 @@ type Manager struct {
 	// holder is the instance the lease named when last read or watched
 	// (guarded by mu); a replica streams from it (Config.upstream).
 	holder string
+	// forwarding, after a switchover handed the lease over, relays new
+	// connections to the new primary until postgres starts again here
+	// (guarded by mu).
+	forwarding *forwarder
 	// confMu serializes writes of the managed configuration: the lease
 	// watch rewrites it while postgres runs.
 	confMu sync.Mutex
@@ -395,6 +399,15 @@ func (m *Manager) checkVersion(ctx context.Context) error {
 
 // supervise starts postgres and runs until it exits or ctx ends.
 func (m *Manager) supervise(ctx context.Context) error {
+	m.mu.Lock()
+	f := m.forwarding
+	m.mu.Unlock()
+	if f != nil {
+		f.wait(ctx) // postgres needs the port back
+		m.mu.Lock()
+		m.forwarding = nil
+		m.mu.Unlock()
+	}
 	cmd := exec.Command(m.cfg.bin("postgres"), "-D", m.cfg.PGData)
 	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 	// Its own process group: a signal to the manager is not also delivered

@@ -52,9 +52,14 @@ func (m *Manager) withToken(h http.HandlerFunc) http.HandlerFunc {
 
 // ready: PostgreSQL answers now, bootstrap is done, a replica streams from
 // its primary (the status refreshes every second), and a primary holds a
-// valid lease; or a primary restarts in place (restartingInPlace).
+// valid lease; or a primary restarts in place (restartingInPlace); or a
+// primary that handed over forwards to the new one, so that its Service
+// keeps routing to it until kube-proxy routes to the new one.
 func (m *Manager) ready(ctx context.Context, s instanceapi.Status) bool {
-	if m.restartingInPlace() {
+	m.mu.Lock()
+	forwarding := m.forwarding != nil && m.forwarding.open()
+	m.mu.Unlock()
+	if m.restartingInPlace() || forwarding {
 		return true
 	}
 	if s.Phase != instanceapi.PhaseRunning || (s.Role == instanceapi.RoleReplica && !s.Streaming) ||

@@ -64,7 +64,8 @@ func (m *Manager) handleDemote(w http.ResponseWriter, r *http.Request) {
 
 // switchOver runs in the supervisor: a fast (clean) shutdown, whose
 // checkpoint the streaming replicas receive before postgres exits, then the
-// lease handed to the replica with that checkpoint's LSN. If the handover
+// lease handed to the replica with that checkpoint's LSN, and new
+// connections forwarded to it for a while (forwardTo). If the handover
 // fails, the lease is still this instance's and it starts again as the
 // primary.
 func (m *Manager) switchOver(d demoteRequest, stop func() error) error {
@@ -79,12 +80,19 @@ func (m *Manager) switchOver(d demoteRequest, stop func() error) error {
 		err = m.lease.HandOver(ctx, m.cfg.Pod, d.to, lsn, d.request)
 		cancel()
 	}
-	d.done <- demoteResult{lsn: lsn, err: err}
 	if err != nil {
+		d.done <- demoteResult{lsn: lsn, err: err}
 		m.log.Error(err, "Switchover failed; starting again as the primary")
 		return fmt.Errorf("%w: the handover to %s failed: %v", errSwitchedOver, d.to, err)
 	}
 	m.log.Info("Handed the primary lease over", "to", d.to, "lsn", lsn)
+	// Before the answer: the operator promotes the new primary next.
+	if f := m.forwardTo(d.to); f != nil {
+		m.mu.Lock()
+		m.forwarding = f
+		m.mu.Unlock()
+	}
+	d.done <- demoteResult{lsn: lsn}
 	return fmt.Errorf("%w to %s at %s", errSwitchedOver, d.to, lsn)
 }
 

@@ -185,19 +185,14 @@ func (r *Reconciler) handOver(ctx context.Context, db *v1alpha1.Database, obs *o
 		r.Recorder.Eventf(db, nil, corev1.EventTypeWarning, v1alpha1.ReasonSwitchover, "Checkpoint",
 			"CHECKPOINT on %s before it steps down failed (its shutdown writes it): %v", from, err)
 	}
-	// -rw moves to the target first: the Service's endpoints and
-	// kube-proxy's next sync (up to a second) catch up while the primary
-	// shuts down and the target is promoted, instead of after. A new
-	// connection meanwhile reaches a server that refuses writes, as the
-	// stopping primary would. No acknowledged write is at stake: the target
-	// is promoted only once it has all the primary wrote.
-	if err := r.labelRoles(ctx, obs.pods, to); err != nil {
-		return reconcile.Result{}, err
-	}
+	// -rw moves to the target only once it is promoted: until kube-proxy
+	// applies that, the old primary forwards new connections to the target
+	// (the instance manager's forwarder), which serves writes from its
+	// promotion on. Moved earlier, -rw would send them to a server that
+	// still refuses writes.
 	res, err := r.Instances.Demote(ctx, podIP(obs, from), token,
 		instanceapi.DemoteRequest{To: to, Request: request.UTC().Format(time.RFC3339)})
 	if err != nil {
-		// The lease is still the primary's: the next reconcile labels it back.
 		r.answerSwitchover(db, rec, v1alpha1.SwitchoverFailed, "the primary did not step down: "+err.Error())
 		return reconcile.Result{RequeueAfter: time.Second}, nil
 	}
@@ -212,7 +207,7 @@ func (r *Reconciler) handOver(ctx context.Context, db *v1alpha1.Database, obs *o
 	r.answerSwitchover(db, rec, v1alpha1.SwitchoverSucceeded,
 		fmt.Sprintf("%s is the primary; %s stepped down cleanly at %s%s", to, from, res.LSN, why))
 	observeSwitchover(db, rec.PromotedTime.Sub(rec.StartedTime.Time))
-	return reconcile.Result{RequeueAfter: time.Second}, nil
+	return reconcile.Result{RequeueAfter: time.Second}, r.labelRoles(ctx, obs.pods, to)
 }
 
 // autoSwitchover hands the primary over to the best replica among
