@@ -569,9 +569,12 @@ func TestSwitchoverLosesNoAcknowledgedWrite(t *testing.T) {
 		"the longest stretch without an acknowledged write %s; shutdown checkpoint %s",
 		len(acked), afterPromotion, demoted.Round(time.Millisecond), promoted.Round(time.Millisecond), gap.Round(time.Millisecond), res.LSN)
 
-	// The old primary follows the new one.
-	eventually(t, 10*time.Second, func() bool { return old.status().Role == instanceapi.RoleReplica }, "the old primary to start as a replica")
-	old.waitReady(120 * time.Second)
+	// The old primary follows the new one, once its relay stops (it is
+	// ready while it relays, so readiness alone proves nothing here).
+	eventually(t, 2*time.Minute, func() bool {
+		s := old.status()
+		return s.Role == instanceapi.RoleReplica && s.Phase == instanceapi.PhaseRunning && s.InRecovery && s.Streaming
+	}, "the old primary to stream from the new one")
 	count := "SELECT count(*)::text FROM acks"
 	want := repl.query(ctx, count)
 	eventually(t, 30*time.Second, func() bool { return old.query(ctx, count) == want }, "the old primary to follow the new one")
