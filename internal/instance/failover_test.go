@@ -569,8 +569,7 @@ func TestSwitchoverLosesNoAcknowledgedWrite(t *testing.T) {
 		"the longest stretch without an acknowledged write %s; shutdown checkpoint %s",
 		len(acked), afterPromotion, demoted.Round(time.Millisecond), promoted.Round(time.Millisecond), gap.Round(time.Millisecond), res.LSN)
 
-	// The old primary follows the new one, once its relay stops (it is
-	// ready while it relays, so readiness alone proves nothing here).
+	// The old primary follows the new one, once its relay stops.
 	eventually(t, 2*time.Minute, func() bool {
 		s := old.status()
 		return s.Role == instanceapi.RoleReplica && s.Phase == instanceapi.PhaseRunning && s.InRecovery && s.Streaming

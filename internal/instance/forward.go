@@ -65,16 +65,6 @@ func (f *forwarder) close() {
 	})
 }
 
-// open: still accepting connections.
-func (f *forwarder) open() bool {
-	select {
-	case <-f.closed:
-		return false
-	default:
-		return true
-	}
-}
-
 // wait returns once the window ended or ctx did, which closes it early.
 func (f *forwarder) wait(ctx context.Context) {
 	select {

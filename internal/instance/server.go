@@ -52,14 +52,12 @@ func (m *Manager) withToken(h http.HandlerFunc) http.HandlerFunc {
 
 // ready: PostgreSQL answers now, bootstrap is done, a replica streams from
 // its primary (the status refreshes every second), and a primary holds a
-// valid lease; or a primary restarts in place (restartingInPlace); or a
-// primary that handed over forwards to the new one, so that its Service
-// keeps routing to it until kube-proxy routes to the new one.
+// valid lease; or a primary restarts in place (restartingInPlace). A
+// primary that handed over is not ready while it relays (forwardTo): the
+// kubelet needs two failed probes, a second or more, to take it out of its
+// Services, and the operator moves -rw to the new primary sooner.
 func (m *Manager) ready(ctx context.Context, s instanceapi.Status) bool {
-	m.mu.Lock()
-	forwarding := m.forwarding != nil && m.forwarding.open()
-	m.mu.Unlock()
-	if m.restartingInPlace() || forwarding {
+	if m.restartingInPlace() {
 		return true
 	}
 	if s.Phase != instanceapi.PhaseRunning || (s.Role == instanceapi.RoleReplica && !s.Streaming) ||
