@@ -37,6 +37,9 @@ type Manager struct {
 
 	// reload asks the supervisor to re-read the parameters file now (SIGHUP).
 	reload chan struct{}
+	// named says the lease just named this replica: it makes its peers'
+	// slots at once, before they reconnect to it.
+	named chan struct{}
 
 	// lease is the primary lease; nil runs the role given in cfg for good
 	// (tests of a single instance, and a pod without the Kubernetes API).
@@ -106,7 +109,7 @@ func New(cfg *Config, log logr.Logger, restore RestoreFunc) *Manager {
 	if restore == nil {
 		restore = func(context.Context, backup.Conn, string) error { return ErrRestoreUnavailable }
 	}
-	return &Manager{cfg: cfg, log: log, restore: restore, reload: make(chan struct{}, 1), demote: make(chan demoteRequest),
+	return &Manager{cfg: cfg, log: log, restore: restore, reload: make(chan struct{}, 1), named: make(chan struct{}, 1), demote: make(chan demoteRequest),
 		restartReq: make(chan struct{}),
 		status:     instanceapi.Status{Pod: cfg.Pod, Role: cfg.Role, Phase: instanceapi.PhaseBootstrapping}}
 }
@@ -260,7 +263,14 @@ func (m *Manager) followHolder(ctx context.Context, w HolderWatcher) {
 		changed := holder != m.holder
 		m.holder = holder
 		m.mu.Unlock()
-		if !changed || holder == m.cfg.Pod || m.role() != instanceapi.RoleReplica {
+		if !changed || m.role() != instanceapi.RoleReplica {
+			return
+		}
+		if holder == m.cfg.Pod {
+			select {
+			case m.named <- struct{}{}:
+			default:
+			}
 			return
 		}
 		m.confMu.Lock()
@@ -525,6 +535,10 @@ func (m *Manager) monitor(ctx context.Context, fence chan<- error) {
 		case <-m.reload:
 			if conn != nil {
 				m.reloadConfig(ctx, conn)
+			}
+		case <-m.named:
+			if conn != nil && !conn.IsClosed() {
+				m.manageReplication(ctx, conn)
 			}
 		case <-tick.C:
 		}

@@ -102,9 +102,10 @@ func Defaults() map[string]string {
 		"max_wal_senders":       "10",
 		"max_replication_slots": "10",
 		"hot_standby":           "on",
-		// A replica reconnects to a new primary within a second of a
-		// failover, not five: synchronous commits wait for it.
-		"wal_retrieve_retry_interval": "1s",
+		// A replica retries its primary every 200 ms, not 5 s: synchronous
+		// commits on a new primary wait for it, and its first attempt can
+		// come a moment before the new primary made its slot.
+		"wal_retrieve_retry_interval": "200ms",
 		"wal_log_hints":               "on",
 		"log_destination":             "stderr",
 		"logging_collector":           "off",
