@@ -95,6 +95,11 @@ var faults = []fault{
 			metav1.SetMetaDataAnnotation(&d.ObjectMeta, v1alpha1.AnnotationSwitchoverRequested, time.Now().UTC().Format(time.RFC3339))
 		})
 		return nil
+	}, settled: func(before, now *v1alpha1.Database) bool {
+		// Without this a round could end before the switchover began, and
+		// the next one start while it runs.
+		return now.Status.Primary != before.Status.Primary && now.Status.LastSwitchover != nil &&
+			now.Status.LastSwitchover.Result == v1alpha1.SwitchoverSucceeded && now.Status.LastSwitchover.From == before.Status.Primary
 	}},
 	// A planned restart: a setting that needs one. Rounds alternate between
 	// lowering it (the primary restarts in place first, then the replicas,
