@@ -339,18 +339,28 @@ func (r *Reconciler) applyDisruptionBudget(ctx context.Context, db *v1alpha1.Dat
 
 // labelRoles marks the lease holder as the primary and the others as
 // replicas, which is what the -rw and -ro Services select on.
+//
+// The new primary is labelled first: relabelling the old one first would
+// leave -rw without endpoints for a moment, and kube-proxy, which syncs at
+// most once a second, could apply that and then keep -rw empty for up to a
+// second before it applies the new primary.
 func (r *Reconciler) labelRoles(ctx context.Context, pods []corev1.Pod, primary string) error {
-	for i := range pods {
-		pod := &pods[i]
-		want := "replica"
-		if pod.Name == primary {
-			want = "primary"
-		}
-		if pod.Labels[labelRole] == want || !pod.DeletionTimestamp.IsZero() {
-			continue
-		}
-		if err := r.patchPodMeta(ctx, pod, "labels", labelRole, want); err != nil {
-			return err
+	for _, primaryPass := range []bool{true, false} {
+		for i := range pods {
+			pod := &pods[i]
+			if (pod.Name == primary) != primaryPass {
+				continue
+			}
+			want := "replica"
+			if pod.Name == primary {
+				want = "primary"
+			}
+			if pod.Labels[labelRole] == want || !pod.DeletionTimestamp.IsZero() {
+				continue
+			}
+			if err := r.patchPodMeta(ctx, pod, "labels", labelRole, want); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
