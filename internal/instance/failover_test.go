@@ -820,7 +820,8 @@ func TestKilledPostgresRestartsInPlace(t *testing.T) {
 // primary within seconds, through a slot the new primary made before its
 // promotion, though nothing points it there (its --primary-host still
 // names the old primary, which is gone). With required durability the new
-// primary's commits wait for it, so that is when writes come back.
+// primary's commits wait for it, so that is when writes come back. The
+// deleted primary relays new connections to the new one meanwhile.
 func TestReplicasFollowTheLeaseHolder(t *testing.T) {
 	ctx := context.Background()
 	lt := newLeaseTest(t, "orders-0")
@@ -834,8 +835,13 @@ func TestReplicasFollowTheLeaseHolder(t *testing.T) {
 	}
 	startTrio(ctx, a, b, c)
 
-	// The failover: a stops, the lease moves to b, b is promoted.
-	a.stop()
+	// The failover: a's pod is deleted (SIGTERM), so a stops cleanly,
+	// releases the lease and relays; the lease moves to b, b is promoted.
+	deleted := time.Now()
+	if err := a.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, func() bool { return lt.get().Spec.RenewTime == nil }, "a to release the lease")
 	lt.transfer("orders-1")
 	start := time.Now()
 	if code := promote(t, b, apiToken); code != http.StatusOK {
@@ -845,13 +851,30 @@ func TestReplicasFollowTheLeaseHolder(t *testing.T) {
 	// Each attempt writes a new row: one that timed out waiting for c is
 	// committed locally all the same.
 	id := 100
-	write := func() error {
+	write := func(via *instance) error {
 		id++
-		return b.execWithin(ctx, 500*time.Millisecond, fmt.Sprintf("INSERT INTO items VALUES (%d, 'after')", id))
+		return via.execWithin(ctx, 500*time.Millisecond, fmt.Sprintf("INSERT INTO items VALUES (%d, 'after')", id))
 	}
-	eventually(t, 15*time.Second, func() bool { return write() == nil }, "a commit on the new primary, acknowledged by c")
-	t.Logf("promoted in %s; the first synchronous commit on the new primary %s after the promotion began",
+	// Through the deleted primary's port, as -rw routes while the deleted
+	// pod is its only serving endpoint: a relays to b, and stays ready.
+	eventually(t, 2*time.Second, func() bool { return write(a) == nil }, "a commit through the deleted primary, relayed to b, acknowledged by c")
+	t.Logf("promoted in %s; the first synchronous commit on the new primary, through the deleted one, %s after the promotion began",
 		promoted.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
+	if !a.readyz() {
+		t.Error("the deleted primary is not ready while it relays: kube-proxy would stop routing to it")
+	}
+	if got := b.query(ctx, fmt.Sprintf("SELECT count(*)::text FROM items WHERE id = %d", id)); got != "1" {
+		t.Fatal("the relayed write is not on the new primary")
+	}
+	if err := write(b); err != nil {
+		t.Fatalf("a commit on the new primary: %v", err)
+	}
+	select {
+	case <-a.exited:
+		t.Logf("the deleted primary exited %s after SIGTERM", time.Since(deleted).Round(time.Millisecond))
+	case <-time.After(30 * time.Second):
+		t.Fatal("the deleted primary did not exit within 30 s")
+	}
 	if got := b.superuser("SELECT string_agg(application_name || ':' || state || ':' || sync_state, ',') FROM pg_stat_replication"); got != "orders-2:streaming:quorum" {
 		t.Fatalf("the new primary's standbys: %s", got)
 	}

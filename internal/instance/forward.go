@@ -10,40 +10,48 @@ import (
 	"time"
 )
 
-// A primary that hands its lease over in a switchover forwards new
-// connections on its PostgreSQL port to the new primary for forwardWindow.
-// The -rw Service still routes to it until its endpoints change and
+// A primary that stops being one relays new connections on its PostgreSQL
+// port to the next primary for forwardWindow, once postgres released the
+// port. The -rw Service still routes to it until its endpoints change and
 // kube-proxy's next sync (up to a second more) applies them; without the
-// forwarder, every connection in that stretch is refused, and the write
-// pause of a switchover is the promotion plus that sync. With it, the
-// pause is the old primary's clean shutdown and the promotion. Nothing is
-// at stake: PostgreSQL authenticates and serves each forwarded connection
-// itself, and the old primary serves none.
+// relay, every connection in that stretch is refused, and the write pause
+// is the promotion plus that sync. With it, the pause is the old primary's
+// clean shutdown and the promotion. Nothing is at stake: PostgreSQL
+// authenticates and serves each relayed connection itself, and the old
+// primary serves none.
+//
+// Two occasions:
+//   - a switchover hands the lease to a named replica (forwardTo);
+//   - the primary's pod is deleted (relayToNextPrimary): it releases the
+//     lease and relays to whichever instance the lease names next. While
+//     it relays it stays ready: kube-proxy routes a Service with no ready
+//     endpoint to its serving terminating ones, so the deleted pod keeps
+//     -rw's traffic until the new primary is labelled, instead of leaving
+//     -rw with nothing until the next sync after that.
 
-// forwardWindow is how long a demoted primary forwards new connections.
+// forwardWindow is how long a primary that stopped relays new connections.
 const forwardWindow = 3 * time.Second
 
-// forwarder relays connections accepted on the PostgreSQL port to the new
-// primary until its window ends; connections it accepted live on.
+// forwarder relays connections accepted on the PostgreSQL port to the
+// address target gives (false: none yet, the connection is closed) until
+// its window ends; connections it accepted live on.
 type forwarder struct {
 	ln     net.Listener
 	closed chan struct{}
 	once   sync.Once
+	// serving: the instance is ready while it relays.
+	serving bool
 }
 
-// forwardTo starts forwarding to the instance to, once postgres has
-// stopped and released the port. It returns nil, and forwards nothing, when
-// the port cannot be had.
-func (m *Manager) forwardTo(to string) *forwarder {
-	host, port := m.cfg.upstream(to)
-	target := net.JoinHostPort(host, strconv.Itoa(port))
+// startForwarding listens on the PostgreSQL port postgres released, or
+// returns nil when it cannot have it.
+func (m *Manager) startForwarding(target func() (string, bool), serving bool) *forwarder {
 	ln, err := net.Listen("tcp", fmt.Sprintf(":%d", m.cfg.Port))
 	if err != nil {
-		m.log.Info("Not forwarding connections to the new primary", "reason", err.Error())
+		m.log.Info("Not relaying connections to the next primary", "reason", err.Error())
 		return nil
 	}
-	f := &forwarder{ln: ln, closed: make(chan struct{})}
-	m.log.Info("Forwarding new connections to the new primary", "to", to, "address", target, "for", forwardWindow)
+	f := &forwarder{ln: ln, closed: make(chan struct{}), serving: serving}
 	go func() {
 		for {
 			c, err := ln.Accept()
@@ -54,7 +62,56 @@ func (m *Manager) forwardTo(to string) *forwarder {
 		}
 	}()
 	time.AfterFunc(forwardWindow, f.close)
+	m.mu.Lock()
+	m.forwarding = f
+	m.mu.Unlock()
 	return f
+}
+
+// forwardTo relays to the instance to, a switchover's new primary.
+func (m *Manager) forwardTo(to string) {
+	host, port := m.cfg.upstream(to)
+	addr := net.JoinHostPort(host, strconv.Itoa(port))
+	if m.startForwarding(func() (string, bool) { return addr, true }, false) != nil {
+		m.log.Info("Relaying new connections to the new primary", "to", to, "address", addr, "for", forwardWindow.String())
+	}
+}
+
+// relayToNextPrimary relays to whichever other instance the lease names,
+// as the lease watch sees it, and waits until the window ends.
+func (m *Manager) relayToNextPrimary() {
+	if r, err := m.cfg.replication(); err != nil || len(r.Instances) < 2 {
+		return // no other instance to take over
+	}
+	f := m.startForwarding(func() (string, bool) {
+		holder := m.holderName()
+		if holder == "" || holder == m.cfg.Pod {
+			return "", false
+		}
+		host, port := m.cfg.upstream(holder)
+		return net.JoinHostPort(host, strconv.Itoa(port)), true
+	}, true)
+	if f == nil {
+		return
+	}
+	m.log.Info("Relaying new connections to the next primary while the pod terminates", "for", forwardWindow.String())
+	<-f.closed
+}
+
+// relaying: a forwarder that keeps the instance ready is open.
+func (m *Manager) relaying() bool {
+	m.mu.Lock()
+	f := m.forwarding
+	m.mu.Unlock()
+	if f == nil || !f.serving {
+		return false
+	}
+	select {
+	case <-f.closed:
+		return false
+	default:
+		return true
+	}
 }
 
 // close stops accepting; relayed connections carry on.
@@ -74,10 +131,14 @@ func (f *forwarder) wait(ctx context.Context) {
 	}
 }
 
-// relay copies between the client c and target until either side ends.
-func relay(c net.Conn, target string) {
+// relay copies between the client c and the target until either side ends.
+func relay(c net.Conn, target func() (string, bool)) {
 	defer func() { _ = c.Close() }()
-	u, err := net.DialTimeout("tcp", target, 2*time.Second)
+	addr, ok := target()
+	if !ok {
+		return
+	}
+	u, err := net.DialTimeout("tcp", addr, 2*time.Second)
 	if err != nil {
 		return
 	}

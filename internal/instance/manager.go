@@ -143,7 +143,11 @@ func (m *Manager) Run(ctx context.Context) error {
 	}()
 
 	if w, ok := m.lease.(HolderWatcher); ok {
-		go m.followHolder(ctx, w)
+		// It outlives ctx: a deleted primary relays to the next one, which
+		// the watch names, after ctx ended.
+		wctx, wcancel := context.WithCancel(context.WithoutCancel(ctx))
+		defer wcancel()
+		go m.followHolder(wctx, w)
 	}
 	var crashes []time.Time
 	for {
@@ -473,7 +477,10 @@ func (m *Manager) supervise(ctx context.Context) error {
 		return m.switchOver(d, func() error { return m.shutdown(cmd, exited) })
 	case <-ctx.Done():
 		err := m.shutdown(cmd, exited)
-		m.releaseLease()
+		if m.role() == instanceapi.RolePrimary && m.lease != nil {
+			m.releaseLease()
+			m.relayToNextPrimary()
+		}
 		return err
 	}
 }

@@ -52,12 +52,12 @@ func (m *Manager) withToken(h http.HandlerFunc) http.HandlerFunc {
 
 // ready: PostgreSQL answers now, bootstrap is done, a replica streams from
 // its primary (the status refreshes every second), and a primary holds a
-// valid lease; or a primary restarts in place (restartingInPlace). A
-// primary that handed over is not ready while it relays (forwardTo): the
-// kubelet needs two failed probes, a second or more, to take it out of its
-// Services, and the operator moves -rw to the new primary sooner.
+// valid lease; or a primary restarts in place (restartingInPlace); or a
+// deleted primary relays to the next one (relayToNextPrimary). A primary
+// that handed over in a switchover is not ready while it relays
+// (forwardTo): the operator moves -rw to the new primary at once.
 func (m *Manager) ready(ctx context.Context, s instanceapi.Status) bool {
-	if m.restartingInPlace() {
+	if m.restartingInPlace() || m.relaying() {
 		return true
 	}
 	if s.Phase != instanceapi.PhaseRunning || (s.Role == instanceapi.RoleReplica && !s.Streaming) ||

@@ -87,11 +87,7 @@ func (m *Manager) switchOver(d demoteRequest, stop func() error) error {
 	}
 	m.log.Info("Handed the primary lease over", "to", d.to, "lsn", lsn)
 	// Before the answer: the operator promotes the new primary next.
-	if f := m.forwardTo(d.to); f != nil {
-		m.mu.Lock()
-		m.forwarding = f
-		m.mu.Unlock()
-	}
+	m.forwardTo(d.to)
 	d.done <- demoteResult{lsn: lsn}
 	return fmt.Errorf("%w to %s at %s", errSwitchedOver, d.to, lsn)
 }
