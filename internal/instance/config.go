@@ -151,14 +151,15 @@ func (c *Config) passFile() string { return filepath.Join(c.RunDir, ".pgpass") }
 
 // managedConf is the postgresql.conf in the data directory: the operator's
 // settings first, then those daytwo must control, which therefore win. A
-// replica streams from host:port.
-func (c *Config) managedConf(host string, port int) string {
+// replica streams from host:port. role is passed, not read from c: a
+// promotion changes c.Role under the manager's lock.
+func (c *Config) managedConf(role instanceapi.Role, host string, port int) string {
 	var b strings.Builder
 	b.WriteString("# Written by the daytwo instance manager at every start; edits are lost.\n")
 	fmt.Fprintf(&b, "include '%s'\n", c.ParametersFile)
 	fmt.Fprintf(&b, "listen_addresses = '*'\nport = %d\nunix_socket_directories = '%s'\n", c.Port, c.RunDir)
 	fmt.Fprintf(&b, "cluster_name = '%s'\n", c.Cluster)
-	if c.Role == instanceapi.RoleReplica {
+	if role == instanceapi.RoleReplica {
 		// Bounded: right after a failover the Service may still send a
 		// connection to the old primary's vanished address, where a TCP
 		// connect would hang for minutes. The walreceiver connects
@@ -193,11 +194,12 @@ host    all          all                 all      scram-sha-256
 }
 
 // writeConfig writes the managed files into the data directory dir and the
-// password file the replica streams with from holder's upstream.
-func (c *Config) writeConfig(dir, holder string) error {
+// password file the replica streams with from holder's upstream, for an
+// instance running as role.
+func (c *Config) writeConfig(dir string, role instanceapi.Role, holder string) error {
 	host, port := c.upstream(holder)
 	files := map[string]string{
-		filepath.Join(dir, "postgresql.conf"): c.managedConf(host, port),
+		filepath.Join(dir, "postgresql.conf"): c.managedConf(role, host, port),
 		filepath.Join(dir, "pg_hba.conf"):     hbaConf(),
 		filepath.Join(dir, "pg_ident.conf"):   "# Written by the daytwo instance manager.\ndaytwo  /^(.*)$  postgres\n",
 	}
@@ -212,7 +214,7 @@ func (c *Config) writeConfig(dir, holder string) error {
 		}
 	}
 	standby := filepath.Join(dir, "standby.signal")
-	if c.Role == instanceapi.RoleReplica {
+	if role == instanceapi.RoleReplica {
 		if err := c.writePassFile(); err != nil {
 			return err
 		}

@@ -39,8 +39,11 @@ type forwarder struct {
 	ln     net.Listener
 	closed chan struct{}
 	once   sync.Once
-	// serving: the instance is ready while it relays.
+	target func() (string, bool)
+	// serving: the instance is ready while it relays to a target.
 	serving bool
+	// active counts relayed connections.
+	active sync.WaitGroup
 }
 
 // startForwarding listens on the PostgreSQL port postgres released, or
@@ -51,14 +54,18 @@ func (m *Manager) startForwarding(target func() (string, bool), serving bool) *f
 		m.log.Info("Not relaying connections to the next primary", "reason", err.Error())
 		return nil
 	}
-	f := &forwarder{ln: ln, closed: make(chan struct{}), serving: serving}
+	f := &forwarder{ln: ln, closed: make(chan struct{}), target: target, serving: serving}
 	go func() {
 		for {
 			c, err := ln.Accept()
 			if err != nil {
 				return
 			}
-			go relay(c, target)
+			f.active.Add(1)
+			go func() {
+				defer f.active.Done()
+				relay(c, target)
+			}()
 		}
 	}()
 	time.AfterFunc(forwardWindow, f.close)
@@ -77,8 +84,14 @@ func (m *Manager) forwardTo(to string) {
 	}
 }
 
+// relayDrain bounds how long a deleted primary waits, after its window,
+// for the connections it relays to end: the process exiting would cut them,
+// perhaps between a COMMIT and its answer. The pod's grace period is 60 s.
+const relayDrain = 5 * time.Second
+
 // relayToNextPrimary relays to whichever other instance the lease names,
-// as the lease watch sees it, and waits until the window ends.
+// as the lease watch sees it, and waits until the window ends and the
+// relayed connections end (relayDrain at most).
 func (m *Manager) relayToNextPrimary() {
 	if r, err := m.cfg.replication(); err != nil || len(r.Instances) < 2 {
 		return // no other instance to take over
@@ -96,9 +109,18 @@ func (m *Manager) relayToNextPrimary() {
 	}
 	m.log.Info("Relaying new connections to the next primary while the pod terminates", "for", forwardWindow.String())
 	<-f.closed
+	drained := make(chan struct{})
+	go func() { f.active.Wait(); close(drained) }()
+	select {
+	case <-drained:
+	case <-time.After(relayDrain):
+		m.log.Info("Relayed connections still open; closing them", "after", relayDrain.String())
+	}
 }
 
-// relaying: a forwarder that keeps the instance ready is open.
+// relaying: a forwarder that keeps the instance ready is open and has a
+// target (until the lease names another instance, it has nothing to
+// relay to, and the instance is not ready).
 func (m *Manager) relaying() bool {
 	m.mu.Lock()
 	f := m.forwarding
@@ -110,7 +132,8 @@ func (m *Manager) relaying() bool {
 	case <-f.closed:
 		return false
 	default:
-		return true
+		_, ok := f.target()
+		return ok
 	}
 }
 

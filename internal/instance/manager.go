@@ -243,7 +243,7 @@ func (m *Manager) prepare(ctx context.Context) error {
 func (m *Manager) writeConfig(dir string) error {
 	m.confMu.Lock()
 	defer m.confMu.Unlock()
-	return m.cfg.writeConfig(dir, m.holderName())
+	return m.cfg.writeConfig(dir, m.role(), m.holderName())
 }
 
 // holderName is the instance the lease named when last read or watched.
@@ -284,7 +284,7 @@ func (m *Manager) followHolder(ctx context.Context, w HolderWatcher) {
 			return // not written yet: the next start writes it for this holder
 		}
 		host, port := m.cfg.upstream(holder)
-		if err := writeFileAtomic(conf, m.cfg.managedConf(host, port)); err != nil {
+		if err := writeFileAtomic(conf, m.cfg.managedConf(instanceapi.RoleReplica, host, port)); err != nil {
 			m.log.Error(err, "Failed to point the replica at the new lease holder", "holder", holder)
 			return
 		}
@@ -417,7 +417,13 @@ func (m *Manager) supervise(ctx context.Context) error {
 	f := m.forwarding
 	m.mu.Unlock()
 	if f != nil {
-		f.wait(ctx) // postgres needs the port back
+		// Postgres needs the port back. Under required durability, when
+		// the new primary may wait for this instance to commit, it gets it
+		// at once; otherwise once the relay's window ended.
+		if r, err := m.cfg.replication(); err == nil && r.Required && len(r.Instances)-2 < r.Synchronous {
+			f.close()
+		}
+		f.wait(ctx)
 		m.mu.Lock()
 		m.forwarding = nil
 		m.mu.Unlock()
@@ -645,6 +651,13 @@ func (m *Manager) observe(ctx context.Context, conn *pgx.Conn, hash string) {
 	if err != nil {
 		_ = conn.Close(ctx)
 		return
+	}
+	if inRecovery {
+		// received_tli vanishes with the walreceiver, as when the primary
+		// just died, and the control file's timelines can lag the one being
+		// replayed for minutes; failover ranks replicas by timeline first,
+		// so report the newest one seen (see followWatch).
+		timeline = max(timeline, m.follow.timeline)
 	}
 	rows, err := conn.Query(qctx, "SELECT name FROM pg_settings WHERE pending_restart ORDER BY name")
 	if err != nil {
