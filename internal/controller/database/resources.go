@@ -464,7 +464,10 @@ func podDisruptionBudget(db *v1alpha1.Database, p plan) *policyv1ac.PodDisruptio
 // primaryDisruptionBudget refuses the eviction of the primary (a node
 // drain): once its node is cordoned, the operator switches over to a
 // replica elsewhere, and the old primary, now a replica, may go under the
-// Database's other budget.
+// Database's other budget. maxUnavailable 0 counts against the whole
+// StatefulSet, so it allows nothing even in the moment when the primary
+// moves and two pods carry the primary label (labelRoles labels the new
+// one first); minAvailable 1 allowed one eviction then.
 func primaryDisruptionBudget(db *v1alpha1.Database) *policyv1ac.PodDisruptionBudgetApplyConfiguration {
 	sel := selectorLabels(db)
 	sel[labelRole] = "primary"
@@ -472,7 +475,7 @@ func primaryDisruptionBudget(db *v1alpha1.Database) *policyv1ac.PodDisruptionBud
 		WithLabels(labels(db)).
 		WithOwnerReferences(ownerReference(db)).
 		WithSpec(policyv1ac.PodDisruptionBudgetSpec().
-			WithMinAvailable(intstr.FromInt32(1)).
+			WithMaxUnavailable(intstr.FromInt32(0)).
 			WithSelector(metav1ac.LabelSelector().WithMatchLabels(sel)).
 			WithUnhealthyPodEvictionPolicy(policyv1.AlwaysAllow))
 }
