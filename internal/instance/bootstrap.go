@@ -164,3 +164,9 @@ func lastLines(out []byte, n int) string {
 	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
 	return strings.Join(lines[max(len(lines)-n, 0):], " | ")
 }
+
+// fileExists: path names something, of any kind.
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}

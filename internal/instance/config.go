@@ -63,6 +63,12 @@ type Config struct {
 	ReuseData bool
 }
 
+// rewinding, next to PGData on the same volume (pg_rewind would delete a
+// file inside it that the source lacks), exists while pg_rewind runs: an
+// interrupted rewind leaves data that cannot be trusted, and the next start
+// clones the primary instead.
+func (c *Config) rewinding() string { return filepath.Clean(c.PGData) + ".rewinding" }
+
 // staging is where a bootstrap builds the data directory; it becomes
 // PGData by one rename once it is complete, on the same volume.
 func (c *Config) staging() string { return filepath.Clean(c.PGData) + ".bootstrap" }

@@ -370,6 +370,30 @@ func TestOldPrimaryThatCannotRewindIsClonedAgain(t *testing.T) {
 	}
 }
 
+// A replica whose pg_rewind was interrupted (its marker is still next to
+// the data directory) cannot trust its data: it clones the primary again
+// on its next start instead of running postgres on it.
+func TestUnfinishedRewindIsClonedAgain(t *testing.T) {
+	lt := newLeaseTest(t, "orders-0")
+	prim, repl, _ := lt.linkedPair()
+	repl.stop()
+	dir := repl.dataDir()
+	repl.writeFile("data.rewinding", "pg_rewind started\n")
+	repl.start("orders-1")
+	repl.waitReady(2 * time.Minute)
+	want := checksum(t, prim)
+	eventually(t, 2*time.Minute, func() bool {
+		s := repl.status()
+		return s.Streaming && s.Phase == instanceapi.PhaseRunning && checksum(t, repl) == want
+	}, "the replica cloned again and streaming")
+	if repl.dataDir() == dir {
+		t.Fatal("the replica ran on the data of an unfinished rewind: it was not cloned again")
+	}
+	if _, err := os.Stat(filepath.Join(repl.root, "data.rewinding")); !os.IsNotExist(err) {
+		t.Fatalf("the marker is still there after the clone: %v", err)
+	}
+}
+
 // A replica cut off while the primary writes more WAL than
 // max_slot_wal_keep_size: the primary invalidates the replica's slot and
 // removes WAL the replica never received. Once the link is back the

@@ -319,10 +319,19 @@ func (m *Manager) ensureData(ctx context.Context) error {
 	m.bootstrapped = false
 	switch {
 	case !hasData(m.cfg.PGData):
+	case fileExists(m.cfg.rewinding()) && m.role() == instanceapi.RoleReplica:
+		m.log.Info("Cloning the primary again: a pg_rewind of this data did not finish")
+		m.setMessage("cloning the primary again: a pg_rewind of this data did not finish")
 	case m.marked(recloneMark) && m.role() == instanceapi.RoleReplica:
 		m.log.Info("Cloning the primary again", "reason", errWALGone.Error())
 		m.setMessage("cloning the primary again: " + errWALGone.Error())
 	default:
+		if fileExists(m.cfg.rewinding()) {
+			m.log.Info("Ignoring an unfinished pg_rewind: this instance is the primary now")
+			if err := os.Remove(m.cfg.rewinding()); err != nil {
+				return fmt.Errorf("failed to remove %s: %w", m.cfg.rewinding(), err)
+			}
+		}
 		if m.marked(recloneMark) {
 			// The lease names this instance now: its data, behind or not,
 			// is what there is. Never wipe a primary's data for a replica's reason.
@@ -383,6 +392,9 @@ func (m *Manager) bootstrap(ctx context.Context) error {
 		return err
 	}
 	m.bootstrapped = true
+	if err := os.Remove(m.cfg.rewinding()); err != nil && !os.IsNotExist(err) {
+		return fmt.Errorf("failed to remove %s: %w", m.cfg.rewinding(), err)
+	}
 	m.log.Info("Bootstrap complete", "source", m.cfg.BootstrapSource)
 	return nil
 }

@@ -87,9 +87,15 @@ func (m *Manager) rejoin(ctx context.Context) error {
 		case <-time.After(2 * time.Second):
 		}
 	}
+	if err := os.WriteFile(m.cfg.rewinding(), []byte("pg_rewind started\n"), 0o600); err != nil {
+		return fmt.Errorf("failed to write %s: %w", m.cfg.rewinding(), err)
+	}
 	out, err := exec.CommandContext(ctx, m.cfg.bin("pg_rewind"), "--target-pgdata="+m.cfg.PGData, "--source-server="+source).CombinedOutput()
 	if err == nil {
 		m.log.Info("Rewound the data to follow the primary", "output", lastLines(out, 2))
+		if err := os.Remove(m.cfg.rewinding()); err != nil {
+			return fmt.Errorf("failed to remove %s: %w", m.cfg.rewinding(), err)
+		}
 		if err := os.Remove(filepath.Join(m.cfg.PGData, rewindMark)); err != nil && !os.IsNotExist(err) {
 			return fmt.Errorf("failed to remove %s: %w", rewindMark, err)
 		}
