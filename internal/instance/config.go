@@ -157,9 +157,10 @@ func (c *Config) passFile() string { return filepath.Join(c.RunDir, ".pgpass") }
 
 // managedConf is the postgresql.conf in the data directory: the operator's
 // settings first, then those daytwo must control, which therefore win. A
-// replica streams from host:port. role is passed, not read from c: a
-// promotion changes c.Role under the manager's lock.
-func (c *Config) managedConf(role instanceapi.Role, host string, port int) string {
+// replica streams from host:port, and runs floors above its configuration
+// (see writeStartConfig). role is passed, not read from c: a promotion
+// changes c.Role under the manager's lock.
+func (c *Config) managedConf(role instanceapi.Role, host string, port int, floors map[string]floor) string {
 	var b strings.Builder
 	b.WriteString("# Written by the daytwo instance manager at every start; edits are lost.\n")
 	fmt.Fprintf(&b, "include '%s'\n", c.ParametersFile)
@@ -177,6 +178,10 @@ func (c *Config) managedConf(role instanceapi.Role, host string, port int) strin
 			host, port, replicationUser, c.passFile(), c.Pod)
 		if r, err := c.replication(); err == nil && slices.Contains(r.Instances, c.Pod) {
 			fmt.Fprintf(&b, "primary_slot_name = '%s'\n", slotName(c.Pod))
+		}
+		if len(floors) > 0 {
+			b.WriteString("# The primary's logged values, until this replica replays their change:\n")
+			b.WriteString(floorSettings(floors))
 		}
 	}
 	fmt.Fprintf(&b, "include_if_exists '%s'\n", syncFile)
@@ -202,10 +207,10 @@ host    all          all                 all      scram-sha-256
 // writeConfig writes the managed files into the data directory dir and the
 // password file the replica streams with from holder's upstream, for an
 // instance running as role.
-func (c *Config) writeConfig(dir string, role instanceapi.Role, holder string) error {
+func (c *Config) writeConfig(dir string, role instanceapi.Role, holder string, floors map[string]floor) error {
 	host, port := c.upstream(holder)
 	files := map[string]string{
-		filepath.Join(dir, "postgresql.conf"): c.managedConf(role, host, port),
+		filepath.Join(dir, "postgresql.conf"): c.managedConf(role, host, port, floors),
 		filepath.Join(dir, "pg_hba.conf"):     hbaConf(),
 		filepath.Join(dir, "pg_ident.conf"):   "# Written by the daytwo instance manager.\ndaytwo  /^(.*)$  postgres\n",
 	}

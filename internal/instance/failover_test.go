@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -305,6 +306,18 @@ const slotStatus = "SELECT coalesce(string_agg(wal_status || ':' || active, ',')
 // It returns once the replica streams through its slot, with 100 rows in
 // items.
 func (lt *leaseTest) linkedPair() (prim, repl *instance, link *proxy) {
+	return lt.linkedPairWith(nil)
+}
+
+// withSettings is base with more settings.
+func withSettings(base, more map[string]string) map[string]string {
+	all := maps.Clone(base)
+	maps.Copy(all, more)
+	return all
+}
+
+// linkedPairWith is linkedPair with settings besides smallWALKeep.
+func (lt *leaseTest) linkedPairWith(settings map[string]string) (prim, repl *instance, link *proxy) {
 	ctx := context.Background()
 	prim, repl = lt.instance(0), lt.instance(0)
 	link = newProxy(lt.t, prim.pgPort)
@@ -312,7 +325,7 @@ func (lt *leaseTest) linkedPair() (prim, repl *instance, link *proxy) {
 	repl.extraFlags[len(repl.extraFlags)-1] = strconv.Itoa(link.port())
 	for _, in := range []*instance{prim, repl} {
 		in.writeFile("config/"+instanceapi.ReplicationFile, `{"instances":["orders-0","orders-1"]}`)
-		in.setParameters(smallWALKeep)
+		in.setParameters(withSettings(smallWALKeep, settings))
 	}
 	prim.start("orders-0")
 	prim.waitReady(90 * time.Second)
@@ -414,6 +427,12 @@ func TestReplicaWhoseWALIsGoneIsClonedAgain(t *testing.T) {
 	want := checksum(t, prim)
 	eventually(t, 3*time.Minute, func() bool {
 		s := repl.status()
+		if s.Streaming && repl.dataDir() == dir {
+			// A walreceiver the primary refuses at once must not pass for
+			// streaming: the check that clones it again waits for a stretch
+			// without streaming, and the replica would look ready.
+			t.Fatal("the replica reported streaming while the primary refused its slot")
+		}
 		return s.Streaming && s.Phase == instanceapi.PhaseRunning && checksum(t, repl) == want
 	}, "the replica cloned again, streaming and holding every row")
 	t.Logf("the replica streams again %s after the link came back", time.Since(cloned).Round(100*time.Millisecond))
@@ -421,6 +440,57 @@ func TestReplicaWhoseWALIsGoneIsClonedAgain(t *testing.T) {
 	if repl.dataDir() == dir {
 		t.Fatal("the replica's data directory is the same one: it was not cloned again")
 	}
+}
+
+// A setting a replica may not run below its primary is lowered while the
+// replica is cut off: the primary restarts with it first, as the operator
+// does, then the replica restarts with it before it has replayed the
+// primary's change. PostgreSQL would refuse to start it; it starts with the
+// primary's old value instead, and once it has replayed the change it
+// restarts by itself to run its own.
+func TestReplicaBehindALoweredSettingStarts(t *testing.T) {
+	ctx := context.Background()
+	lt := newLeaseTest(t, "orders-0")
+	const name = "max_locks_per_transaction"
+	high := map[string]string{name: "128"}
+	low := withSettings(smallWALKeep, map[string]string{name: "64"})
+	prim, repl, link := lt.linkedPairWith(high)
+
+	link.partition()
+	prim.setParameters(low)
+	restartWith(t, prim, name, "64")
+	prim.exec(ctx, "INSERT INTO items SELECT g, 'lowered' FROM generate_series(101, 120) g")
+	repl.setParameters(low)
+	restartWith(t, repl, name, "128")
+	if s := repl.status(); s.Streaming {
+		t.Fatal("the replica streams through a cut link")
+	}
+
+	healed := time.Now()
+	link.heal()
+	want := checksum(t, prim)
+	eventually(t, time.Minute, func() bool {
+		s := repl.status()
+		return s.Phase == instanceapi.PhaseRunning && s.Streaming && s.StandbySettings[name] == "64" && !s.PendingRestart &&
+			checksum(t, repl) == want
+	}, "the replica running its own lowered setting, streaming every row")
+	t.Logf("the replica runs %s = 64 %s after the link came back", name, time.Since(healed).Round(100*time.Millisecond))
+}
+
+// restartWith restarts in through the API and waits until it runs with
+// setting at value.
+func restartWith(t *testing.T, in *instance, setting, value string) {
+	t.Helper()
+	eventually(t, 30*time.Second, func() bool {
+		return slices.Contains(in.status().PendingRestartSettings, setting)
+	}, setting+" pending a restart")
+	if code := post(t, in, instanceapi.PathRestart, apiToken, nil, nil); code != http.StatusAccepted {
+		t.Fatalf("restart = %d, want 202", code)
+	}
+	eventually(t, time.Minute, func() bool {
+		s := in.status()
+		return s.Phase == instanceapi.PhaseRunning && s.StandbySettings[setting] == value
+	}, fmt.Sprintf("running with %s = %s", setting, value))
 }
 
 // A replica ahead of the one promoted: it received WAL of the old

@@ -172,11 +172,16 @@ func (m *Manager) cannotFollow(ctx context.Context, w *followWatch) error {
 	defer cancel()
 	conn, err := m.primaryReplicationConn(ctx)
 	if err != nil {
+		m.log.Info("Could not ask the primary why this replica does not stream", "reason", err.Error())
 		return nil
 	}
 	defer func() { _ = conn.Close(context.Background()) }()
 	if m.wantsSlot() {
-		if _, lost, err := slotState(ctx, conn, slotName(m.cfg.Pod)); err == nil && lost {
+		_, lost, err := slotState(ctx, conn, slotName(m.cfg.Pod))
+		if err != nil {
+			m.log.Info("Could not read this replica's slot on the primary", "reason", err.Error())
+		}
+		if lost {
 			return errWALGone
 		}
 	}

@@ -79,6 +79,13 @@ type Manager struct {
 	// unwantedSlots: when each daytwo slot no instance wants was first seen
 	// (only the monitor goroutine uses it).
 	unwantedSlots map[string]time.Time
+	// floors are the standby-sensitive settings this replica started above
+	// its configuration, at its primary's logged values (guarded by confMu;
+	// see writeStartConfig).
+	floors map[string]floor
+	// receiverPID is the walreceiver the last observation saw streaming
+	// (monitor only; see observe).
+	receiverPID int
 }
 
 // UseLease makes the primary lease decide this instance's role: the holder
@@ -235,7 +242,7 @@ func (m *Manager) prepare(ctx context.Context) error {
 		return err
 	}
 	m.setPhase(instanceapi.PhaseStarting, "")
-	return m.writeConfig(m.cfg.PGData)
+	return m.writeStartConfig(ctx)
 }
 
 // writeConfig writes the managed configuration into dir, streaming from
@@ -243,7 +250,7 @@ func (m *Manager) prepare(ctx context.Context) error {
 func (m *Manager) writeConfig(dir string) error {
 	m.confMu.Lock()
 	defer m.confMu.Unlock()
-	return m.cfg.writeConfig(dir, m.role(), m.holderName())
+	return m.cfg.writeConfig(dir, m.role(), m.holderName(), m.floors)
 }
 
 // holderName is the instance the lease named when last read or watched.
@@ -284,7 +291,7 @@ func (m *Manager) followHolder(ctx context.Context, w HolderWatcher) {
 			return // not written yet: the next start writes it for this holder
 		}
 		host, port := m.cfg.upstream(holder)
-		if err := writeFileAtomic(conf, m.cfg.managedConf(instanceapi.RoleReplica, host, port)); err != nil {
+		if err := writeFileAtomic(conf, m.cfg.managedConf(instanceapi.RoleReplica, host, port, m.floors)); err != nil {
 			m.log.Error(err, "Failed to point the replica at the new lease holder", "holder", holder)
 			return
 		}
@@ -553,6 +560,13 @@ func (m *Manager) monitor(ctx context.Context, fence chan<- error) {
 			if err := m.cannotFollow(ctx, &m.follow); err != nil {
 				m.stopToRepair(err, fence)
 			}
+			if m.floorsReplayed(ctx) {
+				m.log.Info("Replayed the primary's lowered settings; restarting to run this replica's own")
+				select {
+				case m.restartReq <- struct{}{}:
+				case <-ctx.Done():
+				}
+			}
 		}
 		select {
 		case <-ctx.Done():
@@ -650,20 +664,26 @@ func (m *Manager) observe(ctx context.Context, conn *pgx.Conn, hash string) {
 	qctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
 	var version, lsn, received string
-	var inRecovery, streaming bool
-	var timeline int
+	var inRecovery bool
+	var timeline, receiver int
 	err := conn.QueryRow(qctx, `SELECT current_setting('server_version'), pg_is_in_recovery(),
 		COALESCE(CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() ELSE pg_current_wal_lsn() END::text, ''),
 		COALESCE(pg_last_wal_receive_lsn()::text, ''),
-		EXISTS (SELECT 1 FROM pg_stat_wal_receiver WHERE status = 'streaming'),
+		COALESCE((SELECT pid FROM pg_stat_wal_receiver WHERE status = 'streaming'), 0),
 		CASE WHEN pg_is_in_recovery() THEN COALESCE(GREATEST((SELECT received_tli FROM pg_stat_wal_receiver),
 			(SELECT timeline_id FROM pg_control_checkpoint()), (SELECT min_recovery_end_timeline FROM pg_control_recovery())), 0)
 			ELSE ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::int END`).
-		Scan(&version, &inRecovery, &lsn, &received, &streaming, &timeline)
+		Scan(&version, &inRecovery, &lsn, &received, &receiver, &timeline)
 	if err != nil {
 		_ = conn.Close(ctx)
 		return
 	}
+	// A walreceiver says "streaming" from the moment it starts, even one the
+	// primary refuses at once (WAL gone): retried every
+	// wal_retrieve_retry_interval, such a replica would look streaming in
+	// many samples. Only a receiver that outlived two observations counts.
+	streaming := receiver != 0 && receiver == m.receiverPID
+	m.receiverPID = receiver
 	if inRecovery {
 		// received_tli vanishes with the walreceiver, as when the primary
 		// just died, and the control file's timelines can lag the one being
