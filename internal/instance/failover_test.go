@@ -645,10 +645,11 @@ func TestSwitchoverLosesNoAcknowledgedWrite(t *testing.T) {
 	mu.Lock()
 	promotedAt = time.Now()
 	mu.Unlock()
-	// The relay lasts while the old primary rejoins (it closes when postgres
-	// starts there again), which here, on one machine, can be over before
-	// the promotion: writes after it are counted, not required.
-	time.Sleep(time.Second)
+	eventually(t, 2*time.Second, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return afterPromotion >= 5
+	}, "writes through the old primary's port, forwarded to the new one")
 	close(stop)
 	<-done
 	// Every acknowledged write is on the new primary, those the old one

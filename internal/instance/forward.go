@@ -1,6 +1,7 @@
 package instance
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net"
@@ -20,8 +21,7 @@ import (
 // primary serves none.
 //
 // Two occasions:
-//   - a switchover hands the lease to a named replica (forwardTo); the
-//     relay ends early, when postgres starts here again as a replica;
+//   - a switchover hands the lease to a named replica (forwardTo);
 //   - the primary's pod is deleted (relayToNextPrimary): it releases the
 //     lease and relays to whichever instance the lease names next. While
 //     it relays it stays ready: kube-proxy routes a Service with no ready
@@ -143,6 +143,15 @@ func (f *forwarder) close() {
 		_ = f.ln.Close()
 		close(f.closed)
 	})
+}
+
+// wait returns once the window ended or ctx did, which closes it early.
+func (f *forwarder) wait(ctx context.Context) {
+	select {
+	case <-f.closed:
+	case <-ctx.Done():
+		f.close()
+	}
 }
 
 // relay copies between the client c and the target until either side ends.

@@ -436,13 +436,13 @@ func (m *Manager) supervise(ctx context.Context) error {
 	f := m.forwarding
 	m.mu.Unlock()
 	if f != nil {
-		// Postgres needs the port back now: the relay covers the rejoin
-		// (pg_rewind) only, at most its window. Holding the port longer
-		// delays the rejoin, and a replica that rejoins late misses what
-		// the operator's next step assumes it replayed (a lowered
-		// standby-sensitive setting, say), and the new primary's
-		// synchronous commits may wait for it.
-		f.close()
+		// Postgres needs the port back. Under required durability, when
+		// the new primary may wait for this instance to commit, it gets it
+		// at once; otherwise once the relay's window ended.
+		if r, err := m.cfg.replication(); err == nil && r.Required && len(r.Instances)-2 < r.Synchronous {
+			f.close()
+		}
+		f.wait(ctx)
 		m.mu.Lock()
 		m.forwarding = nil
 		m.mu.Unlock()
