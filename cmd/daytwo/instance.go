@@ -23,7 +23,7 @@ func newInstanceCommand() *cobra.Command {
 		Use:   "instance",
 		Short: "The in-pod PostgreSQL instance manager",
 	}
-	cmd.AddCommand(newInstanceRunCommand(), newInstanceBootstrapCommand())
+	cmd.AddCommand(newInstanceRunCommand(), newInstanceBootstrapCommand(), newInstanceWALArchiveCommand())
 	return cmd
 }
 
@@ -141,6 +141,25 @@ func newInstanceBootstrapCommand() *cobra.Command {
 			return copySelf(args[0])
 		},
 	}
+}
+
+// newInstanceWALArchiveCommand is PostgreSQL's archive_command: it asks
+// the instance manager to archive one file and waits. It holds no
+// credentials, and its error goes to PostgreSQL's log.
+func newInstanceWALArchiveCommand() *cobra.Command {
+	var socket string
+	cmd := &cobra.Command{
+		Use:   "wal-archive FILE",
+		Short: "Archive one WAL file through the instance manager (PostgreSQL's archive_command)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(_ *cobra.Command, args []string) error {
+			ctx, cancel := context.WithTimeout(context.Background(), instance.ArchiveWait)
+			defer cancel()
+			return instance.AskToArchive(ctx, socket, args[0])
+		},
+	}
+	cmd.Flags().StringVar(&socket, "socket", instance.ArchiveSocket(instanceapi.RunDir), "The instance manager's archive socket.")
+	return cmd
 }
 
 func copySelf(dst string) error {

@@ -184,6 +184,7 @@ func (c *Config) managedConf(role instanceapi.Role, host string, port int, floor
 			b.WriteString(floorSettings(floors))
 		}
 	}
+	b.WriteString(c.archiveSettings())
 	fmt.Fprintf(&b, "include_if_exists '%s'\n", syncFile)
 	return b.String()
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/daytwo-dev/daytwo/internal/backup"
 	"github.com/daytwo-dev/daytwo/internal/instanceapi"
 	"github.com/daytwo-dev/daytwo/internal/postgres"
+	"github.com/daytwo-dev/daytwo/internal/wal"
 )
 
 // Manager runs one PostgreSQL instance.
@@ -83,6 +84,8 @@ type Manager struct {
 	// its configuration, at its primary's logged values (guarded by confMu;
 	// see writeStartConfig).
 	floors map[string]floor
+	// archiver ships WAL when the operator asks for archiving (or nil).
+	archiver *wal.Archiver
 	// receiverPID is the walreceiver the last observation saw streaming
 	// (monitor only; see observe).
 	receiverPID int
@@ -149,6 +152,13 @@ func (m *Manager) Run(ctx context.Context) error {
 		_ = srv.Shutdown(shutdownCtx)
 	}()
 
+	// Archiving outlives ctx too: postgres archives what it can while it
+	// shuts down, after ctx ended.
+	actx, acancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer acancel()
+	if err := m.startArchiver(actx); err != nil {
+		return fmt.Errorf("failed to start archiving WAL: %w", err)
+	}
 	if w, ok := m.lease.(HolderWatcher); ok {
 		// It outlives ctx: a deleted primary relays to the next one, which
 		// the watch names, after ctx ended.
@@ -438,7 +448,10 @@ func (m *Manager) supervise(ctx context.Context) error {
 	if f != nil {
 		// Postgres needs the port back. Under required durability, when
 		// the new primary may wait for this instance to commit, it gets it
-		// at once; otherwise once the relay's window ended.
+		// at once; otherwise once the relay's window ended: until then
+		// kube-proxy may still send -rw's connections here, and a replica
+		// would answer them read-only. Rejoining that late is safe: a
+		// replica behind a lowered setting starts anyway (floors.go).
 		if r, err := m.cfg.replication(); err == nil && r.Required && len(r.Instances)-2 < r.Synchronous {
 			f.close()
 		}

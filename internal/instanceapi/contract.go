@@ -22,6 +22,9 @@ const (
 	// ReplicationFile, next to ParametersFile, is the Replication the
 	// operator asks for, as JSON.
 	ReplicationFile = "replication.json"
+	// ArchiveFile, next to ParametersFile, is the Archive the operator asks
+	// for, as JSON; without it nothing is archived.
+	ArchiveFile = "archive.json"
 	// SecretsDir holds the secret files below.
 	SecretsDir = "/etc/daytwo/secrets"
 	// SecretAppPassword, SecretReplicationPassword and SecretAPIToken are
@@ -29,6 +32,10 @@ const (
 	SecretAppPassword         = "app-password"
 	SecretReplicationPassword = "replication-password"
 	SecretAPIToken            = "api-token"
+	// SecretArchiveAccessKeyID and SecretArchiveSecretAccessKey are the S3
+	// credentials WAL archiving uses, in SecretsDir.
+	SecretArchiveAccessKeyID     = "archive-access-key-id"
+	SecretArchiveSecretAccessKey = "archive-secret-access-key"
 )
 
 // Flags of `daytwo instance run` that the pod template sets.
@@ -127,4 +134,24 @@ type Replication struct {
 	// Required: commits wait for Synchronous replicas even while fewer
 	// stream. Otherwise the primary waits only for those that stream.
 	Required bool `json:"required,omitempty"`
+}
+
+// Archive is where a primary's instance manager ships WAL: exactly one of
+// S3 or Directory, under Prefix.
+type Archive struct {
+	S3 *ArchiveS3 `json:"s3,omitempty"`
+	// Directory is a mounted volume's path.
+	Directory string `json:"directory,omitempty"`
+	// Prefix is the key prefix in the bucket or directory, ending in "/".
+	Prefix string `json:"prefix,omitempty"`
+	// Parallel is how many files are shipped at once.
+	Parallel int `json:"parallel,omitempty"`
+}
+
+// ArchiveS3 is an S3-compatible bucket; the credentials are secret files.
+type ArchiveS3 struct {
+	Endpoint string `json:"endpoint"`
+	Bucket   string `json:"bucket"`
+	Region   string `json:"region,omitempty"`
+	Insecure bool   `json:"insecure,omitempty"`
 }

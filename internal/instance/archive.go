@@ -1,0 +1,163 @@
+package instance
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/daytwo-dev/daytwo/internal/backup"
+	"github.com/daytwo-dev/daytwo/internal/instanceapi"
+	"github.com/daytwo-dev/daytwo/internal/wal"
+)
+
+// WAL archiving. archive_command runs `daytwo instance wal-archive`, which
+// asks this manager over a socket in the private run directory and waits
+// for its file; the manager's wal.Archiver has usually shipped it already,
+// several files at a time, ahead of PostgreSQL's one-at-a-time calls. The
+// command holds no credentials: only the manager reads them.
+
+// archiveTimeout bounds the age of the newest WAL not yet archivable:
+// PostgreSQL switches to a new segment after this long with any write.
+const archiveTimeout = time.Minute
+
+// archivePushTimeout bounds how long the manager tries to archive one file
+// for archive_command; ArchiveWait, how long archive_command waits.
+const (
+	archivePushTimeout = 5 * time.Minute
+	ArchiveWait        = archivePushTimeout + 10*time.Second
+)
+
+// ArchiveSocket is where archive_command reaches the manager, in runDir.
+func ArchiveSocket(runDir string) string { return filepath.Join(runDir, "wal.sock") }
+
+// ArchivePath is the socket's HTTP path for archiving a file.
+const ArchivePath = "/archive/"
+
+func (c *Config) archiveFile() string {
+	return filepath.Join(filepath.Dir(c.ParametersFile), instanceapi.ArchiveFile)
+}
+
+// archive reads where WAL goes; nil when the operator asks for no archiving.
+func (c *Config) archive() (*instanceapi.Archive, error) {
+	b, err := os.ReadFile(c.archiveFile())
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var a instanceapi.Archive
+	if err := json.Unmarshal(b, &a); err != nil {
+		return nil, fmt.Errorf("invalid %s: %w", instanceapi.ArchiveFile, err)
+	}
+	if (a.S3 == nil) == (a.Directory == "") {
+		return nil, fmt.Errorf("invalid %s: set exactly one of s3 or directory", instanceapi.ArchiveFile)
+	}
+	return &a, nil
+}
+
+// archiveStorage opens the archive's storage.
+func (c *Config) archiveStorage(a *instanceapi.Archive) (backup.Storage, error) {
+	if a.S3 == nil {
+		return backup.NewDir(a.Directory), nil
+	}
+	id, err := c.secret(instanceapi.SecretArchiveAccessKeyID)
+	if err != nil {
+		return nil, err
+	}
+	key, err := c.secret(instanceapi.SecretArchiveSecretAccessKey)
+	if err != nil {
+		return nil, err
+	}
+	return backup.NewS3(backup.S3Config{Endpoint: a.S3.Endpoint, Bucket: a.S3.Bucket, Region: a.S3.Region,
+		Insecure: a.S3.Insecure, AccessKeyID: id, SecretAccessKey: key})
+}
+
+// archiveSettings are the managed settings that archive through this
+// manager, or none.
+func (c *Config) archiveSettings() string {
+	if a, err := c.archive(); err != nil || a == nil {
+		return ""
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return ""
+	}
+	return fmt.Sprintf("archive_mode = on\narchive_command = '%s instance wal-archive --socket %s %%f'\narchive_timeout = %d\n",
+		self, ArchiveSocket(c.RunDir), int(archiveTimeout.Seconds()))
+}
+
+// startArchiver ships WAL while ctx lasts, when the operator asks for it,
+// and answers archive_command on the socket.
+func (m *Manager) startArchiver(ctx context.Context) error {
+	a, err := m.cfg.archive()
+	if err != nil || a == nil {
+		return err
+	}
+	st, err := m.cfg.archiveStorage(a)
+	if err != nil {
+		return err
+	}
+	m.archiver = &wal.Archiver{Storage: st, Prefix: a.Prefix, WALDir: filepath.Join(m.cfg.PGData, "pg_wal"),
+		Parallel: cmp.Or(a.Parallel, 4), Log: m.log.WithName("wal")}
+	if err := os.MkdirAll(m.cfg.RunDir, 0o700); err != nil {
+		return fmt.Errorf("failed to create %s: %w", m.cfg.RunDir, err)
+	}
+	sock := ArchiveSocket(m.cfg.RunDir)
+	_ = os.Remove(sock)
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		return fmt.Errorf("failed to listen on %s: %w", sock, err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST "+ArchivePath+"{name}", func(w http.ResponseWriter, r *http.Request) {
+		pctx, cancel := context.WithTimeout(r.Context(), archivePushTimeout)
+		defer cancel()
+		if err := m.archiver.Archive(pctx, r.PathValue("name")); err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	})
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(l) }()
+	go func() {
+		<-ctx.Done()
+		_ = srv.Close()
+	}()
+	go m.archiver.Run(ctx)
+	m.log.Info("Archiving WAL", "prefix", a.Prefix, "parallel", m.archiver.Parallel)
+	return nil
+}
+
+// AskToArchive is archive_command's side: it asks the manager on socket to
+// archive name and waits for the answer.
+func AskToArchive(ctx context.Context, socket, name string) error {
+	client := &http.Client{Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", socket)
+		}}}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://manager"+ArchivePath+name, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return fmt.Errorf("the instance manager did not answer: %w", err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	if resp.StatusCode != http.StatusNoContent {
+		var msg [1024]byte
+		n, _ := resp.Body.Read(msg[:])
+		return fmt.Errorf("archiving %s failed: %s", name, msg[:n])
+	}
+	return nil
+}

@@ -1,0 +1,151 @@
+// Package wal ships PostgreSQL's write-ahead log to backup storage and
+// fetches it back: each file compressed with zstd, whose frame checksum
+// (xxhash64 of the content) refuses a corrupted copy on the way back, and
+// stored at most once. An Archiver, run by a primary's instance manager,
+// ships the segments PostgreSQL has finished several at a time, ahead of
+// archive_command, which then only waits for its own segment.
+package wal
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+
+	"github.com/klauspost/compress/zstd"
+
+	"github.com/daytwo-dev/daytwo/internal/backup"
+)
+
+// suffix is the stored name's ending: a zstd frame.
+const suffix = ".zst"
+
+var (
+	// segmentName is a WAL segment: timeline, log and segment, 8 hex each.
+	segmentName = regexp.MustCompile(`^[0-9A-F]{24}$`)
+	// otherName is a timeline history file, or a base backup's label
+	// (segment.offset.backup), or a partial segment left by a promotion.
+	otherName = regexp.MustCompile(`^([0-9A-F]{8}\.history|[0-9A-F]{24}\.[0-9A-F]{8}\.backup|[0-9A-F]{24}\.partial)$`)
+)
+
+// ValidName says whether name is a file PostgreSQL archives.
+func ValidName(name string) bool { return segmentName.MatchString(name) || otherName.MatchString(name) }
+
+// Key is where name is stored under prefix: segments grouped by timeline
+// and log (256 segments at most per group), other files beside the groups.
+func Key(prefix, name string) string {
+	if segmentName.MatchString(name) {
+		return prefix + "wal/" + name[:16] + "/" + name + suffix
+	}
+	return prefix + "wal/" + name + suffix
+}
+
+// ErrDifferent means the archive already holds another file by that name:
+// two servers wrote the same timeline, and the archive keeps the first.
+var ErrDifferent = errors.New("the archive already holds a different file by that name")
+
+// Push stores the file at path under prefix as its base name. A file
+// already stored with the same content is success (PostgreSQL archives a
+// file again after a crash); different content is ErrDifferent.
+func Push(ctx context.Context, st backup.Storage, prefix, path string) error {
+	name := filepath.Base(path)
+	if !ValidName(name) {
+		return fmt.Errorf("%q is not a WAL file name", name)
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("failed to read %s: %w", name, err)
+	}
+	key := Key(prefix, name)
+	if _, err := st.Size(ctx, key); err == nil {
+		stored, err := fetch(ctx, st, key)
+		if err != nil {
+			return fmt.Errorf("failed to compare %s with the stored copy: %w", name, err)
+		}
+		if sha256.Sum256(stored) != sha256.Sum256(data) {
+			return fmt.Errorf("%s: %w", name, ErrDifferent)
+		}
+		return nil
+	} else if !errors.Is(err, backup.ErrNotFound) {
+		return fmt.Errorf("failed to look for %s in the archive: %w", name, err)
+	}
+	enc, err := zstd.NewWriter(nil, zstd.WithEncoderConcurrency(1), zstd.WithEncoderCRC(true))
+	if err != nil {
+		return err
+	}
+	defer func() { _ = enc.Close() }()
+	if err := st.Put(ctx, key, bytes.NewReader(enc.EncodeAll(data, make([]byte, 0, len(data)/4)))); err != nil {
+		return fmt.Errorf("failed to archive %s: %w", name, err)
+	}
+	return nil
+}
+
+// ErrNotArchived means the archive does not hold the file asked for: the
+// normal answer past the archive's end.
+var ErrNotArchived = errors.New("not in the archive")
+
+// Fetch writes the archived file name to dest, atomically: restore_command
+// must never leave PostgreSQL a partial file.
+func Fetch(ctx context.Context, st backup.Storage, prefix, name, dest string) error {
+	if !ValidName(name) {
+		return fmt.Errorf("%q is not a WAL file name", name)
+	}
+	key := Key(prefix, name)
+	if _, err := st.Size(ctx, key); errors.Is(err, backup.ErrNotFound) {
+		return fmt.Errorf("%s: %w", name, ErrNotArchived)
+	} else if err != nil {
+		return fmt.Errorf("failed to look for %s in the archive: %w", name, err)
+	}
+	data, err := fetch(ctx, st, key)
+	if err != nil {
+		return fmt.Errorf("failed to fetch %s: %w", name, err)
+	}
+	return writeAtomic(dest, data)
+}
+
+// fetch reads and decompresses key, refusing a copy whose checksum fails.
+func fetch(ctx context.Context, st backup.Storage, key string) ([]byte, error) {
+	r, err := st.Get(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = r.Close() }()
+	dec, err := zstd.NewReader(r, zstd.WithDecoderConcurrency(1))
+	if err != nil {
+		return nil, fmt.Errorf("%s is not a zstd stream: %w", key, err)
+	}
+	defer dec.Close()
+	data, err := io.ReadAll(dec)
+	if err != nil {
+		return nil, fmt.Errorf("%s is corrupt: %w", key, err)
+	}
+	return data, nil
+}
+
+func writeAtomic(dest string, data []byte) error {
+	tmp, err := os.CreateTemp(filepath.Dir(dest), "."+filepath.Base(dest)+".partial-*")
+	if err != nil {
+		return err
+	}
+	defer func() { _ = os.Remove(tmp.Name()) }()
+	if _, err := tmp.Write(data); err != nil {
+		_ = tmp.Close()
+		return fmt.Errorf("failed to write %s: %w", dest, err)
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), dest)
+}
+
+// readyName is the segment a ".ready" status file announces.
+func readyName(status string) (string, bool) {
+	name, ok := strings.CutSuffix(status, ".ready")
+	return name, ok && ValidName(name)
+}

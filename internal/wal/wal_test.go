@@ -1,0 +1,169 @@
+package wal_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr/testr"
+
+	"github.com/daytwo-dev/daytwo/internal/backup"
+	"github.com/daytwo-dev/daytwo/internal/testpg"
+	"github.com/daytwo-dev/daytwo/internal/wal"
+)
+
+// finishSegments makes a real PostgreSQL complete n WAL segments; with an
+// archive_command that always fails, each stays announced as ready.
+func finishSegments(t *testing.T, pg *testpg.Server, n int) []string {
+	t.Helper()
+	pg.Exec(t, "postgres", "CREATE TABLE IF NOT EXISTS filler (x text)")
+	for range n {
+		pg.Exec(t, "postgres", "INSERT INTO filler SELECT md5(g::text) FROM generate_series(1, 2000) g")
+		pg.Exec(t, "postgres", "SELECT pg_switch_wal()")
+	}
+	var ready []string
+	deadline := time.Now().Add(30 * time.Second)
+	for len(ready) < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d segments ready for archiving, want %d", len(ready), n)
+		}
+		time.Sleep(100 * time.Millisecond)
+		entries, err := os.ReadDir(filepath.Join(pg.Dir, "data", "pg_wal", "archive_status"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ready = ready[:0]
+		for _, e := range entries {
+			if name, ok := strings.CutSuffix(e.Name(), ".ready"); ok {
+				ready = append(ready, name)
+			}
+		}
+	}
+	return ready
+}
+
+func startArchiving(t *testing.T) *testpg.Server {
+	return testpg.Start(t, "archive_mode=on", "archive_command=/bin/false", "wal_level=replica")
+}
+
+// The Archiver ships every ready segment of a real PostgreSQL to a real
+// MinIO, several at a time, and each comes back byte for byte.
+func TestArchiverShipsEverySegmentToMinIO(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	pg := startArchiving(t)
+	m := testpg.StartMinIO(t)
+	st, err := backup.NewS3(backup.S3Config{Endpoint: m.Endpoint, Bucket: "wal", AccessKeyID: m.AccessKey,
+		SecretAccessKey: m.SecretKey, Insecure: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := backup.EnsureBucket(ctx, st); err != nil {
+		t.Fatal(err)
+	}
+	ready := finishSegments(t, pg, 6)
+	walDir := filepath.Join(pg.Dir, "data", "pg_wal")
+	a := &wal.Archiver{Storage: st, Prefix: "orders/", WALDir: walDir, Parallel: 4, Log: testr.New(t)}
+	go a.Run(ctx)
+	// archive_command's ask for the first one joins the push under way.
+	if err := a.Archive(ctx, ready[0]); err != nil {
+		t.Fatalf("Archive(%s): %v", ready[0], err)
+	}
+	deadline := time.Now().Add(time.Minute)
+	for a.Stats().Archived < len(ready) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%+v after a minute, want %d archived", a.Stats(), len(ready))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if s := a.Stats(); s.Failed != 0 || s.Archived != len(ready) {
+		t.Fatalf("stats %+v, want %d archived and none failed", s, len(ready))
+	}
+	out := t.TempDir()
+	for _, name := range ready {
+		want, err := os.ReadFile(filepath.Join(walDir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := wal.Fetch(ctx, st, "orders/", name, filepath.Join(out, "RECOVERYXLOG")); err != nil {
+			t.Fatalf("Fetch(%s): %v", name, err)
+		}
+		got, err := os.ReadFile(filepath.Join(out, "RECOVERYXLOG"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Fatalf("%s came back different (%d bytes, want %d)", name, len(got), len(want))
+		}
+	}
+	if size, err := st.Size(ctx, wal.Key("orders/", ready[0])); err != nil || size >= 16<<20/2 {
+		t.Fatalf("stored size of a mostly empty 16 MiB segment = %d (%v), want it compressed", size, err)
+	}
+	if err := wal.Fetch(ctx, st, "orders/", "0000000100000000000000FF", filepath.Join(out, "x")); !errors.Is(err, wal.ErrNotArchived) {
+		t.Fatalf("Fetch of a segment never archived = %v, want ErrNotArchived", err)
+	}
+}
+
+// A file is stored once: the same content again is success (PostgreSQL
+// archives again after a crash), different content is refused, and a
+// stored copy with a flipped byte is refused on the way back.
+func TestArchiveRefusesOverwritesAndCorruption(t *testing.T) {
+	ctx := context.Background()
+	pg := startArchiving(t)
+	ready := finishSegments(t, pg, 1)
+	root := t.TempDir()
+	st := backup.NewDir(root)
+	src := filepath.Join(pg.Dir, "data", "pg_wal", ready[0])
+	if err := wal.Push(ctx, st, "", src); err != nil {
+		t.Fatal(err)
+	}
+	if err := wal.Push(ctx, st, "", src); err != nil {
+		t.Fatalf("pushing the same segment again: %v", err)
+	}
+	other := filepath.Join(t.TempDir(), ready[0])
+	data, err := os.ReadFile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data[len(data)/2] ^= 0xff
+	if err := os.WriteFile(other, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := wal.Push(ctx, st, "", other); !errors.Is(err, wal.ErrDifferent) {
+		t.Fatalf("pushing different content under the same name = %v, want ErrDifferent", err)
+	}
+
+	stored := filepath.Join(root, wal.Key("", ready[0]))
+	blob, err := os.ReadFile(stored)
+	if err != nil {
+		t.Fatal(err)
+	}
+	blob[len(blob)/2] ^= 0x01
+	if err := os.WriteFile(stored, blob, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	err = wal.Fetch(ctx, st, "", ready[0], filepath.Join(t.TempDir(), "RECOVERYXLOG"))
+	if err == nil || !strings.Contains(err.Error(), "corrupt") {
+		t.Fatalf("Fetch of a corrupted copy = %v, want it refused as corrupt", err)
+	}
+	if err := wal.Push(ctx, st, "", "/tmp/not-a-wal-file"); err == nil {
+		t.Fatal("a file that is not WAL was archived")
+	}
+}
+
+func TestKey(t *testing.T) {
+	for name, want := range map[string]string{
+		"000000020000000A000000FE":          "p/wal/000000020000000A/000000020000000A000000FE.zst",
+		"00000002.history":                  "p/wal/00000002.history.zst",
+		"000000010000000000000002.00000028.backup": "p/wal/000000010000000000000002.00000028.backup.zst",
+	} {
+		if got := wal.Key("p/", name); got != want {
+			t.Errorf("Key(%s) = %s, want %s", name, got, want)
+		}
+	}
+}
