@@ -158,8 +158,8 @@ func TestArchiveRefusesOverwritesAndCorruption(t *testing.T) {
 
 func TestKey(t *testing.T) {
 	for name, want := range map[string]string{
-		"000000020000000A000000FE":          "p/wal/000000020000000A/000000020000000A000000FE.zst",
-		"00000002.history":                  "p/wal/00000002.history.zst",
+		"000000020000000A000000FE":                 "p/wal/000000020000000A/000000020000000A000000FE.zst",
+		"00000002.history":                         "p/wal/00000002.history.zst",
 		"000000010000000000000002.00000028.backup": "p/wal/000000010000000000000002.00000028.backup.zst",
 	} {
 		if got := wal.Key("p/", name); got != want {
