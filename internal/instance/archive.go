@@ -17,7 +17,12 @@ import (
 	"github.com/daytwo-dev/daytwo/internal/wal"
 )
 
-// WAL archiving. archive_command runs `daytwo instance wal-archive`, which
+// WAL archiving. Every instance archives (archive_mode = always): a
+// replica ships the segments it received, so a failover leaves no gap in
+// the archive even when the old primary died before it shipped its last
+// ones (a known failure of archive_mode = on). The first copy stored wins;
+// a replica's copies count as archived once one is stored (wal.PushCopy).
+// archive_command runs `daytwo instance wal-archive`, which
 // asks this manager over a socket in the private run directory and waits
 // for its file; the manager's wal.Archiver has usually shipped it already,
 // several files at a time, ahead of PostgreSQL's one-at-a-time calls. The
@@ -90,7 +95,7 @@ func (c *Config) archiveSettings() string {
 	if err != nil {
 		return ""
 	}
-	return fmt.Sprintf("archive_mode = on\narchive_command = '%s instance wal-archive --socket %s %%f'\narchive_timeout = %d\n",
+	return fmt.Sprintf("archive_mode = always\narchive_command = '%s instance wal-archive --socket %s %%f'\narchive_timeout = %d\n",
 		self, ArchiveSocket(c.RunDir), int(archiveTimeout.Seconds()))
 }
 
@@ -106,7 +111,8 @@ func (m *Manager) startArchiver(ctx context.Context) error {
 		return err
 	}
 	m.archiver = &wal.Archiver{Storage: st, Prefix: a.Prefix, WALDir: filepath.Join(m.cfg.PGData, "pg_wal"),
-		Parallel: cmp.Or(a.Parallel, 4), Log: m.log.WithName("wal")}
+		Parallel: cmp.Or(a.Parallel, 4), Log: m.log.WithName("wal"),
+		Replica: func() bool { return m.role() == instanceapi.RoleReplica }}
 	if err := os.MkdirAll(m.cfg.RunDir, 0o700); err != nil {
 		return fmt.Errorf("failed to create %s: %w", m.cfg.RunDir, err)
 	}

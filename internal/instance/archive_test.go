@@ -2,6 +2,8 @@ package instance_test
 
 import (
 	"context"
+	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -25,8 +27,8 @@ func TestPrimaryArchivesWALThroughItsManager(t *testing.T) {
 	in.writeFile("config/"+instanceapi.ArchiveFile, `{"directory":"`+archive+`","prefix":"orders/"}`)
 	in.start("orders-0")
 	in.waitReady(90 * time.Second)
-	if got := in.show(ctx, "archive_mode"); got != "on" {
-		t.Fatalf("archive_mode = %q, want on", got)
+	if got := in.show(ctx, "archive_mode"); got != "always" {
+		t.Fatalf("archive_mode = %q, want always", got)
 	}
 
 	in.exec(ctx, "CREATE TABLE filler (x text)")
@@ -59,6 +61,56 @@ func TestPrimaryArchivesWALThroughItsManager(t *testing.T) {
 	for _, k := range keys {
 		if !strings.HasSuffix(k, ".zst") {
 			t.Fatalf("%s stored uncompressed", k)
+		}
+	}
+}
+
+// A replica archives the WAL it receives (archive_mode = always), so a
+// primary that dies before it shipped its last segments leaves no gap:
+// here the primary ships nothing at all, its replica ships every segment,
+// and after the failover the new primary continues the archive on its new
+// timeline, history file first.
+func TestArchiveHasNoGapAfterAFailover(t *testing.T) {
+	ctx := context.Background()
+	lt := newLeaseTest(t, "orders-0")
+	archive := t.TempDir()
+	testpg.ChownToRunner(t, archive)
+	prim, repl, _ := lt.linkedPairWith(nil, func(_, repl *instance) {
+		repl.writeFile("config/"+instanceapi.ArchiveFile, `{"directory":"`+archive+`","prefix":"orders/"}`)
+	})
+	st := backup.NewDir(archive)
+	archived := func(names ...string) func() bool {
+		return func() bool {
+			for _, name := range names {
+				if _, err := st.Size(ctx, wal.Key("orders/", name)); err != nil {
+					return false
+				}
+			}
+			return true
+		}
+	}
+
+	var old []string
+	for i := range 3 {
+		prim.exec(ctx, fmt.Sprintf("INSERT INTO items SELECT g, 'x' FROM generate_series(%d, %d) g", 1000+10*i, 1009+10*i))
+		old = append(old, prim.superuser("SELECT pg_walfile_name(pg_switch_wal())"))
+	}
+	eventually(t, 30*time.Second, archived(old...), "the replica archiving the primary's segments "+strings.Join(old, ", "))
+
+	prim.stop()
+	lt.transfer("orders-1")
+	if code := promote(t, repl, apiToken); code != http.StatusOK {
+		t.Fatalf("promote = %d, want 200", code)
+	}
+	repl.exec(ctx, "INSERT INTO items VALUES (5000, 'after the failover')")
+	next := repl.superuser("SELECT pg_walfile_name(pg_switch_wal())")
+	if !strings.HasPrefix(next, "00000002") {
+		t.Fatalf("the new primary switched %s, want a segment of timeline 2", next)
+	}
+	eventually(t, 30*time.Second, archived("00000002.history", next), "the new primary archiving its timeline's history and "+next)
+	for _, name := range append(old, "00000002.history", next) {
+		if err := wal.Fetch(ctx, st, "orders/", name, filepath.Join(t.TempDir(), "f")); err != nil {
+			t.Fatalf("%s: %v", name, err)
 		}
 	}
 }

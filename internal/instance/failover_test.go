@@ -316,8 +316,9 @@ func withSettings(base, more map[string]string) map[string]string {
 	return all
 }
 
-// linkedPairWith is linkedPair with settings besides smallWALKeep.
-func (lt *leaseTest) linkedPairWith(settings map[string]string) (prim, repl *instance, link *proxy) {
+// linkedPairWith is linkedPair with settings besides smallWALKeep, and
+// setup run on both before they start.
+func (lt *leaseTest) linkedPairWith(settings map[string]string, setup ...func(prim, repl *instance)) (prim, repl *instance, link *proxy) {
 	ctx := context.Background()
 	prim, repl = lt.instance(0), lt.instance(0)
 	link = newProxy(lt.t, prim.pgPort)
@@ -326,6 +327,9 @@ func (lt *leaseTest) linkedPairWith(settings map[string]string) (prim, repl *ins
 	for _, in := range []*instance{prim, repl} {
 		in.writeFile("config/"+instanceapi.ReplicationFile, `{"instances":["orders-0","orders-1"]}`)
 		in.setParameters(withSettings(smallWALKeep, settings))
+	}
+	for _, f := range setup {
+		f(prim, repl)
 	}
 	prim.start("orders-0")
 	prim.waitReady(90 * time.Second)

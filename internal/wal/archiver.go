@@ -28,6 +28,9 @@ type Archiver struct {
 	// Scan is how often archive_status is read for new ready files.
 	Scan time.Duration
 	Log  logr.Logger
+	// Replica says whether this server is a standby (archive_mode =
+	// always): its files are its primary's, pushed with PushCopy.
+	Replica func() bool
 
 	once  sync.Once
 	slots chan struct{}
@@ -158,7 +161,11 @@ func (a *Archiver) start(ctx context.Context, name string) *job {
 			a.finish(name, j)
 			return
 		}
-		j.err = Push(ctx, a.Storage, a.Prefix, filepath.Join(a.WALDir, name))
+		push := Push
+		if a.Replica != nil && a.Replica() {
+			push = PushCopy
+		}
+		j.err = push(ctx, a.Storage, a.Prefix, filepath.Join(a.WALDir, name))
 		<-a.slots
 		a.finish(name, j)
 	}()

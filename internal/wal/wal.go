@@ -54,6 +54,18 @@ var ErrDifferent = errors.New("the archive already holds a different file by tha
 // already stored with the same content is success (PostgreSQL archives a
 // file again after a crash); different content is ErrDifferent.
 func Push(ctx context.Context, st backup.Storage, prefix, path string) error {
+	return push(ctx, st, prefix, path, false)
+}
+
+// PushCopy is Push for a replica's copy of its primary's WAL: a file
+// already stored counts as archived, unread. A completed segment or a
+// history file streamed from the primary is the primary's own, so reading
+// it back to compare would only cost a download per file and replica.
+func PushCopy(ctx context.Context, st backup.Storage, prefix, path string) error {
+	return push(ctx, st, prefix, path, true)
+}
+
+func push(ctx context.Context, st backup.Storage, prefix, path string, trustStored bool) error {
 	name := filepath.Base(path)
 	if !ValidName(name) {
 		return fmt.Errorf("%q is not a WAL file name", name)
@@ -64,6 +76,9 @@ func Push(ctx context.Context, st backup.Storage, prefix, path string) error {
 	}
 	key := Key(prefix, name)
 	if _, err := st.Size(ctx, key); err == nil {
+		if trustStored {
+			return nil
+		}
 		stored, err := fetch(ctx, st, key)
 		if err != nil {
 			return fmt.Errorf("failed to compare %s with the stored copy: %w", name, err)
