@@ -110,9 +110,12 @@ func (m *Manager) startArchiver(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	m.archiver = &wal.Archiver{Storage: st, Prefix: a.Prefix, WALDir: filepath.Join(m.cfg.PGData, "pg_wal"),
+	archiver := &wal.Archiver{Storage: st, Prefix: a.Prefix, WALDir: filepath.Join(m.cfg.PGData, "pg_wal"),
 		Parallel: cmp.Or(a.Parallel, 4), Log: m.log.WithName("wal"),
 		Replica: func() bool { return m.role() == instanceapi.RoleReplica }}
+	m.mu.Lock()
+	m.archiver = archiver
+	m.mu.Unlock()
 	if err := os.MkdirAll(m.cfg.RunDir, 0o700); err != nil {
 		return fmt.Errorf("failed to create %s: %w", m.cfg.RunDir, err)
 	}
@@ -126,7 +129,7 @@ func (m *Manager) startArchiver(ctx context.Context) error {
 	mux.HandleFunc("POST "+ArchivePath+"{name}", func(w http.ResponseWriter, r *http.Request) {
 		pctx, cancel := context.WithTimeout(r.Context(), archivePushTimeout)
 		defer cancel()
-		if err := m.archiver.Archive(pctx, r.PathValue("name")); err != nil {
+		if err := archiver.Archive(pctx, r.PathValue("name")); err != nil {
 			http.Error(w, err.Error(), http.StatusInternalServerError)
 			return
 		}
@@ -138,8 +141,8 @@ func (m *Manager) startArchiver(ctx context.Context) error {
 		<-ctx.Done()
 		_ = srv.Close()
 	}()
-	go m.archiver.Run(ctx)
-	m.log.Info("Archiving WAL", "prefix", a.Prefix, "parallel", m.archiver.Parallel)
+	go archiver.Run(ctx)
+	m.log.Info("Archiving WAL", "prefix", a.Prefix, "parallel", archiver.Parallel)
 	return nil
 }
 
@@ -166,4 +169,16 @@ func AskToArchive(ctx context.Context, socket, name string) error {
 		return fmt.Errorf("archiving %s failed: %s", name, msg[:n])
 	}
 	return nil
+}
+
+// archiveStatus is the API's view of the archiver's counters.
+func archiveStatus(s wal.Stats) *instanceapi.ArchiveStatus {
+	out := &instanceapi.ArchiveStatus{Archived: s.Archived, Failed: s.Failed, LastArchived: s.LastArchived, LastError: s.LastError}
+	if !s.LastArchivedTime.IsZero() {
+		out.LastArchivedTime = &s.LastArchivedTime
+	}
+	if !s.LastErrorTime.IsZero() {
+		out.LastErrorTime = &s.LastErrorTime
+	}
+	return out
 }

@@ -44,6 +44,10 @@ func TestPrimaryArchivesWALThroughItsManager(t *testing.T) {
 	if failed := in.superuser("SELECT failed_count FROM pg_stat_archiver"); failed != "0" {
 		t.Fatalf("pg_stat_archiver counts %s failures", failed)
 	}
+	if s := in.status().Archive; s == nil || s.LastArchived != last || s.Archived < len(switched) || s.Failed != 0 ||
+		s.LastArchivedTime == nil {
+		t.Fatalf("status.archive = %+v, want %s archived last and no failure", s, last)
+	}
 	st := backup.NewDir(archive)
 	for _, name := range switched {
 		dest := filepath.Join(t.TempDir(), name)

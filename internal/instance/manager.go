@@ -84,7 +84,8 @@ type Manager struct {
 	// its configuration, at its primary's logged values (guarded by confMu;
 	// see writeStartConfig).
 	floors map[string]floor
-	// archiver ships WAL when the operator asks for archiving (or nil).
+	// archiver ships WAL when the operator asks for archiving (or nil;
+	// guarded by mu).
 	archiver *wal.Archiver
 	// receiverPID is the walreceiver the last observation saw streaming
 	// (monitor only; see observe).
@@ -768,6 +769,9 @@ func (m *Manager) Status() instanceapi.Status {
 	defer m.mu.Unlock()
 	s := m.status
 	s.PendingRestartSettings = append([]string(nil), s.PendingRestartSettings...)
+	if m.archiver != nil {
+		s.Archive = archiveStatus(m.archiver.Stats())
+	}
 	return s
 }
 

@@ -1,5 +1,7 @@
 package instanceapi
 
+import "time"
+
 // Port is where the instance manager serves its HTTP API in the pod.
 const Port = 8000
 
@@ -121,6 +123,21 @@ type Status struct {
 	// not run lower than its primary (postgres.StandbySensitive). Lowering
 	// one needs the primary restarted first, in place.
 	StandbySettings map[string]string `json:"standbySettings,omitempty"`
+	// Archive is what WAL archiving did since the manager started, when the
+	// operator asks for archiving.
+	Archive *ArchiveStatus `json:"archive,omitempty"`
+}
+
+// ArchiveStatus counts the WAL files this instance shipped.
+type ArchiveStatus struct {
+	Archived int `json:"archived"`
+	Failed   int `json:"failed"`
+	// LastArchived is the newest file shipped, and when.
+	LastArchived     string     `json:"lastArchived,omitempty"`
+	LastArchivedTime *time.Time `json:"lastArchivedTime,omitempty"`
+	// LastError is the latest failure since the last success, and when.
+	LastError     string     `json:"lastError,omitempty"`
+	LastErrorTime *time.Time `json:"lastErrorTime,omitempty"`
 }
 
 // Error is the body of a non-2xx answer.
