@@ -58,6 +58,23 @@ func Start(t testing.TB, settings ...string) *Server {
 	if out, err := initdb.CombinedOutput(); err != nil {
 		t.Fatalf("initdb: %v\n%s", err, out)
 	}
+	s.run(t, data, settings)
+	return s
+}
+
+// StartOn starts a server on an existing data directory (a restored copy
+// of a Start server, so the same superuser password); it stops at cleanup.
+func StartOn(t testing.TB, data string, settings ...string) *Server {
+	t.Helper()
+	s := &Server{Port: FreePort(t), Dir: t.TempDir(), BinDir: BinDir(t), Password: "test-superuser-password"}
+	ChownToRunner(t, s.Dir)
+	s.run(t, data, settings)
+	return s
+}
+
+// run starts postgres on data and waits until it accepts connections.
+func (s *Server) run(t testing.TB, data string, settings []string) {
+	t.Helper()
 	args := []string{"-D", data, "-p", strconv.Itoa(s.Port), "-c", "listen_addresses=127.0.0.1",
 		"-c", "unix_socket_directories=" + s.Dir, "-c", "fsync=off", "-c", "full_page_writes=off"}
 	for _, kv := range settings {
@@ -82,7 +99,7 @@ func Start(t testing.TB, settings ...string) *Server {
 		conn, err := s.Connect(context.Background(), "postgres")
 		if err == nil {
 			_ = conn.Close(context.Background())
-			return s
+			return
 		}
 		if time.Now().After(deadline) {
 			log, _ := os.ReadFile(filepath.Join(s.Dir, "postgres.log"))

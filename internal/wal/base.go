@@ -1,0 +1,280 @@
+package wal
+
+import (
+	"archive/tar"
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/klauspost/compress/zstd"
+
+	"github.com/daytwo-dev/daytwo/internal/backup"
+)
+
+// Base backups: pg_basebackup's tar of the data directory, without WAL
+// (-X none: recovery takes it from the archive), compressed with zstd on
+// the way to storage, with no local copy. The manifest is written last, so
+// a base backup exists only once all of it is stored.
+
+// BaseBackup is a base backup's manifest.
+type BaseBackup struct {
+	ID string `json:"id"`
+	// Timeline, StartLSN and StartWAL say where recovery from it begins;
+	// EndLSN, the point it must replay to before it is consistent.
+	Timeline int       `json:"timeline"`
+	StartLSN string    `json:"startLSN"`
+	StartWAL string    `json:"startWAL"`
+	EndLSN   string    `json:"endLSN"`
+	Started  time.Time `json:"started"`
+	Finished time.Time `json:"finished"`
+	// Size and SHA256 are the stored (compressed) tar's.
+	Size   int64  `json:"size"`
+	SHA256 string `json:"sha256"`
+}
+
+// Source is the server a base backup is taken from, over the replication
+// protocol.
+type Source struct {
+	Host     string
+	Port     int
+	User     string
+	Password string
+	// BinDir holds pg_basebackup; empty means $PATH.
+	BinDir string
+}
+
+func baseKey(prefix, id, file string) string { return prefix + "base/" + id + "/" + file }
+
+const (
+	baseData     = "base.tar.zst"
+	baseManifest = "backup.json"
+)
+
+var (
+	// In backup_label and the backup history file the server archives.
+	startPoint    = regexp.MustCompile(`START WAL LOCATION: ([0-9A-F]+/[0-9A-F]+) \(file ([0-9A-F]{24})\)`)
+	startTimeline = regexp.MustCompile(`START TIMELINE: ([0-9]+)`)
+	stopPoint     = regexp.MustCompile(`STOP WAL LOCATION: ([0-9A-F]+/[0-9A-F]+) `)
+)
+
+// TakeBase streams a base backup of src to storage as id.
+func TakeBase(ctx context.Context, src Source, st backup.Storage, prefix, id string) (BaseBackup, error) {
+	b := BaseBackup{ID: id, Started: time.Now().UTC()}
+	bin := "pg_basebackup"
+	if src.BinDir != "" {
+		bin = filepath.Join(src.BinDir, bin)
+	}
+	cmd := exec.CommandContext(ctx, bin, "-h", src.Host, "-p", fmt.Sprint(src.Port), "-U", src.User,
+		"-D", "-", "-F", "tar", "-X", "none", "--checkpoint=fast", "--no-manifest", "--no-password", "-v")
+	cmd.Env = append(os.Environ(), "PGPASSWORD="+src.Password, "PGAPPNAME=daytwo-base-backup")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return b, err
+	}
+	if err := cmd.Start(); err != nil {
+		return b, fmt.Errorf("failed to start pg_basebackup: %w", err)
+	}
+	pr, pw := io.Pipe()
+	sum := sha256.New()
+	size := &countWriter{}
+	// The tar is read on the way too, for its backup_label.
+	lr, lw := io.Pipe()
+	label := make(chan string, 1)
+	go func() { label <- findLabel(lr); _, _ = io.Copy(io.Discard, lr) }()
+	go func() {
+		enc, err := zstd.NewWriter(io.MultiWriter(pw, sum, size), zstd.WithEncoderConcurrency(2))
+		if err == nil {
+			_, err = io.Copy(io.MultiWriter(enc, lw), out)
+			if cerr := enc.Close(); err == nil {
+				err = cerr
+			}
+		}
+		_ = lw.CloseWithError(err)
+		_ = pw.CloseWithError(err)
+	}()
+	putErr := st.Put(ctx, baseKey(prefix, id, baseData), pr)
+	_ = pr.CloseWithError(putErr)
+	_ = lr.CloseWithError(putErr)
+	waitErr := cmd.Wait()
+	if waitErr != nil {
+		return b, fmt.Errorf("pg_basebackup failed: %v: %s", waitErr, lastLines(stderr.String(), 5))
+	}
+	if putErr != nil {
+		return b, putErr
+	}
+	lbl := <-label
+	m, tl := startPoint.FindStringSubmatch(lbl), startTimeline.FindStringSubmatch(lbl)
+	if m == nil || tl == nil {
+		return b, fmt.Errorf("base backup %s holds no readable backup_label", id)
+	}
+	b.StartLSN, b.StartWAL = m[1], m[2]
+	if b.Timeline, err = strconv.Atoi(tl[1]); err != nil {
+		return b, err
+	}
+	// pg_basebackup returned once the server archived the backup's history
+	// file, which says where the backup ends.
+	if b.EndLSN, err = stopLSN(ctx, st, prefix, b); err != nil {
+		return b, err
+	}
+	b.Finished, b.Size, b.SHA256 = time.Now().UTC(), size.n, hex.EncodeToString(sum.Sum(nil))
+	data, err := json.Marshal(b)
+	if err != nil {
+		return b, err
+	}
+	if err := st.Put(ctx, baseKey(prefix, id, baseManifest), bytes.NewReader(data)); err != nil {
+		return b, fmt.Errorf("failed to store the manifest of base backup %s: %w", id, err)
+	}
+	return b, nil
+}
+
+// findLabel returns the backup_label in a base backup's tar, or "".
+func findLabel(r io.Reader) string {
+	tr := tar.NewReader(r)
+	for {
+		h, err := tr.Next()
+		if err != nil {
+			return ""
+		}
+		if h.Name == "backup_label" {
+			b, _ := io.ReadAll(io.LimitReader(tr, 64<<10))
+			return string(b)
+		}
+	}
+}
+
+// stopLSN reads where base backup b ends from the backup history file the
+// server archived (<start segment>.<offset>.backup).
+func stopLSN(ctx context.Context, st backup.Storage, prefix string, b BaseBackup) (string, error) {
+	var hi, lo uint64
+	if _, err := fmt.Sscanf(b.StartLSN, "%X/%X", &hi, &lo); err != nil {
+		return "", fmt.Errorf("invalid start LSN %q", b.StartLSN)
+	}
+	name := fmt.Sprintf("%s.%08X.backup", b.StartWAL, lo%(16<<20))
+	data, err := fetch(ctx, st, Key(prefix, name))
+	if err != nil {
+		return "", fmt.Errorf("base backup %s: its history file %s is not in the archive: %w", b.ID, name, err)
+	}
+	m := stopPoint.FindStringSubmatch(string(data))
+	if m == nil {
+		return "", fmt.Errorf("base backup %s: %s names no stop location", b.ID, name)
+	}
+	return m[1], nil
+}
+
+// FindBase reads base backup id's manifest.
+func FindBase(ctx context.Context, st backup.Storage, prefix, id string) (BaseBackup, error) {
+	var b BaseBackup
+	r, err := st.Get(ctx, baseKey(prefix, id, baseManifest))
+	if err != nil {
+		return b, fmt.Errorf("base backup %s: %w", id, err)
+	}
+	defer func() { _ = r.Close() }()
+	if err := json.NewDecoder(r).Decode(&b); err != nil {
+		return b, fmt.Errorf("base backup %s has an unreadable manifest: %w", id, err)
+	}
+	return b, nil
+}
+
+// ErrChecksum means stored data does not match its manifest.
+var ErrChecksum = errors.New("checksum mismatch")
+
+// ExtractBase writes base backup b into the empty directory dir, refusing
+// a copy whose checksum does not match the manifest's.
+func ExtractBase(ctx context.Context, st backup.Storage, prefix string, b BaseBackup, dir string) error {
+	r, err := st.Get(ctx, baseKey(prefix, b.ID, baseData))
+	if err != nil {
+		return fmt.Errorf("base backup %s: %w", b.ID, err)
+	}
+	defer func() { _ = r.Close() }()
+	sum := sha256.New()
+	dec, err := zstd.NewReader(io.TeeReader(bufio.NewReaderSize(r, 1<<20), sum))
+	if err != nil {
+		return err
+	}
+	defer dec.Close()
+	if err := untar(tar.NewReader(dec), dir); err != nil {
+		return fmt.Errorf("base backup %s: %w", b.ID, err)
+	}
+	// The tar's end marker may come before the stream's: read to the end,
+	// so the checksum covers every stored byte.
+	if _, err := io.Copy(io.Discard, dec); err != nil {
+		return fmt.Errorf("base backup %s is corrupt: %w", b.ID, err)
+	}
+	if got := hex.EncodeToString(sum.Sum(nil)); got != b.SHA256 {
+		return fmt.Errorf("base backup %s: %w: stored %s, manifest %s", b.ID, ErrChecksum, got, b.SHA256)
+	}
+	return nil
+}
+
+// untar writes regular files and directories below dir, refusing names
+// that would leave it.
+func untar(tr *tar.Reader, dir string) error {
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("corrupt: %w", err)
+		}
+		name := filepath.Clean(h.Name)
+		if !filepath.IsLocal(name) {
+			return fmt.Errorf("refusing %q: outside the data directory", h.Name)
+		}
+		p := filepath.Join(dir, name)
+		switch h.Typeflag {
+		case tar.TypeDir:
+			if err := os.MkdirAll(p, 0o700); err != nil {
+				return err
+			}
+		case tar.TypeReg:
+			if err := writeFile(p, tr, os.FileMode(h.Mode)&0o600|0o600); err != nil {
+				return err
+			}
+		default:
+			return fmt.Errorf("refusing %q: type %c (tablespaces are not supported)", h.Name, h.Typeflag)
+		}
+	}
+}
+
+func writeFile(p string, r io.Reader, mode os.FileMode) error {
+	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+		return err
+	}
+	f, err := os.OpenFile(p, os.O_CREATE|os.O_EXCL|os.O_WRONLY, mode)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, r); err != nil {
+		_ = f.Close()
+		return fmt.Errorf("failed to write %s: %w", p, err)
+	}
+	return f.Close()
+}
+
+type countWriter struct{ n int64 }
+
+func (c *countWriter) Write(p []byte) (int, error) { c.n += int64(len(p)); return len(p), nil }
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "; ")
+}
