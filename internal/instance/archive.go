@@ -32,12 +32,9 @@ import (
 // PostgreSQL switches to a new segment after this long with any write.
 const archiveTimeout = time.Minute
 
-// archivePushTimeout bounds how long the manager tries to archive one file
-// for archive_command; ArchiveWait, how long archive_command waits.
-const (
-	archivePushTimeout = 5 * time.Minute
-	ArchiveWait        = archivePushTimeout + 10*time.Second
-)
+// ArchiveWait is how long archive_command waits for its file: longer than
+// the manager tries one upload.
+const ArchiveWait = wal.PushTimeout + 10*time.Second
 
 // ArchiveSocket is where archive_command reaches the manager, in runDir.
 func ArchiveSocket(runDir string) string { return filepath.Join(runDir, "wal.sock") }
@@ -127,9 +124,7 @@ func (m *Manager) startArchiver(ctx context.Context) error {
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST "+ArchivePath+"{name}", func(w http.ResponseWriter, r *http.Request) {
-		pctx, cancel := context.WithTimeout(r.Context(), archivePushTimeout)
-		defer cancel()
-		if err := archiver.Archive(pctx, r.PathValue("name")); err != nil {
+		if err := archiver.Archive(r.Context(), r.PathValue("name")); err != nil {
 			http.Error(w, err.Error(), http.StatusInternalServerError)
 			return
 		}

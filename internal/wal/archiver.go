@@ -54,6 +54,9 @@ type Stats struct {
 	LastErrorTime time.Time
 }
 
+// PushTimeout bounds one file's upload.
+const PushTimeout = 5 * time.Minute
+
 type job struct {
 	done chan struct{}
 	err  error
@@ -165,7 +168,10 @@ func (a *Archiver) start(ctx context.Context, name string) *job {
 		if a.Replica != nil && a.Replica() {
 			push = PushCopy
 		}
-		j.err = push(ctx, a.Storage, a.Prefix, filepath.Join(a.WALDir, name))
+		// Bounded, so that a hung upload cannot hold a slot for good.
+		pctx, cancel := context.WithTimeout(ctx, PushTimeout)
+		j.err = push(pctx, a.Storage, a.Prefix, filepath.Join(a.WALDir, name))
+		cancel()
 		<-a.slots
 		a.finish(name, j)
 	}()
