@@ -76,9 +76,24 @@ func patchDatabase(t *testing.T, ns, name string, change func(*v1alpha1.Database
 
 var faults = []fault{
 	{name: "delete", do: func(t *testing.T, ns, _, primary string) func() {
-		if err := cluster.Client.Delete(context.Background(), &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: primary}}); err != nil {
+		ctx := context.Background()
+		key := client.ObjectKey{Namespace: ns, Name: primary}
+		old := &corev1.Pod{}
+		if err := cluster.Client.Get(ctx, key, old); err != nil {
 			t.Fatal(err)
 		}
+		if err := cluster.Client.Delete(ctx, old, client.Preconditions{UID: &old.UID}); err != nil {
+			t.Fatal(err)
+		}
+		// The round is whole only with the deleted pod replaced: until then
+		// the Database's status can still count it ready (it relays while
+		// it terminates), and a next round would delete a primary promoted
+		// a moment ago, with its old primary still gone: a double failure.
+		framework.Eventually(t, 2*time.Minute, "the deleted pod replaced", func(context.Context) (bool, error) {
+			now := &corev1.Pod{}
+			err := cluster.Client.Get(ctx, key, now)
+			return err == nil && now.UID != old.UID, nil
+		})
 		return nil
 	}},
 	{name: "freeze", do: func(t *testing.T, ns, _, primary string) func() {
