@@ -425,6 +425,8 @@ func TestReplicaWhoseWALIsGoneIsClonedAgain(t *testing.T) {
 	outgrowSlot(t, prim)
 	prim.exec(ctx, "INSERT INTO items SELECT g, 'while cut off' FROM generate_series(101, 120) g")
 	dir := repl.dataDir()
+	// The status is observed once a second: let it catch up with the cut.
+	eventually(t, 10*time.Second, func() bool { return !repl.status().Streaming }, "the cut-off replica reporting it does not stream")
 	cloned := time.Now()
 	link.heal()
 
