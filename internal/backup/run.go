@@ -125,7 +125,7 @@ func dump(ctx context.Context, o Options, m *Manifest) error {
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("failed to start pg_dump: %w", err)
 	}
-	h, n, head := sha256.New(), &counter{}, &headBuffer{max: len(dumpMagic)}
+	h, n, head := sha256.New(), &Counter{}, &headBuffer{max: len(dumpMagic)}
 	putErr := o.Storage.Put(ctx, m.DataKey, io.TeeReader(out, io.MultiWriter(h, n, head)))
 	if putErr != nil {
 		cancel() // pg_dump may be blocked writing to a pipe nobody reads
@@ -137,16 +137,16 @@ func dump(ctx context.Context, o Options, m *Manifest) error {
 	case waitErr != nil:
 		return fmt.Errorf("pg_dump failed: %w: %s", waitErr, stderr.String())
 	case string(head.b) != dumpMagic:
-		return fmt.Errorf("pg_dump wrote %d bytes that are not a custom-format archive", n.n)
+		return fmt.Errorf("pg_dump wrote %d bytes that are not a custom-format archive", n.N)
 	}
 	stored, err := o.Storage.Size(ctx, m.DataKey)
 	if err != nil {
 		return fmt.Errorf("failed to check the stored backup: %w", err)
 	}
-	if stored != n.n {
-		return fmt.Errorf("storage holds %d bytes of the backup, pg_dump wrote %d", stored, n.n)
+	if stored != n.N {
+		return fmt.Errorf("storage holds %d bytes of the backup, pg_dump wrote %d", stored, n.N)
 	}
-	m.End, m.Bytes, m.SHA256 = time.Now().UTC(), n.n, hex.EncodeToString(h.Sum(nil))
+	m.End, m.Bytes, m.SHA256 = time.Now().UTC(), n.N, hex.EncodeToString(h.Sum(nil))
 	return nil
 }
 
@@ -187,7 +187,7 @@ func Restore(ctx context.Context, o Options, id, role string) (Manifest, error) 
 	cmd.Env = o.Conn.env()
 	stderr := &tailBuffer{}
 	cmd.Stderr = stderr
-	h, n := sha256.New(), &counter{}
+	h, n := sha256.New(), &Counter{}
 	in := io.TeeReader(rc, io.MultiWriter(h, n))
 	cmd.Stdin = in
 	runErr := cmd.Run()
@@ -195,9 +195,9 @@ func Restore(ctx context.Context, o Options, id, role string) (Manifest, error) 
 	if _, err := io.Copy(io.Discard, in); err != nil && runErr == nil {
 		return m, fmt.Errorf("failed to read the backup: %w", err)
 	}
-	if sum := hex.EncodeToString(h.Sum(nil)); sum != m.SHA256 || n.n != m.Bytes {
+	if sum := hex.EncodeToString(h.Sum(nil)); sum != m.SHA256 || n.N != m.Bytes {
 		return m, fmt.Errorf("%w: backup %s has sha256 %s and %d bytes, its manifest says %s and %d bytes",
-			ErrChecksum, m.ID, sum, n.n, m.SHA256, m.Bytes)
+			ErrChecksum, m.ID, sum, n.N, m.SHA256, m.Bytes)
 	}
 	if runErr != nil {
 		return m, fmt.Errorf("pg_restore failed: %w: %s", runErr, stderr.String())
@@ -225,9 +225,10 @@ func serverVersion(ctx context.Context, c Conn) (string, error) {
 	return v, nil
 }
 
-type counter struct{ n int64 }
+// Counter counts the bytes written through it.
+type Counter struct{ N int64 }
 
-func (c *counter) Write(p []byte) (int, error) { c.n += int64(len(p)); return len(p), nil }
+func (c *Counter) Write(p []byte) (int, error) { c.N += int64(len(p)); return len(p), nil }
 
 // tailBuffer keeps the last 2kB of a program's stderr for error messages.
 type tailBuffer struct{ b []byte }

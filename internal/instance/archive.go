@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -159,9 +160,8 @@ func AskToArchive(ctx context.Context, socket, name string) error {
 	}
 	defer func() { _ = resp.Body.Close() }()
 	if resp.StatusCode != http.StatusNoContent {
-		var msg [1024]byte
-		n, _ := resp.Body.Read(msg[:])
-		return fmt.Errorf("archiving %s failed: %s", name, msg[:n])
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
+		return fmt.Errorf("archiving %s failed: %s", name, msg)
 	}
 	return nil
 }

@@ -202,14 +202,7 @@ func TestBaseBackupAndArchiveRecoverToATime(t *testing.T) {
 
 	// A flipped byte in the stored base backup is refused.
 	blob := filepath.Join(root, "orders", "base", "b1", "base.tar.zst")
-	raw, err := os.ReadFile(blob)
-	if err != nil {
-		t.Fatal(err)
-	}
-	raw[len(raw)/2] ^= 0x01
-	if err := os.WriteFile(blob, raw, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	testpg.FlipByte(t, blob, blob)
 	if err := wal.ExtractBase(ctx, st, "orders/", b, t.TempDir()); err == nil {
 		t.Fatal("a corrupted base backup was extracted")
 	} else {

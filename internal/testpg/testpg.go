@@ -202,3 +202,16 @@ func postgresUser(t testing.TB) (uint32, uint32) {
 	gid, _ := strconv.Atoi(u.Gid)
 	return uint32(uid), uint32(gid)
 }
+
+// FlipByte writes src to dst with its middle byte flipped: a corrupted copy.
+func FlipByte(t testing.TB, src, dst string) {
+	t.Helper()
+	data, err := os.ReadFile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data[len(data)/2] ^= 0x01
+	if err := os.WriteFile(dst, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,6 +1,7 @@
 package wal
 
 import (
+	"cmp"
 	"context"
 	"os"
 	"path/filepath"
@@ -143,13 +144,7 @@ func compareNames(x, y string) int {
 	case hy && !hx:
 		return 1
 	}
-	if x < y {
-		return -1
-	}
-	if x > y {
-		return 1
-	}
-	return 0
+	return cmp.Compare(x, y)
 }
 
 // start pushes name in the background, holding a slot (mu held).
@@ -195,7 +190,7 @@ func (a *Archiver) finish(name string, j *job) {
 		a.Log.Error(j.err, "Failed to archive a WAL file", "file", name, "retryIn", a.backoff.String())
 	} else {
 		a.stats.Archived++
-		if compareNames(name, a.stats.LastArchived) > 0 || a.stats.LastArchived == "" {
+		if a.stats.LastArchived == "" || compareNames(name, a.stats.LastArchived) > 0 {
 			a.stats.LastArchived = name
 		}
 		a.stats.LastArchivedTime = now

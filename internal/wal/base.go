@@ -91,7 +91,7 @@ func TakeBase(ctx context.Context, src Source, st backup.Storage, prefix, id str
 	}
 	pr, pw := io.Pipe()
 	sum := sha256.New()
-	size := &countWriter{}
+	size := &backup.Counter{}
 	// The tar is read on the way too, for its backup_label.
 	lr, lw := io.Pipe()
 	label := make(chan string, 1)
@@ -131,7 +131,7 @@ func TakeBase(ctx context.Context, src Source, st backup.Storage, prefix, id str
 	if b.EndLSN, err = stopLSN(ctx, st, prefix, b); err != nil {
 		return b, err
 	}
-	b.Finished, b.Size, b.SHA256 = time.Now().UTC(), size.n, hex.EncodeToString(sum.Sum(nil))
+	b.Finished, b.Size, b.SHA256 = time.Now().UTC(), size.N, hex.EncodeToString(sum.Sum(nil))
 	data, err := json.Marshal(b)
 	if err != nil {
 		return b, err
@@ -266,10 +266,6 @@ func writeFile(p string, r io.Reader, mode os.FileMode) error {
 	}
 	return f.Close()
 }
-
-type countWriter struct{ n int64 }
-
-func (c *countWriter) Write(p []byte) (int, error) { c.n += int64(len(p)); return len(p), nil }
 
 func lastLines(s string, n int) string {
 	lines := strings.Split(strings.TrimSpace(s), "\n")

@@ -126,28 +126,14 @@ func TestArchiveRefusesOverwritesAndCorruption(t *testing.T) {
 		t.Fatalf("pushing the same segment again: %v", err)
 	}
 	other := filepath.Join(t.TempDir(), ready[0])
-	data, err := os.ReadFile(src)
-	if err != nil {
-		t.Fatal(err)
-	}
-	data[len(data)/2] ^= 0xff
-	if err := os.WriteFile(other, data, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	testpg.FlipByte(t, src, other)
 	if err := wal.Push(ctx, st, "", other); !errors.Is(err, wal.ErrDifferent) {
 		t.Fatalf("pushing different content under the same name = %v, want ErrDifferent", err)
 	}
 
 	stored := filepath.Join(root, wal.Key("", ready[0]))
-	blob, err := os.ReadFile(stored)
-	if err != nil {
-		t.Fatal(err)
-	}
-	blob[len(blob)/2] ^= 0x01
-	if err := os.WriteFile(stored, blob, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	err = wal.Fetch(ctx, st, "", ready[0], filepath.Join(t.TempDir(), "RECOVERYXLOG"))
+	testpg.FlipByte(t, stored, stored)
+	err := wal.Fetch(ctx, st, "", ready[0], filepath.Join(t.TempDir(), "RECOVERYXLOG"))
 	if err == nil || !strings.Contains(err.Error(), "corrupt") {
 		t.Fatalf("Fetch of a corrupted copy = %v, want it refused as corrupt", err)
 	}
