@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -16,6 +17,7 @@ import (
 	"github.com/daytwo-dev/daytwo/internal/backup"
 	"github.com/daytwo-dev/daytwo/internal/instance"
 	"github.com/daytwo-dev/daytwo/internal/instanceapi"
+	"github.com/daytwo-dev/daytwo/internal/wal"
 )
 
 func newInstanceCommand() *cobra.Command {
@@ -23,13 +25,14 @@ func newInstanceCommand() *cobra.Command {
 		Use:   "instance",
 		Short: "The in-pod PostgreSQL instance manager",
 	}
-	cmd.AddCommand(newInstanceRunCommand(), newInstanceBootstrapCommand(), newInstanceWALArchiveCommand())
+	cmd.AddCommand(newInstanceRunCommand(), newInstanceBootstrapCommand(), newInstanceWALArchiveCommand(), newInstanceWALRestoreCommand())
 	return cmd
 }
 
 func newInstanceRunCommand() *cobra.Command {
 	cfg := &instance.Config{}
-	var role, restoreID, termLog, leaseName, namespace string
+	var role, restoreID, termLog, leaseName, namespace, targetTime, targetLSN string
+	var physical bool
 	var peers string
 	var restoreFrom storageFlags
 	cmd := &cobra.Command{
@@ -84,6 +87,13 @@ func newInstanceRunCommand() *cobra.Command {
 				}
 			}
 			m := instance.New(cfg, log, restore)
+			if physical {
+				r, err := recoveryFromFlags(restoreFrom, restoreID, targetTime, targetLSN)
+				if err != nil {
+					return err
+				}
+				m.UseRecovery(r)
+			}
 			if lease != nil {
 				m.UseLease(lease)
 			}
@@ -128,7 +138,10 @@ func newInstanceRunCommand() *cobra.Command {
 	f.BoolVar(&cfg.ReuseData, instanceapi.FlagReuseData, false, "Run on data another Database made, whatever its bootstrap.")
 	f.StringVar(&termLog, instanceapi.FlagTerminationLog, "", "Where a fatal error is written for the kubelet (/dev/termination-log in a pod).")
 	restoreFrom.bind(f, "restore-")
-	f.StringVar(&restoreID, instanceapi.FlagRestoreID, "", "Backup to restore with --from-backup; empty means the newest.")
+	f.StringVar(&restoreID, instanceapi.FlagRestoreID, "", "Backup to restore with --from-backup; empty means the newest (before the recovery target).")
+	f.BoolVar(&physical, instanceapi.FlagRestorePhysical, false, "Restore a base backup and replay the WAL archive (point-in-time recovery) instead of a logical backup.")
+	f.StringVar(&targetTime, instanceapi.FlagRecoveryTargetTime, "", "With --restore-physical: replay up to this time (RFC 3339); empty means the end of the archive.")
+	f.StringVar(&targetLSN, instanceapi.FlagRecoveryTargetLSN, "", "With --restore-physical: replay up to this LSN.")
 	return cmd
 }
 
@@ -159,6 +172,52 @@ func newInstanceWALArchiveCommand() *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&socket, "socket", instance.ArchiveSocket(instanceapi.RunDir), "The instance manager's archive socket.")
+	return cmd
+}
+
+// recoveryFromFlags is the physical restore the flags describe.
+func recoveryFromFlags(from storageFlags, id, targetTime, targetLSN string) (*instance.Recovery, error) {
+	st, prefix, err := from.open()
+	if err != nil {
+		return nil, fmt.Errorf("--%s: %w", instanceapi.FlagRestorePhysical, err)
+	}
+	r := &instance.Recovery{Storage: st, Prefix: prefix, BackupID: id, TargetLSN: targetLSN}
+	if targetTime != "" {
+		if r.TargetTime, err = time.Parse(time.RFC3339Nano, targetTime); err != nil {
+			return nil, fmt.Errorf("--%s: %q is not an RFC 3339 time such as 2026-11-24T07:00:00Z", instanceapi.FlagRecoveryTargetTime, targetTime)
+		}
+	}
+	return r, r.Validate()
+}
+
+// newInstanceWALRestoreCommand is PostgreSQL's restore_command during a
+// point-in-time recovery: it asks the instance manager for one file. Exit
+// status 1 tells PostgreSQL the archive does not hold the file (the end of
+// the archive); 126 stops recovery (PostgreSQL treats it like a shell
+// error), so a storage failure never passes for the archive's end.
+func newInstanceWALRestoreCommand() *cobra.Command {
+	var socket string
+	cmd := &cobra.Command{
+		Use:   "wal-restore FILE PATH",
+		Short: "Restore one archived WAL file through the instance manager (PostgreSQL's restore_command)",
+		Args:  cobra.ExactArgs(2),
+		Run: func(_ *cobra.Command, args []string) {
+			ctx, cancel := context.WithTimeout(context.Background(), instance.ArchiveWait)
+			defer cancel()
+			dest, err := filepath.Abs(args[1])
+			if err == nil {
+				err = instance.AskToRestore(ctx, socket, args[0], dest)
+			}
+			switch {
+			case errors.Is(err, wal.ErrNotArchived):
+				os.Exit(1)
+			case err != nil:
+				fmt.Fprintln(os.Stderr, "daytwo wal-restore:", err)
+				os.Exit(126)
+			}
+		},
+	}
+	cmd.Flags().StringVar(&socket, "socket", instance.ArchiveSocket(instanceapi.RunDir), "The instance manager's socket.")
 	return cmd
 }
 

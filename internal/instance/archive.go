@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/daytwo-dev/daytwo/internal/backup"
@@ -97,23 +98,30 @@ func (c *Config) archiveSettings() string {
 		self, ArchiveSocket(c.RunDir), int(archiveTimeout.Seconds()))
 }
 
-// startArchiver ships WAL while ctx lasts, when the operator asks for it,
-// and answers archive_command on the socket.
-func (m *Manager) startArchiver(ctx context.Context) error {
+// startWAL ships WAL while ctx lasts, when the operator asks for
+// archiving, and answers archive_command and a recovery's restore_command
+// on the socket.
+func (m *Manager) startWAL(ctx context.Context) error {
 	a, err := m.cfg.archive()
-	if err != nil || a == nil {
-		return err
-	}
-	st, err := m.cfg.archiveStorage(a)
 	if err != nil {
-		return err
+		return fmt.Errorf("failed to start archiving WAL: %w", err)
 	}
-	archiver := &wal.Archiver{Storage: st, Prefix: a.Prefix, WALDir: filepath.Join(m.cfg.PGData, "pg_wal"),
-		Parallel: cmp.Or(a.Parallel, 4), Log: m.log.WithName("wal"),
-		Replica: func() bool { return m.role() == instanceapi.RoleReplica }}
-	m.mu.Lock()
-	m.archiver = archiver
-	m.mu.Unlock()
+	if a == nil && m.recovery == nil {
+		return nil
+	}
+	var archiver *wal.Archiver
+	if a != nil {
+		st, err := m.cfg.archiveStorage(a)
+		if err != nil {
+			return fmt.Errorf("failed to start archiving WAL: %w", err)
+		}
+		archiver = &wal.Archiver{Storage: st, Prefix: a.Prefix, WALDir: filepath.Join(m.cfg.PGData, "pg_wal"),
+			Parallel: cmp.Or(a.Parallel, 4), Log: m.log.WithName("wal"),
+			Replica: func() bool { return m.role() == instanceapi.RoleReplica }}
+		m.mu.Lock()
+		m.archiver = archiver
+		m.mu.Unlock()
+	}
 	if err := os.MkdirAll(m.cfg.RunDir, 0o700); err != nil {
 		return fmt.Errorf("failed to create %s: %w", m.cfg.RunDir, err)
 	}
@@ -125,32 +133,80 @@ func (m *Manager) startArchiver(ctx context.Context) error {
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST "+ArchivePath+"{name}", func(w http.ResponseWriter, r *http.Request) {
+		if archiver == nil {
+			http.Error(w, "this instance does not archive WAL", http.StatusServiceUnavailable)
+			return
+		}
 		if err := archiver.Archive(r.Context(), r.PathValue("name")); err != nil {
 			http.Error(w, err.Error(), http.StatusInternalServerError)
 			return
 		}
 		w.WriteHeader(http.StatusNoContent)
 	})
+	mux.HandleFunc("POST "+RestorePath+"{name}", m.handleRestoreWAL)
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = srv.Serve(l) }()
 	go func() {
 		<-ctx.Done()
 		_ = srv.Close()
 	}()
-	go archiver.Run(ctx)
-	m.log.Info("Archiving WAL", "prefix", a.Prefix, "parallel", archiver.Parallel)
+	if archiver != nil {
+		go archiver.Run(ctx)
+		m.log.Info("Archiving WAL", "prefix", a.Prefix, "parallel", archiver.Parallel)
+	}
 	return nil
+}
+
+// RestorePath is the socket's HTTP path for restoring a file; the body is
+// the absolute path to write it to.
+const RestorePath = "/restore/"
+
+// handleRestoreWAL answers restore_command while a recovery runs: 404 for a
+// file the archive does not hold.
+func (m *Manager) handleRestoreWAL(w http.ResponseWriter, r *http.Request) {
+	m.mu.Lock()
+	restorer := m.restorer
+	m.mu.Unlock()
+	if restorer == nil {
+		http.Error(w, "no recovery is under way", http.StatusServiceUnavailable)
+		return
+	}
+	dest, err := io.ReadAll(io.LimitReader(r.Body, 4096))
+	if err != nil || !filepath.IsAbs(string(dest)) {
+		http.Error(w, "the body must be the absolute path to restore to", http.StatusBadRequest)
+		return
+	}
+	err = restorer.Restore(r.Context(), r.PathValue("name"), string(dest))
+	switch {
+	case errors.Is(err, wal.ErrNotArchived):
+		http.Error(w, err.Error(), http.StatusNotFound)
+	case err != nil:
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+	default:
+		w.WriteHeader(http.StatusNoContent)
+	}
 }
 
 // AskToArchive is archive_command's side: it asks the manager on socket to
 // archive name and waits for the answer.
 func AskToArchive(ctx context.Context, socket, name string) error {
+	return askSocket(ctx, socket, ArchivePath+name, "")
+}
+
+// AskToRestore is restore_command's side: it asks the manager on socket to
+// restore name to dest and waits. It returns wal.ErrNotArchived when the
+// archive does not hold name.
+func AskToRestore(ctx context.Context, socket, name, dest string) error {
+	return askSocket(ctx, socket, RestorePath+name, dest)
+}
+
+func askSocket(ctx context.Context, socket, path, body string) error {
 	client := &http.Client{Transport: &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			var d net.Dialer
 			return d.DialContext(ctx, "unix", socket)
 		}}}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://manager"+ArchivePath+name, nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://manager"+path, strings.NewReader(body))
 	if err != nil {
 		return err
 	}
@@ -159,11 +215,15 @@ func AskToArchive(ctx context.Context, socket, name string) error {
 		return fmt.Errorf("the instance manager did not answer: %w", err)
 	}
 	defer func() { _ = resp.Body.Close() }()
-	if resp.StatusCode != http.StatusNoContent {
-		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
-		return fmt.Errorf("archiving %s failed: %s", name, msg)
+	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
+	switch resp.StatusCode {
+	case http.StatusNoContent:
+		return nil
+	case http.StatusNotFound:
+		return fmt.Errorf("%s: %w", strings.TrimSpace(string(msg)), wal.ErrNotArchived)
+	default:
+		return fmt.Errorf("%s failed: %s", strings.TrimPrefix(path, "/"), strings.TrimSpace(string(msg)))
 	}
-	return nil
 }
 
 // archiveStatus is the API's view of the archiver's counters.

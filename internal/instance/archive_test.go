@@ -122,10 +122,10 @@ func TestArchiveHasNoGapAfterAFailover(t *testing.T) {
 // Point-in-time recovery, end to end on real PostgreSQL: a base backup of
 // an archiving primary (pg_basebackup waits until the WAL it needs is
 // archived through the manager), rows committed before and after a target
-// time, and a restore of the base backup replaying the archive to that
-// time holds exactly the rows committed before it. Its restore_command
-// copies from a directory the test fills with wal.Fetch: the stand-in for
-// the manager's fetch, which is not built yet.
+// time, and a new instance bootstrapped from the base backup and the
+// archive, through its manager's restore_command, to that time: it holds
+// exactly the rows committed before it, and said how far it had come while
+// it replayed. A target past the archive's end is refused, never served.
 func TestBaseBackupAndArchiveRecoverToATime(t *testing.T) {
 	ctx := context.Background()
 	in := newInstance(t)
@@ -148,9 +148,16 @@ func TestBaseBackupAndArchiveRecoverToATime(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("base backup: %+v", took)
+	// Enough WAL after the base backup that replay asks for several
+	// segments, and the restorer fetches ahead.
+	in.exec(ctx, "CREATE TABLE filler (x text)")
+	for range 3 {
+		in.exec(ctx, "INSERT INTO filler SELECT md5(g::text) FROM generate_series(1, 60000) g")
+		in.superuser("SELECT pg_switch_wal()")
+	}
 	in.exec(ctx, "INSERT INTO events (id) SELECT generate_series(101, 200)")
 	time.Sleep(1100 * time.Millisecond)
-	target := in.query(ctx, "SELECT clock_timestamp()::text")
+	target := in.query(ctx, `SELECT to_char(clock_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')`)
 	time.Sleep(1100 * time.Millisecond)
 	in.exec(ctx, "INSERT INTO events (id) SELECT generate_series(201, 300)")
 	last := in.superuser("SELECT pg_walfile_name(pg_switch_wal())")
@@ -158,52 +165,66 @@ func TestBaseBackupAndArchiveRecoverToATime(t *testing.T) {
 		_, err := st.Size(ctx, wal.Key("orders/", last))
 		return err == nil
 	}, last+" archived")
-
-	b, err := wal.FindBase(ctx, st, "orders/", "b1")
-	if err != nil || b != took {
+	if b, err := wal.FindBase(ctx, st, "orders/", "b1"); err != nil || b != took {
 		t.Fatalf("FindBase = %+v, %v; want %+v", b, err, took)
 	}
-	data := filepath.Join(t.TempDir(), "data")
-	if err := os.Mkdir(data, 0o700); err != nil {
-		t.Fatal(err)
+
+	testpg.ChownToRunner(t, root)
+	restore := func(t *testing.T, target string) *instance {
+		dst := newInstance(t)
+		dst.extraFlags = []string{"--from-backup", "--restore-physical", "--restore-path", root, "--restore-prefix", "orders",
+			"--recovery-target-time", target, "--termination-log", filepath.Join(dst.root, "termination")}
+		dst.start("copy-0")
+		return dst
 	}
-	if err := wal.ExtractBase(ctx, st, "orders/", b, data); err != nil {
-		t.Fatal(err)
-	}
-	plain := t.TempDir()
-	keys, err := st.List(ctx, "orders/wal/")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, k := range keys {
-		name := strings.TrimSuffix(filepath.Base(k), ".zst")
-		if err := wal.Fetch(ctx, st, "orders/", name, filepath.Join(plain, name)); err != nil {
-			t.Fatal(err)
+	t.Run("to a time", func(t *testing.T) {
+		dst := restore(t, target)
+		// The status says how far replay came while it runs.
+		var seen *instanceapi.RecoveryProgress
+		for deadline := time.Now().Add(90 * time.Second); !dst.readyz() && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+			if s, ok := dst.tryStatus(); ok && s.Recovery != nil && s.Recovery.ReplayedLSN != "" {
+				seen = s.Recovery
+			}
 		}
-	}
-	// The copy runs outside any manager: let the test's superuser in over
-	// TCP, which the managed pg_hba.conf refuses.
-	if err := os.WriteFile(filepath.Join(data, "pg_hba.conf"), []byte("host all all 127.0.0.1/32 trust\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(data, "recovery.signal"), nil, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	testpg.ChownToRunner(t, data)
-	testpg.ChownToRunner(t, plain)
-	restored := testpg.StartOn(t, data, "restore_command=cp "+plain+"/%f %p", "recovery_target_time="+target,
-		"recovery_target_action=promote", "archive_mode=off")
-	eventually(t, 30*time.Second, func() bool {
-		return restored.Query(t, "orders", "SELECT pg_is_in_recovery()::text") == "false"
-	}, "the restored server finishing recovery")
-	if got := restored.Query(t, "orders", "SELECT count(*) || ':' || max(id) FROM events"); got != "200:200" {
-		t.Fatalf("restored to %s: rows %s, want 200:200 (those committed before the target)", target, got)
-	}
+		dst.waitReady(time.Second)
+		if got := dst.query(ctx, "SELECT count(*) || ':' || max(id) FROM events"); got != "200:200" {
+			t.Fatalf("restored to %s: rows %s, want 200:200 (those committed before the target)", target, got)
+		}
+		if seen == nil || seen.BaseBackup != "b1" || seen.TargetTime == nil || seen.EndLSN == "" || seen.Restored == 0 {
+			t.Fatalf("progress while recovering = %+v, want the base backup, target, end and files restored", seen)
+		}
+		t.Logf("progress seen: %+v", *seen)
+		if p := dst.status().Recovery; p != nil {
+			t.Fatalf("status.recovery = %+v after recovery finished, want none", p)
+		}
+		// A restored Database serves its own credentials, not the source's.
+		if got := dst.query(ctx, "SELECT current_user"); got != "shop" {
+			t.Fatalf("connected as %q", got)
+		}
+	})
+	t.Run("past the archive's end is refused", func(t *testing.T) {
+		dst := restore(t, time.Now().Add(time.Hour).UTC().Format(time.RFC3339))
+		select {
+		case err := <-dst.exited:
+			if err == nil {
+				t.Fatal("the instance manager exited cleanly after recovery stopped short of its target")
+			}
+		case <-time.After(90 * time.Second):
+			t.Fatal("the instance manager kept running after recovery stopped short of its target")
+		}
+		msg, err := os.ReadFile(filepath.Join(dst.root, "termination"))
+		if err != nil || !strings.Contains(string(msg), "ends before the recovery target") {
+			t.Fatalf("termination message %q (%v), want it to say the archive ends before the target", msg, err)
+		}
+		if entries, _ := os.ReadDir(filepath.Join(dst.root, "data")); len(entries) != 0 {
+			t.Fatalf("the refused recovery left %d entries in the data directory", len(entries))
+		}
+	})
 
 	// A flipped byte in the stored base backup is refused.
 	blob := filepath.Join(root, "orders", "base", "b1", "base.tar.zst")
 	testpg.FlipByte(t, blob, blob)
-	if err := wal.ExtractBase(ctx, st, "orders/", b, t.TempDir()); err == nil {
+	if err := wal.ExtractBase(ctx, st, "orders/", took, t.TempDir()); err == nil {
 		t.Fatal("a corrupted base backup was extracted")
 	} else {
 		t.Logf("corrupted base backup refused: %v", err)

@@ -40,36 +40,54 @@ var controlLabels = map[string]string{
 	"max_locks_per_xact setting":   "max_locks_per_transaction",
 }
 
+// parseControlData reads pg_controldata's output (in the C locale): each
+// label and its value.
+func parseControlData(out []byte) map[string]string {
+	got := map[string]string{}
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	for sc.Scan() {
+		if label, value, ok := strings.Cut(sc.Text(), ":"); ok {
+			got[strings.TrimSpace(label)] = strings.TrimSpace(value)
+		}
+	}
+	return got
+}
+
 // parseControlSettings reads the primary's logged standby-sensitive settings
 // from pg_controldata's output (in the C locale).
 func parseControlSettings(out []byte) map[string]int {
 	got := map[string]int{}
-	sc := bufio.NewScanner(bytes.NewReader(out))
-	for sc.Scan() {
-		label, value, ok := strings.Cut(sc.Text(), ":")
-		if !ok {
-			continue
-		}
-		name, known := controlLabels[strings.TrimSpace(label)]
+	for label, value := range parseControlData(out) {
+		name, known := controlLabels[label]
 		if !known {
 			continue
 		}
-		if n, err := strconv.Atoi(strings.TrimSpace(value)); err == nil {
+		if n, err := strconv.Atoi(value); err == nil {
 			got[name] = n
 		}
 	}
 	return got
 }
 
-// controlSettings runs pg_controldata on the data directory.
-func (m *Manager) controlSettings(ctx context.Context) (map[string]int, error) {
+// controlData runs pg_controldata on the data directory dir.
+func (m *Manager) controlData(ctx context.Context, dir string) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, m.cfg.bin("pg_controldata"), "-D", m.cfg.PGData)
+	cmd := exec.CommandContext(ctx, m.cfg.bin("pg_controldata"), "-D", dir)
 	cmd.Env = append(os.Environ(), "LC_ALL=C")
 	out, err := cmd.Output()
 	if err != nil {
 		return nil, fmt.Errorf("pg_controldata failed: %w", err)
+	}
+	return out, nil
+}
+
+// controlSettings reads the primary's logged standby-sensitive settings
+// from the data directory's control file.
+func (m *Manager) controlSettings(ctx context.Context) (map[string]int, error) {
+	out, err := m.controlData(ctx, m.cfg.PGData)
+	if err != nil {
+		return nil, err
 	}
 	got := parseControlSettings(out)
 	if len(got) != len(controlLabels) {

@@ -165,16 +165,27 @@ func (in *instance) url(path string) string {
 
 func (in *instance) status() instanceapi.Status {
 	in.t.Helper()
-	resp, err := http.Get(in.url(instanceapi.PathStatus))
+	s, err := in.getStatus()
 	if err != nil {
 		in.t.Fatalf("GET /status: %v", err)
 	}
-	defer func() { _ = resp.Body.Close() }()
-	var s instanceapi.Status
-	if err := json.NewDecoder(resp.Body).Decode(&s); err != nil {
-		in.t.Fatal(err)
-	}
 	return s
+}
+
+// tryStatus is the status, if the manager answers.
+func (in *instance) tryStatus() (instanceapi.Status, bool) {
+	s, err := in.getStatus()
+	return s, err == nil
+}
+
+func (in *instance) getStatus() (instanceapi.Status, error) {
+	var s instanceapi.Status
+	resp, err := http.Get(in.url(instanceapi.PathStatus))
+	if err != nil {
+		return s, err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	return s, json.NewDecoder(resp.Body).Decode(&s)
 }
 
 // stop sends SIGTERM and returns how long the shutdown took.

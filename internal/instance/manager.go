@@ -87,6 +87,11 @@ type Manager struct {
 	// archiver ships WAL when the operator asks for archiving (or nil;
 	// guarded by mu).
 	archiver *wal.Archiver
+	// recovery, when set, makes a bootstrap from a backup a physical
+	// restore (see recoverFromArchive); restorer answers its
+	// restore_command while it runs (guarded by mu).
+	recovery *Recovery
+	restorer *wal.Restorer
 	// receiverPID is the walreceiver the last observation saw streaming
 	// (monitor only; see observe).
 	receiverPID int
@@ -157,8 +162,8 @@ func (m *Manager) Run(ctx context.Context) error {
 	// shuts down, after ctx ended.
 	actx, acancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer acancel()
-	if err := m.startArchiver(actx); err != nil {
-		return fmt.Errorf("failed to start archiving WAL: %w", err)
+	if err := m.startWAL(actx); err != nil {
+		return err
 	}
 	if w, ok := m.lease.(HolderWatcher); ok {
 		// It outlives ctx: a deleted primary relays to the next one, which
@@ -380,6 +385,11 @@ func (m *Manager) bootstrap(ctx context.Context) error {
 		host, _ := m.upstream()
 		m.log.Info("Cloning the primary", "primary", host)
 		err = m.cloneFromPrimary(ctx, dir)
+	case m.cfg.FromBackup && m.recovery != nil:
+		m.log.Info("Restoring a base backup and the WAL archive", "prefix", m.recovery.Prefix, "target", targetText(m.recovery))
+		if err = m.recoverFromArchive(ctx, dir); err != nil {
+			err = fmt.Errorf("%s: %w", instanceapi.TerminationRestoreFailed, err)
+		}
 	case m.cfg.FromBackup:
 		m.log.Info("Restoring from a backup")
 		if err = m.restoreFromBackup(ctx, dir); err != nil {

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
+	"sync"
 	"syscall"
 	"time"
 
@@ -26,11 +28,11 @@ func (m *Manager) restoreFromBackup(ctx context.Context, dir string) (err error)
 	if err := m.writeConfig(dir); err != nil {
 		return err
 	}
-	stop, err := m.startLocalOnly(ctx, dir)
+	srv, err := m.startLocalOnly(ctx, dir)
 	if err != nil {
 		return err
 	}
-	defer func() { err = errors.Join(err, stop()) }()
+	defer func() { err = errors.Join(err, m.stopLocal(srv)) }()
 	conn, err := m.waitLocal(ctx, time.Minute)
 	if err != nil {
 		return err
@@ -44,27 +46,69 @@ func (m *Manager) restoreFromBackup(ctx context.Context, dir string) (err error)
 	return m.restore(ctx, target, m.cfg.Owner)
 }
 
-// startLocalOnly starts postgres on dir without TCP and returns how to stop it.
-func (m *Manager) startLocalOnly(ctx context.Context, dir string) (func() error, error) {
-	cmd := exec.CommandContext(ctx, m.cfg.bin("postgres"), "-D", dir, "-c", "listen_addresses=")
-	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("failed to start postgres for the restore: %w", err)
+// localServer is postgres running on a data directory being bootstrapped,
+// reachable on the local socket only.
+type localServer struct {
+	// exited receives the server's end, once.
+	exited chan error
+	// stderr keeps the end of what the server wrote, to explain its end.
+	stderr *tailWriter
+	cmd    *exec.Cmd
+}
+
+// startLocalOnly starts postgres on dir without TCP, with extra settings
+// (name=value); stop it with stop.
+func (m *Manager) startLocalOnly(ctx context.Context, dir string, settings ...string) (*localServer, error) {
+	args := []string{"-D", dir, "-c", "listen_addresses="}
+	for _, s := range settings {
+		args = append(args, "-c", s)
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	return func() error {
-		_ = cmd.Process.Signal(syscall.SIGINT)
-		select {
-		case <-exited:
-			return nil
-		case <-time.After(m.cfg.ShutdownTimeout):
-			_ = cmd.Process.Signal(syscall.SIGQUIT)
-			<-exited
-			return errors.New("postgres did not stop after the restore")
-		}
-	}, nil
+	srv := &localServer{exited: make(chan error, 1), stderr: &tailWriter{max: 4096}}
+	srv.cmd = exec.CommandContext(ctx, m.cfg.bin("postgres"), args...)
+	srv.cmd.Stdout, srv.cmd.Stderr = os.Stdout, io.MultiWriter(os.Stderr, srv.stderr)
+	srv.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := srv.cmd.Start(); err != nil {
+		return nil, fmt.Errorf("failed to start postgres on the data being bootstrapped: %w", err)
+	}
+	go func() { srv.exited <- srv.cmd.Wait() }()
+	return srv, nil
+}
+
+// stop shuts the server down fast (an immediate shutdown after
+// ShutdownTimeout).
+func (m *Manager) stopLocal(srv *localServer) error {
+	_ = srv.cmd.Process.Signal(syscall.SIGINT)
+	select {
+	case <-srv.exited:
+		return nil
+	case <-time.After(m.cfg.ShutdownTimeout):
+		_ = srv.cmd.Process.Signal(syscall.SIGQUIT)
+		<-srv.exited
+		return errors.New("postgres did not stop after the bootstrap")
+	}
+}
+
+// tailWriter keeps the last max bytes written to it.
+type tailWriter struct {
+	mu  sync.Mutex
+	max int
+	buf []byte
+}
+
+func (w *tailWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.buf = append(w.buf, p...)
+	if over := len(w.buf) - w.max; over > 0 {
+		w.buf = w.buf[over:]
+	}
+	return len(p), nil
+}
+
+func (w *tailWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return string(w.buf)
 }
 
 func (m *Manager) waitLocal(ctx context.Context, timeout time.Duration) (*pgx.Conn, error) {

@@ -126,6 +126,33 @@ type Status struct {
 	// Archive is what WAL archiving did since the manager started, when the
 	// operator asks for archiving.
 	Archive *ArchiveStatus `json:"archive,omitempty"`
+	// Recovery is the progress of a point-in-time recovery while the
+	// instance bootstraps from a base backup and the WAL archive.
+	Recovery *RecoveryProgress `json:"recovery,omitempty"`
+}
+
+// RecoveryProgress is how far a point-in-time recovery has replayed.
+type RecoveryProgress struct {
+	// BaseBackup is the base backup it started from.
+	BaseBackup string `json:"baseBackup"`
+	// TargetTime and TargetLSN are the recovery target; neither is the end
+	// of the archive.
+	TargetTime *time.Time `json:"targetTime,omitempty"`
+	TargetLSN  string     `json:"targetLSN,omitempty"`
+	// ReplayedLSN is how far replay has come: the start of the WAL
+	// segment it replays now.
+	ReplayedLSN string `json:"replayedLSN,omitempty"`
+	// EndLSN is where replay ends at most: the target LSN, or the end of
+	// the newest segment archived when recovery began.
+	EndLSN string `json:"endLSN,omitempty"`
+	// BytesPerSecond is the replay rate since recovery began, and
+	// RemainingSeconds the time left at that rate up to EndLSN.
+	BytesPerSecond   int64 `json:"bytesPerSecond,omitempty"`
+	RemainingSeconds int64 `json:"remainingSeconds,omitempty"`
+	// Restored counts the WAL files fetched from the archive, Prefetched
+	// those fetched before replay asked for them.
+	Restored   int `json:"restored"`
+	Prefetched int `json:"prefetched"`
 }
 
 // ArchiveStatus counts the WAL files this instance shipped.

@@ -52,11 +52,17 @@ const (
 	FlagReuseData       = "reuse-data"
 	FlagFromBackup      = "from-backup"
 	FlagRestoreID       = "restore-id"
-	FlagDatabase        = "database"
-	FlagOwner           = "owner"
-	FlagTerminationLog  = "termination-log"
-	FlagLease           = "lease"
-	FlagNamespace       = "namespace"
+	// FlagRestorePhysical makes --from-backup a point-in-time recovery from
+	// a base backup and the WAL archive, to FlagRecoveryTargetTime or
+	// FlagRecoveryTargetLSN (or the archive's end).
+	FlagRestorePhysical    = "restore-physical"
+	FlagRecoveryTargetTime = "recovery-target-time"
+	FlagRecoveryTargetLSN  = "recovery-target-lsn"
+	FlagDatabase           = "database"
+	FlagOwner              = "owner"
+	FlagTerminationLog     = "termination-log"
+	FlagLease              = "lease"
+	FlagNamespace          = "namespace"
 )
 
 // Flag renders --name=value.

@@ -13,8 +13,10 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -22,6 +24,7 @@ import (
 	"github.com/klauspost/compress/zstd"
 
 	"github.com/daytwo-dev/daytwo/internal/backup"
+	"github.com/daytwo-dev/daytwo/internal/postgres"
 )
 
 // Base backups: pg_basebackup's tar of the data directory, without WAL
@@ -273,4 +276,80 @@ func lastLines(s string, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "; ")
+}
+
+// ListBases returns the base backups under prefix that have a manifest
+// (a backup without one never finished), oldest first.
+func ListBases(ctx context.Context, st backup.Storage, prefix string) ([]BaseBackup, error) {
+	keys, err := st.List(ctx, prefix+"base/")
+	if err != nil {
+		return nil, fmt.Errorf("failed to list base backups: %w", err)
+	}
+	var out []BaseBackup
+	for _, k := range keys {
+		rest, ok := strings.CutPrefix(k, prefix+"base/")
+		id, file, _ := strings.Cut(rest, "/")
+		if !ok || file != baseManifest {
+			continue
+		}
+		b, err := FindBase(ctx, st, prefix, id)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, b)
+	}
+	slices.SortFunc(out, func(x, y BaseBackup) int { return x.Finished.Compare(y.Finished) })
+	return out, nil
+}
+
+// ChooseBase picks the newest base backup that is consistent before the
+// recovery target: finished before targetTime, or ended at or before
+// targetLSN; with neither, the newest.
+func ChooseBase(bases []BaseBackup, targetTime time.Time, targetLSN string) (BaseBackup, bool) {
+	target, lsnTarget := postgres.ParseLSN(targetLSN)
+	for i := len(bases) - 1; i >= 0; i-- {
+		b := bases[i]
+		end, ok := postgres.ParseLSN(b.EndLSN)
+		switch {
+		case !ok:
+			continue
+		case !targetTime.IsZero() && !b.Finished.Before(targetTime):
+			continue
+		case lsnTarget && end > target:
+			continue
+		}
+		return b, true
+	}
+	return BaseBackup{}, false
+}
+
+// ArchiveEnd is the end of the newest WAL segment archived under prefix,
+// on the newest timeline, for segments of segmentSize bytes (16 MiB when
+// 0); 0 when none is.
+func ArchiveEnd(ctx context.Context, st backup.Storage, prefix string, segmentSize int64) (uint64, error) {
+	if segmentSize <= 0 {
+		segmentSize = 16 << 20
+	}
+	keys, err := st.List(ctx, prefix+"wal/")
+	if err != nil {
+		return 0, fmt.Errorf("failed to list the WAL archive: %w", err)
+	}
+	newest := ""
+	for _, k := range keys {
+		name := strings.TrimSuffix(path.Base(k), suffix)
+		if segmentName.MatchString(name) && name > newest {
+			newest = name
+		}
+	}
+	if newest == "" {
+		return 0, nil
+	}
+	return SegmentStart(newest, segmentSize) + uint64(segmentSize), nil
+}
+
+// SegmentStart is the LSN where segment name begins.
+func SegmentStart(name string, segmentSize int64) uint64 {
+	log, _ := strconv.ParseUint(name[8:16], 16, 32)
+	seg, _ := strconv.ParseUint(name[16:24], 16, 32)
+	return log<<32 + seg*uint64(segmentSize)
 }

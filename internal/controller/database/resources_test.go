@@ -196,13 +196,21 @@ func TestCredentialsData(t *testing.T) {
 	}
 }
 
+// pickNow is the time TestPickRestartOrder picks at.
+var pickNow = time.Date(2026, 11, 24, 7, 0, 0, 0, time.UTC)
+
+// pod is ready, or not, for an hour before pickNow.
 func pod(name, rev string, ready bool) *corev1.Pod {
+	return podSince(name, rev, ready, pickNow.Add(-time.Hour))
+}
+
+func podSince(name, rev string, ready bool, since time.Time) *corev1.Pod {
 	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{appsv1.ControllerRevisionHashLabelKey: rev}}}
 	s := corev1.ConditionFalse
 	if ready {
 		s = corev1.ConditionTrue
 	}
-	p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: s}}
+	p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: s, LastTransitionTime: metav1.NewTime(since)}}
 	return p
 }
 
@@ -216,6 +224,8 @@ func TestPickRestartOrder(t *testing.T) {
 		{"replicas before the primary, highest first", []*corev1.Pod{pod("db-0", "a", true), pod("db-1", "a", true), pod("db-2", "a", true)}, true, "db-2"},
 		{"the primary last", []*corev1.Pod{pod("db-0", "a", true)}, true, "db-0"},
 		{"a broken outdated pod goes at once", []*corev1.Pod{pod("db-0", "a", true), pod("db-1", "a", false)}, false, "db-1"},
+		{"a pod briefly not ready waits its turn", []*corev1.Pod{pod("db-0", "a", true), podSince("db-1", "a", false, pickNow.Add(-2*time.Second)),
+			pod("db-2", "a", true)}, false, ""},
 		{"wait while another instance is not ready", []*corev1.Pod{pod("db-0", "a", true), pod("db-1", "a", true)}, false, ""},
 		{"ordinal 10 sorts after 9", []*corev1.Pod{pod("db-9", "a", true), pod("db-10", "a", true)}, true, "db-10"},
 		{"after a failover the primary is db-2, still last", []*corev1.Pod{pod("db-2", "a", true), pod("db-0", "a", true), pod("db-1", "a", true)}, true, "db-1"},
@@ -228,7 +238,7 @@ func TestPickRestartOrder(t *testing.T) {
 			if strings.Contains(tt.name, "failover") || strings.Contains(tt.name, "new primary") {
 				primary = "db-2"
 			}
-			if p := pickRestart(tt.outdated, tt.allReady, primary); p != nil {
+			if p := pickRestart(tt.outdated, tt.allReady, primary, pickNow); p != nil {
 				got = p.Name
 			}
 			if got != tt.want {

@@ -135,7 +135,7 @@ func (r *Reconciler) rollOut(ctx context.Context, db *v1alpha1.Database, obs *ob
 	if res, acted, err := r.lowerOnPrimaryFirst(ctx, db, obs); acted || err != nil {
 		return res, err
 	}
-	victim := pickRestart(outdated, allReady, obs.primary)
+	victim := pickRestart(outdated, allReady, obs.primary, time.Now())
 	if victim == nil {
 		return r.pollWhileRollingOut(obs), nil
 	}
@@ -157,13 +157,21 @@ func (r *Reconciler) rollOut(ctx context.Context, db *v1alpha1.Database, obs *ob
 	return reconcile.Result{}, nil
 }
 
-// pickRestart chooses the next instance to restart: an outdated one that is
-// not ready serves nothing, so it goes at once; otherwise one at a time,
-// replicas (highest ordinal first) before the primary, which hands over to
-// a replica before its restart (see switchoverBeforeRestart).
-func pickRestart(outdated []*corev1.Pod, allReady bool, primary string) *corev1.Pod {
+// brokenAfter is how long an outdated instance must have been not ready
+// before it restarts out of turn. One that is only briefly not ready (its
+// replicas' streaming blips while the primary restarts in place, say)
+// waits its turn: restarting it at once took two replicas of a
+// synchronous Database down together, and writes with them.
+const brokenAfter = 30 * time.Second
+
+// pickRestart chooses the next instance to restart: an outdated one that
+// has not been ready for brokenAfter serves nothing, so it goes at once;
+// otherwise one at a time, replicas (highest ordinal first) before the
+// primary, which hands over to a replica before its restart (see
+// switchoverBeforeRestart).
+func pickRestart(outdated []*corev1.Pod, allReady bool, primary string, now time.Time) *corev1.Pod {
 	for _, p := range outdated {
-		if !podReady(p) {
+		if since, ready := readySince(p); !ready && now.Sub(since) >= brokenAfter {
 			return p
 		}
 	}
@@ -280,12 +288,19 @@ func containerImage(spec *corev1.PodSpec) string {
 }
 
 func podReady(pod *corev1.Pod) bool {
+	_, ready := readySince(pod)
+	return ready
+}
+
+// readySince says whether pod is ready, and since when it has been ready
+// or not (its creation when the kubelet has not said yet).
+func readySince(pod *corev1.Pod) (time.Time, bool) {
 	for _, c := range pod.Status.Conditions {
 		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
+			return c.LastTransitionTime.Time, c.Status == corev1.ConditionTrue
 		}
 	}
-	return false
+	return pod.CreationTimestamp.Time, false
 }
 
 func ptrValue(p *int32) int32 {

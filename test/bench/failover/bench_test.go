@@ -317,7 +317,7 @@ func run(t *testing.T, instances int32, sync bool, rounds int, faults []fault) f
 	quiet := time.Now()
 	time.Sleep(5 * time.Second)
 	f := figures{gaps: map[string][]time.Duration{}, ready: map[string][]time.Duration{}}
-	f.floor = w.Read(t).GapAround(quiet, time.Now())
+	f.floor, _ = w.Read(t).GapAround(quiet, time.Now())
 
 	for _, fl := range faults {
 		for r := range rounds {
@@ -356,11 +356,11 @@ func run(t *testing.T, instances int32, sync bool, rounds int, faults []fault) f
 			})
 			ready := time.Since(at)
 			time.Sleep(2 * time.Second) // a quiet stretch closes the round's gap
-			gap := w.Read(t).GapAround(at, time.Now())
+			gap, began := w.Read(t).GapAround(at, time.Now())
 			f.gaps[fl.name] = append(f.gaps[fl.name], gap)
 			f.ready[fl.name] = append(f.ready[fl.name], ready)
-			t.Logf("%s round %d (primary %s): write gap %s, whole again after %s", fl.name, r+1, cur.Status.Primary,
-				gap.Round(10*time.Millisecond), ready.Round(100*time.Millisecond))
+			t.Logf("%s round %d (primary %s): write gap %s from %s, whole again after %s", fl.name, r+1, cur.Status.Primary,
+				gap.Round(10*time.Millisecond), began.UTC().Format("15:04:05.000"), ready.Round(100*time.Millisecond))
 		}
 	}
 	res := w.Stop(t)

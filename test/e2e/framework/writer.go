@@ -108,17 +108,19 @@ func (w *Writer) parse(t *testing.T, log string) WriterResult {
 }
 
 // GapAround is the longest stretch without an acknowledged write that
-// overlaps [from, to]: what a fault at from cost, if the writer is back by to.
-func (r WriterResult) GapAround(from, to time.Time) time.Duration {
+// overlaps [from, to], and when it began: what a fault at from cost, if
+// the writer is back by to.
+func (r WriterResult) GapAround(from, to time.Time) (time.Duration, time.Time) {
 	var gap time.Duration
+	var began time.Time
 	prev := r.Start
 	for _, t := range append(slices.Clone(r.Times), r.End) {
-		if !t.Before(from) && !prev.After(to) {
-			gap = max(gap, t.Sub(prev))
+		if !t.Before(from) && !prev.After(to) && t.Sub(prev) > gap {
+			gap, began = t.Sub(prev), prev
 		}
 		prev = t
 	}
-	return gap
+	return gap, began
 }
 
 // WrittenSince is true once a write was acknowledged after at.
