@@ -71,6 +71,14 @@ const (
 	// Database made and the spec asks for another bootstrap; see
 	// AnnotationReuseData.
 	ReasonDataConflict = "DataConflict"
+	// ConditionContinuousArchiving, present while a Physical DatabaseBackup
+	// archives the Database's WAL, is True while the primary ships it.
+	ConditionContinuousArchiving = "ContinuousArchiving"
+	// ReasonArchiving, ReasonArchivingStarting and ReasonArchivingFailed
+	// are its reasons.
+	ReasonArchiving         = "Archiving"
+	ReasonArchivingStarting = "ArchivingStarting"
+	ReasonArchivingFailed   = "ArchivingFailed"
 	// ConditionStorageResizePending is True while the volumes are smaller or
 	// larger than spec asks and daytwo cannot (yet) make them match.
 	ConditionStorageResizePending = "StorageResizePending"
@@ -280,16 +288,32 @@ type BootstrapInitDB struct {
 }
 
 // BootstrapFromBackup restores a stored backup into a new Database.
+// +kubebuilder:validation:XValidation:rule="!has(self.targetTime) || !has(self.targetLSN)",message="set targetTime or targetLSN, not both"
 type BootstrapFromBackup struct {
 	// backupRef names the DatabaseBackup whose storage holds the backup.
 	// +required
 	BackupRef LocalObjectReference `json:"backupRef"`
 
-	// backupID picks one stored backup; empty means the newest.
+	// backupID picks one stored backup; empty means the newest (for a
+	// Physical backup: the newest that finished before the target).
 	// +optional
 	// +kubebuilder:validation:MaxLength=128
 	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9._-]+$`
 	BackupID string `json:"backupID,omitempty"`
+
+	// targetTime recovers to this moment (RFC 3339): the restored database
+	// holds every transaction committed up to it, and none after. Physical
+	// backups only. Without targetTime or targetLSN, a Physical restore
+	// replays to the end of the archive.
+	// +optional
+	TargetTime *metav1.Time `json:"targetTime,omitempty"`
+
+	// targetLSN recovers up to this WAL position, e.g. "0/3000060".
+	// Physical backups only.
+	// +optional
+	// +kubebuilder:validation:MaxLength=17
+	// +kubebuilder:validation:Pattern=`^[0-9A-Fa-f]{1,8}/[0-9A-Fa-f]{1,8}$`
+	TargetLSN string `json:"targetLSN,omitempty"`
 }
 
 // EffectiveParameter is one postgresql.conf setting as the instance runs it.
@@ -411,6 +435,33 @@ type SwitchoverRecord struct {
 	LSN string `json:"lsn,omitempty"`
 }
 
+// RecoveryProgress is how far a point-in-time recovery has replayed.
+type RecoveryProgress struct {
+	// baseBackup is the base backup the recovery started from.
+	BaseBackup string `json:"baseBackup"`
+	// targetTime or targetLSN is the target; neither means the end of the archive.
+	// +optional
+	TargetTime *metav1.Time `json:"targetTime,omitempty"`
+	// +optional
+	TargetLSN string `json:"targetLSN,omitempty"`
+	// replayedLSN is how far replay has come (the start of the WAL segment it replays).
+	// +optional
+	ReplayedLSN string `json:"replayedLSN,omitempty"`
+	// endLSN is where replay ends at most: the target LSN, or the end of
+	// the archive when recovery began.
+	// +optional
+	EndLSN string `json:"endLSN,omitempty"`
+	// bytesPerSecond is the replay rate so far.
+	// +optional
+	BytesPerSecond int64 `json:"bytesPerSecond,omitempty"`
+	// remainingSeconds estimates the time left at that rate.
+	// +optional
+	RemainingSeconds int64 `json:"remainingSeconds,omitempty"`
+	// restored counts the WAL files fetched from the archive.
+	// +optional
+	Restored int `json:"restored,omitempty"`
+}
+
 // DatabaseStatus is what daytwo observed about a Database.
 type DatabaseStatus struct {
 	// observedGeneration is the generation the status describes.
@@ -472,6 +523,11 @@ type DatabaseStatus struct {
 	// lastSwitchover is the outcome of the newest switchover request.
 	// +optional
 	LastSwitchover *SwitchoverRecord `json:"lastSwitchover,omitempty"`
+
+	// recovery is the progress of a point-in-time recovery while the
+	// Database bootstraps from a Physical backup.
+	// +optional
+	Recovery *RecoveryProgress `json:"recovery,omitempty"`
 
 	// secretName is the name of the credentials Secret.
 	// +optional
@@ -557,3 +613,10 @@ const (
 func (d *Database) CredentialsSecretName() string {
 	return d.Name + "-credentials"
 }
+
+// ReplicationSecretName is the Secret holding the replication role's
+// password (key "password"), which streams WAL and takes base backups.
+func (d *Database) ReplicationSecretName() string { return d.Name + "-replication" }
+
+// PrimaryServiceName is the Service that reaches the primary.
+func (d *Database) PrimaryServiceName() string { return d.Name + "-rw" }

@@ -11,7 +11,9 @@ type BackupMethod string
 const (
 	// BackupMethodLogical streams pg_dump in custom format.
 	BackupMethodLogical BackupMethod = "Logical"
-	// BackupMethodPhysical is a base backup plus WAL; not implemented yet.
+	// BackupMethodPhysical is continuous backup: the Database archives its
+	// WAL to the storage, and each run takes a base backup. Databases
+	// bootstrapped from it restore to any point in time the archive covers.
 	BackupMethodPhysical BackupMethod = "Physical"
 )
 
@@ -83,9 +85,14 @@ const (
 	ReasonVerificationSucceeded = "VerificationSucceeded"
 	// ReasonVerificationFailed means the last verification could not restore or check a backup.
 	ReasonVerificationFailed = "VerificationFailed"
+	// ReasonWaitingForArchiving: a Physical run waits until the Database
+	// archives its WAL to the backup's storage.
+	ReasonWaitingForArchiving = "WaitingForArchiving"
 )
 
 // DatabaseBackupSpec is what a user declares for backups of a Database.
+// +kubebuilder:validation:XValidation:rule="!has(self.method) || self.method != 'Physical' || !has(self.verify)",message="verify is implemented for Logical backups only; a Physical backup is proven by restoring it (bootstrap.fromBackup)"
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.method) || !has(self.method) || oldSelf.method == self.method",message="method cannot change: the stored backups are of the method they were taken with; create another DatabaseBackup"
 type DatabaseBackupSpec struct {
 	// databaseRef names the Database to back up, in the same namespace.
 	// +required
@@ -108,10 +115,12 @@ type DatabaseBackupSpec struct {
 	// +optional
 	Suspend bool `json:"suspend,omitempty"`
 
-	// method is how the backup is taken. Only Logical is implemented.
+	// method is how the backup is taken: Logical (pg_dump of the
+	// application database) or Physical (continuous WAL archiving plus a
+	// base backup per run, for point-in-time recovery). A Database is
+	// archived by at most one Physical DatabaseBackup.
 	// +optional
 	// +kubebuilder:default=Logical
-	// +kubebuilder:validation:XValidation:rule="self == 'Logical'",message="only the Logical method is implemented; Physical arrives with point-in-time recovery"
 	Method BackupMethod `json:"method,omitempty"`
 
 	// storage is where backups are written.

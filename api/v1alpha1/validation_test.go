@@ -109,6 +109,8 @@ spec:
     statement_timeout: "` + strings.Repeat("9", 1024) + `"`},
 		{goodDatabase, "metadata: {name: many}\nspec: {parameters: " + parameters(64) + "}"},
 		{goodDatabase, "metadata: {name: sync}\nspec: {instances: 3, replication: {synchronous: {number: 2, dataDurability: preferred}}}"},
+		{goodBackup, "metadata: {name: physical}\nspec: {method: Physical}"},
+		{goodDatabase, "metadata: {name: pitr}\nspec: {bootstrap: {initdb: null, fromBackup: {backupRef: {name: physical}, targetTime: \"2026-11-24T07:00:00Z\"}}}"},
 		// A tier's instances are checked by the operator, which names the field too.
 		{goodDatabase, "metadata: {name: sync-tier}\nspec: {size: large, replication: {synchronous: {number: 1}}}"},
 	} {
@@ -199,7 +201,11 @@ func TestBadSpecsAreRefusedNamingTheField(t *testing.T) {
 		{"backup without storage backend", goodBackup, `spec: {storage: {s3: null}}`, []string{"spec.storage", "exactly one of s3 or pvc"}},
 		{"backup with two storage backends", goodBackup, `spec: {storage: {pvc: {claimName: c}}}`, []string{"spec.storage", "exactly one of s3 or pvc"}},
 		{"backup schedule in prose", goodBackup, `spec: {schedule: "every day at noon"}`, []string{"spec.schedule"}},
-		{"backup physical method", goodBackup, `spec: {method: Physical}`, []string{"spec.method", "only the Logical method"}},
+		{"backup physical with verify", goodBackup, `spec: {method: Physical, verify: {everyNth: 1}}`, []string{"spec", "verify is implemented for Logical backups only"}},
+		{"database two recovery targets", goodDatabase, `spec: {bootstrap: {initdb: null, fromBackup: {backupRef: {name: b}, targetTime: "2026-11-24T07:00:00Z", targetLSN: "0/3000060"}}}`,
+			[]string{"spec.bootstrap.fromBackup", "targetTime or targetLSN, not both"}},
+		{"database recovery target not an LSN", goodDatabase, `spec: {bootstrap: {initdb: null, fromBackup: {backupRef: {name: b}, targetLSN: "3000060"}}}`,
+			[]string{"spec.bootstrap.fromBackup.targetLSN"}},
 		{"backup retention keeps nothing", goodBackup, `spec: {retention: {keepLast: 0}}`, []string{"spec.retention", "at least one backup"}},
 		{"backup verify two triggers", goodBackup, `spec: {verify: {everyNth: 2, schedule: "@daily"}}`, []string{"spec.verify", "exactly one of everyNth or schedule"}},
 		{"backup upper-case bucket", goodBackup, `spec: {storage: {s3: {bucket: "Backups"}}}`, []string{"spec.storage.s3.bucket"}},

@@ -16,6 +16,7 @@ import (
 
 	"github.com/daytwo-dev/daytwo/internal/backup"
 	"github.com/daytwo-dev/daytwo/internal/version"
+	"github.com/daytwo-dev/daytwo/internal/wal"
 )
 
 // storageFlags select a backup storage; credentials come from the
@@ -67,7 +68,7 @@ func connFromEnv() backup.Conn {
 }
 
 func newBackupCommand() *cobra.Command {
-	cmd := &cobra.Command{Use: "backup", Short: "Logical backups: what backup Jobs run"}
+	cmd := &cobra.Command{Use: "backup", Short: "Backups: what backup Jobs run"}
 	cmd.AddCommand(newBackupRunCommand(), newBackupRestoreCommand(), newBackupCheckCommand())
 	return cmd
 }
@@ -77,16 +78,21 @@ func newBackupRunCommand() *cobra.Command {
 	var id, termLog string
 	var lockWait time.Duration
 	var keep backup.Retention
+	var physical bool
 	cmd := &cobra.Command{
 		Use:   "run",
-		Short: "Stream pg_dump into storage, write the manifest, prune by retention",
-		Long: "Connects with the libpq environment (PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE);\n" +
-			"S3 credentials come from AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY.",
+		Short: "Stream pg_dump (or, with --physical, a base backup) into storage, write the manifest, prune by retention",
+		Long: "Connects with the libpq environment (PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE; with --physical\n" +
+			"a replication user); S3 credentials come from AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
 			defer stop()
-			res, err := runBackup(ctx, &sf, id, lockWait, keep)
+			run := runBackup
+			if physical {
+				run = runBaseBackup
+			}
+			res, err := run(ctx, &sf, id, lockWait, keep)
 			if err != nil {
 				res.Error = err.Error()
 			}
@@ -103,7 +109,48 @@ func newBackupRunCommand() *cobra.Command {
 	f.IntVar(&keep.KeepDaily, "keep-daily", 0, "Retention: days to keep one backup of.")
 	f.IntVar(&keep.KeepWeekly, "keep-weekly", 0, "Retention: weeks to keep one backup of.")
 	f.IntVar(&keep.KeepMonthly, "keep-monthly", 0, "Retention: months to keep one backup of.")
+	f.BoolVar(&physical, "physical", false, "Take a base backup with pg_basebackup (the Database archives its WAL to the same storage).")
 	return cmd
+}
+
+// runBaseBackup streams a base backup into storage, records it in the
+// series, and prunes base backups and the WAL only pruned ones needed.
+func runBaseBackup(ctx context.Context, sf *storageFlags, id string, _ time.Duration, keep backup.Retention) (backup.Result, error) {
+	st, prefix, err := sf.open()
+	if err != nil {
+		return backup.Result{}, err
+	}
+	if id == "" {
+		id = backup.NewID(time.Now())
+	}
+	if err := backup.EnsureBucket(ctx, st); err != nil {
+		return backup.Result{ID: id}, err
+	}
+	c := connFromEnv()
+	b, err := wal.TakeBase(ctx, wal.Source{Host: c.Host, Port: c.Port, User: c.User, Password: c.Password}, st, prefix, id)
+	res := backup.Result{ID: id, Bytes: b.Size, SHA256: b.SHA256, End: b.Finished, DurationSeconds: b.Finished.Sub(b.Started).Seconds()}
+	if err != nil {
+		return res, err
+	}
+	m := backup.Manifest{ID: id, Database: sf.series.Database, Series: sf.series.UID, SeriesName: sf.series.Name,
+		Method: backup.MethodPhysical, Format: "pg_basebackup-tar-zstd", DataKey: wal.BaseDataKey(prefix, id),
+		Start: b.Started, End: b.Finished, Bytes: b.Size, SHA256: b.SHA256, DaytwoVersion: version.Version}
+	if err := backup.Record(ctx, st, prefix, sf.series, m); err != nil {
+		return res, fmt.Errorf("failed to record base backup %s: %w", id, err)
+	}
+	kept, pruned, err := backup.Prune(ctx, st, prefix, sf.series, keep)
+	res.Pruned, res.Retained = pruned, backup.Summaries(kept, 10)
+	if err != nil {
+		return res, fmt.Errorf("base backup %s is stored, but pruning failed: %w", id, err)
+	}
+	ids := make([]string, len(kept))
+	for i, k := range kept {
+		ids[i] = k.ID
+	}
+	if _, _, err := wal.PruneArchive(ctx, st, prefix, ids); err != nil {
+		return res, fmt.Errorf("base backup %s is stored, but pruning the WAL archive failed: %w", id, err)
+	}
+	return res, nil
 }
 
 func runBackup(ctx context.Context, sf *storageFlags, id string, lockWait time.Duration, keep backup.Retention) (backup.Result, error) {

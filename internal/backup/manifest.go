@@ -34,6 +34,12 @@ type Manifest struct {
 	DaytwoVersion string    `json:"daytwoVersion"`
 }
 
+// Manifest methods.
+const (
+	MethodLogical  = "Logical"
+	MethodPhysical = "Physical"
+)
+
 const (
 	manifestSuffix = ".manifest.json"
 	dataSuffix     = ".dump"
@@ -97,6 +103,13 @@ func NormalizePrefix(p string) string {
 		return ""
 	}
 	return p + "/"
+}
+
+// Record writes the manifest of a backup whose data another package
+// stored (a physical base backup): from then on it counts for listing,
+// retention and status like any other.
+func Record(ctx context.Context, st Storage, prefix string, s Series, m Manifest) error {
+	return writeManifest(ctx, st, prefix, s, m)
 }
 
 func writeManifest(ctx context.Context, st Storage, prefix string, s Series, m Manifest) error {

@@ -85,7 +85,7 @@ func Run(ctx context.Context, o Options, id, daytwoVersion string) (Manifest, er
 		return Manifest{}, fmt.Errorf("failed to look for an earlier attempt's manifest: %w", err)
 	}
 	m := Manifest{ID: id, Database: o.Series.Database, Series: o.Series.UID, SeriesName: o.Series.Name,
-		Method: "Logical", Format: "pg_dump-custom", DataKey: dataKey(o.Prefix, id, o.Series),
+		Method: MethodLogical, Format: "pg_dump-custom", DataKey: dataKey(o.Prefix, id, o.Series),
 		Start: time.Now().UTC(), DaytwoVersion: daytwoVersion}
 	var err error
 	if m.PGVersion, err = serverVersion(ctx, o.Conn); err != nil {
@@ -172,6 +172,9 @@ func Restore(ctx context.Context, o Options, id, role string) (Manifest, error) 
 	m, err := Find(ctx, o.Storage, o.Prefix, o.Series, id)
 	if err != nil {
 		return m, err
+	}
+	if m.Method != "" && m.Method != MethodLogical {
+		return m, fmt.Errorf("backup %s is a %s backup; pg_restore restores Logical ones only", m.ID, m.Method)
 	}
 	rc, err := o.Storage.Get(ctx, m.DataKey)
 	if err != nil {

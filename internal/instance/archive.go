@@ -151,6 +151,15 @@ func (m *Manager) startWAL(ctx context.Context) error {
 		_ = srv.Close()
 	}()
 	if archiver != nil {
+		go func() {
+			// A bucket that does not exist yet is made, as a first backup
+			// run does: archiving starts before any base backup.
+			bctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			defer cancel()
+			if err := backup.EnsureBucket(bctx, archiver.Storage); err != nil {
+				m.log.Error(err, "Failed to make sure the archive's bucket exists")
+			}
+		}()
 		go archiver.Run(ctx)
 		m.log.Info("Archiving WAL", "prefix", a.Prefix, "parallel", archiver.Parallel)
 	}

@@ -94,7 +94,7 @@ func (c *Config) Validate() error {
 	return nil
 }
 
-const replicationUser = "streaming_replica"
+const replicationUser = instanceapi.ReplicationUser
 
 func (c *Config) bin(name string) string {
 	if c.BinDir == "" {

@@ -65,6 +65,10 @@ const (
 	FlagNamespace          = "namespace"
 )
 
+// ReplicationUser is the role replicas stream as and base backups are
+// taken as.
+const ReplicationUser = "streaming_replica"
+
 // Flag renders --name=value.
 func Flag(name, value string) string { return "--" + name + "=" + value }
 

@@ -353,3 +353,56 @@ func SegmentStart(name string, segmentSize int64) uint64 {
 	seg, _ := strconv.ParseUint(name[16:24], 16, 32)
 	return log<<32 + seg*uint64(segmentSize)
 }
+
+// BaseDataKey is where base backup id's data is stored.
+func BaseDataKey(prefix, id string) string { return baseKey(prefix, id, baseData) }
+
+// PruneArchive deletes the base backups not in keep and the WAL that none
+// of the kept ones needs: every segment (of any timeline) before the
+// oldest kept base backup's first, and the backup history files among
+// them. Timeline history files stay: they are small, and recovery reads
+// them to find its way across failovers. With nothing kept it deletes
+// nothing.
+func PruneArchive(ctx context.Context, st backup.Storage, prefix string, keep []string) (bases, segments int, err error) {
+	all, err := ListBases(ctx, st, prefix)
+	if err != nil {
+		return 0, 0, err
+	}
+	oldest := ""
+	for _, b := range all {
+		if slices.Contains(keep, b.ID) && (oldest == "" || b.StartWAL[8:] < oldest) {
+			oldest = b.StartWAL[8:]
+		}
+	}
+	if oldest == "" {
+		return 0, 0, nil
+	}
+	for _, b := range all {
+		if slices.Contains(keep, b.ID) {
+			continue
+		}
+		// The manifest goes first: a base backup without it is never chosen.
+		for _, f := range []string{baseManifest, baseData} {
+			if err := st.Delete(ctx, baseKey(prefix, b.ID, f)); err != nil {
+				return bases, segments, err
+			}
+		}
+		bases++
+	}
+	keys, err := st.List(ctx, prefix+"wal/")
+	if err != nil {
+		return bases, segments, fmt.Errorf("failed to list the WAL archive: %w", err)
+	}
+	for _, k := range keys {
+		name := strings.TrimSuffix(path.Base(k), suffix)
+		seg, _, _ := strings.Cut(name, ".")
+		if !segmentName.MatchString(seg) || seg[8:] >= oldest {
+			continue
+		}
+		if err := st.Delete(ctx, k); err != nil {
+			return bases, segments, err
+		}
+		segments++
+	}
+	return bases, segments, nil
+}

@@ -1,12 +1,14 @@
 package database
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -429,6 +431,20 @@ func (r *Reconciler) resolveRestore(ctx context.Context, db *v1alpha1.Database, 
 		return fmt.Errorf("failed to get DatabaseBackup %s: %w", b.FromBackup.BackupRef.Name, err)
 	}
 	args, env, vols, mounts := databasebackup.StorageArgs(src, "restore-")
+	f := b.FromBackup
+	if src.Spec.Method == v1alpha1.BackupMethodPhysical {
+		args = append(args, "--"+instanceapi.FlagRestorePhysical)
+		if f.TargetTime != nil {
+			args = append(args, instanceapi.Flag(instanceapi.FlagRecoveryTargetTime, f.TargetTime.UTC().Format(time.RFC3339)))
+		}
+		if f.TargetLSN != "" {
+			args = append(args, instanceapi.Flag(instanceapi.FlagRecoveryTargetLSN, f.TargetLSN))
+		}
+	} else if f.TargetTime != nil || f.TargetLSN != "" {
+		obs.restoreFailed = fmt.Sprintf("spec.bootstrap.fromBackup: a recovery target needs a Physical DatabaseBackup; %s takes %s backups, "+
+			"which restore whole", src.Name, cmp.Or(src.Spec.Method, v1alpha1.BackupMethodLogical))
+		return nil
+	}
 	obs.in.restore = &restoreSource{args: args, env: env, volumes: vols, mounts: mounts}
 	return nil
 }

@@ -120,6 +120,9 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, db, written *v1alpha1.
 	if err := r.ensurePrimaryLease(ctx, db, obs); err != nil {
 		return reconcile.Result{}, err
 	}
+	if err := r.resolveArchive(ctx, db, obs); err != nil {
+		return reconcile.Result{}, err
+	}
 	if err := r.applyConfigAndServices(ctx, db, obs.plan); err != nil {
 		return reconcile.Result{}, err
 	}
@@ -238,12 +241,13 @@ func (r *Reconciler) SetupWithManager(mgr manager.Manager) error {
 		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.primariesOn), builder.WithPredicates(cordonChanged)).
 		Watches(&corev1.PersistentVolumeClaim{}, byLabel).
 		// A final backup's progress moves a Snapshot deletion forward.
+		// and a Physical one turns archiving on or off.
 		Watches(&v1alpha1.DatabaseBackup{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, obj client.Object) []reconcile.Request {
-			name, ok := obj.GetLabels()[labelFinalBackupOf]
-			if !ok {
-				return nil
+			reqs := physicalBackupRequests(obj)
+			if name, ok := obj.GetLabels()[labelFinalBackupOf]; ok {
+				reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKey{Namespace: obj.GetNamespace(), Name: name}})
 			}
-			return []reconcile.Request{{NamespacedName: client.ObjectKey{Namespace: obj.GetNamespace(), Name: name}}}
+			return reqs
 		})).
 		Named("database").
 		Complete(r)

@@ -39,6 +39,8 @@ type plan struct {
 	// asynchronous); syncRequired keeps that number when fewer stream.
 	syncReplicas int32
 	syncRequired bool
+	// archive is where WAL is archived (resolveArchive), or nil.
+	archive *archivePlan
 }
 
 func newPlan(db *v1alpha1.Database) plan {

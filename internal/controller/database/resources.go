@@ -73,10 +73,10 @@ func labels(db *v1alpha1.Database) map[string]string {
 
 // Child names, each from one place.
 func headlessName(db *v1alpha1.Database) string    { return instanceapi.HeadlessService(db.Name) }
-func rwName(db *v1alpha1.Database) string          { return db.Name + "-rw" }
+func rwName(db *v1alpha1.Database) string          { return db.PrimaryServiceName() }
 func roName(db *v1alpha1.Database) string          { return db.Name + "-ro" }
 func configName(db *v1alpha1.Database) string      { return db.Name + "-config" }
-func replicationName(db *v1alpha1.Database) string { return db.Name + "-replication" }
+func replicationName(db *v1alpha1.Database) string { return db.ReplicationSecretName() }
 func podName(db *v1alpha1.Database, ordinal int) string {
 	return db.Name + "-" + strconv.Itoa(ordinal)
 }
@@ -212,12 +212,18 @@ func statefulSet(db *v1alpha1.Database, p plan, in stsInputs) *appsv1ac.Stateful
 }
 
 func podTemplate(db *v1alpha1.Database, p plan, in stsInputs) *corev1ac.PodTemplateSpecApplyConfiguration {
+	ann := map[string]string{
+		annRestartParameters:                      p.restartParameters(),
+		"kubectl.kubernetes.io/default-container": containerPostgres,
+	}
+	if p.archive != nil {
+		// Only then: a new key on every template would restart every
+		// instance of every Database when the operator is upgraded.
+		ann[annArchive] = p.archive.location
+	}
 	return corev1ac.PodTemplateSpec().
 		WithLabels(labels(db)).
-		WithAnnotations(map[string]string{
-			annRestartParameters:                      p.restartParameters(),
-			"kubectl.kubernetes.io/default-container": containerPostgres,
-		}).
+		WithAnnotations(ann).
 		WithSpec(corev1ac.PodSpec().
 			WithTerminationGracePeriodSeconds(terminationGrace).
 			WithEnableServiceLinks(false).
@@ -253,7 +259,7 @@ func podTemplate(db *v1alpha1.Database, p plan, in stsInputs) *corev1ac.PodTempl
 						corev1.ResourceCPU: resource.MustParse("500m"), corev1.ResourceMemory: resource.MustParse("128Mi")})).
 				WithVolumeMounts(corev1ac.VolumeMount().WithName("controller").WithMountPath(controllerMount))).
 			WithContainers(postgresContainer(db, p, in)).
-			WithVolumes(append(podVolumes(db, p), restoreVolumes(in.restore)...)...))
+			WithVolumes(append(append(podVolumes(db, p), restoreVolumes(in.restore)...), archiveVolumes(p)...)...))
 }
 
 func postgresContainer(db *v1alpha1.Database, p plan, in stsInputs) *corev1ac.ContainerApplyConfiguration {
@@ -309,6 +315,7 @@ func postgresContainer(db *v1alpha1.Database, p plan, in stsInputs) *corev1ac.Co
 			corev1ac.VolumeMount().WithName("tmp").WithMountPath("/tmp"),
 		).
 		WithVolumeMounts(restoreMounts(in.restore)...).
+		WithVolumeMounts(archiveMounts(p)...).
 		WithTerminationMessagePolicy(corev1.TerminationMessageReadFile)
 }
 
@@ -378,7 +385,7 @@ func podVolumes(db *v1alpha1.Database, p plan) []*corev1ac.VolumeApplyConfigurat
 					WithItems(corev1ac.KeyToPath().WithKey(v1alpha1.CredentialsPassword).WithPath(instanceapi.SecretReplicationPassword))),
 				corev1ac.VolumeProjection().WithSecret(corev1ac.SecretProjection().WithName(apiSecretName(db)).
 					WithItems(corev1ac.KeyToPath().WithKey(v1alpha1.CredentialsPassword).WithPath(instanceapi.SecretAPIToken))),
-			)),
+			).WithSources(archiveSecrets(p)...)),
 	}
 }
 
@@ -429,10 +436,14 @@ func configMap(db *v1alpha1.Database, p plan) *corev1ac.ConfigMapApplyConfigurat
 }
 
 func configData(db *v1alpha1.Database, p plan) map[string]string {
-	return map[string]string{
+	data := map[string]string{
 		instanceapi.ParametersFile:  p.parametersConf(),
 		instanceapi.ReplicationFile: p.replicationConf(db),
 	}
+	if conf := p.archiveConf(); conf != "" {
+		data[instanceapi.ArchiveFile] = conf
+	}
+	return data
 }
 
 // configHash identifies the ConfigMap's content (see annConfig).

@@ -29,7 +29,9 @@ type observation struct {
 	in            stsInputs
 	templateImage string
 
-	conflict         string
+	conflict string
+	// archiveNote says a second Physical DatabaseBackup archives nothing.
+	archiveNote      string
 	restoreFailed    string
 	keepStatefulSet  bool
 	instanceStatuses []v1alpha1.InstanceStatus
@@ -95,6 +97,7 @@ func setStatus(db *v1alpha1.Database, obs *observation) {
 	}
 	st.FailedImage = obs.in.failedImage
 	st.InstanceStatuses = obs.instanceStatuses
+	st.Recovery = recoveryProgress(obs)
 	st.ReadyInstances, st.Primary = 0, ""
 	primaryReady, primaryWhy := false, "the primary pod does not exist yet"
 	for i := range obs.pods {
@@ -130,6 +133,7 @@ func setStatus(db *v1alpha1.Database, obs *observation) {
 }
 
 func setRolloutConditions(db *v1alpha1.Database, obs *observation, set func(string, bool, string, string)) {
+	setArchiveCondition(db, obs, set)
 	st := &db.Status
 	switch {
 	case obs.majorRefused != "":

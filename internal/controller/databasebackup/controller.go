@@ -10,6 +10,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
@@ -135,6 +136,17 @@ func (r *Reconciler) schedule(ctx context.Context, b *v1alpha1.DatabaseBackup, d
 			"Skipped the run of %s (%d missed since the last run): missedRunPolicy and startingDeadlineSeconds allow no catch-up",
 			d.Skipped.UTC().Format(time.RFC3339), d.Missed)
 	}
+	if !d.Due.IsZero() && b.Spec.Method == v1alpha1.BackupMethodPhysical && !meta.IsStatusConditionTrue(db.Status.Conditions, v1alpha1.ConditionContinuousArchiving) {
+		// A base backup is useless without the WAL after it: the run
+		// waits until the Database archives to this backup's storage.
+		why := "the Database does not report ContinuousArchiving yet"
+		if c := meta.FindStatusCondition(db.Status.Conditions, v1alpha1.ConditionContinuousArchiving); c != nil {
+			why = c.Message
+		}
+		setCondition(b, v1alpha1.ConditionReady, false, v1alpha1.ReasonWaitingForArchiving,
+			"The run of "+d.Due.UTC().Format(time.RFC3339)+" waits for WAL archiving: "+why)
+		return archivingPoll, nil
+	}
 	if !d.Due.IsZero() {
 		if err := r.startRun(ctx, b, db, jobs, d); err != nil {
 			return 0, err
@@ -145,6 +157,9 @@ func (r *Reconciler) schedule(ctx context.Context, b *v1alpha1.DatabaseBackup, d
 	}
 	return d.Next.Sub(now), nil
 }
+
+// archivingPoll is how often a Physical run waiting for archiving looks again.
+const archivingPoll = 10 * time.Second
 
 // decide applies the schedule (or the one-shot rule) at now; a requested
 // run that has not started yet is due first.
@@ -239,7 +254,8 @@ func (r *Reconciler) jobInputs(db *v1alpha1.Database) jobInputs {
 	if image == "" {
 		image = postgres.DefaultImage(db.Spec.Version)
 	}
-	return jobInputs{image: image, instanceImage: r.InstanceImage, credentials: db.CredentialsSecretName()}
+	return jobInputs{image: image, instanceImage: r.InstanceImage, credentials: db.CredentialsSecretName(),
+		replication: db.ReplicationSecretName(), primary: db.PrimaryServiceName()}
 }
 
 // setStaleness raises BackupStale once the newest success is older than

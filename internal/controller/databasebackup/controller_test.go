@@ -488,3 +488,16 @@ func TestClaimedRunWithALostStatusWriteIsShown(t *testing.T) {
 		t.Errorf("LastRunFailed = %+v", c)
 	}
 }
+
+// A Physical run waits, and says why, until its Database archives WAL:
+// a base backup without the WAL after it restores nothing.
+func TestPhysicalRunWaitsForArchiving(t *testing.T) {
+	ns, b := setup(t, func(b *v1alpha1.DatabaseBackup) { b.Spec.Method = v1alpha1.BackupMethodPhysical })
+	got := waitCondition(t, b, v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonWaitingForArchiving)
+	if c := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionReady); !strings.Contains(c.Message, "waits for WAL archiving") {
+		t.Errorf("Ready = %s", c.Message)
+	}
+	if n := len(jobs(t, ns)); n != 0 {
+		t.Fatalf("%d Jobs started before the Database archives", n)
+	}
+}

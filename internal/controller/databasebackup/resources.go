@@ -16,6 +16,7 @@ import (
 
 	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
 	"github.com/daytwo-dev/daytwo/internal/backup"
+	"github.com/daytwo-dev/daytwo/internal/instanceapi"
 )
 
 const (
@@ -115,6 +116,9 @@ type jobInputs struct {
 	image         string // the Database's PostgreSQL image (pg_dump matches the server)
 	instanceImage string // the daytwo image the init container copies from
 	credentials   string // the Database's credentials Secret
+	// replication is the Database's replication Secret and primary the
+	// Service of its primary: a Physical run streams a base backup from it.
+	replication, primary string
 }
 
 // backupJob is the Job of the run scheduled at t.
@@ -125,7 +129,12 @@ func backupJob(b *v1alpha1.DatabaseBackup, in jobInputs, t time.Time) *batchv1.J
 		args = append(args, fmt.Sprintf("--keep-last=%d", r.KeepLast), fmt.Sprintf("--keep-daily=%d", r.KeepDaily),
 			fmt.Sprintf("--keep-weekly=%d", r.KeepWeekly), fmt.Sprintf("--keep-monthly=%d", r.KeepMonthly))
 	}
-	env = append(libpqEnv(in.credentials), env...)
+	if b.Spec.Method == v1alpha1.BackupMethodPhysical {
+		args = append(args, "--physical")
+		env = append(replicationEnv(in), env...)
+	} else {
+		env = append(libpqEnv(in.credentials), env...)
+	}
 	labels := map[string]string{
 		labelBackup: b.Name, labelScheduled: strconv.FormatInt(t.Unix(), 10),
 		"app.kubernetes.io/name": "daytwo-backup", "app.kubernetes.io/instance": b.Name, "app.kubernetes.io/managed-by": "daytwo",
@@ -179,6 +188,18 @@ func libpqEnv(credentials string) []corev1.EnvVar {
 		secretEnv("PGUSER", credentials, v1alpha1.CredentialsUser),
 		secretEnv("PGPASSWORD", credentials, v1alpha1.CredentialsPassword),
 		secretEnv("PGDATABASE", credentials, v1alpha1.CredentialsDatabase),
+		{Name: "HOME", Value: "/tmp"},
+	}
+}
+
+// replicationEnv reaches the Database's primary as its replication role,
+// the password from a Secret reference.
+func replicationEnv(in jobInputs) []corev1.EnvVar {
+	return []corev1.EnvVar{
+		{Name: "PGHOST", Value: in.primary},
+		{Name: "PGPORT", Value: strconv.Itoa(instanceapi.PostgresPort)},
+		{Name: "PGUSER", Value: instanceapi.ReplicationUser},
+		secretEnv("PGPASSWORD", in.replication, v1alpha1.CredentialsPassword),
 		{Name: "HOME", Value: "/tmp"},
 	}
 }

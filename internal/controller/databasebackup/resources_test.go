@@ -1,6 +1,7 @@
 package databasebackup
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -50,5 +51,38 @@ func TestJobsAreBounded(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// A Physical run streams a base backup from the primary as the
+// replication role, whose password comes from the Database's Secret.
+func TestPhysicalJobUsesTheReplicationRole(t *testing.T) {
+	b := &v1alpha1.DatabaseBackup{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "wal", UID: "uid-1"},
+		Spec: v1alpha1.DatabaseBackupSpec{
+			DatabaseRef: v1alpha1.LocalObjectReference{Name: "ledger"},
+			Method:      v1alpha1.BackupMethodPhysical,
+			Storage:     v1alpha1.BackupStorage{PVC: &v1alpha1.PVCStorage{ClaimName: "backups"}},
+		},
+	}
+	job := backupJob(b, jobInputs{image: "postgres:15", instanceImage: "daytwo", credentials: "ledger-credentials",
+		replication: "ledger-replication", primary: "ledger-rw"}, time.Now())
+	c := job.Spec.Template.Spec.Containers[0]
+	if !slices.Contains(c.Args, "--physical") {
+		t.Errorf("args %v lack --physical", c.Args)
+	}
+	env := map[string]string{}
+	for _, e := range c.Env {
+		if e.ValueFrom != nil {
+			env[e.Name] = e.ValueFrom.SecretKeyRef.Name + "/" + e.ValueFrom.SecretKeyRef.Key
+		} else {
+			env[e.Name] = e.Value
+		}
+	}
+	if env["PGHOST"] != "ledger-rw" || env["PGUSER"] != "streaming_replica" || env["PGPASSWORD"] != "ledger-replication/password" {
+		t.Errorf("env %v", env)
+	}
+	if _, ok := env["PGDATABASE"]; ok {
+		t.Errorf("a physical run reads the application credentials: %v", env)
 	}
 }

@@ -1,0 +1,186 @@
+package database
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
+	"github.com/daytwo-dev/daytwo/internal/controller/databasebackup"
+	"github.com/daytwo-dev/daytwo/internal/instanceapi"
+)
+
+// Continuous archiving: a Physical DatabaseBackup of a Database makes its
+// instances archive WAL into the backup's storage (see
+// internal/instance/archive.go). The operator renders instanceapi.Archive
+// into the ConfigMap, projects the S3 keys into the secrets volume (or
+// mounts the backup volume), and marks the pod template with the archive's
+// location: archive_mode takes a restart, which the rollout does one
+// instance at a time, with a switchover before the primary's.
+
+// archiveMount is where a volume archive is mounted in instance pods.
+const archiveMount = "/archive"
+
+// annArchive on the pod template is where WAL is archived; absent without
+// archiving.
+const annArchive = "daytwo.dev/archive"
+
+// archivePlan is where a Database archives its WAL.
+type archivePlan struct {
+	// backup is the Physical DatabaseBackup's name, location its storage.
+	backup, location string
+	conf             instanceapi.Archive
+	// s3Secret, idKey and secretKey: the S3 credentials to project.
+	s3Secret, idKey, secretKey string
+	// claim is the volume archive's PersistentVolumeClaim.
+	claim string
+}
+
+// physicalBackupsOf lists the Physical DatabaseBackups of db, oldest first.
+func (r *Reconciler) physicalBackupsOf(ctx context.Context, db *v1alpha1.Database) ([]v1alpha1.DatabaseBackup, error) {
+	list := &v1alpha1.DatabaseBackupList{}
+	if err := r.Client.List(ctx, list, client.InNamespace(db.Namespace)); err != nil {
+		return nil, fmt.Errorf("failed to list DatabaseBackups: %w", err)
+	}
+	out := slices.DeleteFunc(list.Items, func(b v1alpha1.DatabaseBackup) bool {
+		return b.Spec.Method != v1alpha1.BackupMethodPhysical || b.Spec.DatabaseRef.Name != db.Name || !b.DeletionTimestamp.IsZero()
+	})
+	slices.SortFunc(out, func(a, b v1alpha1.DatabaseBackup) int {
+		return cmp.Or(a.CreationTimestamp.Compare(b.CreationTimestamp.Time), strings.Compare(a.Name, b.Name))
+	})
+	return out, nil
+}
+
+// resolveArchive finds where db archives its WAL: the oldest of its
+// Physical DatabaseBackups (a second one is named in the status, and
+// archives nothing until the first goes).
+func (r *Reconciler) resolveArchive(ctx context.Context, db *v1alpha1.Database, obs *observation) error {
+	backups, err := r.physicalBackupsOf(ctx, db)
+	if err != nil || len(backups) == 0 {
+		return err
+	}
+	b := &backups[0]
+	a := &archivePlan{backup: b.Name, location: databasebackup.Location(b),
+		conf: instanceapi.Archive{Prefix: databasebackup.SeriesPrefix(b)}}
+	if s3 := b.Spec.Storage.S3; s3 != nil {
+		a.conf.S3 = &instanceapi.ArchiveS3{Endpoint: s3.Endpoint, Bucket: s3.Bucket, Region: s3.Region, Insecure: s3.Insecure}
+		ref := s3.CredentialsSecretRef
+		a.s3Secret, a.idKey, a.secretKey = ref.Name, orDefault(ref.AccessKeyIDKey, "AWS_ACCESS_KEY_ID"), orDefault(ref.SecretAccessKeyKey, "AWS_SECRET_ACCESS_KEY")
+	} else {
+		a.claim = b.Spec.Storage.PVC.ClaimName
+		a.conf.Directory = strings.TrimSuffix(archiveMount+"/"+b.Spec.Storage.PVC.Path, "/")
+	}
+	obs.plan.archive = a
+	if len(backups) > 1 {
+		var others []string
+		for _, o := range backups[1:] {
+			others = append(others, o.Name)
+		}
+		obs.archiveNote = fmt.Sprintf("WAL is archived to DatabaseBackup %s only; %s also asks for it (a Database archives to one Physical DatabaseBackup)",
+			b.Name, strings.Join(others, ", "))
+	}
+	return nil
+}
+
+// archiveConf is the archive.json content, "" without archiving.
+func (p plan) archiveConf() string {
+	if p.archive == nil {
+		return ""
+	}
+	b, _ := json.Marshal(p.archive.conf)
+	return string(b)
+}
+
+// archiveSecrets projects the S3 credentials under the names the instance
+// manager reads.
+func archiveSecrets(p plan) []*corev1ac.VolumeProjectionApplyConfiguration {
+	a := p.archive
+	if a == nil || a.s3Secret == "" {
+		return nil
+	}
+	return []*corev1ac.VolumeProjectionApplyConfiguration{corev1ac.VolumeProjection().WithSecret(corev1ac.SecretProjection().WithName(a.s3Secret).
+		WithItems(corev1ac.KeyToPath().WithKey(a.idKey).WithPath(instanceapi.SecretArchiveAccessKeyID),
+			corev1ac.KeyToPath().WithKey(a.secretKey).WithPath(instanceapi.SecretArchiveSecretAccessKey)))}
+}
+
+// archiveVolumes and archiveMounts give a volume archive to the instances.
+func archiveVolumes(p plan) []*corev1ac.VolumeApplyConfiguration {
+	if p.archive == nil || p.archive.claim == "" {
+		return nil
+	}
+	return []*corev1ac.VolumeApplyConfiguration{corev1ac.Volume().WithName("archive").
+		WithPersistentVolumeClaim(corev1ac.PersistentVolumeClaimVolumeSource().WithClaimName(p.archive.claim))}
+}
+
+func archiveMounts(p plan) []*corev1ac.VolumeMountApplyConfiguration {
+	if p.archive == nil || p.archive.claim == "" {
+		return nil
+	}
+	return []*corev1ac.VolumeMountApplyConfiguration{corev1ac.VolumeMount().WithName("archive").WithMountPath(archiveMount)}
+}
+
+// physicalBackupRequests maps a Physical DatabaseBackup to its Database.
+func physicalBackupRequests(obj client.Object) []reconcile.Request {
+	b, ok := obj.(*v1alpha1.DatabaseBackup)
+	if !ok || b.Spec.Method != v1alpha1.BackupMethodPhysical {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: client.ObjectKey{Namespace: b.Namespace, Name: b.Spec.DatabaseRef.Name}}}
+}
+
+// setArchiveCondition says whether the primary archives the WAL, from what
+// its instance manager reports.
+func setArchiveCondition(db *v1alpha1.Database, obs *observation, set func(string, bool, string, string)) {
+	a := obs.plan.archive
+	if a == nil {
+		meta.RemoveStatusCondition(&db.Status.Conditions, v1alpha1.ConditionContinuousArchiving)
+		return
+	}
+	note := ""
+	if obs.archiveNote != "" {
+		note = "; " + obs.archiveNote
+	}
+	s, ok := obs.instances[obs.primary]
+	switch {
+	case !ok || s.Archive == nil:
+		set(v1alpha1.ConditionContinuousArchiving, false, v1alpha1.ReasonArchivingStarting,
+			"WAL archiving to DatabaseBackup "+a.backup+" starts once the primary restarts with it"+note)
+	case s.Archive.LastError != "": // cleared by the next success
+		set(v1alpha1.ConditionContinuousArchiving, false, v1alpha1.ReasonArchivingFailed,
+			fmt.Sprintf("The primary %s fails to archive WAL to DatabaseBackup %s (%d failures): %s%s",
+				obs.primary, a.backup, s.Archive.Failed, s.Archive.LastError, note))
+	default:
+		last := "nothing yet: a segment is archived once it is full, or a minute after a write"
+		if s.Archive.LastArchived != "" && s.Archive.LastArchivedTime != nil {
+			last = s.Archive.LastArchived + " at " + s.Archive.LastArchivedTime.UTC().Format(time.RFC3339)
+		}
+		set(v1alpha1.ConditionContinuousArchiving, true, v1alpha1.ReasonArchiving,
+			"The primary "+obs.primary+" archives WAL to DatabaseBackup "+a.backup+"; last archived "+last+note)
+	}
+}
+
+// recoveryProgress is the primary's point-in-time recovery progress, while
+// it bootstraps.
+func recoveryProgress(obs *observation) *v1alpha1.RecoveryProgress {
+	s, ok := obs.instances[obs.primary]
+	if !ok || s.Recovery == nil {
+		return nil
+	}
+	r := s.Recovery
+	out := &v1alpha1.RecoveryProgress{BaseBackup: r.BaseBackup, TargetLSN: r.TargetLSN, ReplayedLSN: r.ReplayedLSN,
+		EndLSN: r.EndLSN, BytesPerSecond: r.BytesPerSecond, RemainingSeconds: r.RemainingSeconds, Restored: r.Restored}
+	if r.TargetTime != nil {
+		out.TargetTime = &metav1.Time{Time: *r.TargetTime}
+	}
+	return out
+}
