@@ -252,6 +252,7 @@ func TestBadUpdatesAreRefusedNamingTheField(t *testing.T) {
 		{"database bootstrap changed", goodDatabase, `spec: {bootstrap: {initdb: {database: other}}}`, []string{"spec.bootstrap", "bootstrap is immutable"}},
 		{"database bootstrap swapped for a restore", goodDatabase, `spec: {bootstrap: {initdb: null, fromBackup: {backupRef: {name: b}}}}`, []string{"spec.bootstrap", "bootstrap is immutable"}},
 		{"database version downgrade", goodDatabase, `spec: {version: "15"}`, []string{"spec.version", "must not go down"}},
+		{"backup method changed", goodBackup, `spec: {method: Physical}`, []string{"spec", "method cannot change"}},
 	}
 	for i, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
