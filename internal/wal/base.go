@@ -71,6 +71,8 @@ var (
 	startPoint    = regexp.MustCompile(`START WAL LOCATION: ([0-9A-F]+/[0-9A-F]+) \(file ([0-9A-F]{24})\)`)
 	startTimeline = regexp.MustCompile(`START TIMELINE: ([0-9]+)`)
 	stopPoint     = regexp.MustCompile(`STOP WAL LOCATION: ([0-9A-F]+/[0-9A-F]+) `)
+	// In pg_basebackup -v's messages (C locale).
+	endPoint = regexp.MustCompile(`write-ahead log end point: ([0-9A-F]+/[0-9A-F]+)`)
 )
 
 // TakeBase streams a base backup of src to storage as id.
@@ -82,7 +84,8 @@ func TakeBase(ctx context.Context, src Source, st backup.Storage, prefix, id str
 	}
 	cmd := exec.CommandContext(ctx, bin, "-h", src.Host, "-p", fmt.Sprint(src.Port), "-U", src.User,
 		"-D", "-", "-F", "tar", "-X", "none", "--checkpoint=fast", "--no-manifest", "--no-password", "-v")
-	cmd.Env = append(os.Environ(), "PGPASSWORD="+src.Password, "PGAPPNAME=daytwo-base-backup")
+	// The C locale: the end point is read from pg_basebackup's messages.
+	cmd.Env = append(os.Environ(), "PGPASSWORD="+src.Password, "PGAPPNAME=daytwo-base-backup", "LC_ALL=C")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.StdoutPipe()
@@ -129,9 +132,12 @@ func TakeBase(ctx context.Context, src Source, st backup.Storage, prefix, id str
 	if b.Timeline, err = strconv.Atoi(tl[1]); err != nil {
 		return b, err
 	}
-	// pg_basebackup returned once the server archived the backup's history
-	// file, which says where the backup ends.
-	if b.EndLSN, err = stopLSN(ctx, st, prefix, b); err != nil {
+	// pg_basebackup says where the backup ends (-v); a standby writes no
+	// backup history file. Without that message, the history file the
+	// primary archived before pg_basebackup returned says it.
+	if m := endPoint.FindStringSubmatch(stderr.String()); m != nil {
+		b.EndLSN = m[1]
+	} else if b.EndLSN, err = stopLSN(ctx, st, prefix, b); err != nil {
 		return b, err
 	}
 	b.Finished, b.Size, b.SHA256 = time.Now().UTC(), size.N, hex.EncodeToString(sum.Sum(nil))

@@ -3,6 +3,7 @@ package wal_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -124,5 +125,52 @@ func TestChooseBase(t *testing.T) {
 		if got.ID != c.want || ok != (c.want != "") {
 			t.Errorf("ChooseBase(%v, %q) = %q, %v; want %q", c.time, c.lsn, got.ID, ok, c.want)
 		}
+	}
+}
+
+// Retention keeps every file a kept base backup needs to reach its end and
+// beyond (segments from its first on, of every timeline, and all history
+// files), and deletes the dropped base backups and the WAL before them.
+func TestPruneArchiveKeepsWhatKeptBasesNeed(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	st := backup.NewDir(root)
+	put := func(key, content string) {
+		if err := st.Put(ctx, key, bytes.NewReader([]byte(content))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	base := func(id, startWAL string, finished time.Time) {
+		b := wal.BaseBackup{ID: id, Timeline: 1, StartWAL: startWAL, StartLSN: "0/0", EndLSN: "0/1", Finished: finished}
+		data, _ := json.Marshal(b)
+		put("p/base/"+id+"/base.tar.zst", "tar")
+		put("p/base/"+id+"/backup.json", string(data))
+	}
+	now := time.Now()
+	base("old", "000000010000000000000002", now.Add(-2*time.Hour))
+	base("new", "000000010000000000000005", now.Add(-time.Hour))
+	for _, name := range []string{"000000010000000000000002", "000000010000000000000003", "000000010000000000000003.00000028.backup",
+		"000000010000000000000004", "000000010000000000000005", "000000010000000000000006", "00000002.history", "000000020000000000000006"} {
+		put(wal.Key("p/", name), name)
+	}
+	bases, segments, err := wal.PruneArchive(ctx, st, "p/", []string{"new"})
+	if err != nil || bases != 1 || segments != 4 {
+		t.Fatalf("pruned %d bases, %d WAL files, %v; want 1 and 4", bases, segments, err)
+	}
+	left, _ := wal.ListBases(ctx, st, "p/")
+	if len(left) != 1 || left[0].ID != "new" {
+		t.Fatalf("bases left: %+v", left)
+	}
+	for _, name := range []string{"000000010000000000000005", "000000010000000000000006", "00000002.history", "000000020000000000000006"} {
+		if _, err := st.Size(ctx, wal.Key("p/", name)); err != nil {
+			t.Errorf("%s was pruned: %v", name, err)
+		}
+	}
+	if _, err := st.Size(ctx, "p/base/old/base.tar.zst"); err == nil {
+		t.Error("the dropped base backup's data is still stored")
+	}
+	// Nothing kept: nothing deleted.
+	if b, s, err := wal.PruneArchive(ctx, st, "p/", nil); b != 0 || s != 0 || err != nil {
+		t.Fatalf("with nothing kept: pruned %d, %d, %v", b, s, err)
 	}
 }

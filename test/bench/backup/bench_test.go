@@ -15,6 +15,7 @@ import (
 
 	"github.com/daytwo-dev/daytwo/internal/backup"
 	"github.com/daytwo-dev/daytwo/internal/testpg"
+	"github.com/daytwo-dev/daytwo/internal/wal"
 )
 
 var ctx = context.Background()
@@ -149,10 +150,45 @@ func TestBenchBackup(t *testing.T) {
 		pg.Exec(t, "postgres", "DROP DATABASE "+db)
 	}
 
-	// The peer: pgBackRest, a full physical backup of the same cluster to
-	// the same MinIO. Its rate counts the whole cluster it copies.
+	// Physical: the whole cluster, raw pg_basebackup to /dev/null (the
+	// floor), daytwo's base backup to MinIO and its extraction, against
+	// pgBackRest's full backup and restore on the same MinIO. The rates
+	// count the whole cluster each copies.
 	clusterMB, _ := strconv.ParseFloat(pg.Query(t, "postgres", "SELECT sum(pg_database_size(datname)) / 1000000.0 FROM pg_database"), 64)
-	peer := pgbackrest(t, pg, minio, ca)
+	clusterMBps := func(d time.Duration) float64 {
+		if d <= 0 {
+			return 0
+		}
+		return clusterMB / d.Seconds()
+	}
+	src := wal.Source{Host: "127.0.0.1", Port: pg.Port, User: "postgres", Password: pg.Password, BinDir: pg.BinDir}
+	var rawBase, daytwoBase, daytwoExtract time.Duration
+	var base wal.BaseBackup
+	for round := 1; round <= 2; round++ {
+		rawBase = best(rawBase, timed(t, fmt.Sprintf("raw pg_basebackup -Ft -D - > /dev/null (%d)", round), func() error {
+			devnull, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+			if err != nil {
+				return err
+			}
+			defer func() { _ = devnull.Close() }()
+			cmd := exec.Command(filepath.Join(pg.BinDir, "pg_basebackup"), "-h", "127.0.0.1", "-p", strconv.Itoa(pg.Port), "-U", "postgres",
+				"-D", "-", "-F", "tar", "-X", "none", "--checkpoint=fast", "--no-manifest")
+			cmd.Env, cmd.Stdout = append(os.Environ(), "PGPASSWORD="+pg.Password), devnull
+			return cmd.Run()
+		}))
+		daytwoBase = best(daytwoBase, timed(t, fmt.Sprintf("daytwo base backup to MinIO (%d)", round), func() error {
+			base, err = wal.TakeBase(ctx, src, st, "physical/", fmt.Sprintf("base-%d", round))
+			return err
+		}))
+		dir := filepath.Join(t.TempDir(), "data")
+		if err := os.Mkdir(dir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		daytwoExtract = best(daytwoExtract, timed(t, fmt.Sprintf("daytwo base backup restore (%d)", round), func() error {
+			return wal.ExtractBase(ctx, st, "physical/", base, dir)
+		}))
+	}
+	peer, peerRestore := pgbackrest(t, pg, minio, ca)
 
 	backupRatio := rawDump.Seconds() / daytwoBackup.Seconds()
 	restoreRatio := rawRestore.Seconds() / daytwoRestore.Seconds()
@@ -164,24 +200,43 @@ func TestBenchBackup(t *testing.T) {
 		{"raw pg_restore <- local file (best of 2)", rawRestore}, {"daytwo restore <- MinIO (best of 2)", daytwoRestore}} {
 		fmt.Printf("%-42s %10.2f %10.1f\n", row.name, row.d.Seconds(), mbps(row.d))
 	}
-	peerMBps := 0.0
-	if peer > 0 {
-		peerMBps = clusterMB / peer.Seconds()
-		fmt.Printf("%-42s %10.2f %10.1f  (whole cluster, %.0f MB)\n", "pgBackRest backup -> MinIO (full)", peer.Seconds(), peerMBps, clusterMB)
+	fmt.Printf("physical, whole cluster (%.0f MB):\n", clusterMB)
+	for _, row := range []struct {
+		name string
+		d    time.Duration
+	}{{"raw pg_basebackup -Ft > /dev/null (best of 2)", rawBase}, {"daytwo base backup -> MinIO (best of 2)", daytwoBase},
+		{"daytwo base restore <- MinIO (best of 2)", daytwoExtract}, {"pgBackRest backup -> MinIO (full)", peer},
+		{"pgBackRest restore <- MinIO", peerRestore}} {
+		if row.d > 0 {
+			fmt.Printf("%-42s %10.2f %10.1f\n", row.name, row.d.Seconds(), clusterMBps(row.d))
+		}
 	}
-	fmt.Printf("backup ratio daytwo/raw %.2f, restore ratio daytwo/raw %.2f (goal >= 0.9); dump %d bytes compressed\n",
+	ratio := func(a, b float64) float64 {
+		if b == 0 {
+			return 0
+		}
+		return a / b
+	}
+	physicalRatio := ratio(clusterMBps(daytwoBase), clusterMBps(peer))
+	physicalRestoreRatio := ratio(clusterMBps(daytwoExtract), clusterMBps(peerRestore))
+	fmt.Printf("logical: backup ratio daytwo/raw %.2f, restore ratio daytwo/raw %.2f (goal >= 0.9); dump %d bytes compressed\n",
 		backupRatio, restoreRatio, m.Bytes)
-	fmt.Printf("BENCH backup mb=%d dump_mbps=%.1f backup_mbps=%.1f backup_ratio=%.2f restore_raw_mbps=%.1f restore_mbps=%.1f restore_ratio=%.2f pgbackrest_mbps=%.1f\n",
-		int(sizeMB), mbps(rawDump), mbps(daytwoBackup), backupRatio, mbps(rawRestore), mbps(daytwoRestore), restoreRatio, peerMBps)
+	fmt.Printf("physical: daytwo/pgBackRest backup %.2f (goal >= 2), restore %.2f (goal >= 1.5); daytwo/raw pg_basebackup %.2f; base %d bytes stored\n",
+		physicalRatio, physicalRestoreRatio, ratio(clusterMBps(daytwoBase), clusterMBps(rawBase)), base.Size)
+	fmt.Printf("BENCH backup mb=%d dump_mbps=%.1f backup_mbps=%.1f backup_ratio=%.2f restore_raw_mbps=%.1f restore_mbps=%.1f restore_ratio=%.2f "+
+		"basebackup_raw_mbps=%.1f physical_mbps=%.1f pgbackrest_mbps=%.1f physical_ratio=%.2f pitr_restore_mbps=%.1f pgbackrest_restore_mbps=%.1f physical_restore_ratio=%.2f\n",
+		int(sizeMB), mbps(rawDump), mbps(daytwoBackup), backupRatio, mbps(rawRestore), mbps(daytwoRestore), restoreRatio,
+		clusterMBps(rawBase), clusterMBps(daytwoBase), clusterMBps(peer), physicalRatio, clusterMBps(daytwoExtract), clusterMBps(peerRestore), physicalRestoreRatio)
 }
 
-// pgbackrest runs a full pgBackRest backup of pg's cluster to MinIO and
-// returns how long it took (0 when pgBackRest is not installed: said, not hidden).
-func pgbackrest(t *testing.T, pg *testpg.Server, minio *testpg.MinIO, ca string) time.Duration {
+// pgbackrest runs a full pgBackRest backup of pg's cluster to MinIO and a
+// restore of it into an empty directory, and returns how long each took (0
+// when pgBackRest is not installed: said, not hidden).
+func pgbackrest(t *testing.T, pg *testpg.Server, minio *testpg.MinIO, ca string) (backup, restore time.Duration) {
 	bin, err := exec.LookPath("pgbackrest")
 	if err != nil {
 		t.Logf("pgBackRest is not installed (make bench-backup installs it): no peer figure")
-		return 0
+		return 0, 0
 	}
 	dir := t.TempDir()
 	conf := filepath.Join(dir, "pgbackrest.conf")
@@ -224,5 +279,12 @@ pg1-user=postgres
 		return c
 	}
 	timed(t, "pgBackRest stanza-create", func() error { return run(cmd("stanza-create")) })
-	return timed(t, "pgBackRest full backup to MinIO", func() error { return run(cmd("--type=full", "backup")) })
+	backup = timed(t, "pgBackRest full backup to MinIO", func() error { return run(cmd("--type=full", "backup")) })
+	target := filepath.Join(dir, "restored")
+	if err := os.Mkdir(target, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	testpg.ChownToRunner(t, target)
+	restore = timed(t, "pgBackRest restore from MinIO", func() error { return run(cmd("--pg1-path="+target, "restore")) })
+	return backup, restore
 }
