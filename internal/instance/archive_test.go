@@ -271,8 +271,8 @@ func TestArchivingCatchesUpAfterAStorageOutage(t *testing.T) {
 	}
 	eventually(t, 60*time.Second, func() bool {
 		s := in.status().Archive
-		return s != nil && s.LastError != "" && s.Failed > 0
-	}, "the status reporting the failing archive")
+		return s != nil && s.LastError != "" && s.Failed > 0 && s.Pending > 0 && s.PendingBytes >= 16<<20 && s.VolumeFreeBytes > 0
+	}, "the status reporting the failing archive and the WAL waiting")
 	t.Logf("while the storage is down: %+v", *in.status().Archive)
 	time.Sleep(5 * time.Second)
 	m.Start(t)

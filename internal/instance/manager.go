@@ -87,6 +87,8 @@ type Manager struct {
 	// archiver ships WAL when the operator asks for archiving (or nil;
 	// guarded by mu).
 	archiver *wal.Archiver
+	// backlog tracks WAL waiting for the archive (guarded by mu).
+	backlog backlog
 	// recovery, when set, makes a bootstrap from a backup a physical
 	// restore (see recoverFromArchive); restorer answers its
 	// restore_command while it runs (guarded by mu).
@@ -781,6 +783,7 @@ func (m *Manager) Status() instanceapi.Status {
 	s.PendingRestartSettings = append([]string(nil), s.PendingRestartSettings...)
 	if m.archiver != nil {
 		s.Archive = archiveStatus(m.archiver.Stats())
+		m.backlog.fill(s.Archive, filepath.Join(m.cfg.PGData, "pg_wal"), time.Now())
 	}
 	return s
 }

@@ -165,6 +165,16 @@ type ArchiveStatus struct {
 	// LastError is the latest failure since the last success, and when.
 	LastError     string     `json:"lastError,omitempty"`
 	LastErrorTime *time.Time `json:"lastErrorTime,omitempty"`
+	// Pending counts the WAL files PostgreSQL has finished and not yet
+	// seen archived, PendingBytes their size: they stay in pg_wal until
+	// they are.
+	Pending      int   `json:"pending"`
+	PendingBytes int64 `json:"pendingBytes"`
+	// VolumeFreeBytes is the free space on the data volume, and
+	// TimeToFullSeconds when it runs out at the rate the backlog grew
+	// over the last minutes (0: it does not grow).
+	VolumeFreeBytes   int64 `json:"volumeFreeBytes,omitempty"`
+	TimeToFullSeconds int64 `json:"timeToFullSeconds,omitempty"`
 }
 
 // Error is the body of a non-2xx answer.

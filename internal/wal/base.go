@@ -71,8 +71,6 @@ var (
 	startPoint    = regexp.MustCompile(`START WAL LOCATION: ([0-9A-F]+/[0-9A-F]+) \(file ([0-9A-F]{24})\)`)
 	startTimeline = regexp.MustCompile(`START TIMELINE: ([0-9]+)`)
 	stopPoint     = regexp.MustCompile(`STOP WAL LOCATION: ([0-9A-F]+/[0-9A-F]+) `)
-	// In pg_basebackup -v's messages (C locale).
-	endPoint = regexp.MustCompile(`write-ahead log end point: ([0-9A-F]+/[0-9A-F]+)`)
 )
 
 // TakeBase streams a base backup of src to storage as id.
@@ -83,9 +81,8 @@ func TakeBase(ctx context.Context, src Source, st backup.Storage, prefix, id str
 		bin = filepath.Join(src.BinDir, bin)
 	}
 	cmd := exec.CommandContext(ctx, bin, "-h", src.Host, "-p", fmt.Sprint(src.Port), "-U", src.User,
-		"-D", "-", "-F", "tar", "-X", "none", "--checkpoint=fast", "--no-manifest", "--no-password", "-v")
-	// The C locale: the end point is read from pg_basebackup's messages.
-	cmd.Env = append(os.Environ(), "PGPASSWORD="+src.Password, "PGAPPNAME=daytwo-base-backup", "LC_ALL=C")
+		"-D", "-", "-F", "tar", "-X", "none", "--checkpoint=fast", "--manifest-checksums=NONE", "--no-password")
+	cmd.Env = append(os.Environ(), "PGPASSWORD="+src.Password, "PGAPPNAME=daytwo-base-backup")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.StdoutPipe()
@@ -98,10 +95,11 @@ func TakeBase(ctx context.Context, src Source, st backup.Storage, prefix, id str
 	pr, pw := io.Pipe()
 	sum := sha256.New()
 	size := &backup.Counter{}
-	// The tar is read on the way too, for its backup_label.
+	// The tar is read on the way too, for its backup_label and the end of
+	// the WAL range in the backup manifest, which pg_basebackup appends.
 	lr, lw := io.Pipe()
-	label := make(chan string, 1)
-	go func() { label <- findLabel(lr); _, _ = io.Copy(io.Discard, lr) }()
+	label := make(chan tarFacts, 1)
+	go func() { label <- readFacts(lr); _, _ = io.Copy(io.Discard, lr) }()
 	go func() {
 		enc, err := zstd.NewWriter(io.MultiWriter(pw, sum, size), zstd.WithEncoderConcurrency(2))
 		if err == nil {
@@ -123,7 +121,8 @@ func TakeBase(ctx context.Context, src Source, st backup.Storage, prefix, id str
 	if putErr != nil {
 		return b, putErr
 	}
-	lbl := <-label
+	facts := <-label
+	lbl := facts.label
 	m, tl := startPoint.FindStringSubmatch(lbl), startTimeline.FindStringSubmatch(lbl)
 	if m == nil || tl == nil {
 		return b, fmt.Errorf("base backup %s holds no readable backup_label", id)
@@ -132,11 +131,11 @@ func TakeBase(ctx context.Context, src Source, st backup.Storage, prefix, id str
 	if b.Timeline, err = strconv.Atoi(tl[1]); err != nil {
 		return b, err
 	}
-	// pg_basebackup says where the backup ends (-v); a standby writes no
-	// backup history file. Without that message, the history file the
-	// primary archived before pg_basebackup returned says it.
-	if m := endPoint.FindStringSubmatch(stderr.String()); m != nil {
-		b.EndLSN = m[1]
+	// The manifest says where the backup ends (a standby writes no backup
+	// history file); without one, the history file the primary archived
+	// before pg_basebackup returned says it.
+	if facts.endLSN != "" {
+		b.EndLSN = facts.endLSN
 	} else if b.EndLSN, err = stopLSN(ctx, st, prefix, b); err != nil {
 		return b, err
 	}
@@ -151,17 +150,35 @@ func TakeBase(ctx context.Context, src Source, st backup.Storage, prefix, id str
 	return b, nil
 }
 
-// findLabel returns the backup_label in a base backup's tar, or "".
-func findLabel(r io.Reader) string {
+// tarFacts are what a base backup's tar says about it.
+type tarFacts struct {
+	// label is its backup_label; endLSN the end of the last WAL range in
+	// its backup_manifest.
+	label, endLSN string
+}
+
+// readFacts reads a base backup's tar for its backup_label and manifest.
+func readFacts(r io.Reader) tarFacts {
+	var f tarFacts
 	tr := tar.NewReader(r)
 	for {
 		h, err := tr.Next()
 		if err != nil {
-			return ""
+			return f
 		}
-		if h.Name == "backup_label" {
+		switch h.Name {
+		case "backup_label":
 			b, _ := io.ReadAll(io.LimitReader(tr, 64<<10))
-			return string(b)
+			f.label = string(b)
+		case "backup_manifest":
+			var m struct {
+				WALRanges []struct {
+					EndLSN string `json:"End-LSN"`
+				} `json:"WAL-Ranges"`
+			}
+			if json.NewDecoder(tr).Decode(&m) == nil && len(m.WALRanges) > 0 {
+				f.endLSN = m.WALRanges[len(m.WALRanges)-1].EndLSN
+			}
 		}
 	}
 }

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/daytwo-dev/daytwo/internal/backup"
+	"github.com/daytwo-dev/daytwo/internal/postgres"
+	"github.com/daytwo-dev/daytwo/internal/testpg"
 	"github.com/daytwo-dev/daytwo/internal/wal"
 )
 
@@ -172,5 +174,38 @@ func TestPruneArchiveKeepsWhatKeptBasesNeed(t *testing.T) {
 	// Nothing kept: nothing deleted.
 	if b, s, err := wal.PruneArchive(ctx, st, "p/", nil); b != 0 || s != 0 || err != nil {
 		t.Fatalf("with nothing kept: pruned %d, %d, %v", b, s, err)
+	}
+}
+
+// A base backup knows where it ends from its own manifest, whatever the
+// server archives (here: nothing, as on a standby that writes no backup
+// history file), and its manifest and data read back.
+func TestBaseBackupEndsWhereItsManifestSays(t *testing.T) {
+	ctx := context.Background()
+	pg := testpg.Start(t, "archive_mode=on", "archive_command=/bin/true", "wal_level=replica")
+	pg.Exec(t, "postgres", "CREATE TABLE t AS SELECT generate_series(1, 1000) g")
+	st := backup.NewDir(t.TempDir())
+	src := wal.Source{Host: "127.0.0.1", Port: pg.Port, User: "postgres", Password: pg.Password, BinDir: pg.BinDir}
+	b, err := wal.TakeBase(ctx, src, st, "p/", "b1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	start, ok1 := postgres.ParseLSN(b.StartLSN)
+	end, ok2 := postgres.ParseLSN(b.EndLSN)
+	if !ok1 || !ok2 || end <= start || b.StartWAL == "" || b.Size == 0 {
+		t.Fatalf("base backup %+v: want an end after its start", b)
+	}
+	got, err := wal.FindBase(ctx, st, "p/", "b1")
+	if err != nil || got != b {
+		t.Fatalf("FindBase = %+v, %v", got, err)
+	}
+	dir := t.TempDir()
+	if err := wal.ExtractBase(ctx, st, "p/", b, dir); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"PG_VERSION", "backup_label", "global/pg_control"} {
+		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
+			t.Errorf("extracted base backup lacks %s: %v", f, err)
+		}
 	}
 }

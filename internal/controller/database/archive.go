@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
@@ -156,9 +157,7 @@ func setArchiveCondition(db *v1alpha1.Database, obs *observation, set func(strin
 		set(v1alpha1.ConditionContinuousArchiving, false, v1alpha1.ReasonArchivingStarting,
 			"WAL archiving to DatabaseBackup "+a.backup+" starts once the primary restarts with it"+note)
 	case s.Archive.LastError != "": // cleared by the next success
-		set(v1alpha1.ConditionContinuousArchiving, false, v1alpha1.ReasonArchivingFailed,
-			fmt.Sprintf("The primary %s fails to archive WAL to DatabaseBackup %s (%d failures): %s%s",
-				obs.primary, a.backup, s.Archive.Failed, s.Archive.LastError, note))
+		set(v1alpha1.ConditionContinuousArchiving, false, v1alpha1.ReasonArchivingFailed, archiveFailure(obs.primary, a.backup, s.Archive)+note)
 	default:
 		last := "nothing yet: a segment is archived once it is full, or a minute after a write"
 		if s.Archive.LastArchived != "" && s.Archive.LastArchivedTime != nil {
@@ -183,4 +182,47 @@ func recoveryProgress(obs *observation) *v1alpha1.RecoveryProgress {
 		out.TargetTime = &metav1.Time{Time: *r.TargetTime}
 	}
 	return out
+}
+
+// archiveFailure says what fails, and how long the data volume lasts.
+func archiveFailure(primary, backup string, s *instanceapi.ArchiveStatus) string {
+	msg := fmt.Sprintf("The primary %s fails to archive WAL to DatabaseBackup %s (%d failures): %s; %d files (%d MiB) wait in pg_wal",
+		primary, backup, s.Failed, s.LastError, s.Pending, s.PendingBytes>>20)
+	if s.TimeToFullSeconds > 0 {
+		msg += fmt.Sprintf(", and at the rate they grow the data volume (%d MiB free) fills in about %s",
+			s.VolumeFreeBytes>>20, (time.Duration(s.TimeToFullSeconds) * time.Second).String())
+	}
+	return msg
+}
+
+// archiveEvent warns once when the primary starts failing to archive: the
+// condition written before this reconcile did not say so yet.
+func (r *Reconciler) archiveEvent(db, written *v1alpha1.Database, obs *observation) {
+	s, ok := obs.instances[obs.primary]
+	if obs.plan.archive == nil || !ok || s.Archive == nil || s.Archive.LastError == "" {
+		return
+	}
+	if c := meta.FindStatusCondition(written.Status.Conditions, v1alpha1.ConditionContinuousArchiving); c != nil && c.Reason == v1alpha1.ReasonArchivingFailed {
+		return
+	}
+	r.Recorder.Eventf(db, nil, corev1.EventTypeWarning, v1alpha1.ReasonArchivingFailed, "Archive",
+		archiveFailure(obs.primary, obs.plan.archive.backup, s.Archive))
+}
+
+// recordArchiveMetrics publishes the primary's archive backlog and its last
+// success; without archiving, the series go.
+func recordArchiveMetrics(db *v1alpha1.Database, obs *observation) {
+	s, ok := obs.instances[obs.primary]
+	if obs.plan.archive == nil {
+		walPending.DeleteLabelValues(db.Namespace, db.Name)
+		walLastArchived.DeleteLabelValues(db.Namespace, db.Name)
+		return
+	}
+	if !ok || s.Archive == nil {
+		return
+	}
+	walPending.WithLabelValues(db.Namespace, db.Name).Set(float64(s.Archive.Pending))
+	if s.Archive.LastArchivedTime != nil {
+		walLastArchived.WithLabelValues(db.Namespace, db.Name).Set(float64(s.Archive.LastArchivedTime.Unix()))
+	}
 }

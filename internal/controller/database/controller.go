@@ -129,6 +129,8 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, db, written *v1alpha1.
 	if err := r.observe(ctx, db, obs); err != nil {
 		return reconcile.Result{}, err
 	}
+	r.archiveEvent(db, written, obs)
+	recordArchiveMetrics(db, obs)
 	if err := r.resolveRestore(ctx, db, obs); err != nil || obs.restoreFailed != "" {
 		return reconcile.Result{RequeueAfter: restoreRetry}, err
 	}

@@ -22,11 +22,17 @@ var (
 		Help:    "From a failover's detection, or a switchover's start, to the new primary's promotion.",
 		Buckets: []float64{0.25, 0.5, 1, 2, 5, 10, 30, 60},
 	}, []string{"namespace", "database", "kind"})
+	walPending = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "daytwo_database_wal_archive_pending_files", Help: "WAL files the primary finished and has not archived yet.",
+	}, []string{"namespace", "database"})
+	walLastArchived = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "daytwo_database_wal_last_archived_timestamp_seconds", Help: "When the primary last archived a WAL file: time() minus it is the archive's age.",
+	}, []string{"namespace", "database"})
 	registerOnce sync.Once
 )
 
 func registerMetrics() {
-	registerOnce.Do(func() { crmetrics.Registry.MustRegister(failovers, switchovers, promotionSeconds) })
+	registerOnce.Do(func() { crmetrics.Registry.MustRegister(failovers, switchovers, promotionSeconds, walPending, walLastArchived) })
 }
 
 func countFailover(db *v1alpha1.Database) { failovers.WithLabelValues(db.Namespace, db.Name).Inc() }

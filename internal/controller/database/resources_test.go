@@ -13,6 +13,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
+	"github.com/daytwo-dev/daytwo/internal/instanceapi"
 	"github.com/daytwo-dev/daytwo/internal/postgres"
 )
 
@@ -316,5 +317,21 @@ func TestPhase(t *testing.T) {
 				t.Errorf("phase = %s, want %s", db.Status.Phase, tt.want)
 			}
 		})
+	}
+}
+
+func TestArchiveFailureSaysWhenTheVolumeFills(t *testing.T) {
+	s := &instanceapi.ArchiveStatus{Failed: 3, LastError: "bucket wal: no such bucket", Pending: 5, PendingBytes: 80 << 20,
+		VolumeFreeBytes: 2 << 30, TimeToFullSeconds: 5400}
+	got := archiveFailure("ledger-0", "ledger-pitr", s)
+	for _, want := range []string{"ledger-0", "ledger-pitr", "3 failures", "no such bucket", "5 files (80 MiB) wait in pg_wal",
+		"2048 MiB free", "fills in about 1h30m0s"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("%q lacks %q", got, want)
+		}
+	}
+	s.TimeToFullSeconds = 0
+	if got := archiveFailure("ledger-0", "ledger-pitr", s); strings.Contains(got, "fills") {
+		t.Errorf("no growth, yet %q", got)
 	}
 }
