@@ -32,7 +32,9 @@ var (
 )
 
 func registerMetrics() {
-	registerOnce.Do(func() { crmetrics.Registry.MustRegister(failovers, switchovers, promotionSeconds, walPending, walLastArchived) })
+	registerOnce.Do(func() {
+		crmetrics.Registry.MustRegister(failovers, switchovers, promotionSeconds, walPending, walLastArchived)
+	})
 }
 
 func countFailover(db *v1alpha1.Database) { failovers.WithLabelValues(db.Namespace, db.Name).Inc() }
