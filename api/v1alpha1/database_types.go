@@ -138,7 +138,7 @@ func (in Parameters) DeepCopyInto(out *Parameters) { *out = maps.Clone(in) }
 func (in Parameters) DeepCopy() Parameters { return maps.Clone(in) }
 
 // DatabaseSpec is what a user declares for a PostgreSQL database.
-// +kubebuilder:validation:XValidation:rule="self.deletionPolicy != 'Snapshot' || has(self.backupStorage)",message="deletionPolicy Snapshot needs spec.backupStorage to hold the final backup"
+// +kubebuilder:validation:XValidation:rule="self.deletionPolicy != 'Snapshot' || has(self.backupStorage) || has(self.backup)",message="deletionPolicy Snapshot needs spec.backupStorage or spec.backup to hold the final backup"
 // +kubebuilder:validation:XValidation:rule="has(oldSelf.bootstrap) == has(self.bootstrap)",message="bootstrap is immutable"
 // +kubebuilder:validation:XValidation:rule="!has(self.replication) || !has(self.replication.synchronous) || !has(self.instances) || self.replication.synchronous.number < self.instances",message="spec.replication.synchronous.number must be below spec.instances: the primary does not count"
 type DatabaseSpec struct {
@@ -191,9 +191,18 @@ type DatabaseSpec struct {
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="bootstrap is immutable"
 	Bootstrap *DatabaseBootstrap `json:"bootstrap,omitempty"`
 
-	// backupStorage is where deletionPolicy Snapshot writes the final backup.
+	// backupStorage is where deletionPolicy Snapshot writes the final
+	// backup; without it, spec.backup.storage.
 	// +optional
 	BackupStorage *BackupStorage `json:"backupStorage,omitempty"`
+
+	// backup declares this Database's backups in place: daytwo manages a
+	// DatabaseBackup named <name>-backup from it (removing backup deletes
+	// that object, never the stored backups). The default method is
+	// Physical: WAL archiving, a base backup per run, and point-in-time
+	// recovery. A standalone DatabaseBackup works as well.
+	// +optional
+	Backup *DatabaseBackupPolicy `json:"backup,omitempty"`
 
 	// deletionPolicy says what happens to the data when the Database is deleted.
 	// +optional
@@ -204,6 +213,53 @@ type DatabaseSpec struct {
 	// stream asynchronously.
 	// +optional
 	Replication *DatabaseReplication `json:"replication,omitempty"`
+}
+
+// DatabaseBackupPolicy is spec.backup: the DatabaseBackup daytwo manages
+// for a Database. The fields mean what they mean on a DatabaseBackup.
+// +kubebuilder:validation:XValidation:rule="!has(self.method) || self.method != 'Physical' || !has(self.verify)",message="verify is implemented for Logical backups only"
+type DatabaseBackupPolicy struct {
+	// schedule is a cron expression or a descriptor; defaults to @daily.
+	// +optional
+	// +kubebuilder:default="@daily"
+	// +kubebuilder:validation:MaxLength=128
+	// +kubebuilder:validation:Pattern=`^(@(yearly|annually|monthly|weekly|daily|midnight|hourly)|@every ([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+|[0-9A-Za-z*/,?-]+( +[0-9A-Za-z*/,?-]+){4})$`
+	Schedule string `json:"schedule,omitempty"`
+
+	// timeZone is the IANA time zone the schedule is read in; defaults to UTC.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:Pattern=`^[A-Za-z][A-Za-z0-9_+/-]*$`
+	TimeZone *string `json:"timeZone,omitempty"`
+
+	// method is Physical (the default: WAL archiving and base backups,
+	// for point-in-time recovery) or Logical (pg_dump).
+	// +optional
+	// +kubebuilder:default=Physical
+	Method BackupMethod `json:"method,omitempty"`
+
+	// storage is where backups and WAL are written.
+	// +required
+	Storage BackupStorage `json:"storage"`
+
+	// retention says which stored backups to keep.
+	// +optional
+	// +kubebuilder:default={keepLast: 7}
+	Retention *BackupRetention `json:"retention,omitempty"`
+
+	// maxAge raises BackupStale when the newest backup is older than this.
+	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(s|m|h))+$`
+	MaxAge *metav1.Duration `json:"maxAge,omitempty"`
+
+	// verify restores Logical backups into a throwaway instance to prove them.
+	// +optional
+	Verify *BackupVerify `json:"verify,omitempty"`
+
+	// suspend stops new runs.
+	// +optional
+	Suspend bool `json:"suspend,omitempty"`
 }
 
 // DatabaseReplication says how replicas follow the primary.

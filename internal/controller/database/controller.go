@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -67,7 +68,7 @@ const instanceRefresh = 30 * time.Second
 // +kubebuilder:rbac:groups=daytwo.dev,resources=databases,verbs=get;list;watch;update;patch
 // +kubebuilder:rbac:groups=daytwo.dev,resources=databases/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=daytwo.dev,resources=databases/finalizers,verbs=update
-// +kubebuilder:rbac:groups=daytwo.dev,resources=databasebackups,verbs=get;list;watch;create
+// +kubebuilder:rbac:groups=daytwo.dev,resources=databasebackups,verbs=get;list;watch;create;update;delete
 // +kubebuilder:rbac:groups=apps,resources=statefulsets,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=services;configmaps,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;patch
@@ -161,6 +162,9 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, db, written *v1alpha1.
 	if err := r.reconcileStorage(ctx, db, obs); err != nil {
 		return reconcile.Result{}, err
 	}
+	if err := r.applyManagedBackup(ctx, db, obs); err != nil {
+		return reconcile.Result{}, err
+	}
 	res, err := r.rollOut(ctx, db, obs)
 	for _, other := range []reconcile.Result{failoverRes, switchoverRes, drainRes} {
 		res.RequeueAfter = soonest(res.RequeueAfter, other.RequeueAfter)
@@ -246,6 +250,9 @@ func (r *Reconciler) SetupWithManager(mgr manager.Manager) error {
 		// and a Physical one turns archiving on or off.
 		Watches(&v1alpha1.DatabaseBackup{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, obj client.Object) []reconcile.Request {
 			reqs := physicalBackupRequests(obj)
+			if owner := metav1.GetControllerOf(obj); owner != nil && owner.Kind == "Database" {
+				reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKey{Namespace: obj.GetNamespace(), Name: owner.Name}})
+			}
 			if name, ok := obj.GetLabels()[labelFinalBackupOf]; ok {
 				reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKey{Namespace: obj.GetNamespace(), Name: name}})
 			}

@@ -125,7 +125,7 @@ func (r *Reconciler) createFinalBackup(ctx context.Context, db *v1alpha1.Databas
 				v1alpha1.AnnotationBackupRequested: finalRequest(db)}},
 		Spec: v1alpha1.DatabaseBackupSpec{
 			DatabaseRef: v1alpha1.LocalObjectReference{Name: db.Name},
-			Storage:     *db.Spec.BackupStorage.DeepCopy(),
+			Storage:     finalBackupStorage(db),
 			Retention:   &v1alpha1.BackupRetention{KeepLast: 1},
 		},
 	}
@@ -208,4 +208,13 @@ func (r *Reconciler) retain(ctx context.Context, db *v1alpha1.Database, pvcs []c
 			strings.Join(kept, ", "), db.Name)
 	}
 	return nil
+}
+
+// finalBackupStorage is where deletionPolicy Snapshot's final backup goes:
+// spec.backupStorage, else spec.backup's storage.
+func finalBackupStorage(db *v1alpha1.Database) v1alpha1.BackupStorage {
+	if db.Spec.BackupStorage != nil {
+		return *db.Spec.BackupStorage.DeepCopy()
+	}
+	return *db.Spec.Backup.Storage.DeepCopy()
 }
