@@ -110,6 +110,7 @@ spec:
 		{goodDatabase, "metadata: {name: many}\nspec: {parameters: " + parameters(64) + "}"},
 		{goodDatabase, "metadata: {name: sync}\nspec: {instances: 3, replication: {synchronous: {number: 2, dataDurability: preferred}}}"},
 		{goodBackup, "metadata: {name: physical}\nspec: {method: Physical}"},
+		{goodDatabase, "metadata: {name: seed-shape}\nspec: {deletionPolicy: Snapshot, backup: {storage: {pvc: {claimName: c}}}}"},
 		{goodDatabase, "metadata: {name: pitr}\nspec: {bootstrap: {initdb: null, fromBackup: {backupRef: {name: physical}, targetTime: \"2026-11-24T07:00:00Z\"}}}"},
 		// A tier's instances are checked by the operator, which names the field too.
 		{goodDatabase, "metadata: {name: sync-tier}\nspec: {size: large, replication: {synchronous: {number: 1}}}"},
@@ -202,6 +203,9 @@ func TestBadSpecsAreRefusedNamingTheField(t *testing.T) {
 		{"backup with two storage backends", goodBackup, `spec: {storage: {pvc: {claimName: c}}}`, []string{"spec.storage", "exactly one of s3 or pvc"}},
 		{"backup schedule in prose", goodBackup, `spec: {schedule: "every day at noon"}`, []string{"spec.schedule"}},
 		{"backup physical with verify", goodBackup, `spec: {method: Physical, verify: {everyNth: 1}}`, []string{"spec", "verify is implemented for Logical backups only"}},
+		{"database backup policy physical with verify", goodDatabase, `spec: {backup: {storage: {pvc: {claimName: c}}, verify: {everyNth: 1}}}`,
+			[]string{"spec.backup", "verify is implemented for Logical backups only"}},
+		{"database backup policy without storage", goodDatabase, `spec: {backup: {schedule: "@daily"}}`, []string{"spec.backup.storage", "Required value"}},
 		{"database two recovery targets", goodDatabase, `spec: {bootstrap: {initdb: null, fromBackup: {backupRef: {name: b}, targetTime: "2026-11-24T07:00:00Z", targetLSN: "0/3000060"}}}`,
 			[]string{"spec.bootstrap.fromBackup", "targetTime or targetLSN, not both"}},
 		{"database recovery target not an LSN", goodDatabase, `spec: {bootstrap: {initdb: null, fromBackup: {backupRef: {name: b}, targetLSN: "3000060"}}}`,
