@@ -9,20 +9,25 @@ import (
 	"testing"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
+	"github.com/daytwo-dev/daytwo/test/e2e/framework"
 )
 
 // archivedSegment is the segment named in a ContinuousArchiving message.
 var archivedSegment = regexp.MustCompile(`last archived ([0-9A-F]{24})`)
 
-// Continuous backup, end to end: a Physical DatabaseBackup turns WAL
-// archiving on for a running Database (its instance restarts with it), its
-// run waits for archiving and then streams a base backup to MinIO, and a
-// new Database bootstrapped from it with a target time holds exactly the
-// rows committed before that time: point-in-time recovery through the API.
+// Continuous backup, end to end: spec.backup on a running Database makes a
+// Physical DatabaseBackup, which turns WAL archiving on (the instance
+// restarts with it); its first run waits for archiving and then streams a
+// base backup to MinIO; a new Database bootstrapped from it with a target
+// time holds exactly the rows committed before that time: point-in-time
+// recovery through the API. The managed DatabaseBackup goes with the
+// Database.
 func TestContinuousBackupRestoresToATime(t *testing.T) {
 	requireRealNode(t)
 	ns := restrictedNamespace(t)
@@ -32,26 +37,21 @@ func TestContinuousBackupRestoresToATime(t *testing.T) {
 	psqlPod(t, ns, "psql", "ledger")
 	sql(t, ns, "psql", "ledger-rw", "CREATE TABLE entries (id int PRIMARY KEY); INSERT INTO entries SELECT generate_series(1, 100)")
 
+	// The seed's shape: backups declared on the Database, Physical (the
+	// default) with its schedule's first run at once.
 	start := time.Now()
-	b := &v1alpha1.DatabaseBackup{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "ledger-pitr"},
-		Spec: v1alpha1.DatabaseBackupSpec{
-			DatabaseRef: v1alpha1.LocalObjectReference{Name: "ledger"},
-			Method:      v1alpha1.BackupMethodPhysical,
-			Storage: v1alpha1.BackupStorage{S3: &v1alpha1.S3Storage{
-				Endpoint: fmt.Sprintf("minio.%s.svc.cluster.local:9000", ns), Bucket: "wal", Insecure: true,
-				CredentialsSecretRef: v1alpha1.S3CredentialsSecretRef{Name: "s3"}}},
-		},
-	}
-	if err := cluster.Client.Create(context.Background(), b); err != nil {
-		t.Fatal(err)
-	}
+	updateDatabase(t, ns, "ledger", func(db *v1alpha1.Database) {
+		db.Spec.Backup = &v1alpha1.DatabaseBackupPolicy{Storage: v1alpha1.BackupStorage{S3: &v1alpha1.S3Storage{
+			Endpoint: fmt.Sprintf("minio.%s.svc.cluster.local:9000", ns), Bucket: "wal", Insecure: true,
+			CredentialsSecretRef: v1alpha1.S3CredentialsSecretRef{Name: "s3"}}}}
+		db.Spec.DeletionPolicy = v1alpha1.DatabaseDeletionDelete
+	})
 	db := waitDatabase(t, ns, "ledger", 4*time.Minute, "archiving WAL", func(db *v1alpha1.Database) bool {
 		return meta.IsStatusConditionTrue(db.Status.Conditions, v1alpha1.ConditionContinuousArchiving) && isReady(1, "")(db)
 	})
 	t.Logf("archiving in %s: %s", time.Since(start).Round(time.Second),
 		meta.FindStatusCondition(db.Status.Conditions, v1alpha1.ConditionContinuousArchiving).Message)
-	got := waitBackup(t, ns, "ledger-pitr", 4*time.Minute, "a base backup", func(b *v1alpha1.DatabaseBackup) bool {
+	got := waitBackup(t, ns, "ledger-backup", 4*time.Minute, "a base backup", func(b *v1alpha1.DatabaseBackup) bool {
 		if c := meta.FindStatusCondition(b.Status.Conditions, v1alpha1.ConditionLastRunFailed); c != nil && c.Status == metav1.ConditionTrue {
 			t.Fatalf("the base backup failed: %s", c.Message)
 		}
@@ -78,7 +78,7 @@ func TestContinuousBackupRestoresToATime(t *testing.T) {
 	start = time.Now()
 	createDatabase(t, ns, "ledger-then", func(db *v1alpha1.Database) {
 		db.Spec.Bootstrap = &v1alpha1.DatabaseBootstrap{FromBackup: &v1alpha1.BootstrapFromBackup{
-			BackupRef: v1alpha1.LocalObjectReference{Name: "ledger-pitr"}, TargetTime: &metav1.Time{Time: target}}}
+			BackupRef: v1alpha1.LocalObjectReference{Name: "ledger-backup"}, TargetTime: &metav1.Time{Time: target}}}
 		db.Spec.DeletionPolicy = v1alpha1.DatabaseDeletionDelete
 	})
 	waitDatabase(t, ns, "ledger-then", 4*time.Minute, "Ready at the target time", isReady(1, ""))
@@ -87,4 +87,13 @@ func TestContinuousBackupRestoresToATime(t *testing.T) {
 	if got := sql(t, ns, "psql-then", "ledger-then-rw", "SELECT count(*) || ':' || max(id) FROM entries"); got != "200:200" {
 		t.Fatalf("recovered to %s: rows %s, want 200:200 (those committed before the target)", target.Format(time.RFC3339), got)
 	}
+
+	// The managed DatabaseBackup goes with its Database.
+	if err := cluster.Client.Delete(context.Background(), &v1alpha1.Database{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "ledger"}}); err != nil {
+		t.Fatal(err)
+	}
+	framework.Eventually(t, 2*time.Minute, "ledger-backup deleted with its Database", func(ctx context.Context) (bool, error) {
+		err := cluster.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "ledger-backup"}, &v1alpha1.DatabaseBackup{})
+		return apierrors.IsNotFound(err), client.IgnoreNotFound(err)
+	})
 }

@@ -208,7 +208,13 @@ func (r *Reconciler) decideSchedule(b *v1alpha1.DatabaseBackup, now time.Time) s
 	if b.Spec.StartingDeadlineSeconds != nil {
 		deadline = time.Duration(*b.Spec.StartingDeadlineSeconds) * time.Second
 	}
-	return schedule.Decide(s, last, now, policy, deadline)
+	d := schedule.Decide(s, last, now, policy, deadline)
+	if b.Spec.Method == v1alpha1.BackupMethodPhysical && b.Status.LastScheduleTime == nil && d.Due.IsZero() {
+		// Archived WAL is worth nothing before a first base backup: a
+		// Physical schedule's first run is at once, the rest on schedule.
+		d.Due, d.Missed = b.CreationTimestamp.Time, 1
+	}
+	return d
 }
 
 // startRun creates the Job of the due time, honouring concurrencyPolicy.

@@ -489,10 +489,14 @@ func TestClaimedRunWithALostStatusWriteIsShown(t *testing.T) {
 	}
 }
 
-// A Physical run waits, and says why, until its Database archives WAL:
-// a base backup without the WAL after it restores nothing.
+// A Physical schedule's first run is due at once (archived WAL is worth
+// nothing before a base backup), and it waits, and says why, until the
+// Database archives WAL: a base backup without the WAL after it restores
+// nothing.
 func TestPhysicalRunWaitsForArchiving(t *testing.T) {
-	ns, b := setup(t, func(b *v1alpha1.DatabaseBackup) { b.Spec.Method = v1alpha1.BackupMethodPhysical })
+	ns, b := setup(t, func(b *v1alpha1.DatabaseBackup) {
+		b.Spec.Method, b.Spec.Schedule = v1alpha1.BackupMethodPhysical, "@daily"
+	})
 	got := waitCondition(t, b, v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonWaitingForArchiving)
 	if c := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionReady); !strings.Contains(c.Message, "waits for WAL archiving") {
 		t.Errorf("Ready = %s", c.Message)
