@@ -116,14 +116,8 @@ func newBackupRunCommand() *cobra.Command {
 // runBaseBackup streams a base backup into storage, records it in the
 // series, and prunes base backups and the WAL only pruned ones needed.
 func runBaseBackup(ctx context.Context, sf *storageFlags, id string, _ time.Duration, keep backup.Retention) (backup.Result, error) {
-	st, prefix, err := sf.open()
+	st, prefix, id, err := prepareRun(ctx, sf, id)
 	if err != nil {
-		return backup.Result{}, err
-	}
-	if id == "" {
-		id = backup.NewID(time.Now())
-	}
-	if err := backup.EnsureBucket(ctx, st); err != nil {
 		return backup.Result{ID: id}, err
 	}
 	c := connFromEnv()
@@ -153,16 +147,22 @@ func runBaseBackup(ctx context.Context, sf *storageFlags, id string, _ time.Dura
 	return res, nil
 }
 
-func runBackup(ctx context.Context, sf *storageFlags, id string, lockWait time.Duration, keep backup.Retention) (backup.Result, error) {
-	st, prefix, err := sf.open()
-	if err != nil {
-		return backup.Result{}, err
-	}
+// prepareRun opens the storage and names the run (now, without an ID). A
+// missing bucket is created, so a first backup needs no setup step.
+func prepareRun(ctx context.Context, sf *storageFlags, id string) (backup.Storage, string, string, error) {
 	if id == "" {
 		id = backup.NewID(time.Now())
 	}
-	// A missing bucket is created, so a first backup needs no setup step.
-	if err := backup.EnsureBucket(ctx, st); err != nil {
+	st, prefix, err := sf.open()
+	if err != nil {
+		return nil, "", id, err
+	}
+	return st, prefix, id, backup.EnsureBucket(ctx, st)
+}
+
+func runBackup(ctx context.Context, sf *storageFlags, id string, lockWait time.Duration, keep backup.Retention) (backup.Result, error) {
+	st, prefix, id, err := prepareRun(ctx, sf, id)
+	if err != nil {
 		return backup.Result{ID: id}, err
 	}
 	o := backup.Options{Conn: connFromEnv(), Storage: st, Prefix: prefix, Series: sf.series, LockWaitTimeout: lockWait}

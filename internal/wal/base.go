@@ -101,9 +101,10 @@ func TakeBase(ctx context.Context, src Source, st backup.Storage, prefix, id str
 	label := make(chan tarFacts, 1)
 	go func() { label <- readFacts(lr); _, _ = io.Copy(io.Discard, lr) }()
 	go func() {
-		enc, err := zstd.NewWriter(io.MultiWriter(pw, sum, size), zstd.WithEncoderConcurrency(2))
+		enc, err := zstd.NewWriter(io.MultiWriter(pw, sum, size), zstd.WithEncoderConcurrency(2), zstd.WithEncoderLevel(zstd.SpeedFastest))
 		if err == nil {
-			_, err = io.Copy(io.MultiWriter(enc, lw), out)
+			// Large reads: every chunk passes two pipes to other goroutines.
+			_, err = io.CopyBuffer(io.MultiWriter(enc, lw), out, make([]byte, 1<<20))
 			if cerr := enc.Close(); err == nil {
 				err = cerr
 			}

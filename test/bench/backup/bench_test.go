@@ -78,7 +78,12 @@ func TestBenchBackup(t *testing.T) {
 	}
 	sizeMB, _ := strconv.ParseFloat(pg.Query(t, "bench", "SELECT pg_database_size('bench') / 1000000.0"), 64)
 	t.Logf("database size: %.0f MB", sizeMB)
-	mbps := func(d time.Duration) float64 { return sizeMB / d.Seconds() }
+	mbps := func(d time.Duration) float64 {
+		if d <= 0 {
+			return 0
+		}
+		return sizeMB / d.Seconds()
+	}
 
 	// daytwo: the same code path as `daytwo backup run` and the restore, to MinIO over TLS.
 	st, err := backup.NewS3(backup.S3Config{Endpoint: "https://" + minio.Endpoint, Bucket: "bench",
@@ -93,12 +98,16 @@ func TestBenchBackup(t *testing.T) {
 		return backup.Options{Conn: backup.Conn{Host: "127.0.0.1", Port: pg.Port, User: "postgres", Password: pg.Password, Database: db},
 			Storage: st, Prefix: "bench/", BinDir: pg.BinDir}
 	}
+	// BENCH_ONLY=physical skips the logical half.
+	logical := os.Getenv("BENCH_ONLY") != "physical"
 	dumpFile := filepath.Join(t.TempDir(), "bench.dump")
-	timed(t, "pg_dump -Fc to a local file", func() error {
-		cmd := exec.Command(filepath.Join(pg.BinDir, "pg_dump"), "--format=custom", "--file="+dumpFile)
-		cmd.Env = pg.Env("bench")
-		return run(cmd)
-	})
+	if logical {
+		timed(t, "pg_dump -Fc to a local file", func() error {
+			cmd := exec.Command(filepath.Join(pg.BinDir, "pg_dump"), "--format=custom", "--file="+dumpFile)
+			cmd.Env = pg.Env("bench")
+			return run(cmd)
+		})
+	}
 	restoreFlags := []string{"--no-owner", "--no-privileges", "--exit-on-error", "--single-transaction"}
 
 	// Each measurement runs twice, alternating raw and daytwo, and the best
@@ -112,7 +121,7 @@ func TestBenchBackup(t *testing.T) {
 		}
 		return cur
 	}
-	for round := 1; round <= 2; round++ {
+	for round := 1; logical && round <= 2; round++ {
 		rawDump = best(rawDump, timed(t, fmt.Sprintf("raw pg_dump -Fc > /dev/null (%d)", round), func() error {
 			devnull, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
 			if err != nil {
@@ -200,8 +209,10 @@ func TestBenchBackup(t *testing.T) {
 		peerRestore = tunedRestore
 	}
 
-	backupRatio := rawDump.Seconds() / daytwoBackup.Seconds()
-	restoreRatio := rawRestore.Seconds() / daytwoRestore.Seconds()
+	var backupRatio, restoreRatio float64
+	if logical {
+		backupRatio, restoreRatio = rawDump.Seconds()/daytwoBackup.Seconds(), rawRestore.Seconds()/daytwoRestore.Seconds()
+	}
 	fmt.Printf("\n%-42s %10s %10s\n", "", "seconds", "MB/s")
 	for _, row := range []struct {
 		name string
