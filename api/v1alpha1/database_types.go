@@ -676,3 +676,6 @@ func (d *Database) ReplicationSecretName() string { return d.Name + "-replicatio
 
 // PrimaryServiceName is the Service that reaches the primary.
 func (d *Database) PrimaryServiceName() string { return d.Name + "-rw" }
+
+// ReplicaServiceName is the Service that reaches the streaming replicas.
+func (d *Database) ReplicaServiceName() string { return d.Name + "-ro" }

@@ -79,6 +79,7 @@ func newBackupRunCommand() *cobra.Command {
 	var lockWait time.Duration
 	var keep backup.Retention
 	var physical bool
+	var switchHost string
 	cmd := &cobra.Command{
 		Use:   "run",
 		Short: "Stream pg_dump (or, with --physical, a base backup) into storage, write the manifest, prune by retention",
@@ -90,7 +91,9 @@ func newBackupRunCommand() *cobra.Command {
 			defer stop()
 			run := runBackup
 			if physical {
-				run = runBaseBackup
+				run = func(ctx context.Context, sf *storageFlags, id string, _ time.Duration, keep backup.Retention) (backup.Result, error) {
+					return runBaseBackup(ctx, sf, id, switchHost, keep)
+				}
 			}
 			res, err := run(ctx, &sf, id, lockWait, keep)
 			if err != nil {
@@ -110,18 +113,27 @@ func newBackupRunCommand() *cobra.Command {
 	f.IntVar(&keep.KeepWeekly, "keep-weekly", 0, "Retention: weeks to keep one backup of.")
 	f.IntVar(&keep.KeepMonthly, "keep-monthly", 0, "Retention: months to keep one backup of.")
 	f.BoolVar(&physical, "physical", false, "Take a base backup with pg_basebackup (the Database archives its WAL to the same storage).")
+	f.StringVar(&switchHost, "switch-wal-host", "", "With --physical from a standby (PGHOST): its primary, asked to finish WAL segments so the backup can end.")
 	return cmd
 }
 
 // runBaseBackup streams a base backup into storage, records it in the
 // series, and prunes base backups and the WAL only pruned ones needed.
-func runBaseBackup(ctx context.Context, sf *storageFlags, id string, _ time.Duration, keep backup.Retention) (backup.Result, error) {
+func runBaseBackup(ctx context.Context, sf *storageFlags, id, switchHost string, keep backup.Retention) (backup.Result, error) {
 	st, prefix, id, err := prepareRun(ctx, sf, id)
 	if err != nil {
 		return backup.Result{ID: id}, err
 	}
 	c := connFromEnv()
-	b, err := wal.TakeBase(ctx, wal.Source{Host: c.Host, Port: c.Port, User: c.User, Password: c.Password}, st, prefix, id)
+	src := wal.Source{Host: c.Host, Port: c.Port, User: c.User, Password: c.Password}
+	if switchHost != "" {
+		primary := backup.Conn{Host: switchHost, Port: c.Port, User: c.User, Password: c.Password, Database: "postgres"}
+		src.SwitchWAL = func(ctx context.Context) error {
+			_, err := backup.Check(ctx, primary, "SELECT pg_switch_wal()")
+			return err
+		}
+	}
+	b, err := wal.TakeBase(ctx, src, st, prefix, id)
 	res := backup.Result{ID: id, Bytes: b.Size, SHA256: b.SHA256, End: b.Finished, DurationSeconds: b.Finished.Sub(b.Started).Seconds()}
 	if err != nil {
 		return res, err

@@ -307,3 +307,54 @@ func TestArchivingCatchesUpAfterAStorageOutage(t *testing.T) {
 		t.Fatalf("recovered to the end of the archive: %s rows, want 4000", got)
 	}
 }
+
+// A base backup taken from a streaming replica, sparing the primary: it
+// ends once the segment of its stop point is archived, which needs the
+// primary to finish that segment (asked every few seconds, as the backup
+// Job does), and it restores like one taken from the primary.
+func TestBaseBackupFromAReplica(t *testing.T) {
+	ctx := context.Background()
+	lt := newLeaseTest(t, "orders-0")
+	root := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(root, "orders", "wal"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	testpg.ChownToRunner(t, root)
+	prim, repl, _ := lt.linkedPairWith(nil, func(prim, repl *instance) {
+		for _, in := range []*instance{prim, repl} {
+			in.writeFile("config/"+instanceapi.ArchiveFile, `{"directory":"`+root+`","prefix":"orders/"}`)
+		}
+	})
+	st := backup.NewDir(root)
+	prim.exec(ctx, "INSERT INTO items SELECT g, 'before' FROM generate_series(1000, 1099) g")
+	primary := backup.Conn{Host: "127.0.0.1", Port: prim.pgPort, User: "streaming_replica", Password: "repl-secret", Database: "postgres"}
+	switches := 0
+	src := wal.Source{Host: "127.0.0.1", Port: repl.pgPort, User: "streaming_replica", Password: "repl-secret", BinDir: testpg.BinDir(t),
+		SwitchWAL: func(ctx context.Context) error {
+			switches++
+			_, err := backup.Check(ctx, primary, "SELECT pg_switch_wal()")
+			return err
+		}}
+	start := time.Now()
+	b, err := wal.TakeBase(ctx, src, st, "orders/", "from-replica")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("base backup from the replica in %s (%d switches asked): %+v", time.Since(start).Round(100*time.Millisecond), switches, b)
+	testpg.ChownToRunner(t, root)
+
+	prim.exec(ctx, "INSERT INTO items SELECT g, 'after' FROM generate_series(2000, 2099) g")
+	want := prim.query(ctx, "SELECT count(*)::text FROM items")
+	last := prim.superuser("SELECT pg_walfile_name(pg_switch_wal())")
+	eventually(t, 30*time.Second, func() bool {
+		_, err := st.Size(ctx, wal.Key("orders/", last))
+		return err == nil
+	}, last+" archived")
+	dst := newInstance(t)
+	dst.extraFlags = []string{"--from-backup", "--restore-physical", "--restore-path", root, "--restore-prefix", "orders", "--restore-id", "from-replica"}
+	dst.start("copy-0")
+	dst.waitReady(90 * time.Second)
+	if got := dst.query(ctx, "SELECT count(*)::text FROM items"); got != want {
+		t.Fatalf("restored %s rows, want %s", got, want)
+	}
+}

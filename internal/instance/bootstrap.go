@@ -120,6 +120,11 @@ func (m *Manager) ensureRoles(ctx context.Context, conn *pgx.Conn) error {
 	if _, err := conn.Exec(ctx, "GRANT pg_checkpoint TO "+replicationUser); err != nil {
 		return fmt.Errorf("failed to grant pg_checkpoint to %s: %w", replicationUser, err)
 	}
+	// A base backup taken from a standby ends once its last segment is
+	// archived, which takes the primary finishing it: the backup Job asks.
+	if _, err := conn.Exec(ctx, "GRANT EXECUTE ON FUNCTION pg_catalog.pg_switch_wal() TO "+replicationUser); err != nil {
+		return fmt.Errorf("failed to grant pg_switch_wal to %s: %w", replicationUser, err)
+	}
 	var exists bool
 	if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)", m.cfg.Database).Scan(&exists); err != nil {
 		return fmt.Errorf("failed to look up database %s: %w", m.cfg.Database, err)

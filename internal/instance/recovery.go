@@ -110,6 +110,11 @@ func (m *Manager) recoverFromArchive(ctx context.Context, dir string) (err error
 	if err := m.writeConfig(dir); err != nil {
 		return err
 	}
+	// A base backup taken from a standby carries its standby.signal:
+	// recovery in standby mode never ends at the archive's end.
+	if err := os.Remove(filepath.Join(dir, "standby.signal")); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
 	if err := os.WriteFile(filepath.Join(dir, "recovery.signal"), nil, 0o600); err != nil {
 		return err
 	}

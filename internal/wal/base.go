@@ -57,7 +57,18 @@ type Source struct {
 	Password string
 	// BinDir holds pg_basebackup; empty means $PATH.
 	BinDir string
+	// SwitchWAL, for a standby, makes its primary finish the current WAL
+	// segment (pg_switch_wal). A standby's backup ends only once the
+	// segment holding its stop point is archived, and the standby archives
+	// a segment only once the primary has finished it: without writes that
+	// would be never. Called every SwitchEvery while the backup runs; a
+	// switch with nothing written since the last one does nothing.
+	SwitchWAL func(context.Context) error
 }
+
+// SwitchEvery is how often a standby's base backup asks its primary to
+// finish the current WAL segment.
+const SwitchEvery = 5 * time.Second
 
 func baseKey(prefix, id, file string) string { return prefix + "base/" + id + "/" + file }
 
@@ -112,7 +123,23 @@ func TakeBase(ctx context.Context, src Source, st backup.Storage, prefix, id str
 		_ = lw.CloseWithError(err)
 		_ = pw.CloseWithError(err)
 	}()
+	stopSwitching := make(chan struct{})
+	if src.SwitchWAL != nil {
+		go func() {
+			t := time.NewTicker(SwitchEvery)
+			defer t.Stop()
+			for {
+				select {
+				case <-stopSwitching:
+					return
+				case <-t.C:
+					_ = src.SwitchWAL(ctx) // the next tick tries again
+				}
+			}
+		}()
+	}
 	putErr := st.Put(ctx, baseKey(prefix, id, baseData), pr)
+	close(stopSwitching)
 	_ = pr.CloseWithError(putErr)
 	_ = lr.CloseWithError(putErr)
 	waitErr := cmd.Wait()

@@ -74,7 +74,7 @@ func labels(db *v1alpha1.Database) map[string]string {
 // Child names, each from one place.
 func headlessName(db *v1alpha1.Database) string    { return instanceapi.HeadlessService(db.Name) }
 func rwName(db *v1alpha1.Database) string          { return db.PrimaryServiceName() }
-func roName(db *v1alpha1.Database) string          { return db.Name + "-ro" }
+func roName(db *v1alpha1.Database) string          { return db.ReplicaServiceName() }
 func configName(db *v1alpha1.Database) string      { return db.Name + "-config" }
 func replicationName(db *v1alpha1.Database) string { return db.ReplicationSecretName() }
 func podName(db *v1alpha1.Database, ordinal int) string {

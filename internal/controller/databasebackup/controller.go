@@ -260,8 +260,13 @@ func (r *Reconciler) jobInputs(db *v1alpha1.Database) jobInputs {
 	if image == "" {
 		image = postgres.DefaultImage(db.Spec.Version)
 	}
-	return jobInputs{image: image, instanceImage: r.InstanceImage, credentials: db.CredentialsSecretName(),
+	in := jobInputs{image: image, instanceImage: r.InstanceImage, credentials: db.CredentialsSecretName(),
 		replication: db.ReplicationSecretName(), primary: db.PrimaryServiceName()}
+	if db.Status.ReadyInstances > 1 {
+		// A ready replica streams: base backups spare the primary.
+		in.replicas = db.ReplicaServiceName()
+	}
+	return in
 }
 
 // setStaleness raises BackupStale once the newest success is older than

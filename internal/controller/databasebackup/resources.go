@@ -117,8 +117,10 @@ type jobInputs struct {
 	instanceImage string // the daytwo image the init container copies from
 	credentials   string // the Database's credentials Secret
 	// replication is the Database's replication Secret and primary the
-	// Service of its primary: a Physical run streams a base backup from it.
-	replication, primary string
+	// Service of its primary; replicas, when one streams, the Service of
+	// its replicas: a Physical run streams a base backup from a replica,
+	// sparing the primary, or else from the primary.
+	replication, primary, replicas string
 }
 
 // backupJob is the Job of the run scheduled at t.
@@ -131,6 +133,9 @@ func backupJob(b *v1alpha1.DatabaseBackup, in jobInputs, t time.Time) *batchv1.J
 	}
 	if b.Spec.Method == v1alpha1.BackupMethodPhysical {
 		args = append(args, "--physical")
+		if in.replicas != "" {
+			args = append(args, "--switch-wal-host="+in.primary)
+		}
 		env = append(replicationEnv(in), env...)
 	} else {
 		env = append(libpqEnv(in.credentials), env...)
@@ -192,11 +197,15 @@ func libpqEnv(credentials string) []corev1.EnvVar {
 	}
 }
 
-// replicationEnv reaches the Database's primary as its replication role,
+// replicationEnv reaches a replica of the Database, or its primary, as its replication role,
 // the password from a Secret reference.
 func replicationEnv(in jobInputs) []corev1.EnvVar {
+	host := in.primary
+	if in.replicas != "" {
+		host = in.replicas
+	}
 	return []corev1.EnvVar{
-		{Name: "PGHOST", Value: in.primary},
+		{Name: "PGHOST", Value: host},
 		{Name: "PGPORT", Value: strconv.Itoa(instanceapi.PostgresPort)},
 		{Name: "PGUSER", Value: instanceapi.ReplicationUser},
 		secretEnv("PGPASSWORD", in.replication, v1alpha1.CredentialsPassword),

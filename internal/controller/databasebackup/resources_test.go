@@ -2,6 +2,7 @@ package databasebackup
 
 import (
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -84,5 +85,21 @@ func TestPhysicalJobUsesTheReplicationRole(t *testing.T) {
 	}
 	if _, ok := env["PGDATABASE"]; ok {
 		t.Errorf("a physical run reads the application credentials: %v", env)
+	}
+	if slices.ContainsFunc(c.Args, func(a string) bool { return strings.HasPrefix(a, "--switch-wal-host") }) {
+		t.Errorf("a backup from the primary asks for WAL switches: %v", c.Args)
+	}
+
+	// With a streaming replica, from the replicas' Service.
+	job = backupJob(b, jobInputs{image: "postgres:15", instanceImage: "daytwo", credentials: "ledger-credentials",
+		replication: "ledger-replication", primary: "ledger-rw", replicas: "ledger-ro"}, time.Now())
+	c = job.Spec.Template.Spec.Containers[0]
+	for _, e := range c.Env {
+		if e.Name == "PGHOST" && e.Value != "ledger-ro" {
+			t.Errorf("PGHOST = %s, want ledger-ro", e.Value)
+		}
+	}
+	if !slices.Contains(c.Args, "--switch-wal-host=ledger-rw") {
+		t.Errorf("args %v lack --switch-wal-host=ledger-rw", c.Args)
 	}
 }
