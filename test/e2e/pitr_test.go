@@ -9,9 +9,11 @@ import (
 	"testing"
 	"time"
 
+	batchv1 "k8s.io/api/batch/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
@@ -21,10 +23,10 @@ import (
 // archivedSegment is the segment named in a ContinuousArchiving message.
 var archivedSegment = regexp.MustCompile(`last archived ([0-9A-F]{24})`)
 
-// Continuous backup, end to end: spec.backup on a running Database makes a
-// Physical DatabaseBackup, which turns WAL archiving on (the instance
-// restarts with it); its first run waits for archiving and then streams a
-// base backup to MinIO; a new Database bootstrapped from it with a target
+// Continuous backup, end to end: spec.backup on a running Database of two
+// instances makes a Physical DatabaseBackup, which turns WAL archiving on
+// (the instances roll with it); its first run waits for archiving and then
+// streams a base backup from the replica to MinIO; a new Database bootstrapped from it with a target
 // time holds exactly the rows committed before that time: point-in-time
 // recovery through the API. The managed DatabaseBackup goes with the
 // Database.
@@ -32,8 +34,9 @@ func TestContinuousBackupRestoresToATime(t *testing.T) {
 	requireRealNode(t)
 	ns := restrictedNamespace(t)
 	minioInCluster(t, ns)
-	createDatabase(t, ns, "ledger", nil)
-	waitDatabase(t, ns, "ledger", 3*time.Minute, "Ready", isReady(1, ""))
+	// Two instances: the base backup streams from the replica.
+	createDatabase(t, ns, "ledger", func(db *v1alpha1.Database) { db.Spec.Instances = ptr.To[int32](2) })
+	waitDatabase(t, ns, "ledger", 3*time.Minute, "Ready", isReady(2, ""))
 	psqlPod(t, ns, "psql", "ledger")
 	sql(t, ns, "psql", "ledger-rw", "CREATE TABLE entries (id int PRIMARY KEY); INSERT INTO entries SELECT generate_series(1, 100)")
 
@@ -47,7 +50,7 @@ func TestContinuousBackupRestoresToATime(t *testing.T) {
 		db.Spec.DeletionPolicy = v1alpha1.DatabaseDeletionDelete
 	})
 	db := waitDatabase(t, ns, "ledger", 4*time.Minute, "archiving WAL", func(db *v1alpha1.Database) bool {
-		return meta.IsStatusConditionTrue(db.Status.Conditions, v1alpha1.ConditionContinuousArchiving) && isReady(1, "")(db)
+		return meta.IsStatusConditionTrue(db.Status.Conditions, v1alpha1.ConditionContinuousArchiving) && isReady(2, "")(db)
 	})
 	t.Logf("archiving in %s: %s", time.Since(start).Round(time.Second),
 		meta.FindStatusCondition(db.Status.Conditions, v1alpha1.ConditionContinuousArchiving).Message)
@@ -59,6 +62,20 @@ func TestContinuousBackupRestoresToATime(t *testing.T) {
 	})
 	t.Logf("base backup %s: %d bytes, %s after the DatabaseBackup", got.Status.Backups[0].ID, got.Status.Backups[0].SizeBytes,
 		time.Since(start).Round(time.Second))
+	jobs := &batchv1.JobList{}
+	if err := cluster.Client.List(context.Background(), jobs, client.InNamespace(ns), client.MatchingLabels{"daytwo.dev/backup": "ledger-backup"}); err != nil {
+		t.Fatal(err)
+	}
+	if len(jobs.Items) == 0 {
+		t.Fatal("no backup Job of ledger-backup is kept")
+	}
+	for _, j := range jobs.Items {
+		for _, e := range j.Spec.Template.Spec.Containers[0].Env {
+			if e.Name == "PGHOST" && e.Value != "ledger-ro" {
+				t.Errorf("Job %s took the base backup from %s, want the replicas' Service ledger-ro", j.Name, e.Value)
+			}
+		}
+	}
 
 	sql(t, ns, "psql", "ledger-rw", "INSERT INTO entries SELECT generate_series(101, 200)")
 	time.Sleep(1100 * time.Millisecond)
