@@ -218,6 +218,7 @@ type DatabaseSpec struct {
 // DatabaseBackupPolicy is spec.backup: the DatabaseBackup daytwo manages
 // for a Database. The fields mean what they mean on a DatabaseBackup.
 // +kubebuilder:validation:XValidation:rule="!has(self.method) || self.method != 'Physical' || !has(self.verify)",message="verify is implemented for Logical backups only"
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.method) || !has(self.method) || oldSelf.method == self.method",message="method cannot change: remove spec.backup, then add it with the other method"
 type DatabaseBackupPolicy struct {
 	// schedule is a cron expression or a descriptor; defaults to @daily.
 	// +optional

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"syscall"
 	"time"
@@ -144,16 +145,24 @@ func runBaseBackup(ctx context.Context, sf *storageFlags, id, switchHost string,
 	if err := backup.Record(ctx, st, prefix, sf.series, m); err != nil {
 		return res, fmt.Errorf("failed to record base backup %s: %w", id, err)
 	}
+	before, err := backup.List(ctx, st, prefix, sf.series)
+	if err != nil {
+		return res, fmt.Errorf("base backup %s is stored, but listing the series failed: %w", id, err)
+	}
 	kept, pruned, err := backup.Prune(ctx, st, prefix, sf.series, keep)
 	res.Pruned, res.Retained = pruned, backup.Summaries(kept, 10)
 	if err != nil {
 		return res, fmt.Errorf("base backup %s is stored, but pruning failed: %w", id, err)
 	}
-	ids := make([]string, len(kept))
-	for i, k := range kept {
-		ids[i] = k.ID
+	// Only this series' pruned base backups go: another series at the same
+	// prefix (a DatabaseBackup made again under the same name) keeps its own.
+	var drop []string
+	for _, m := range before {
+		if m.Series == sf.series.UID && !slices.ContainsFunc(kept, func(k backup.Manifest) bool { return k.ID == m.ID }) {
+			drop = append(drop, m.ID)
+		}
 	}
-	if _, _, err := wal.PruneArchive(ctx, st, prefix, ids); err != nil {
+	if _, _, err := wal.PruneArchive(ctx, st, prefix, drop); err != nil {
 		return res, fmt.Errorf("base backup %s is stored, but pruning the WAL archive failed: %w", id, err)
 	}
 	return res, nil

@@ -781,6 +781,10 @@ func (m *Manager) Status() instanceapi.Status {
 	defer m.mu.Unlock()
 	s := m.status
 	s.PendingRestartSettings = append([]string(nil), s.PendingRestartSettings...)
+	if s.Recovery != nil {
+		r := *s.Recovery // recoverFromArchive updates it under mu
+		s.Recovery = &r
+	}
 	if m.archiver != nil {
 		s.Archive = archiveStatus(m.archiver.Stats())
 		m.backlog.fill(s.Archive, filepath.Join(m.cfg.PGData, "pg_wal"), time.Now())

@@ -157,9 +157,19 @@ func (m *Manager) recoverFromArchive(ctx context.Context, dir string) (err error
 		case <-tick.C:
 		}
 		m.updateRecoveryProgress(restorer, progress, start, end, segSize, time.Since(began))
-		if done, err := m.recovered(ctx); err != nil {
-			return err
-		} else if done {
+		if m.recovered(ctx, dir) {
+			if r.TargetTime.IsZero() && r.TargetLSN == "" && end > uint64(segSize) {
+				// To the archive's end: a segment missing in the middle
+				// would end recovery early without a word from PostgreSQL.
+				at, err := m.currentLSN(ctx)
+				if err != nil {
+					return err
+				}
+				if at < end-uint64(segSize) {
+					return fmt.Errorf("recovery ended at %s, before the newest archived segment (which ends at %s): "+
+						"a WAL segment between them is missing from the archive", postgres.FormatLSN(at), postgres.FormatLSN(end))
+				}
+			}
 			m.log.Info("Recovered to the target", "target", targetText(r), "took", time.Since(began).Round(time.Millisecond),
 				"restored", restorer.Stats().Restored)
 			return nil
@@ -218,19 +228,44 @@ func (m *Manager) updateRecoveryProgress(restorer *wal.Restorer, p *instanceapi.
 	}
 }
 
-// recovered says whether the local server finished recovery: without hot
-// standby it accepts connections only then.
-func (m *Manager) recovered(ctx context.Context) (bool, error) {
+// recovered says whether the local server on dir finished recovery. The
+// control file says so first (asking with a connection every second would
+// log a refusal every second of a long replay); a connection confirms it.
+func (m *Manager) recovered(ctx context.Context, dir string) bool {
+	out, err := m.controlData(ctx, dir)
+	if err != nil || parseControlData(out)["Database cluster state"] != "in production" {
+		return false
+	}
 	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	conn, err := pgx.Connect(cctx, m.localDSN("postgres"))
 	if err != nil {
-		return false, nil
+		return false
 	}
 	defer func() { _ = conn.Close(ctx) }()
 	var inRecovery bool
 	if err := conn.QueryRow(cctx, "SELECT pg_is_in_recovery()").Scan(&inRecovery); err != nil {
-		return false, nil
+		return false
 	}
-	return !inRecovery, nil
+	return !inRecovery
+}
+
+// currentLSN is pg_current_wal_lsn() of the local server.
+func (m *Manager) currentLSN(ctx context.Context) (uint64, error) {
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(cctx, m.localDSN("postgres"))
+	if err != nil {
+		return 0, fmt.Errorf("failed to connect after recovery: %w", err)
+	}
+	defer func() { _ = conn.Close(ctx) }()
+	var lsn string
+	if err := conn.QueryRow(cctx, "SELECT pg_current_wal_lsn()::text").Scan(&lsn); err != nil {
+		return 0, fmt.Errorf("failed to read the WAL position after recovery: %w", err)
+	}
+	at, ok := postgres.ParseLSN(lsn)
+	if !ok {
+		return 0, fmt.Errorf("unreadable WAL position %q", lsn)
+	}
+	return at, nil
 }

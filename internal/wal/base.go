@@ -142,6 +142,10 @@ func TakeBase(ctx context.Context, src Source, st backup.Storage, prefix, id str
 	close(stopSwitching)
 	_ = pr.CloseWithError(putErr)
 	_ = lr.CloseWithError(putErr)
+	if putErr != nil {
+		// Nothing reads pg_basebackup's output any more: it would block.
+		_ = cmd.Process.Kill()
+	}
 	waitErr := cmd.Wait()
 	if waitErr != nil {
 		return b, fmt.Errorf("pg_basebackup failed: %v: %s", waitErr, lastLines(stderr.String(), 5))
@@ -408,37 +412,35 @@ func SegmentStart(name string, segmentSize int64) uint64 {
 // BaseDataKey is where base backup id's data is stored.
 func BaseDataKey(prefix, id string) string { return baseKey(prefix, id, baseData) }
 
-// PruneArchive deletes the base backups not in keep and the WAL that none
-// of the kept ones needs: every segment (of any timeline) before the
-// oldest kept base backup's first, and the backup history files among
-// them. Timeline history files stay: they are small, and recovery reads
-// them to find its way across failovers. With nothing kept it deletes
-// nothing.
-func PruneArchive(ctx context.Context, st backup.Storage, prefix string, keep []string) (bases, segments int, err error) {
+// PruneArchive deletes the base backups named in drop, and the WAL that
+// none of the base backups left under prefix needs (whatever series took
+// them): every segment (of any timeline) before the oldest one's first,
+// and the backup history files among them. Timeline history files stay:
+// they are small, and recovery reads them to find its way across
+// failovers. With no base backup left it deletes no WAL.
+func PruneArchive(ctx context.Context, st backup.Storage, prefix string, drop []string) (bases, segments int, err error) {
 	all, err := ListBases(ctx, st, prefix)
 	if err != nil {
 		return 0, 0, err
 	}
 	oldest := ""
 	for _, b := range all {
-		if slices.Contains(keep, b.ID) && (oldest == "" || b.StartWAL[8:] < oldest) {
+		if slices.Contains(drop, b.ID) {
+			// The manifest goes first: a base backup without it is never chosen.
+			for _, f := range []string{baseManifest, baseData} {
+				if err := st.Delete(ctx, baseKey(prefix, b.ID, f)); err != nil {
+					return bases, segments, err
+				}
+			}
+			bases++
+			continue
+		}
+		if oldest == "" || b.StartWAL[8:] < oldest {
 			oldest = b.StartWAL[8:]
 		}
 	}
 	if oldest == "" {
-		return 0, 0, nil
-	}
-	for _, b := range all {
-		if slices.Contains(keep, b.ID) {
-			continue
-		}
-		// The manifest goes first: a base backup without it is never chosen.
-		for _, f := range []string{baseManifest, baseData} {
-			if err := st.Delete(ctx, baseKey(prefix, b.ID, f)); err != nil {
-				return bases, segments, err
-			}
-		}
-		bases++
+		return bases, 0, nil
 	}
 	keys, err := st.List(ctx, prefix+"wal/")
 	if err != nil {

@@ -130,9 +130,10 @@ func TestChooseBase(t *testing.T) {
 	}
 }
 
-// Retention keeps every file a kept base backup needs to reach its end and
-// beyond (segments from its first on, of every timeline, and all history
-// files), and deletes the dropped base backups and the WAL before them.
+// Retention deletes the dropped base backups only (another series' stay)
+// and the WAL before the oldest base backup left, keeping every file a
+// remaining one needs (segments from its first on, of every timeline, and
+// all history files).
 func TestPruneArchiveKeepsWhatKeptBasesNeed(t *testing.T) {
 	ctx := context.Background()
 	root := t.TempDir()
@@ -155,12 +156,13 @@ func TestPruneArchiveKeepsWhatKeptBasesNeed(t *testing.T) {
 		"000000010000000000000004", "000000010000000000000005", "000000010000000000000006", "00000002.history", "000000020000000000000006"} {
 		put(wal.Key("p/", name), name)
 	}
-	bases, segments, err := wal.PruneArchive(ctx, st, "p/", []string{"new"})
+	base("other-series", "000000010000000000000006", now.Add(-30*time.Minute))
+	bases, segments, err := wal.PruneArchive(ctx, st, "p/", []string{"old"})
 	if err != nil || bases != 1 || segments != 4 {
 		t.Fatalf("pruned %d bases, %d WAL files, %v; want 1 and 4", bases, segments, err)
 	}
 	left, _ := wal.ListBases(ctx, st, "p/")
-	if len(left) != 1 || left[0].ID != "new" {
+	if len(left) != 2 || left[0].ID != "new" || left[1].ID != "other-series" {
 		t.Fatalf("bases left: %+v", left)
 	}
 	for _, name := range []string{"000000010000000000000005", "000000010000000000000006", "00000002.history", "000000020000000000000006"} {
@@ -171,9 +173,9 @@ func TestPruneArchiveKeepsWhatKeptBasesNeed(t *testing.T) {
 	if _, err := st.Size(ctx, "p/base/old/base.tar.zst"); err == nil {
 		t.Error("the dropped base backup's data is still stored")
 	}
-	// Nothing kept: nothing deleted.
+	// Nothing dropped: no WAL a remaining base backup needs goes.
 	if b, s, err := wal.PruneArchive(ctx, st, "p/", nil); b != 0 || s != 0 || err != nil {
-		t.Fatalf("with nothing kept: pruned %d, %d, %v", b, s, err)
+		t.Fatalf("with nothing dropped: pruned %d, %d, %v", b, s, err)
 	}
 }
 

@@ -1,11 +1,9 @@
 package database
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
@@ -47,19 +45,14 @@ type archivePlan struct {
 	claim string
 }
 
-// physicalBackupsOf lists the Physical DatabaseBackups of db, oldest first.
+// physicalBackupsOf lists the Physical DatabaseBackups of db, the one that
+// archives first (databasebackup.PhysicalOf).
 func (r *Reconciler) physicalBackupsOf(ctx context.Context, db *v1alpha1.Database) ([]v1alpha1.DatabaseBackup, error) {
 	list := &v1alpha1.DatabaseBackupList{}
 	if err := r.Client.List(ctx, list, client.InNamespace(db.Namespace)); err != nil {
 		return nil, fmt.Errorf("failed to list DatabaseBackups: %w", err)
 	}
-	out := slices.DeleteFunc(list.Items, func(b v1alpha1.DatabaseBackup) bool {
-		return b.Spec.Method != v1alpha1.BackupMethodPhysical || b.Spec.DatabaseRef.Name != db.Name || !b.DeletionTimestamp.IsZero()
-	})
-	slices.SortFunc(out, func(a, b v1alpha1.DatabaseBackup) int {
-		return cmp.Or(a.CreationTimestamp.Compare(b.CreationTimestamp.Time), strings.Compare(a.Name, b.Name))
-	})
-	return out, nil
+	return databasebackup.PhysicalOf(list.Items, db.Name), nil
 }
 
 // resolveArchive finds where db archives its WAL: the oldest of its

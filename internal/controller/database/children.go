@@ -435,7 +435,7 @@ func (r *Reconciler) resolveRestore(ctx context.Context, db *v1alpha1.Database, 
 	if src.Spec.Method == v1alpha1.BackupMethodPhysical {
 		args = append(args, "--"+instanceapi.FlagRestorePhysical)
 		if f.TargetTime != nil {
-			args = append(args, instanceapi.Flag(instanceapi.FlagRecoveryTargetTime, f.TargetTime.UTC().Format(time.RFC3339)))
+			args = append(args, instanceapi.Flag(instanceapi.FlagRecoveryTargetTime, f.TargetTime.UTC().Format(time.RFC3339Nano)))
 		}
 		if f.TargetLSN != "" {
 			args = append(args, instanceapi.Flag(instanceapi.FlagRecoveryTargetLSN, f.TargetLSN))

@@ -2,6 +2,7 @@ package database
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -162,10 +163,10 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, db, written *v1alpha1.
 	if err := r.reconcileStorage(ctx, db, obs); err != nil {
 		return reconcile.Result{}, err
 	}
-	if err := r.applyManagedBackup(ctx, db, obs); err != nil {
-		return reconcile.Result{}, err
-	}
 	res, err := r.rollOut(ctx, db, obs)
+	// After the rollout: a DatabaseBackup that cannot be written must not
+	// hold up the instances.
+	err = errors.Join(err, r.applyManagedBackup(ctx, db, obs))
 	for _, other := range []reconcile.Result{failoverRes, switchoverRes, drainRes} {
 		res.RequeueAfter = soonest(res.RequeueAfter, other.RequeueAfter)
 	}

@@ -135,7 +135,15 @@ func (r *Reconciler) rollOut(ctx context.Context, db *v1alpha1.Database, obs *ob
 	if res, acted, err := r.lowerOnPrimaryFirst(ctx, db, obs); acted || err != nil {
 		return res, err
 	}
-	victim := pickRestart(outdated, allReady, obs.primary, time.Now())
+	// An instance still bootstrapping (a restore replaying WAL for hours)
+	// is not broken: restarting it would start the restore over.
+	candidates := slices.DeleteFunc(slices.Clone(outdated), func(p *corev1.Pod) bool {
+		return obs.instances[p.Name].Phase == instanceapi.PhaseBootstrapping
+	})
+	if len(candidates) == 0 {
+		return r.pollWhileRollingOut(obs), nil
+	}
+	victim := pickRestart(candidates, allReady, obs.primary, time.Now())
 	if victim == nil {
 		return r.pollWhileRollingOut(obs), nil
 	}

@@ -136,6 +136,18 @@ func (r *Reconciler) schedule(ctx context.Context, b *v1alpha1.DatabaseBackup, d
 			"Skipped the run of %s (%d missed since the last run): missedRunPolicy and startingDeadlineSeconds allow no catch-up",
 			d.Skipped.UTC().Format(time.RFC3339), d.Missed)
 	}
+	if !d.Due.IsZero() && b.Spec.Method == v1alpha1.BackupMethodPhysical {
+		list := &v1alpha1.DatabaseBackupList{}
+		if err := r.Client.List(ctx, list, client.InNamespace(b.Namespace)); err != nil {
+			return 0, fmt.Errorf("failed to list DatabaseBackups: %w", err)
+		}
+		if first := PhysicalOf(list.Items, db.Name); len(first) > 0 && first[0].UID != b.UID {
+			setCondition(b, v1alpha1.ConditionReady, false, v1alpha1.ReasonWaitingForArchiving,
+				fmt.Sprintf("DatabaseBackup %s archives the WAL of Database %s; this one takes no base backups (they would have no WAL) until it goes",
+					first[0].Name, db.Name))
+			return archivingPoll, nil
+		}
+	}
 	if !d.Due.IsZero() && b.Spec.Method == v1alpha1.BackupMethodPhysical && !meta.IsStatusConditionTrue(db.Status.Conditions, v1alpha1.ConditionContinuousArchiving) {
 		// A base backup is useless without the WAL after it: the run
 		// waits until the Database archives to this backup's storage.

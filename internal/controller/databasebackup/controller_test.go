@@ -505,3 +505,24 @@ func TestPhysicalRunWaitsForArchiving(t *testing.T) {
 		t.Fatalf("%d Jobs started before the Database archives", n)
 	}
 }
+
+// A second Physical DatabaseBackup of a Database takes no base backups:
+// the WAL goes to the first one's storage only, so its base backups would
+// restore nothing.
+func TestSecondPhysicalBackupTakesNoBaseBackups(t *testing.T) {
+	ns, first := setup(t, func(b *v1alpha1.DatabaseBackup) { b.Spec.Method = v1alpha1.BackupMethodPhysical })
+	waitCondition(t, first, v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonWaitingForArchiving)
+	time.Sleep(1100 * time.Millisecond) // a later creationTimestamp
+	second := first.DeepCopy()
+	second.ObjectMeta = metav1.ObjectMeta{Namespace: ns, Name: "second"}
+	if err := env.Client.Create(ctx, second); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the second one saying which archives", func() (bool, error) {
+		c := meta.FindStatusCondition(get(t, second).Status.Conditions, v1alpha1.ConditionReady)
+		return c != nil && strings.Contains(c.Message, "DatabaseBackup nightly archives the WAL of Database orders"), nil
+	})
+	if n := len(jobs(t, ns)); n != 0 {
+		t.Fatalf("%d Jobs started", n)
+	}
+}

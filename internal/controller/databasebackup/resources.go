@@ -1,9 +1,11 @@
 package databasebackup
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -109,6 +111,19 @@ func StorageArgs(b *v1alpha1.DatabaseBackup, flagPrefix string) ([]string, []cor
 	vol := corev1.Volume{Name: "backups", VolumeSource: corev1.VolumeSource{
 		PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: st.PVC.ClaimName}}}
 	return args, nil, []corev1.Volume{vol}, []corev1.VolumeMount{{Name: "backups", MountPath: backupVolumeMount}}
+}
+
+// PhysicalOf returns the Physical DatabaseBackups of the Database named
+// db among backups, the one that archives its WAL first: the oldest, then
+// by name. The others take no base backups (their storage gets no WAL).
+func PhysicalOf(backups []v1alpha1.DatabaseBackup, db string) []v1alpha1.DatabaseBackup {
+	out := slices.DeleteFunc(slices.Clone(backups), func(b v1alpha1.DatabaseBackup) bool {
+		return b.Spec.Method != v1alpha1.BackupMethodPhysical || b.Spec.DatabaseRef.Name != db || !b.DeletionTimestamp.IsZero()
+	})
+	slices.SortFunc(out, func(a, b v1alpha1.DatabaseBackup) int {
+		return cmp.Or(a.CreationTimestamp.Compare(b.CreationTimestamp.Time), strings.Compare(a.Name, b.Name))
+	})
+	return out
 }
 
 // jobInputs are the facts a backup Job needs beyond the DatabaseBackup.

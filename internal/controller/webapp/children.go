@@ -125,7 +125,7 @@ func (r *Reconciler) applyDeployment(ctx context.Context, app *v1alpha1.WebApp, 
 	case exists && live.Annotations[annotationFailedTemplate] == desiredHash:
 		// Rolled back before: keep the live (good) template, do not retry the failed one.
 		template = convertOne[corev1ac.PodTemplateSpecApplyConfiguration](&live.Spec.Template)
-		ro.failedHash = desiredHash
+		ro.failedHash, ro.restoredImage = desiredHash, imageOf(&live.Spec.Template)
 	case exists && deadlineExceeded(live) && live.Spec.Template.Annotations[annotationTemplateHash] == desiredHash:
 		prev, err := r.previousTemplate(ctx, live)
 		if err != nil {
@@ -134,7 +134,7 @@ func (r *Reconciler) applyDeployment(ctx context.Context, app *v1alpha1.WebApp, 
 		ro.deadlineExceeded = true
 		if prev != nil {
 			template = convertOne[corev1ac.PodTemplateSpecApplyConfiguration](prev)
-			ro.failedHash = desiredHash
+			ro.failedHash, ro.restoredImage = desiredHash, imageOf(prev)
 			event = func() {
 				r.Recorder.Eventf(app, live, corev1.EventTypeWarning, v1alpha1.ReasonRolledBack, "Rollback",
 					"Image %s missed its progress deadline; rolled back to %s", app.Spec.Image, imageOf(prev))

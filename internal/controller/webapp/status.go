@@ -1,6 +1,7 @@
 package webapp
 
 import (
+	"cmp"
 	"fmt"
 	"strings"
 
@@ -18,6 +19,10 @@ type rollout struct {
 	desiredImage     string
 	failedHash       string
 	deadlineExceeded bool
+	// restoredImage is the image of the template a rollback applied: the
+	// Deployment read back right after the apply may still be the cache's
+	// older copy, which names the failed image.
+	restoredImage string
 }
 
 // rolledBack reports whether the applied template is the previous revision's
@@ -83,7 +88,7 @@ func setStatus(app *v1alpha1.WebApp, obs observation) {
 	ro := obs.rollout
 	switch {
 	case ro.rolledBack():
-		msg := fmt.Sprintf("Image %s missed its progress deadline; rolled back to %s", ro.desiredImage, templateImage(d))
+		msg := fmt.Sprintf("Image %s missed its progress deadline; rolled back to %s", ro.desiredImage, cmp.Or(ro.restoredImage, templateImage(d)))
 		set(v1alpha1.ConditionProgressing, false, v1alpha1.ReasonRolledBack, msg)
 		set(v1alpha1.ConditionDegraded, true, v1alpha1.ReasonRolledBack, msg)
 		return
