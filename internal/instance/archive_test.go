@@ -198,6 +198,10 @@ func TestBaseBackupAndArchiveRecoverToATime(t *testing.T) {
 		if p := dst.status().Recovery; p != nil {
 			t.Fatalf("status.recovery = %+v after recovery finished, want none", p)
 		}
+		// The new timeline's history waits to be archived.
+		if _, err := os.Stat(filepath.Join(dst.root, "data", "pg_wal", "archive_status", "00000002.history.ready")); err != nil {
+			t.Errorf("the new timeline's history is not announced for archiving: %v", err)
+		}
 		// A restored Database serves its own credentials, not the source's.
 		if got := dst.query(ctx, "SELECT current_user"); got != "shop" {
 			t.Fatalf("connected as %q", got)

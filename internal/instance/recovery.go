@@ -170,6 +170,9 @@ func (m *Manager) recoverFromArchive(ctx context.Context, dir string) (err error
 						"a WAL segment between them is missing from the archive", postgres.FormatLSN(at), postgres.FormatLSN(end))
 				}
 			}
+			if err := markHistoryReady(dir); err != nil {
+				return err
+			}
 			m.log.Info("Recovered to the target", "target", targetText(r), "took", time.Since(began).Round(time.Millisecond),
 				"restored", restorer.Stats().Restored)
 			return nil
@@ -268,4 +271,28 @@ func (m *Manager) currentLSN(ctx context.Context) (uint64, error) {
 		return 0, fmt.Errorf("unreadable WAL position %q", lsn)
 	}
 	return at, nil
+}
+
+// markHistoryReady announces the new timeline's history file for archiving:
+// recovery ran with archive_mode off, so PostgreSQL did not, and the
+// restored Database's archive would lack its timeline's history.
+func markHistoryReady(dir string) error {
+	walDir := filepath.Join(dir, "pg_wal")
+	entries, err := os.ReadDir(walDir)
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		if !strings.HasSuffix(e.Name(), ".history") {
+			continue
+		}
+		status := filepath.Join(walDir, "archive_status", e.Name())
+		if fileExists(status+".done") || fileExists(status+".ready") {
+			continue
+		}
+		if err := os.WriteFile(status+".ready", nil, 0o600); err != nil {
+			return err
+		}
+	}
+	return nil
 }
