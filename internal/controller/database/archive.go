@@ -183,7 +183,7 @@ func archiveFailure(primary, backup string, s *instanceapi.ArchiveStatus) string
 		primary, backup, s.Failed, s.LastError, s.Pending, s.PendingBytes>>20)
 	if s.TimeToFullSeconds > 0 {
 		msg += fmt.Sprintf(", and at the rate they grow the data volume (%d MiB free) fills in about %s",
-			s.VolumeFreeBytes>>20, (time.Duration(s.TimeToFullSeconds) * time.Second).String())
+			s.VolumeFreeBytes>>20, (time.Duration(s.TimeToFullSeconds) * time.Second).Round(time.Minute).String())
 	}
 	return msg
 }

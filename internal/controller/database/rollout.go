@@ -143,7 +143,7 @@ func (r *Reconciler) rollOut(ctx context.Context, db *v1alpha1.Database, obs *ob
 	if len(candidates) == 0 {
 		return r.pollWhileRollingOut(obs), nil
 	}
-	victim := pickRestart(candidates, allReady, obs.primary, time.Now())
+	victim := pickRestart(candidates, allReady, obs.primary, r.Clock.Now())
 	if victim == nil {
 		return r.pollWhileRollingOut(obs), nil
 	}
