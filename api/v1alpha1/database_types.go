@@ -219,6 +219,8 @@ type DatabaseSpec struct {
 // for a Database. The fields mean what they mean on a DatabaseBackup.
 // +kubebuilder:validation:XValidation:rule="!has(self.method) || self.method != 'Physical' || !has(self.verify)",message="verify is implemented for Logical backups only"
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.method) || !has(self.method) || oldSelf.method == self.method",message="method cannot change: remove spec.backup, then add it with the other method"
+// +kubebuilder:validation:XValidation:rule="!(has(self.compression) || has(self.compressionLevel)) || !has(self.method) || self.method == 'Logical'",message="compression applies to Logical backups; Physical base backups and WAL are always zstd"
+// +kubebuilder:validation:XValidation:rule="!has(self.compressionLevel) || !has(self.compression) || self.compression == 'zstd' || (self.compression == 'gzip' && self.compressionLevel <= 9)",message="compressionLevel: gzip takes 1 to 9, zstd 1 to 22, none takes no level"
 type DatabaseBackupPolicy struct {
 	// schedule is a cron expression or a descriptor; defaults to @daily.
 	// +optional
@@ -238,6 +240,21 @@ type DatabaseBackupPolicy struct {
 	// +optional
 	// +kubebuilder:default=Physical
 	Method BackupMethod `json:"method,omitempty"`
+
+	// compression is how Logical backups are compressed: none, gzip or
+	// zstd (the default when unset). It runs in daytwo on the stream
+	// pg_dump writes, in parallel, so it is not bound to pg_dump's
+	// single-threaded gzip; restores decompress on the stream too.
+	// +optional
+	Compression Compression `json:"compression,omitempty"`
+
+	// compressionLevel is the level of compression: gzip 1 (fastest) to 9,
+	// zstd 1 to 22 (daytwo's zstd has four speeds: 1, 2-5, 6-9, 10 and up).
+	// Unset means the algorithm's default (gzip 6, zstd 3).
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=22
+	CompressionLevel *int32 `json:"compressionLevel,omitempty"`
 
 	// storage is where backups and WAL are written.
 	// +required

@@ -231,6 +231,11 @@ func (in *DatabaseBackupPolicy) DeepCopyInto(out *DatabaseBackupPolicy) {
 		*out = new(string)
 		**out = **in
 	}
+	if in.CompressionLevel != nil {
+		in, out := &in.CompressionLevel, &out.CompressionLevel
+		*out = new(int32)
+		**out = **in
+	}
 	in.Storage.DeepCopyInto(&out.Storage)
 	if in.Retention != nil {
 		in, out := &in.Retention, &out.Retention
@@ -266,6 +271,11 @@ func (in *DatabaseBackupSpec) DeepCopyInto(out *DatabaseBackupSpec) {
 	if in.TimeZone != nil {
 		in, out := &in.TimeZone, &out.TimeZone
 		*out = new(string)
+		**out = **in
+	}
+	if in.CompressionLevel != nil {
+		in, out := &in.CompressionLevel, &out.CompressionLevel
+		*out = new(int32)
 		**out = **in
 	}
 	in.Storage.DeepCopyInto(&out.Storage)

@@ -81,6 +81,7 @@ func newBackupRunCommand() *cobra.Command {
 	var keep backup.Retention
 	var physical bool
 	var switchHost string
+	var comp backup.Compression
 	cmd := &cobra.Command{
 		Use:   "run",
 		Short: "Stream pg_dump (or, with --physical, a base backup) into storage, write the manifest, prune by retention",
@@ -90,13 +91,13 @@ func newBackupRunCommand() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
 			defer stop()
-			run := runBackup
+			var res backup.Result
+			var err error
 			if physical {
-				run = func(ctx context.Context, sf *storageFlags, id string, _ time.Duration, keep backup.Retention) (backup.Result, error) {
-					return runBaseBackup(ctx, sf, id, switchHost, keep)
-				}
+				res, err = runBaseBackup(ctx, &sf, id, switchHost, keep)
+			} else {
+				res, err = runBackup(ctx, &sf, id, backup.Options{LockWaitTimeout: lockWait, Compression: comp}, keep)
 			}
-			res, err := run(ctx, &sf, id, lockWait, keep)
 			if err != nil {
 				res.Error = err.Error()
 			}
@@ -113,6 +114,8 @@ func newBackupRunCommand() *cobra.Command {
 	f.IntVar(&keep.KeepDaily, "keep-daily", 0, "Retention: days to keep one backup of.")
 	f.IntVar(&keep.KeepWeekly, "keep-weekly", 0, "Retention: weeks to keep one backup of.")
 	f.IntVar(&keep.KeepMonthly, "keep-monthly", 0, "Retention: months to keep one backup of.")
+	f.StringVar(&comp.Algorithm, "compression", backup.DefaultCompression.Algorithm, "Compression of a logical backup: none, gzip or zstd, done on the stream pg_dump writes.")
+	f.IntVar(&comp.Level, "compression-level", 0, "Compression level (gzip 1-9, zstd 1-22); 0 means the algorithm's default.")
 	f.BoolVar(&physical, "physical", false, "Take a base backup with pg_basebackup (the Database archives its WAL to the same storage).")
 	f.StringVar(&switchHost, "switch-wal-host", "", "With --physical from a standby (PGHOST): its primary, asked to finish WAL segments so the backup can end.")
 	return cmd
@@ -181,12 +184,16 @@ func prepareRun(ctx context.Context, sf *storageFlags, id string) (backup.Storag
 	return st, prefix, id, backup.EnsureBucket(ctx, st)
 }
 
-func runBackup(ctx context.Context, sf *storageFlags, id string, lockWait time.Duration, keep backup.Retention) (backup.Result, error) {
+// runBackup takes a logical backup with o's lock wait and compression.
+func runBackup(ctx context.Context, sf *storageFlags, id string, o backup.Options, keep backup.Retention) (backup.Result, error) {
+	if err := o.Compression.Check(); err != nil {
+		return backup.Result{ID: id}, err
+	}
 	st, prefix, id, err := prepareRun(ctx, sf, id)
 	if err != nil {
 		return backup.Result{ID: id}, err
 	}
-	o := backup.Options{Conn: connFromEnv(), Storage: st, Prefix: prefix, Series: sf.series, LockWaitTimeout: lockWait}
+	o.Conn, o.Storage, o.Prefix, o.Series = connFromEnv(), st, prefix, sf.series
 	m, err := backup.Run(ctx, o, id, version.Version)
 	res := backup.Result{ID: id, Bytes: m.Bytes, SHA256: m.SHA256, PGVersion: m.PGVersion, End: m.End,
 		DurationSeconds: m.End.Sub(m.Start).Seconds()}

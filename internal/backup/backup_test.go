@@ -220,7 +220,7 @@ func TestRetentionKeepsTheNewestInTheBucket(t *testing.T) {
 		if m.ID != ids[len(ids)-1-i] {
 			t.Fatalf("kept %s, want %s", m.ID, ids[len(ids)-1-i])
 		}
-		want = append(want, m.DataKey, "ns/orders/"+m.ID+".uid-nightly.manifest.json")
+		want = append(want, m.DataKey, m.Roles.Key, "ns/orders/"+m.ID+".uid-nightly.manifest.json")
 	}
 	slices.Sort(want)
 	if len(kept) != 3 || strings.Join(keys, ",") != strings.Join(want, ",") {
@@ -355,6 +355,9 @@ func TestNotAnArchiveIsNotABackup(t *testing.T) {
 	bin := t.TempDir()
 	fake := "#!/bin/sh\necho 'pg_dump: warning: something odd'\n"
 	if err := os.WriteFile(filepath.Join(bin, "pg_dump"), []byte(fake), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(pg.BinDir, "pg_dumpall"), filepath.Join(bin, "pg_dumpall")); err != nil {
 		t.Fatal(err)
 	}
 	o := opts(pg, "postgres", st)

@@ -21,12 +21,23 @@ type Manifest struct {
 	// Series is the UID of the DatabaseBackup that took the backup, and
 	// SeriesName its namespace/name. Empty in backups taken before daytwo
 	// recorded series.
-	Series        string    `json:"series,omitempty"`
-	SeriesName    string    `json:"seriesName,omitempty"`
-	PGVersion     string    `json:"pgVersion"`
-	Method        string    `json:"method"`
-	Format        string    `json:"format"`
-	DataKey       string    `json:"dataKey"`
+	Series     string `json:"series,omitempty"`
+	SeriesName string `json:"seriesName,omitempty"`
+	PGVersion  string `json:"pgVersion"`
+	Method     string `json:"method"`
+	Format     string `json:"format"`
+	DataKey    string `json:"dataKey"`
+	// Compression is how the data and roles are compressed in storage
+	// (none, gzip or zstd); empty in backups pg_dump compressed itself.
+	Compression string `json:"compression,omitempty"`
+	// RawBytes is what pg_dump wrote, before compression.
+	RawBytes int64 `json:"rawBytes,omitempty"`
+	// Owner is the role that took a logical backup: the owner of the
+	// application database. A restore for another owner hands it the objects.
+	Owner string `json:"owner,omitempty"`
+	// Roles is the cluster's roles (pg_dumpall --roles-only, without
+	// passwords), so a restore brings back the roles that own objects.
+	Roles         *Part     `json:"roles,omitempty"`
 	Start         time.Time `json:"start"`
 	End           time.Time `json:"end"`
 	Bytes         int64     `json:"bytes"`
@@ -43,6 +54,7 @@ const (
 const (
 	manifestSuffix = ".manifest.json"
 	dataSuffix     = ".dump"
+	rolesSuffix    = ".roles" + dataSuffix
 	// IDLayout is how backup IDs are written: UTC, sortable, no colons.
 	IDLayout = "20060102T150405Z"
 )

@@ -68,6 +68,11 @@ func Prune(ctx context.Context, st Storage, prefix string, s Series, r Retention
 		if err := st.Delete(ctx, m.DataKey); err != nil {
 			return keep, pruned, err
 		}
+		if m.Roles != nil {
+			if err := st.Delete(ctx, m.Roles.Key); err != nil {
+				return keep, pruned, err
+			}
+		}
 		pruned++
 	}
 	if len(keep) > 0 && s.UID != "" {
@@ -86,6 +91,9 @@ func deleteOrphans(ctx context.Context, st Storage, prefix string, s Series, kee
 	named := map[string]bool{}
 	for _, m := range keep {
 		named[m.DataKey] = true
+		if m.Roles != nil {
+			named[m.Roles.Key] = true
+		}
 	}
 	for _, k := range keys {
 		rest := strings.TrimPrefix(k, prefix)

@@ -53,6 +53,8 @@ type Options struct {
 	// LockWaitTimeout bounds how long pg_dump waits for a table lock (a
 	// long ALTER TABLE, say) before it fails; zero means DefaultLockWaitTimeout.
 	LockWaitTimeout time.Duration
+	// Compression of what Run stores; zero means DefaultCompression.
+	Compression Compression
 }
 
 // DefaultLockWaitTimeout is how long a backup waits for a table lock.
@@ -71,11 +73,12 @@ func (o Options) bin(name string) string {
 // ErrChecksum means the stored data does not match its manifest.
 var ErrChecksum = errors.New("checksum mismatch")
 
-// Run streams `pg_dump -Fc` into storage, hashing it on the way, checks
-// what was stored, and writes the manifest last. Nothing of the dump
-// touches the local disk. Each attempt writes its own data key, so a
-// failed attempt deletes only what it wrote; when a manifest for id already
-// exists (an earlier attempt got that far), Run returns it and dumps nothing.
+// Run streams the roles (`pg_dumpall --roles-only`) and then `pg_dump -Fc`
+// into storage, compressing and hashing them on the way, checks what was
+// stored, and writes the manifest last. Nothing of the dump touches the
+// local disk. Each attempt writes its own data keys, so a failed attempt
+// deletes only what it wrote; when a manifest for id already exists (an
+// earlier attempt got that far), Run returns it and dumps nothing.
 func Run(ctx context.Context, o Options, id, daytwoVersion string) (Manifest, error) {
 	earlier := manifestKey(o.Prefix, id, o.Series)
 	switch _, err := o.Storage.Size(ctx, earlier); {
@@ -84,37 +87,68 @@ func Run(ctx context.Context, o Options, id, daytwoVersion string) (Manifest, er
 	case !errors.Is(err, ErrNotFound):
 		return Manifest{}, fmt.Errorf("failed to look for an earlier attempt's manifest: %w", err)
 	}
+	c := o.compression()
+	if err := c.Check(); err != nil {
+		return Manifest{}, err
+	}
 	m := Manifest{ID: id, Database: o.Series.Database, Series: o.Series.UID, SeriesName: o.Series.Name,
-		Method: MethodLogical, Format: "pg_dump-custom", DataKey: dataKey(o.Prefix, id, o.Series),
-		Start: time.Now().UTC(), DaytwoVersion: daytwoVersion}
+		Method: MethodLogical, Format: "pg_dump-custom", Compression: c.Algorithm, Owner: o.Conn.User,
+		DataKey: dataKey(o.Prefix, id, o.Series), Start: time.Now().UTC(), DaytwoVersion: daytwoVersion}
 	var err error
 	if m.PGVersion, err = serverVersion(ctx, o.Conn); err != nil {
 		return m, err
 	}
-	if err := dump(ctx, o, &m); err != nil {
+	roles := Part{Key: strings.TrimSuffix(m.DataKey, dataSuffix) + rolesSuffix}
+	err = o.stream(ctx, "pg_dumpall", []string{"--roles-only", "--no-role-passwords", "--database=" + o.Conn.Database}, &roles, "")
+	if err == nil {
+		m.Roles = &roles
+		data := Part{Key: m.DataKey}
+		lockWait := o.LockWaitTimeout
+		if lockWait == 0 {
+			lockWait = DefaultLockWaitTimeout
+		}
+		err = o.stream(ctx, "pg_dump", []string{"--format=custom", "--compress=0",
+			fmt.Sprintf("--lock-wait-timeout=%d", lockWait.Milliseconds())}, &data, dumpMagic)
+		m.Bytes, m.RawBytes, m.SHA256 = data.Bytes, data.RawBytes, data.SHA256
+	}
+	if err != nil {
 		cleanupCtx, done := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		defer done()
 		_ = o.Storage.Delete(cleanupCtx, m.DataKey)
+		_ = o.Storage.Delete(cleanupCtx, roles.Key)
 		return m, err
 	}
+	m.End = time.Now().UTC()
 	if err := writeManifest(ctx, o.Storage, o.Prefix, o.Series, m); err != nil {
 		return m, fmt.Errorf("failed to write the manifest: %w", err)
 	}
 	return m, nil
 }
 
-// dump streams pg_dump into m.DataKey and checks that what was stored is a
-// whole custom-format archive: the magic bytes, and the stored size equal
-// to what pg_dump wrote.
-func dump(ctx context.Context, o Options, m *Manifest) error {
-	dumpCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	lockWait := o.LockWaitTimeout
-	if lockWait == 0 {
-		lockWait = DefaultLockWaitTimeout
+// Part is one stored object of a backup besides its main data.
+type Part struct {
+	Key string `json:"key"`
+	// Bytes and SHA256 are of what is stored; RawBytes is what the program
+	// wrote, before compression.
+	Bytes    int64  `json:"bytes"`
+	RawBytes int64  `json:"rawBytes"`
+	SHA256   string `json:"sha256"`
+}
+
+func (o Options) compression() Compression {
+	if o.Compression.Algorithm == "" {
+		return DefaultCompression
 	}
-	cmd := exec.CommandContext(dumpCtx, o.bin("pg_dump"), "--format=custom", "--no-password",
-		fmt.Sprintf("--lock-wait-timeout=%d", lockWait.Milliseconds()))
+	return o.Compression
+}
+
+// stream runs program and streams what it writes, compressed, into p.Key,
+// then checks that what was stored is whole: the stored size equal to what
+// was written and, when magic is set, the output starting with it.
+func (o Options) stream(ctx context.Context, program string, args []string, p *Part, magic string) error {
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	cmd := exec.CommandContext(runCtx, o.bin(program), append([]string{"--no-password"}, args...)...)
 	cmd.Env = o.Conn.env()
 	stderr := &tailBuffer{}
 	cmd.Stderr = stderr
@@ -123,30 +157,47 @@ func dump(ctx context.Context, o Options, m *Manifest) error {
 		return err
 	}
 	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("failed to start pg_dump: %w", err)
+		return fmt.Errorf("failed to start %s: %w", program, err)
 	}
-	h, n, head := sha256.New(), &Counter{}, &headBuffer{max: len(dumpMagic)}
-	putErr := o.Storage.Put(ctx, m.DataKey, io.TeeReader(out, io.MultiWriter(h, n, head)))
+	// The compressor runs beside the upload, joined by a pipe.
+	pr, pw := io.Pipe()
+	raw, head := &Counter{}, &headBuffer{max: len(magic)}
+	compressed := make(chan error, 1)
+	go func() {
+		zw, err := o.compression().writer(pw)
+		if err == nil {
+			_, err = io.Copy(zw, io.TeeReader(out, io.MultiWriter(raw, head)))
+			err = errors.Join(err, zw.Close())
+		}
+		_ = pw.CloseWithError(err)
+		compressed <- err
+	}()
+	h, n := sha256.New(), &Counter{}
+	putErr := o.Storage.Put(ctx, p.Key, io.TeeReader(pr, io.MultiWriter(h, n)))
 	if putErr != nil {
-		cancel() // pg_dump may be blocked writing to a pipe nobody reads
+		cancel() // the program may be blocked writing to a pipe nobody reads
+		_ = pr.CloseWithError(putErr)
 	}
+	copyErr := <-compressed
 	waitErr := cmd.Wait()
 	switch {
 	case putErr != nil:
 		return putErr
 	case waitErr != nil:
-		return fmt.Errorf("pg_dump failed: %w: %s", waitErr, stderr.String())
-	case string(head.b) != dumpMagic:
-		return fmt.Errorf("pg_dump wrote %d bytes that are not a custom-format archive", n.N)
+		return fmt.Errorf("%s failed: %w: %s", program, waitErr, stderr.String())
+	case copyErr != nil:
+		return fmt.Errorf("failed to compress what %s wrote: %w", program, copyErr)
+	case string(head.b) != magic:
+		return fmt.Errorf("%s wrote %d bytes that are not a custom-format archive", program, raw.N)
 	}
-	stored, err := o.Storage.Size(ctx, m.DataKey)
+	stored, err := o.Storage.Size(ctx, p.Key)
 	if err != nil {
 		return fmt.Errorf("failed to check the stored backup: %w", err)
 	}
 	if stored != n.N {
-		return fmt.Errorf("storage holds %d bytes of the backup, pg_dump wrote %d", stored, n.N)
+		return fmt.Errorf("storage holds %d bytes of %s, %d were written", stored, p.Key, n.N)
 	}
-	m.End, m.Bytes, m.SHA256 = time.Now().UTC(), n.N, hex.EncodeToString(h.Sum(nil))
+	p.Bytes, p.RawBytes, p.SHA256 = n.N, raw.N, hex.EncodeToString(h.Sum(nil))
 	return nil
 }
 
@@ -167,7 +218,12 @@ func (h *headBuffer) Write(p []byte) (int, error) {
 // verifying its SHA-256 and size. The restore runs in one transaction, so a
 // failure leaves the target database as it was; a checksum mismatch is
 // reported as ErrChecksum even when pg_restore choked on the bad bytes first.
-// role, when set, owns every restored object.
+//
+// role, when set, owns the restored database's objects. A backup that
+// carries its roles gets them back first (those the target lacks), and then
+// keeps its owners and privileges, with the backup's owner's objects handed
+// to role; without roles, role owns everything and no privileges are
+// restored (their grantees may not exist).
 func Restore(ctx context.Context, o Options, id, role string) (Manifest, error) {
 	m, err := Find(ctx, o.Storage, o.Prefix, o.Series, id)
 	if err != nil {
@@ -176,15 +232,23 @@ func Restore(ctx context.Context, o Options, id, role string) (Manifest, error) 
 	if m.Method != "" && m.Method != MethodLogical {
 		return m, fmt.Errorf("backup %s is a %s backup; pg_restore restores Logical ones only", m.ID, m.Method)
 	}
+	withRoles := m.Roles != nil
+	if withRoles {
+		if _, err := restoreRoles(ctx, o, m); err != nil {
+			return m, err
+		}
+	}
 	rc, err := o.Storage.Get(ctx, m.DataKey)
 	if err != nil {
 		return m, err
 	}
 	defer func() { _ = rc.Close() }()
-	args := []string{"--no-password", "--no-owner", "--no-privileges", "--exit-on-error", "--single-transaction",
-		"--dbname=" + o.Conn.Database}
-	if role != "" {
-		args = append(args, "--role="+role)
+	args := []string{"--no-password", "--exit-on-error", "--single-transaction", "--dbname=" + o.Conn.Database}
+	if !withRoles {
+		args = append(args, "--no-owner", "--no-privileges")
+		if role != "" {
+			args = append(args, "--role="+role)
+		}
 	}
 	cmd := exec.CommandContext(ctx, o.bin("pg_restore"), args...)
 	cmd.Env = o.Conn.env()
@@ -192,20 +256,96 @@ func Restore(ctx context.Context, o Options, id, role string) (Manifest, error) 
 	cmd.Stderr = stderr
 	h, n := sha256.New(), &Counter{}
 	in := io.TeeReader(rc, io.MultiWriter(h, n))
-	cmd.Stdin = in
-	runErr := cmd.Run()
-	// Hash what pg_restore did not read, so the checksum verdict is complete.
-	if _, err := io.Copy(io.Discard, in); err != nil && runErr == nil {
-		return m, fmt.Errorf("failed to read the backup: %w", err)
+	verify := func() error {
+		// Hash what the decompressor did not read, so the verdict is complete.
+		if _, err := io.Copy(io.Discard, in); err != nil {
+			return fmt.Errorf("failed to read the backup: %w", err)
+		}
+		if sum := hex.EncodeToString(h.Sum(nil)); sum != m.SHA256 || n.N != m.Bytes {
+			return fmt.Errorf("%w: backup %s has sha256 %s and %d bytes, its manifest says %s and %d bytes",
+				ErrChecksum, m.ID, sum, n.N, m.SHA256, m.Bytes)
+		}
+		return nil
 	}
-	if sum := hex.EncodeToString(h.Sum(nil)); sum != m.SHA256 || n.N != m.Bytes {
-		return m, fmt.Errorf("%w: backup %s has sha256 %s and %d bytes, its manifest says %s and %d bytes",
-			ErrChecksum, m.ID, sum, n.N, m.SHA256, m.Bytes)
+	dump, err := decompress(m.Compression, in)
+	if err != nil {
+		return m, err
+	}
+	// pg_restore gets the last bytes of the archive only once the whole
+	// backup matched its checksum: it cannot commit a corrupt one.
+	cmd.Stdin = &holdBack{r: dump, hold: 64 << 10, verify: verify}
+	runErr := cmd.Run()
+	_ = dump.Close()
+	if err := verify(); err != nil {
+		return m, err
 	}
 	if runErr != nil {
 		return m, fmt.Errorf("pg_restore failed: %w: %s", runErr, stderr.String())
 	}
+	if withRoles && role != "" && m.Owner != "" && m.Owner != role {
+		if err := reassign(ctx, o.Conn, m.Owner, role); err != nil {
+			return m, err
+		}
+	}
 	return m, nil
+}
+
+// holdBack passes on what r reads except its last hold bytes, which it
+// passes on only once verify, called at r's end, says the whole is good.
+type holdBack struct {
+	r       io.Reader
+	hold    int
+	verify  func() error
+	pending []byte
+	chunk   []byte
+	done    bool
+	err     error
+}
+
+func (b *holdBack) Read(p []byte) (int, error) {
+	for !b.done && len(b.pending) <= b.hold {
+		if b.chunk == nil {
+			b.chunk = make([]byte, 256<<10)
+		}
+		n, err := b.r.Read(b.chunk)
+		b.pending = append(b.pending, b.chunk[:n]...)
+		if err == io.EOF {
+			b.done, b.err = true, b.verify()
+		} else if err != nil {
+			b.done, b.err = true, err
+		}
+	}
+	free := len(b.pending)
+	if !b.done {
+		free -= b.hold
+	} else if b.err != nil {
+		return 0, b.err
+	}
+	if free == 0 {
+		return 0, io.EOF
+	}
+	n := copy(p, b.pending[:free])
+	b.pending = b.pending[n:]
+	return n, nil
+}
+
+// reassign hands the objects from owns in c's database to to.
+func reassign(ctx context.Context, c Conn, from, to string) error {
+	cfg, err := pgx.ParseConfig(c.dsn())
+	if err != nil {
+		return err
+	}
+	cfg.Password = c.Password
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return fmt.Errorf("failed to connect to hand the restored objects to %s: %w", to, err)
+	}
+	defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
+	q := "REASSIGN OWNED BY " + pgx.Identifier{from}.Sanitize() + " TO " + pgx.Identifier{to}.Sanitize()
+	if _, err := conn.Exec(ctx, q); err != nil {
+		return fmt.Errorf("failed to hand the restored objects of %s to %s: %w", from, to, err)
+	}
+	return nil
 }
 
 func serverVersion(ctx context.Context, c Conn) (string, error) {

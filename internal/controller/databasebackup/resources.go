@@ -153,6 +153,12 @@ func backupJob(b *v1alpha1.DatabaseBackup, in jobInputs, t time.Time) *batchv1.J
 		}
 		env = append(replicationEnv(in), env...)
 	} else {
+		if c := b.Spec.Compression; c != "" {
+			args = append(args, "--compression="+string(c))
+		}
+		if l := b.Spec.CompressionLevel; l != nil {
+			args = append(args, fmt.Sprintf("--compression-level=%d", *l))
+		}
 		env = append(libpqEnv(in.credentials), env...)
 	}
 	labels := map[string]string{

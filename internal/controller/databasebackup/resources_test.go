@@ -103,3 +103,25 @@ func TestPhysicalJobUsesTheReplicationRole(t *testing.T) {
 		t.Errorf("args %v lack --switch-wal-host=ledger-rw", c.Args)
 	}
 }
+
+// A Logical run compresses as its spec says, and with the default when it
+// says nothing (the flag's default in `daytwo backup run`).
+func TestLogicalJobCompressesAsTheSpecSays(t *testing.T) {
+	b := &v1alpha1.DatabaseBackup{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "nightly", UID: "uid-1"},
+		Spec: v1alpha1.DatabaseBackupSpec{
+			DatabaseRef: v1alpha1.LocalObjectReference{Name: "orders"},
+			Storage:     v1alpha1.BackupStorage{PVC: &v1alpha1.PVCStorage{ClaimName: "backups"}},
+		},
+	}
+	in := jobInputs{image: "postgres:15", instanceImage: "daytwo", credentials: "orders-credentials"}
+	args := backupJob(b, in, time.Now()).Spec.Template.Spec.Containers[0].Args
+	if slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "--compression") }) {
+		t.Errorf("no compression in the spec, yet args %v", args)
+	}
+	b.Spec.Compression, b.Spec.CompressionLevel = v1alpha1.CompressionGzip, ptr.To[int32](4)
+	args = backupJob(b, in, time.Now()).Spec.Template.Spec.Containers[0].Args
+	if !slices.Contains(args, "--compression=gzip") || !slices.Contains(args, "--compression-level=4") {
+		t.Errorf("args %v lack gzip level 4", args)
+	}
+}

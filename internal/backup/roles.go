@@ -1,0 +1,195 @@
+package backup
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// maxRoles bounds the roles dump a restore reads into memory.
+const maxRoles = 64 << 20
+
+// restoreRoles creates the roles of a backup's roles dump that the target
+// lacks. Roles the target has (its superuser, the replication role, the
+// owner daytwo created, and PostgreSQL's own) are left as they are: the
+// dump's CREATE, ALTER and COMMENT statements about them are skipped.
+// Memberships are granted. The dump's checksum is verified before any
+// statement runs, and any failing statement fails the restore, naming it.
+func restoreRoles(ctx context.Context, o Options, m Manifest) (created int, err error) {
+	p := m.Roles
+	rc, err := o.Storage.Get(ctx, p.Key)
+	if err != nil {
+		return 0, fmt.Errorf("failed to read the roles of backup %s: %w", m.ID, err)
+	}
+	stored, err := io.ReadAll(io.LimitReader(rc, maxRoles+1))
+	_ = rc.Close()
+	if err != nil {
+		return 0, fmt.Errorf("failed to read the roles of backup %s: %w", m.ID, err)
+	}
+	if sum := sha256.Sum256(stored); hex.EncodeToString(sum[:]) != p.SHA256 || int64(len(stored)) != p.Bytes {
+		return 0, fmt.Errorf("%w: the roles of backup %s have sha256 %s and %d bytes, its manifest says %s and %d bytes",
+			ErrChecksum, m.ID, hex.EncodeToString(sum[:]), len(stored), p.SHA256, p.Bytes)
+	}
+	r, err := decompress(m.Compression, bytes.NewReader(stored))
+	if err != nil {
+		return 0, err
+	}
+	script, err := io.ReadAll(io.LimitReader(r, maxRoles))
+	_ = r.Close()
+	if err != nil {
+		return 0, fmt.Errorf("failed to decompress the roles of backup %s: %w", m.ID, err)
+	}
+
+	cfg, err := pgx.ParseConfig(o.Conn.dsn())
+	if err != nil {
+		return 0, err
+	}
+	cfg.Password = o.Conn.Password
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return 0, fmt.Errorf("failed to connect to restore roles: %w", err)
+	}
+	defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
+	existing := map[string]bool{}
+	rows, err := conn.Query(ctx, "SELECT rolname FROM pg_roles")
+	if err != nil {
+		return 0, err
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return 0, err
+	}
+	for _, n := range names {
+		existing[n] = true
+	}
+	for _, stmt := range splitStatements(string(script)) {
+		if role, ok := roleStatement(stmt); ok && existing[role] {
+			continue
+		}
+		if _, err := conn.Exec(ctx, stmt, pgx.QueryExecModeSimpleProtocol); err != nil {
+			return created, fmt.Errorf("restoring the roles of backup %s: %q failed: %w", m.ID, stmt, err)
+		}
+		if strings.HasPrefix(stmt, "CREATE ROLE ") {
+			created++
+		}
+	}
+	return created, nil
+}
+
+// roleStatement returns the role a CREATE ROLE, ALTER ROLE or COMMENT ON
+// ROLE statement is about.
+func roleStatement(stmt string) (string, bool) {
+	for _, p := range []string{"CREATE ROLE ", "ALTER ROLE ", "COMMENT ON ROLE "} {
+		if rest, ok := strings.CutPrefix(stmt, p); ok {
+			return identifier(rest), true
+		}
+	}
+	return "", false
+}
+
+// identifier reads the SQL identifier s starts with: a quoted one with its
+// doubled quotes undone, or a bare one up to a space or semicolon.
+func identifier(s string) string {
+	if !strings.HasPrefix(s, `"`) {
+		end := strings.IndexAny(s, " ;")
+		if end < 0 {
+			return s
+		}
+		return s[:end]
+	}
+	var b strings.Builder
+	for i := 1; i < len(s); i++ {
+		if s[i] == '"' {
+			if i+1 < len(s) && s[i+1] == '"' {
+				b.WriteByte('"')
+				i++
+				continue
+			}
+			break
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// splitStatements splits a SQL script into its statements, dropping
+// comments and blank ones. It knows single-quoted strings (with E”
+// escapes), quoted identifiers, dollar quotes, comments and psql
+// meta-commands (skipped): what pg_dumpall writes.
+func splitStatements(script string) []string {
+	var out []string
+	var cur strings.Builder
+	flush := func() {
+		if s := strings.TrimSpace(cur.String()); s != "" {
+			out = append(out, s)
+		}
+		cur.Reset()
+	}
+	for i := 0; i < len(script); i++ {
+		c := script[i]
+		switch {
+		case c == '-' && strings.HasPrefix(script[i:], "--"),
+			c == '\\' && strings.TrimSpace(cur.String()) == "":
+			// A comment, or a psql meta-command such as the \restrict and
+			// \unrestrict that pg_dumpall writes since 15.14: not SQL.
+			end := strings.IndexByte(script[i:], '\n')
+			if end < 0 {
+				i = len(script)
+			} else {
+				i += end
+			}
+			cur.WriteByte('\n')
+		case c == '\'' || c == '"':
+			escapes := c == '\'' && i > 0 && (script[i-1] == 'E' || script[i-1] == 'e')
+			j := i + 1
+			for ; j < len(script); j++ {
+				if escapes && script[j] == '\\' {
+					j++
+					continue
+				}
+				if script[j] == c {
+					if j+1 < len(script) && script[j+1] == c {
+						j++
+						continue
+					}
+					break
+				}
+			}
+			j = min(j, len(script)-1)
+			cur.WriteString(script[i : j+1])
+			i = j
+		case c == '$':
+			tagEnd := strings.IndexByte(script[i+1:], '$')
+			tag := ""
+			if tagEnd >= 0 {
+				tag = script[i : i+tagEnd+2]
+			}
+			if tag == "" || strings.ContainsAny(tag[1:len(tag)-1], " \t\n;'\"") {
+				cur.WriteByte(c)
+				continue
+			}
+			end := strings.Index(script[i+len(tag):], tag)
+			if end < 0 {
+				cur.WriteString(script[i:])
+				i = len(script)
+				continue
+			}
+			stop := i + len(tag) + end + len(tag)
+			cur.WriteString(script[i:stop])
+			i = stop - 1
+		case c == ';':
+			cur.WriteByte(c)
+			flush()
+		default:
+			cur.WriteByte(c)
+		}
+	}
+	flush()
+	return out
+}
