@@ -1,6 +1,7 @@
 package backup
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 
@@ -26,9 +27,10 @@ type Compression struct {
 	Level     int
 }
 
-// DefaultCompression is zstd at its default level: about gzip's size at
-// several times its speed.
-var DefaultCompression = Compression{Algorithm: CompressionZstd}
+// DefaultCompression is zstd at its fastest level: measured here
+// (make bench-backup), it stores about gzip's size (0.3 to 0.9 of what
+// pg_dump -Fc stores) at up to four times pg_dump's speed.
+var DefaultCompression = Compression{Algorithm: CompressionZstd, Level: 1}
 
 // Check says what is wrong with c, naming the level ranges.
 func (c Compression) Check() error {
@@ -63,11 +65,7 @@ func (c Compression) writer(w io.Writer) (io.WriteCloser, error) {
 		}
 		return gzip.NewWriterLevel(w, level)
 	case CompressionZstd:
-		level := zstd.SpeedDefault
-		if c.Level != 0 {
-			level = zstd.EncoderLevelFromZstd(c.Level)
-		}
-		return zstd.NewWriter(w, zstd.WithEncoderLevel(level))
+		return zstd.NewWriter(w, zstd.WithEncoderLevel(zstd.EncoderLevelFromZstd(cmp.Or(c.Level, 1))))
 	}
 	return nil, c.Check()
 }

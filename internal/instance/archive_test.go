@@ -1,12 +1,16 @@
 package instance_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -73,11 +77,16 @@ func TestPrimaryArchivesWALThroughItsManager(t *testing.T) {
 // primary that dies before it shipped its last segments leaves no gap:
 // here the primary ships nothing at all, its replica ships every segment,
 // and after the failover the new primary continues the archive on its new
-// timeline, history file first.
+// timeline, history file first. A base backup taken before the failover
+// then recovers to a time after it, across the timeline switch.
 func TestArchiveHasNoGapAfterAFailover(t *testing.T) {
 	ctx := context.Background()
 	lt := newLeaseTest(t, "orders-0")
 	archive := t.TempDir()
+	// The managers write WAL as the runner, the test a base backup as itself.
+	if err := os.MkdirAll(filepath.Join(archive, "orders", "wal"), 0o755); err != nil {
+		t.Fatal(err)
+	}
 	testpg.ChownToRunner(t, archive)
 	prim, repl, _ := lt.linkedPairWith(nil, func(_, repl *instance) {
 		repl.writeFile("config/"+instanceapi.ArchiveFile, `{"directory":"`+archive+`","prefix":"orders/"}`)
@@ -101,12 +110,35 @@ func TestArchiveHasNoGapAfterAFailover(t *testing.T) {
 	}
 	eventually(t, 30*time.Second, archived(old...), "the replica archiving the primary's segments "+strings.Join(old, ", "))
 
+	// A base backup from the replica before the failover, for the
+	// recovery across it below. A standby's backup starts at its last
+	// restartpoint: one in WAL it streamed, so archived.
+	prim.superuser("CHECKPOINT")
+	lsn := prim.superuser("SELECT pg_current_wal_lsn()")
+	eventually(t, 30*time.Second, func() bool {
+		return repl.superuser("SELECT pg_last_wal_replay_lsn() >= '"+lsn+"'::pg_lsn") == "t"
+	}, "the replica replaying the checkpoint")
+	repl.superuser("CHECKPOINT")
+	primary := backup.Conn{Host: "127.0.0.1", Port: prim.pgPort, User: "streaming_replica", Password: "repl-secret", Database: "postgres"}
+	src := wal.Source{Host: "127.0.0.1", Port: repl.pgPort, User: "streaming_replica", Password: "repl-secret", BinDir: testpg.BinDir(t),
+		SwitchWAL: func(ctx context.Context) error {
+			_, err := backup.Check(ctx, primary, "SELECT pg_switch_wal()")
+			return err
+		}}
+	if _, err := wal.TakeBase(ctx, src, st, "orders/", "before-failover"); err != nil {
+		t.Fatal(err)
+	}
+
 	prim.stop()
 	lt.transfer("orders-1")
 	if code := promote(t, repl, apiToken); code != http.StatusOK {
 		t.Fatalf("promote = %d, want 200", code)
 	}
 	repl.exec(ctx, "INSERT INTO items VALUES (5000, 'after the failover')")
+	time.Sleep(1100 * time.Millisecond)
+	target := repl.query(ctx, `SELECT to_char(clock_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')`)
+	time.Sleep(1100 * time.Millisecond)
+	repl.exec(ctx, "INSERT INTO items VALUES (6000, 'after the target')")
 	next := repl.superuser("SELECT pg_walfile_name(pg_switch_wal())")
 	if !strings.HasPrefix(next, "00000002") {
 		t.Fatalf("the new primary switched %s, want a segment of timeline 2", next)
@@ -116,6 +148,21 @@ func TestArchiveHasNoGapAfterAFailover(t *testing.T) {
 		if err := wal.Fetch(ctx, st, "orders/", name, filepath.Join(t.TempDir(), "f")); err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
+	}
+
+	// Point-in-time recovery across the failover: from the base backup of
+	// timeline 1 to a time on timeline 2, through its history file.
+	testpg.ChownToRunner(t, archive)
+	dst := newInstance(t)
+	dst.extraFlags = []string{"--from-backup", "--restore-physical", "--restore-path", archive, "--restore-prefix", "orders",
+		"--recovery-target-time", target}
+	dst.start("copy-0")
+	dst.waitReady(90 * time.Second)
+	if got := dst.query(ctx, "SELECT count(*) FILTER (WHERE id = 5000) || ':' || count(*) FILTER (WHERE id = 6000) || ':' || count(*) FILTER (WHERE id BETWEEN 1000 AND 1029) FROM items"); got != "1:0:30" {
+		t.Fatalf("recovered across the failover to %s: rows (5000, 6000, before) = %s, want 1:0:30", target, got)
+	}
+	if tl := dst.superuser("SELECT timeline_id FROM pg_control_checkpoint()"); tl != "3" {
+		t.Fatalf("the recovered copy is on timeline %s, want 3 (after the source's 2)", tl)
 	}
 }
 
@@ -148,6 +195,10 @@ func TestBaseBackupAndArchiveRecoverToATime(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("base backup: %+v", took)
+	// pgbench writes beside the events from here until after the target,
+	// so replay stops at the target in the middle of a stream of other
+	// transactions.
+	stopLoad := pgbenchLoad(t, in)
 	// Enough WAL after the base backup that replay asks for several
 	// segments, and the restorer fetches ahead.
 	in.exec(ctx, "CREATE TABLE filler (x text)")
@@ -161,6 +212,8 @@ func TestBaseBackupAndArchiveRecoverToATime(t *testing.T) {
 	target := in.query(ctx, `SELECT to_char(clock_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')`)
 	time.Sleep(1100 * time.Millisecond)
 	in.exec(ctx, "INSERT INTO events (id) SELECT generate_series(201, 300)")
+	loaded := stopLoad()
+	t.Logf("pgbench load: %d transactions", loaded)
 	last := in.superuser("SELECT pg_walfile_name(pg_switch_wal())")
 	eventually(t, 30*time.Second, func() bool {
 		_, err := st.Size(ctx, wal.Key("orders/", last))
@@ -190,6 +243,12 @@ func TestBaseBackupAndArchiveRecoverToATime(t *testing.T) {
 		dst.waitReady(time.Second)
 		if got := dst.query(ctx, "SELECT count(*) || ':' || max(id) FROM events"); got != "200:200" {
 			t.Fatalf("restored to %s: rows %s, want 200:200 (those committed before the target)", target, got)
+		}
+		// The target fell in the middle of the load.
+		if n, _ := strconv.Atoi(dst.query(ctx, "SELECT count(*)::text FROM pgbench_history")); n == 0 || n >= loaded {
+			t.Fatalf("restored %d of %d pgbench transactions, want some but not all", n, loaded)
+		} else {
+			t.Logf("restored %d of %d pgbench transactions", n, loaded)
 		}
 		if seen == nil || seen.BaseBackup != "b1" || seen.TargetTime == nil || seen.EndLSN == "" || seen.Restored == 0 {
 			t.Fatalf("progress while recovering = %+v, want the base backup, target, end and files restored", seen)
@@ -233,14 +292,88 @@ func TestBaseBackupAndArchiveRecoverToATime(t *testing.T) {
 		}
 	})
 
+	// Retention: a second base backup, more rows, then b1 pruned with the
+	// WAL only it needed. The base backup left restores to the archive's end.
+	if _, err := wal.TakeBase(ctx, src, st, "orders/", "b2"); err != nil {
+		t.Fatal(err)
+	}
+	in.exec(ctx, "INSERT INTO events (id) SELECT generate_series(301, 400)")
+	last = in.superuser("SELECT pg_walfile_name(pg_switch_wal())")
+	eventually(t, 30*time.Second, func() bool {
+		_, err := st.Size(ctx, wal.Key("orders/", last))
+		return err == nil
+	}, last+" archived")
+	bases, segments, err := wal.PruneArchive(ctx, st, "orders/", []string{"b1"})
+	if err != nil || bases != 1 || segments == 0 {
+		t.Fatalf("pruning b1: %d base backups and %d segments deleted, %v; want 1 and some", bases, segments, err)
+	}
+	t.Logf("pruned b1: %d segments went with it", segments)
+	testpg.ChownToRunner(t, root)
+	t.Run("the retained base backup to the archive's end", func(t *testing.T) {
+		dst := newInstance(t)
+		dst.extraFlags = []string{"--from-backup", "--restore-physical", "--restore-path", root, "--restore-prefix", "orders",
+			"--" + instanceapi.FlagRestoreID, "b2"}
+		dst.start("copy-0")
+		dst.waitReady(90 * time.Second)
+		if got := dst.query(ctx, "SELECT count(*) || ':' || max(id) FROM events"); got != "400:400" {
+			t.Fatalf("restored b2 to the end: rows %s, want 400:400", got)
+		}
+	})
+
 	// A flipped byte in the stored base backup is refused.
-	blob := filepath.Join(root, "orders", "base", "b1", "base.tar.zst")
+	blob := filepath.Join(root, "orders", "base", "b2", "base.tar.zst")
+	b2, err := wal.FindBase(ctx, st, "orders/", "b2")
+	if err != nil {
+		t.Fatal(err)
+	}
 	testpg.FlipByte(t, blob, blob)
-	if err := wal.ExtractBase(ctx, st, "orders/", took, t.TempDir()); err == nil {
+	if err := wal.ExtractBase(ctx, st, "orders/", b2, t.TempDir()); err == nil {
 		t.Fatal("a corrupted base backup was extracted")
 	} else {
 		t.Logf("corrupted base backup refused: %v", err)
 	}
+}
+
+// pgbenchLoad runs pgbench's TPC-B-like load as the application owner
+// until the returned function stops it (within 5 minutes in any case) and
+// says how many transactions it committed.
+func pgbenchLoad(t *testing.T, in *instance) (stop func() int) {
+	t.Helper()
+	bench := func(args ...string) *exec.Cmd {
+		cmd := exec.Command(filepath.Join(testpg.BinDir(t), "pgbench"), append([]string{"-h", "127.0.0.1", "-p", strconv.Itoa(in.pgPort),
+			"-U", "shop"}, append(args, "orders")...)...)
+		cmd.Env = append(os.Environ(), "PGPASSWORD="+appPassword)
+		return cmd
+	}
+	if out, err := bench("-i", "-q", "-s", "2").CombinedOutput(); err != nil {
+		t.Fatalf("pgbench -i: %v: %s", err, out)
+	}
+	cmd := bench("-n", "-c", "2", "-T", "300")
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	stopped := false
+	stop = func() int {
+		if stopped {
+			return 0
+		}
+		stopped = true
+		select {
+		case err := <-done:
+			t.Fatalf("pgbench ended before it was stopped: %v: %s", err, out.String())
+		default:
+		}
+		_ = cmd.Process.Signal(syscall.SIGINT)
+		<-done
+		n, _ := strconv.Atoi(in.query(context.Background(), "SELECT count(*)::text FROM pgbench_history"))
+		return n
+	}
+	t.Cleanup(func() { stop() })
+	return stop
 }
 
 // A storage outage under writes: the status reports the failure while the

@@ -171,6 +171,10 @@ func TakeBase(ctx context.Context, src Source, st backup.Storage, prefix, id str
 	} else if b.EndLSN, err = stopLSN(ctx, st, prefix, b); err != nil {
 		return b, err
 	}
+	if err := checkArchived(ctx, st, prefix, b); err != nil {
+		_ = st.Delete(ctx, baseKey(prefix, id, baseData))
+		return b, err
+	}
 	b.Finished, b.Size, b.SHA256 = time.Now().UTC(), size.N, hex.EncodeToString(sum.Sum(nil))
 	data, err := json.Marshal(b)
 	if err != nil {
@@ -180,6 +184,34 @@ func TakeBase(ctx context.Context, src Source, st backup.Storage, prefix, id str
 		return b, fmt.Errorf("failed to store the manifest of base backup %s: %w", id, err)
 	}
 	return b, nil
+}
+
+// checkArchived fails unless the archive holds every segment base backup b
+// needs to become consistent, from its start to its end. The server waits
+// only for the last one; a standby's backup starts at its last
+// restartpoint, whose segment it may never have archived (it came with the
+// standby's own clone), and such a backup would never restore.
+func checkArchived(ctx context.Context, st backup.Storage, prefix string, b BaseBackup) error {
+	var hi, lo uint64
+	if _, err := fmt.Sscanf(b.EndLSN, "%X/%X", &hi, &lo); err != nil {
+		return fmt.Errorf("base backup %s: invalid end LSN %q", b.ID, b.EndLSN)
+	}
+	end := hi<<32 + lo
+	keys, err := st.List(ctx, prefix+"wal/")
+	if err != nil {
+		return fmt.Errorf("failed to list the WAL archive: %w", err)
+	}
+	stored := map[string]bool{}
+	for _, k := range keys {
+		stored[strings.TrimSuffix(path.Base(k), suffix)] = true
+	}
+	for seg := b.StartWAL; SegmentStart(seg, 16<<20) < end; seg = NextSegment(seg, 0) {
+		if !stored[seg] {
+			return fmt.Errorf("base backup %s needs WAL segment %s (from %s to %s), which the archive does not hold: "+
+				"the backup would never restore", b.ID, seg, b.StartLSN, b.EndLSN)
+		}
+	}
+	return nil
 }
 
 // tarFacts are what a base backup's tar says about it.

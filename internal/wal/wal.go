@@ -90,7 +90,7 @@ func push(ctx context.Context, st backup.Storage, prefix, path string, trustStor
 	} else if !errors.Is(err, backup.ErrNotFound) {
 		return fmt.Errorf("failed to look for %s in the archive: %w", name, err)
 	}
-	enc, err := zstd.NewWriter(nil, zstd.WithEncoderConcurrency(1), zstd.WithEncoderCRC(true))
+	enc, err := zstd.NewWriter(nil, zstd.WithEncoderConcurrency(1), zstd.WithEncoderCRC(true), zstd.WithEncoderLevel(zstd.SpeedFastest))
 	if err != nil {
 		return err
 	}

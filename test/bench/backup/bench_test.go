@@ -53,37 +53,27 @@ func TestBenchBackup(t *testing.T) {
 	minio, ca := testpg.StartMinIOTLS(t)
 	t.Setenv("SSL_CERT_FILE", ca) // daytwo's S3 client trusts the test CA like any system CA
 
-	// About BENCH_MB of data: pgbench accounts (15MB per scale unit), which
-	// compress about 50:1, so the figures are mostly pg_dump/pg_restore CPU.
-	// BENCH_DATA=random fills it with incompressible bytes instead, so the
-	// dump is as big as the data and the S3 path carries it all.
+	// About BENCH_MB of each kind of data: pgbench accounts (15MB per
+	// scale unit, which compress about 50:1, so the figures are mostly
+	// pg_dump/pg_restore CPU) in database bench, and incompressible bytes in
+	// database noise (the dump is as big as the data, the S3 path carries
+	// it all).
+	scale := max(1, mb/15)
 	pg.Exec(t, "postgres", "CREATE DATABASE bench")
-	if os.Getenv("BENCH_DATA") == "random" {
-		rows := mb * 1000000 / 200 // ~200 bytes per row on disk
-		timed(t, fmt.Sprintf("seed (%d rows of random bytes)", rows), func() error {
-			pg.Exec(t, "bench", `CREATE TABLE noise AS SELECT g AS id,
-				decode(md5(random()::text) || md5(random()::text) || md5(random()::text) || md5(random()::text) ||
-				       md5(random()::text) || md5(random()::text) || md5(random()::text) || md5(random()::text), 'hex') AS v
-				FROM generate_series(1, $1::int) g`, rows)
-			pg.Exec(t, "bench", "CREATE TABLE pgbench_accounts AS SELECT id AS aid, 0 AS abalance FROM noise WHERE id <= 1000")
-			return nil
-		})
-	} else {
-		scale := max(1, mb/15)
-		timed(t, fmt.Sprintf("seed (pgbench -i -s %d)", scale), func() error {
-			cmd := exec.Command(filepath.Join(pg.BinDir, "pgbench"), "-i", "-q", "-s", strconv.Itoa(scale), "bench")
-			cmd.Env = pg.Env("bench")
-			return run(cmd)
-		})
-	}
-	sizeMB, _ := strconv.ParseFloat(pg.Query(t, "bench", "SELECT pg_database_size('bench') / 1000000.0"), 64)
-	t.Logf("database size: %.0f MB", sizeMB)
-	mbps := func(d time.Duration) float64 {
-		if d <= 0 {
-			return 0
-		}
-		return sizeMB / d.Seconds()
-	}
+	timed(t, fmt.Sprintf("seed bench (pgbench -i -s %d)", scale), func() error {
+		cmd := exec.Command(filepath.Join(pg.BinDir, "pgbench"), "-i", "-q", "-s", strconv.Itoa(scale), "bench")
+		cmd.Env = pg.Env("bench")
+		return run(cmd)
+	})
+	pg.Exec(t, "postgres", "CREATE DATABASE noise")
+	rows := mb * 1000000 / 200 // ~200 bytes per row on disk
+	timed(t, fmt.Sprintf("seed noise (%d rows of random bytes)", rows), func() error {
+		pg.Exec(t, "noise", `CREATE TABLE noise AS SELECT g AS id,
+			decode(md5(random()::text) || md5(random()::text) || md5(random()::text) || md5(random()::text) ||
+			       md5(random()::text) || md5(random()::text) || md5(random()::text) || md5(random()::text), 'hex') AS v
+			FROM generate_series(1, $1::int) g`, rows)
+		return nil
+	})
 
 	// daytwo: the same code path as `daytwo backup run` and the restore, to MinIO over TLS.
 	st, err := backup.NewS3(backup.S3Config{Endpoint: "https://" + minio.Endpoint, Bucket: "bench",
@@ -94,69 +84,18 @@ func TestBenchBackup(t *testing.T) {
 	if err := backup.EnsureBucket(ctx, st); err != nil {
 		t.Fatal(err)
 	}
-	opts := func(db string) backup.Options {
-		return backup.Options{Conn: backup.Conn{Host: "127.0.0.1", Port: pg.Port, User: "postgres", Password: pg.Password, Database: db},
-			Storage: st, Prefix: "bench/", BinDir: pg.BinDir}
-	}
 	// BENCH_ONLY=physical skips the logical half.
-	logical := os.Getenv("BENCH_ONLY") != "physical"
-	dumpFile := filepath.Join(t.TempDir(), "bench.dump")
-	if logical {
-		timed(t, "pg_dump -Fc to a local file", func() error {
-			cmd := exec.Command(filepath.Join(pg.BinDir, "pg_dump"), "--format=custom", "--file="+dumpFile)
-			cmd.Env = pg.Env("bench")
-			return run(cmd)
-		})
+	var logicals []logicalResult
+	if os.Getenv("BENCH_ONLY") != "physical" {
+		for _, db := range []string{"bench", "noise"} {
+			logicals = append(logicals, benchLogical(t, pg, st, db))
+		}
 	}
-	restoreFlags := []string{"--no-owner", "--no-privileges", "--exit-on-error", "--single-transaction"}
-
-	// Each measurement runs twice, alternating raw and daytwo, and the best
-	// of each counts: the server's state (WAL, checkpoints, cache) then
-	// favours neither side.
-	var rawDump, daytwoBackup, rawRestore, daytwoRestore time.Duration
-	var m backup.Manifest
 	best := func(cur, d time.Duration) time.Duration {
 		if cur == 0 || d < cur {
 			return d
 		}
 		return cur
-	}
-	for round := 1; logical && round <= 2; round++ {
-		rawDump = best(rawDump, timed(t, fmt.Sprintf("raw pg_dump -Fc > /dev/null (%d)", round), func() error {
-			devnull, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
-			if err != nil {
-				return err
-			}
-			defer func() { _ = devnull.Close() }()
-			cmd := exec.Command(filepath.Join(pg.BinDir, "pg_dump"), "--format=custom")
-			cmd.Env, cmd.Stdout = pg.Env("bench"), devnull
-			return cmd.Run()
-		}))
-		daytwoBackup = best(daytwoBackup, timed(t, fmt.Sprintf("daytwo backup to MinIO (%d)", round), func() error {
-			m, err = backup.Run(ctx, opts("bench"), fmt.Sprintf("round-%d", round), "bench")
-			return err
-		}))
-		db := fmt.Sprintf("raw_restore_%d", round)
-		pg.Exec(t, "postgres", "CREATE DATABASE "+db)
-		rawRestore = best(rawRestore, timed(t, fmt.Sprintf("raw pg_restore from a local file (%d)", round), func() error {
-			cmd := exec.Command(filepath.Join(pg.BinDir, "pg_restore"), append(restoreFlags, "--dbname="+db, dumpFile)...)
-			cmd.Env = pg.Env(db)
-			return run(cmd)
-		}))
-		pg.Exec(t, "postgres", "DROP DATABASE "+db)
-		db = fmt.Sprintf("daytwo_restore_%d", round)
-		pg.Exec(t, "postgres", "CREATE DATABASE "+db)
-		daytwoRestore = best(daytwoRestore, timed(t, fmt.Sprintf("daytwo restore from MinIO (%d)", round), func() error {
-			_, err := backup.Restore(ctx, opts(db), m.ID, "")
-			return err
-		}))
-		if round == 1 {
-			if a, b := pg.Query(t, "bench", "SELECT sum(abalance) || ':' || count(*) FROM pgbench_accounts"),
-				pg.Query(t, db, "SELECT sum(abalance) || ':' || count(*) FROM pgbench_accounts"); a != b {
-				t.Fatalf("restored data differs: %s vs %s", b, a)
-			}
-		}
-		pg.Exec(t, "postgres", "DROP DATABASE "+db)
 	}
 
 	// Physical: the whole cluster, raw pg_basebackup to /dev/null (the
@@ -209,17 +148,19 @@ func TestBenchBackup(t *testing.T) {
 		peerRestore = tunedRestore
 	}
 
-	var backupRatio, restoreRatio float64
-	if logical {
-		backupRatio, restoreRatio = rawDump.Seconds()/daytwoBackup.Seconds(), rawRestore.Seconds()/daytwoRestore.Seconds()
-	}
-	fmt.Printf("\n%-42s %10s %10s\n", "", "seconds", "MB/s")
-	for _, row := range []struct {
-		name string
-		d    time.Duration
-	}{{"raw pg_dump -Fc > /dev/null (best of 2)", rawDump}, {"daytwo backup -> MinIO (best of 2)", daytwoBackup},
-		{"raw pg_restore <- local file (best of 2)", rawRestore}, {"daytwo restore <- MinIO (best of 2)", daytwoRestore}} {
-		fmt.Printf("%-42s %10.2f %10.1f\n", row.name, row.d.Seconds(), mbps(row.d))
+	walMax := benchWALRate(t, minio)
+
+	fmt.Printf("\n%-46s %10s %10s %10s\n", "", "seconds", "MB/s", "stored MB")
+	for _, l := range logicals {
+		fmt.Printf("logical, database %s (%.0f MB):\n", l.db, l.sizeMB)
+		for _, row := range []struct {
+			name  string
+			d     time.Duration
+			bytes int64
+		}{{"raw pg_dump -Fc > /dev/null (best of 2)", l.rawDump, l.rawBytes}, {"daytwo backup, zstd -> MinIO (best of 2)", l.daytwoBackup, l.storedBytes},
+			{"raw pg_restore <- local file (best of 2)", l.rawRestore, 0}, {"daytwo restore <- MinIO (best of 2)", l.daytwoRestore, 0}} {
+			fmt.Printf("%-46s %10.2f %10.1f %10s\n", row.name, row.d.Seconds(), l.sizeMB/row.d.Seconds(), storedMB(row.bytes))
+		}
 	}
 	fmt.Printf("physical, whole cluster (%.0f MB):\n", clusterMB)
 	for _, row := range []struct {
@@ -229,9 +170,10 @@ func TestBenchBackup(t *testing.T) {
 		{"daytwo base restore <- MinIO (best of 2)", daytwoExtract}, {"pgBackRest backup -> MinIO (full, best config)", peer},
 		{"pgBackRest restore <- MinIO (best config)", peerRestore}} {
 		if row.d > 0 {
-			fmt.Printf("%-42s %10.2f %10.1f\n", row.name, row.d.Seconds(), clusterMBps(row.d))
+			fmt.Printf("%-46s %10.2f %10.1f\n", row.name, row.d.Seconds(), clusterMBps(row.d))
 		}
 	}
+	fmt.Printf("WAL archiving: %s\n", walMax)
 	ratio := func(a, b float64) float64 {
 		if b == 0 {
 			return 0
@@ -240,14 +182,141 @@ func TestBenchBackup(t *testing.T) {
 	}
 	physicalRatio := ratio(clusterMBps(daytwoBase), clusterMBps(peer))
 	physicalRestoreRatio := ratio(clusterMBps(daytwoExtract), clusterMBps(peerRestore))
-	fmt.Printf("logical: backup ratio daytwo/raw %.2f, restore ratio daytwo/raw %.2f (goal >= 0.9); dump %d bytes compressed\n",
-		backupRatio, restoreRatio, m.Bytes)
+	// The logical figures of the BENCH line are pgbench data's; the
+	// incompressible data's get their own fields.
+	var l, n logicalResult
+	if len(logicals) == 2 {
+		l, n = logicals[0], logicals[1]
+	}
+	fmt.Printf("logical: daytwo zstd/raw pg_dump -Fc speed %.2f (pgbench data), %.2f (random data) (goal >= 3); stored size %.2f, %.2f of pg_dump -Fc's (goal <= 1.1); restore %.2f, %.2f of raw\n",
+		l.speedRatio(), n.speedRatio(), l.sizeRatio(), n.sizeRatio(), l.restoreRatio(), n.restoreRatio())
 	fmt.Printf("physical: daytwo/pgBackRest backup %.2f (goal >= 2), restore %.2f (goal >= 1.5); daytwo/raw pg_basebackup %.2f; base %d bytes stored\n",
 		physicalRatio, physicalRestoreRatio, ratio(clusterMBps(daytwoBase), clusterMBps(rawBase)), base.Size)
 	fmt.Printf("BENCH backup mb=%d dump_mbps=%.1f backup_mbps=%.1f backup_ratio=%.2f restore_raw_mbps=%.1f restore_mbps=%.1f restore_ratio=%.2f "+
-		"basebackup_raw_mbps=%.1f physical_mbps=%.1f pgbackrest_mbps=%.1f physical_ratio=%.2f pitr_restore_mbps=%.1f pgbackrest_restore_mbps=%.1f physical_restore_ratio=%.2f\n",
-		int(sizeMB), mbps(rawDump), mbps(daytwoBackup), backupRatio, mbps(rawRestore), mbps(daytwoRestore), restoreRatio,
-		clusterMBps(rawBase), clusterMBps(daytwoBase), clusterMBps(peer), physicalRatio, clusterMBps(daytwoExtract), clusterMBps(peerRestore), physicalRestoreRatio)
+		"basebackup_raw_mbps=%.1f physical_mbps=%.1f pgbackrest_mbps=%.1f physical_ratio=%.2f pitr_restore_mbps=%.1f pgbackrest_restore_mbps=%.1f physical_restore_ratio=%.2f "+
+		"wal_max_mbps=%.1f wal_max_lag_segments=%d logical_zstd_ratio=%.2f logical_zstd_size_ratio=%.2f logical_zstd_random_ratio=%.2f logical_zstd_random_size_ratio=%.2f\n",
+		mb, l.mbps(l.rawDump), l.mbps(l.daytwoBackup), l.speedRatio(), l.mbps(l.rawRestore), l.mbps(l.daytwoRestore), l.restoreRatio(),
+		clusterMBps(rawBase), clusterMBps(daytwoBase), clusterMBps(peer), physicalRatio, clusterMBps(daytwoExtract), clusterMBps(peerRestore), physicalRestoreRatio,
+		walMax.keptUpMBps, walMax.maxLag, l.speedRatio(), l.sizeRatio(), n.speedRatio(), n.sizeRatio())
+}
+
+// logicalCompression is daytwo's default, or zstd at BENCH_ZSTD_LEVEL.
+func logicalCompression() backup.Compression {
+	if n, err := strconv.Atoi(os.Getenv("BENCH_ZSTD_LEVEL")); err == nil && n > 0 {
+		return backup.Compression{Algorithm: backup.CompressionZstd, Level: n}
+	}
+	return backup.DefaultCompression
+}
+
+func storedMB(b int64) string {
+	if b == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%.1f", float64(b)/1e6)
+}
+
+// logicalResult is one database's logical figures: raw pg_dump -Fc and
+// pg_restore against daytwo's zstd backup to MinIO and its restore.
+type logicalResult struct {
+	db                                               string
+	sizeMB                                           float64
+	rawDump, daytwoBackup, rawRestore, daytwoRestore time.Duration
+	rawBytes, storedBytes                            int64
+}
+
+func (l logicalResult) mbps(d time.Duration) float64 {
+	if d <= 0 {
+		return 0
+	}
+	return l.sizeMB / d.Seconds()
+}
+
+func ratioOf(a, b time.Duration) float64 {
+	if b <= 0 {
+		return 0
+	}
+	return a.Seconds() / b.Seconds()
+}
+
+func (l logicalResult) speedRatio() float64   { return ratioOf(l.rawDump, l.daytwoBackup) }
+func (l logicalResult) restoreRatio() float64 { return ratioOf(l.rawRestore, l.daytwoRestore) }
+func (l logicalResult) sizeRatio() float64 {
+	if l.rawBytes == 0 {
+		return 0
+	}
+	return float64(l.storedBytes) / float64(l.rawBytes)
+}
+
+// benchLogical measures database db: each measurement runs twice,
+// alternating raw and daytwo, and the best of each counts, so the server's
+// state (WAL, checkpoints, cache) favours neither side.
+func benchLogical(t *testing.T, pg *testpg.Server, st backup.Storage, db string) logicalResult {
+	r := logicalResult{db: db}
+	r.sizeMB, _ = strconv.ParseFloat(pg.Query(t, db, "SELECT pg_database_size(current_database()) / 1000000.0"), 64)
+	opts := func(target string) backup.Options {
+		return backup.Options{Conn: backup.Conn{Host: "127.0.0.1", Port: pg.Port, User: "postgres", Password: pg.Password, Database: target},
+			Storage: st, Prefix: "bench/", BinDir: pg.BinDir, Series: backup.Series{Database: db}, Compression: logicalCompression()}
+	}
+	dumpFile := filepath.Join(t.TempDir(), db+".dump")
+	timed(t, "pg_dump -Fc to a local file ("+db+")", func() error {
+		cmd := exec.Command(filepath.Join(pg.BinDir, "pg_dump"), "--format=custom", "--file="+dumpFile)
+		cmd.Env = pg.Env(db)
+		return run(cmd)
+	})
+	if fi, err := os.Stat(dumpFile); err == nil {
+		r.rawBytes = fi.Size()
+	}
+	best := func(cur, d time.Duration) time.Duration {
+		if cur == 0 || d < cur {
+			return d
+		}
+		return cur
+	}
+	restoreFlags := []string{"--no-owner", "--no-privileges", "--exit-on-error", "--single-transaction"}
+	check := "SELECT count(*) || ':' || sum(hashtext(v::text)::bigint) FROM noise"
+	if db == "bench" {
+		check = "SELECT sum(abalance) || ':' || count(*) FROM pgbench_accounts"
+	}
+	for round := 1; round <= 2; round++ {
+		r.rawDump = best(r.rawDump, timed(t, fmt.Sprintf("raw pg_dump -Fc > /dev/null (%s, %d)", db, round), func() error {
+			devnull, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+			if err != nil {
+				return err
+			}
+			defer func() { _ = devnull.Close() }()
+			cmd := exec.Command(filepath.Join(pg.BinDir, "pg_dump"), "--format=custom")
+			cmd.Env, cmd.Stdout = pg.Env(db), devnull
+			return cmd.Run()
+		}))
+		var m backup.Manifest
+		r.daytwoBackup = best(r.daytwoBackup, timed(t, fmt.Sprintf("daytwo backup to MinIO (%s, %d)", db, round), func() error {
+			var err error
+			m, err = backup.Run(ctx, opts(db), fmt.Sprintf("%s-round-%d", db, round), "bench")
+			return err
+		}))
+		r.storedBytes = m.Bytes
+		target := fmt.Sprintf("raw_restore_%d", round)
+		pg.Exec(t, "postgres", "CREATE DATABASE "+target)
+		r.rawRestore = best(r.rawRestore, timed(t, fmt.Sprintf("raw pg_restore from a local file (%s, %d)", db, round), func() error {
+			cmd := exec.Command(filepath.Join(pg.BinDir, "pg_restore"), append(restoreFlags, "--dbname="+target, dumpFile)...)
+			cmd.Env = pg.Env(target)
+			return run(cmd)
+		}))
+		pg.Exec(t, "postgres", "DROP DATABASE "+target)
+		target = fmt.Sprintf("daytwo_restore_%d", round)
+		pg.Exec(t, "postgres", "CREATE DATABASE "+target)
+		r.daytwoRestore = best(r.daytwoRestore, timed(t, fmt.Sprintf("daytwo restore from MinIO (%s, %d)", db, round), func() error {
+			_, err := backup.Restore(ctx, opts(target), m.ID, "")
+			return err
+		}))
+		if round == 1 {
+			if a, b := pg.Query(t, db, check), pg.Query(t, target, check); a != b {
+				t.Fatalf("restored data of %s differs: %s vs %s", db, b, a)
+			}
+		}
+		pg.Exec(t, "postgres", "DROP DATABASE "+target)
+	}
+	return r
 }
 
 // pgbackrest runs a full pgBackRest backup of pg's cluster to MinIO and a
