@@ -217,7 +217,6 @@ type DatabaseSpec struct {
 
 // DatabaseBackupPolicy is spec.backup: the DatabaseBackup daytwo manages
 // for a Database. The fields mean what they mean on a DatabaseBackup.
-// +kubebuilder:validation:XValidation:rule="!has(self.method) || self.method != 'Physical' || !has(self.verify)",message="verify is implemented for Logical backups only"
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.method) || !has(self.method) || oldSelf.method == self.method",message="method cannot change: remove spec.backup, then add it with the other method"
 // +kubebuilder:validation:XValidation:rule="!(has(self.compression) || has(self.compressionLevel)) || !has(self.method) || self.method == 'Logical'",message="compression applies to Logical backups; Physical base backups and WAL are always zstd"
 // +kubebuilder:validation:XValidation:rule="!has(self.compressionLevel) || !has(self.compression) || self.compression == 'zstd' || (self.compression == 'gzip' && self.compressionLevel <= 9)",message="compressionLevel: gzip takes 1 to 9, zstd 1 to 22, none takes no level"
@@ -272,7 +271,8 @@ type DatabaseBackupPolicy struct {
 	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(s|m|h))+$`
 	MaxAge *metav1.Duration `json:"maxAge,omitempty"`
 
-	// verify restores Logical backups into a throwaway instance to prove them.
+	// verify restores backups into a throwaway instance to prove them (a
+	// Physical one: its base backup and the WAL archive to its end).
 	// +optional
 	Verify *BackupVerify `json:"verify,omitempty"`
 

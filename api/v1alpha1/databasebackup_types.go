@@ -103,7 +103,6 @@ const (
 )
 
 // DatabaseBackupSpec is what a user declares for backups of a Database.
-// +kubebuilder:validation:XValidation:rule="!has(self.method) || self.method != 'Physical' || !has(self.verify)",message="verify is implemented for Logical backups only; a Physical backup is proven by restoring it (bootstrap.fromBackup)"
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.method) || !has(self.method) || oldSelf.method == self.method",message="method cannot change: the stored backups are of the method they were taken with; create another DatabaseBackup"
 // +kubebuilder:validation:XValidation:rule="!(has(self.compression) || has(self.compressionLevel)) || !has(self.method) || self.method == 'Logical'",message="compression applies to Logical backups; Physical base backups and WAL are always zstd"
 // +kubebuilder:validation:XValidation:rule="!has(self.compressionLevel) || !has(self.compression) || self.compression == 'zstd' || (self.compression == 'gzip' && self.compressionLevel <= 9)",message="compressionLevel: gzip takes 1 to 9, zstd 1 to 22, none takes no level"
@@ -212,6 +211,8 @@ type DatabaseBackupSpec struct {
 	MaxAge *metav1.Duration `json:"maxAge,omitempty"`
 
 	// verify restores backups into a throwaway instance to prove they work.
+	// A Physical backup is restored from its base backup through the WAL
+	// archive to its end, which proves the archive has no gap since.
 	// +optional
 	Verify *BackupVerify `json:"verify,omitempty"`
 }

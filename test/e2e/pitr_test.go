@@ -28,8 +28,9 @@ var archivedSegment = regexp.MustCompile(`last archived ([0-9A-F]{24})`)
 // (the instances roll with it); its first run waits for archiving and then
 // streams a base backup from the replica to MinIO; a new Database bootstrapped from it with a target
 // time holds exactly the rows committed before that time: point-in-time
-// recovery through the API. The managed DatabaseBackup goes with the
-// Database.
+// recovery through the API. The base backup is verified meanwhile (a
+// throwaway Database restored from it through the archive to its end). The
+// managed DatabaseBackup goes with the Database.
 func TestContinuousBackupRestoresToATime(t *testing.T) {
 	requireRealNode(t)
 	ns := restrictedNamespace(t)
@@ -46,7 +47,8 @@ func TestContinuousBackupRestoresToATime(t *testing.T) {
 	updateDatabase(t, ns, "ledger", func(db *v1alpha1.Database) {
 		db.Spec.Backup = &v1alpha1.DatabaseBackupPolicy{Storage: v1alpha1.BackupStorage{S3: &v1alpha1.S3Storage{
 			Endpoint: fmt.Sprintf("minio.%s.svc.cluster.local:9000", ns), Bucket: "wal", Insecure: true,
-			CredentialsSecretRef: v1alpha1.S3CredentialsSecretRef{Name: "s3"}}}}
+			CredentialsSecretRef: v1alpha1.S3CredentialsSecretRef{Name: "s3"}}},
+			Verify: &v1alpha1.BackupVerify{EveryNth: ptr.To[int32](1)}}
 		db.Spec.DeletionPolicy = v1alpha1.DatabaseDeletionDelete
 	})
 	db := waitDatabase(t, ns, "ledger", 4*time.Minute, "archiving WAL", func(db *v1alpha1.Database) bool {
@@ -104,6 +106,17 @@ func TestContinuousBackupRestoresToATime(t *testing.T) {
 	if got := sql(t, ns, "psql-then", "ledger-then-rw", "SELECT count(*) || ':' || max(id) FROM entries"); got != "200:200" {
 		t.Fatalf("recovered to %s: rows %s, want 200:200 (those committed before the target)", target.Format(time.RFC3339), got)
 	}
+
+	// The base backup was proven meanwhile: restored into a throwaway
+	// Database through the archive to its end, and checked.
+	verified := waitBackup(t, ns, "ledger-backup", 5*time.Minute, "the base backup verified", func(b *v1alpha1.DatabaseBackup) bool {
+		lv := b.Status.LastVerification
+		if lv != nil && lv.Result == v1alpha1.VerificationFailed {
+			t.Fatalf("verification of base backup %s failed: %s", lv.BackupID, lv.Message)
+		}
+		return lv != nil && meta.IsStatusConditionTrue(b.Status.Conditions, v1alpha1.ConditionVerified)
+	})
+	t.Logf("verified base backup %s: restored in %ds", verified.Status.LastVerification.BackupID, verified.Status.LastVerification.RestoreSeconds)
 
 	// The managed DatabaseBackup goes with its Database.
 	if err := cluster.Client.Delete(context.Background(), &v1alpha1.Database{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "ledger"}}); err != nil {
