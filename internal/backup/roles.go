@@ -46,14 +46,9 @@ func restoreRoles(ctx context.Context, o Options, m Manifest) (created int, err 
 		return 0, fmt.Errorf("failed to decompress the roles of backup %s: %w", m.ID, err)
 	}
 
-	cfg, err := pgx.ParseConfig(o.Conn.dsn())
+	conn, err := o.Conn.connect(ctx)
 	if err != nil {
-		return 0, err
-	}
-	cfg.Password = o.Conn.Password
-	conn, err := pgx.ConnectConfig(ctx, cfg)
-	if err != nil {
-		return 0, fmt.Errorf("failed to connect to restore roles: %w", err)
+		return 0, fmt.Errorf("restoring roles: %w", err)
 	}
 	defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
 	existing := map[string]bool{}

@@ -37,6 +37,20 @@ func (c Conn) env() []string {
 	return env
 }
 
+// connect opens a connection with c.
+func (c Conn) connect(ctx context.Context) (*pgx.Conn, error) {
+	cfg, err := pgx.ParseConfig(c.dsn())
+	if err != nil {
+		return nil, err
+	}
+	cfg.Password = c.Password
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("failed to connect to %s:%d: %w", c.Host, c.Port, err)
+	}
+	return conn, nil
+}
+
 func (c Conn) dsn() string {
 	return fmt.Sprintf("host=%s port=%d user=%s dbname=%s connect_timeout=10", c.Host, c.Port, c.User, c.Database)
 }
@@ -331,14 +345,9 @@ func (b *holdBack) Read(p []byte) (int, error) {
 
 // reassign hands the objects from owns in c's database to to.
 func reassign(ctx context.Context, c Conn, from, to string) error {
-	cfg, err := pgx.ParseConfig(c.dsn())
+	conn, err := c.connect(ctx)
 	if err != nil {
-		return err
-	}
-	cfg.Password = c.Password
-	conn, err := pgx.ConnectConfig(ctx, cfg)
-	if err != nil {
-		return fmt.Errorf("failed to connect to hand the restored objects to %s: %w", to, err)
+		return fmt.Errorf("handing the restored objects to %s: %w", to, err)
 	}
 	defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
 	q := "REASSIGN OWNED BY " + pgx.Identifier{from}.Sanitize() + " TO " + pgx.Identifier{to}.Sanitize()
@@ -349,16 +358,11 @@ func reassign(ctx context.Context, c Conn, from, to string) error {
 }
 
 func serverVersion(ctx context.Context, c Conn) (string, error) {
-	cfg, err := pgx.ParseConfig(c.dsn())
-	if err != nil {
-		return "", err
-	}
-	cfg.Password = c.Password
 	cctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
-	conn, err := pgx.ConnectConfig(cctx, cfg)
+	conn, err := c.connect(cctx)
 	if err != nil {
-		return "", fmt.Errorf("failed to connect to %s:%d: %w", c.Host, c.Port, err)
+		return "", err
 	}
 	defer func() { _ = conn.Close(context.Background()) }()
 	var v string
@@ -394,14 +398,9 @@ const DefaultCheckQuery = "SELECT relname FROM pg_stat_user_tables LIMIT 1"
 // Check runs query and counts the rows it returns (up to 1000); no rows is
 // a failed check.
 func Check(ctx context.Context, c Conn, query string) (int, error) {
-	cfg, err := pgx.ParseConfig(c.dsn())
+	conn, err := c.connect(ctx)
 	if err != nil {
 		return 0, err
-	}
-	cfg.Password = c.Password
-	conn, err := pgx.ConnectConfig(ctx, cfg)
-	if err != nil {
-		return 0, fmt.Errorf("failed to connect to %s:%d: %w", c.Host, c.Port, err)
 	}
 	defer func() { _ = conn.Close(context.Background()) }()
 	rows, err := conn.Query(ctx, query)
