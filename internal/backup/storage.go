@@ -18,6 +18,7 @@ import (
 type Storage interface {
 	// Put streams r to key; the object appears only when r is drained.
 	Put(ctx context.Context, key string, r io.Reader) error
+	// Get reads key; a missing key is ErrNotFound.
 	Get(ctx context.Context, key string) (io.ReadCloser, error)
 	// List returns every key under prefix.
 	List(ctx context.Context, prefix string) ([]string, error)
@@ -88,6 +89,9 @@ func (s *s3Storage) Get(ctx context.Context, key string) (io.ReadCloser, error) 
 	// GetObject is lazy; Stat surfaces a missing object now.
 	if _, err := obj.Stat(); err != nil {
 		_ = obj.Close()
+		if minio.ToErrorResponse(err).Code == minio.NoSuchKey {
+			return nil, fmt.Errorf("s3://%s/%s: %w", s.cfg.Bucket, key, ErrNotFound)
+		}
 		return nil, fmt.Errorf("failed to read s3://%s/%s: %w", s.cfg.Bucket, key, err)
 	}
 	return obj, nil
@@ -189,7 +193,9 @@ func (d *dirStorage) Get(_ context.Context, key string) (io.ReadCloser, error) {
 		return nil, err
 	}
 	f, err := os.Open(p)
-	if err != nil {
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("%s: %w", key, ErrNotFound)
+	} else if err != nil {
 		return nil, fmt.Errorf("failed to read %s: %w", key, err)
 	}
 	return f, nil

@@ -119,6 +119,13 @@ func (m *Manager) startWAL(ctx context.Context) error {
 		archiver = &wal.Archiver{Storage: st, Prefix: a.Prefix, WALDir: filepath.Join(m.cfg.PGData, "pg_wal"),
 			Parallel: cmp.Or(a.Parallel, 4), Log: m.log.WithName("wal"),
 			Replica: func() bool { return m.role() == instanceapi.RoleReplica }}
+		archiver.Claim = func(ctx context.Context) error {
+			out, err := m.controlData(ctx, m.cfg.PGData)
+			if err != nil {
+				return err
+			}
+			return wal.ClaimArchive(ctx, st, a.Prefix, parseControlData(out)["Database system identifier"], m.cfg.Pod)
+		}
 		m.mu.Lock()
 		m.archiver = archiver
 		m.mu.Unlock()

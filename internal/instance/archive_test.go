@@ -22,7 +22,8 @@ import (
 
 // A primary told to archive does so through its manager: PostgreSQL's
 // archive_command asks the manager, which ships each finished segment
-// compressed to the archive, where it reads back whole.
+// compressed to the archive, where it reads back whole. The archive is
+// claimed for its cluster: another cluster is refused.
 func TestPrimaryArchivesWALThroughItsManager(t *testing.T) {
 	ctx := context.Background()
 	in := newInstance(t)
@@ -70,6 +71,31 @@ func TestPrimaryArchivesWALThroughItsManager(t *testing.T) {
 		if !strings.HasSuffix(k, ".zst") {
 			t.Fatalf("%s stored uncompressed", k)
 		}
+	}
+
+	// The archive names its cluster. Another cluster (a Database made
+	// again under the same name: a new initdb) told to archive there ships
+	// nothing, and says why.
+	claim, err := os.ReadFile(filepath.Join(archive, "orders", "archive.json"))
+	sysid := in.superuser("SELECT system_identifier FROM pg_control_system()")
+	if err != nil || !strings.Contains(string(claim), `"systemIdentifier":"`+sysid+`"`) {
+		t.Fatalf("archive.json = %s (%v), want system identifier %s", claim, err, sysid)
+	}
+	in.stop()
+	other := newInstance(t)
+	testpg.ChownToRunner(t, archive)
+	other.writeFile("config/"+instanceapi.ArchiveFile, `{"directory":"`+archive+`","prefix":"orders/"}`)
+	other.start("orders-0")
+	other.waitReady(90 * time.Second)
+	other.superuser("SELECT pg_switch_wal()")
+	eventually(t, 30*time.Second, func() bool {
+		s := other.status().Archive
+		return s != nil && s.Failed > 0 && strings.Contains(s.LastError, "another PostgreSQL cluster") && s.Archived == 0
+	}, "the other cluster refusing the archive")
+	t.Logf("refused: %s", other.status().Archive.LastError)
+	after, err := st.List(ctx, "orders/wal/")
+	if err != nil || len(after) != len(keys) {
+		t.Fatalf("the archive holds %d files after the other cluster ran, want %d (%v)", len(after), len(keys), err)
 	}
 }
 

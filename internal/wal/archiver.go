@@ -32,11 +32,16 @@ type Archiver struct {
 	// Replica says whether this server is a standby (archive_mode =
 	// always): its files are its primary's, pushed with PushCopy.
 	Replica func() bool
+	// Claim, when set, must succeed once before anything is pushed (see
+	// ClaimArchive); until it does, every push fails with its error.
+	Claim func(context.Context) error
 
-	once  sync.Once
-	slots chan struct{}
-	mu    sync.Mutex
-	jobs  map[string]*job
+	once    sync.Once
+	claimMu sync.Mutex
+	claimed bool
+	slots   chan struct{}
+	mu      sync.Mutex
+	jobs    map[string]*job
 	// retryAt holds the scanner back after a failure: archive_command still
 	// asks at PostgreSQL's own pace.
 	retryAt time.Time
@@ -165,12 +170,31 @@ func (a *Archiver) start(ctx context.Context, name string) *job {
 		}
 		// Bounded, so that a hung upload cannot hold a slot for good.
 		pctx, cancel := context.WithTimeout(ctx, PushTimeout)
-		j.err = push(pctx, a.Storage, a.Prefix, filepath.Join(a.WALDir, name))
+		if j.err = a.claim(pctx); j.err == nil {
+			j.err = push(pctx, a.Storage, a.Prefix, filepath.Join(a.WALDir, name))
+		}
 		cancel()
 		<-a.slots
 		a.finish(name, j)
 	}()
 	return j
+}
+
+// claim runs Claim until it has succeeded once.
+func (a *Archiver) claim(ctx context.Context) error {
+	if a.Claim == nil {
+		return nil
+	}
+	a.claimMu.Lock()
+	defer a.claimMu.Unlock()
+	if a.claimed {
+		return nil
+	}
+	if err := a.Claim(ctx); err != nil {
+		return err
+	}
+	a.claimed = true
+	return nil
 }
 
 // finish records a push's result; a failed push is forgotten, so that the

@@ -10,6 +10,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -17,6 +18,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"time"
 
 	"github.com/klauspost/compress/zstd"
 
@@ -99,6 +101,66 @@ func push(ctx context.Context, st backup.Storage, prefix, path string, trustStor
 		return fmt.Errorf("failed to archive %s: %w", name, err)
 	}
 	return nil
+}
+
+// ErrOtherCluster means the archive under a prefix holds another
+// PostgreSQL cluster's WAL.
+var ErrOtherCluster = errors.New("the WAL archive belongs to another PostgreSQL cluster")
+
+// claimKey names the cluster whose WAL an archive holds.
+func claimKey(prefix string) string { return prefix + "archive.json" }
+
+// archiveClaim is what claimKey holds.
+type archiveClaim struct {
+	SystemIdentifier string    `json:"systemIdentifier"`
+	ClaimedBy        string    `json:"claimedBy,omitempty"`
+	Claimed          time.Time `json:"claimed"`
+}
+
+// ClaimArchive makes sure the archive under prefix holds the WAL of the
+// cluster with systemID (pg_controldata's "Database system identifier",
+// which a base backup and its restores share): it records systemID if the
+// archive names no cluster yet, and fails with ErrOtherCluster if it names
+// another. Without it, a cluster made again under the same name and
+// prefix would find its first segments' names taken by the old cluster's
+// and fail on every one with ErrDifferent, a message nobody understands.
+func ClaimArchive(ctx context.Context, st backup.Storage, prefix, systemID, by string) error {
+	if systemID == "" {
+		return errors.New("no system identifier to claim the WAL archive with")
+	}
+	data, err := fetchPlain(ctx, st, claimKey(prefix))
+	switch {
+	case errors.Is(err, backup.ErrNotFound):
+		b, err := json.Marshal(archiveClaim{SystemIdentifier: systemID, ClaimedBy: by, Claimed: time.Now().UTC()})
+		if err != nil {
+			return err
+		}
+		if err := st.Put(ctx, claimKey(prefix), bytes.NewReader(b)); err != nil {
+			return fmt.Errorf("failed to record the cluster in the WAL archive: %w", err)
+		}
+		return nil
+	case err != nil:
+		return fmt.Errorf("failed to read which cluster the WAL archive holds: %w", err)
+	}
+	var c archiveClaim
+	if err := json.Unmarshal(data, &c); err != nil {
+		return fmt.Errorf("%s is not valid: %w", claimKey(prefix), err)
+	}
+	if c.SystemIdentifier != systemID {
+		return fmt.Errorf("%w: %s names system identifier %s (claimed by %s at %s), this server is %s; "+
+			"an earlier Database of the same name? Give the backup storage another prefix, or move the old archive away",
+			ErrOtherCluster, claimKey(prefix), c.SystemIdentifier, c.ClaimedBy, c.Claimed.Format(time.RFC3339), systemID)
+	}
+	return nil
+}
+
+func fetchPlain(ctx context.Context, st backup.Storage, key string) ([]byte, error) {
+	rc, err := st.Get(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = rc.Close() }()
+	return io.ReadAll(io.LimitReader(rc, 64<<10))
 }
 
 // ErrNotArchived means the archive does not hold the file asked for: the

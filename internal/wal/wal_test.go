@@ -153,3 +153,24 @@ func TestKey(t *testing.T) {
 		}
 	}
 }
+
+// An archive is claimed by the first cluster that archives into it; the
+// same cluster (or a restore of it, which keeps the system identifier)
+// passes, another is refused naming both identifiers.
+func TestClaimArchive(t *testing.T) {
+	ctx := context.Background()
+	st := backup.NewDir(t.TempDir())
+	if err := wal.ClaimArchive(ctx, st, "p/", "7400000000000000001", "orders-0"); err != nil {
+		t.Fatal(err)
+	}
+	if err := wal.ClaimArchive(ctx, st, "p/", "7400000000000000001", "orders-1"); err != nil {
+		t.Fatalf("the same cluster again: %v", err)
+	}
+	err := wal.ClaimArchive(ctx, st, "p/", "7400000000000000002", "orders-0")
+	if !errors.Is(err, wal.ErrOtherCluster) || !strings.Contains(err.Error(), "7400000000000000001") || !strings.Contains(err.Error(), "7400000000000000002") {
+		t.Fatalf("another cluster: %v, want ErrOtherCluster naming both", err)
+	}
+	if err := wal.ClaimArchive(ctx, st, "q/", "7400000000000000002", "orders-0"); err != nil {
+		t.Fatalf("another prefix: %v", err)
+	}
+}
