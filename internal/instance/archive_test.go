@@ -402,10 +402,11 @@ func pgbenchLoad(t *testing.T, in *instance) (stop func() int) {
 	return stop
 }
 
-// A storage outage under writes: the status reports the failure while the
-// bucket is gone, WAL waits in pg_wal, and once it is back the archive
-// catches up with no segment missing, proven by a recovery to the end of
-// the archive that holds every row committed before the last switch.
+// A storage outage of two minutes under pgbench load: the status reports
+// the failure while the bucket is gone, WAL waits in pg_wal, and once it
+// is back the archive catches up with no segment missing, proven by a
+// recovery to the end of the archive that holds every event and every
+// pgbench transaction committed before the last switch.
 func TestArchivingCatchesUpAfterAStorageOutage(t *testing.T) {
 	ctx := context.Background()
 	m := testpg.StartMinIO(t)
@@ -426,18 +427,30 @@ func TestArchivingCatchesUpAfterAStorageOutage(t *testing.T) {
 	}
 	first := in.superuser("SELECT pg_walfile_name(pg_current_wal_lsn())")
 
+	// Two minutes without storage, under pgbench load, with a batch of
+	// events and a segment switch every 10 s.
 	m.Stop()
+	down := time.Now()
+	stopLoad := pgbenchLoad(t, in)
 	var last string
-	for i := range 4 {
+	reported := false
+	for i := 0; i == 0 || time.Since(down) < outage(); i++ {
 		in.exec(ctx, fmt.Sprintf("INSERT INTO events SELECT generate_series(%d, %d)", 1000*i+1, 1000*i+1000))
 		last = in.superuser("SELECT pg_walfile_name(pg_switch_wal())")
+		if s := in.status().Archive; !reported && s != nil && s.LastError != "" && s.Failed > 0 && s.Pending > 0 &&
+			s.PendingBytes >= 16<<20 && s.VolumeFreeBytes > 0 {
+			reported = true
+			t.Logf("%s into the outage: %+v", time.Since(down).Round(time.Second), *s)
+		}
+		time.Sleep(10 * time.Second)
 	}
-	eventually(t, 60*time.Second, func() bool {
-		s := in.status().Archive
-		return s != nil && s.LastError != "" && s.Failed > 0 && s.Pending > 0 && s.PendingBytes >= 16<<20 && s.VolumeFreeBytes > 0
-	}, "the status reporting the failing archive and the WAL waiting")
-	t.Logf("while the storage is down: %+v", *in.status().Archive)
-	time.Sleep(5 * time.Second)
+	loaded := stopLoad()
+	last = in.superuser("SELECT pg_walfile_name(pg_switch_wal())")
+	events := in.query(ctx, "SELECT count(*)::text FROM events")
+	if !reported {
+		t.Fatalf("in %s of outage the status never reported the failing archive and the WAL waiting: %+v", outage(), in.status().Archive)
+	}
+	t.Logf("after %s: %+v; %d pgbench transactions, %s events", time.Since(down).Round(time.Second), *in.status().Archive, loaded, events)
 	m.Start(t)
 
 	took := time.Now()
@@ -466,9 +479,21 @@ func TestArchivingCatchesUpAfterAStorageOutage(t *testing.T) {
 		"--restore-s3-insecure", "--restore-prefix", "orders"}
 	dst.start("copy-0")
 	dst.waitReady(90 * time.Second)
-	if got := dst.query(ctx, "SELECT count(*)::text FROM events"); got != "4000" {
-		t.Fatalf("recovered to the end of the archive: %s rows, want 4000", got)
+	if got := dst.query(ctx, "SELECT count(*)::text FROM events"); got != events {
+		t.Fatalf("recovered to the end of the archive: %s events, want %s", got, events)
 	}
+	if got := dst.query(ctx, "SELECT count(*)::text FROM pgbench_history"); got != strconv.Itoa(loaded) {
+		t.Fatalf("recovered to the end of the archive: %s pgbench transactions, want %d", got, loaded)
+	}
+}
+
+// outage is how long TestArchivingCatchesUpAfterAStorageOutage keeps the
+// storage down: 2 minutes, or DAYTWO_OUTAGE_SECONDS for a quicker local run.
+func outage() time.Duration {
+	if n, err := strconv.Atoi(os.Getenv("DAYTWO_OUTAGE_SECONDS")); err == nil && n > 0 {
+		return time.Duration(n) * time.Second
+	}
+	return 2 * time.Minute
 }
 
 // A base backup taken from a streaming replica, sparing the primary: it
