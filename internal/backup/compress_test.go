@@ -12,9 +12,9 @@ import (
 // A logical backup taken by the database's owner (not a superuser), with
 // each compression, restores on another server the same rows and the roles
 // behind them: a role that only reads, a login role that is a member of it
-// with its own setting, and a role that owns a table. The owner's objects
-// go to the new owner, the others keep theirs, grants come back, and the
-// stored size follows the compression.
+// with its own setting, and a role that owns a table. Objects keep their
+// owners and grants come back; under another owner, that owner owns
+// everything and the grants stay. The stored size follows the compression.
 func TestLogicalBackupCompressesAndBringsBackRoles(t *testing.T) {
 	src := testpg.Start(t)
 	minio := testpg.StartMinIO(t)
@@ -37,7 +37,10 @@ func TestLogicalBackupCompressesAndBringsBackRoles(t *testing.T) {
 
 	o := opts(src, "shop", st)
 	o.Conn.User, o.Conn.Password = "shop", "shop-secret"
+	// The new server has the owner daytwo creates (the same name), and
+	// another role for a restore under another owner.
 	dst := testpg.Start(t)
+	dst.Exec(t, "postgres", "CREATE ROLE shop LOGIN")
 	dst.Exec(t, "postgres", "CREATE ROLE copy LOGIN")
 	for i, c := range []backup.Compression{{Algorithm: "none"}, {Algorithm: "gzip", Level: 1}, {Algorithm: "zstd"}, {Algorithm: "zstd", Level: 19}} {
 		o.Compression = c
@@ -56,15 +59,15 @@ func TestLogicalBackupCompressesAndBringsBackRoles(t *testing.T) {
 		}
 
 		db := "copy" + fmt.Sprint(i)
-		dst.Exec(t, "postgres", "CREATE DATABASE "+db+" OWNER copy")
-		if _, err := backup.Restore(ctx, opts(dst, db, st), m.ID, "copy"); err != nil {
+		dst.Exec(t, "postgres", "CREATE DATABASE "+db+" OWNER shop")
+		if _, err := backup.Restore(ctx, opts(dst, db, st), m.ID, "shop"); err != nil {
 			t.Fatalf("%+v restore: %v", c, err)
 		}
 		if got := dst.Query(t, db, "SELECT count(*) || ':' || sum(hashtext(note)::bigint) FROM orders"); got != want {
 			t.Fatalf("%+v restored %s, want %s", c, got, want)
 		}
 		checks := map[string]string{
-			"SELECT tableowner FROM pg_tables WHERE tablename = 'orders'":                    "copy",
+			"SELECT tableowner FROM pg_tables WHERE tablename = 'orders'":                    "shop",
 			"SELECT tableowner FROM pg_tables WHERE tablename = 'audit'":                     "Audit; Team",
 			"SELECT has_table_privilege('reporting', 'orders', 'SELECT')::text":              "true",
 			"SELECT has_table_privilege('reporting', 'orders', 'INSERT')::text":              "false",
@@ -78,6 +81,19 @@ func TestLogicalBackupCompressesAndBringsBackRoles(t *testing.T) {
 				t.Errorf("%+v: %s = %q, want %q", c, q, got, w)
 			}
 		}
+	}
+	// Under another owner, that owner owns every object; the grants stay.
+	o.Compression = backup.DefaultCompression
+	m, err := backup.Run(ctx, o, "20260102T000000Z", "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dst.Exec(t, "postgres", "CREATE DATABASE other OWNER copy")
+	if _, err := backup.Restore(ctx, opts(dst, "other", st), m.ID, "copy"); err != nil {
+		t.Fatalf("restore under another owner: %v", err)
+	}
+	if got := dst.Query(t, "other", "SELECT string_agg(tableowner, ',' ORDER BY tablename) || ':' || has_table_privilege('reporting', 'orders', 'SELECT')::text FROM pg_tables WHERE schemaname = 'public'"); got != "copy,copy:true" {
+		t.Fatalf("under another owner: owners and grant %s, want copy,copy:true", got)
 	}
 	// Nothing of the source's passwords travelled.
 	if got := dst.Query(t, "postgres", "SELECT count(*)::text FROM pg_authid WHERE rolpassword IS NOT NULL AND rolname <> 'postgres'"); got != "0" {

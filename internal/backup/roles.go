@@ -16,49 +16,54 @@ import (
 const maxRoles = 64 << 20
 
 // restoreRoles creates the roles of a backup's roles dump that the target
-// lacks. Roles the target has (its superuser, the replication role, the
+// lacks, and says whether it did: creating roles takes a superuser, and
+// without one it does nothing. Roles the target has (its superuser, the replication role, the
 // owner daytwo created, and PostgreSQL's own) are left as they are: the
 // dump's CREATE, ALTER and COMMENT statements about them are skipped.
 // Memberships are granted. The dump's checksum is verified before any
 // statement runs, and any failing statement fails the restore, naming it.
-func restoreRoles(ctx context.Context, o Options, m Manifest) (created int, err error) {
+func restoreRoles(ctx context.Context, o Options, m Manifest) (bool, error) {
 	p := m.Roles
 	rc, err := o.Storage.Get(ctx, p.Key)
 	if err != nil {
-		return 0, fmt.Errorf("failed to read the roles of backup %s: %w", m.ID, err)
+		return false, fmt.Errorf("failed to read the roles of backup %s: %w", m.ID, err)
 	}
 	stored, err := io.ReadAll(io.LimitReader(rc, maxRoles+1))
 	_ = rc.Close()
 	if err != nil {
-		return 0, fmt.Errorf("failed to read the roles of backup %s: %w", m.ID, err)
+		return false, fmt.Errorf("failed to read the roles of backup %s: %w", m.ID, err)
 	}
 	if sum := sha256.Sum256(stored); hex.EncodeToString(sum[:]) != p.SHA256 || int64(len(stored)) != p.Bytes {
-		return 0, fmt.Errorf("%w: the roles of backup %s have sha256 %s and %d bytes, its manifest says %s and %d bytes",
+		return false, fmt.Errorf("%w: the roles of backup %s have sha256 %s and %d bytes, its manifest says %s and %d bytes",
 			ErrChecksum, m.ID, hex.EncodeToString(sum[:]), len(stored), p.SHA256, p.Bytes)
 	}
 	r, err := decompress(m.Compression, bytes.NewReader(stored))
 	if err != nil {
-		return 0, err
+		return false, err
 	}
 	script, err := io.ReadAll(io.LimitReader(r, maxRoles))
 	_ = r.Close()
 	if err != nil {
-		return 0, fmt.Errorf("failed to decompress the roles of backup %s: %w", m.ID, err)
+		return false, fmt.Errorf("failed to decompress the roles of backup %s: %w", m.ID, err)
 	}
 
 	conn, err := o.Conn.connect(ctx)
 	if err != nil {
-		return 0, fmt.Errorf("restoring roles: %w", err)
+		return false, fmt.Errorf("restoring roles: %w", err)
 	}
 	defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
+	var super bool
+	if err := conn.QueryRow(ctx, "SELECT rolsuper FROM pg_roles WHERE rolname = current_user").Scan(&super); err != nil || !super {
+		return false, err
+	}
 	existing := map[string]bool{}
 	rows, err := conn.Query(ctx, "SELECT rolname FROM pg_roles")
 	if err != nil {
-		return 0, err
+		return false, err
 	}
 	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	if err != nil {
-		return 0, err
+		return false, err
 	}
 	for _, n := range names {
 		existing[n] = true
@@ -68,13 +73,10 @@ func restoreRoles(ctx context.Context, o Options, m Manifest) (created int, err 
 			continue
 		}
 		if _, err := conn.Exec(ctx, stmt, pgx.QueryExecModeSimpleProtocol); err != nil {
-			return created, fmt.Errorf("restoring the roles of backup %s: %q failed: %w", m.ID, stmt, err)
-		}
-		if strings.HasPrefix(stmt, "CREATE ROLE ") {
-			created++
+			return false, fmt.Errorf("restoring the roles of backup %s: %q failed: %w", m.ID, stmt, err)
 		}
 	}
-	return created, nil
+	return true, nil
 }
 
 // roleStatement returns the role a CREATE ROLE, ALTER ROLE or COMMENT ON

@@ -112,18 +112,30 @@ func Run(ctx context.Context, o Options, id, daytwoVersion string) (Manifest, er
 	if m.PGVersion, err = serverVersion(ctx, o.Conn); err != nil {
 		return m, err
 	}
+	// The dump first, then the roles (seconds), then a check that both are
+	// still there: a prune running beside a long dump (concurrencyPolicy
+	// Allow) deletes objects no manifest names yet, and a manifest must
+	// never name a missing object.
+	data := Part{Key: m.DataKey}
 	roles := Part{Key: strings.TrimSuffix(m.DataKey, dataSuffix) + rolesSuffix}
-	err = o.stream(ctx, "pg_dumpall", []string{"--roles-only", "--no-role-passwords", "--database=" + o.Conn.Database}, &roles, "")
+	lockWait := o.LockWaitTimeout
+	if lockWait == 0 {
+		lockWait = DefaultLockWaitTimeout
+	}
+	err = o.stream(ctx, "pg_dump", []string{"--format=custom", "--compress=0",
+		fmt.Sprintf("--lock-wait-timeout=%d", lockWait.Milliseconds())}, &data, dumpMagic)
+	if err == nil {
+		m.Bytes, m.RawBytes, m.SHA256 = data.Bytes, data.RawBytes, data.SHA256
+		err = o.stream(ctx, "pg_dumpall", []string{"--roles-only", "--no-role-passwords", "--database=" + o.Conn.Database}, &roles, "")
+	}
 	if err == nil {
 		m.Roles = &roles
-		data := Part{Key: m.DataKey}
-		lockWait := o.LockWaitTimeout
-		if lockWait == 0 {
-			lockWait = DefaultLockWaitTimeout
+		for _, p := range []Part{data, roles} {
+			if size, serr := o.Storage.Size(ctx, p.Key); serr != nil || size != p.Bytes {
+				err = errors.Join(fmt.Errorf("%s is gone from storage before the manifest was written (a prune beside this run?)", p.Key), serr)
+				break
+			}
 		}
-		err = o.stream(ctx, "pg_dump", []string{"--format=custom", "--compress=0",
-			fmt.Sprintf("--lock-wait-timeout=%d", lockWait.Milliseconds())}, &data, dumpMagic)
-		m.Bytes, m.RawBytes, m.SHA256 = data.Bytes, data.RawBytes, data.SHA256
 	}
 	if err != nil {
 		cleanupCtx, done := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
@@ -173,32 +185,51 @@ func (o Options) stream(ctx context.Context, program string, args []string, p *P
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("failed to start %s: %w", program, err)
 	}
-	// The compressor runs beside the upload, joined by a pipe.
+	// The compressor runs beside the upload, joined by a pipe. It waits
+	// for the program too, so that a program that fails aborts the upload
+	// instead of completing it with what was written so far.
 	pr, pw := io.Pipe()
 	raw, head := &Counter{}, &headBuffer{max: len(magic)}
-	compressed := make(chan error, 1)
+	var copyErr, waitErr error
+	done := make(chan struct{})
 	go func() {
+		defer close(done)
 		zw, err := o.compression().writer(pw)
 		if err == nil {
 			_, err = io.Copy(zw, io.TeeReader(out, io.MultiWriter(raw, head)))
 			err = errors.Join(err, zw.Close())
 		}
-		_ = pw.CloseWithError(err)
-		compressed <- err
+		if err != nil {
+			cancel() // nothing reads the program's output any more
+		}
+		copyErr, waitErr = err, cmd.Wait()
+		if err != nil {
+			waitErr = nil // killed above; the copy's error says why
+		}
+		if waitErr != nil {
+			_ = pw.CloseWithError(fmt.Errorf("%s failed: %w: %s", program, waitErr, stderr.String()))
+		} else {
+			_ = pw.CloseWithError(copyErr)
+		}
 	}()
 	h, n := sha256.New(), &Counter{}
 	putErr := o.Storage.Put(ctx, p.Key, io.TeeReader(pr, io.MultiWriter(h, n)))
+	stopped := false
 	if putErr != nil {
-		cancel() // the program may be blocked writing to a pipe nobody reads
-		_ = pr.CloseWithError(putErr)
+		select {
+		case <-done: // the program's failure failed the upload
+		default:
+			stopped = true
+			cancel() // the program may be blocked writing to a pipe nobody reads
+			_ = pr.CloseWithError(putErr)
+		}
 	}
-	copyErr := <-compressed
-	waitErr := cmd.Wait()
+	<-done
 	switch {
+	case waitErr != nil && !stopped:
+		return fmt.Errorf("%s failed: %w: %s", program, waitErr, stderr.String())
 	case putErr != nil:
 		return putErr
-	case waitErr != nil:
-		return fmt.Errorf("%s failed: %w: %s", program, waitErr, stderr.String())
 	case copyErr != nil:
 		return fmt.Errorf("failed to compress what %s wrote: %w", program, copyErr)
 	case string(head.b) != magic:
@@ -233,11 +264,11 @@ func (h *headBuffer) Write(p []byte) (int, error) {
 // failure leaves the target database as it was; a checksum mismatch is
 // reported as ErrChecksum even when pg_restore choked on the bad bytes first.
 //
-// role, when set, owns the restored database's objects. A backup that
-// carries its roles gets them back first (those the target lacks), and then
-// keeps its owners and privileges, with the backup's owner's objects handed
-// to role; without roles, role owns everything and no privileges are
-// restored (their grantees may not exist).
+// A backup that carries its roles gets them back first (those the target
+// lacks; it takes a superuser connection, else they are skipped), and then
+// keeps its grants and, when role is empty or the backup's owner, its
+// objects' owners. Otherwise role, when set, owns every restored object;
+// without roles no grants are restored (their grantees may not exist).
 func Restore(ctx context.Context, o Options, id, role string) (Manifest, error) {
 	m, err := Find(ctx, o.Storage, o.Prefix, o.Series, id)
 	if err != nil {
@@ -248,22 +279,25 @@ func Restore(ctx context.Context, o Options, id, role string) (Manifest, error) 
 	}
 	withRoles := m.Roles != nil
 	if withRoles {
-		if _, err := restoreRoles(ctx, o, m); err != nil {
+		if withRoles, err = restoreRoles(ctx, o, m); err != nil {
 			return m, err
 		}
+	}
+	args := []string{"--no-password", "--exit-on-error", "--single-transaction", "--dbname=" + o.Conn.Database}
+	if !withRoles || (role != "" && role != m.Owner) {
+		args = append(args, "--no-owner")
+		if role != "" {
+			args = append(args, "--role="+role)
+		}
+	}
+	if !withRoles {
+		args = append(args, "--no-privileges")
 	}
 	rc, err := o.Storage.Get(ctx, m.DataKey)
 	if err != nil {
 		return m, err
 	}
 	defer func() { _ = rc.Close() }()
-	args := []string{"--no-password", "--exit-on-error", "--single-transaction", "--dbname=" + o.Conn.Database}
-	if !withRoles {
-		args = append(args, "--no-owner", "--no-privileges")
-		if role != "" {
-			args = append(args, "--role="+role)
-		}
-	}
 	cmd := exec.CommandContext(ctx, o.bin("pg_restore"), args...)
 	cmd.Env = o.Conn.env()
 	stderr := &tailBuffer{}
@@ -295,11 +329,6 @@ func Restore(ctx context.Context, o Options, id, role string) (Manifest, error) 
 	}
 	if runErr != nil {
 		return m, fmt.Errorf("pg_restore failed: %w: %s", runErr, stderr.String())
-	}
-	if withRoles && role != "" && m.Owner != "" && m.Owner != role {
-		if err := reassign(ctx, o.Conn, m.Owner, role); err != nil {
-			return m, err
-		}
 	}
 	return m, nil
 }
@@ -341,20 +370,6 @@ func (b *holdBack) Read(p []byte) (int, error) {
 	n := copy(p, b.pending[:free])
 	b.pending = b.pending[n:]
 	return n, nil
-}
-
-// reassign hands the objects from owns in c's database to to.
-func reassign(ctx context.Context, c Conn, from, to string) error {
-	conn, err := c.connect(ctx)
-	if err != nil {
-		return fmt.Errorf("handing the restored objects to %s: %w", to, err)
-	}
-	defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
-	q := "REASSIGN OWNED BY " + pgx.Identifier{from}.Sanitize() + " TO " + pgx.Identifier{to}.Sanitize()
-	if _, err := conn.Exec(ctx, q); err != nil {
-		return fmt.Errorf("failed to hand the restored objects of %s to %s: %w", from, to, err)
-	}
-	return nil
 }
 
 func serverVersion(ctx context.Context, c Conn) (string, error) {
