@@ -100,7 +100,13 @@ func s3RoundTrip(ctx context.Context, endpoint, bucket string) error {
 	if err != nil {
 		return err
 	}
+	// A Service answers a moment after its endpoints are ready (kube-proxy
+	// programs the rules): retry for a bounded time.
 	exists, err := c.BucketExists(ctx, bucket)
+	for deadline := time.Now().Add(30 * time.Second); err != nil && time.Now().Before(deadline); {
+		time.Sleep(250 * time.Millisecond)
+		exists, err = c.BucketExists(ctx, bucket)
+	}
 	if err != nil {
 		return fmt.Errorf("bucket check: %w", err)
 	}
