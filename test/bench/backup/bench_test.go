@@ -49,9 +49,20 @@ func run(cmd *exec.Cmd) error {
 
 func TestBenchBackup(t *testing.T) {
 	mb := benchMB()
-	pg := testpg.Start(t, "max_wal_size=4GB", "shared_buffers=256MB", "archive_mode=on", "archive_command=/bin/true")
 	minio, ca := testpg.StartMinIOTLS(t)
 	t.Setenv("SSL_CERT_FILE", ca) // daytwo's S3 client trusts the test CA like any system CA
+	// daytwo: the same code path as `daytwo backup run` and the restore, to MinIO over TLS.
+	st, err := backup.NewS3(backup.S3Config{Endpoint: "https://" + minio.Endpoint, Bucket: "bench",
+		AccessKeyID: minio.AccessKey, SecretAccessKey: minio.SecretKey})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := backup.EnsureBucket(ctx, st); err != nil {
+		t.Fatal(err)
+	}
+	// The server archives its WAL through daytwo's Archiver, so a base
+	// backup finds the WAL it needs in the archive, as in a Database.
+	pg, _ := archivingServer(t, st, "physical/", "max_wal_size=4GB", "shared_buffers=256MB")
 
 	// About BENCH_MB of each kind of data: pgbench accounts (15MB per
 	// scale unit, which compress about 50:1, so the figures are mostly
@@ -75,15 +86,6 @@ func TestBenchBackup(t *testing.T) {
 		return nil
 	})
 
-	// daytwo: the same code path as `daytwo backup run` and the restore, to MinIO over TLS.
-	st, err := backup.NewS3(backup.S3Config{Endpoint: "https://" + minio.Endpoint, Bucket: "bench",
-		AccessKeyID: minio.AccessKey, SecretAccessKey: minio.SecretKey})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := backup.EnsureBucket(ctx, st); err != nil {
-		t.Fatal(err)
-	}
 	// BENCH_ONLY=physical skips the logical half.
 	var logicals []logicalResult
 	if os.Getenv("BENCH_ONLY") != "physical" {

@@ -39,8 +39,6 @@ func (w walResult) String() string {
 // markingStorage leaves a marker file named after each WAL file once it
 // is stored: the bench's archive_command waits for it, as daytwo's waits
 // for the manager's answer, so PostgreSQL recycles nothing unarchived.
-// Before waiting it names the file on a FIFO, and the bench asks the
-// Archiver for it at once, as the manager does when archive_command asks.
 type markingStorage struct {
 	backup.Storage
 	dir string
@@ -57,23 +55,20 @@ func (m markingStorage) Put(ctx context.Context, key string, r io.Reader) error 
 	return nil
 }
 
-// benchWALRate drives write-heavy pgbench at 16 and 32 MB/s of WAL, then
-// as fast as 1, 2 and 4 clients go, for BENCH_WAL_SECONDS each (default
-// 15) against a server whose WAL daytwo's Archiver ships to MinIO (zstd, 4 uploads in flight, as the instance
-// manager runs it), and samples the archive lag in segments every 100 ms.
-func benchWALRate(t *testing.T, minio *testpg.MinIO) walResult {
-	seconds := 15
-	if n, err := strconv.Atoi(os.Getenv("BENCH_WAL_SECONDS")); err == nil && n > 0 {
-		seconds = n
-	}
+// archivingServer starts a server whose WAL daytwo's Archiver ships to st
+// under prefix (zstd, 4 uploads in flight, as the instance manager runs
+// it). Its archive_command names each file on a FIFO, and the bench asks
+// the Archiver for it at once, as the manager does when archive_command
+// asks; then it waits until the file is stored (markingStorage). The
+// Archiver stops after the server (cleanups run last first), and
+// archive_command gives up after 30 s, so a shutdown never waits for good.
+func archivingServer(t *testing.T, st backup.Storage, prefix string, settings ...string) (*testpg.Server, *wal.Archiver) {
 	marks := t.TempDir()
 	fifo := filepath.Join(marks, "ask")
 	if err := syscall.Mkfifo(fifo, 0o666); err != nil {
 		t.Fatal(err)
 	}
 	testpg.ChownToRunner(t, marks)
-	// The Archiver stops after the server (cleanups run last first), and
-	// archive_command gives up after 30 s, so a shutdown never waits for good.
 	actx, stop := context.WithCancel(ctx)
 	t.Cleanup(func() {
 		stop()
@@ -81,14 +76,10 @@ func benchWALRate(t *testing.T, minio *testpg.MinIO) walResult {
 			_ = f.Close() // frees the reader blocked in Open
 		}
 	})
-	pg := testpg.Start(t, "archive_mode=on", "full_page_writes=on", "max_wal_size=2GB", "checkpoint_timeout=30s",
-		fmt.Sprintf("archive_command=echo %%f > %s; i=0; while [ ! -e %s/%%f ]; do i=$((i+1)); [ $i -gt 3000 ] && exit 1; sleep 0.01; done", fifo, marks))
-	st, err := backup.NewS3(backup.S3Config{Endpoint: "https://" + minio.Endpoint, Bucket: "bench",
-		AccessKeyID: minio.AccessKey, SecretAccessKey: minio.SecretKey})
-	if err != nil {
-		t.Fatal(err)
-	}
-	a := &wal.Archiver{Storage: markingStorage{st, marks}, Prefix: "walbench/", WALDir: filepath.Join(pg.Dir, "data", "pg_wal"), Parallel: 4}
+	pg := testpg.Start(t, append([]string{"archive_mode=on",
+		fmt.Sprintf("archive_command=echo %%f > %s; i=0; while [ ! -e %s/%%f ]; do i=$((i+1)); [ $i -gt 3000 ] && exit 1; sleep 0.01; done", fifo, marks)},
+		settings...)...)
+	a := &wal.Archiver{Storage: markingStorage{st, marks}, Prefix: prefix, WALDir: filepath.Join(pg.Dir, "data", "pg_wal"), Parallel: 4}
 	go a.Run(actx)
 	go func() {
 		for actx.Err() == nil {
@@ -103,6 +94,24 @@ func benchWALRate(t *testing.T, minio *testpg.MinIO) walResult {
 			_ = f.Close()
 		}
 	}()
+	return pg, a
+}
+
+// benchWALRate drives write-heavy pgbench at 16 and 32 MB/s of WAL, then
+// as fast as 1, 2 and 4 clients go, for BENCH_WAL_SECONDS each (default
+// 15) against an archivingServer, and samples the archive lag in segments
+// every 100 ms.
+func benchWALRate(t *testing.T, minio *testpg.MinIO) walResult {
+	seconds := 15
+	if n, err := strconv.Atoi(os.Getenv("BENCH_WAL_SECONDS")); err == nil && n > 0 {
+		seconds = n
+	}
+	st, err := backup.NewS3(backup.S3Config{Endpoint: "https://" + minio.Endpoint, Bucket: "bench",
+		AccessKeyID: minio.AccessKey, SecretAccessKey: minio.SecretKey})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pg, a := archivingServer(t, st, "walbench/", "full_page_writes=on", "max_wal_size=2GB", "checkpoint_timeout=30s")
 
 	pg.Exec(t, "postgres", "CREATE TABLE walload (id int, v text)")
 	script := filepath.Join(t.TempDir(), "insert.sql")
