@@ -356,11 +356,20 @@ func run(t *testing.T, instances int32, sync bool, rounds int, faults []fault) f
 			})
 			ready := time.Since(at)
 			time.Sleep(2 * time.Second) // a quiet stretch closes the round's gap
-			gap, began := w.Read(t).GapAround(at, time.Now())
+			rec := w.Read(t)
+			gap, began := rec.GapAround(at, time.Now())
 			f.gaps[fl.name] = append(f.gaps[fl.name], gap)
 			f.ready[fl.name] = append(f.ready[fl.name], ready)
-			t.Logf("%s round %d (primary %s): write gap %s from %s, whole again after %s", fl.name, r+1, cur.Status.Primary,
-				gap.Round(10*time.Millisecond), began.UTC().Format("15:04:05.000"), ready.Round(100*time.Millisecond))
+			t.Logf("%s round %d (primary %s): write gap %s from %s, whole again after %s; failed attempts in it:%s", fl.name, r+1, cur.Status.Primary,
+				gap.Round(10*time.Millisecond), began.UTC().Format("15:04:05.000"), ready.Round(100*time.Millisecond),
+				rec.FailuresIn(began, began.Add(gap)))
+			if gap > time.Second {
+				// Over the goal: what each instance did, to tell why.
+				for i := range instances {
+					t.Logf("%s-%d around the gap:\n%s", db, i, logsBetween(cluster.PodLogs(ctx, ns, fmt.Sprintf("%s-%d", db, i), "postgres",
+						began.Add(-time.Second)), began.Add(-time.Second), began.Add(gap+time.Second)))
+				}
+			}
 		}
 	}
 	res := w.Stop(t)
@@ -369,6 +378,20 @@ func run(t *testing.T, instances int32, sync bool, rounds int, faults []fault) f
 	t.Logf("writer: %s; %d acknowledged writes lost %v", res, len(lost), lost)
 	_ = cluster.Client.Delete(ctx, d)
 	return f
+}
+
+// logsBetween keeps the timestamped log lines written in [from, to].
+func logsBetween(log string, from, to time.Time) string {
+	var keep []string
+	for _, line := range strings.Split(log, "\n") {
+		stamp, _, _ := strings.Cut(line, " ")
+		at, err := time.Parse(time.RFC3339Nano, stamp)
+		if err == nil && (at.Before(from) || at.After(to)) {
+			continue
+		}
+		keep = append(keep, line)
+	}
+	return strings.Join(keep, "\n")
 }
 
 // pct is the p-th percentile (nearest rank) of ds.

@@ -156,3 +156,15 @@ func Eventually(t *testing.T, timeout time.Duration, what string, cond func(ctx 
 		t.Fatalf("timed out after %s waiting for %s: %v", timeout, what, err)
 	}
 }
+
+// PodLogs is a container's log lines from since on, each stamped with its
+// time: what an instance did around a fault. Errors are part of the text;
+// it is diagnostics, not a check.
+func (c *Cluster) PodLogs(ctx context.Context, ns, pod, container string, since time.Time) string {
+	st := metav1.NewTime(since)
+	raw, err := c.Kube.CoreV1().Pods(ns).GetLogs(pod, &corev1.PodLogOptions{Container: container, SinceTime: &st, Timestamps: true}).DoRaw(ctx)
+	if err != nil {
+		return fmt.Sprintf("(no log of %s/%s: %v)", pod, container, err)
+	}
+	return string(raw)
+}

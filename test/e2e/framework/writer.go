@@ -31,19 +31,25 @@ type WriterResult struct {
 	Times []time.Time
 	// Attempts counts every write tried, Failed the ones not acknowledged.
 	Attempts, Failed int
-	Start, End       time.Time
+	// Failures are the failed attempts, in order.
+	Failures   []Failure
+	Start, End time.Time
 }
 
 // writerScript loops until /tmp/writer-run is removed. Its output lines are
-// "A <id> <unix time>" for an acknowledged write and "F <id> <unix time>"
-// for one that failed or timed out.
+// "A <id> <unix time>" for an acknowledged write and "F <id> <unix time>
+// <start> <why>" for one that failed or timed out: when the attempt began,
+// and psql's first line of error (or "timeout" at the cap).
 const writerScript = `i=0
 while [ -e /tmp/writer-run ]; do
   i=$((i+1))
-  if timeout 0.5 psql "$1" -qtAc "INSERT INTO $2 VALUES ($i)" >/dev/null 2>&1; then
+  s=$(date +%s.%N)
+  if err=$(timeout 0.5 psql "$1" -qtAc "INSERT INTO $2 VALUES ($i)" 2>&1 >/dev/null); then
     echo "A $i $(date +%s.%N)"
   else
-    echo "F $i $(date +%s.%N)"
+    rc=$?
+    [ $rc = 124 ] && err=timeout
+    echo "F $i $(date +%s.%N) $s $(echo "$err" | head -n1 | tr -s ' \t' ' ')"
   fi
   sleep 0.1
 done > /tmp/writer.log 2>&1
@@ -88,7 +94,7 @@ func (w *Writer) parse(t *testing.T, log string) WriterResult {
 	r := WriterResult{Start: w.started, End: time.Now()}
 	for _, line := range strings.Split(strings.TrimSpace(log), "\n") {
 		f := strings.Fields(line)
-		if len(f) != 3 {
+		if len(f) < 3 {
 			continue
 		}
 		id, err1 := strconv.Atoi(f[1])
@@ -99,12 +105,39 @@ func (w *Writer) parse(t *testing.T, log string) WriterResult {
 		r.Attempts++
 		if f[0] != "A" {
 			r.Failed++
+			fl := Failure{End: time.Unix(0, int64(sec*1e9))}
+			if len(f) > 3 {
+				if s, err := strconv.ParseFloat(f[3], 64); err == nil {
+					fl.Start = time.Unix(0, int64(s*1e9))
+				}
+				fl.Why = strings.Join(f[4:], " ")
+			}
+			r.Failures = append(r.Failures, fl)
 			continue
 		}
 		r.Acked = append(r.Acked, id)
 		r.Times = append(r.Times, time.Unix(0, int64(sec*1e9)))
 	}
 	return r
+}
+
+// Failure is one write attempt that was not acknowledged.
+type Failure struct {
+	Start, End time.Time
+	Why        string
+}
+
+// FailuresIn describes the failed attempts that ended in [from, to], one
+// per line with its start and length: what a gap was made of.
+func (r WriterResult) FailuresIn(from, to time.Time) string {
+	var b strings.Builder
+	for _, f := range r.Failures {
+		if f.End.Before(from) || f.End.After(to) {
+			continue
+		}
+		fmt.Fprintf(&b, "\n  %s +%s: %s", f.Start.UTC().Format("15:04:05.000"), f.End.Sub(f.Start).Round(10*time.Millisecond), f.Why)
+	}
+	return b.String()
 }
 
 // GapAround is the longest stretch without an acknowledged write that
