@@ -68,13 +68,26 @@ installer: ## Render dist/install.yaml from config/default.
 
 ##@ Test
 
+# The PostgreSQL the data-path tests run on, and the other versions that
+# run the tests where versions differ (PG_VERSIONED: pg_rewind, pg_basebackup,
+# recovery, pg_dump and pg_restore, roles, configuration names).
+PG_MAIN ?= 17
+PG_OTHERS ?= 15 18
+PG_VERSIONED ?= TestPrimaryLifecycle|TestFailoverPromotesFencesAndRejoins|TestDivergedReplicaIsRewound|TestOldPrimaryThatCannotRewindIsClonedAgain|TestReplicaBehindALoweredSettingStarts|TestBaseBackup|TestRestoreFromBackup|TestBackupToMinIORestoresTheSameData|TestLogicalBackupCompressesAndBringsBackRoles|TestCorruptBackupIsRefused|TestNotAnArchiveIsNotABackup|TestRestorerFetchesAhead|TestArchiverShipsEverySegmentToMinIO|TestRenderRoundTripsThroughPostgres
+PG_VERSIONED_PKGS ?= ./internal/instance/ ./internal/backup/ ./internal/wal/ ./internal/postgres/
+
 .PHONY: deps
-deps: ## Install what the data-path tests need: Debian's postgresql-15 and a MinIO build.
+deps: ## Install what the data-path tests need: PostgreSQL $(PG_MAIN) and $(PG_OTHERS) (hack/pgroot.sh) and a MinIO build.
 	hack/deps.sh
+	for v in $(PG_MAIN) $(PG_OTHERS); do hack/pgroot.sh $$v >/dev/null || exit 1; done
 
 .PHONY: test
-test: tools deps vet verify-generated ## Unit, envtest and real-PostgreSQL integration tests.
-	go test -count=1 ./...
+test: tools deps vet verify-generated ## Unit, envtest and real-PostgreSQL integration tests: all on PostgreSQL $(PG_MAIN), the version-sensitive ones on $(PG_OTHERS) too.
+	@start=$$(date +%s); DAYTWO_PG_BINDIR=$$(hack/pgroot.sh $(PG_MAIN)) go test -count=1 -timeout 20m ./... \
+	  && echo "=== make test: PostgreSQL $(PG_MAIN), every package: $$(( $$(date +%s) - start ))s"
+	@for v in $(PG_OTHERS); do start=$$(date +%s); \
+	  DAYTWO_PG_BINDIR=$$(hack/pgroot.sh $$v) go test -count=1 -timeout 20m -run '$(PG_VERSIONED)' $(PG_VERSIONED_PKGS) || exit 1; \
+	  echo "=== make test: PostgreSQL $$v, version-sensitive tests: $$(( $$(date +%s) - start ))s"; done
 
 .PHONY: test-e2e
 test-e2e: tools ## End-to-end suites (build tag e2e) on the local cluster: the real node where it runs, kwok otherwise.

@@ -10,7 +10,10 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 CACHE=${DAYTWO_CACHE:-$HOME/.cache/daytwo}
 OUT=$CACHE/images
 mkdir -p "$OUT"
-PG_MAJOR=${PG_MAJOR:-15}
+# The PostgreSQL majors with an image, each from the Debian suite that
+# packages it (hack/pgroot.sh has the same map for the host's tests).
+PG_MAJORS=(15 17 18)
+declare -A PG_SUITE=([15]=bookworm [17]=trixie [18]=sid)
 
 # name -> tag. Tags are what pods ask for; pods use IfNotPresent or Never.
 declare -A TAG=(
@@ -19,14 +22,16 @@ declare -A TAG=(
   [coredns]=localhost/coredns:1.15.0
   [local-path-provisioner]=docker.io/rancher/local-path-provisioner:v0.0.30
   # The second postgres tag stands for a minor release in upgrade suites.
-  [postgres]=docker.io/library/postgres:$PG_MAJOR,localhost/postgres:$PG_MAJOR-e2e-next
+  [postgres-15]=docker.io/library/postgres:15,localhost/postgres:15-e2e-next
+  [postgres-17]=docker.io/library/postgres:17,localhost/postgres:17-e2e-next
+  [postgres-18]=docker.io/library/postgres:18,localhost/postgres:18-e2e-next
   [daytwo]=localhost/daytwo:dev
   # Two tags of one image, so e2e suites can roll from one to the other.
   [demo-web]=localhost/daytwo-demo-web:dev,localhost/daytwo-demo-web:v2
   [minio]=localhost/minio:dev
   [e2e-client]=localhost/daytwo-e2e-client:dev
 )
-ALL=(pause busybox coredns local-path-provisioner postgres daytwo demo-web minio e2e-client)
+ALL=(pause busybox coredns local-path-provisioner postgres-15 postgres-17 postgres-18 daytwo demo-web minio e2e-client)
 
 log() { printf '[images %s] %s\n' "$(date +%T)" "$*"; }
 
@@ -71,38 +76,44 @@ build_busybox() {
   rm -rf "$fs"
 }
 
-# postgres: a Debian userland from debootstrap, shaped like the official
+# postgres-MAJOR: a Debian userland from debootstrap, shaped like the official
 # postgres image (uid 999, binaries on PATH, PGDATA, docker-entrypoint.sh),
 # so daytwo works unchanged with postgres:<major> in real clusters.
 build_postgres() {
-  local stamp="$OUT/postgres.stamp" want
+  local major=$1 suite=${PG_SUITE[$1]} name=postgres-$1
+  local stamp="$OUT/$name.stamp" want
   # Bump the recipe number when the steps below change.
-  want="recipe-2 $PG_MAJOR $(sha256sum hack/images/postgres/docker-entrypoint.sh | cut -c1-16)"
-  if [ -f "$OUT/postgres.tar" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$want" ]; then
-    log "postgres cached"; return
+  want="recipe-3 $major $suite $(sha256sum hack/images/postgres/docker-entrypoint.sh | cut -c1-16)"
+  if [ -f "$OUT/$name.tar" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$want" ]; then
+    log "$name cached"; return
   fi
-  local fs="$CACHE/postgres-rootfs"
+  local fs="$CACHE/$name-rootfs"
   rm -rf "$fs"
-  log "debootstrap bookworm with postgresql-$PG_MAJOR (about a minute)"
-  debootstrap --variant=minbase --include="postgresql-$PG_MAJOR,postgresql-client-$PG_MAJOR" \
-    bookworm "$fs" http://deb.debian.org/debian >"$CACHE/debootstrap.log" 2>&1 \
-    || { tail -20 "$CACHE/debootstrap.log"; exit 1; }
+  log "debootstrap $suite with postgresql-$major (about a minute)"
+  debootstrap --variant=minbase --include="postgresql-$major,postgresql-client-$major" \
+    "$suite" "$fs" http://deb.debian.org/debian >"$CACHE/debootstrap-$major.log" 2>&1 \
+    || { tail -20 "$CACHE/debootstrap-$major.log"; exit 1; }
   # Match the official image: postgres is uid/gid 999.
   chroot "$fs" sh -c 'groupmod -g 999 postgres && usermod -u 999 -g 999 postgres' 2>/dev/null || true
   chroot "$fs" sh -c 'chown -R postgres:postgres /var/lib/postgresql /var/run/postgresql /var/log/postgresql'
   # Debian's postgresql-common created a default cluster; the image contract has none.
-  rm -rf "$fs/var/lib/postgresql/$PG_MAJOR" "$fs/etc/postgresql/$PG_MAJOR"
+  rm -rf "$fs/var/lib/postgresql/$major" "$fs/etc/postgresql/$major"
   mkdir -p "$fs/var/lib/postgresql/data" && chroot "$fs" chown 999:999 /var/lib/postgresql/data
   chmod 3777 "$fs/var/run/postgresql"
   install -m 0755 hack/images/postgres/docker-entrypoint.sh "$fs/usr/local/bin/docker-entrypoint.sh"
   rm -rf "$fs"/usr/share/{doc,man,info,locale} "$fs"/var/cache/apt/* "$fs"/var/lib/apt/lists/* "$fs"/var/log/*.log
-  hack/mkimg.sh "$fs" "${TAG[postgres]}" "$OUT/postgres.tar" '["docker-entrypoint.sh"]' '["postgres"]' \
-    "[\"PATH=/usr/local/sbin:/usr/local/bin:/usr/lib/postgresql/$PG_MAJOR/bin:/usr/sbin:/usr/bin:/sbin:/bin\",\"PGDATA=/var/lib/postgresql/data\",\"PG_MAJOR=$PG_MAJOR\",\"LANG=C.UTF-8\"]" >/dev/null
+  hack/mkimg.sh "$fs" "${TAG[$name]}" "$OUT/$name.tar" '["docker-entrypoint.sh"]' '["postgres"]' \
+    "[\"PATH=/usr/local/sbin:/usr/local/bin:/usr/lib/postgresql/$major/bin:/usr/sbin:/usr/bin:/sbin:/bin\",\"PGDATA=/var/lib/postgresql/data\",\"PG_MAJOR=$major\",\"LANG=C.UTF-8\"]" >/dev/null
   rm -rf "$fs"
   echo "$want" >"$stamp"
 }
+build_postgres-15() { build_postgres 15; }
+build_postgres-17() { build_postgres 17; }
+build_postgres-18() { build_postgres 18; }
 
 cd "$root"
+# Before three majors there was one postgres.tar (15); its tags are postgres-15's now.
+rm -f "$OUT/postgres.tar" "$OUT/postgres.stamp"
 want=("$@")
 [ ${#want[@]} -gt 0 ] || want=("${ALL[@]}")
 for name in "${want[@]}"; do

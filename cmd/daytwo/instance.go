@@ -79,7 +79,7 @@ func newInstanceRunCommand() *cobra.Command {
 					return err
 				}
 				restore = func(ctx context.Context, conn backup.Conn, role string) error {
-					got, err := backup.Restore(ctx, backup.Options{Conn: conn, Storage: st, Prefix: prefix, Series: restoreFrom.series}, restoreID, role)
+					got, err := backup.Restore(ctx, backup.Options{Conn: conn, Storage: st, Prefix: prefix, Series: restoreFrom.series, BinDir: cfg.BinDir}, restoreID, role)
 					if err == nil {
 						log.Info("Restored backup", "id", got.ID, "bytes", got.Bytes, "sha256", got.SHA256)
 					}

@@ -12,6 +12,7 @@ import (
 	"os/user"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -19,7 +20,9 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// BinDir is where PostgreSQL 15's programs are (DAYTWO_PG_BINDIR overrides).
+// BinDir is where the PostgreSQL programs under test are: DAYTWO_PG_BINDIR
+// (`make test` sets it to each version's, see hack/pgroot.sh), or Debian
+// bookworm's PostgreSQL 15.
 func BinDir(t testing.TB) string {
 	dir := os.Getenv("DAYTWO_PG_BINDIR")
 	if dir == "" {
@@ -29,6 +32,23 @@ func BinDir(t testing.TB) string {
 		t.Fatalf("PostgreSQL programs not found in %s (run `make deps` or set DAYTWO_PG_BINDIR): %v", dir, err)
 	}
 	return dir
+}
+
+// Major is the major version of the PostgreSQL in BinDir ("15", "17"):
+// tests that expect version-specific output ask it.
+func Major(t testing.TB) string {
+	t.Helper()
+	out, err := exec.Command(filepath.Join(BinDir(t), "postgres"), "--version").Output()
+	if err != nil {
+		t.Fatalf("postgres --version: %v", err)
+	}
+	// "postgres (PostgreSQL) 17.12 (Debian 17.12-0+deb13u1)"
+	f := strings.Fields(string(out))
+	if len(f) < 3 {
+		t.Fatalf("postgres --version printed %q", out)
+	}
+	major, _, _ := strings.Cut(f[2], ".")
+	return major
 }
 
 // Server is a running PostgreSQL with a superuser "postgres" and Password.

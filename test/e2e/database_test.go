@@ -28,8 +28,8 @@ import (
 )
 
 const (
-	postgresNextImage    = "localhost/postgres:15-e2e-next"
-	postgresMissingImage = "localhost/postgres:15-e2e-missing"
+	postgresNextImage    = "localhost/postgres:" + postgresMajor + "-e2e-next"
+	postgresMissingImage = "localhost/postgres:" + postgresMajor + "-e2e-missing"
 )
 
 // restrictedNamespace is a test namespace that enforces the restricted Pod
@@ -46,7 +46,7 @@ func restrictedNamespace(t *testing.T) string {
 
 func createDatabase(t *testing.T, ns, name string, mutate func(*v1alpha1.Database)) *v1alpha1.Database {
 	t.Helper()
-	db := &v1alpha1.Database{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: v1alpha1.DatabaseSpec{Version: "15"}}
+	db := &v1alpha1.Database{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: v1alpha1.DatabaseSpec{Version: postgresMajor}}
 	if mutate != nil {
 		mutate(db)
 	}
@@ -159,7 +159,7 @@ func TestDatabaseSmallLifecycle(t *testing.T) {
 	ns := restrictedNamespace(t)
 	start := time.Now()
 	createDatabase(t, ns, "orders", func(db *v1alpha1.Database) { db.Spec.Size = v1alpha1.SizeSmall })
-	db := waitDatabase(t, ns, "orders", 3*time.Minute, "Ready", isReady(1, "postgres:15"))
+	db := waitDatabase(t, ns, "orders", 3*time.Minute, "Ready", isReady(1, "postgres:"+postgresMajor))
 	t.Logf("Database Ready in %s", time.Since(start).Round(10*time.Millisecond))
 	if db.Status.Primary != "orders-0" || db.Status.Endpoint != "orders-rw."+ns+".svc:5432" || db.Status.SecretName != "orders-credentials" {
 		t.Errorf("status: %+v", db.Status)
@@ -377,7 +377,7 @@ func TestDatabaseMediumUpgradeAndRollback(t *testing.T) {
 		db.Spec.Size = v1alpha1.SizeMedium
 		db.Spec.DeletionPolicy = v1alpha1.DatabaseDeletionDelete
 	})
-	waitDatabase(t, ns, "shop", 4*time.Minute, "Ready with 2 instances", isReady(2, "postgres:15"))
+	waitDatabase(t, ns, "shop", 4*time.Minute, "Ready with 2 instances", isReady(2, "postgres:"+postgresMajor))
 	t.Logf("2 instances Ready in %s", time.Since(start).Round(10*time.Millisecond))
 	// The operator asks each instance manager for its status.
 	db := waitDatabase(t, ns, "shop", time.Minute, "both instances reporting", func(d *v1alpha1.Database) bool {

@@ -20,11 +20,15 @@ import (
 	"github.com/daytwo-dev/daytwo/test/e2e/framework"
 )
 
+// postgresMajor is the PostgreSQL the suites run; hack/images.sh builds
+// 15, 17 and 18.
+const postgresMajor = "17"
+
 // Images the real-node suites run; hack/images.sh builds them.
 const (
 	demoWebImage   = "localhost/daytwo-demo-web:dev"
 	demoWebImageV2 = "localhost/daytwo-demo-web:v2"
-	postgresImage  = "docker.io/library/postgres:15"
+	postgresImage  = "docker.io/library/postgres:" + postgresMajor
 	minioImage     = "localhost/minio:dev"
 	e2eClientImage = "localhost/daytwo-e2e-client:dev"
 )

@@ -33,7 +33,10 @@ import (
 	"github.com/daytwo-dev/daytwo/test/e2e/framework"
 )
 
-const postgresImage = "docker.io/library/postgres:15"
+const postgresImage = "docker.io/library/postgres:" + postgresMajor
+
+// postgresMajor is the PostgreSQL the benchmark runs.
+const postgresMajor = "17"
 
 var cluster *framework.Cluster
 
@@ -158,7 +161,7 @@ var faults = []fault{
 
 // nextImage is postgresImage under another tag: a minor upgrade to the
 // operator, the same binaries to the benchmark.
-const nextImage = "localhost/postgres:15-bench-next"
+const nextImage = "localhost/postgres:" + postgresMajor + "-bench-next"
 
 // figures are one configuration's results.
 type figures struct {
@@ -282,7 +285,7 @@ func run(t *testing.T, instances int32, sync bool, rounds int, faults []fault) f
 	ns := cluster.Namespace(t)
 	const db = "bench"
 	d := &v1alpha1.Database{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: db}, Spec: v1alpha1.DatabaseSpec{
-		Version: "15", Instances: ptr.To(instances), DeletionPolicy: v1alpha1.DatabaseDeletionDelete}}
+		Version: postgresMajor, Instances: ptr.To(instances), DeletionPolicy: v1alpha1.DatabaseDeletionDelete}}
 	if sync {
 		d.Spec.Replication = &v1alpha1.DatabaseReplication{Synchronous: &v1alpha1.SynchronousReplication{
 			Number: 1, DataDurability: v1alpha1.DataDurabilityRequired}}
