@@ -215,6 +215,33 @@ func podSince(name, rev string, ready bool, since time.Time) *corev1.Pod {
 	return p
 }
 
+func TestStillRouted(t *testing.T) {
+	promoted := metav1.NewTime(pickNow.Add(-time.Second))
+	rec := func(from string, result v1alpha1.SwitchoverResult) *v1alpha1.SwitchoverRecord {
+		return &v1alpha1.SwitchoverRecord{From: from, To: "db-1", Result: result, PromotedTime: &promoted}
+	}
+	tests := []struct {
+		name string
+		last *v1alpha1.SwitchoverRecord
+		pod  string
+		want time.Duration
+	}{
+		{"the old primary waits out the grace", rec("db-0", v1alpha1.SwitchoverSucceeded), "db-0", routeGrace - time.Second},
+		{"another pod does not wait", rec("db-0", v1alpha1.SwitchoverSucceeded), "db-2", 0},
+		{"no switchover", nil, "db-0", 0},
+		{"a failed switchover moved nothing", rec("db-0", v1alpha1.SwitchoverFailed), "db-0", 0},
+		{"long after", &v1alpha1.SwitchoverRecord{From: "db-0", Result: v1alpha1.SwitchoverSucceeded,
+			PromotedTime: &metav1.Time{Time: pickNow.Add(-time.Minute)}}, "db-0", 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := stillRouted(tt.last, tt.pod, pickNow); got != tt.want {
+				t.Errorf("stillRouted = %s, want %s", got, tt.want)
+			}
+		})
+	}
+}
+
 func TestPickRestartOrder(t *testing.T) {
 	tests := []struct {
 		name     string
