@@ -18,7 +18,8 @@ phase() {
 report() { printf '\n=== e2e timings (%s mode)\n' "$mode"; printf '  %s\n' "${timings[@]}"; }
 trap report EXIT
 
-phase "cluster up" hack/cluster.sh up
+# Bounded, so a stuck bring-up fails with its logs instead of running into CI's limit.
+phase "cluster up" timeout 15m hack/cluster.sh up
 kcfg=$(hack/cluster.sh kubeconfig)
 if [ "$mode" = real ]; then
   phase "images" hack/images.sh

@@ -167,10 +167,28 @@ load() {
   done <"$index"
 }
 
+# wait_for SECONDS WHAT CMD...: runs CMD until it succeeds, or fails the
+# bring-up after SECONDS naming WHAT, so a stuck step never hangs CI.
+wait_for() {
+  local limit=$1 what=$2 deadline=$((SECONDS + $1)); shift 2
+  until "$@" >/dev/null 2>&1; do
+    if [ $SECONDS -ge $deadline ]; then
+      echo "realnode: $what not reached after ${limit}s" >&2
+      return 1
+    fi
+    sleep 0.3
+  done
+}
+
 start_control_plane() {
-  if kwokctl get clusters 2>/dev/null | grep -qx "$NAME"; then
-    k get --raw /readyz >/dev/null 2>&1 || kwokctl start cluster --name "$NAME" >>"$R/logs/kwokctl.log" 2>&1
-  else
+  if kwokctl get clusters 2>/dev/null | grep -qx "$NAME" && ! k get --raw /readyz >/dev/null 2>&1; then
+    # Its processes died with an earlier session (the node's pods with them):
+    # `kwokctl start` may then never serve (a CI run waited 70 minutes), so
+    # the control plane is recreated. Images and volumes stay.
+    log "control plane exists but does not answer; recreating it"
+    kwokctl delete cluster --name "$NAME" >>"$R/logs/kwokctl.log" 2>&1 || true
+  fi
+  if ! kwokctl get clusters 2>/dev/null | grep -qx "$NAME"; then
     kwokctl -c "$R/kwokctl.yaml" create cluster --name "$NAME" --runtime binary \
       --etcd-binary "$BIN/etcd" --kube-apiserver-binary "$BIN/kube-apiserver" \
       --kube-controller-manager-binary "$BIN/kube-controller-manager" --kube-scheduler-binary "$BIN/kube-scheduler" \
@@ -184,7 +202,7 @@ start_control_plane() {
       --wait 2m >>"$R/logs/kwokctl.log" 2>&1 || { tail -20 "$R/logs/kwokctl.log"; exit 1; }
   fi
   kwokctl get kubeconfig --name "$NAME" >"$KCFG" 2>>"$R/logs/kwokctl.log"
-  until k get --raw /readyz >/dev/null 2>&1; do sleep 0.2; done
+  wait_for 120 "control plane /readyz" k get --raw /readyz || { tail -20 "$R/logs/kwokctl.log" >&2; exit 1; }
   log "control plane ready"
 }
 
@@ -199,13 +217,13 @@ start_node() {
     setsid kube-proxy --config "$R/kube-proxy/config.yaml" >"$R/logs/kube-proxy.log" 2>&1 < /dev/null &
     echo $! >"$R/run/kube-proxy.pid"
   fi
-  k wait --for=condition=Ready "node/$NODE" --timeout=120s >/dev/null 2>&1 \
-    || { until k get node "$NODE" >/dev/null 2>&1; do sleep 0.3; done; k wait --for=condition=Ready "node/$NODE" --timeout=120s >/dev/null; }
+  wait_for 120 "node $NODE registered" k get node "$NODE" || { tail -20 "$R/logs/kubelet.log" >&2; exit 1; }
+  k wait --for=condition=Ready "node/$NODE" --timeout=120s >/dev/null || { tail -20 "$R/logs/kubelet.log" >&2; exit 1; }
   log "node $NODE Ready"
 }
 
 start_addons() {
-  until k get sa default >/dev/null 2>&1; do sleep 0.3; done
+  wait_for 120 "default service account" k get sa default || exit 1
   k apply --server-side -f "$root/hack/realnode/coredns.yaml" >/dev/null
   sed "s#@PV_DIR@#$R/pv#" "$root/hack/realnode/local-path.yaml" | k apply --server-side -f - >/dev/null
   k -n kube-system rollout status deploy/coredns --timeout=120s >/dev/null
