@@ -61,10 +61,33 @@ type Server struct {
 	exited   chan error
 }
 
+// BinDirOf is where PostgreSQL major's programs are, for tests that need
+// two versions at once (a major upgrade): DAYTWO_PG_BINDIR_<major>, or
+// where `make deps` puts them (hack/pgroot.sh).
+func BinDirOf(t testing.TB, major string) string {
+	dir := os.Getenv("DAYTWO_PG_BINDIR_" + major)
+	if dir == "" {
+		dir = filepath.Join("/var/cache/daytwo/pgroot", major, "usr/lib/postgresql", major, "bin")
+		if major == "15" {
+			dir = "/usr/lib/postgresql/15/bin"
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "postgres")); err != nil {
+		t.Fatalf("PostgreSQL %s programs not found in %s (run `make deps` or set DAYTWO_PG_BINDIR_%s): %v", major, dir, major, err)
+	}
+	return dir
+}
+
 // Start initialises and starts a server; it stops at cleanup.
 func Start(t testing.TB, settings ...string) *Server {
 	t.Helper()
-	s := &Server{Port: FreePort(t), Dir: t.TempDir(), BinDir: BinDir(t), Password: "test-superuser-password"}
+	return StartWith(t, BinDir(t), settings...)
+}
+
+// StartWith is Start with the programs in binDir.
+func StartWith(t testing.TB, binDir string, settings ...string) *Server {
+	t.Helper()
+	s := &Server{Port: FreePort(t), Dir: t.TempDir(), BinDir: binDir, Password: "test-superuser-password"}
 	ChownToRunner(t, s.Dir)
 	pw := filepath.Join(s.Dir, "pw")
 	if err := os.WriteFile(pw, []byte(s.Password), 0o600); err != nil {
@@ -86,7 +109,13 @@ func Start(t testing.TB, settings ...string) *Server {
 // of a Start server, so the same superuser password); it stops at cleanup.
 func StartOn(t testing.TB, data string, settings ...string) *Server {
 	t.Helper()
-	s := &Server{Port: FreePort(t), Dir: t.TempDir(), BinDir: BinDir(t), Password: "test-superuser-password"}
+	return StartOnWith(t, BinDir(t), data, settings...)
+}
+
+// StartOnWith is StartOn with the programs in binDir.
+func StartOnWith(t testing.TB, binDir, data string, settings ...string) *Server {
+	t.Helper()
+	s := &Server{Port: FreePort(t), Dir: t.TempDir(), BinDir: binDir, Password: "test-superuser-password"}
 	ChownToRunner(t, s.Dir)
 	s.run(t, data, settings)
 	return s
@@ -108,10 +137,9 @@ func (s *Server) run(t testing.TB, data string, settings []string) {
 		t.Fatal(err)
 	}
 	s.exited = make(chan error, 1)
-	go func() { s.exited <- s.cmd.Wait() }()
+	go func() { s.exited <- s.cmd.Wait(); close(s.exited) }()
 	t.Cleanup(func() {
-		_ = s.cmd.Process.Signal(syscall.SIGINT)
-		<-s.exited
+		s.Stop()
 		_ = logf.Close()
 	})
 	deadline := time.Now().Add(30 * time.Second)
@@ -128,6 +156,16 @@ func (s *Server) run(t testing.TB, data string, settings []string) {
 		time.Sleep(100 * time.Millisecond)
 	}
 }
+
+// Stop shuts the server down cleanly (fast shutdown) and waits for it; a
+// stopped server stays stopped.
+func (s *Server) Stop() {
+	_ = s.cmd.Process.Signal(syscall.SIGINT)
+	<-s.exited
+}
+
+// DataDir is the server's data directory (Start's).
+func (s *Server) DataDir() string { return filepath.Join(s.Dir, "data") }
 
 // Connect opens a superuser connection to database db.
 func (s *Server) Connect(ctx context.Context, db string) (*pgx.Conn, error) {
