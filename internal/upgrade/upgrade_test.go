@@ -168,3 +168,56 @@ func TestUpgradeFailingMidCopyLeavesTheOldClusterWhole(t *testing.T) {
 	}
 	oldClusterWhole(t, p, "15", before)
 }
+
+// The old version's programs as the operator gives them to the new image:
+// bundled with their own libraries and loader. 15 comes from this host's
+// Debian (bookworm), and the upgrade runs through the bundle.
+func TestUpgradeThroughABundle(t *testing.T) {
+	ctx := context.Background()
+	s, before := oldCluster(t, "15")
+	p := plan(t, s, "15", "17")
+	dir := filepath.Join(t.TempDir(), "old")
+	bin, err := upgrade.Bundle("/", "15", dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testpg.ChownToRunner(t, filepath.Dir(dir))
+	if strings.HasPrefix(bin, "/usr/") || !strings.HasPrefix(bin, dir) {
+		t.Fatalf("bundle bin dir %s is not inside %s", bin, dir)
+	}
+	p.OldBin = bin
+	if err := upgrade.Check(ctx, p); err != nil {
+		t.Fatalf("check through the bundle: %v", err)
+	}
+	if _, err := upgrade.Run(ctx, p); err != nil {
+		t.Fatalf("upgrade through the bundle: %v", err)
+	}
+	n := testpg.StartOnWith(t, p.NewBin, p.NewData)
+	if after := n.Query(t, "app", checksumSQL); after != before {
+		t.Fatalf("digest %s after the upgrade, %s before", after, before)
+	}
+}
+
+// A bundle made from another Debian release's file system runs here: its
+// programs load its own C library, not this host's.
+func TestBundleRunsAcrossReleases(t *testing.T) {
+	newBin := testpg.BinDirOf(t, "17")
+	root := strings.TrimSuffix(newBin, "/usr/lib/postgresql/17/bin")
+	if root == newBin {
+		t.Skipf("PostgreSQL 17's programs (%s) are not in a relocated root of their own", newBin)
+	}
+	dir := filepath.Join(t.TempDir(), "b")
+	bin, err := upgrade.Bundle(root, "17", dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, prog := range []string{"postgres", "pg_ctl", "pg_controldata"} {
+		out, err := exec.Command(filepath.Join(bin, prog), "--version").CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "(PostgreSQL) 17.") {
+			t.Fatalf("%s --version through the bundle: %v: %s", prog, err, out)
+		}
+	}
+	if _, err := upgrade.Bundle(root, "16", filepath.Join(t.TempDir(), "c")); err == nil || !strings.Contains(err.Error(), "no PostgreSQL 16") {
+		t.Fatalf("bundling a major the image lacks: %v", err)
+	}
+}
