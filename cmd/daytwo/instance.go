@@ -17,6 +17,7 @@ import (
 	"github.com/daytwo-dev/daytwo/internal/backup"
 	"github.com/daytwo-dev/daytwo/internal/instance"
 	"github.com/daytwo-dev/daytwo/internal/instanceapi"
+	"github.com/daytwo-dev/daytwo/internal/upgrade"
 	"github.com/daytwo-dev/daytwo/internal/wal"
 )
 
@@ -25,7 +26,7 @@ func newInstanceCommand() *cobra.Command {
 		Use:   "instance",
 		Short: "The in-pod PostgreSQL instance manager",
 	}
-	cmd.AddCommand(newInstanceRunCommand(), newInstanceBootstrapCommand(), newInstanceWALArchiveCommand(), newInstanceWALRestoreCommand())
+	cmd.AddCommand(newInstanceRunCommand(), newInstanceBootstrapCommand(), newInstanceBundleCommand(), newInstanceWALArchiveCommand(), newInstanceWALRestoreCommand())
 	return cmd
 }
 
@@ -136,6 +137,8 @@ func newInstanceRunCommand() *cobra.Command {
 	f.StringVar(&cfg.DatabaseUID, instanceapi.FlagDatabaseUID, "", "metadata.uid of the Database, recorded in the data directory; empty skips the identity check.")
 	f.StringVar(&cfg.BootstrapSource, instanceapi.FlagBootstrapSource, instanceapi.BootstrapInitDB, "How the Database bootstraps: initdb or fromBackup/<DatabaseBackup>.")
 	f.BoolVar(&cfg.ReuseData, instanceapi.FlagReuseData, false, "Run on data another Database made, whatever its bootstrap.")
+	f.StringVar(&cfg.UpgradeFrom, instanceapi.FlagUpgradeFrom, "", "Directory of the old major's bundled programs: a primary whose data is of that major upgrades it with pg_upgrade before it starts.")
+	f.DurationVar(&cfg.UpgradeDeadline, "upgrade-deadline", 5*time.Minute, "How long the upgraded server's first start may take before the upgrade is undone.")
 	f.StringVar(&termLog, instanceapi.FlagTerminationLog, "", "Where a fatal error is written for the kubelet (/dev/termination-log in a pod).")
 	restoreFrom.bind(f, "restore-")
 	f.StringVar(&restoreID, instanceapi.FlagRestoreID, "", "Backup to restore with --from-backup; empty means the newest (before the recovery target).")
@@ -154,6 +157,31 @@ func newInstanceBootstrapCommand() *cobra.Command {
 			return copySelf(args[0])
 		},
 	}
+}
+
+// newInstanceBundleCommand runs in the old image's init container of a
+// major upgrade: it copies that image's PostgreSQL programs, with every
+// library they load, into a volume the new image's instance manager
+// upgrades with.
+func newInstanceBundleCommand() *cobra.Command {
+	var major, root string
+	cmd := &cobra.Command{
+		Use:   "bundle DESTINATION",
+		Short: "Copy this image's PostgreSQL programs and their libraries to DESTINATION, runnable from another image",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(_ *cobra.Command, args []string) error {
+			bin, err := upgrade.Bundle(root, major, args[0])
+			if err != nil {
+				return err
+			}
+			fmt.Println(bin)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&major, "major", "", "The PostgreSQL major version to bundle.")
+	cmd.Flags().StringVar(&root, "root", "/", "The file system to bundle from.")
+	_ = cmd.MarkFlagRequired("major")
+	return cmd
 }
 
 // newInstanceWALArchiveCommand is PostgreSQL's archive_command: it asks

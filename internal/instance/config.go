@@ -61,6 +61,11 @@ type Config struct {
 	// ReuseData runs on data another Database made, whatever its bootstrap:
 	// the user's explicit choice (annotation daytwo.dev/reuse-data).
 	ReuseData bool
+	// UpgradeFrom is the bundle of the old major's programs for a major
+	// upgrade of the data; empty when none is asked for.
+	UpgradeFrom string
+	// UpgradeDeadline bounds the upgraded server's first start.
+	UpgradeDeadline time.Duration
 }
 
 // rewinding, next to PGData on the same volume (pg_rewind would delete a

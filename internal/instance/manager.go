@@ -13,7 +13,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -32,6 +31,9 @@ type Manager struct {
 	cfg     *Config
 	log     logr.Logger
 	restore RestoreFunc
+
+	// afterUpgradeOnce runs the post-upgrade work once the primary serves.
+	afterUpgradeOnce sync.Once
 
 	mu     sync.Mutex
 	status instanceapi.Status
@@ -253,7 +255,11 @@ func (m *Manager) prepare(ctx context.Context) error {
 	if err := m.ensureData(ctx); err != nil {
 		return err
 	}
-	if err := m.checkVersion(ctx); err != nil {
+	if m.role() == instanceapi.RolePrimary {
+		if err := m.upgradeIfOlder(ctx); err != nil {
+			return err
+		}
+	} else if err := m.checkVersion(ctx); err != nil {
 		return err
 	}
 	if err := m.rejoin(ctx); err != nil {
@@ -347,6 +353,11 @@ func (m *Manager) ensureData(ctx context.Context) error {
 	case fileExists(m.cfg.rewinding()) && m.role() == instanceapi.RoleReplica:
 		m.log.Info("Cloning the primary again: a pg_rewind of this data did not finish")
 		m.setMessage("cloning the primary again: a pg_rewind of this data did not finish")
+	case m.role() == instanceapi.RoleReplica && m.otherMajor(ctx):
+		// A major upgrade (or its rollback) reached this replica: the
+		// primary's data is the one that counts, and it is cloned again.
+		m.log.Info("Cloning the primary again: the data is of another major version than this image's")
+		m.setMessage("cloning the primary again: the data is of another major version than this image's")
 	case m.marked(recloneMark) && m.role() == instanceapi.RoleReplica:
 		m.log.Info("Cloning the primary again", "reason", errWALGone.Error())
 		m.setMessage("cloning the primary again: " + errWALGone.Error())
@@ -430,25 +441,19 @@ func (m *Manager) bootstrap(ctx context.Context) error {
 }
 
 // checkVersion refuses a data directory written by another major version:
-// starting it would fail at best, and a major upgrade is never implicit.
+// starting it would fail at best. (A primary upgrades instead, see
+// upgradeIfOlder; a replica clones again.)
 func (m *Manager) checkVersion(ctx context.Context) error {
-	data, err := os.ReadFile(filepath.Join(m.cfg.PGData, "PG_VERSION"))
+	data, err := dataMajor(m.cfg.PGData)
 	if err != nil {
-		return fmt.Errorf("failed to read PG_VERSION: %w", err)
+		return err
 	}
-	out, err := exec.CommandContext(ctx, m.cfg.bin("postgres"), "--version").Output()
+	binary, err := binaryMajor(ctx, m.cfg.BinDir)
 	if err != nil {
-		return fmt.Errorf("failed to run postgres --version: %w", err)
+		return err
 	}
-	// "postgres (PostgreSQL) 15.14 (Debian 15.14-0+deb12u1)"
-	fields := strings.Fields(string(out))
-	binary := ""
-	if len(fields) >= 3 {
-		binary = postgres.MajorOf(fields[2])
-	}
-	if dataMajor := strings.TrimSpace(string(data)); dataMajor != binary {
-		return permanentError{fmt.Errorf("the data directory is PostgreSQL %s but this image runs PostgreSQL %s; "+
-			"daytwo does not upgrade major versions in place", dataMajor, binary)}
+	if data != binary {
+		return permanentError{fmt.Errorf("the data directory is PostgreSQL %s but this image runs PostgreSQL %s", data, binary)}
 	}
 	return nil
 }
@@ -650,6 +655,7 @@ func (m *Manager) connect(ctx context.Context) *pgx.Conn {
 			_ = conn.Close(ctx)
 			return nil
 		}
+		m.afterUpgradeOnce.Do(func() { go m.afterUpgrade(ctx) })
 	}
 	return conn
 }

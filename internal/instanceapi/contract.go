@@ -50,6 +50,9 @@ const (
 	FlagDatabaseUID     = "database-uid"
 	FlagBootstrapSource = "bootstrap-source"
 	FlagReuseData       = "reuse-data"
+	// FlagUpgradeFrom is the directory of the old major's programs, bundled
+	// by the old image's init container (upgrade.Bundle).
+	FlagUpgradeFrom = "upgrade-from"
 	FlagFromBackup      = "from-backup"
 	FlagRestoreID       = "restore-id"
 	// FlagRestorePhysical makes --from-backup a point-in-time recovery from

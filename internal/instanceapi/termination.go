@@ -9,6 +9,9 @@ const (
 	// TerminationDataConflict: the volume holds data another Database made
 	// and the spec does not allow running on it.
 	TerminationDataConflict = "data conflict"
+	// TerminationUpgradeFailed: a major upgrade failed and the old data is
+	// back in place; the operator returns the instances to the old image.
+	TerminationUpgradeFailed = "UpgradeFailed"
 )
 
 // BootstrapInitDB is the bootstrap source (flag --bootstrap-source) of a
