@@ -38,7 +38,7 @@ import (
 const upgradedMark = "daytwo-upgraded-from"
 
 func (c *Config) oldData(major string) string { return filepath.Clean(c.PGData) + "." + major }
-func (c *Config) upgrading() string          { return filepath.Clean(c.PGData) + ".upgrading" }
+func (c *Config) upgrading() string           { return filepath.Clean(c.PGData) + ".upgrading" }
 
 // binaryMajor is the major version of postgres in binDir.
 func binaryMajor(ctx context.Context, binDir string) (string, error) {

@@ -53,8 +53,8 @@ const (
 	// FlagUpgradeFrom is the directory of the old major's programs, bundled
 	// by the old image's init container (upgrade.Bundle).
 	FlagUpgradeFrom = "upgrade-from"
-	FlagFromBackup      = "from-backup"
-	FlagRestoreID       = "restore-id"
+	FlagFromBackup  = "from-backup"
+	FlagRestoreID   = "restore-id"
 	// FlagRestorePhysical makes --from-backup a point-in-time recovery from
 	// a base backup and the WAL archive, to FlagRecoveryTargetTime or
 	// FlagRecoveryTargetLSN (or the archive's end).
