@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -16,7 +17,7 @@ import (
 // upgradeSetup is a primary on PostgreSQL 15 with rows in items, stopped,
 // and the bundle of 15's programs the old image's init container would
 // write. It returns the data's checksum and the bundle's directory.
-func upgradeSetup(t *testing.T, params map[string]string) (*instance, string, string) {
+func upgradeSetup(t *testing.T, params map[string]string, beforeStop func(*instance)) (*instance, string, string) {
 	t.Helper()
 	ctx := context.Background()
 	in := newInstance(t, "--bin-dir", testpg.BinDirOf(t, "15"))
@@ -33,6 +34,9 @@ func upgradeSetup(t *testing.T, params map[string]string) (*instance, string, st
 	}
 	_ = c.Close(ctx)
 	sum := checksum(t, in)
+	if beforeStop != nil {
+		beforeStop(in)
+	}
 	in.stop()
 	bundle := filepath.Join(in.root, "upgrade")
 	if _, err := upgrade.Bundle("/", "15", bundle); err != nil {
@@ -43,7 +47,16 @@ func upgradeSetup(t *testing.T, params map[string]string) (*instance, string, st
 }
 
 func TestMajorUpgradeInPlace(t *testing.T) {
-	in, before, bundle := upgradeSetup(t, map[string]string{})
+	// A replica of the 15 primary, stopped with it.
+	var rep *instance
+	in, before, bundle := upgradeSetup(t, map[string]string{}, func(in *instance) {
+		rep = newInstance(t, "--role", "replica", "--primary-host", "127.0.0.1", "--primary-port", strconv.Itoa(in.pgPort),
+			"--bin-dir", testpg.BinDirOf(t, "15"))
+		rep.start("orders-1")
+		rep.waitReady(90 * time.Second)
+		eventually(t, 15*time.Second, func() bool { return checksum(t, rep) == checksum(t, in) }, "the 15 replica caught up")
+		rep.stop()
+	})
 	data := filepath.Join(in.root, "data")
 	in.extraFlags = []string{"--bin-dir", testpg.BinDirOf(t, "17"), "--" + instanceapi.FlagUpgradeFrom, bundle}
 	start := time.Now()
@@ -65,6 +78,20 @@ func TestMajorUpgradeInPlace(t *testing.T) {
 	eventually(t, 60*time.Second, func() bool {
 		return in.query(ctx, "SELECT count(*)::text FROM pg_stats WHERE tablename = 'items'") != "0"
 	}, "items analyzed after the upgrade")
+	// The replica, on the new image, finds 15 data and clones the upgraded primary.
+	rep.extraFlags = append(rep.extraFlags, "--bin-dir", testpg.BinDirOf(t, "17"))
+	rep.start("orders-1")
+	rep.waitReady(90 * time.Second)
+	if s := rep.status(); s.Role != instanceapi.RoleReplica || !s.Streaming {
+		t.Fatalf("replica after the upgrade: %+v", s)
+	}
+	if after := checksum(t, rep); after != before {
+		t.Fatalf("replica checksum %s after the upgrade, %s before", after, before)
+	}
+	if v := rep.show(ctx, "server_version"); !strings.HasPrefix(v, "17.") {
+		t.Fatalf("replica server_version %s after the upgrade", v)
+	}
+	rep.stop()
 	in.stop()
 	// A restart is a plain start: nothing to upgrade any more.
 	in.start("orders-0")
@@ -80,7 +107,7 @@ func TestMajorUpgradeInPlace(t *testing.T) {
 // back as it was.
 func TestMajorUpgradeRollsBackWhenTheNewServerCannotStart(t *testing.T) {
 	params := map[string]string{"vacuum_defer_cleanup_age": "0"}
-	in, before, bundle := upgradeSetup(t, params)
+	in, before, bundle := upgradeSetup(t, params, nil)
 	data := filepath.Join(in.root, "data")
 	in.extraFlags = []string{"--bin-dir", testpg.BinDirOf(t, "17"), "--" + instanceapi.FlagUpgradeFrom, bundle}
 	in.start("orders-0")
