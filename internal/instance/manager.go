@@ -23,6 +23,7 @@ import (
 	"github.com/daytwo-dev/daytwo/internal/backup"
 	"github.com/daytwo-dev/daytwo/internal/instanceapi"
 	"github.com/daytwo-dev/daytwo/internal/postgres"
+	"github.com/daytwo-dev/daytwo/internal/upgrade"
 	"github.com/daytwo-dev/daytwo/internal/wal"
 )
 
@@ -444,11 +445,11 @@ func (m *Manager) bootstrap(ctx context.Context) error {
 // starting it would fail at best. (A primary upgrades instead, see
 // upgradeIfOlder; a replica clones again.)
 func (m *Manager) checkVersion(ctx context.Context) error {
-	data, err := dataMajor(m.cfg.PGData)
+	data, err := upgrade.DataMajor(m.cfg.PGData)
 	if err != nil {
 		return err
 	}
-	binary, err := binaryMajor(ctx, m.cfg.BinDir)
+	binary, err := upgrade.BinaryMajor(ctx, m.cfg.BinDir)
 	if err != nil {
 		return err
 	}

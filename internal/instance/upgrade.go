@@ -40,38 +40,14 @@ const upgradedMark = "daytwo-upgraded-from"
 func (c *Config) oldData(major string) string { return filepath.Clean(c.PGData) + "." + major }
 func (c *Config) upgrading() string           { return filepath.Clean(c.PGData) + ".upgrading" }
 
-// binaryMajor is the major version of postgres in binDir.
-func binaryMajor(ctx context.Context, binDir string) (string, error) {
-	out, err := exec.CommandContext(ctx, filepath.Join(binDir, "postgres"), "--version").Output()
-	if err != nil {
-		return "", fmt.Errorf("failed to run postgres --version: %w", err)
-	}
-	// "postgres (PostgreSQL) 17.12 (Debian 17.12-0+deb13u1)"
-	fields := strings.Fields(string(out))
-	if len(fields) < 3 {
-		return "", fmt.Errorf("postgres --version printed %q", out)
-	}
-	major, _, _ := strings.Cut(fields[2], ".")
-	return major, nil
-}
-
-// dataMajor is the major version the data directory dir was made by.
-func dataMajor(dir string) (string, error) {
-	b, err := os.ReadFile(filepath.Join(dir, "PG_VERSION"))
-	if err != nil {
-		return "", fmt.Errorf("failed to read PG_VERSION: %w", err)
-	}
-	return strings.TrimSpace(string(b)), nil
-}
-
 // otherMajor is true when the data directory is of a major version other
 // than this image's programs, both known.
 func (m *Manager) otherMajor(ctx context.Context) bool {
-	data, err := dataMajor(m.cfg.PGData)
+	data, err := upgrade.DataMajor(m.cfg.PGData)
 	if err != nil {
 		return false
 	}
-	bin, err := binaryMajor(ctx, m.cfg.BinDir)
+	bin, err := upgrade.BinaryMajor(ctx, m.cfg.BinDir)
 	return err == nil && data != bin
 }
 
@@ -84,11 +60,11 @@ func upgradeFailed(format string, args ...any) error {
 // upgradeIfOlder upgrades the primary's data when it is of an older major
 // than this image's programs. Nothing happens for data of this major.
 func (m *Manager) upgradeIfOlder(ctx context.Context) error {
-	from, err := dataMajor(m.cfg.PGData)
+	from, err := upgrade.DataMajor(m.cfg.PGData)
 	if err != nil {
 		return err
 	}
-	to, err := binaryMajor(ctx, m.cfg.BinDir)
+	to, err := upgrade.BinaryMajor(ctx, m.cfg.BinDir)
 	if err != nil {
 		return err
 	}
@@ -104,7 +80,7 @@ func (m *Manager) upgradeIfOlder(ctx context.Context) error {
 			"and no PostgreSQL %s programs were given to upgrade it (--%s)", from, to, from, instanceapi.FlagUpgradeFrom)}
 	}
 	oldBin := filepath.Join(m.cfg.UpgradeFrom, "root/usr/lib/postgresql", from, "bin")
-	if got, err := binaryMajor(ctx, oldBin); err != nil || got != from {
+	if got, err := upgrade.BinaryMajor(ctx, oldBin); err != nil || got != from {
 		return upgradeFailed("the old programs in %s are not PostgreSQL %s (%v)", m.cfg.UpgradeFrom, from, err)
 	}
 	if fileExists(m.cfg.oldData(from)) {

@@ -137,7 +137,7 @@ func (p Plan) initNew(ctx context.Context) error {
 	args := append([]string{"-D", p.NewData, "--username=postgres"}, p.InitdbArgs...)
 	if checksums {
 		args = append(args, "--data-checksums")
-	} else if major, _ := majorOf(p.NewBin); major >= 18 {
+	} else if major, _ := BinaryMajor(ctx, p.NewBin); atoi(major) >= 18 {
 		// 18 checksums by default; pg_upgrade needs both sides alike.
 		args = append(args, "--no-data-checksums")
 	}
@@ -271,18 +271,28 @@ func head(path string, n int) string {
 	return b.String()
 }
 
-// majorOf is the major version of the postgres in bin.
-func majorOf(bin string) (int, error) {
-	out, err := exec.Command(filepath.Join(bin, "postgres"), "--version").Output()
+// BinaryMajor is the major version of the postgres in binDir ("17").
+func BinaryMajor(ctx context.Context, binDir string) (string, error) {
+	out, err := exec.CommandContext(ctx, filepath.Join(binDir, "postgres"), "--version").Output()
 	if err != nil {
-		return 0, err
+		return "", fmt.Errorf("failed to run postgres --version: %w", err)
 	}
+	// "postgres (PostgreSQL) 17.12 (Debian 17.12-0+deb13u1)"
 	f := strings.Fields(string(out))
 	if len(f) < 3 {
-		return 0, errors.New("postgres --version printed " + strings.TrimSpace(string(out)))
+		return "", errors.New("postgres --version printed " + strings.TrimSpace(string(out)))
 	}
 	v, _, _ := strings.Cut(f[2], ".")
-	return strconv.Atoi(v)
+	return v, nil
+}
+
+// DataMajor is the major version that made the data directory dir.
+func DataMajor(dir string) (string, error) {
+	b, err := os.ReadFile(filepath.Join(dir, "PG_VERSION"))
+	if err != nil {
+		return "", fmt.Errorf("failed to read PG_VERSION: %w", err)
+	}
+	return strings.TrimSpace(string(b)), nil
 }
 
 func lastLines(out []byte, n int) string {
@@ -293,4 +303,9 @@ func lastLines(out []byte, n int) string {
 func fileExists(path string) bool {
 	_, err := os.Stat(path)
 	return err == nil
+}
+
+func atoi(s string) int {
+	n, _ := strconv.Atoi(s)
+	return n
 }
