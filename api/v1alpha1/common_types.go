@@ -49,6 +49,9 @@ const (
 	// AnnotationSwitchoverTo names the instance a switchover promotes;
 	// without it, the replica that received the most WAL.
 	AnnotationSwitchoverTo = "daytwo.dev/switchover-to"
+	// AnnotationRetryUpgrade on a Database tries a failed major upgrade
+	// again: any value other than the one it had when the upgrade failed.
+	AnnotationRetryUpgrade = "daytwo.dev/retry-upgrade"
 	// AnnotationBackupRequested on a DatabaseBackup asks for one run now,
 	// besides its schedule: an RFC 3339 time, later than the last run.
 	// Each new time is one more run (kubectl annotate --overwrite).

@@ -65,6 +65,9 @@ const (
 	ConditionUpgradeFailed = "UpgradeFailed"
 	// ReasonMajorUpgradeUnsupported means a major version change was asked for and refused.
 	ReasonMajorUpgradeUnsupported = "MajorUpgradeUnsupported"
+	// ReasonMajorUpgradeFailed means a major upgrade failed and the
+	// instances run the old version on the data as it was.
+	ReasonMajorUpgradeFailed = "MajorUpgradeFailed"
 	// ReasonRestoreFailed means bootstrap from a backup could not complete.
 	ReasonRestoreFailed = "RestoreFailed"
 	// ReasonDataConflict means the primary's volume holds data another
@@ -563,6 +566,10 @@ type DatabaseStatus struct {
 	// +optional
 	CurrentImage string `json:"currentImage,omitempty"`
 
+	// upgrade is the last major upgrade, running or finished.
+	// +optional
+	Upgrade *MajorUpgradeStatus `json:"upgrade,omitempty"`
+
 	// failedImage is the last image that was rolled back.
 	// +optional
 	FailedImage string `json:"failedImage,omitempty"`
@@ -698,3 +705,41 @@ func (d *Database) PrimaryServiceName() string { return d.Name + "-rw" }
 
 // ReplicaServiceName is the Service that reaches the streaming replicas.
 func (d *Database) ReplicaServiceName() string { return d.Name + "-ro" }
+
+// MajorUpgradePhase is where a major upgrade stands.
+// +kubebuilder:validation:Enum=Stopping;Upgrading;Starting;Succeeded;Failed
+type MajorUpgradePhase string
+
+// Major upgrade phases.
+const (
+	MajorUpgradeStopping  MajorUpgradePhase = "Stopping"
+	MajorUpgradeUpgrading MajorUpgradePhase = "Upgrading"
+	MajorUpgradeStarting  MajorUpgradePhase = "Starting"
+	MajorUpgradeSucceeded MajorUpgradePhase = "Succeeded"
+	MajorUpgradeFailed    MajorUpgradePhase = "Failed"
+)
+
+// MajorUpgradeStatus is one major upgrade: the instances stop, a Job
+// upgrades the primary's data with pg_upgrade, and the instances start on
+// the new version (the replicas clone the primary again).
+type MajorUpgradeStatus struct {
+	// from and to are the major versions.
+	From string `json:"from"`
+	To   string `json:"to"`
+	// phase is where the upgrade stands.
+	Phase MajorUpgradePhase `json:"phase"`
+	// startTime is when the instances were asked to stop: writes are
+	// unavailable from then on.
+	// +optional
+	StartTime *metav1.Time `json:"startTime,omitempty"`
+	// completionTime is when the primary accepted connections again, on
+	// the new version (Succeeded) or the old one (Failed).
+	// +optional
+	CompletionTime *metav1.Time `json:"completionTime,omitempty"`
+	// writesUnavailableSeconds is completionTime - startTime.
+	// +optional
+	WritesUnavailableSeconds int64 `json:"writesUnavailableSeconds,omitempty"`
+	// message says what happens, or why the upgrade failed.
+	// +optional
+	Message string `json:"message,omitempty"`
+}

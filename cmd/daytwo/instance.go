@@ -33,7 +33,7 @@ func newInstanceCommand() *cobra.Command {
 func newInstanceRunCommand() *cobra.Command {
 	cfg := &instance.Config{}
 	var role, restoreID, termLog, leaseName, namespace, targetTime, targetLSN string
-	var physical bool
+	var physical, upgradeOnly bool
 	var peers string
 	var restoreFrom storageFlags
 	cmd := &cobra.Command{
@@ -105,7 +105,12 @@ func newInstanceRunCommand() *cobra.Command {
 					m.Reload()
 				}
 			}()
-			err := m.Run(ctx)
+			var err error
+			if upgradeOnly {
+				err = m.UpgradeOnly(ctx)
+			} else {
+				err = m.Run(ctx)
+			}
 			if err != nil && termLog != "" {
 				// The operator shows it (a failed restore, say) from the pod's status.
 				_ = os.WriteFile(termLog, []byte(err.Error()), 0o644)
@@ -138,6 +143,7 @@ func newInstanceRunCommand() *cobra.Command {
 	f.StringVar(&cfg.BootstrapSource, instanceapi.FlagBootstrapSource, instanceapi.BootstrapInitDB, "How the Database bootstraps: initdb or fromBackup/<DatabaseBackup>.")
 	f.BoolVar(&cfg.ReuseData, instanceapi.FlagReuseData, false, "Run on data another Database made, whatever its bootstrap.")
 	f.StringVar(&cfg.UpgradeFrom, instanceapi.FlagUpgradeFrom, "", "Directory of the old major's bundled programs: a primary whose data is of that major upgrades it with pg_upgrade before it starts.")
+	f.BoolVar(&upgradeOnly, instanceapi.FlagUpgradeOnly, false, "Upgrade the data directory (see --"+instanceapi.FlagUpgradeFrom+") and exit without serving: the operator's upgrade Job.")
 	f.DurationVar(&cfg.UpgradeDeadline, "upgrade-deadline", 5*time.Minute, "How long the upgraded server's first start may take before the upgrade is undone.")
 	f.StringVar(&termLog, instanceapi.FlagTerminationLog, "", "Where a fatal error is written for the kubelet (/dev/termination-log in a pod).")
 	restoreFrom.bind(f, "restore-")

@@ -40,6 +40,20 @@ const upgradedMark = "daytwo-upgraded-from"
 func (c *Config) oldData(major string) string { return filepath.Clean(c.PGData) + "." + major }
 func (c *Config) upgrading() string           { return filepath.Clean(c.PGData) + ".upgrading" }
 
+// UpgradeOnly upgrades the data directory, if it is of an older major,
+// and returns without starting a server: the operator's upgrade Job runs
+// it while every instance is stopped. Run again after a success, it finds
+// nothing to do.
+func (m *Manager) UpgradeOnly(ctx context.Context) error {
+	if err := os.MkdirAll(m.cfg.RunDir, 0o700); err != nil {
+		return fmt.Errorf("failed to create %s: %w", m.cfg.RunDir, err)
+	}
+	if !hasData(m.cfg.PGData) {
+		return fmt.Errorf("%s: %s holds no data directory", instanceapi.TerminationUpgradeFailed, m.cfg.PGData)
+	}
+	return m.upgradeIfOlder(ctx)
+}
+
 // otherMajor is true when the data directory is of a major version other
 // than this image's programs, both known.
 func (m *Manager) otherMajor(ctx context.Context) bool {

@@ -53,6 +53,8 @@ const (
 	// FlagUpgradeFrom is the directory of the old major's programs, bundled
 	// by the old image's init container (upgrade.Bundle).
 	FlagUpgradeFrom = "upgrade-from"
+	// FlagUpgradeOnly upgrades and exits: the upgrade Job's command.
+	FlagUpgradeOnly = "upgrade-only"
 	FlagFromBackup  = "from-backup"
 	FlagRestoreID   = "restore-id"
 	// FlagRestorePhysical makes --from-backup a point-in-time recovery from

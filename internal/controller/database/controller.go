@@ -6,6 +6,7 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -71,6 +72,7 @@ const instanceRefresh = 30 * time.Second
 // +kubebuilder:rbac:groups=daytwo.dev,resources=databases/finalizers,verbs=update
 // +kubebuilder:rbac:groups=daytwo.dev,resources=databasebackups,verbs=get;list;watch;create;update;delete
 // +kubebuilder:rbac:groups=apps,resources=statefulsets,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=batch,resources=jobs,verbs=get;list;watch;create;patch;delete
 // +kubebuilder:rbac:groups="",resources=services;configmaps,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;patch
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;patch;delete
@@ -141,6 +143,11 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, db, written *v1alpha1.
 	}
 	if err := r.applyDisruptionBudget(ctx, db, obs.plan); err != nil {
 		return reconcile.Result{}, err
+	}
+	if stopped, err := r.reconcileMajorUpgrade(ctx, db, obs); err != nil || stopped {
+		// Every instance stops for the upgrade Job: nothing fails over,
+		// switches over or rolls out meanwhile.
+		return reconcile.Result{RequeueAfter: upgradePoll}, err
 	}
 	failoverRes, err := r.failover(ctx, db, obs)
 	if err != nil {
@@ -233,6 +240,7 @@ func (r *Reconciler) SetupWithManager(mgr manager.Manager) error {
 	return builder.ControllerManagedBy(mgr).
 		For(&v1alpha1.Database{}).
 		Owns(&appsv1.StatefulSet{}).
+		Owns(&batchv1.Job{}).
 		Owns(&corev1.Service{}).
 		// Metadata only: the operator never caches Secret data, nor every
 		// ConfigMap of the cluster (the WebApp controller shares these informers).

@@ -351,23 +351,129 @@ func TestScaleSubresourceAndBudget(t *testing.T) {
 	})
 }
 
-func TestMajorUpgradeIsRefused(t *testing.T) {
+// upgradeJobOf waits for the upgrade Job the operator makes once every
+// instance is stopped (envtest runs no pods, so that is at once).
+func upgradeJobOf(t *testing.T, ns, name string) *batchv1.Job {
+	t.Helper()
+	var job *batchv1.Job
+	eventually(t, "the upgrade Job", func() (bool, error) {
+		j, err := get(ns, name+"-upgrade", &batchv1.Job{})
+		job = j
+		return err == nil, client.IgnoreNotFound(err)
+	})
+	return job
+}
+
+// finishJob writes the terminal status the Job controller would.
+func finishJob(t *testing.T, job *batchv1.Job, ok bool) {
+	t.Helper()
+	now := metav1.Now()
+	job.Status.StartTime = &now
+	if ok {
+		job.Status.CompletionTime = &now
+		job.Status.Succeeded = 1
+		job.Status.Conditions = []batchv1.JobCondition{
+			{Type: batchv1.JobSuccessCriteriaMet, Status: corev1.ConditionTrue, LastTransitionTime: now},
+			{Type: batchv1.JobComplete, Status: corev1.ConditionTrue, LastTransitionTime: now}}
+	} else {
+		job.Status.Failed = 1
+		job.Status.Conditions = []batchv1.JobCondition{
+			{Type: batchv1.JobFailureTarget, Status: corev1.ConditionTrue, Reason: "BackoffLimitExceeded", LastTransitionTime: now},
+			{Type: batchv1.JobFailed, Status: corev1.ConditionTrue, Reason: "BackoffLimitExceeded", Message: "Job has reached the specified backoff limit", LastTransitionTime: now}}
+	}
+	if err := env.Client.Status().Update(ctx, job); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestMajorUpgradeRunsAJobOnTheStoppedPrimary(t *testing.T) {
 	ns := env.Namespace(t)
-	db := newDB(ns, "legacy")
+	db := newDB(ns, "legacy", func(d *v1alpha1.Database) { d.Spec.Instances = ptr.To[int32](2) })
 	create(t, db)
 	eventually(t, "the StatefulSet", func() (bool, error) {
 		_, err := get(ns, "legacy", &appsv1.StatefulSet{})
 		return err == nil, client.IgnoreNotFound(err)
 	})
-	update(t, db, func(d *v1alpha1.Database) { d.Spec.Version = "16" })
-	db = waitCondition(t, ns, "legacy", v1alpha1.ConditionUpgradeFailed, metav1.ConditionTrue, v1alpha1.ReasonMajorUpgradeUnsupported)
-	if db.Status.CurrentVersion != "15" || !strings.Contains(condition(db, v1alpha1.ConditionUpgradeFailed).Message, "PostgreSQL 16") {
-		t.Errorf("status: version %s, %+v", db.Status.CurrentVersion, condition(db, v1alpha1.ConditionUpgradeFailed))
-	}
+	update(t, db, func(d *v1alpha1.Database) { d.Spec.Version = "17" })
+
+	// Every instance stops, on the old image, and a Job upgrades the primary's volume.
+	job := upgradeJobOf(t, ns, "legacy")
 	sts, _ := get(ns, "legacy", &appsv1.StatefulSet{})
-	if img := sts.Spec.Template.Spec.Containers[0].Image; img != "postgres:15" {
-		t.Fatalf("a major upgrade started silently: image %s", img)
+	if *sts.Spec.Replicas != 0 || sts.Spec.Template.Spec.Containers[0].Image != "postgres:15" || sts.Annotations["daytwo.dev/upgrading"] != "15-17" {
+		t.Fatalf("StatefulSet during the upgrade: replicas %d, image %s, annotations %v",
+			*sts.Spec.Replicas, sts.Spec.Template.Spec.Containers[0].Image, sts.Annotations)
 	}
+	pod := job.Spec.Template.Spec
+	if pod.InitContainers[len(pod.InitContainers)-1].Image != "postgres:15" || pod.Containers[0].Image != "postgres:17" {
+		t.Errorf("Job images: old programs from %s, upgrade in %s", pod.InitContainers[len(pod.InitContainers)-1].Image, pod.Containers[0].Image)
+	}
+	if got := strings.Join(pod.InitContainers[len(pod.InitContainers)-1].Command, " "); !strings.Contains(got, "bundle --major 15") {
+		t.Errorf("bundle command: %s", got)
+	}
+	if got := strings.Join(pod.Containers[0].Args, " "); !strings.Contains(got, "--upgrade-only") || !strings.Contains(got, "--upgrade-from=/upgrade") {
+		t.Errorf("upgrade args: %s", got)
+	}
+	claim := ""
+	for _, v := range pod.Volumes {
+		if v.PersistentVolumeClaim != nil {
+			claim = v.PersistentVolumeClaim.ClaimName
+		}
+	}
+	if claim != "pgdata-legacy-0" || job.Spec.Template.Labels["daytwo.dev/database"] != "" || *job.Spec.BackoffLimit != 0 {
+		t.Errorf("Job: claim %q, labels %v (must not select as an instance), backoff %d", claim, job.Spec.Template.Labels, *job.Spec.BackoffLimit)
+	}
+	d, _ := get(ns, "legacy", &v1alpha1.Database{})
+	if u := d.Status.Upgrade; u == nil || u.From != "15" || u.To != "17" || u.StartTime == nil || d.Status.Phase != v1alpha1.DatabasePhaseUpgrading {
+		t.Fatalf("status during the upgrade: phase %s, upgrade %+v", d.Status.Phase, d.Status.Upgrade)
+	}
+
+	// The Job fails: the instances come back on the old image, and the
+	// version is held back until spec.version changes.
+	finishJob(t, job, false)
+	d = waitCondition(t, ns, "legacy", v1alpha1.ConditionUpgradeFailed, metav1.ConditionTrue, v1alpha1.ReasonMajorUpgradeFailed)
+	sts, _ = get(ns, "legacy", &appsv1.StatefulSet{})
+	if *sts.Spec.Replicas != 2 || sts.Spec.Template.Spec.Containers[0].Image != "postgres:15" || sts.Annotations["daytwo.dev/upgrade-failed"] != "17/" {
+		t.Fatalf("StatefulSet after the failed upgrade: replicas %d, image %s, annotations %v",
+			*sts.Spec.Replicas, sts.Spec.Template.Spec.Containers[0].Image, sts.Annotations)
+	}
+	if u := d.Status.Upgrade; u == nil || !strings.Contains(u.Message, "backoff limit") || d.Status.CurrentVersion != "15" {
+		t.Fatalf("status after the failed upgrade: version %s, upgrade %+v", d.Status.CurrentVersion, d.Status.Upgrade)
+	}
+	eventually(t, "the failed Job removed", func() (bool, error) {
+		j, err := get(ns, "legacy-upgrade", &batchv1.Job{})
+		return apierrors.IsNotFound(err) || (err == nil && !j.DeletionTimestamp.IsZero()), client.IgnoreNotFound(err)
+	})
+	eventually(t, "the failed Job gone", func() (bool, error) {
+		_, err := get(ns, "legacy-upgrade", &batchv1.Job{})
+		return apierrors.IsNotFound(err), client.IgnoreNotFound(err)
+	})
+
+	// The retry annotation tries again.
+	update(t, d, func(d *v1alpha1.Database) {
+		d.Annotations = map[string]string{v1alpha1.AnnotationRetryUpgrade: "1"}
+	})
+	upgradeJobOf(t, ns, "legacy")
+}
+
+func TestMajorUpgradeSucceeds(t *testing.T) {
+	ns := env.Namespace(t)
+	db := newDB(ns, "modern")
+	create(t, db)
+	eventually(t, "the StatefulSet", func() (bool, error) {
+		_, err := get(ns, "modern", &appsv1.StatefulSet{})
+		return err == nil, client.IgnoreNotFound(err)
+	})
+	update(t, db, func(d *v1alpha1.Database) { d.Spec.Version = "17" })
+	finishJob(t, upgradeJobOf(t, ns, "modern"), true)
+	eventually(t, "the instances on the new image", func() (bool, error) {
+		sts, err := get(ns, "modern", &appsv1.StatefulSet{})
+		return err == nil && *sts.Spec.Replicas == 1 && sts.Spec.Template.Spec.Containers[0].Image == "postgres:17" &&
+			sts.Annotations["daytwo.dev/major"] == "17" && sts.Annotations["daytwo.dev/upgrading"] == "", err
+	})
+	eventually(t, "status.upgrade Starting", func() (bool, error) {
+		d, err := get(ns, "modern", &v1alpha1.Database{})
+		return err == nil && d.Status.Upgrade != nil && d.Status.Upgrade.Phase == v1alpha1.MajorUpgradeStarting, err
+	})
 }
 
 func TestInvalidImageForVersion(t *testing.T) {

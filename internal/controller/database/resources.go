@@ -150,6 +150,10 @@ type stsInputs struct {
 	claimSize *resource.Quantity
 	// restore is where bootstrap.fromBackup reads from; nil for initdb.
 	restore *restoreSource
+	// stopped: no instance runs, for a major upgrade's Job (upgrading is
+	// "<from>-<to>"); failedUpgrade is the major whose upgrade failed.
+	stopped                  bool
+	upgrading, failedUpgrade string
 }
 
 // restoreSource is the storage of the DatabaseBackup a Database bootstraps
@@ -174,6 +178,16 @@ func statefulSet(db *v1alpha1.Database, p plan, in stsInputs) *appsv1ac.Stateful
 	if in.runningParams != "" {
 		ann[annRunningParameters] = in.runningParams
 	}
+	if in.upgrading != "" {
+		ann[annUpgrading] = in.upgrading
+	}
+	if in.failedUpgrade != "" {
+		ann[annUpgradeFailed] = in.failedUpgrade
+	}
+	replicas := p.instances
+	if in.stopped {
+		replicas = 0
+	}
 	size := p.storage
 	if in.claimSize != nil {
 		size = *in.claimSize
@@ -197,7 +211,7 @@ func statefulSet(db *v1alpha1.Database, p plan, in stsInputs) *appsv1ac.Stateful
 		WithAnnotations(ann).
 		WithOwnerReferences(ownerReference(db)).
 		WithSpec(appsv1ac.StatefulSetSpec().
-			WithReplicas(p.instances).
+			WithReplicas(replicas).
 			WithServiceName(headlessName(db)).
 			WithSelector(metav1ac.LabelSelector().WithMatchLabels(selectorLabels(db))).
 			WithPodManagementPolicy(appsv1.OrderedReadyPodManagement).

@@ -53,9 +53,7 @@ func (r *Reconciler) decideImage(db *v1alpha1.Database, obs *observation) stsInp
 	}
 	switch {
 	case in.major != db.Spec.Version:
-		obs.majorRefused = fmt.Sprintf("spec.version asks for PostgreSQL %s but the data is PostgreSQL %s; "+
-			"major upgrades are not supported yet, so the instances keep running %s", db.Spec.Version, in.major, obs.templateImage)
-		in.image = obs.templateImage
+		r.planMajorUpgrade(db, obs, &in)
 	case in.image == in.failedImage && in.goodImage != "":
 		in.image = in.goodImage
 		obs.rolledBack = fmt.Sprintf("Image %s did not become ready; rolled back to %s", in.failedImage, in.goodImage)

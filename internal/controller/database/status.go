@@ -2,6 +2,7 @@ package database
 
 import (
 	"fmt"
+	batchv1 "k8s.io/api/batch/v1"
 	"slices"
 	"strings"
 	"time"
@@ -40,8 +41,13 @@ type observation struct {
 	// rolloutWaiting says why a rollout holds (Progressing=True).
 	rolloutWaiting string
 
-	rolledBack    string
-	majorRefused  string
+	rolledBack string
+	// upgradeJob is the major upgrade's Job, upgradeAction what this
+	// reconcile does about a version change, upgradeFailed why a version
+	// is held back.
+	upgradeJob    *batchv1.Job
+	upgradeAction upgradeAction
+	upgradeFailed string
 	outdated      int
 	pendingParams []string
 
@@ -136,8 +142,8 @@ func setRolloutConditions(db *v1alpha1.Database, obs *observation, set func(stri
 	setArchiveCondition(db, obs, set)
 	st := &db.Status
 	switch {
-	case obs.majorRefused != "":
-		set(v1alpha1.ConditionUpgradeFailed, true, v1alpha1.ReasonMajorUpgradeUnsupported, obs.majorRefused)
+	case obs.upgradeFailed != "":
+		set(v1alpha1.ConditionUpgradeFailed, true, v1alpha1.ReasonMajorUpgradeFailed, obs.upgradeFailed)
 	case obs.rolledBack != "":
 		set(v1alpha1.ConditionUpgradeFailed, true, v1alpha1.ReasonRolledBack, obs.rolledBack)
 	default:
@@ -183,11 +189,13 @@ func phase(db *v1alpha1.Database, obs *observation, primaryReady bool) v1alpha1.
 	st := &db.Status
 	rollingImage := obs.in.goodImage != "" && obs.templateImage != "" && obs.templateImage != obs.in.goodImage
 	switch {
+	case obs.in.stopped:
+		return v1alpha1.DatabasePhaseUpgrading
 	case obs.in.goodImage == "" && !primaryReady:
 		return v1alpha1.DatabasePhaseCreating
 	case obs.outdated > 0 || rollingImage:
 		return v1alpha1.DatabasePhaseUpgrading
-	case !primaryReady || st.ReadyInstances < st.Instances || obs.rolledBack != "" || obs.majorRefused != "":
+	case !primaryReady || st.ReadyInstances < st.Instances || obs.rolledBack != "" || obs.upgradeFailed != "":
 		return v1alpha1.DatabasePhaseDegraded
 	default:
 		return v1alpha1.DatabasePhaseReady

@@ -1,0 +1,340 @@
+package database
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	batchv1ac "k8s.io/client-go/applyconfigurations/batch/v1"
+	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/daytwo-dev/daytwo/api/v1alpha1"
+	"github.com/daytwo-dev/daytwo/internal/controller"
+	"github.com/daytwo-dev/daytwo/internal/instanceapi"
+)
+
+// A major upgrade (spec.version goes up):
+//
+//  1. Stopping: the StatefulSet goes to 0 replicas, on the old image. From
+//     here writes are unavailable; failover, switchover and rollouts hold.
+//  2. Upgrading: a Job on the primary's volume bundles the old image's
+//     programs (init container) and upgrades the data with them and the
+//     new image's (internal/instance/upgrade.go): check, copy, swap, and a
+//     first start of the new server with the managed configuration. Any
+//     failure leaves the data as it was.
+//  3. Starting: the StatefulSet comes back on the new image (or, after a
+//     failure, the old one); replicas find data of another major and clone
+//     the primary again.
+//  4. Succeeded or Failed once the primary accepts connections; a failed
+//     version is not tried again until spec.version changes.
+//
+// The StatefulSet's annotations carry the state across reconciles; the
+// Database's status.upgrade reports it.
+
+const (
+	// annUpgrading is "<from>-<to>" on the StatefulSet while the instances
+	// are stopped for the upgrade Job.
+	annUpgrading = "daytwo.dev/upgrading"
+	// annUpgradeFailed is the major whose upgrade failed, and the
+	// Database's AnnotationRetryUpgrade then: "<major>/<retry>".
+	annUpgradeFailed = "daytwo.dev/upgrade-failed"
+
+	containerBundle = "old-programs"
+	volumeUpgrade   = "upgrade"
+	upgradeMount    = "/upgrade"
+	// upgradeJobDeadline bounds the upgrade Job; pg_upgrade in copy mode
+	// moves about 100 MB/s here, so an hour covers several hundred GB.
+	upgradeJobDeadline = time.Hour
+	// upgradePoll is how often a reconcile looks again while the instances
+	// are stopped (the Job's and the pods' events come sooner).
+	upgradePoll = 5 * time.Second
+)
+
+// upgradeAction is what a reconcile does about a major version change.
+type upgradeAction int
+
+const (
+	// upgradeHold: keep the old version (this version failed before, or
+	// the upgrade cannot start yet).
+	upgradeHold upgradeAction = iota
+	// upgradeStop: stop the instances (first step, or still stopping).
+	upgradeStop
+	// upgradeRunJob: every instance stopped; create or wait for the Job.
+	upgradeRunJob
+	// upgradeFinish: the Job succeeded; start on the new version.
+	upgradeFinish
+	// upgradeAbort: the Job failed; start on the old version.
+	upgradeAbort
+)
+
+// upgradeFacts are what decideUpgrade weighs.
+type upgradeFacts struct {
+	from, to  string // the data's major and spec.version
+	upgrading bool   // annUpgrading is set: the instances were told to stop
+	failedTo  string // the major annUpgradeFailed names
+	retry     bool   // AnnotationRetryUpgrade changed since that failure
+	primary   string // the lease's holder
+	primary0  string // the instance that starts first (ordinal 0)
+	job       jobState
+}
+
+type jobState int
+
+const (
+	jobNone jobState = iota
+	jobRunning
+	jobSucceeded
+	jobFailed
+)
+
+// decideUpgrade is the major upgrade's state machine; why explains a hold.
+func decideUpgrade(f upgradeFacts) (action upgradeAction, why string) {
+	switch {
+	case f.upgrading && f.job == jobSucceeded:
+		return upgradeFinish, ""
+	case f.upgrading && f.job == jobFailed:
+		return upgradeAbort, ""
+	case f.upgrading:
+		return upgradeRunJob, ""
+	case f.job == jobRunning:
+		// A Job left by an earlier attempt: never run a second beside it.
+		return upgradeHold, "an upgrade Job from an earlier attempt still runs"
+	case f.failedTo == f.to && !f.retry:
+		return upgradeHold, ""
+	case f.primary == "":
+		return upgradeHold, "no primary is known yet"
+	case f.primary != f.primary0:
+		// The StatefulSet starts its instances in order, each once the one
+		// before is ready: a replica first would wait for a primary that
+		// is not started.
+		return upgradeHold, fmt.Sprintf("the primary is %s, and a major upgrade needs it on %s: "+
+			"switch over to %s first (annotation %s)", f.primary, f.primary0, f.primary0, v1alpha1.AnnotationSwitchoverTo)
+	default:
+		return upgradeStop, ""
+	}
+}
+
+// jobStateOf reads a Job's outcome.
+func jobStateOf(j *batchv1.Job) jobState {
+	if j == nil {
+		return jobNone
+	}
+	for _, c := range j.Status.Conditions {
+		if c.Status != corev1.ConditionTrue {
+			continue
+		}
+		switch c.Type {
+		case batchv1.JobComplete:
+			return jobSucceeded
+		case batchv1.JobFailed:
+			return jobFailed
+		}
+	}
+	return jobRunning
+}
+
+func upgradeJobName(db *v1alpha1.Database) string { return db.Name + "-upgrade" }
+
+// planMajorUpgrade is decideImage's part for a version change: it sets the
+// StatefulSet's inputs and says what the reconcile must do.
+func (r *Reconciler) planMajorUpgrade(db *v1alpha1.Database, obs *observation, in *stsInputs) {
+	live := obs.sts
+	failed, retryToken, _ := strings.Cut(live.Annotations[annUpgradeFailed], "/")
+	f := upgradeFacts{from: in.major, to: db.Spec.Version, upgrading: live.Annotations[annUpgrading] != "",
+		failedTo: failed, retry: retryToken != db.Annotations[v1alpha1.AnnotationRetryUpgrade],
+		primary: obs.primary, primary0: podName(db, 0), job: jobStateOf(obs.upgradeJob)}
+	action, why := decideUpgrade(f)
+	obs.upgradeAction = action
+	in.failedUpgrade = live.Annotations[annUpgradeFailed]
+	old := obs.templateImage
+	switch action {
+	case upgradeHold:
+		in.image = old
+		if f.failedTo == f.to {
+			obs.upgradeFailed = fmt.Sprintf("The upgrade from PostgreSQL %s to %s failed; the instances run %s on the data as it was. "+
+				"It is tried again when spec.version changes or annotation %s does", f.from, f.to, old, v1alpha1.AnnotationRetryUpgrade)
+			if u := db.Status.Upgrade; u != nil && u.Message != "" {
+				obs.upgradeFailed += ": " + u.Message
+			}
+		} else {
+			obs.rolloutWaiting = fmt.Sprintf("Major upgrade from PostgreSQL %s to %s waits: %s", f.from, f.to, why)
+		}
+	case upgradeStop, upgradeRunJob:
+		in.image, in.stopped, in.upgrading, in.failedUpgrade = old, true, f.from+"-"+f.to, ""
+		obs.rolloutWaiting = fmt.Sprintf("Major upgrade from PostgreSQL %s to %s: every instance stops, then a Job upgrades the primary's data", f.from, f.to)
+	case upgradeFinish:
+		// The data is the new major now: never roll back to an image of
+		// the old one.
+		in.major, in.goodImage, in.failedImage, in.failedUpgrade = f.to, "", "", ""
+	case upgradeAbort:
+		in.image, in.failedUpgrade = old, f.to+"/"+db.Annotations[v1alpha1.AnnotationRetryUpgrade]
+	}
+}
+
+// reconcileMajorUpgrade acts on planMajorUpgrade's decision after the
+// StatefulSet was applied, and keeps status.upgrade. It returns true while
+// the instances are stopped for the upgrade: nothing else may act on them.
+func (r *Reconciler) reconcileMajorUpgrade(ctx context.Context, db *v1alpha1.Database, obs *observation) (bool, error) {
+	u := db.Status.Upgrade
+	from, to := obs.in.major, db.Spec.Version
+	switch obs.upgradeAction {
+	case upgradeStop:
+		if u == nil || u.To != to || u.Phase == v1alpha1.MajorUpgradeSucceeded || u.Phase == v1alpha1.MajorUpgradeFailed {
+			db.Status.Upgrade = &v1alpha1.MajorUpgradeStatus{From: from, To: to, Phase: v1alpha1.MajorUpgradeStopping,
+				StartTime: ptr.To(metav1.NewTime(obs.now)), Message: "stopping every instance"}
+			r.Recorder.Eventf(db, nil, corev1.EventTypeNormal, "MajorUpgrade", "Upgrade",
+				"Upgrading PostgreSQL %s to %s: stopping every instance", from, to)
+		}
+		return true, nil
+	case upgradeRunJob:
+		if len(obs.pods) > 0 {
+			return true, nil // still stopping
+		}
+		if obs.upgradeJob == nil {
+			if err := controller.Apply(ctx, r.Client, upgradeJob(db, obs.plan, obs.in, obs.templateImage, obs.plan.image), "Job"); err != nil {
+				return true, err
+			}
+		}
+		if u != nil && u.Phase == v1alpha1.MajorUpgradeStopping {
+			u.Phase, u.Message = v1alpha1.MajorUpgradeUpgrading, "pg_upgrade runs in Job "+upgradeJobName(db)
+		}
+		return true, nil
+	case upgradeFinish, upgradeAbort:
+		if u != nil {
+			u.Phase = v1alpha1.MajorUpgradeStarting
+			if obs.upgradeAction == upgradeAbort {
+				u.Message = r.upgradeJobError(ctx, db, obs.upgradeJob)
+				r.Recorder.Eventf(db, nil, corev1.EventTypeWarning, v1alpha1.ReasonMajorUpgradeFailed, "Upgrade",
+					"Upgrading PostgreSQL %s to %s failed, starting %s again on the data as it was: %s", u.From, u.To, u.From, u.Message)
+			} else {
+				u.Message = "the primary's data is upgraded; the instances start on PostgreSQL " + to
+			}
+		}
+		// The StatefulSet no longer says upgrading (applied before this):
+		// the Job's work is recorded, so it goes.
+		err := r.Client.Delete(ctx, &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: db.Namespace, Name: upgradeJobName(db)}},
+			client.PropagationPolicy(metav1.DeletePropagationBackground))
+		return false, client.IgnoreNotFound(err)
+	}
+	// Starting: done once the primary serves again.
+	if u != nil && u.Phase == v1alpha1.MajorUpgradeStarting && primaryServes(obs) {
+		now := metav1.NewTime(obs.now)
+		u.CompletionTime = &now
+		if u.StartTime != nil {
+			u.WritesUnavailableSeconds = int64(now.Sub(u.StartTime.Time).Round(time.Second).Seconds())
+		}
+		if obs.in.major == u.To {
+			u.Phase, u.Message = v1alpha1.MajorUpgradeSucceeded, fmt.Sprintf("PostgreSQL %s to %s; writes were unavailable for %ds", u.From, u.To, u.WritesUnavailableSeconds)
+			r.Recorder.Eventf(db, nil, corev1.EventTypeNormal, "MajorUpgrade", "Upgrade", "Upgraded PostgreSQL %s to %s", u.From, u.To)
+		} else {
+			u.Phase = v1alpha1.MajorUpgradeFailed
+		}
+	}
+	return false, nil
+}
+
+// primaryServes: the lease's holder is ready.
+func primaryServes(obs *observation) bool {
+	for i := range obs.pods {
+		if obs.pods[i].Name == obs.primary {
+			return podReady(&obs.pods[i])
+		}
+	}
+	return false
+}
+
+// upgradeJobError is why the upgrade Job failed: the instance manager's
+// termination message, or the Job's own condition.
+func (r *Reconciler) upgradeJobError(ctx context.Context, db *v1alpha1.Database, job *batchv1.Job) string {
+	pods := &corev1.PodList{}
+	if err := r.Client.List(ctx, pods, client.InNamespace(db.Namespace), client.MatchingLabels{labelUpgrade: db.Name}); err == nil {
+		for _, p := range pods.Items {
+			for _, cs := range append(p.Status.InitContainerStatuses, p.Status.ContainerStatuses...) {
+				if t := cs.State.Terminated; t != nil && t.ExitCode != 0 {
+					msg := strings.TrimSpace(t.Message)
+					if msg == "" {
+						msg = t.Reason
+					}
+					return fmt.Sprintf("container %s: %s", cs.Name, msg)
+				}
+			}
+		}
+	}
+	if job != nil {
+		for _, c := range job.Status.Conditions {
+			if c.Type == batchv1.JobFailed {
+				return c.Reason + ": " + c.Message
+			}
+		}
+	}
+	return "the upgrade Job failed"
+}
+
+// readUpgradeJob fills obs.upgradeJob.
+func (r *Reconciler) readUpgradeJob(ctx context.Context, db *v1alpha1.Database, o *observation) error {
+	j := &batchv1.Job{}
+	err := r.Client.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: upgradeJobName(db)}, j)
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil
+	case err != nil:
+		return fmt.Errorf("failed to get the upgrade Job: %w", err)
+	}
+	o.upgradeJob = j
+	return nil
+}
+
+// labelUpgrade marks the upgrade Job's pod (never an instance: it must not
+// match the StatefulSet's selector).
+const labelUpgrade = "daytwo.dev/upgrade-of"
+
+// upgradeJob runs the instance manager's upgrade on the primary's volume:
+// the pod template's volumes and settings, the new image, and an init
+// container of the old image that bundles its programs.
+func upgradeJob(db *v1alpha1.Database, p plan, in stsInputs, oldImage, newImage string) *batchv1ac.JobApplyConfiguration {
+	in.image = newImage
+	tpl := podTemplate(db, p, in)
+	spec := tpl.Spec
+	spec.WithRestartPolicy(corev1.RestartPolicyNever)
+	pg := &spec.Containers[0]
+	f := instanceapi.Flag
+	pg.Args = []string{"instance", "run", "--" + instanceapi.FlagUpgradeOnly, "--role", string(instanceapi.RolePrimary),
+		f(instanceapi.FlagTerminationLog, "/dev/termination-log"), f(instanceapi.FlagCluster, db.Name),
+		f(instanceapi.FlagPod, podName(db, 0)), f(instanceapi.FlagPGData, instanceapi.PGData),
+		f(instanceapi.FlagRunDir, instanceapi.RunDir), f(instanceapi.FlagDatabaseUID, string(db.UID)),
+		f(instanceapi.FlagUpgradeFrom, upgradeMount)}
+	pg.LivenessProbe, pg.ReadinessProbe, pg.StartupProbe, pg.Lifecycle, pg.Ports = nil, nil, nil, nil, nil
+	pg.WithVolumeMounts(corev1ac.VolumeMount().WithName(volumeUpgrade).WithMountPath(upgradeMount))
+	spec.WithInitContainers(corev1ac.Container().
+		WithName(containerBundle).
+		WithImage(oldImage).
+		WithImagePullPolicy(corev1.PullIfNotPresent).
+		WithCommand(instanceapi.Binary, "instance", "bundle", "--major", in.major, upgradeMount).
+		WithSecurityContext(restrictedContainer()).
+		WithVolumeMounts(
+			corev1ac.VolumeMount().WithName("controller").WithMountPath(controllerMount),
+			corev1ac.VolumeMount().WithName(volumeUpgrade).WithMountPath(upgradeMount)))
+	spec.WithVolumes(
+		corev1ac.Volume().WithName(volumeUpgrade).WithEmptyDir(corev1ac.EmptyDirVolumeSource()),
+		corev1ac.Volume().WithName(volumeData).WithPersistentVolumeClaim(
+			corev1ac.PersistentVolumeClaimVolumeSource().WithClaimName(pvcName(db, 0))))
+	l := labels(db)
+	delete(l, labelDatabase)
+	l[labelUpgrade] = db.Name
+	tpl.Labels = nil
+	tpl.WithLabels(l)
+	return batchv1ac.Job(upgradeJobName(db), db.Namespace).
+		WithLabels(l).
+		WithOwnerReferences(ownerReference(db)).
+		WithSpec(batchv1ac.JobSpec().
+			WithBackoffLimit(0).
+			WithActiveDeadlineSeconds(int64(upgradeJobDeadline.Seconds())).
+			WithTemplate(tpl))
+}
