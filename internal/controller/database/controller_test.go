@@ -399,6 +399,10 @@ func TestMajorUpgradeRunsAJobOnTheStoppedPrimary(t *testing.T) {
 	// Every instance stops, on the old image, and a Job upgrades the primary's volume.
 	job := upgradeJobOf(t, ns, "legacy")
 	sts, _ := get(ns, "legacy", &appsv1.StatefulSet{})
+	if sts.Spec.PersistentVolumeClaimRetentionPolicy.WhenScaled != appsv1.RetainPersistentVolumeClaimRetentionPolicyType {
+		t.Fatalf("the instances stop for the upgrade with claim retention %+v: their volumes would go with them",
+			sts.Spec.PersistentVolumeClaimRetentionPolicy)
+	}
 	if *sts.Spec.Replicas != 0 || sts.Spec.Template.Spec.Containers[0].Image != "postgres:15" || sts.Annotations["daytwo.dev/upgrading"] != "15-17" {
 		t.Fatalf("StatefulSet during the upgrade: replicas %d, image %s, annotations %v",
 			*sts.Spec.Replicas, sts.Spec.Template.Spec.Containers[0].Image, sts.Annotations)

@@ -184,9 +184,11 @@ func statefulSet(db *v1alpha1.Database, p plan, in stsInputs) *appsv1ac.Stateful
 	if in.failedUpgrade != "" {
 		ann[annUpgradeFailed] = in.failedUpgrade
 	}
-	replicas := p.instances
+	replicas, whenScaled := p.instances, appsv1.DeletePersistentVolumeClaimRetentionPolicyType
 	if in.stopped {
-		replicas = 0
+		// Stopping every instance must not take their volumes with them:
+		// the same update that scales to 0 retains the claims.
+		replicas, whenScaled = 0, appsv1.RetainPersistentVolumeClaimRetentionPolicyType
 	}
 	size := p.storage
 	if in.claimSize != nil {
@@ -220,7 +222,7 @@ func statefulSet(db *v1alpha1.Database, p plan, in stsInputs) *appsv1ac.Stateful
 			// replica's volume removed by a scale-down is rebuilt by cloning.
 			WithPersistentVolumeClaimRetentionPolicy(appsv1ac.StatefulSetPersistentVolumeClaimRetentionPolicy().
 				WithWhenDeleted(appsv1.RetainPersistentVolumeClaimRetentionPolicyType).
-				WithWhenScaled(appsv1.DeletePersistentVolumeClaimRetentionPolicyType)).
+				WithWhenScaled(whenScaled)).
 			WithTemplate(podTemplate(db, p, in)).
 			WithVolumeClaimTemplates(claim))
 }
