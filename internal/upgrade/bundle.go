@@ -50,8 +50,11 @@ func Bundle(root, major, dir string) (string, error) {
 		return "", fmt.Errorf("this image has no PostgreSQL %s programs: %w", major, err)
 	}
 	dst := filepath.Join(dir, "root")
-	if err := os.RemoveAll(dir); err != nil {
-		return "", err
+	// dir may be a mount point: what an earlier run left inside goes, not dir.
+	for _, sub := range []string{"root", "lib"} {
+		if err := os.RemoveAll(filepath.Join(dir, sub)); err != nil {
+			return "", err
+		}
 	}
 	if err := copyTree(filepath.Join(root, pg, "bin"), filepath.Join(dst, pg, "real"), nil); err != nil {
 		return "", err

@@ -18,11 +18,13 @@ const upgradeChecksum = `SELECT md5(
 	(SELECT string_agg(b::text, ',' ORDER BY bid) FROM pgbench_branches b) ||
 	(SELECT string_agg(k::text, ',' ORDER BY id) FROM kept k))`
 
-// upgradeEnded: the last major upgrade reached phase, and every instance
-// is ready on image.
+// upgradeEnded: the last major upgrade reached phase, and both instances
+// are ready on image (a failed upgrade leaves the phase Degraded: the
+// instances do not run the version spec asks for).
 func upgradeEnded(phase v1alpha1.MajorUpgradePhase, image string) func(*v1alpha1.Database) bool {
 	return func(d *v1alpha1.Database) bool {
-		return d.Status.Upgrade != nil && d.Status.Upgrade.Phase == phase && isReady(2, image)(d)
+		return d.Status.Upgrade != nil && d.Status.Upgrade.Phase == phase && d.Status.ReadyInstances == 2 &&
+			d.Status.CurrentImage == image && d.Status.ObservedGeneration == d.Generation
 	}
 }
 

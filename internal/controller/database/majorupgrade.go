@@ -253,8 +253,9 @@ func primaryServes(obs *observation) bool {
 // upgradeJobError is why the upgrade Job failed: the instance manager's
 // termination message, or the Job's own condition.
 func (r *Reconciler) upgradeJobError(ctx context.Context, db *v1alpha1.Database, job *batchv1.Job) string {
+	// Read from the API: the cache holds instance pods only.
 	pods := &corev1.PodList{}
-	if err := r.Client.List(ctx, pods, client.InNamespace(db.Namespace), client.MatchingLabels{labelUpgrade: db.Name}); err == nil {
+	if err := r.APIReader.List(ctx, pods, client.InNamespace(db.Namespace), client.MatchingLabels{labelUpgrade: db.Name}); err == nil {
 		for _, p := range pods.Items {
 			for _, cs := range append(p.Status.InitContainerStatuses, p.Status.ContainerStatuses...) {
 				if t := cs.State.Terminated; t != nil && t.ExitCode != 0 {
@@ -311,12 +312,15 @@ func upgradeJob(db *v1alpha1.Database, p plan, in stsInputs, oldImage, newImage 
 		f(instanceapi.FlagRunDir, instanceapi.RunDir), f(instanceapi.FlagDatabaseUID, string(db.UID)),
 		f(instanceapi.FlagUpgradeFrom, upgradeMount)}
 	pg.LivenessProbe, pg.ReadinessProbe, pg.StartupProbe, pg.Lifecycle, pg.Ports = nil, nil, nil, nil, nil
+	pg.WithTerminationMessagePolicy(corev1.TerminationMessageFallbackToLogsOnError)
 	pg.WithVolumeMounts(corev1ac.VolumeMount().WithName(volumeUpgrade).WithMountPath(upgradeMount))
 	spec.WithInitContainers(corev1ac.Container().
 		WithName(containerBundle).
 		WithImage(oldImage).
 		WithImagePullPolicy(corev1.PullIfNotPresent).
 		WithCommand(instanceapi.Binary, "instance", "bundle", "--major", in.major, upgradeMount).
+		// Its error, on stderr, is the message status.upgrade shows.
+		WithTerminationMessagePolicy(corev1.TerminationMessageFallbackToLogsOnError).
 		WithSecurityContext(restrictedContainer()).
 		WithVolumeMounts(
 			corev1ac.VolumeMount().WithName("controller").WithMountPath(controllerMount),
