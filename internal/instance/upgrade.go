@@ -118,7 +118,16 @@ func (m *Manager) upgradeIfOlder(ctx context.Context) error {
 	if err := os.RemoveAll(m.cfg.upgrading()); err != nil {
 		return fmt.Errorf("failed to remove an interrupted upgrade: %w", err)
 	}
-	plan := upgrade.Plan{OldBin: oldBin, NewBin: m.cfg.BinDir, OldData: m.cfg.PGData, NewData: m.cfg.upgrading(),
+	// pg_upgrade needs the directory, where the image may only set $PATH.
+	newBin := m.cfg.BinDir
+	if newBin == "" {
+		path, err := exec.LookPath("pg_upgrade")
+		if err != nil {
+			return upgradeFailed("this image has no pg_upgrade: %v", err)
+		}
+		newBin = filepath.Dir(path)
+	}
+	plan := upgrade.Plan{OldBin: oldBin, NewBin: newBin, OldData: m.cfg.PGData, NewData: m.cfg.upgrading(),
 		WorkDir: work, Mode: upgrade.Copy, Jobs: 2, Port: m.cfg.Port + 1, InitdbArgs: []string{"--auth=trust"}}
 	if err := upgrade.Check(ctx, plan); err != nil {
 		return upgradeFailed("the check refused: %v", err)
