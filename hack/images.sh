@@ -83,7 +83,7 @@ build_postgres() {
   local major=$1 suite=${PG_SUITE[$1]} name=postgres-$1
   local stamp="$OUT/$name.stamp" want
   # Bump the recipe number when the steps below change.
-  want="recipe-3 $major $suite $(sha256sum hack/images/postgres/docker-entrypoint.sh | cut -c1-16)"
+  want="recipe-4 $major $suite $(sha256sum hack/images/postgres/docker-entrypoint.sh | cut -c1-16)"
   if [ -f "$OUT/$name.tar" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$want" ]; then
     log "$name cached"; return
   fi
@@ -93,8 +93,14 @@ build_postgres() {
   debootstrap --variant=minbase --include="postgresql-$major,postgresql-client-$major" \
     "$suite" "$fs" http://deb.debian.org/debian >"$CACHE/debootstrap-$major.log" 2>&1 \
     || { tail -20 "$CACHE/debootstrap-$major.log"; exit 1; }
-  # Match the official image: postgres is uid/gid 999.
-  chroot "$fs" sh -c 'groupmod -g 999 postgres && usermod -u 999 -g 999 postgres' 2>/dev/null || true
+  # Match the official image: postgres is uid/gid 999. A system group or
+  # user that took 999 first (sid's lpadmin) moves to a free id.
+  chroot "$fs" sh -ec '
+    g=$(getent group 999 | cut -d: -f1); [ -z "$g" ] || [ "$g" = postgres ] || groupmod -g 990 "$g"
+    u=$(getent passwd 999 | cut -d: -f1); [ -z "$u" ] || [ "$u" = postgres ] || usermod -u 990 "$u"
+    groupmod -g 999 postgres; usermod -u 999 -g 999 postgres
+    [ "$(id -u postgres):$(id -g postgres)" = 999:999 ]' \
+    || { echo "images: postgres is not uid/gid 999 in $name" >&2; exit 1; }
   chroot "$fs" sh -c 'chown -R postgres:postgres /var/lib/postgresql /var/run/postgresql /var/log/postgresql'
   # Debian's postgresql-common created a default cluster; the image contract has none.
   rm -rf "$fs/var/lib/postgresql/$major" "$fs/etc/postgresql/$major"

@@ -147,7 +147,8 @@ start_containerd() {
 }
 
 # load [image...]: imports image tarballs from hack/images.sh into the node.
-# Infrastructure images load only when missing; daytwo's own always reload.
+# Infrastructure images load when missing or rebuilt since they were loaded
+# (the tarball's size and time are recorded); daytwo's own always reload.
 all_present() {
   local t
   for t in ${1//,/ }; do grep -qx "$t" <<<"$2" || return 1; done
@@ -160,9 +161,15 @@ load() {
   while read -r file tag; do
     local name=${file%.tar}
     if [ $# -gt 0 ] && ! printf '%s\n' "$@" | grep -qx "$name"; then continue; fi
-    # Rebuilt on every run, so always imported; the others only when a tag is missing.
-    case $name in daytwo|demo-web|e2e-client) ;; *) all_present "$tag" "$have" && continue ;; esac
+    local built seen="$R/loaded/$name"
+    built=$(stat -c '%s %Y' "$CACHE/images/$file")
+    # Rebuilt on every run, so always imported; the others only when a tag is missing or the tarball changed.
+    case $name in
+      daytwo|demo-web|e2e-client) ;;
+      *) all_present "$tag" "$have" && [ "$(cat "$seen" 2>/dev/null)" = "$built" ] && continue ;;
+    esac
     "${CTR[@]}" images import "$CACHE/images/$file" >/dev/null
+    mkdir -p "$R/loaded" && echo "$built" >"$seen"
     log "loaded ${tag//,/ }"
   done <"$index"
 }
@@ -321,7 +328,7 @@ down() {
   done
   if [ "${1:-}" = --purge ]; then
     # Images, volumes and cluster state go too.
-    rm -rf "$R/containerd/root" "$R/pv" "$KWOK_WORKDIR"
+    rm -rf "$R/containerd/root" "$R/loaded" "$R/pv" "$KWOK_WORKDIR"
   fi
   log "down"
 }
