@@ -7,6 +7,9 @@ import (
 	"testing"
 	"time"
 
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -98,4 +101,24 @@ func SumMetric(t *testing.T, name, key, value string) float64 {
 		}
 	}
 	return total
+}
+
+// FinishJob writes into job the terminal status the Job controller would
+// (envtest runs none): Complete after SuccessCriteriaMet, or Failed after
+// FailureTarget, as the API server's validation asks. The caller updates
+// the status subresource.
+func FinishJob(job *batchv1.Job, now metav1.Time, ok bool) {
+	job.Status.StartTime = &now
+	if ok {
+		job.Status.Succeeded, job.Status.CompletionTime = 1, &now
+		job.Status.Conditions = []batchv1.JobCondition{
+			{Type: batchv1.JobSuccessCriteriaMet, Status: corev1.ConditionTrue, LastTransitionTime: now},
+			{Type: batchv1.JobComplete, Status: corev1.ConditionTrue, LastTransitionTime: now}}
+		return
+	}
+	job.Status.Failed = 1
+	job.Status.Conditions = []batchv1.JobCondition{
+		{Type: batchv1.JobFailureTarget, Status: corev1.ConditionTrue, LastTransitionTime: now, Reason: "BackoffLimitExceeded"},
+		{Type: batchv1.JobFailed, Status: corev1.ConditionTrue, LastTransitionTime: now, Reason: "BackoffLimitExceeded",
+			Message: "Job has reached the specified backoff limit"}}
 }

@@ -367,20 +367,7 @@ func upgradeJobOf(t *testing.T, ns, name string) *batchv1.Job {
 // finishJob writes the terminal status the Job controller would.
 func finishJob(t *testing.T, job *batchv1.Job, ok bool) {
 	t.Helper()
-	now := metav1.Now()
-	job.Status.StartTime = &now
-	if ok {
-		job.Status.CompletionTime = &now
-		job.Status.Succeeded = 1
-		job.Status.Conditions = []batchv1.JobCondition{
-			{Type: batchv1.JobSuccessCriteriaMet, Status: corev1.ConditionTrue, LastTransitionTime: now},
-			{Type: batchv1.JobComplete, Status: corev1.ConditionTrue, LastTransitionTime: now}}
-	} else {
-		job.Status.Failed = 1
-		job.Status.Conditions = []batchv1.JobCondition{
-			{Type: batchv1.JobFailureTarget, Status: corev1.ConditionTrue, Reason: "BackoffLimitExceeded", LastTransitionTime: now},
-			{Type: batchv1.JobFailed, Status: corev1.ConditionTrue, Reason: "BackoffLimitExceeded", Message: "Job has reached the specified backoff limit", LastTransitionTime: now}}
-	}
+	testenv.FinishJob(job, metav1.Now(), ok)
 	if err := env.Client.Status().Update(ctx, job); err != nil {
 		t.Fatal(err)
 	}

@@ -208,19 +208,7 @@ func finish(t *testing.T, job *batchv1.Job, ok bool, res backup.Result) {
 	if err := env.Client.Status().Update(ctx, pod); err != nil {
 		t.Fatal(err)
 	}
-	now := metav1.NewTime(clock.Now())
-	job.Status.StartTime = &now
-	if ok {
-		job.Status.Succeeded, job.Status.CompletionTime = 1, &now
-		job.Status.Conditions = []batchv1.JobCondition{
-			{Type: batchv1.JobSuccessCriteriaMet, Status: corev1.ConditionTrue, LastTransitionTime: now},
-			{Type: batchv1.JobComplete, Status: corev1.ConditionTrue, LastTransitionTime: now}}
-	} else {
-		job.Status.Failed = 1
-		job.Status.Conditions = []batchv1.JobCondition{
-			{Type: batchv1.JobFailureTarget, Status: corev1.ConditionTrue, LastTransitionTime: now, Reason: "BackoffLimitExceeded"},
-			{Type: batchv1.JobFailed, Status: corev1.ConditionTrue, LastTransitionTime: now, Reason: "BackoffLimitExceeded", Message: "Job has reached the specified backoff limit"}}
-	}
+	testenv.FinishJob(job, metav1.NewTime(clock.Now()), ok)
 	if err := env.Client.Status().Update(ctx, job); err != nil {
 		t.Fatalf("finish Job: %v", err)
 	}
