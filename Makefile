@@ -100,6 +100,10 @@ bench-backup: deps ## Backup benchmark: daytwo vs raw pg_dump/pg_restore and pgB
 	hack/deps.sh pgbackrest
 	go test -tags bench -count=1 -run TestBenchBackup -v -timeout 60m ./test/bench/backup/
 
+.PHONY: bench-upgrade
+bench-upgrade: deps ## Major upgrade 15 to 17 of BENCH_MB (1024) of pgbench data: daytwo's copy mode vs cp -a (floor) and link mode.
+	go test -tags bench -count=1 -run TestBenchUpgrade -v -timeout 30m ./test/bench/upgrade/ | grep -vE '^(=== RUN|--- PASS)'
+
 .PHONY: bench-cache
 bench-cache: tools ## Operator heap with 1000 unrelated Secrets and ConfigMaps vs an empty cluster (BENCH_OBJECTS, BENCH_BYTES).
 	go test -tags bench -count=1 -run TestBenchCache -v ./test/bench/cache/ | grep -E '^(operator heap|BENCH)|FAIL|^ok'

@@ -349,6 +349,9 @@ func (m *Manager) ensureData(ctx context.Context) error {
 		return fmt.Errorf("failed to remove an interrupted bootstrap: %w", err)
 	}
 	m.bootstrapped = false
+	if err := m.finishInterruptedSwap(); err != nil {
+		return err
+	}
 	switch {
 	case !hasData(m.cfg.PGData):
 	case fileExists(m.cfg.rewinding()) && m.role() == instanceapi.RoleReplica:

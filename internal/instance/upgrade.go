@@ -54,6 +54,48 @@ func (m *Manager) UpgradeOnly(ctx context.Context) error {
 	return m.upgradeIfOlder(ctx)
 }
 
+// finishInterruptedSwap puts the pre-upgrade data back when an upgrade's
+// directory swap (or its undoing) stopped between two renames: PGData is
+// missing and exactly one <pgdata>.<major> holds a cluster. Without this,
+// the next start would see no data and make an empty cluster while the
+// real one waits beside it.
+func (m *Manager) finishInterruptedSwap() error {
+	if hasData(m.cfg.PGData) {
+		return nil
+	}
+	matches, err := filepath.Glob(filepath.Clean(m.cfg.PGData) + ".[0-9]*")
+	if err != nil {
+		return err
+	}
+	var old []string
+	for _, d := range matches {
+		if atoi(strings.TrimPrefix(filepath.Ext(d), ".")) > 0 && hasData(d) {
+			old = append(old, d)
+		}
+	}
+	switch len(old) {
+	case 0:
+		return nil
+	case 1:
+	default:
+		return permanentError{fmt.Errorf("%s is missing and several pre-upgrade directories exist (%s): move the right one into place by hand",
+			m.cfg.PGData, strings.Join(old, ", "))}
+	}
+	m.log.Info("Putting the pre-upgrade data back: an upgrade's directory swap was interrupted", "dir", old[0])
+	if err := os.RemoveAll(m.cfg.PGData); err != nil {
+		return err
+	}
+	if err := os.Rename(old[0], m.cfg.PGData); err != nil {
+		return fmt.Errorf("failed to put %s back: %w", old[0], err)
+	}
+	for _, left := range []string{m.cfg.upgrading(), filepath.Clean(m.cfg.PGData) + ".failed"} {
+		if err := os.RemoveAll(left); err != nil {
+			return err
+		}
+	}
+	return syncDir(filepath.Dir(m.cfg.PGData))
+}
+
 // otherMajor is true when the data directory is of a major version other
 // than this image's programs, both known.
 func (m *Manager) otherMajor(ctx context.Context) bool {
