@@ -707,11 +707,12 @@ func (d *Database) PrimaryServiceName() string { return d.Name + "-rw" }
 func (d *Database) ReplicaServiceName() string { return d.Name + "-ro" }
 
 // MajorUpgradePhase is where a major upgrade stands.
-// +kubebuilder:validation:Enum=Stopping;Upgrading;Starting;Succeeded;Failed
+// +kubebuilder:validation:Enum=BackingUp;Stopping;Upgrading;Starting;Succeeded;Failed
 type MajorUpgradePhase string
 
 // Major upgrade phases.
 const (
+	MajorUpgradeBackingUp MajorUpgradePhase = "BackingUp"
 	MajorUpgradeStopping  MajorUpgradePhase = "Stopping"
 	MajorUpgradeUpgrading MajorUpgradePhase = "Upgrading"
 	MajorUpgradeStarting  MajorUpgradePhase = "Starting"
@@ -742,4 +743,8 @@ type MajorUpgradeStatus struct {
 	// message says what happens, or why the upgrade failed.
 	// +optional
 	Message string `json:"message,omitempty"`
+	// backupID is the pre-upgrade backup (DatabaseBackup <name>-pre-upgrade),
+	// taken before the instances stop when backup storage is configured.
+	// +optional
+	BackupID string `json:"backupID,omitempty"`
 }

@@ -209,7 +209,7 @@ func (r *Reconciler) observe(ctx context.Context, db *v1alpha1.Database, obs *ob
 	}
 	obs.pods = pods.Items
 	slices.SortFunc(obs.pods, func(a, b corev1.Pod) int { return ordinal(a.Name) - ordinal(b.Name) })
-	if err := r.readUpgradeJob(ctx, db, obs); err != nil {
+	if err := r.readUpgradeObjects(ctx, db, obs); err != nil {
 		return err
 	}
 	obs.in = r.decideImage(db, obs)

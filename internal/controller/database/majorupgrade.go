@@ -9,13 +9,16 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	batchv1ac "k8s.io/client-go/applyconfigurations/batch/v1"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	"github.com/daytwo-dev/daytwo/api/v1alpha1"
+	"github.com/daytwo-dev/daytwo/internal/backup"
 	"github.com/daytwo-dev/daytwo/internal/controller"
 	"github.com/daytwo-dev/daytwo/internal/instanceapi"
 )
@@ -66,6 +69,9 @@ const (
 	upgradeHold upgradeAction = iota
 	// upgradeStop: stop the instances (first step, or still stopping).
 	upgradeStop
+	// upgradeBackup: take the pre-upgrade backup, or wait for it; the
+	// instances keep serving.
+	upgradeBackup
 	// upgradeRunJob: every instance stopped; create or wait for the Job.
 	upgradeRunJob
 	// upgradeFinish: the Job succeeded; start on the new version.
@@ -83,7 +89,19 @@ type upgradeFacts struct {
 	primary   string // the lease's holder
 	primary0  string // the instance that starts first (ordinal 0)
 	job       jobState
+	backup    backupState // the pre-upgrade backup of this attempt
+	backupWhy string      // why it failed
 }
+
+type backupState int
+
+const (
+	backupNotNeeded backupState = iota // no backup storage configured
+	backupWanted                       // not asked for this attempt yet
+	backupRunning
+	backupDone
+	backupFailed
+)
 
 type jobState int
 
@@ -116,6 +134,11 @@ func decideUpgrade(f upgradeFacts) (action upgradeAction, why string) {
 		// is not started.
 		return upgradeHold, fmt.Sprintf("the primary is %s, and a major upgrade needs it on %s: "+
 			"switch over to %s first (annotation %s)", f.primary, f.primary0, f.primary0, v1alpha1.AnnotationSwitchoverTo)
+	case f.backup == backupWanted || f.backup == backupRunning:
+		return upgradeBackup, ""
+	case f.backup == backupFailed:
+		return upgradeHold, "the pre-upgrade backup failed (" + f.backupWhy + "); fix it, then change annotation " +
+			v1alpha1.AnnotationRetryUpgrade + " to try again"
 	default:
 		return upgradeStop, ""
 	}
@@ -150,6 +173,7 @@ func (r *Reconciler) planMajorUpgrade(db *v1alpha1.Database, obs *observation, i
 	f := upgradeFacts{from: in.major, to: db.Spec.Version, upgrading: live.Annotations[annUpgrading] != "",
 		failedTo: failed, retry: retryToken != db.Annotations[v1alpha1.AnnotationRetryUpgrade],
 		primary: obs.primary, primary0: podName(db, 0), job: jobStateOf(obs.upgradeJob)}
+	f.backup, f.backupWhy = preUpgradeBackupState(db, obs.preBackup)
 	action, why := decideUpgrade(f)
 	obs.upgradeAction = action
 	in.failedUpgrade = live.Annotations[annUpgradeFailed]
@@ -166,6 +190,10 @@ func (r *Reconciler) planMajorUpgrade(db *v1alpha1.Database, obs *observation, i
 		} else {
 			obs.rolloutWaiting = fmt.Sprintf("Major upgrade from PostgreSQL %s to %s waits: %s", f.from, f.to, why)
 		}
+	case upgradeBackup:
+		in.image = old
+		obs.rolloutWaiting = fmt.Sprintf("Major upgrade from PostgreSQL %s to %s: taking the pre-upgrade backup with DatabaseBackup %s",
+			f.from, f.to, preUpgradeBackupName(db))
 	case upgradeStop, upgradeRunJob:
 		in.image, in.stopped, in.upgrading, in.failedUpgrade = old, true, f.from+"-"+f.to, ""
 		obs.rolloutWaiting = fmt.Sprintf("Major upgrade from PostgreSQL %s to %s: every instance stops, then a Job upgrades the primary's data", f.from, f.to)
@@ -185,10 +213,16 @@ func (r *Reconciler) reconcileMajorUpgrade(ctx context.Context, db *v1alpha1.Dat
 	u := db.Status.Upgrade
 	from, to := obs.in.major, db.Spec.Version
 	switch obs.upgradeAction {
+	case upgradeBackup:
+		return false, r.takePreUpgradeBackup(ctx, db, obs, from, to)
 	case upgradeStop:
-		if u == nil || u.To != to || u.Phase == v1alpha1.MajorUpgradeSucceeded || u.Phase == v1alpha1.MajorUpgradeFailed {
+		if u == nil || u.To != to || u.Phase != v1alpha1.MajorUpgradeStopping {
+			id := ""
+			if u != nil && u.To == to && u.Phase == v1alpha1.MajorUpgradeBackingUp {
+				id = u.BackupID
+			}
 			db.Status.Upgrade = &v1alpha1.MajorUpgradeStatus{From: from, To: to, Phase: v1alpha1.MajorUpgradeStopping,
-				StartTime: ptr.To(metav1.NewTime(obs.now)), Message: "stopping every instance"}
+				StartTime: ptr.To(metav1.NewTime(obs.now)), Message: "stopping every instance", BackupID: id}
 			r.Recorder.Eventf(db, nil, corev1.EventTypeNormal, "MajorUpgrade", "Upgrade",
 				"Upgrading PostgreSQL %s to %s: stopping every instance", from, to)
 		}
@@ -278,17 +312,22 @@ func (r *Reconciler) upgradeJobError(ctx context.Context, db *v1alpha1.Database,
 	return "the upgrade Job failed"
 }
 
-// readUpgradeJob fills obs.upgradeJob.
-func (r *Reconciler) readUpgradeJob(ctx context.Context, db *v1alpha1.Database, o *observation) error {
+// readUpgradeObjects fills obs.upgradeJob and obs.preBackup.
+func (r *Reconciler) readUpgradeObjects(ctx context.Context, db *v1alpha1.Database, o *observation) error {
 	j := &batchv1.Job{}
-	err := r.Client.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: upgradeJobName(db)}, j)
-	switch {
-	case apierrors.IsNotFound(err):
-		return nil
-	case err != nil:
+	switch err := r.Client.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: upgradeJobName(db)}, j); {
+	case err == nil:
+		o.upgradeJob = j
+	case !apierrors.IsNotFound(err):
 		return fmt.Errorf("failed to get the upgrade Job: %w", err)
 	}
-	o.upgradeJob = j
+	b := &v1alpha1.DatabaseBackup{}
+	switch err := r.Client.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: preUpgradeBackupName(db)}, b); {
+	case err == nil:
+		o.preBackup = b
+	case !apierrors.IsNotFound(err):
+		return fmt.Errorf("failed to get the pre-upgrade DatabaseBackup: %w", err)
+	}
 	return nil
 }
 
@@ -341,4 +380,89 @@ func upgradeJob(db *v1alpha1.Database, p plan, in stsInputs, oldImage, newImage 
 			WithBackoffLimit(0).
 			WithActiveDeadlineSeconds(int64(upgradeJobDeadline.Seconds())).
 			WithTemplate(tpl))
+}
+
+// The pre-upgrade backup: when the Database has backup storage (spec.backup
+// or spec.backupStorage), a one-shot DatabaseBackup <name>-pre-upgrade
+// stores a logical backup before the instances stop. Its annotation ties
+// the run to the attempt (the version and the retry annotation), so a
+// retry takes a fresh one. Restore it with bootstrap.fromBackup.
+
+const (
+	labelPreUpgradeOf = "daytwo.dev/pre-upgrade-of"
+	annPreUpgradeFor  = "daytwo.dev/pre-upgrade-for"
+)
+
+func preUpgradeBackupName(db *v1alpha1.Database) string { return db.Name + "-pre-upgrade" }
+
+// preUpgradeAttempt identifies this attempt's backup request.
+func preUpgradeAttempt(db *v1alpha1.Database) string {
+	return db.Spec.Version + "/" + db.Annotations[v1alpha1.AnnotationRetryUpgrade]
+}
+
+// preUpgradeBackupState reads the pre-upgrade DatabaseBackup b (nil when
+// none) for this attempt.
+func preUpgradeBackupState(db *v1alpha1.Database, b *v1alpha1.DatabaseBackup) (backupState, string) {
+	if db.Spec.BackupStorage == nil && db.Spec.Backup == nil {
+		return backupNotNeeded, ""
+	}
+	if b == nil || b.Annotations[annPreUpgradeFor] != preUpgradeAttempt(db) {
+		return backupWanted, ""
+	}
+	at, err := time.Parse(time.RFC3339, b.Annotations[v1alpha1.AnnotationBackupRequested])
+	if err != nil {
+		return backupWanted, ""
+	}
+	if len(b.Status.Backups) > 0 && b.Status.Backups[0].ID == backup.NewID(at) {
+		return backupDone, ""
+	}
+	last := meta.FindStatusCondition(b.Status.Conditions, v1alpha1.ConditionLastRunFailed)
+	if last != nil && last.Status == metav1.ConditionTrue && b.Status.LastFailureTime != nil && !b.Status.LastFailureTime.Time.Before(at) {
+		return backupFailed, last.Message
+	}
+	return backupRunning, ""
+}
+
+// takePreUpgradeBackup creates the pre-upgrade DatabaseBackup, or asks the
+// existing one for a run of this attempt, and reports it in status.upgrade.
+func (r *Reconciler) takePreUpgradeBackup(ctx context.Context, db *v1alpha1.Database, obs *observation, from, to string) error {
+	name := preUpgradeBackupName(db)
+	b := obs.preBackup
+	request := obs.now.UTC().Format(time.RFC3339)
+	switch {
+	case b == nil:
+		b = &v1alpha1.DatabaseBackup{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: db.Namespace, Labels: map[string]string{labelPreUpgradeOf: db.Name},
+				Annotations: map[string]string{annPreUpgradeFor: preUpgradeAttempt(db), v1alpha1.AnnotationBackupRequested: request}},
+			Spec: v1alpha1.DatabaseBackupSpec{
+				DatabaseRef: v1alpha1.LocalObjectReference{Name: db.Name},
+				Storage:     finalBackupStorage(db),
+				Retention:   &v1alpha1.BackupRetention{KeepLast: 1},
+			},
+		}
+		if err := controllerutil.SetControllerReference(db, b, r.Client.Scheme()); err != nil {
+			return err
+		}
+		if err := r.Client.Create(ctx, b); err != nil {
+			return fmt.Errorf("failed to create the pre-upgrade DatabaseBackup: %w", err)
+		}
+	case b.Labels[labelPreUpgradeOf] != db.Name:
+		obs.rolloutWaiting = fmt.Sprintf("Major upgrade waits: DatabaseBackup %s exists and is not this Database's pre-upgrade backup; rename it", name)
+		return nil
+	case b.Annotations[annPreUpgradeFor] != preUpgradeAttempt(db):
+		base := b.DeepCopy()
+		b.Annotations[annPreUpgradeFor] = preUpgradeAttempt(db)
+		b.Annotations[v1alpha1.AnnotationBackupRequested] = request
+		if err := r.Client.Patch(ctx, b, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
+			return fmt.Errorf("failed to ask DatabaseBackup %s for the pre-upgrade backup: %w", name, err)
+		}
+	default:
+		return nil // asked for; it runs
+	}
+	at, _ := time.Parse(time.RFC3339, request)
+	db.Status.Upgrade = &v1alpha1.MajorUpgradeStatus{From: from, To: to, Phase: v1alpha1.MajorUpgradeBackingUp,
+		BackupID: backup.NewID(at), Message: "taking the pre-upgrade backup with DatabaseBackup " + name}
+	r.Recorder.Eventf(db, b, corev1.EventTypeNormal, "MajorUpgrade", "Upgrade",
+		"Upgrading PostgreSQL %s to %s: taking the pre-upgrade backup with DatabaseBackup %s", from, to, name)
+	return nil
 }

@@ -28,6 +28,10 @@ func TestDecideUpgrade(t *testing.T) {
 		{"another version after a failure is", with(func(f *upgradeFacts) { f.failedTo, f.to = "17", "18" }), upgradeStop, ""},
 		{"no second Job beside an old one", with(func(f *upgradeFacts) { f.job = jobRunning }), upgradeHold, "still runs"},
 		{"the primary must start first", with(func(f *upgradeFacts) { f.primary = "db-1" }), upgradeHold, "switch over to db-0"},
+		{"the backup first", with(func(f *upgradeFacts) { f.backup = backupWanted }), upgradeBackup, ""},
+		{"the backup runs", with(func(f *upgradeFacts) { f.backup = backupRunning }), upgradeBackup, ""},
+		{"the backup is stored", with(func(f *upgradeFacts) { f.backup = backupDone }), upgradeStop, ""},
+		{"a failed backup holds", with(func(f *upgradeFacts) { f.backup, f.backupWhy = backupFailed, "no space" }), upgradeHold, "no space"},
 		{"no primary known", with(func(f *upgradeFacts) { f.primary = "" }), upgradeHold, "no primary"},
 	} {
 		t.Run(c.name, func(t *testing.T) {

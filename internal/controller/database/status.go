@@ -46,6 +46,7 @@ type observation struct {
 	// reconcile does about a version change, upgradeFailed why a version
 	// is held back.
 	upgradeJob    *batchv1.Job
+	preBackup     *v1alpha1.DatabaseBackup
 	upgradeAction upgradeAction
 	upgradeFailed string
 	outdated      int
