@@ -56,27 +56,37 @@ func restoreRoles(ctx context.Context, o Options, m Manifest) (bool, error) {
 	if err := conn.QueryRow(ctx, "SELECT rolsuper FROM pg_roles WHERE rolname = current_user").Scan(&super); err != nil || !super {
 		return false, err
 	}
+	if err := applyRoles(ctx, conn, string(script)); err != nil {
+		return false, fmt.Errorf("restoring the roles of backup %s: %w", m.ID, err)
+	}
+	return true, nil
+}
+
+// applyRoles runs a pg_dumpall --roles-only script, except the statements
+// about roles that exist already (the superuser, the replication user, the
+// application owner): those keep what daytwo gave them.
+func applyRoles(ctx context.Context, conn *pgx.Conn, script string) error {
 	existing := map[string]bool{}
 	rows, err := conn.Query(ctx, "SELECT rolname FROM pg_roles")
 	if err != nil {
-		return false, err
+		return err
 	}
 	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	if err != nil {
-		return false, err
+		return err
 	}
 	for _, n := range names {
 		existing[n] = true
 	}
-	for _, stmt := range splitStatements(string(script)) {
+	for _, stmt := range splitStatements(script) {
 		if role, ok := roleStatement(stmt); ok && existing[role] {
 			continue
 		}
 		if _, err := conn.Exec(ctx, stmt, pgx.QueryExecModeSimpleProtocol); err != nil {
-			return false, fmt.Errorf("restoring the roles of backup %s: %q failed: %w", m.ID, stmt, err)
+			return fmt.Errorf("%q failed: %w", stmt, err)
 		}
 	}
-	return true, nil
+	return nil
 }
 
 // roleStatement returns the role a CREATE ROLE, ALTER ROLE or COMMENT ON
