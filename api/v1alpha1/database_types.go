@@ -70,6 +70,9 @@ const (
 	ReasonMajorUpgradeFailed = "MajorUpgradeFailed"
 	// ReasonRestoreFailed means bootstrap from a backup could not complete.
 	ReasonRestoreFailed = "RestoreFailed"
+	// ReasonImportFailed means bootstrap.import could not complete; the
+	// primary retries it from the start.
+	ReasonImportFailed = "ImportFailed"
 	// ReasonDataConflict means the primary's volume holds data another
 	// Database made and the spec asks for another bootstrap; see
 	// AnnotationReuseData.
@@ -334,8 +337,8 @@ type DatabaseStorage struct {
 }
 
 // DatabaseBootstrap says how the first instance gets its data: exactly one of
-// initdb or fromBackup.
-// +kubebuilder:validation:XValidation:rule="has(self.initdb) != has(self.fromBackup)",message="bootstrap must set exactly one of initdb or fromBackup"
+// initdb, fromBackup or import.
+// +kubebuilder:validation:XValidation:rule="[has(self.initdb), has(self.fromBackup), has(self.__import__)].filter(x, x).size() == 1",message="bootstrap must set exactly one of initdb, fromBackup or import"
 type DatabaseBootstrap struct {
 	// initdb creates an empty cluster with one application database.
 	// +optional
@@ -344,6 +347,50 @@ type DatabaseBootstrap struct {
 	// fromBackup restores a backup made by a DatabaseBackup.
 	// +optional
 	FromBackup *BootstrapFromBackup `json:"fromBackup,omitempty"`
+
+	// import copies databases and roles from a running PostgreSQL outside
+	// daytwo (or another Database, for a blue/green major upgrade) with
+	// pg_dump and pg_restore of this image's version.
+	// +optional
+	Import *BootstrapImport `json:"import,omitempty"`
+}
+
+// BootstrapImport reads an existing PostgreSQL.
+type BootstrapImport struct {
+	// host of the source server (a DNS name or an address).
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9]([-A-Za-z0-9.:]*[A-Za-z0-9])?$`
+	Host string `json:"host"`
+
+	// port of the source server.
+	// +optional
+	// +kubebuilder:default=5432
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65535
+	Port int32 `json:"port,omitempty"`
+
+	// databases to copy, each into a database of the same name.
+	// +required
+	// +listType=set
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MaxLength=63
+	// +kubebuilder:validation:items:Pattern=`^[A-Za-z_][A-Za-z0-9_$-]*$`
+	Databases []string `json:"databases"`
+
+	// roles copies the roles first (with their passwords when the source
+	// user may read them, as a superuser may), so objects keep their owners
+	// and grants. Without it, the application owner owns everything.
+	// +optional
+	// +kubebuilder:default=true
+	Roles *bool `json:"roles,omitempty"`
+
+	// credentialsSecret holds the keys username and password of the source
+	// user. They reach the import as environment, never as arguments.
+	// +required
+	CredentialsSecret LocalObjectReference `json:"credentialsSecret"`
 }
 
 // BootstrapInitDB creates an empty cluster.

@@ -116,6 +116,7 @@ spec:
 		{goodDatabase, "metadata: {name: logical-policy}\nspec: {backup: {method: Logical, compression: none, storage: {pvc: {claimName: c}}}}"},
 		{goodDatabase, "metadata: {name: seed-shape}\nspec: {deletionPolicy: Snapshot, backup: {storage: {pvc: {claimName: c}}}}"},
 		{goodDatabase, "metadata: {name: pitr}\nspec: {bootstrap: {initdb: null, fromBackup: {backupRef: {name: physical}, targetTime: \"2026-11-24T07:00:00Z\"}}}"},
+		{goodDatabase, "metadata: {name: imported}\nspec: {bootstrap: {initdb: null, import: {host: old-pg.legacy.svc, databases: [shop, audit], credentialsSecret: {name: old-pg}}}}"},
 		// A tier's instances are checked by the operator, which names the field too.
 		{goodDatabase, "metadata: {name: sync-tier}\nspec: {size: large, replication: {synchronous: {number: 1}}}"},
 	} {
@@ -196,7 +197,13 @@ func TestBadSpecsAreRefusedNamingTheField(t *testing.T) {
 		{"database parameter value with a backslash", goodDatabase, `spec: {parameters: {search_path: 'app\'}}`, []string{"spec.parameters", "search_path", "backslash"}},
 		{"database parameter value too long", goodDatabase, `spec: {parameters: {statement_timeout: "` + strings.Repeat("9", 1025) + `"}}`, []string{"spec.parameters", "statement_timeout", "1024"}},
 		{"database too many parameters", goodDatabase, "spec: {parameters: " + parameters(65) + "}", []string{"spec.parameters", "must have at most 64 items"}},
-		{"database two bootstraps", goodDatabase, `spec: {bootstrap: {initdb: {}, fromBackup: {backupRef: {name: b}}}}`, []string{"spec.bootstrap", "exactly one of initdb or fromBackup"}},
+		{"database two bootstraps", goodDatabase, `spec: {bootstrap: {initdb: {}, fromBackup: {backupRef: {name: b}}}}`, []string{"spec.bootstrap", "exactly one of initdb, fromBackup or import"}},
+		{"database import beside initdb", goodDatabase, `spec: {bootstrap: {initdb: {}, import: {host: old-pg, databases: [shop], credentialsSecret: {name: s}}}}`,
+			[]string{"spec.bootstrap", "exactly one of initdb, fromBackup or import"}},
+		{"database import of nothing", goodDatabase, `spec: {bootstrap: {initdb: null, import: {host: old-pg, databases: [], credentialsSecret: {name: s}}}}`,
+			[]string{"spec.bootstrap.import.databases"}},
+		{"database import without credentials", goodDatabase, `spec: {bootstrap: {initdb: null, import: {host: old-pg, databases: [shop]}}}`,
+			[]string{"spec.bootstrap.import.credentialsSecret"}},
 		{"database superuser owner", goodDatabase, `spec: {bootstrap: {initdb: {owner: postgres}}}`, []string{"spec.bootstrap.initdb.owner"}},
 		{"database synchronous replicas not below instances", goodDatabase, `spec: {instances: 2, replication: {synchronous: {number: 2}}}`, []string{"spec", "spec.replication.synchronous.number must be below spec.instances"}},
 		{"database synchronous number zero", goodDatabase, `spec: {instances: 2, replication: {synchronous: {number: 0}}}`, []string{"spec.replication.synchronous.number"}},

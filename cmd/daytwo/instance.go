@@ -33,7 +33,9 @@ func newInstanceCommand() *cobra.Command {
 func newInstanceRunCommand() *cobra.Command {
 	cfg := &instance.Config{}
 	var role, restoreID, termLog, leaseName, namespace, targetTime, targetLSN string
-	var physical, upgradeOnly bool
+	var physical, upgradeOnly, importRoles bool
+	var imp instance.ImportSource
+	var importDatabases []string
 	var peers string
 	var restoreFrom storageFlags
 	cmd := &cobra.Command{
@@ -65,6 +67,13 @@ func newInstanceRunCommand() *cobra.Command {
 				if lease, err = instance.NewKubeLease(namespace, leaseName); err != nil {
 					return err
 				}
+			}
+			if imp.Host != "" {
+				imp.Databases, imp.Roles, imp.Password = importDatabases, importRoles, os.Getenv(instanceapi.EnvImportPassword)
+				if u := os.Getenv(instanceapi.EnvImportUser); u != "" && !cmd.Flags().Changed(instanceapi.FlagImportUser) {
+					imp.User = u
+				}
+				cfg.Import = &imp
 			}
 			if err := cfg.Validate(); err != nil {
 				return err
@@ -143,6 +152,11 @@ func newInstanceRunCommand() *cobra.Command {
 	f.StringVar(&cfg.BootstrapSource, instanceapi.FlagBootstrapSource, instanceapi.BootstrapInitDB, "How the Database bootstraps: initdb or fromBackup/<DatabaseBackup>.")
 	f.BoolVar(&cfg.ReuseData, instanceapi.FlagReuseData, false, "Run on data another Database made, whatever its bootstrap.")
 	f.StringVar(&cfg.UpgradeFrom, instanceapi.FlagUpgradeFrom, "", "Directory of the old major's bundled programs: a primary whose data is of that major upgrades it with pg_upgrade before it starts.")
+	f.StringVar(&imp.Host, instanceapi.FlagImportHost, "", "Bootstrap the primary by importing from the PostgreSQL at this host (bootstrap.import).")
+	f.IntVar(&imp.Port, instanceapi.FlagImportPort, 5432, "Port of the import source.")
+	f.StringVar(&imp.User, instanceapi.FlagImportUser, "postgres", "User of the import source (or $"+instanceapi.EnvImportUser+"); its password is $"+instanceapi.EnvImportPassword+".")
+	f.StringSliceVar(&importDatabases, instanceapi.FlagImportDatabases, nil, "Databases to import.")
+	f.BoolVar(&importRoles, instanceapi.FlagImportRoles, false, "Import the roles first.")
 	f.BoolVar(&upgradeOnly, instanceapi.FlagUpgradeOnly, false, "Upgrade the data directory (see --"+instanceapi.FlagUpgradeFrom+") and exit without serving: the operator's upgrade Job.")
 	f.DurationVar(&cfg.UpgradeDeadline, "upgrade-deadline", 5*time.Minute, "How long the upgraded server's first start may take before the upgrade is undone.")
 	f.StringVar(&termLog, instanceapi.FlagTerminationLog, "", "Where a fatal error is written for the kubelet (/dev/termination-log in a pod).")

@@ -47,6 +47,9 @@ type Config struct {
 	Database, Owner string
 	// FromBackup is true when the primary bootstraps from a backup instead of initdb.
 	FromBackup bool
+	// Import, when set, bootstraps the primary by copying databases from a
+	// running PostgreSQL (bootstrap.import).
+	Import *ImportSource
 	// ShutdownTimeout bounds the fast shutdown before an immediate one.
 	ShutdownTimeout time.Duration
 	// BinDir is where the PostgreSQL programs are; empty means $PATH.
@@ -250,4 +253,15 @@ func (c *Config) writePassFile() error {
 		return fmt.Errorf("failed to write the password file: %w", err)
 	}
 	return nil
+}
+
+// ImportSource is the server bootstrap.import reads. The password comes
+// from the environment (instanceapi.EnvImportPassword), never a flag.
+type ImportSource struct {
+	Host      string
+	Port      int
+	User      string
+	Password  string
+	Databases []string
+	Roles     bool
 }

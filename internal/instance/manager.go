@@ -407,6 +407,13 @@ func (m *Manager) bootstrap(ctx context.Context) error {
 		if err = m.recoverFromArchive(ctx, dir); err != nil {
 			err = fmt.Errorf("%s: %w", instanceapi.TerminationRestoreFailed, err)
 		}
+	case m.cfg.Import != nil:
+		m.log.Info("Importing from an existing PostgreSQL", "host", m.cfg.Import.Host, "databases", m.cfg.Import.Databases)
+		if err = m.importFrom(ctx, dir); err != nil {
+			// Not permanent: the source may come back; the kubelet retries
+			// from an empty staging directory.
+			err = fmt.Errorf("%s: %w", instanceapi.TerminationImportFailed, err)
+		}
 	case m.cfg.FromBackup:
 		m.log.Info("Restoring from a backup")
 		if err = m.restoreFromBackup(ctx, dir); err != nil {

@@ -46,6 +46,47 @@ func (m *Manager) restoreFromBackup(ctx context.Context, dir string) (err error)
 	return m.restore(ctx, target, m.cfg.Owner)
 }
 
+// importFrom builds a data directory in dir (the staging directory) from a
+// running PostgreSQL: initdb, a server on the local socket only, daytwo's
+// roles and application database, then the source's roles and databases.
+func (m *Manager) importFrom(ctx context.Context, dir string) (err error) {
+	if err := m.initdb(ctx, dir); err != nil {
+		return err
+	}
+	if err := m.writeConfig(dir); err != nil {
+		return err
+	}
+	srv, err := m.startLocalOnly(ctx, dir)
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, m.stopLocal(srv)) }()
+	conn, err := m.waitLocal(ctx, time.Minute)
+	if err != nil {
+		return err
+	}
+	err = m.ensureRoles(ctx, conn)
+	_ = conn.Close(ctx)
+	if err != nil {
+		return err
+	}
+	src := m.cfg.Import
+	start := time.Now()
+	err = backup.Import(ctx, backup.ImportOptions{
+		Source:    backup.Conn{Host: src.Host, Port: src.Port, User: src.User, Password: src.Password, Database: "postgres"},
+		Target:    backup.Conn{Host: m.cfg.RunDir, Port: m.cfg.Port, User: "postgres", Database: "postgres"},
+		Databases: src.Databases, Roles: src.Roles, Owner: m.cfg.Owner, BinDir: m.cfg.BinDir,
+		Progress: func(s string) {
+			m.log.Info("Import", "step", s)
+			m.setMessage(s)
+		},
+	})
+	if err == nil {
+		m.log.Info("Import complete", "databases", src.Databases, "took", time.Since(start).Round(time.Millisecond).String())
+	}
+	return err
+}
+
 // localServer is postgres running on a data directory being bootstrapped,
 // reachable on the local socket only.
 type localServer struct {

@@ -55,8 +55,18 @@ const (
 	FlagUpgradeFrom = "upgrade-from"
 	// FlagUpgradeOnly upgrades and exits: the upgrade Job's command.
 	FlagUpgradeOnly = "upgrade-only"
-	FlagFromBackup  = "from-backup"
-	FlagRestoreID   = "restore-id"
+	// Flags of bootstrap.import; the password is EnvImportPassword.
+	FlagImportHost      = "import-host"
+	FlagImportPort      = "import-port"
+	FlagImportUser      = "import-user"
+	FlagImportDatabases = "import-databases"
+	FlagImportRoles     = "import-roles"
+	// EnvImportUser and EnvImportPassword are the source user's name and
+	// password for bootstrap.import, from its Secret.
+	EnvImportUser     = "DAYTWO_IMPORT_USER"
+	EnvImportPassword = "DAYTWO_IMPORT_PASSWORD"
+	FlagFromBackup    = "from-backup"
+	FlagRestoreID     = "restore-id"
 	// FlagRestorePhysical makes --from-backup a point-in-time recovery from
 	// a base backup and the WAL archive, to FlagRecoveryTargetTime or
 	// FlagRecoveryTargetLSN (or the archive's end).

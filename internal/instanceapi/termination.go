@@ -12,11 +12,18 @@ const (
 	// TerminationUpgradeFailed: a major upgrade failed and the old data is
 	// back in place; the operator returns the instances to the old image.
 	TerminationUpgradeFailed = "UpgradeFailed"
+	// TerminationImportFailed: bootstrap.import failed; the pod restarts
+	// to try again from an empty directory.
+	TerminationImportFailed = "import failed"
 )
 
 // BootstrapInitDB is the bootstrap source (flag --bootstrap-source) of a
 // Database made by initdb.
 const BootstrapInitDB = "initdb"
+
+// BootstrapImport is the bootstrap source of a Database made by
+// bootstrap.import.
+const BootstrapImport = "import"
 
 // BootstrapFromBackup is the bootstrap source of a Database restored from
 // the backups of DatabaseBackup backupRef.

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"slices"
 	"strconv"
+	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -293,6 +294,10 @@ func postgresContainer(db *v1alpha1.Database, p plan, in stsInputs) *corev1ac.Co
 		args = append(append(args, "--from-backup", "--restore-id="+b.FromBackup.BackupID), in.restore.args...)
 	} else if b != nil && b.InitDB != nil {
 		args = append(args, "--database="+orDefault(b.InitDB.Database, "app"), "--owner="+orDefault(b.InitDB.Owner, "app"))
+	} else if b != nil && b.Import != nil {
+		args = append(args, f(instanceapi.FlagImportHost, b.Import.Host), f(instanceapi.FlagImportPort, strconv.Itoa(int(b.Import.Port))),
+			f(instanceapi.FlagImportDatabases, strings.Join(b.Import.Databases, ",")),
+			f(instanceapi.FlagImportRoles, strconv.FormatBool(b.Import.Roles == nil || *b.Import.Roles)))
 	}
 	probe := func(path string, period, failures int32) *corev1ac.ProbeApplyConfiguration {
 		return corev1ac.Probe().
@@ -311,7 +316,7 @@ func postgresContainer(db *v1alpha1.Database, p plan, in stsInputs) *corev1ac.Co
 			corev1ac.EnvVar().WithName("POD_NAMESPACE").WithValueFrom(corev1ac.EnvVarSource().
 				WithFieldRef(corev1ac.ObjectFieldSelector().WithAPIVersion("v1").WithFieldPath("metadata.namespace"))),
 			corev1ac.EnvVar().WithName("PGDATA").WithValue(instanceapi.PGData),
-		}, restoreEnv(in.restore)...)...).
+		}, append(restoreEnv(in.restore), importEnv(db)...)...)...).
 		WithPorts(
 			corev1ac.ContainerPort().WithName("postgresql").WithContainerPort(instanceapi.PostgresPort).WithProtocol(corev1.ProtocolTCP),
 			corev1ac.ContainerPort().WithName("status").WithContainerPort(instanceapi.Port).WithProtocol(corev1.ProtocolTCP),
@@ -341,7 +346,24 @@ func bootstrapSource(db *v1alpha1.Database) string {
 	if b := db.Spec.Bootstrap; b != nil && b.FromBackup != nil {
 		return instanceapi.BootstrapFromBackup(b.FromBackup.BackupRef.Name)
 	}
+	if b := db.Spec.Bootstrap; b != nil && b.Import != nil {
+		return instanceapi.BootstrapImport
+	}
 	return instanceapi.BootstrapInitDB
+}
+
+// importEnv passes bootstrap.import's credentials from their Secret.
+// Optional: once imported, the pod must still start if the Secret goes.
+func importEnv(db *v1alpha1.Database) []*corev1ac.EnvVarApplyConfiguration {
+	b := db.Spec.Bootstrap
+	if b == nil || b.Import == nil {
+		return nil
+	}
+	ref := func(name, key string) *corev1ac.EnvVarApplyConfiguration {
+		return corev1ac.EnvVar().WithName(name).WithValueFrom(corev1ac.EnvVarSource().WithSecretKeyRef(
+			corev1ac.SecretKeySelector().WithName(b.Import.CredentialsSecret.Name).WithKey(key).WithOptional(true)))
+	}
+	return []*corev1ac.EnvVarApplyConfiguration{ref(instanceapi.EnvImportUser, "username"), ref(instanceapi.EnvImportPassword, "password")}
 }
 
 // restoreEnv passes the backup storage's credentials. Optional: once

@@ -230,6 +230,7 @@ func uniqueSorted(s []string) []string {
 func primaryError(pods []corev1.Pod, primary string) (string, string) {
 	reasons := map[string]string{
 		instanceapi.TerminationRestoreFailed: v1alpha1.ReasonRestoreFailed,
+		instanceapi.TerminationImportFailed:  v1alpha1.ReasonImportFailed,
 		instanceapi.TerminationDataConflict:  v1alpha1.ReasonDataConflict,
 	}
 	for i := range pods {
