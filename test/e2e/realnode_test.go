@@ -128,17 +128,20 @@ func e2eClient(ns, name string, args []string, env ...corev1.EnvVar) *corev1.Pod
 
 // The stock-contract PostgreSQL image, started by hand, answers psql through
 // a Service with scram-sha-256, and refuses a wrong password.
-func TestRealNodeRunsPostgreSQL(t *testing.T) {
-	requireRealNode(t)
-	ns := cluster.Namespace(t)
-	secret(t, ns, "pg", map[string]string{"password": "e2e-" + ns})
-	pgSecurity := &corev1.PodSecurityContext{RunAsUser: ptr.To[int64](999), RunAsGroup: ptr.To[int64](999), RunAsNonRoot: ptr.To(true),
-		SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}}
-	serve(t, ns, "pg", 1, 5432, corev1.PodSpec{
+// pgSecurity runs the stock-contract image as its postgres user (999).
+var pgSecurity = &corev1.PodSecurityContext{RunAsUser: ptr.To[int64](999), RunAsGroup: ptr.To[int64](999), RunAsNonRoot: ptr.To(true),
+	SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}}
+
+// plainPostgres serves image, started by hand as a user would (no daytwo),
+// behind Service name: superuser postgres with the password in Secret
+// name's key password, and database db.
+func plainPostgres(t *testing.T, ns, name, image, db string) {
+	t.Helper()
+	serve(t, ns, name, 1, 5432, corev1.PodSpec{
 		SecurityContext: pgSecurity,
 		Containers: []corev1.Container{{
-			Name: "postgres", Image: postgresImage, ImagePullPolicy: corev1.PullNever,
-			Env: []corev1.EnvVar{fromSecret("POSTGRES_PASSWORD", "pg", "password"), {Name: "POSTGRES_DB", Value: "app"},
+			Name: "postgres", Image: image, ImagePullPolicy: corev1.PullNever,
+			Env: []corev1.EnvVar{fromSecret("POSTGRES_PASSWORD", name, "password"), {Name: "POSTGRES_DB", Value: db},
 				{Name: "PGDATA", Value: "/var/lib/postgresql/data/pgdata"}},
 			Ports:           []corev1.ContainerPort{{ContainerPort: 5432}},
 			ReadinessProbe:  &corev1.Probe{ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"pg_isready", "-h", "127.0.0.1"}}}, PeriodSeconds: 1},
@@ -147,6 +150,13 @@ func TestRealNodeRunsPostgreSQL(t *testing.T) {
 		}},
 		Volumes: []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}},
 	})
+}
+
+func TestRealNodeRunsPostgreSQL(t *testing.T) {
+	requireRealNode(t)
+	ns := cluster.Namespace(t)
+	secret(t, ns, "pg", map[string]string{"password": "e2e-" + ns})
+	plainPostgres(t, ns, "pg", postgresImage, "app")
 	client := framework.ClientPod(ns, "psql", postgresImage, fromSecret("PGPASSWORD", "pg", "password"))
 	client.Spec.SecurityContext = pgSecurity
 	cluster.RunPod(t, client)

@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
+	"github.com/daytwo-dev/daytwo/test/e2e/framework"
 )
 
 // upgradeChecksum digests every row of pgbench's tables and of kept.
@@ -128,5 +130,51 @@ func TestDatabaseMajorUpgrade(t *testing.T) {
 	sameData("after 17 to 18")
 	if p, r := versions(); !strings.HasPrefix(p, major) || !strings.HasPrefix(r, major) {
 		t.Fatalf("server_version after 17 to 18: primary %s, replica %s, want %s", p, r, major)
+	}
+}
+
+// A PostgreSQL 15 that daytwo does not manage (started by hand in a pod)
+// is imported into a Database on 17: its role logs in with its old
+// password through the Database's -rw Service and reads the same data.
+func TestDatabaseImportsAPlainPostgreSQL(t *testing.T) {
+	requireRealNode(t)
+	ns := restrictedNamespace(t)
+	secret(t, ns, "old", map[string]string{"password": "old-" + ns})
+	plainPostgres(t, ns, "old", "docker.io/library/postgres:15", "postgres")
+	client := framework.ClientPod(ns, "psql", postgresImage, fromSecret("PGPASSWORD", "old", "password"))
+	client.Spec.SecurityContext = pgSecurity
+	cluster.RunPod(t, client)
+	old := "old." + ns + ".svc.cluster.local"
+	cluster.PSQL(t, ns, "psql", "client", old, "postgres", "postgres",
+		"CREATE ROLE legacy LOGIN PASSWORD 'legacy-pass'; CREATE DATABASE shop OWNER legacy")
+	cluster.ExecOK(t, ns, "psql", "client", "env", "PGPASSWORD=legacy-pass", "pgbench", "-i", "-q", "-s", "2", "-h", old, "-U", "legacy", "shop")
+	const sum = "SELECT sum(abalance) || ':' || count(*) || ':' || md5(string_agg(aid::text || bid::text, ',' ORDER BY aid)) FROM pgbench_accounts"
+	asLegacy := func(host string) string {
+		return strings.TrimSpace(cluster.ExecOK(t, ns, "psql", "client", "env", "PGPASSWORD=legacy-pass",
+			"psql", "-h", host, "-U", "legacy", "-d", "shop", "-v", "ON_ERROR_STOP=1", "-qtAc", sum))
+	}
+	want := asLegacy(old)
+
+	secret(t, ns, "old-credentials", map[string]string{"username": "postgres", "password": "old-" + ns})
+	start := time.Now()
+	createDatabase(t, ns, "imported", func(db *v1alpha1.Database) {
+		db.Spec.Version = "17"
+		db.Spec.DeletionPolicy = v1alpha1.DatabaseDeletionDelete
+		db.Spec.Bootstrap = &v1alpha1.DatabaseBootstrap{Import: &v1alpha1.BootstrapImport{
+			Host: old, Databases: []string{"shop"}, CredentialsSecret: v1alpha1.LocalObjectReference{Name: "old-credentials"}}}
+	})
+	waitDatabase(t, ns, "imported", 4*time.Minute, "Ready after the import", isReady(1, "postgres:17"))
+	t.Logf("15 imported into 17 and Ready in %s", time.Since(start).Round(time.Second))
+	rw := "imported-rw." + ns + ".svc.cluster.local"
+	framework.Eventually(t, time.Minute, "imported-rw answering", func(ctx context.Context) (bool, error) {
+		_, _, err := cluster.Exec(ctx, ns, "psql", "client", "pg_isready", "-q", "-h", rw, "-t", "2")
+		return err == nil, nil
+	})
+	if got := asLegacy(rw); got != want {
+		t.Fatalf("imported data %s, want %s", got, want)
+	}
+	if v := strings.TrimSpace(cluster.ExecOK(t, ns, "psql", "client", "env", "PGPASSWORD=legacy-pass",
+		"psql", "-h", rw, "-U", "legacy", "-d", "shop", "-qtAc", "SHOW server_version")); !strings.HasPrefix(v, "17.") {
+		t.Fatalf("server_version %s", v)
 	}
 }
