@@ -145,8 +145,8 @@ func TestDatabaseImportsAPlainPostgreSQL(t *testing.T) {
 	client.Spec.SecurityContext = pgSecurity
 	cluster.RunPod(t, client)
 	old := "old." + ns + ".svc.cluster.local"
-	cluster.PSQL(t, ns, "psql", "client", old, "postgres", "postgres",
-		"CREATE ROLE legacy LOGIN PASSWORD 'legacy-pass'; CREATE DATABASE shop OWNER legacy")
+	cluster.PSQL(t, ns, "psql", "client", old, "postgres", "postgres", "CREATE ROLE legacy LOGIN PASSWORD 'legacy-pass'")
+	cluster.PSQL(t, ns, "psql", "client", old, "postgres", "postgres", "CREATE DATABASE shop OWNER legacy")
 	cluster.ExecOK(t, ns, "psql", "client", "env", "PGPASSWORD=legacy-pass", "pgbench", "-i", "-q", "-s", "2", "-h", old, "-U", "legacy", "shop")
 	const sum = "SELECT sum(abalance) || ':' || count(*) || ':' || md5(string_agg(aid::text || bid::text, ',' ORDER BY aid)) FROM pgbench_accounts"
 	asLegacy := func(host string) string {
