@@ -21,7 +21,17 @@ import (
 // only (no client can see a half-restored database), the roles and the
 // application database, then the restore. dir becomes the data directory
 // only after all of it succeeded (see bootstrap).
-func (m *Manager) restoreFromBackup(ctx context.Context, dir string) (err error) {
+func (m *Manager) restoreFromBackup(ctx context.Context, dir string) error {
+	return m.fillBehindLocalServer(ctx, dir, func() error {
+		target := backup.Conn{Host: m.cfg.RunDir, Port: m.cfg.Port, User: "postgres", Database: m.cfg.Database}
+		return m.restore(ctx, target, m.cfg.Owner)
+	})
+}
+
+// fillBehindLocalServer makes dir a cluster with daytwo's roles and
+// application database, served on the local socket only (no client can see
+// it half filled), runs fill, and stops the server.
+func (m *Manager) fillBehindLocalServer(ctx context.Context, dir string, fill func() error) (err error) {
 	if err := m.initdb(ctx, dir); err != nil {
 		return err
 	}
@@ -42,49 +52,30 @@ func (m *Manager) restoreFromBackup(ctx context.Context, dir string) (err error)
 	if err != nil {
 		return err
 	}
-	target := backup.Conn{Host: m.cfg.RunDir, Port: m.cfg.Port, User: "postgres", Database: m.cfg.Database}
-	return m.restore(ctx, target, m.cfg.Owner)
+	return fill()
 }
 
 // importFrom builds a data directory in dir (the staging directory) from a
 // running PostgreSQL: initdb, a server on the local socket only, daytwo's
 // roles and application database, then the source's roles and databases.
-func (m *Manager) importFrom(ctx context.Context, dir string) (err error) {
-	if err := m.initdb(ctx, dir); err != nil {
+func (m *Manager) importFrom(ctx context.Context, dir string) error {
+	return m.fillBehindLocalServer(ctx, dir, func() error {
+		src := m.cfg.Import
+		start := time.Now()
+		err := backup.Import(ctx, backup.ImportOptions{
+			Source:    backup.Conn{Host: src.Host, Port: src.Port, User: src.User, Password: src.Password, Database: "postgres"},
+			Target:    backup.Conn{Host: m.cfg.RunDir, Port: m.cfg.Port, User: "postgres", Database: "postgres"},
+			Databases: src.Databases, Roles: src.Roles, Owner: m.cfg.Owner, BinDir: m.cfg.BinDir,
+			Progress: func(s string) {
+				m.log.Info("Import", "step", s)
+				m.setMessage(s)
+			},
+		})
+		if err == nil {
+			m.log.Info("Import complete", "databases", src.Databases, "took", time.Since(start).Round(time.Millisecond).String())
+		}
 		return err
-	}
-	if err := m.writeConfig(dir); err != nil {
-		return err
-	}
-	srv, err := m.startLocalOnly(ctx, dir)
-	if err != nil {
-		return err
-	}
-	defer func() { err = errors.Join(err, m.stopLocal(srv)) }()
-	conn, err := m.waitLocal(ctx, time.Minute)
-	if err != nil {
-		return err
-	}
-	err = m.ensureRoles(ctx, conn)
-	_ = conn.Close(ctx)
-	if err != nil {
-		return err
-	}
-	src := m.cfg.Import
-	start := time.Now()
-	err = backup.Import(ctx, backup.ImportOptions{
-		Source:    backup.Conn{Host: src.Host, Port: src.Port, User: src.User, Password: src.Password, Database: "postgres"},
-		Target:    backup.Conn{Host: m.cfg.RunDir, Port: m.cfg.Port, User: "postgres", Database: "postgres"},
-		Databases: src.Databases, Roles: src.Roles, Owner: m.cfg.Owner, BinDir: m.cfg.BinDir,
-		Progress: func(s string) {
-			m.log.Info("Import", "step", s)
-			m.setMessage(s)
-		},
 	})
-	if err == nil {
-		m.log.Info("Import complete", "databases", src.Databases, "took", time.Since(start).Round(time.Millisecond).String())
-	}
-	return err
 }
 
 // localServer is postgres running on a data directory being bootstrapped,
