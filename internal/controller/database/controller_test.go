@@ -410,6 +410,9 @@ func TestMajorUpgradeRunsAJobOnTheStoppedPrimary(t *testing.T) {
 			claim = v.PersistentVolumeClaim.ClaimName
 		}
 	}
+	if job.Annotations["daytwo.dev/upgrading"] != "15-17" {
+		t.Errorf("the Job does not name its attempt: %v", job.Annotations)
+	}
 	if claim != "pgdata-legacy-0" || job.Spec.Template.Labels["daytwo.dev/database"] != "" || *job.Spec.BackoffLimit != 0 {
 		t.Errorf("Job: claim %q, labels %v (must not select as an instance), backoff %d", claim, job.Spec.Template.Labels, *job.Spec.BackoffLimit)
 	}
@@ -505,6 +508,15 @@ func TestMajorUpgradeTakesABackupFirst(t *testing.T) {
 
 func TestMajorUpgradeSucceeds(t *testing.T) {
 	ns := env.Namespace(t)
+	// A succeeded upgrade Job of an earlier attempt whose deletion failed:
+	// it must never pass for this attempt's.
+	stale := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "modern-upgrade"},
+		Spec: batchv1.JobSpec{Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever,
+			Containers: []corev1.Container{{Name: "c", Image: "busybox"}}}}}}
+	if err := env.Client.Create(ctx, stale); err != nil {
+		t.Fatal(err)
+	}
+	finishJob(t, stale, true)
 	db := newDB(ns, "modern")
 	create(t, db)
 	eventually(t, "the StatefulSet", func() (bool, error) {
@@ -512,7 +524,16 @@ func TestMajorUpgradeSucceeds(t *testing.T) {
 		return err == nil, client.IgnoreNotFound(err)
 	})
 	update(t, db, func(d *v1alpha1.Database) { d.Spec.Version = "17" })
-	finishJob(t, upgradeJobOf(t, ns, "modern"), true)
+	var job *batchv1.Job
+	eventually(t, "this attempt's Job, not the stale one", func() (bool, error) {
+		j, err := get(ns, "modern-upgrade", &batchv1.Job{})
+		job = j
+		return err == nil && j.UID != stale.UID && j.Annotations["daytwo.dev/upgrading"] == "15-17", client.IgnoreNotFound(err)
+	})
+	if sts, _ := get(ns, "modern", &appsv1.StatefulSet{}); sts.Annotations["daytwo.dev/major"] != "15" {
+		t.Fatalf("the stale Job finished the upgrade: annotations %v", sts.Annotations)
+	}
+	finishJob(t, job, true)
 	eventually(t, "the instances on the new image", func() (bool, error) {
 		sts, err := get(ns, "modern", &appsv1.StatefulSet{})
 		return err == nil && *sts.Spec.Replicas == 1 && sts.Spec.Template.Spec.Containers[0].Image == "postgres:17" &&

@@ -21,6 +21,7 @@ import (
 	"github.com/daytwo-dev/daytwo/internal/backup"
 	"github.com/daytwo-dev/daytwo/internal/controller"
 	"github.com/daytwo-dev/daytwo/internal/instanceapi"
+	"github.com/daytwo-dev/daytwo/internal/postgres"
 )
 
 // A major upgrade (spec.version goes up):
@@ -88,9 +89,12 @@ type upgradeFacts struct {
 	retry     bool   // AnnotationRetryUpgrade changed since that failure
 	primary   string // the lease's holder
 	primary0  string // the instance that starts first (ordinal 0)
-	job       jobState
-	backup    backupState // the pre-upgrade backup of this attempt
-	backupWhy string      // why it failed
+	// primaryServing: primary0 is ready and its instance manager says it
+	// is the primary (not a switchover's target still promoting).
+	primaryServing bool
+	job            jobState
+	backup         backupState // the pre-upgrade backup of this attempt
+	backupWhy      string      // why it failed
 }
 
 type backupState int
@@ -128,6 +132,8 @@ func decideUpgrade(f upgradeFacts) (action upgradeAction, why string) {
 		return upgradeHold, ""
 	case f.primary == "":
 		return upgradeHold, "no primary is known yet"
+	case f.primary == f.primary0 && !f.primaryServing:
+		return upgradeHold, f.primary0 + " does not serve as the primary yet"
 	case f.primary != f.primary0:
 		// The StatefulSet starts its instances in order, each once the one
 		// before is ready: a replica first would wait for a primary that
@@ -170,9 +176,22 @@ func upgradeJobName(db *v1alpha1.Database) string { return db.Name + "-upgrade" 
 func (r *Reconciler) planMajorUpgrade(db *v1alpha1.Database, obs *observation, in *stsInputs) {
 	live := obs.sts
 	failed, retryToken, _ := strings.Cut(live.Annotations[annUpgradeFailed], "/")
-	f := upgradeFacts{from: in.major, to: db.Spec.Version, upgrading: live.Annotations[annUpgrading] != "",
+	attempt := live.Annotations[annUpgrading]
+	f := upgradeFacts{from: in.major, to: db.Spec.Version, upgrading: attempt != "",
 		failedTo: failed, retry: retryToken != db.Annotations[v1alpha1.AnnotationRetryUpgrade],
-		primary: obs.primary, primary0: podName(db, 0), job: jobStateOf(obs.upgradeJob)}
+		primary: obs.primary, primary0: podName(db, 0), primaryServing: primaryServing(obs, podName(db, 0)),
+		job: jobStateOf(obs.upgradeJob)}
+	if f.upgrading && obs.upgradeJob != nil && obs.upgradeJob.Annotations[annUpgrading] != attempt {
+		// A Job of another attempt (its deletion failed once): never take
+		// its outcome for this one's. It goes, then this attempt's is made.
+		obs.staleJob, f.job = true, jobNone
+	}
+	if !f.upgrading || f.job == jobNone {
+		// Until the Job exists, the attempt follows spec.version; from
+		// then on it is the Job's.
+		attempt = f.from + "-" + f.to
+	}
+	obs.upgradeTo = attempt[strings.IndexByte(attempt, '-')+1:]
 	f.backup, f.backupWhy = preUpgradeBackupState(db, obs.preBackup)
 	action, why := decideUpgrade(f)
 	obs.upgradeAction = action
@@ -195,14 +214,19 @@ func (r *Reconciler) planMajorUpgrade(db *v1alpha1.Database, obs *observation, i
 		obs.rolloutWaiting = fmt.Sprintf("Major upgrade from PostgreSQL %s to %s: taking the pre-upgrade backup with DatabaseBackup %s",
 			f.from, f.to, preUpgradeBackupName(db))
 	case upgradeStop, upgradeRunJob:
-		in.image, in.stopped, in.upgrading, in.failedUpgrade = old, true, f.from+"-"+f.to, ""
+		in.image, in.stopped, in.upgrading, in.failedUpgrade = old, true, attempt, ""
 		obs.rolloutWaiting = fmt.Sprintf("Major upgrade from PostgreSQL %s to %s: every instance stops, then a Job upgrades the primary's data", f.from, f.to)
 	case upgradeFinish:
 		// The data is the new major now: never roll back to an image of
 		// the old one.
-		in.major, in.goodImage, in.failedImage, in.failedUpgrade = f.to, "", "", ""
+		in.major, in.goodImage, in.failedImage, in.failedUpgrade = obs.upgradeTo, "", "", ""
+		if obs.upgradeTo != db.Spec.Version {
+			// spec.version went further during the upgrade: the data is
+			// the Job's target, and the next upgrade starts from it.
+			in.image = postgres.DefaultImage(obs.upgradeTo)
+		}
 	case upgradeAbort:
-		in.image, in.failedUpgrade = old, f.to+"/"+db.Annotations[v1alpha1.AnnotationRetryUpgrade]
+		in.image, in.failedUpgrade = old, obs.upgradeTo+"/"+db.Annotations[v1alpha1.AnnotationRetryUpgrade]
 	}
 }
 
@@ -229,7 +253,14 @@ func (r *Reconciler) reconcileMajorUpgrade(ctx context.Context, db *v1alpha1.Dat
 		return true, nil
 	case upgradeRunJob:
 		if len(obs.pods) > 0 {
-			return true, nil // still stopping
+			if u != nil && u.Phase == v1alpha1.MajorUpgradeStopping {
+				u.Message = "stopping every instance; still running: " + strings.Join(podNames(obs.pods), ", ")
+			}
+			return true, nil
+		}
+		if obs.staleJob {
+			err := r.Client.Delete(ctx, obs.upgradeJob, client.PropagationPolicy(metav1.DeletePropagationBackground))
+			return true, client.IgnoreNotFound(err)
 		}
 		if obs.upgradeJob == nil {
 			if err := controller.Apply(ctx, r.Client, upgradeJob(db, obs.plan, obs.in, obs.templateImage, obs.plan.image), "Job"); err != nil {
@@ -242,7 +273,7 @@ func (r *Reconciler) reconcileMajorUpgrade(ctx context.Context, db *v1alpha1.Dat
 		return true, nil
 	case upgradeFinish, upgradeAbort:
 		if u != nil {
-			u.Phase = v1alpha1.MajorUpgradeStarting
+			u.Phase, u.To = v1alpha1.MajorUpgradeStarting, obs.upgradeTo
 			if obs.upgradeAction == upgradeAbort {
 				u.Message = r.upgradeJobError(ctx, db, obs.upgradeJob)
 				r.Recorder.Eventf(db, nil, corev1.EventTypeWarning, v1alpha1.ReasonMajorUpgradeFailed, "Upgrade",
@@ -256,6 +287,13 @@ func (r *Reconciler) reconcileMajorUpgrade(ctx context.Context, db *v1alpha1.Dat
 		err := r.Client.Delete(ctx, &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: db.Namespace, Name: upgradeJobName(db)}},
 			client.PropagationPolicy(metav1.DeletePropagationBackground))
 		return false, client.IgnoreNotFound(err)
+	}
+	// A finished Job no attempt runs any more (its deletion failed once) goes.
+	if j := obs.upgradeJob; j != nil && (obs.sts == nil || obs.sts.Annotations[annUpgrading] == "") &&
+		jobStateOf(j) != jobRunning && j.DeletionTimestamp.IsZero() {
+		if err := r.Client.Delete(ctx, j, client.PropagationPolicy(metav1.DeletePropagationBackground)); client.IgnoreNotFound(err) != nil {
+			return false, err
+		}
 	}
 	// Starting: done once the primary serves again.
 	if u != nil && u.Phase == v1alpha1.MajorUpgradeStarting && primaryServes(obs) {
@@ -272,6 +310,23 @@ func (r *Reconciler) reconcileMajorUpgrade(ctx context.Context, db *v1alpha1.Dat
 		}
 	}
 	return false, nil
+}
+
+// primaryServing is false while the lease is being handed over (a
+// switchover's target not promoted yet), or pod runs and is not ready, or
+// its instance manager answers it is no primary: its volume must hold the
+// primary's data, cleanly shut down, when the instances stop.
+func primaryServing(obs *observation, pod string) bool {
+	if obs.lease != nil && obs.lease.Annotations[instanceapi.AnnotationHandoverLSN] != "" {
+		return false
+	}
+	for i := range obs.pods {
+		if obs.pods[i].Name == pod {
+			s, ok := obs.instances[pod]
+			return podReady(&obs.pods[i]) && (!ok || s.Role == instanceapi.RolePrimary)
+		}
+	}
+	return true // nothing runs (every instance down): its volume is all there is
 }
 
 // primaryServes: the lease's holder is ready.
@@ -375,6 +430,8 @@ func upgradeJob(db *v1alpha1.Database, p plan, in stsInputs, oldImage, newImage 
 	tpl.WithLabels(l)
 	return batchv1ac.Job(upgradeJobName(db), db.Namespace).
 		WithLabels(l).
+		// The attempt it serves: a Job of another one is never taken for it.
+		WithAnnotations(map[string]string{annUpgrading: in.upgrading}).
 		WithOwnerReferences(ownerReference(db)).
 		WithSpec(batchv1ac.JobSpec().
 			WithBackoffLimit(0).

@@ -6,7 +6,7 @@ import (
 )
 
 func TestDecideUpgrade(t *testing.T) {
-	base := upgradeFacts{from: "15", to: "17", primary: "db-0", primary0: "db-0"}
+	base := upgradeFacts{from: "15", to: "17", primary: "db-0", primary0: "db-0", primaryServing: true}
 	with := func(change func(*upgradeFacts)) upgradeFacts {
 		f := base
 		change(&f)
@@ -32,6 +32,7 @@ func TestDecideUpgrade(t *testing.T) {
 		{"the backup runs", with(func(f *upgradeFacts) { f.backup = backupRunning }), upgradeBackup, ""},
 		{"the backup is stored", with(func(f *upgradeFacts) { f.backup = backupDone }), upgradeStop, ""},
 		{"a failed backup holds", with(func(f *upgradeFacts) { f.backup, f.backupWhy = backupFailed, "no space" }), upgradeHold, "no space"},
+		{"not while the primary is promoting", with(func(f *upgradeFacts) { f.primaryServing = false }), upgradeHold, "does not serve"},
 		{"no primary known", with(func(f *upgradeFacts) { f.primary = "" }), upgradeHold, "no primary"},
 	} {
 		t.Run(c.name, func(t *testing.T) {

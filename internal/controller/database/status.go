@@ -45,8 +45,12 @@ type observation struct {
 	// upgradeJob is the major upgrade's Job, upgradeAction what this
 	// reconcile does about a version change, upgradeFailed why a version
 	// is held back.
-	upgradeJob    *batchv1.Job
-	preBackup     *v1alpha1.DatabaseBackup
+	upgradeJob *batchv1.Job
+	preBackup  *v1alpha1.DatabaseBackup
+	// staleJob: the upgrade Job is another attempt's; upgradeTo is the
+	// major the running attempt (or its Job) upgrades to.
+	staleJob      bool
+	upgradeTo     string
 	upgradeAction upgradeAction
 	upgradeFailed string
 	outdated      int
@@ -231,6 +235,7 @@ func primaryError(pods []corev1.Pod, primary string) (string, string) {
 	reasons := map[string]string{
 		instanceapi.TerminationRestoreFailed: v1alpha1.ReasonRestoreFailed,
 		instanceapi.TerminationImportFailed:  v1alpha1.ReasonImportFailed,
+		instanceapi.TerminationUpgradeFailed: v1alpha1.ReasonMajorUpgradeFailed,
 		instanceapi.TerminationDataConflict:  v1alpha1.ReasonDataConflict,
 	}
 	for i := range pods {
