@@ -70,6 +70,9 @@ func newInstanceRunCommand() *cobra.Command {
 			}
 			if imp.Host != "" {
 				imp.Databases, imp.Roles, imp.Password = importDatabases, importRoles, os.Getenv(instanceapi.EnvImportPassword)
+				// Read once: postgres and everything else this process
+				// starts must not inherit it.
+				_ = os.Unsetenv(instanceapi.EnvImportPassword)
 				if u := os.Getenv(instanceapi.EnvImportUser); u != "" && !cmd.Flags().Changed(instanceapi.FlagImportUser) {
 					imp.User = u
 				}

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
+	"regexp"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -79,14 +80,48 @@ func applyRoles(ctx context.Context, conn *pgx.Conn, script string) error {
 		existing[n] = true
 	}
 	for _, stmt := range splitStatements(script) {
-		if role, ok := roleStatement(stmt); ok && existing[role] {
+		role, ok := roleStatement(stmt)
+		if ok && existing[role] {
 			continue
 		}
+		if ok {
+			stmt = withoutPowers(stmt)
+		}
 		if _, err := conn.Exec(ctx, stmt, pgx.QueryExecModeSimpleProtocol); err != nil {
-			return fmt.Errorf("%q failed: %w", stmt, err)
+			return fmt.Errorf("%q failed: %w", redactPasswords(stmt), err)
 		}
 	}
 	return nil
+}
+
+// powerOff turns off the role attributes that reach past one database: a
+// role brought in keeps none of them (only daytwo's postgres is a
+// superuser, reachable on the local socket alone).
+var powerOff = map[string]string{"SUPERUSER": "NOSUPERUSER", "REPLICATION": "NOREPLICATION", "BYPASSRLS": "NOBYPASSRLS"}
+
+// withoutPowers turns powers off in a CREATE or ALTER ROLE statement, up
+// to its PASSWORD literal (never rewritten).
+func withoutPowers(stmt string) string {
+	head, tail := stmt, ""
+	if i := strings.Index(stmt, " PASSWORD "); i >= 0 {
+		head, tail = stmt[:i], stmt[i:]
+	}
+	words := strings.Split(head, " ")
+	for i, w := range words {
+		core := strings.TrimSuffix(w, ";")
+		if off, ok := powerOff[core]; ok {
+			words[i] = off + w[len(core):]
+		}
+	}
+	return strings.Join(words, " ") + tail
+}
+
+var passwordLiteral = regexp.MustCompile(`PASSWORD '(?:[^']|'')*'`)
+
+// redactPasswords hides password literals (hashes, which some methods
+// accept as passwords) in a statement quoted by an error.
+func redactPasswords(stmt string) string {
+	return passwordLiteral.ReplaceAllString(stmt, "PASSWORD '<redacted>'")
 }
 
 // roleStatement returns the role a CREATE ROLE, ALTER ROLE or COMMENT ON

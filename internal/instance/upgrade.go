@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/daytwo-dev/daytwo/internal/instanceapi"
@@ -36,6 +38,10 @@ import (
 // upgradedMark in a data directory names the old directory kept beside it
 // until the new version first serves.
 const upgradedMark = "daytwo-upgraded-from"
+
+// updateExtensionsFile is pg_upgrade's update_extensions.sql, kept in the
+// data directory until the new primary runs it.
+const updateExtensionsFile = "daytwo-update-extensions.sql"
 
 func (c *Config) oldData(major string) string { return filepath.Clean(c.PGData) + "." + major }
 func (c *Config) upgrading() string           { return filepath.Clean(c.PGData) + ".upgrading" }
@@ -125,7 +131,18 @@ func (m *Manager) upgradeIfOlder(ctx context.Context) error {
 		return err
 	}
 	if from == to {
+		// An upgrade killed mid-copy left its directory: it holds a second
+		// copy of the data and nothing else needs it.
+		if fileExists(m.cfg.upgrading()) {
+			m.log.Info("Removing an interrupted upgrade's directory", "dir", m.cfg.upgrading())
+			if err := os.RemoveAll(m.cfg.upgrading()); err != nil {
+				return err
+			}
+		}
 		return nil
+	}
+	if reverted, err := m.revertUnserved(from, to); err != nil || reverted {
+		return err
 	}
 	if a, b := atoi(from), atoi(to); a > b || a == 0 {
 		return permanentError{fmt.Errorf("the data directory is PostgreSQL %s but this image runs PostgreSQL %s: "+
@@ -169,6 +186,9 @@ func (m *Manager) upgradeIfOlder(ctx context.Context) error {
 		}
 		newBin = filepath.Dir(path)
 	}
+	if err := enoughSpace(m.cfg.PGData); err != nil {
+		return upgradeFailed("%v", err)
+	}
 	plan := upgrade.Plan{OldBin: oldBin, NewBin: newBin, OldData: m.cfg.PGData, NewData: m.cfg.upgrading(),
 		WorkDir: work, Mode: upgrade.Copy, Jobs: 2, Port: m.cfg.Port + 1, InitdbArgs: []string{"--auth=trust"}}
 	if err := upgrade.Check(ctx, plan); err != nil {
@@ -191,6 +211,27 @@ func (m *Manager) upgradeIfOlder(ctx context.Context) error {
 	m.log.Info("Upgraded; the old data stays until the new server serves", "from", from, "to", to,
 		"took", time.Since(start).Round(time.Millisecond).String(), "old", m.cfg.oldData(from))
 	return nil
+}
+
+// revertUnserved puts the pre-upgrade data back when an upgrade swapped the
+// directories and was killed before its new server ever served (SIGKILL,
+// node loss: nothing ran revertUpgrade), and this image is the old
+// version again (the operator rolled back). The mark proves the new data
+// never served, so the old data is still the latest.
+func (m *Manager) revertUnserved(dataMajor, binMajor string) (bool, error) {
+	if atoi(dataMajor) <= atoi(binMajor) || !fileExists(filepath.Join(m.cfg.PGData, upgradedMark)) {
+		return false, nil
+	}
+	old := m.cfg.oldData(binMajor)
+	if v, err := upgrade.DataMajor(old); err != nil || v != binMajor {
+		return false, nil
+	}
+	m.log.Info("Putting the pre-upgrade data back: the upgraded data never served and this image runs the old version",
+		"upgraded", dataMajor, "old", binMajor)
+	if err := m.revertUpgrade(binMajor); err != nil {
+		return false, fmt.Errorf("failed to put the pre-upgrade data back: %w", err)
+	}
+	return true, nil
 }
 
 // shutDownCleanly leaves the old cluster shut down cleanly, as pg_upgrade
@@ -230,7 +271,20 @@ func (m *Manager) swapIn(from string, res upgrade.Result) error {
 			return err
 		}
 	}
-	mark := m.cfg.oldData(from) + "\n" + res.UpdateExtensions + "\n"
+	// pg_upgrade wrote the extension script in its working directory,
+	// which an upgrade Job's volume does not outlive: it moves into the data.
+	script := ""
+	if res.UpdateExtensions != "" {
+		b, err := os.ReadFile(res.UpdateExtensions)
+		if err != nil {
+			return err
+		}
+		script = filepath.Join(m.cfg.PGData, updateExtensionsFile)
+		if err := os.WriteFile(filepath.Join(m.cfg.upgrading(), updateExtensionsFile), b, 0o600); err != nil {
+			return err
+		}
+	}
+	mark := m.cfg.oldData(from) + "\n" + script + "\n"
 	if err := os.WriteFile(filepath.Join(m.cfg.upgrading(), upgradedMark), []byte(mark), 0o600); err != nil {
 		return err
 	}
@@ -319,6 +373,10 @@ func (m *Manager) afterUpgrade(ctx context.Context) {
 		cmd.Env = env
 		if out, err := cmd.CombinedOutput(); err != nil {
 			m.log.Error(errors.New(lastLines(out, 3)), "Failed to update the extensions pg_upgrade listed", "script", script)
+			m.setMessage("the extensions pg_upgrade listed were not updated: " + lastLines(out, 1))
+		} else {
+			m.log.Info("Extensions updated after the upgrade")
+			_ = os.Remove(script)
 		}
 	}
 	start := time.Now()
@@ -334,4 +392,38 @@ func (m *Manager) afterUpgrade(ctx context.Context) {
 func atoi(s string) int {
 	n, _ := strconv.Atoi(s)
 	return n
+}
+
+// enoughSpace refuses a copy-mode upgrade the volume cannot hold: the new
+// cluster needs as much again as the data (the WAL aside, which pg_upgrade
+// does not copy), and a tenth more for its own WAL and catalog.
+func enoughSpace(pgdata string) error {
+	var need int64
+	err := filepath.WalkDir(pgdata, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && d.Name() == "pg_wal" {
+			return filepath.SkipDir
+		}
+		if d.Type().IsRegular() {
+			if info, err := d.Info(); err == nil {
+				need += info.Size()
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("measuring the data: %w", err)
+	}
+	need += need / 10
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(filepath.Dir(filepath.Clean(pgdata)), &st); err != nil {
+		return fmt.Errorf("reading the volume's free space: %w", err)
+	}
+	if free := int64(st.Bavail) * int64(st.Bsize); free < need {
+		return fmt.Errorf("the volume has %d MiB free and a copy-mode upgrade needs %d MiB: grow spec.storage.size first",
+			free>>20, need>>20)
+	}
+	return nil
 }

@@ -171,3 +171,38 @@ func TestInterruptedUpgradeSwapPutsTheOldDataBack(t *testing.T) {
 	}
 	in.stop()
 }
+
+// The upgrade Job's command (--upgrade-only) upgrades and exits; should
+// the pod then come back on the old image before the new server ever
+// served (the Job was killed after its swap, and the operator rolled
+// back), the old data is put back, not refused as newer.
+func TestUpgradeOnlyAndAnUnservedUpgradeGoesBack(t *testing.T) {
+	in, before, bundle := upgradeSetup(t, map[string]string{}, nil)
+	data := filepath.Join(in.root, "data")
+	in.extraFlags = []string{"--bin-dir", testpg.BinDirOf(t, "17"), "--" + instanceapi.FlagUpgradeFrom, bundle, "--" + instanceapi.FlagUpgradeOnly}
+	in.start("orders-0")
+	select {
+	case err := <-in.exited:
+		if err != nil {
+			t.Fatalf("--upgrade-only: %v", err)
+		}
+	case <-time.After(120 * time.Second):
+		t.Fatal("--upgrade-only did not exit")
+	}
+	if v, _ := os.ReadFile(filepath.Join(data, "PG_VERSION")); strings.TrimSpace(string(v)) != "17" {
+		t.Fatalf("PG_VERSION %q after --upgrade-only", v)
+	}
+	if _, err := os.Stat(data + ".15"); err != nil {
+		t.Fatalf("the pre-upgrade data is not kept: %v", err)
+	}
+	in.extraFlags = []string{"--bin-dir", testpg.BinDirOf(t, "15")}
+	in.start("orders-0")
+	in.waitReady(90 * time.Second)
+	if after := checksum(t, in); after != before {
+		t.Fatalf("checksum %s back on 15, %s before", after, before)
+	}
+	if v := in.show(context.Background(), "server_version"); !strings.HasPrefix(v, "15.") {
+		t.Fatalf("server_version %s, want 15", v)
+	}
+	in.stop()
+}
