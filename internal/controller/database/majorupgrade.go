@@ -93,8 +93,12 @@ type upgradeFacts struct {
 	// is the primary (not a switchover's target still promoting).
 	primaryServing bool
 	job            jobState
-	backup         backupState // the pre-upgrade backup of this attempt
-	backupWhy      string      // why it failed
+	// archivedBy names a Physical DatabaseBackup archiving this Database's
+	// WAL: pg_upgrade makes a new cluster (a new system identifier), whose
+	// WAL that archive refuses, and whose base backups it cannot mix.
+	archivedBy string
+	backup     backupState // the pre-upgrade backup of this attempt
+	backupWhy  string      // why it failed
 }
 
 type backupState int
@@ -130,6 +134,10 @@ func decideUpgrade(f upgradeFacts) (action upgradeAction, why string) {
 		return upgradeHold, "an upgrade Job from an earlier attempt still runs"
 	case f.failedTo == f.to && !f.retry:
 		return upgradeHold, ""
+	case f.archivedBy != "":
+		return upgradeHold, fmt.Sprintf("Physical DatabaseBackup %s archives this Database's WAL, and the upgraded cluster "+
+			"(a new system identifier) cannot continue that archive: delete it, or give its storage a new prefix, "+
+			"and take a base backup after the upgrade", f.archivedBy)
 	case f.primary == "":
 		return upgradeHold, "no primary is known yet"
 	case f.primary == f.primary0 && !f.primaryServing:
@@ -193,6 +201,9 @@ func (r *Reconciler) planMajorUpgrade(db *v1alpha1.Database, obs *observation, i
 	}
 	obs.upgradeTo = attempt[strings.IndexByte(attempt, '-')+1:]
 	f.backup, f.backupWhy = preUpgradeBackupState(db, obs.preBackup)
+	if a := obs.plan.archive; a != nil {
+		f.archivedBy = a.backup
+	}
 	action, why := decideUpgrade(f)
 	obs.upgradeAction = action
 	in.failedUpgrade = live.Annotations[annUpgradeFailed]

@@ -33,6 +33,7 @@ func TestDecideUpgrade(t *testing.T) {
 		{"the backup is stored", with(func(f *upgradeFacts) { f.backup = backupDone }), upgradeStop, ""},
 		{"a failed backup holds", with(func(f *upgradeFacts) { f.backup, f.backupWhy = backupFailed, "no space" }), upgradeHold, "no space"},
 		{"not while the primary is promoting", with(func(f *upgradeFacts) { f.primaryServing = false }), upgradeHold, "does not serve"},
+		{"not with a WAL archive", with(func(f *upgradeFacts) { f.archivedBy = "pitr" }), upgradeHold, "Physical DatabaseBackup pitr"},
 		{"no primary known", with(func(f *upgradeFacts) { f.primary = "" }), upgradeHold, "no primary"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
