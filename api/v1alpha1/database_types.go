@@ -63,8 +63,6 @@ const (
 	ConditionPendingRestart = "PendingRestart"
 	// ConditionUpgradeFailed is True when a version change was rolled back.
 	ConditionUpgradeFailed = "UpgradeFailed"
-	// ReasonMajorUpgradeUnsupported means a major version change was asked for and refused.
-	ReasonMajorUpgradeUnsupported = "MajorUpgradeUnsupported"
 	// ReasonMajorUpgradeFailed means a major upgrade failed and the
 	// instances run the old version on the data as it was.
 	ReasonMajorUpgradeFailed = "MajorUpgradeFailed"

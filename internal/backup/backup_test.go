@@ -8,7 +8,6 @@ import (
 	"errors"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -40,11 +39,7 @@ func seed(t *testing.T, pg *testpg.Server, db string) {
 	t.Helper()
 	start := time.Now()
 	pg.Exec(t, "postgres", "CREATE DATABASE "+db)
-	cmd := exec.Command(filepath.Join(pg.BinDir, "pgbench"), "-i", "-q", "-s", strconv.Itoa(scale()), db)
-	cmd.Env = pg.Env(db)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("pgbench -i: %v\n%s", err, out)
-	}
+	pg.Pgbench(t, db, scale())
 	pg.Exec(t, db, `CREATE TABLE events AS SELECT g AS id, md5(g::text) || repeat('x', 40) AS payload
 		FROM generate_series(1, $1::int) g`, 200000*scale())
 	pg.Exec(t, db, "UPDATE pgbench_accounts SET abalance = aid % 977")

@@ -25,11 +25,7 @@ func TestImportFromAnOlderServer(t *testing.T) {
 	src.Exec(t, "postgres", "CREATE ROLE reader NOLOGIN")
 	src.Exec(t, "postgres", "CREATE DATABASE shop OWNER shopkeeper")
 	src.Exec(t, "postgres", "CREATE DATABASE audit")
-	cmd := exec.Command(filepath.Join(src.BinDir, "pgbench"), "-i", "-q", "-s", "1", "shop")
-	cmd.Env = src.Env("shop")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("pgbench -i: %v\n%s", err, out)
-	}
+	src.Pgbench(t, "shop", 1)
 	src.Exec(t, "shop", "CREATE TABLE kept (id int PRIMARY KEY, note text); INSERT INTO kept SELECT g, md5(g::text) FROM generate_series(1, 1000) g")
 	src.Exec(t, "shop", "ALTER TABLE kept OWNER TO shopkeeper; GRANT SELECT ON kept TO reader")
 	src.Exec(t, "audit", "CREATE TABLE events AS SELECT g AS id FROM generate_series(1, 50) g")

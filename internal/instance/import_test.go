@@ -3,7 +3,6 @@ package instance_test
 import (
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -20,11 +19,7 @@ func TestBootstrapImport(t *testing.T) {
 	src := testpg.StartWith(t, testpg.BinDirOf(t, "15"))
 	src.Exec(t, "postgres", "CREATE ROLE legacy_app LOGIN PASSWORD 'legacy-pass'")
 	src.Exec(t, "postgres", "CREATE DATABASE shop OWNER legacy_app")
-	cmd := exec.Command(filepath.Join(src.BinDir, "pgbench"), "-i", "-q", "-s", "1", "shop")
-	cmd.Env = src.Env("shop")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("pgbench -i: %v\n%s", err, out)
-	}
+	src.Pgbench(t, "shop", 1)
 	src.Exec(t, "shop", "ALTER TABLE pgbench_accounts OWNER TO legacy_app")
 	const sum = "SELECT sum(abalance) || ':' || count(*) || ':' || md5(string_agg(aid::text, ',' ORDER BY aid)) FROM pgbench_accounts"
 	want := src.Query(t, "shop", sum)

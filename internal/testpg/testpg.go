@@ -207,6 +207,17 @@ func (s *Server) Query(t testing.TB, db, sql string) string {
 	return v
 }
 
+// Pgbench fills database db with pgbench's tables at scale (about 15 MB
+// each), as the superuser, with the server's own pgbench.
+func (s *Server) Pgbench(t testing.TB, db string, scale int) {
+	t.Helper()
+	cmd := exec.Command(filepath.Join(s.BinDir, "pgbench"), "-i", "-q", "-s", strconv.Itoa(scale), db)
+	cmd.Env = s.Env(db)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("pgbench -i -s %d %s: %v\n%s", scale, db, err, out)
+	}
+}
+
 // Env is the libpq environment that reaches database db as the superuser.
 func (s *Server) Env(db string) []string {
 	return append(os.Environ(), "PGHOST=127.0.0.1", "PGPORT="+strconv.Itoa(s.Port), "PGUSER=postgres",

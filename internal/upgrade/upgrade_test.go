@@ -31,11 +31,7 @@ func oldCluster(t *testing.T, from string, setup ...string) (*testpg.Server, str
 	t.Helper()
 	s := testpg.StartWith(t, testpg.BinDirOf(t, from))
 	s.Exec(t, "postgres", "CREATE DATABASE app")
-	cmd := exec.Command(filepath.Join(s.BinDir, "pgbench"), "-i", "-q", "-s", "2", "app")
-	cmd.Env = s.Env("app")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("pgbench -i: %v\n%s", err, out)
-	}
+	s.Pgbench(t, "app", 2)
 	s.Exec(t, "app", "CREATE TABLE kept (id int PRIMARY KEY, note text, at timestamptz, tags jsonb)")
 	s.Exec(t, "app", "INSERT INTO kept SELECT g, md5(g::text), now(), jsonb_build_object('g', g) FROM generate_series(1, 5000) g")
 	for _, sql := range setup {

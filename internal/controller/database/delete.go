@@ -3,6 +3,7 @@ package database
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -118,17 +119,8 @@ func finalRequest(db *v1alpha1.Database) string {
 }
 
 func (r *Reconciler) createFinalBackup(ctx context.Context, db *v1alpha1.Database) error {
-	b := &v1alpha1.DatabaseBackup{
-		ObjectMeta: metav1.ObjectMeta{Name: FinalBackupName(db), Namespace: db.Namespace,
-			Labels: map[string]string{labelFinalBackupOf: db.Name},
-			Annotations: map[string]string{v1alpha1.AnnotationFinalBackupOfUID: string(db.UID),
-				v1alpha1.AnnotationBackupRequested: finalRequest(db)}},
-		Spec: v1alpha1.DatabaseBackupSpec{
-			DatabaseRef: v1alpha1.LocalObjectReference{Name: db.Name},
-			Storage:     finalBackupStorage(db),
-			Retention:   &v1alpha1.BackupRetention{KeepLast: 1},
-		},
-	}
+	b := oneShotBackup(db, FinalBackupName(db), map[string]string{labelFinalBackupOf: db.Name},
+		map[string]string{v1alpha1.AnnotationFinalBackupOfUID: string(db.UID), v1alpha1.AnnotationBackupRequested: finalRequest(db)})
 	if err := r.Client.Create(ctx, b); err != nil {
 		return fmt.Errorf("failed to create the final DatabaseBackup: %w", err)
 	}
@@ -142,19 +134,26 @@ func (r *Reconciler) createFinalBackup(ctx context.Context, db *v1alpha1.Databas
 // this one and asks it for a run now. Once that run succeeds, keepLast 1
 // prunes the earlier final backup, never before.
 func (r *Reconciler) requestFinalBackup(ctx context.Context, db *v1alpha1.Database, b *v1alpha1.DatabaseBackup) error {
-	base := b.DeepCopy()
-	if b.Annotations == nil {
-		b.Annotations = map[string]string{}
-	}
-	b.Annotations[v1alpha1.AnnotationFinalBackupOfUID] = string(db.UID)
-	b.Annotations[v1alpha1.AnnotationBackupRequested] = finalRequest(db)
-	if err := r.Client.Patch(ctx, b, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
+	if err := r.requestRun(ctx, b, map[string]string{v1alpha1.AnnotationFinalBackupOfUID: string(db.UID),
+		v1alpha1.AnnotationBackupRequested: finalRequest(db)}); err != nil {
 		return fmt.Errorf("failed to ask DatabaseBackup %s for the final backup: %w", b.Name, err)
 	}
 	r.Recorder.Eventf(db, b, corev1.EventTypeNormal, "FinalBackup", "Delete",
 		"deletionPolicy Snapshot: taking the final backup with DatabaseBackup %s", b.Name)
 	r.deleting(db, "Taking the final backup with DatabaseBackup "+b.Name)
 	return nil
+}
+
+// requestRun asks the one-shot DatabaseBackup b for another run: it sets
+// annotations (AnnotationBackupRequested among them) under an optimistic
+// lock, so a concurrent change is never overwritten.
+func (r *Reconciler) requestRun(ctx context.Context, b *v1alpha1.DatabaseBackup, annotations map[string]string) error {
+	base := b.DeepCopy()
+	if b.Annotations == nil {
+		b.Annotations = map[string]string{}
+	}
+	maps.Copy(b.Annotations, annotations)
+	return r.Client.Patch(ctx, b, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}))
 }
 
 // deleting says what a deletion waits for.

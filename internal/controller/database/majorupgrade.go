@@ -245,82 +245,115 @@ func (r *Reconciler) planMajorUpgrade(db *v1alpha1.Database, obs *observation, i
 // StatefulSet was applied, and keeps status.upgrade. It returns true while
 // the instances are stopped for the upgrade: nothing else may act on them.
 func (r *Reconciler) reconcileMajorUpgrade(ctx context.Context, db *v1alpha1.Database, obs *observation) (bool, error) {
-	u := db.Status.Upgrade
-	from, to := obs.in.major, db.Spec.Version
 	switch obs.upgradeAction {
 	case upgradeBackup:
-		return false, r.takePreUpgradeBackup(ctx, db, obs, from, to)
+		return false, r.takePreUpgradeBackup(ctx, db, obs, obs.in.major, db.Spec.Version)
 	case upgradeStop:
-		if u == nil || u.To != to || u.Phase != v1alpha1.MajorUpgradeStopping {
-			id := ""
-			if u != nil && u.To == to && u.Phase == v1alpha1.MajorUpgradeBackingUp {
-				id = u.BackupID
-			}
-			db.Status.Upgrade = &v1alpha1.MajorUpgradeStatus{From: from, To: to, Phase: v1alpha1.MajorUpgradeStopping,
-				StartTime: ptr.To(metav1.NewTime(obs.now)), Message: "stopping every instance", BackupID: id}
-			r.Recorder.Eventf(db, nil, corev1.EventTypeNormal, "MajorUpgrade", "Upgrade",
-				"Upgrading PostgreSQL %s to %s: stopping every instance", from, to)
-		}
+		r.upgradeStopping(db, obs)
 		return true, nil
 	case upgradeRunJob:
-		if len(obs.pods) > 0 {
-			if u != nil && u.Phase == v1alpha1.MajorUpgradeStopping {
-				u.Message = "stopping every instance; still running: " + strings.Join(podNames(obs.pods), ", ")
-			}
-			return true, nil
-		}
-		if obs.staleJob {
-			err := r.Client.Delete(ctx, obs.upgradeJob, client.PropagationPolicy(metav1.DeletePropagationBackground))
-			return true, client.IgnoreNotFound(err)
-		}
-		if obs.upgradeJob == nil {
-			if err := controller.Apply(ctx, r.Client, upgradeJob(db, obs.plan, obs.in, obs.templateImage, obs.plan.image), "Job"); err != nil {
-				return true, err
-			}
-		}
-		if u != nil && u.Phase == v1alpha1.MajorUpgradeStopping {
-			u.Phase, u.Message = v1alpha1.MajorUpgradeUpgrading, "pg_upgrade runs in Job "+upgradeJobName(db)
-		}
-		return true, nil
+		return true, r.runUpgradeJob(ctx, db, obs)
 	case upgradeFinish, upgradeAbort:
-		if u != nil {
-			u.Phase, u.To = v1alpha1.MajorUpgradeStarting, obs.upgradeTo
-			if obs.upgradeAction == upgradeAbort {
-				u.Message = r.upgradeJobError(ctx, db, obs.upgradeJob)
-				r.Recorder.Eventf(db, nil, corev1.EventTypeWarning, v1alpha1.ReasonMajorUpgradeFailed, "Upgrade",
-					"Upgrading PostgreSQL %s to %s failed, starting %s again on the data as it was: %s", u.From, u.To, u.From, u.Message)
-			} else {
-				u.Message = "the primary's data is upgraded; the instances start on PostgreSQL " + to
-			}
-		}
 		// The StatefulSet no longer says upgrading (applied before this):
-		// the Job's work is recorded, so it goes.
-		err := r.Client.Delete(ctx, &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: db.Namespace, Name: upgradeJobName(db)}},
-			client.PropagationPolicy(metav1.DeletePropagationBackground))
-		return false, client.IgnoreNotFound(err)
+		// the Job's outcome is recorded, so it goes.
+		r.upgradeJobEnded(ctx, db, obs)
+		return false, r.deleteUpgradeJob(ctx, db)
 	}
 	// A finished Job no attempt runs any more (its deletion failed once) goes.
 	if j := obs.upgradeJob; j != nil && (obs.sts == nil || obs.sts.Annotations[annUpgrading] == "") &&
 		jobStateOf(j) != jobRunning && j.DeletionTimestamp.IsZero() {
-		if err := r.Client.Delete(ctx, j, client.PropagationPolicy(metav1.DeletePropagationBackground)); client.IgnoreNotFound(err) != nil {
+		if err := r.deleteUpgradeJob(ctx, db); err != nil {
 			return false, err
 		}
 	}
-	// Starting: done once the primary serves again.
-	if u != nil && u.Phase == v1alpha1.MajorUpgradeStarting && primaryServes(obs) {
-		now := metav1.NewTime(obs.now)
-		u.CompletionTime = &now
-		if u.StartTime != nil {
-			u.WritesUnavailableSeconds = int64(now.Sub(u.StartTime.Time).Round(time.Second).Seconds())
+	r.upgradeServed(db, obs)
+	return false, nil
+}
+
+// upgradeStopping starts status.upgrade for this attempt (keeping the
+// pre-upgrade backup's ID) when the instances are told to stop.
+func (r *Reconciler) upgradeStopping(db *v1alpha1.Database, obs *observation) {
+	u, from, to := db.Status.Upgrade, obs.in.major, db.Spec.Version
+	if u != nil && u.To == to && u.Phase == v1alpha1.MajorUpgradeStopping {
+		return
+	}
+	id := ""
+	if u != nil && u.To == to && u.Phase == v1alpha1.MajorUpgradeBackingUp {
+		id = u.BackupID
+	}
+	db.Status.Upgrade = &v1alpha1.MajorUpgradeStatus{From: from, To: to, Phase: v1alpha1.MajorUpgradeStopping,
+		StartTime: ptr.To(metav1.NewTime(obs.now)), Message: "stopping every instance", BackupID: id}
+	r.Recorder.Eventf(db, nil, corev1.EventTypeNormal, "MajorUpgrade", "Upgrade",
+		"Upgrading PostgreSQL %s to %s: stopping every instance", from, to)
+}
+
+// runUpgradeJob waits for every instance to stop, then makes this
+// attempt's Job (after removing another attempt's).
+func (r *Reconciler) runUpgradeJob(ctx context.Context, db *v1alpha1.Database, obs *observation) error {
+	u := db.Status.Upgrade
+	if len(obs.pods) > 0 {
+		if u != nil && u.Phase == v1alpha1.MajorUpgradeStopping {
+			u.Message = "stopping every instance; still running: " + strings.Join(podNames(obs.pods), ", ")
 		}
-		if obs.in.major == u.To {
-			u.Phase, u.Message = v1alpha1.MajorUpgradeSucceeded, fmt.Sprintf("PostgreSQL %s to %s; writes were unavailable for %ds", u.From, u.To, u.WritesUnavailableSeconds)
-			r.Recorder.Eventf(db, nil, corev1.EventTypeNormal, "MajorUpgrade", "Upgrade", "Upgraded PostgreSQL %s to %s", u.From, u.To)
-		} else {
-			u.Phase = v1alpha1.MajorUpgradeFailed
+		return nil
+	}
+	if obs.staleJob {
+		return r.deleteUpgradeJob(ctx, db)
+	}
+	if obs.upgradeJob == nil {
+		if err := controller.Apply(ctx, r.Client, upgradeJob(db, obs.plan, obs.in, obs.templateImage, obs.plan.image), "Job"); err != nil {
+			return err
 		}
 	}
-	return false, nil
+	if u != nil && u.Phase == v1alpha1.MajorUpgradeStopping {
+		u.Phase, u.Message = v1alpha1.MajorUpgradeUpgrading, "pg_upgrade runs in Job "+upgradeJobName(db)
+	}
+	return nil
+}
+
+// upgradeJobEnded records the Job's outcome: the instances start on the
+// new version, or on the old one with the reason and a Warning Event.
+func (r *Reconciler) upgradeJobEnded(ctx context.Context, db *v1alpha1.Database, obs *observation) {
+	u := db.Status.Upgrade
+	if u == nil {
+		return
+	}
+	u.Phase, u.To = v1alpha1.MajorUpgradeStarting, obs.upgradeTo
+	if obs.upgradeAction == upgradeFinish {
+		u.Message = "the primary's data is upgraded; the instances start on PostgreSQL " + u.To
+		return
+	}
+	u.Message = r.upgradeJobError(ctx, db, obs.upgradeJob)
+	r.Recorder.Eventf(db, nil, corev1.EventTypeWarning, v1alpha1.ReasonMajorUpgradeFailed, "Upgrade",
+		"Upgrading PostgreSQL %s to %s failed, starting %s again on the data as it was: %s", u.From, u.To, u.From, u.Message)
+}
+
+// upgradeServed ends status.upgrade once the primary serves again: on the
+// new version (Succeeded) or the old one (Failed), with how long writes
+// were unavailable.
+func (r *Reconciler) upgradeServed(db *v1alpha1.Database, obs *observation) {
+	u := db.Status.Upgrade
+	if u == nil || u.Phase != v1alpha1.MajorUpgradeStarting || !primaryServes(obs) {
+		return
+	}
+	now := metav1.NewTime(obs.now)
+	u.CompletionTime = &now
+	if u.StartTime != nil {
+		u.WritesUnavailableSeconds = int64(now.Sub(u.StartTime.Time).Round(time.Second).Seconds())
+	}
+	if obs.in.major != u.To {
+		u.Phase = v1alpha1.MajorUpgradeFailed
+		return
+	}
+	u.Phase, u.Message = v1alpha1.MajorUpgradeSucceeded, fmt.Sprintf("PostgreSQL %s to %s; writes were unavailable for %ds", u.From, u.To, u.WritesUnavailableSeconds)
+	r.Recorder.Eventf(db, nil, corev1.EventTypeNormal, "MajorUpgrade", "Upgrade", "Upgraded PostgreSQL %s to %s", u.From, u.To)
+}
+
+// deleteUpgradeJob removes the upgrade Job and, in the background, its pod.
+func (r *Reconciler) deleteUpgradeJob(ctx context.Context, db *v1alpha1.Database) error {
+	err := r.Client.Delete(ctx, &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: db.Namespace, Name: upgradeJobName(db)}},
+		client.PropagationPolicy(metav1.DeletePropagationBackground))
+	return client.IgnoreNotFound(err)
 }
 
 // primaryServing is false while the lease is being handed over (a
@@ -499,15 +532,8 @@ func (r *Reconciler) takePreUpgradeBackup(ctx context.Context, db *v1alpha1.Data
 	request := obs.now.UTC().Format(time.RFC3339)
 	switch {
 	case b == nil:
-		b = &v1alpha1.DatabaseBackup{
-			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: db.Namespace, Labels: map[string]string{labelPreUpgradeOf: db.Name},
-				Annotations: map[string]string{annPreUpgradeFor: preUpgradeAttempt(db), v1alpha1.AnnotationBackupRequested: request}},
-			Spec: v1alpha1.DatabaseBackupSpec{
-				DatabaseRef: v1alpha1.LocalObjectReference{Name: db.Name},
-				Storage:     finalBackupStorage(db),
-				Retention:   &v1alpha1.BackupRetention{KeepLast: 1},
-			},
-		}
+		b = oneShotBackup(db, name, map[string]string{labelPreUpgradeOf: db.Name},
+			map[string]string{annPreUpgradeFor: preUpgradeAttempt(db), v1alpha1.AnnotationBackupRequested: request})
 		if err := controllerutil.SetControllerReference(db, b, r.Client.Scheme()); err != nil {
 			return err
 		}
@@ -518,10 +544,8 @@ func (r *Reconciler) takePreUpgradeBackup(ctx context.Context, db *v1alpha1.Data
 		obs.rolloutWaiting = fmt.Sprintf("Major upgrade waits: DatabaseBackup %s exists and is not this Database's pre-upgrade backup; rename it", name)
 		return nil
 	case b.Annotations[annPreUpgradeFor] != preUpgradeAttempt(db):
-		base := b.DeepCopy()
-		b.Annotations[annPreUpgradeFor] = preUpgradeAttempt(db)
-		b.Annotations[v1alpha1.AnnotationBackupRequested] = request
-		if err := r.Client.Patch(ctx, b, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
+		if err := r.requestRun(ctx, b, map[string]string{annPreUpgradeFor: preUpgradeAttempt(db),
+			v1alpha1.AnnotationBackupRequested: request}); err != nil {
 			return fmt.Errorf("failed to ask DatabaseBackup %s for the pre-upgrade backup: %w", name, err)
 		}
 	default:

@@ -556,3 +556,18 @@ func orDefault(v, def string) string {
 	}
 	return v
 }
+
+// oneShotBackup is a DatabaseBackup without a schedule that stores db's
+// backups in its backup storage (spec.backupStorage, else spec.backup's),
+// keeping the newest: the final and the pre-upgrade backups. Its runs are
+// asked for with AnnotationBackupRequested, among annotations.
+func oneShotBackup(db *v1alpha1.Database, name string, labels, annotations map[string]string) *v1alpha1.DatabaseBackup {
+	return &v1alpha1.DatabaseBackup{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: db.Namespace, Labels: labels, Annotations: annotations},
+		Spec: v1alpha1.DatabaseBackupSpec{
+			DatabaseRef: v1alpha1.LocalObjectReference{Name: db.Name},
+			Storage:     finalBackupStorage(db),
+			Retention:   &v1alpha1.BackupRetention{KeepLast: 1},
+		},
+	}
+}

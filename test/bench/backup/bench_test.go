@@ -72,9 +72,8 @@ func TestBenchBackup(t *testing.T) {
 	scale := max(1, mb/15)
 	pg.Exec(t, "postgres", "CREATE DATABASE bench")
 	timed(t, fmt.Sprintf("seed bench (pgbench -i -s %d)", scale), func() error {
-		cmd := exec.Command(filepath.Join(pg.BinDir, "pgbench"), "-i", "-q", "-s", strconv.Itoa(scale), "bench")
-		cmd.Env = pg.Env("bench")
-		return run(cmd)
+		pg.Pgbench(t, "bench", scale)
+		return nil
 	})
 	pg.Exec(t, "postgres", "CREATE DATABASE noise")
 	rows := mb * 1000000 / 200 // ~200 bytes per row on disk

@@ -33,11 +33,7 @@ func TestBenchUpgrade(t *testing.T) {
 	// pgbench's scale 1 is about 15 MB on disk.
 	scale := max(mb/15, 1)
 	start := time.Now()
-	cmd := exec.Command(filepath.Join(oldBin, "pgbench"), "-i", "-q", "-s", strconv.Itoa(scale), "app")
-	cmd.Env = s.Env("app")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("pgbench -i: %v\n%s", err, out)
-	}
+	s.Pgbench(t, "app", scale)
 	sum := s.Query(t, "app", "SELECT sum(abalance) || ':' || count(*) FROM pgbench_accounts")
 	t.Logf("pgbench -i -s %d: %s", scale, time.Since(start).Round(time.Second))
 	s.Stop()
