@@ -66,6 +66,16 @@ const (
 	// ReasonMajorUpgradeFailed means a major upgrade failed and the
 	// instances run the old version on the data as it was.
 	ReasonMajorUpgradeFailed = "MajorUpgradeFailed"
+	// ConditionServerCertificate is True while the instances serve a valid
+	// certificate; its message says which Secret holds it and when it
+	// expires.
+	ConditionServerCertificate = "ServerCertificate"
+	// ReasonCertificateValid: the served certificate is valid.
+	ReasonCertificateValid = "CertificateValid"
+	// ReasonCertificateInvalid: the Secret spec.tls.serverCertificate
+	// names is missing or holds a certificate daytwo's clients would
+	// refuse; a Database without instances yet waits for it.
+	ReasonCertificateInvalid = "CertificateInvalid"
 	// ReasonRestoreFailed means bootstrap from a backup could not complete.
 	ReasonRestoreFailed = "RestoreFailed"
 	// ReasonImportFailed means bootstrap.import could not complete; the
@@ -154,10 +164,11 @@ type DatabaseSpec struct {
 
 	// image overrides the PostgreSQL image. It must be an image of the same
 	// major version; changing it is how a minor upgrade is asked for.
-	// Defaults to postgres:<version>.
+	// Defaults to postgres:<version>. A digest (name@sha256:<hex>, with or
+	// without a tag) pins it.
 	// +optional
 	// +kubebuilder:validation:MaxLength=512
-	// +kubebuilder:validation:Pattern=`^[^\s@]+$`
+	// +kubebuilder:validation:Pattern=`^[^\s@]+(@sha256:[a-f0-9]{64})?$`
 	Image string `json:"image,omitempty"`
 
 	// size is the tier that sets instances, resources and storage; explicit
@@ -217,6 +228,25 @@ type DatabaseSpec struct {
 	// stream asynchronously.
 	// +optional
 	Replication *DatabaseReplication `json:"replication,omitempty"`
+
+	// tls says which certificate the instances serve. Every network
+	// connection to a Database uses TLS, always: without this field daytwo
+	// issues the certificate from a CA of the Database's own.
+	// +optional
+	TLS *DatabaseTLS `json:"tls,omitempty"`
+}
+
+// DatabaseTLS is spec.tls.
+type DatabaseTLS struct {
+	// serverCertificate names a Secret in the Database's namespace with
+	// tls.crt, tls.key and ca.crt (as cert-manager writes one), served
+	// instead of the certificate daytwo issues. Its certificate must name
+	// the Database's Services (<name>-rw, <name>-ro and the
+	// headless <name>, with .<namespace>.svc) and its pods
+	// (*.<name>.<namespace>.svc); clients verify it against ca.crt. A
+	// renewed Secret is loaded without a restart.
+	// +optional
+	ServerCertificate *LocalObjectReference `json:"serverCertificate,omitempty"`
 }
 
 // DatabaseBackupPolicy is spec.backup: the DatabaseBackup daytwo manages
@@ -733,6 +763,10 @@ const (
 	CredentialsUser     = "username"
 	CredentialsPassword = "password"
 	CredentialsURI      = "uri"
+	// CredentialsCA is the CA certificate (PEM) the Database's server
+	// certificate chains to: clients verify the server with it
+	// (sslmode=verify-full, as the uri says).
+	CredentialsCA = "ca.crt"
 )
 
 // CredentialsSecretName is the name of the Secret holding the Database's
@@ -750,6 +784,17 @@ func (d *Database) PrimaryServiceName() string { return d.Name + "-rw" }
 
 // ReplicaServiceName is the Service that reaches the streaming replicas.
 func (d *Database) ReplicaServiceName() string { return d.Name + "-ro" }
+
+// PrimaryHost is the primary's DNS name in the cluster, as clients verify
+// it against the server certificate.
+func (d *Database) PrimaryHost() string { return d.PrimaryServiceName() + "." + d.Namespace + ".svc" }
+
+// ReplicaHost is the replicas' DNS name in the cluster.
+func (d *Database) ReplicaHost() string { return d.ReplicaServiceName() + "." + d.Namespace + ".svc" }
+
+// InstanceHost is the DNS name of the Database's instance pod, behind the
+// headless Service of the Database's name.
+func (d *Database) InstanceHost(pod string) string { return pod + "." + d.Name + "." + d.Namespace + ".svc" }
 
 // MajorUpgradePhase is where a major upgrade stands.
 // +kubebuilder:validation:Enum=BackingUp;Stopping;Upgrading;Starting;Succeeded;Failed

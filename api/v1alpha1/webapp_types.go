@@ -101,6 +101,19 @@ type WebAppSpec struct {
 	// +listType=atomic
 	EnvFrom []corev1.EnvFromSource `json:"envFrom,omitempty"`
 
+	// serviceAccountName runs the pods as this ServiceAccount; defaults to
+	// the namespace's default.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	ServiceAccountName string `json:"serviceAccountName,omitempty"`
+
+	// automountServiceAccountToken mounts the ServiceAccount's API token
+	// into the pods. Off unless set: most apps never call the Kubernetes
+	// API, and a token they do not need is one an attacker can use.
+	// +optional
+	AutomountServiceAccountToken *bool `json:"automountServiceAccountToken,omitempty"`
+
 	// resources of the container. When unset, daytwo requests 100m CPU and 128Mi memory.
 	// +optional
 	Resources *corev1.ResourceRequirements `json:"resources,omitempty"`

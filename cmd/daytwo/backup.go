@@ -52,6 +52,10 @@ func (s *storageFlags) open() (backup.Storage, string, error) {
 	case s.bucket != "" && s.endpoint != "":
 		st, err := backup.NewS3(backup.S3Config{Endpoint: s.endpoint, Bucket: s.bucket, Region: s.region, Insecure: s.insecure,
 			AccessKeyID: os.Getenv("AWS_ACCESS_KEY_ID"), SecretAccessKey: os.Getenv("AWS_SECRET_ACCESS_KEY")})
+		// Read once: postgres, pg_dump, pg_restore and everything else this
+		// process starts must not inherit the keys.
+		_ = os.Unsetenv("AWS_ACCESS_KEY_ID")
+		_ = os.Unsetenv("AWS_SECRET_ACCESS_KEY")
 		return st, prefix, err
 	default:
 		return nil, "", errors.New("no storage: set a path, or an S3 endpoint and bucket")

@@ -32,7 +32,7 @@ func newInstanceCommand() *cobra.Command {
 
 func newInstanceRunCommand() *cobra.Command {
 	cfg := &instance.Config{}
-	var role, restoreID, termLog, leaseName, namespace, targetTime, targetLSN string
+	var role, restoreID, termLog, leaseName, targetTime, targetLSN string
 	var physical, upgradeOnly, importRoles bool
 	var imp instance.ImportSource
 	var importDatabases []string
@@ -64,7 +64,7 @@ func newInstanceRunCommand() *cobra.Command {
 				// The lease decides; until it is read the instance is no primary.
 				cfg.Role = instanceapi.RoleReplica
 				var err error
-				if lease, err = instance.NewKubeLease(namespace, leaseName); err != nil {
+				if lease, err = instance.NewKubeLease(cfg.Namespace, leaseName); err != nil {
 					return err
 				}
 			}
@@ -141,7 +141,9 @@ func newInstanceRunCommand() *cobra.Command {
 	f.StringVar(&cfg.Pod, instanceapi.FlagPod, os.Getenv("POD_NAME"), "Name of this pod.")
 	f.StringVar(&role, "role", "", "primary or replica, for an instance without --lease.")
 	f.StringVar(&leaseName, instanceapi.FlagLease, "", "The Database's primary Lease: its holder runs as the primary, the others as replicas.")
-	f.StringVar(&namespace, instanceapi.FlagNamespace, os.Getenv("POD_NAMESPACE"), "Namespace of the Lease.")
+	f.StringVar(&cfg.Namespace, instanceapi.FlagNamespace, os.Getenv("POD_NAMESPACE"), "Namespace of the Database and its Lease.")
+	f.BoolVar(&cfg.TLS, instanceapi.FlagTLS, false, "Serve TLS with the certificate in --secrets-dir (tls.crt, tls.key), require it of network connections, "+
+		"and verify other instances against ca.crt.")
 	f.StringVar(&cfg.PrimaryHost, instanceapi.FlagPrimaryHost, "", "Host a replica clones and streams from.")
 	f.IntVar(&cfg.PrimaryPort, "primary-port", 0, "Port of the primary; defaults to --port.")
 	f.StringVar(&peers, instanceapi.FlagPeers, "", "Other instances' addresses, pod=host:port, for a replica to stream from the lease holder; "+

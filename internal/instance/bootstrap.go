@@ -56,7 +56,7 @@ func (m *Manager) cloneFromPrimary(ctx context.Context, dir string) error {
 		host, port := m.upstream()
 		cmd := exec.CommandContext(ctx, m.cfg.bin("pg_basebackup"), "-h", host, "-p", fmt.Sprint(port),
 			"-U", replicationUser, "-D", dir, "-X", "stream", "--checkpoint=fast", "--no-password")
-		cmd.Env = append(os.Environ(), "PGPASSFILE="+m.cfg.passFile(), "PGCONNECT_TIMEOUT=5")
+		cmd.Env = append(append(os.Environ(), "PGPASSFILE="+m.cfg.passFile(), "PGCONNECT_TIMEOUT=5"), m.cfg.sslEnv()...)
 		out, err := cmd.CombinedOutput()
 		if err == nil {
 			return os.Chmod(dir, 0o700)

@@ -29,8 +29,10 @@ type Config struct {
 	HTTPAddress string
 	// Port is PostgreSQL's TCP port.
 	Port int
-	// Cluster is the Database's name (cluster_name).
-	Cluster string
+	// Cluster is the Database's name (cluster_name), in Namespace.
+	Cluster, Namespace string
+	// TLS serves and requires TLS (see tls.go).
+	TLS bool
 	// Pod is this pod's name.
 	Pod string
 	// Role is what this instance runs as.
@@ -151,7 +153,7 @@ func (c *Config) upstream(holder string) (string, int) {
 		return c.PrimaryHost, c.primaryPort()
 	}
 	if c.Peers == nil {
-		return instanceapi.PeerHost(c.Cluster, holder), c.Port
+		return instanceapi.PeerHost(c.Cluster, c.Namespace, holder), c.Port
 	}
 	if host, port, err := net.SplitHostPort(c.Peers[holder]); err == nil {
 		if p, err := strconv.Atoi(port); err == nil {
@@ -182,8 +184,8 @@ func (c *Config) managedConf(role instanceapi.Role, host string, port int, floor
 		// own TCP_USER_TIMEOUT bounds the connect; keepalives notice a dead
 		// primary on a connection already open.
 		fmt.Fprintf(&b, "primary_conninfo = 'host=%s port=%d user=%s passfile=%s application_name=%s "+
-			"connect_timeout=3 tcp_user_timeout=5000 keepalives_idle=5 keepalives_interval=2 keepalives_count=3'\n",
-			host, port, replicationUser, c.passFile(), c.Pod)
+			"connect_timeout=3 tcp_user_timeout=5000 keepalives_idle=5 keepalives_interval=2 keepalives_count=3%s'\n",
+			host, port, replicationUser, c.passFile(), c.Pod, c.sslParams())
 		if r, err := c.replication(); err == nil && slices.Contains(r.Instances, c.Pod) {
 			fmt.Fprintf(&b, "primary_slot_name = '%s'\n", slotName(c.Pod))
 		}
@@ -192,6 +194,7 @@ func (c *Config) managedConf(role instanceapi.Role, host string, port int, floor
 			b.WriteString(floorSettings(floors))
 		}
 	}
+	b.WriteString(c.sslSettings())
 	b.WriteString(c.archiveSettings())
 	fmt.Fprintf(&b, "include_if_exists '%s'\n", syncFile)
 	return b.String()
@@ -201,15 +204,20 @@ func (c *Config) managedConf(role instanceapi.Role, host string, port int, floor
 // ident map, and everyone else only with scram-sha-256 passwords. Nothing is
 // trusted. The socket's directory is private (0700) to the instance
 // manager's user, so the map can let that user, whatever its name, in as
-// postgres.
-func hbaConf() string {
+// postgres. With tls, network connections must use TLS: a plaintext one
+// matches no line and is refused.
+func hbaConf(tls bool) string {
+	host := "host   "
+	if tls {
+		host = "hostssl"
+	}
 	return `# Written by the daytwo instance manager at every start; edits are lost.
 # TYPE  DATABASE     USER                ADDRESS  METHOD
 local   all          postgres                     peer map=daytwo
 local   all          all                          scram-sha-256
-host    replication  ` + replicationUser + `           all      scram-sha-256
-host    all          postgres            all      reject
-host    all          all                 all      scram-sha-256
+` + host + ` replication  ` + replicationUser + `           all      scram-sha-256
+` + host + ` all          postgres            all      reject
+` + host + ` all          all                 all      scram-sha-256
 `
 }
 
@@ -220,7 +228,7 @@ func (c *Config) writeConfig(dir string, role instanceapi.Role, holder string, f
 	host, port := c.upstream(holder)
 	files := map[string]string{
 		filepath.Join(dir, "postgresql.conf"): c.managedConf(role, host, port, floors),
-		filepath.Join(dir, "pg_hba.conf"):     hbaConf(),
+		filepath.Join(dir, "pg_hba.conf"):     hbaConf(c.TLS),
 		filepath.Join(dir, "pg_ident.conf"):   "# Written by the daytwo instance manager.\ndaytwo  /^(.*)$  postgres\n",
 	}
 	names, err := c.startingSyncNames()

@@ -33,7 +33,7 @@ func (m *Manager) primaryReplicationConn(ctx context.Context) (*pgconn.PgConn, e
 	}
 	host, port := m.upstream()
 	cfg, err := pgconn.ParseConfig(fmt.Sprintf("host=%s port=%d user=%s dbname=replication replication=true connect_timeout=3",
-		host, port, replicationUser))
+		host, port, replicationUser) + m.cfg.sslParams())
 	if err != nil {
 		return nil, err
 	}

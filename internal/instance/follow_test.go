@@ -29,7 +29,7 @@ func TestReplayedPastFork(t *testing.T) {
 }
 
 func TestUpstream(t *testing.T) {
-	inCluster := &Config{Cluster: "orders", Pod: "orders-2", Port: 5432, PrimaryHost: "orders-rw"}
+	inCluster := &Config{Cluster: "orders", Namespace: "shop", Pod: "orders-2", Port: 5432, PrimaryHost: "orders-rw"}
 	listed := &Config{Cluster: "orders", Pod: "orders-2", Port: 5432, PrimaryHost: "127.0.0.1", PrimaryPort: 7000,
 		Peers: map[string]string{"orders-0": "127.0.0.1:7001"}}
 	for _, tc := range []struct {
@@ -39,7 +39,7 @@ func TestUpstream(t *testing.T) {
 		host   string
 		port   int
 	}{
-		{"in a pod, the holder's DNS name", inCluster, "orders-1", "orders-1.orders", 5432},
+		{"in a pod, the holder's DNS name", inCluster, "orders-1", "orders-1.orders.shop.svc", 5432},
 		{"holder unknown: the -rw Service", inCluster, "", "orders-rw", 5432},
 		{"holder is this instance, about to be promoted", inCluster, "orders-2", "orders-rw", 5432},
 		{"a listed peer", listed, "orders-0", "127.0.0.1", 7001},

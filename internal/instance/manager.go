@@ -245,6 +245,9 @@ func (m *Manager) prepare(ctx context.Context) error {
 	if err := os.MkdirAll(m.cfg.RunDir, 0o700); err != nil {
 		return fmt.Errorf("failed to create %s: %w", m.cfg.RunDir, err)
 	}
+	if _, err := m.cfg.installTLS(); err != nil {
+		return err
+	}
 	if err := m.learnRole(ctx); err != nil {
 		return err
 	}
@@ -592,6 +595,7 @@ func (m *Manager) monitor(ctx context.Context, fence chan<- error) {
 				hash = newHash
 				m.Reload()
 			}
+			m.refreshTLS()
 			m.observe(ctx, conn, hash)
 			if conn != nil && !conn.IsClosed() {
 				m.manageReplication(ctx, conn)

@@ -71,7 +71,7 @@ func (m *Manager) rejoin(ctx context.Context) error {
 	host, port := m.upstream()
 	m.setMessage("rewinding the data to follow " + host)
 	source := fmt.Sprintf("host=%s port=%d user=%s dbname=postgres passfile=%s connect_timeout=5",
-		host, port, replicationUser, m.cfg.passFile())
+		host, port, replicationUser, m.cfg.passFile()) + m.cfg.sslParams()
 	// Without a checkpoint a just-promoted source still shows the old
 	// timeline in its control file, and pg_rewind would find nothing to
 	// undo. Until the primary answers, wait, as a clone would.

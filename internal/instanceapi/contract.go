@@ -36,6 +36,12 @@ const (
 	// credentials WAL archiving uses, in SecretsDir.
 	SecretArchiveAccessKeyID     = "archive-access-key-id"
 	SecretArchiveSecretAccessKey = "archive-secret-access-key"
+	// SecretTLSCert, SecretTLSKey and SecretTLSCA, in SecretsDir with
+	// FlagTLS, are the server certificate the instance serves, its key, and
+	// the CA it verifies other instances with.
+	SecretTLSCert = "tls.crt"
+	SecretTLSKey  = "tls.key"
+	SecretTLSCA   = "ca.crt"
 )
 
 // Flags of `daytwo instance run` that the pod template sets.
@@ -78,6 +84,10 @@ const (
 	FlagTerminationLog     = "termination-log"
 	FlagLease              = "lease"
 	FlagNamespace          = "namespace"
+	// FlagTLS serves TLS with the files SecretTLSCert and SecretTLSKey,
+	// requires it of every network connection, and verifies other
+	// instances against SecretTLSCA.
+	FlagTLS = "tls"
 )
 
 // ReplicationUser is the role replicas stream as and base backups are
@@ -138,10 +148,13 @@ func LeaseName(cluster string) string { return cluster + "-primary" }
 func HeadlessService(cluster string) string { return cluster }
 
 // PeerHost is the DNS name of the instance pod of the Database named
-// cluster. A replica clones and streams from the lease holder's PeerHost,
-// so it follows a new primary as soon as the lease moves, without waiting
-// for the -rw Service's endpoints to change.
-func PeerHost(cluster, pod string) string { return pod + "." + HeadlessService(cluster) }
+// cluster in namespace, as the server certificate names it. A replica
+// clones and streams from the lease holder's PeerHost, so it follows a new
+// primary as soon as the lease moves, without waiting for the -rw
+// Service's endpoints to change.
+func PeerHost(cluster, namespace, pod string) string {
+	return pod + "." + HeadlessService(cluster) + "." + namespace + ".svc"
+}
 
 // AuthorizationHeader carries "Bearer <token>" on the calls that change an
 // instance (promote); the token is the api-token secret file.

@@ -3,16 +3,8 @@ package webhook
 import (
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
 	"fmt"
-	"math/big"
 	"os"
 	"path/filepath"
 	"time"
@@ -23,6 +15,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/daytwo-dev/daytwo/internal/pki"
 )
 
 // +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingwebhookconfigurations,verbs=get;update,resourceNames=daytwo-validating-webhook
@@ -109,20 +103,8 @@ func (c *Certs) secret(ctx context.Context) (*corev1.Secret, error) {
 // valid: the serving certificate chains to the CA, names the Service and
 // has at least renewBefore left.
 func (c *Certs) valid(data map[string][]byte) bool {
-	pair, err := tls.X509KeyPair(data["tls.crt"], data["tls.key"])
-	if err != nil {
-		return false
-	}
-	leaf, err := x509.ParseCertificate(pair.Certificate[0])
-	if err != nil || c.now().Add(renewBefore).After(leaf.NotAfter) {
-		return false
-	}
-	roots := x509.NewCertPool()
-	if !roots.AppendCertsFromPEM(data["ca.crt"]) {
-		return false
-	}
-	_, err = leaf.Verify(x509.VerifyOptions{DNSName: c.dnsNames()[1], Roots: roots, CurrentTime: c.now()})
-	return err == nil
+	notAfter, err := pki.Verify(data[pki.TLSCert], data[pki.TLSKey], data[pki.CACert], c.dnsNames(), pki.Server, c.now())
+	return err == nil && c.now().Add(renewBefore).Before(notAfter)
 }
 
 func (c *Certs) dnsNames() []string {
@@ -132,46 +114,15 @@ func (c *Certs) dnsNames() []string {
 // generate makes a CA valid for ten years and a serving certificate for a year.
 func (c *Certs) generate() (map[string][]byte, error) {
 	now := c.now()
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	caCert, caKey, err := pki.NewCA("daytwo-webhook-ca", now, 10*365*24*time.Hour)
 	if err != nil {
 		return nil, err
 	}
-	caTmpl := &x509.Certificate{SerialNumber: serial(), Subject: pkix.Name{CommonName: "daytwo-webhook-ca"},
-		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(10 * 365 * 24 * time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	if err != nil {
-		return nil, fmt.Errorf("failed to create the webhook CA: %w", err)
-	}
-	ca, err := x509.ParseCertificate(caDER)
+	cert, key, err := pki.Issue(caCert, caKey, c.dnsNames()[1], c.dnsNames(), pki.Server, now, 365*24*time.Hour)
 	if err != nil {
 		return nil, err
 	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, err
-	}
-	tmpl := &x509.Certificate{SerialNumber: serial(), Subject: pkix.Name{CommonName: c.dnsNames()[1]}, DNSNames: c.dnsNames(),
-		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(365 * 24 * time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
-	if err != nil {
-		return nil, fmt.Errorf("failed to create the webhook certificate: %w", err)
-	}
-	keyDER, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		return nil, err
-	}
-	return map[string][]byte{
-		"ca.crt":  pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}),
-		"tls.crt": pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
-		"tls.key": pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}),
-	}, nil
-}
-
-func serial() *big.Int {
-	n, _ := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
-	return n
+	return map[string][]byte{pki.CACert: caCert, pki.TLSCert: cert, pki.TLSKey: key}, nil
 }
 
 // injectCABundle sets caBundle on every webhook of the configuration.

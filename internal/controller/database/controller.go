@@ -121,6 +121,10 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, db, written *v1alpha1.
 	if err := r.checkChildren(ctx, db, obs); err != nil || obs.conflict != "" {
 		return reconcile.Result{RequeueAfter: conflictRetry}, err
 	}
+	renewIn, err := r.reconcileTLS(ctx, db, obs)
+	if err != nil || obs.conflict != "" || (obs.tls.problem != "" && obs.sts == nil) {
+		return reconcile.Result{RequeueAfter: conflictRetry}, err
+	}
 	if err := r.ensurePrimaryLease(ctx, db, obs); err != nil {
 		return reconcile.Result{}, err
 	}
@@ -164,7 +168,7 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, db, written *v1alpha1.
 	if err := r.labelRoles(ctx, obs.pods, obs.primary); err != nil {
 		return reconcile.Result{}, err
 	}
-	if err := r.nudgePods(ctx, obs.pods, configHash(db, obs.plan)); err != nil {
+	if err := r.nudgePods(ctx, obs.pods, configHash(db, obs.plan)+"/"+obs.tls.version); err != nil {
 		return reconcile.Result{}, err
 	}
 	if err := r.reconcileStorage(ctx, db, obs); err != nil {
@@ -174,6 +178,9 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, db, written *v1alpha1.
 	// After the rollout: a DatabaseBackup that cannot be written must not
 	// hold up the instances.
 	err = errors.Join(err, r.applyManagedBackup(ctx, db, obs))
+	if renewIn > 0 {
+		res.RequeueAfter = soonest(res.RequeueAfter, renewIn)
+	}
 	for _, other := range []reconcile.Result{failoverRes, switchoverRes, drainRes} {
 		res.RequeueAfter = soonest(res.RequeueAfter, other.RequeueAfter)
 	}

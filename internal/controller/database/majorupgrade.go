@@ -448,7 +448,7 @@ func upgradeJob(db *v1alpha1.Database, p plan, in stsInputs, oldImage, newImage 
 		f(instanceapi.FlagTerminationLog, "/dev/termination-log"), f(instanceapi.FlagCluster, db.Name),
 		f(instanceapi.FlagPod, podName(db, 0)), f(instanceapi.FlagPGData, instanceapi.PGData),
 		f(instanceapi.FlagRunDir, instanceapi.RunDir), f(instanceapi.FlagDatabaseUID, string(db.UID)),
-		f(instanceapi.FlagUpgradeFrom, upgradeMount)}
+		f(instanceapi.FlagUpgradeFrom, upgradeMount), "--" + instanceapi.FlagTLS}
 	pg.LivenessProbe, pg.ReadinessProbe, pg.StartupProbe, pg.Lifecycle, pg.Ports = nil, nil, nil, nil, nil
 	pg.WithTerminationMessagePolicy(corev1.TerminationMessageFallbackToLogsOnError)
 	pg.WithVolumeMounts(corev1ac.VolumeMount().WithName(volumeUpgrade).WithMountPath(upgradeMount))

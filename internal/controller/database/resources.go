@@ -1,6 +1,8 @@
 package database
 
 import (
+	"net"
+	"net/url"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
@@ -26,6 +28,7 @@ import (
 
 	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
 	"github.com/daytwo-dev/daytwo/internal/instanceapi"
+	"github.com/daytwo-dev/daytwo/internal/pki"
 )
 
 // LabelDatabase names the Database a pod, volume or other child belongs to.
@@ -93,7 +96,7 @@ func leaseName(db *v1alpha1.Database) string           { return instanceapi.Leas
 // Replicas clone, stream and rewind from the holder's own address
 // (instanceapi.PeerHost) and fall back to it only while they do not know
 // the holder.
-func primaryHost(db *v1alpha1.Database) string { return rwName(db) }
+func primaryHost(db *v1alpha1.Database) string { return db.PrimaryHost() }
 
 // instanceServiceAccount, instanceRole and instanceRoleBinding let the
 // instance managers read, watch and renew their Database's primary Lease,
@@ -286,7 +289,7 @@ func postgresContainer(db *v1alpha1.Database, p plan, in stsInputs) *corev1ac.Co
 		f(instanceapi.FlagPGData, instanceapi.PGData), f(instanceapi.FlagRunDir, instanceapi.RunDir),
 		f(instanceapi.FlagShutdownTimeout, fmt.Sprintf("%ds", terminationGrace-10)),
 		f(instanceapi.FlagDatabaseUID, string(db.UID)), f(instanceapi.FlagBootstrapSource, bootstrapSource(db)),
-		f(instanceapi.FlagLease, leaseName(db)), f(instanceapi.FlagNamespace, "$(POD_NAMESPACE)")}
+		f(instanceapi.FlagLease, leaseName(db)), f(instanceapi.FlagNamespace, "$(POD_NAMESPACE)"), "--" + instanceapi.FlagTLS}
 	if db.Annotations[v1alpha1.AnnotationReuseData] == "true" {
 		args = append(args, "--reuse-data")
 	}
@@ -423,6 +426,10 @@ func podVolumes(db *v1alpha1.Database, p plan) []*corev1ac.VolumeApplyConfigurat
 					WithItems(corev1ac.KeyToPath().WithKey(v1alpha1.CredentialsPassword).WithPath(instanceapi.SecretReplicationPassword))),
 				corev1ac.VolumeProjection().WithSecret(corev1ac.SecretProjection().WithName(apiSecretName(db)).
 					WithItems(corev1ac.KeyToPath().WithKey(v1alpha1.CredentialsPassword).WithPath(instanceapi.SecretAPIToken))),
+				corev1ac.VolumeProjection().WithSecret(corev1ac.SecretProjection().WithName(serverTLSSecretName(db)).
+					WithItems(corev1ac.KeyToPath().WithKey(pki.TLSCert).WithPath(instanceapi.SecretTLSCert),
+						corev1ac.KeyToPath().WithKey(pki.TLSKey).WithPath(instanceapi.SecretTLSKey),
+						corev1ac.KeyToPath().WithKey(pki.CACert).WithPath(instanceapi.SecretTLSCA))),
 			).WithSources(archiveSecrets(p)...)),
 	}
 }
@@ -538,7 +545,7 @@ func credentialsData(db *v1alpha1.Database, password string) map[string][]byte {
 	if b := db.Spec.Bootstrap; b != nil && b.InitDB != nil {
 		database, owner = orDefault(b.InitDB.Database, database), orDefault(b.InitDB.Owner, owner)
 	}
-	host := fmt.Sprintf("%s.%s.svc", rwName(db), db.Namespace)
+	host := db.PrimaryHost()
 	port := strconv.Itoa(instanceapi.PostgresPort)
 	return map[string][]byte{
 		v1alpha1.CredentialsHost:     []byte(host),
@@ -546,8 +553,17 @@ func credentialsData(db *v1alpha1.Database, password string) map[string][]byte {
 		v1alpha1.CredentialsDatabase: []byte(database),
 		v1alpha1.CredentialsUser:     []byte(owner),
 		v1alpha1.CredentialsPassword: []byte(password),
-		v1alpha1.CredentialsURI:      []byte(fmt.Sprintf("postgresql://%s:%s@%s:%s/%s", owner, password, host, port, database)),
+		v1alpha1.CredentialsURI:      []byte(connectionURI(owner, password, host, port, database)),
 	}
+}
+
+// connectionURI is the credentials Secret's uri: it verifies the server's
+// certificate, with the CA from the Secret's ca.crt (PGSSLROOTCERT, or
+// sslrootcert added by the client).
+func connectionURI(user, password, host, port, database string) string {
+	u := url.URL{Scheme: "postgresql", User: url.UserPassword(user, password), Host: net.JoinHostPort(host, port), Path: "/" + database,
+		RawQuery: "sslmode=verify-full"}
+	return u.String()
 }
 
 func orDefault(v, def string) string {

@@ -31,6 +31,8 @@ type observation struct {
 	templateImage string
 
 	conflict string
+	// tls is the served certificate (see reconcileTLS).
+	tls tlsState
 	// archiveNote says a second Physical DatabaseBackup archives nothing.
 	archiveNote      string
 	restoreFailed    string
@@ -94,6 +96,14 @@ func setStatus(db *v1alpha1.Database, obs *observation) {
 	if obs.conflict != "" {
 		st.Phase, st.Ready = v1alpha1.DatabasePhaseDegraded, false
 		set(v1alpha1.ConditionReady, false, v1alpha1.ReasonConflictingResource, obs.conflict)
+		return
+	}
+	if obs.tls.problem != "" && obs.sts == nil {
+		st.Phase, st.Ready = v1alpha1.DatabasePhaseCreating, false
+		set(v1alpha1.ConditionReady, false, v1alpha1.ReasonCertificateInvalid, obs.tls.problem)
+	}
+	setCertificateCondition(st, obs, set)
+	if obs.tls.problem != "" && obs.sts == nil {
 		return
 	}
 	if obs.restoreFailed != "" {
@@ -259,4 +269,16 @@ func primaryError(pods []corev1.Pod, primary string) (string, string) {
 		}
 	}
 	return "", ""
+}
+
+// setCertificateCondition says which certificate the instances serve and
+// until when, or why the one spec.tls names cannot be served.
+func setCertificateCondition(st *v1alpha1.DatabaseStatus, obs *observation, set func(string, bool, string, string)) {
+	switch {
+	case obs.tls.problem != "":
+		set(v1alpha1.ConditionServerCertificate, false, v1alpha1.ReasonCertificateInvalid, obs.tls.problem)
+	case obs.tls.secret != "":
+		set(v1alpha1.ConditionServerCertificate, true, v1alpha1.ReasonCertificateValid,
+			fmt.Sprintf("Serving the certificate in Secret %s, valid until %s", obs.tls.secret, obs.tls.notAfter.UTC().Format(time.RFC3339)))
+	}
 }

@@ -273,10 +273,10 @@ func (r *Reconciler) jobInputs(db *v1alpha1.Database) jobInputs {
 		image = postgres.DefaultImage(db.Spec.Version)
 	}
 	in := jobInputs{image: image, instanceImage: r.InstanceImage, credentials: db.CredentialsSecretName(),
-		replication: db.ReplicationSecretName(), primary: db.PrimaryServiceName()}
+		replication: db.ReplicationSecretName(), primary: db.PrimaryHost()}
 	if db.Status.ReadyInstances > 1 {
 		// A ready replica streams: base backups spare the primary.
-		in.replicas = db.ReplicaServiceName()
+		in.replicas = db.ReplicaHost()
 	}
 	return in
 }

@@ -126,14 +126,18 @@ func PhysicalOf(backups []v1alpha1.DatabaseBackup, db string) []v1alpha1.Databas
 	return out
 }
 
+// caMount holds the Database's CA (the credentials Secret's ca.crt) in a
+// backup Job.
+const caMount = "/etc/daytwo/ca"
+
 // jobInputs are the facts a backup Job needs beyond the DatabaseBackup.
 type jobInputs struct {
 	image         string // the Database's PostgreSQL image (pg_dump matches the server)
 	instanceImage string // the daytwo image the init container copies from
 	credentials   string // the Database's credentials Secret
 	// replication is the Database's replication Secret and primary the
-	// Service of its primary; replicas, when one streams, the Service of
-	// its replicas: a Physical run streams a base backup from a replica,
+	// host of its primary; replicas, when one streams, the host of its
+	// replicas: a Physical run streams a base backup from a replica,
 	// sparing the primary, or else from the primary.
 	replication, primary, replicas string
 }
@@ -161,6 +165,9 @@ func backupJob(b *v1alpha1.DatabaseBackup, in jobInputs, t time.Time) *batchv1.J
 		}
 		env = append(libpqEnv(in.credentials), env...)
 	}
+	// Both verify the server: TLS with its name, against the Database's CA.
+	env = append(env, corev1.EnvVar{Name: "PGSSLMODE", Value: "verify-full"},
+		corev1.EnvVar{Name: "PGSSLROOTCERT", Value: caMount + "/" + v1alpha1.CredentialsCA})
 	labels := map[string]string{
 		labelBackup: b.Name, labelScheduled: strconv.FormatInt(t.Unix(), 10),
 		"app.kubernetes.io/name": "daytwo-backup", "app.kubernetes.io/instance": b.Name, "app.kubernetes.io/managed-by": "daytwo",
@@ -185,11 +192,14 @@ func backupJob(b *v1alpha1.DatabaseBackup, in jobInputs, t time.Time) *batchv1.J
 			// Two 64MiB upload parts in flight, pg_dump and the Go runtime.
 			Resources: resources("100m", "256Mi", "1", "1Gi"),
 			VolumeMounts: append([]corev1.VolumeMount{
-				{Name: "controller", MountPath: controllerMount}, {Name: "tmp", MountPath: "/tmp"}}, mounts...),
+				{Name: "controller", MountPath: controllerMount}, {Name: "tmp", MountPath: "/tmp"},
+				{Name: "ca", MountPath: caMount, ReadOnly: true}}, mounts...),
 		}},
 		Volumes: append([]corev1.Volume{
 			{Name: "controller", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
 			{Name: "tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+			{Name: "ca", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: in.credentials,
+				Items: []corev1.KeyToPath{{Key: v1alpha1.CredentialsCA, Path: v1alpha1.CredentialsCA}}}}},
 		}, vols...),
 	}
 	return &batchv1.Job{

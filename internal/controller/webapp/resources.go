@@ -137,16 +137,23 @@ func rollingUpdate(app *v1alpha1.WebApp) *appsv1ac.DeploymentStrategyApplyConfig
 // podTemplate is the pod template the spec asks for, annotated with the hash
 // of its own content so a failed revision can be recognised later.
 func podTemplate(app *v1alpha1.WebApp, in podInputs) *corev1ac.PodTemplateSpecApplyConfiguration {
+	c := container(app, in)
+	spec := corev1ac.PodSpec().
+		WithEnableServiceLinks(false).
+		// Most apps never call the Kubernetes API: no token unless asked.
+		WithAutomountServiceAccountToken(ptr.Deref(app.Spec.AutomountServiceAccountToken, false)).
+		WithSecurityContext(corev1ac.PodSecurityContext().
+			WithRunAsNonRoot(true).
+			WithSeccompProfile(corev1ac.SeccompProfile().WithType(corev1.SeccompProfileTypeRuntimeDefault)))
+	if app.Spec.ServiceAccountName != "" {
+		spec.WithServiceAccountName(app.Spec.ServiceAccountName)
+	}
+	databaseCA(spec, c, in)
 	t := corev1ac.PodTemplateSpec().
 		WithLabels(labels(app)).
 		WithLabels(in.selector).
 		WithAnnotations(map[string]string{annotationConfigHash: in.configHash}).
-		WithSpec(corev1ac.PodSpec().
-			WithEnableServiceLinks(false).
-			WithSecurityContext(corev1ac.PodSecurityContext().
-				WithRunAsNonRoot(true).
-				WithSeccompProfile(corev1ac.SeccompProfile().WithType(corev1.SeccompProfileTypeRuntimeDefault))).
-			WithContainers(container(app, in)))
+		WithSpec(spec.WithContainers(c))
 	t.WithAnnotations(map[string]string{annotationTemplateHash: hashOf(t)})
 	return t
 }
@@ -198,7 +205,25 @@ func env(app *v1alpha1.WebApp, in podInputs) []corev1.EnvVar {
 		out = append(out, corev1.EnvVar{Name: kv[0], ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
 			LocalObjectReference: corev1.LocalObjectReference{Name: in.databaseSecret}, Key: kv[1]}}})
 	}
-	return out
+	// libpq, pgx and most drivers read these: the app verifies the server
+	// with no step of its own.
+	return append(out, corev1.EnvVar{Name: "PGSSLMODE", Value: "verify-full"},
+		corev1.EnvVar{Name: "PGSSLROOTCERT", Value: databaseCAMount + "/" + v1alpha1.CredentialsCA})
+}
+
+// databaseCAMount holds the Database's CA (the credentials Secret's
+// ca.crt) in a WebApp's pods with a databaseRef.
+const databaseCAMount = "/etc/daytwo/database"
+
+// databaseCA mounts the Database's CA, with a databaseRef.
+func databaseCA(t *corev1ac.PodSpecApplyConfiguration, c *corev1ac.ContainerApplyConfiguration, in podInputs) {
+	if in.databaseSecret == "" {
+		return
+	}
+	t.WithVolumes(corev1ac.Volume().WithName("database-ca").WithSecret(corev1ac.SecretVolumeSource().
+		WithSecretName(in.databaseSecret).
+		WithItems(corev1ac.KeyToPath().WithKey(v1alpha1.CredentialsCA).WithPath(v1alpha1.CredentialsCA))))
+	c.WithVolumeMounts(corev1ac.VolumeMount().WithName("database-ca").WithMountPath(databaseCAMount).WithReadOnly(true))
 }
 
 // resources defaults to a small request, so the scheduler and the HPA have

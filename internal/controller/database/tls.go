@@ -1,0 +1,258 @@
+package database
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
+	"github.com/daytwo-dev/daytwo/internal/pki"
+)
+
+// TLS: every Database serves TLS, and every network connection to it must
+// use TLS (pg_hba.conf has only hostssl lines). Without spec.tls daytwo
+// keeps a CA per Database in <name>-ca and issues the server certificate,
+// for every Service and pod name, into <name>-server-tls; it renews it a
+// third of its life before expiry and the instance managers reload it
+// without a restart. The credentials Secret carries the CA (ca.crt) and a
+// uri with sslmode=verify-full.
+const (
+	caValidity     = 10 * 365 * 24 * time.Hour
+	serverValidity = 90 * 24 * time.Hour
+	serverRenewal  = 30 * 24 * time.Hour
+	// annNotAfter, on the server certificate's Secret, is when the
+	// certificate expires, and annNames a fingerprint of the names it
+	// carries: the operator decides on renewal from cached metadata alone.
+	annNotAfter = "daytwo.dev/not-after"
+	annNames    = "daytwo.dev/names"
+	// annCA, on the server certificate's Secret and the credentials
+	// Secret, is the fingerprint of the CA certificate they carry.
+	annCA = "daytwo.dev/ca"
+)
+
+func caSecretName(db *v1alpha1.Database) string        { return db.Name + "-ca" }
+func ownServerTLSSecretName(db *v1alpha1.Database) string { return db.Name + "-server-tls" }
+
+// serverTLSSecretName is the Secret whose certificate the instances serve.
+func serverTLSSecretName(db *v1alpha1.Database) string {
+	if t := db.Spec.TLS; t != nil && t.ServerCertificate != nil {
+		return t.ServerCertificate.Name
+	}
+	return ownServerTLSSecretName(db)
+}
+
+// serverNames are the names daytwo's own server certificates carry: each
+// Service in every form a client in the cluster may use, and every pod
+// behind the headless Service.
+func serverNames(db *v1alpha1.Database) []string {
+	var names []string
+	for _, svc := range []string{rwName(db), roName(db), headlessName(db), "*." + headlessName(db)} {
+		names = append(names, svc, svc+"."+db.Namespace, svc+"."+db.Namespace+".svc", svc+"."+db.Namespace+".svc.cluster.local")
+	}
+	return names
+}
+
+// requiredNames are the names daytwo's own clients connect with, which a
+// user's certificate must carry: the Services and the instances' peer
+// names (instanceapi.PeerHost), checked with the first pod's.
+func requiredNames(db *v1alpha1.Database) []string {
+	return []string{db.PrimaryHost(), db.ReplicaHost(), db.InstanceHost(podName(db, 0))}
+}
+
+// tlsState is what reconcileTLS learned: which Secret the instances serve,
+// the fingerprint of the CA clients verify with, and whether the
+// certificate is usable.
+type tlsState struct {
+	secret string
+	// version is the served Secret's resourceVersion: a change makes the
+	// kubelet refresh the instances' copy at once (see nudgePods).
+	version string
+	ca      string
+	// problem says why a user's certificate cannot be served.
+	problem  string
+	notAfter time.Time
+}
+
+// reconcileTLS makes sure the instances have a valid certificate to serve
+// and the credentials Secret carries its CA. It returns when to look again.
+func (r *Reconciler) reconcileTLS(ctx context.Context, db *v1alpha1.Database, obs *observation) (time.Duration, error) {
+	var err error
+	if t := db.Spec.TLS; t != nil && t.ServerCertificate != nil {
+		err = r.checkUserCertificate(ctx, db, obs)
+	} else {
+		err = r.ensureServerCertificate(ctx, db, obs)
+	}
+	if err != nil || obs.tls.problem != "" {
+		return 0, err
+	}
+	if err := r.syncCredentialsCA(ctx, db, obs.tls); err != nil {
+		return 0, err
+	}
+	return max(obs.tls.notAfter.Add(-serverRenewal).Sub(obs.now), time.Minute), nil
+}
+
+// ensureServerCertificate issues the server certificate from the
+// Database's CA when there is none, it expires within serverRenewal, or
+// its names or CA are not the current ones.
+func (r *Reconciler) ensureServerCertificate(ctx context.Context, db *v1alpha1.Database, obs *observation) error {
+	name := ownServerTLSSecretName(db)
+	meta := metadataOf(corev1.SchemeGroupVersion.WithKind("Secret"), db.Namespace, name)
+	err := r.Client.Get(ctx, client.ObjectKeyFromObject(meta), meta)
+	if client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("failed to get Secret %s: %w", name, err)
+	}
+	exists := err == nil
+	if exists {
+		if owner := metav1.GetControllerOf(meta); owner == nil || owner.UID != db.UID {
+			obs.conflict = fmt.Sprintf("Secret %s exists and does not belong to this Database", name)
+			return nil
+		}
+		notAfter, _ := time.Parse(time.RFC3339, meta.Annotations[annNotAfter])
+		if meta.Annotations[annNames] == pki.Fingerprint([]byte(strings.Join(serverNames(db), ","))) &&
+			meta.Annotations[annCA] != "" && obs.now.Add(serverRenewal).Before(notAfter) {
+			obs.tls = tlsState{secret: name, version: meta.ResourceVersion, ca: meta.Annotations[annCA], notAfter: notAfter}
+			return nil
+		}
+	}
+	caCert, caKey, err := r.ensureCA(ctx, db, obs)
+	if err != nil || obs.conflict != "" {
+		return err
+	}
+	cert, key, err := pki.Issue(caCert, caKey, db.PrimaryHost(), serverNames(db), pki.Server, obs.now, serverValidity)
+	if err != nil {
+		return err
+	}
+	notAfter := obs.now.Add(serverValidity).UTC().Truncate(time.Second)
+	s := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: db.Namespace, Labels: labels(db), Annotations: map[string]string{
+			annNotAfter: notAfter.Format(time.RFC3339),
+			annNames:    pki.Fingerprint([]byte(strings.Join(serverNames(db), ","))),
+			annCA:       pki.Fingerprint(caCert),
+		}},
+		Type: corev1.SecretTypeTLS,
+		Data: map[string][]byte{pki.TLSCert: cert, pki.TLSKey: key, pki.CACert: caCert},
+	}
+	if err := controllerutil.SetControllerReference(db, s, r.Client.Scheme()); err != nil {
+		return err
+	}
+	if exists {
+		s.ResourceVersion = meta.ResourceVersion
+		err = r.Client.Update(ctx, s)
+	} else {
+		err = r.Client.Create(ctx, s)
+	}
+	if err != nil {
+		return fmt.Errorf("failed to write Secret %s: %w", name, err)
+	}
+	verb := "Issued"
+	if exists {
+		verb = "Renewed"
+	}
+	r.Recorder.Eventf(db, s, corev1.EventTypeNormal, "Certificate"+verb, "IssueCertificate",
+		"%s the server certificate in Secret %s, valid until %s", verb, name, notAfter.Format(time.RFC3339))
+	obs.tls = tlsState{secret: name, version: s.ResourceVersion, ca: pki.Fingerprint(caCert), notAfter: notAfter}
+	return nil
+}
+
+// ensureCA returns the Database's CA, creating it once. It is kept for the
+// Database's life: clients trust it, so replacing it would break them.
+func (r *Reconciler) ensureCA(ctx context.Context, db *v1alpha1.Database, obs *observation) (cert, key []byte, err error) {
+	name := caSecretName(db)
+	s := &corev1.Secret{}
+	err = r.APIReader.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: name}, s)
+	if err == nil {
+		if owner := metav1.GetControllerOf(s); (owner == nil || owner.UID != db.UID) && s.Labels[labelDatabase] != db.Name {
+			obs.conflict = fmt.Sprintf("Secret %s exists and does not belong to this Database", name)
+			return nil, nil, nil
+		}
+		return s.Data[pki.CACert], s.Data[pki.CAKey], nil
+	}
+	if !apierrors.IsNotFound(err) {
+		return nil, nil, fmt.Errorf("failed to get Secret %s: %w", name, err)
+	}
+	cert, key, err = pki.NewCA(db.Namespace+"/"+db.Name+" daytwo CA", obs.now, caValidity)
+	if err != nil {
+		return nil, nil, err
+	}
+	s = &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: db.Namespace, Labels: labels(db)},
+		Type:       corev1.SecretTypeOpaque,
+		Data:       map[string][]byte{pki.CACert: cert, pki.CAKey: key},
+	}
+	if err := controllerutil.SetControllerReference(db, s, r.Client.Scheme()); err != nil {
+		return nil, nil, err
+	}
+	if err := r.Client.Create(ctx, s); err != nil {
+		return nil, nil, fmt.Errorf("failed to create Secret %s: %w", name, err)
+	}
+	return cert, key, nil
+}
+
+// checkUserCertificate reads the Secret spec.tls.serverCertificate names
+// and checks that it can be served: a valid pair, chained to its ca.crt,
+// carrying the names daytwo's clients connect with.
+func (r *Reconciler) checkUserCertificate(ctx context.Context, db *v1alpha1.Database, obs *observation) error {
+	name := db.Spec.TLS.ServerCertificate.Name
+	s := &corev1.Secret{}
+	err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: name}, s)
+	if apierrors.IsNotFound(err) {
+		obs.tls.problem = fmt.Sprintf("spec.tls.serverCertificate: Secret %s does not exist", name)
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("failed to get Secret %s: %w", name, err)
+	}
+	for _, key := range []string{pki.TLSCert, pki.TLSKey, pki.CACert} {
+		if len(s.Data[key]) == 0 {
+			obs.tls.problem = fmt.Sprintf("spec.tls.serverCertificate: Secret %s has no %s", name, key)
+			return nil
+		}
+	}
+	notAfter, err := pki.Verify(s.Data[pki.TLSCert], s.Data[pki.TLSKey], s.Data[pki.CACert], requiredNames(db), pki.Server, obs.now)
+	if err != nil {
+		obs.tls.problem = fmt.Sprintf("spec.tls.serverCertificate: Secret %s: %v", name, err)
+		return nil
+	}
+	obs.tls = tlsState{secret: name, version: s.ResourceVersion, ca: pki.Fingerprint(s.Data[pki.CACert]), notAfter: notAfter}
+	return nil
+}
+
+// syncCredentialsCA writes the served certificate's CA into the
+// credentials Secret, with a uri that verifies the server, when the Secret
+// does not carry that CA yet: on creation, for a Secret an older daytwo
+// made, and when spec.tls changes the CA.
+func (r *Reconciler) syncCredentialsCA(ctx context.Context, db *v1alpha1.Database, t tlsState) error {
+	name := db.CredentialsSecretName()
+	meta := metadataOf(corev1.SchemeGroupVersion.WithKind("Secret"), db.Namespace, name)
+	if err := r.Client.Get(ctx, client.ObjectKeyFromObject(meta), meta); err == nil && meta.Annotations[annCA] == t.ca {
+		return nil
+	}
+	served := &corev1.Secret{}
+	if err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: t.secret}, served); err != nil {
+		return fmt.Errorf("failed to get Secret %s: %w", t.secret, err)
+	}
+	creds := &corev1.Secret{}
+	if err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: name}, creds); err != nil {
+		return fmt.Errorf("failed to get Secret %s: %w", name, err)
+	}
+	base := creds.DeepCopy()
+	if creds.Annotations == nil {
+		creds.Annotations = map[string]string{}
+	}
+	creds.Annotations[annCA] = t.ca
+	d := creds.Data
+	d[v1alpha1.CredentialsCA] = served.Data[pki.CACert]
+	d[v1alpha1.CredentialsURI] = []byte(connectionURI(string(d[v1alpha1.CredentialsUser]), string(d[v1alpha1.CredentialsPassword]),
+		string(d[v1alpha1.CredentialsHost]), string(d[v1alpha1.CredentialsPort]), string(d[v1alpha1.CredentialsDatabase])))
+	if err := r.Client.Patch(ctx, creds, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
+		return fmt.Errorf("failed to write the CA into Secret %s: %w", name, err)
+	}
+	return nil
+}

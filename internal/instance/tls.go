@@ -1,0 +1,112 @@
+package instance
+
+import (
+	"bytes"
+	"crypto/tls"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/daytwo-dev/daytwo/internal/instanceapi"
+)
+
+// TLS: with Config.TLS the operator projects the server certificate, its
+// key and the CA into SecretsDir. The instance manager installs private
+// copies (postgres refuses a key others can read, and a projected file is
+// group-readable) in RunDir/tls, serves them, and requires TLS of every
+// network connection. Its own connections to other instances (clone,
+// stream, rewind, slot commands) verify the server against the CA and the
+// name it dials. A renewed certificate is installed and postgres reloaded,
+// which re-reads it, with no restart.
+
+func (c *Config) tlsDir() string { return filepath.Join(c.RunDir, "tls") }
+
+// tlsFiles maps each projected file to its installed copy.
+func (c *Config) tlsFiles() map[string]string {
+	return map[string]string{
+		instanceapi.SecretTLSCert: filepath.Join(c.tlsDir(), "server.crt"),
+		instanceapi.SecretTLSKey:  filepath.Join(c.tlsDir(), "server.key"),
+		instanceapi.SecretTLSCA:   filepath.Join(c.tlsDir(), "ca.crt"),
+	}
+}
+
+// installTLS copies the projected TLS files into tlsDir when they differ
+// from the installed ones, and says whether it did. A certificate that
+// does not match its key is refused: the installed pair stays.
+func (c *Config) installTLS() (bool, error) {
+	if !c.TLS {
+		return false, nil
+	}
+	read := map[string][]byte{}
+	changed := false
+	for name, installed := range c.tlsFiles() {
+		b, err := os.ReadFile(filepath.Join(c.SecretsDir, name))
+		if err != nil {
+			return false, fmt.Errorf("failed to read the TLS file %s: %w", name, err)
+		}
+		read[name] = b
+		if old, err := os.ReadFile(installed); err != nil || !bytes.Equal(old, b) {
+			changed = true
+		}
+	}
+	if !changed {
+		return false, nil
+	}
+	if _, err := tls.X509KeyPair(read[instanceapi.SecretTLSCert], read[instanceapi.SecretTLSKey]); err != nil {
+		return false, fmt.Errorf("the projected server certificate does not match its key: %w", err)
+	}
+	if err := os.MkdirAll(c.tlsDir(), 0o700); err != nil {
+		return false, fmt.Errorf("failed to create %s: %w", c.tlsDir(), err)
+	}
+	for name, installed := range c.tlsFiles() {
+		if err := writeFileAtomic(installed, string(read[name])); err != nil {
+			return false, err
+		}
+	}
+	return true, nil
+}
+
+// sslSettings are the postgresql.conf lines that serve TLS.
+func (c *Config) sslSettings() string {
+	if !c.TLS {
+		return ""
+	}
+	f := c.tlsFiles()
+	return fmt.Sprintf("ssl = on\nssl_cert_file = '%s'\nssl_key_file = '%s'\nssl_min_protocol_version = 'TLSv1.2'\n",
+		f[instanceapi.SecretTLSCert], f[instanceapi.SecretTLSKey])
+}
+
+// sslParams are the libpq connection parameters this instance connects to
+// another with: verify the server's certificate and name.
+func (c *Config) sslParams() string {
+	if !c.TLS {
+		return ""
+	}
+	return fmt.Sprintf(" sslmode=verify-full sslrootcert=%s sslcert=%s sslkey=%s", c.tlsFiles()[instanceapi.SecretTLSCA], c.noClientCert(), c.noClientCert())
+}
+
+// noClientCert is a file that never exists: libpq would otherwise look for
+// a client certificate in $HOME/.postgresql, which may be unreadable.
+func (c *Config) noClientCert() string { return filepath.Join(c.tlsDir(), "no-client-certificate") }
+
+// sslEnv is sslParams for a libpq program (pg_basebackup).
+func (c *Config) sslEnv() []string {
+	if !c.TLS {
+		return nil
+	}
+	return []string{"PGSSLMODE=verify-full", "PGSSLROOTCERT=" + c.tlsFiles()[instanceapi.SecretTLSCA],
+		"PGSSLCERT=" + c.noClientCert(), "PGSSLKEY=" + c.noClientCert()}
+}
+
+// refreshTLS installs a renewed certificate and has postgres reload it.
+func (m *Manager) refreshTLS() {
+	changed, err := m.cfg.installTLS()
+	if err != nil {
+		m.log.Error(err, "Failed to install the renewed TLS certificate; serving the previous one")
+		return
+	}
+	if changed {
+		m.log.Info("Installed a renewed TLS certificate; reloading")
+		m.Reload()
+	}
+}

@@ -1,0 +1,121 @@
+package instance_test
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/daytwo-dev/daytwo/internal/pki"
+)
+
+// testCA issues server certificates for localhost, as the operator does
+// for a Database's names.
+type testCA struct {
+	t         *testing.T
+	cert, key []byte
+}
+
+func newTestCA(t *testing.T) *testCA {
+	cert, key, err := pki.NewCA("test CA", time.Now(), time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &testCA{t: t, cert: cert, key: key}
+}
+
+// issue projects a new server certificate into in's secrets, as the
+// kubelet does, and returns its serial number.
+func (ca *testCA) issue(in *instance) string {
+	cert, key, err := pki.Issue(ca.cert, ca.key, "localhost", []string{"localhost"}, pki.Server, time.Now(), time.Hour)
+	if err != nil {
+		ca.t.Fatal(err)
+	}
+	for name, b := range map[string][]byte{"tls.crt": cert, "tls.key": key, "ca.crt": ca.cert} {
+		in.writeFile("secrets/"+name+".new", string(b))
+		if err := os.Rename(filepath.Join(in.root, "secrets", name+".new"), filepath.Join(in.root, "secrets", name)); err != nil {
+			ca.t.Fatal(err)
+		}
+	}
+	pair, err := tls.X509KeyPair(cert, key)
+	if err != nil {
+		ca.t.Fatal(err)
+	}
+	return pair.Leaf.SerialNumber.String()
+}
+
+// servedSerial connects with sslmode=verify-full and returns the serial
+// number of the certificate the server presented.
+func (ca *testCA) servedSerial(ctx context.Context, in *instance) (string, error) {
+	root := filepath.Join(ca.t.TempDir(), "ca.crt")
+	if err := os.WriteFile(root, ca.cert, 0o600); err != nil {
+		return "", err
+	}
+	cfg, err := pgx.ParseConfig(fmt.Sprintf("host=localhost port=%d dbname=orders user=shop sslmode=verify-full sslrootcert=%s", in.pgPort, root))
+	if err != nil {
+		return "", err
+	}
+	cfg.Password = appPassword
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return "", err
+	}
+	defer func() { _ = conn.Close(ctx) }()
+	tc, ok := conn.PgConn().Conn().(*tls.Conn)
+	if !ok {
+		return "", fmt.Errorf("the connection is not TLS: %T", conn.PgConn().Conn())
+	}
+	return tc.ConnectionState().PeerCertificates[0].SerialNumber.String(), nil
+}
+
+// With --tls the instance serves its projected certificate, refuses every
+// plaintext network connection, streams to a replica over verified TLS,
+// and serves a renewed certificate without restarting postgres.
+func TestTLSRequiredVerifiedAndRenewedWithoutRestart(t *testing.T) {
+	ctx := context.Background()
+	ca := newTestCA(t)
+	prim := newInstance(t, "--tls")
+	first := ca.issue(prim)
+	prim.start("orders-0")
+	prim.waitReady(time.Minute)
+
+	if serial, err := ca.servedSerial(ctx, prim); err != nil || serial != first {
+		t.Fatalf("verify-full against localhost: serial %s, err %v; want the projected certificate %s", serial, err, first)
+	}
+	if _, err := prim.connect(ctx, "shop", appPassword, "orders"); err == nil || !strings.Contains(err.Error(), "no encryption") {
+		t.Errorf("a plaintext connection was not refused for its lack of encryption: %v", err)
+	}
+
+	rep := newInstance(t, "--tls", "--role", "replica", "--primary-host", "localhost", "--primary-port", strconv.Itoa(prim.pgPort))
+	ca.issue(rep)
+	rep.start("orders-1")
+	rep.waitReady(2 * time.Minute)
+	if got := prim.superuser("SELECT s.ssl FROM pg_stat_replication r JOIN pg_stat_ssl s USING (pid)"); got != "t" {
+		t.Errorf("the replica streams without TLS: pg_stat_ssl.ssl = %q", got)
+	}
+
+	started := prim.superuser("SELECT pg_postmaster_start_time()")
+	renewed := ca.issue(prim)
+	eventually(t, 30*time.Second, func() bool {
+		serial, err := ca.servedSerial(ctx, prim)
+		return err == nil && serial == renewed
+	}, "the renewed certificate served")
+	if now := prim.superuser("SELECT pg_postmaster_start_time()"); now != started {
+		t.Errorf("postgres restarted to serve the renewed certificate: started %s, then %s", started, now)
+	}
+
+	// A certificate that does not match its key is not installed: the
+	// server keeps serving the previous pair.
+	prim.writeFile("secrets/tls.key", "not a key")
+	time.Sleep(3 * time.Second)
+	if serial, err := ca.servedSerial(ctx, prim); err != nil || serial != renewed {
+		t.Errorf("after a broken renewal: serial %s, err %v; want the previous %s", serial, err, renewed)
+	}
+}
