@@ -794,7 +794,9 @@ func (d *Database) ReplicaHost() string { return d.ReplicaServiceName() + "." + 
 
 // InstanceHost is the DNS name of the Database's instance pod, behind the
 // headless Service of the Database's name.
-func (d *Database) InstanceHost(pod string) string { return pod + "." + d.Name + "." + d.Namespace + ".svc" }
+func (d *Database) InstanceHost(pod string) string {
+	return pod + "." + d.Name + "." + d.Namespace + ".svc"
+}
 
 // MajorUpgradePhase is where a major upgrade stands.
 // +kubebuilder:validation:Enum=BackingUp;Stopping;Upgrading;Starting;Succeeded;Failed

@@ -1,12 +1,12 @@
 package database
 
 import (
-	"net"
-	"net/url"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
 	"maps"
+	"net"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"

@@ -37,7 +37,7 @@ const (
 	annCA = "daytwo.dev/ca"
 )
 
-func caSecretName(db *v1alpha1.Database) string        { return db.Name + "-ca" }
+func caSecretName(db *v1alpha1.Database) string           { return db.Name + "-ca" }
 func ownServerTLSSecretName(db *v1alpha1.Database) string { return db.Name + "-server-tls" }
 
 // serverTLSSecretName is the Secret whose certificate the instances serve.
