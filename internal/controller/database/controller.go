@@ -3,6 +3,7 @@ package database
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -109,7 +110,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (_ re
 // Database as the API server has it, which the status write at the end
 // patches.
 func (r *Reconciler) reconcileNormal(ctx context.Context, db, written *v1alpha1.Database) (reconcile.Result, error) {
-	obs := &observation{plan: newPlan(db), written: written}
+	obs := &observation{plan: newPlan(db), written: written, now: r.Clock.Now()}
 	defer func() { setStatus(db, obs) }()
 
 	if obs.invalid = validate(db, obs.plan); obs.invalid != "" {
@@ -236,6 +237,14 @@ func (r *Reconciler) SetupWithManager(mgr manager.Manager) error {
 		r.Instances = instanceapi.NewClient(time.Second)
 	}
 	registerMetrics()
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &v1alpha1.Database{}, certificateIndex, func(o client.Object) []string {
+		if t := o.(*v1alpha1.Database).Spec.TLS; t != nil && t.ServerCertificate != nil {
+			return []string{t.ServerCertificate.Name}
+		}
+		return nil
+	}); err != nil {
+		return fmt.Errorf("failed to index Databases by certificate Secret: %w", err)
+	}
 	// Pods and volumes belong to the StatefulSet, not to the Database: map them by label.
 	byLabel := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, obj client.Object) []reconcile.Request {
 		name, ok := obj.GetLabels()[labelDatabase]
@@ -259,6 +268,8 @@ func (r *Reconciler) SetupWithManager(mgr manager.Manager) error {
 		Owns(&rbacv1.Role{}).
 		Owns(&rbacv1.RoleBinding{}).
 		Watches(&corev1.Pod{}, byLabel).
+		// A user's certificate Secret (spec.tls), renewed or fixed.
+		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.usingCertificate), builder.OnlyMetadata).
 		// A cordoned node (a drain) moves its primary elsewhere first.
 		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.primariesOn), builder.WithPredicates(cordonChanged)).
 		Watches(&corev1.PersistentVolumeClaim{}, byLabel).

@@ -168,7 +168,7 @@ func TestChildrenHaveTheRightShape(t *testing.T) {
 		t.Fatal(err)
 	}
 	password := string(secret.Data["password"])
-	if len(password) != 32 || string(secret.Data["uri"]) != "postgresql://app:"+password+"@orders-rw."+ns+".svc:5432/app" {
+	if len(password) != 32 || string(secret.Data["uri"]) != "postgresql://app:"+password+"@orders-rw."+ns+".svc:5432/app?sslmode=verify-full" {
 		t.Errorf("credentials Secret: %q", secret.Data["uri"])
 	}
 	if _, err := get(ns, "orders-replication", &corev1.Secret{}); err != nil {

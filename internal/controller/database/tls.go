@@ -10,7 +10,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
 	"github.com/daytwo-dev/daytwo/internal/pki"
@@ -114,9 +117,7 @@ func (r *Reconciler) ensureServerCertificate(ctx context.Context, db *v1alpha1.D
 			obs.conflict = fmt.Sprintf("Secret %s exists and does not belong to this Database", name)
 			return nil
 		}
-		notAfter, _ := time.Parse(time.RFC3339, meta.Annotations[annNotAfter])
-		if meta.Annotations[annNames] == pki.Fingerprint([]byte(strings.Join(serverNames(db), ","))) &&
-			meta.Annotations[annCA] != "" && obs.now.Add(serverRenewal).Before(notAfter) {
+		if notAfter, ok := certificateCurrent(db, meta.Annotations, obs.now); ok {
 			obs.tls = tlsState{secret: name, version: meta.ResourceVersion, ca: meta.Annotations[annCA], notAfter: notAfter}
 			return nil
 		}
@@ -133,7 +134,7 @@ func (r *Reconciler) ensureServerCertificate(ctx context.Context, db *v1alpha1.D
 	s := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: db.Namespace, Labels: labels(db), Annotations: map[string]string{
 			annNotAfter: notAfter.Format(time.RFC3339),
-			annNames:    pki.Fingerprint([]byte(strings.Join(serverNames(db), ","))),
+			annNames:    namesFingerprint(db),
 			annCA:       pki.Fingerprint(caCert),
 		}},
 		Type: corev1.SecretTypeTLS,
@@ -159,6 +160,18 @@ func (r *Reconciler) ensureServerCertificate(ctx context.Context, db *v1alpha1.D
 		"%s the server certificate in Secret %s, valid until %s", verb, name, notAfter.Format(time.RFC3339))
 	obs.tls = tlsState{secret: name, version: s.ResourceVersion, ca: pki.Fingerprint(caCert), notAfter: notAfter}
 	return nil
+}
+
+// certificateCurrent says, from the annotations of the server
+// certificate's Secret, whether it was issued for db's current names and
+// stays valid beyond serverRenewal from now, and when it expires.
+func certificateCurrent(db *v1alpha1.Database, ann map[string]string, now time.Time) (time.Time, bool) {
+	notAfter, err := time.Parse(time.RFC3339, ann[annNotAfter])
+	return notAfter, err == nil && ann[annNames] == namesFingerprint(db) && ann[annCA] != "" && now.Add(serverRenewal).Before(notAfter)
+}
+
+func namesFingerprint(db *v1alpha1.Database) string {
+	return pki.Fingerprint([]byte(strings.Join(serverNames(db), ",")))
 }
 
 // ensureCA returns the Database's CA, creating it once. It is kept for the
@@ -255,4 +268,21 @@ func (r *Reconciler) syncCredentialsCA(ctx context.Context, db *v1alpha1.Databas
 		return fmt.Errorf("failed to write the CA into Secret %s: %w", name, err)
 	}
 	return nil
+}
+
+// certificateIndex indexes Databases by the Secret spec.tls.serverCertificate names.
+const certificateIndex = "spec.tls.serverCertificate"
+
+// usingCertificate maps a Secret to the Databases that serve it.
+func (r *Reconciler) usingCertificate(ctx context.Context, obj client.Object) []reconcile.Request {
+	list := &v1alpha1.DatabaseList{}
+	if err := r.Client.List(ctx, list, client.InNamespace(obj.GetNamespace()), client.MatchingFields{certificateIndex: obj.GetName()}); err != nil {
+		logf.FromContext(ctx).Error(err, "Failed to list the Databases that serve a Secret", "secret", klog.KObj(obj))
+		return nil
+	}
+	reqs := make([]reconcile.Request, 0, len(list.Items))
+	for i := range list.Items {
+		reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
+	}
+	return reqs
 }

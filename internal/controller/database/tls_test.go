@@ -1,0 +1,140 @@
+package database_test
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
+	"github.com/daytwo-dev/daytwo/internal/pki"
+)
+
+// serverNames are names every Database's server certificate must carry.
+func serverNames(ns, db string) []string {
+	return []string{db + "-rw." + ns + ".svc", db + "-ro." + ns + ".svc", db + "-0." + db + "." + ns + ".svc", db + "-rw"}
+}
+
+// Without spec.tls, the operator keeps a CA per Database, issues a server
+// certificate that verifies for every name clients use, gives clients the
+// CA in the credentials Secret, projects the pair into the instances, and
+// issues a new one when the Secret goes.
+func TestDatabaseServesItsOwnCertificate(t *testing.T) {
+	ns := env.Namespace(t)
+	create(t, newDB(ns, "orders"))
+	db := waitCondition(t, ns, "orders", v1alpha1.ConditionServerCertificate, metav1.ConditionTrue, v1alpha1.ReasonCertificateValid)
+	t.Logf("condition: %s", condition(db, v1alpha1.ConditionServerCertificate).Message)
+
+	ca, err := get(ns, "orders-ca", &corev1.Secret{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	served, err := get(ns, "orders-server-tls", &corev1.Secret{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	notAfter, err := pki.Verify(served.Data["tls.crt"], served.Data["tls.key"], ca.Data["ca.crt"], serverNames(ns, "orders"), pki.Server, time.Now())
+	if err != nil {
+		t.Fatalf("the server certificate: %v", err)
+	}
+	if left := time.Until(notAfter); left < 80*24*time.Hour || left > 91*24*time.Hour {
+		t.Errorf("the server certificate is valid for %s, want 90 days", left)
+	}
+	if owner := metav1.GetControllerOf(ca); owner == nil || owner.Name != "orders" {
+		t.Errorf("the CA Secret is not the Database's: %v", owner)
+	}
+	creds, _ := get(ns, "orders-credentials", &corev1.Secret{})
+	if string(creds.Data["ca.crt"]) != string(ca.Data["ca.crt"]) {
+		t.Errorf("the credentials Secret does not carry the CA")
+	}
+	if _, ok := creds.Data["ca.key"]; ok {
+		t.Fatal("the credentials Secret carries the CA's key")
+	}
+
+	sts := &appsv1.StatefulSet{}
+	eventually(t, "the StatefulSet", func() (bool, error) { _, err := get(ns, "orders", sts); return err == nil, client.IgnoreNotFound(err) })
+	pod := sts.Spec.Template.Spec
+	if !slices.Contains(pod.Containers[0].Args, "--tls") {
+		t.Errorf("the instance manager is not asked to serve TLS: %v", pod.Containers[0].Args)
+	}
+	projected := map[string]string{}
+	for _, v := range pod.Volumes {
+		if v.Projected == nil {
+			continue
+		}
+		for _, src := range v.Projected.Sources {
+			if src.Secret != nil && src.Secret.Name == "orders-server-tls" {
+				for _, item := range src.Secret.Items {
+					projected[item.Key] = item.Path
+				}
+			}
+		}
+	}
+	if len(projected) != 3 || projected["tls.key"] != "tls.key" {
+		t.Errorf("the server certificate projected into the instances: %v", projected)
+	}
+
+	// Deleting the Secret asks for a new certificate from the same CA.
+	if err := env.Client.Delete(ctx, served); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "a new server certificate", func() (bool, error) {
+		s, err := get(ns, "orders-server-tls", &corev1.Secret{})
+		return err == nil && s.UID != served.UID, client.IgnoreNotFound(err)
+	})
+	again, _ := get(ns, "orders-server-tls", &corev1.Secret{})
+	if _, err := pki.Verify(again.Data["tls.crt"], again.Data["tls.key"], ca.Data["ca.crt"], serverNames(ns, "orders"), pki.Server, time.Now()); err != nil {
+		t.Errorf("the new certificate: %v", err)
+	}
+	if creds, _ := get(ns, "orders-credentials", &corev1.Secret{}); string(creds.Data["ca.crt"]) != string(ca.Data["ca.crt"]) {
+		t.Errorf("the CA changed with the server certificate")
+	}
+}
+
+// spec.tls.serverCertificate: a Secret that lacks a name clients connect
+// with holds the Database back with a condition naming the field; once
+// the Secret is right, the instances serve it and clients get its CA.
+func TestDatabaseServesTheUsersCertificate(t *testing.T) {
+	ns := env.Namespace(t)
+	caCert, caKey, err := pki.NewCA("user CA", time.Now(), 24*time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	issue := func(names []string) map[string][]byte {
+		cert, key, err := pki.Issue(caCert, caKey, names[0], names, pki.Server, time.Now(), time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return map[string][]byte{"tls.crt": cert, "tls.key": key, "ca.crt": caCert}
+	}
+	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "shop-tls"}, Type: corev1.SecretTypeTLS,
+		Data: issue([]string{"orders-rw." + ns + ".svc"})}
+	create(t, s)
+	create(t, newDB(ns, "orders", func(d *v1alpha1.Database) {
+		d.Spec.TLS = &v1alpha1.DatabaseTLS{ServerCertificate: &v1alpha1.LocalObjectReference{Name: "shop-tls"}}
+	}))
+	db := waitCondition(t, ns, "orders", v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonCertificateInvalid)
+	msg := condition(db, v1alpha1.ConditionReady).Message
+	if want := "spec.tls.serverCertificate: Secret shop-tls: the certificate does not name orders-ro." + ns + ".svc"; msg != want {
+		t.Errorf("message %q, want %q", msg, want)
+	}
+	if _, err := get(ns, "orders", &appsv1.StatefulSet{}); err == nil {
+		t.Fatal("a StatefulSet was created for a certificate clients would refuse")
+	}
+
+	update(t, s, func(s *corev1.Secret) { s.Data = issue([]string{"orders-rw." + ns + ".svc", "orders-ro." + ns + ".svc", "*.orders." + ns + ".svc"}) })
+	waitCondition(t, ns, "orders", v1alpha1.ConditionServerCertificate, metav1.ConditionTrue, v1alpha1.ReasonCertificateValid)
+	sts := &appsv1.StatefulSet{}
+	eventually(t, "the StatefulSet", func() (bool, error) { _, err := get(ns, "orders", sts); return err == nil, client.IgnoreNotFound(err) })
+	creds, _ := get(ns, "orders-credentials", &corev1.Secret{})
+	if string(creds.Data["ca.crt"]) != string(caCert) {
+		t.Errorf("the credentials Secret does not carry the user's CA")
+	}
+	if _, err := get(ns, "orders-ca", &corev1.Secret{}); err == nil {
+		t.Errorf("a CA was made although the user brings the certificate")
+	}
+}
