@@ -760,6 +760,8 @@ func TestDeletionPolicies(t *testing.T) {
 			&corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "snap-ro"}},
 			&appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "snap"}},
 			&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "snap-instance-api"}},
+			&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "snap-ca"}},
+			&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "snap-server-tls"}},
 			&coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "snap-primary"}},
 			&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "snap-instance"}},
 			&rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "snap-instance"}},

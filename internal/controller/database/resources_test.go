@@ -192,8 +192,11 @@ func TestServicesSelectRoles(t *testing.T) {
 }
 
 func TestCredentialsData(t *testing.T) {
+	if got := connectionURI("app", "p@ss:/?", "h.svc", "5432", "app"); got != "postgresql://app:p%40ss%3A%2F%3F@h.svc:5432/app?sslmode=verify-full" {
+		t.Errorf("a password with URI delimiters: %s", got)
+	}
 	d := credentialsData(newDB(), "pw")
-	if string(d["uri"]) != "postgresql://shop:pw@orders-rw.shop.svc:5432/orders" || string(d["username"]) != "shop" || string(d["dbname"]) != "orders" {
+	if string(d["uri"]) != "postgresql://shop:pw@orders-rw.shop.svc:5432/orders?sslmode=verify-full" || string(d["username"]) != "shop" || string(d["dbname"]) != "orders" {
 		t.Errorf("credentials = %q", d)
 	}
 }

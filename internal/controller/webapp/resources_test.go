@@ -106,7 +106,7 @@ func TestContainerDefaultsAndOverrides(t *testing.T) {
 	for _, e := range c.Env {
 		names = append(names, *e.Name)
 	}
-	want := []string{"PORT", "A", "DATABASE_URL", "PGHOST", "PGPORT", "PGDATABASE", "PGUSER", "PGPASSWORD"}
+	want := []string{"PORT", "A", "DATABASE_URL", "PGHOST", "PGPORT", "PGDATABASE", "PGUSER", "PGPASSWORD", "PGSSLMODE", "PGSSLROOTCERT"}
 	if len(names) != len(want) {
 		t.Fatalf("env = %v, want %v", names, want)
 	}

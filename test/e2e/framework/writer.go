@@ -197,11 +197,17 @@ func (r WriterResult) String() string {
 }
 
 // PSQLPod is a client pod with psql (image) and the password of the
-// Database db's application user, for StartWriter and ReadIDs.
+// Database named db, which verifies the server as the credentials Secret
+// says to: TLS with sslmode=verify-full against the Secret's ca.crt.
 func PSQLPod(ns, name, image, db string) *corev1.Pod {
+	secret := db + "-credentials"
 	pod := ClientPod(ns, name, image, corev1.EnvVar{Name: "PGPASSWORD", ValueFrom: &corev1.EnvVarSource{
-		SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: db + "-credentials"}, Key: "password"}}})
+		SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: secret}, Key: "password"}}},
+		corev1.EnvVar{Name: "PGSSLMODE", Value: "verify-full"}, corev1.EnvVar{Name: "PGSSLROOTCERT", Value: "/etc/daytwo/database/ca.crt"})
 	pod.Spec.SecurityContext.RunAsUser = ptrTo[int64](999)
+	pod.Spec.Volumes = []corev1.Volume{{Name: "ca", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
+		SecretName: secret, Items: []corev1.KeyToPath{{Key: "ca.crt", Path: "ca.crt"}}}}}}
+	pod.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "ca", MountPath: "/etc/daytwo/database", ReadOnly: true}}
 	return pod
 }
 
