@@ -126,7 +126,9 @@ func TestDatabaseServesTheUsersCertificate(t *testing.T) {
 		t.Fatal("a StatefulSet was created for a certificate clients would refuse")
 	}
 
-	update(t, s, func(s *corev1.Secret) { s.Data = issue([]string{"orders-rw." + ns + ".svc", "orders-ro." + ns + ".svc", "*.orders." + ns + ".svc"}) })
+	update(t, s, func(s *corev1.Secret) {
+		s.Data = issue([]string{"orders-rw." + ns + ".svc", "orders-ro." + ns + ".svc", "*.orders." + ns + ".svc"})
+	})
 	waitCondition(t, ns, "orders", v1alpha1.ConditionServerCertificate, metav1.ConditionTrue, v1alpha1.ReasonCertificateValid)
 	sts := &appsv1.StatefulSet{}
 	eventually(t, "the StatefulSet", func() (bool, error) { _, err := get(ns, "orders", sts); return err == nil, client.IgnoreNotFound(err) })
