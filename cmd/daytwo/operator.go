@@ -38,6 +38,7 @@ type operatorOptions struct {
 	concurrency             int
 	burst                   int
 	instanceImage           string
+	watchNamespaces         []string
 	webhook                 webhookOptions
 	zap                     zap.Options
 }
@@ -59,8 +60,11 @@ func newOperatorCommand() *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&o.metricsAddr, "metrics-bind-address", ":8080", "Address of the metrics endpoint; \"0\" disables it.")
-	f.BoolVar(&o.metricsSecure, "metrics-secure", false, "Serve metrics over HTTPS, guarded by TokenReview and SubjectAccessReview.")
+	f.StringVar(&o.metricsAddr, "metrics-bind-address", ":8443", "Address of the metrics endpoint; \"0\" disables it.")
+	f.BoolVar(&o.metricsSecure, "metrics-secure", true, "Serve metrics over HTTPS to callers whose token may get /metrics (TokenReview and SubjectAccessReview); "+
+		"false serves plain HTTP to anyone who reaches the port.")
+	f.StringSliceVar(&o.watchNamespaces, "watch-namespaces", nil, "Namespaces whose daytwo objects the operator reconciles, and the only ones it reads or writes; "+
+		"empty means every namespace. With it, Roles in those namespaces are all the operator needs (config/namespaced).")
 	f.StringVar(&o.probeAddr, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz endpoints.")
 	f.BoolVar(&o.leaderElect, "leader-elect", false, "Elect a leader so only one replica reconciles at a time.")
 	f.StringVar(&o.leaderElectionNamespace, "leader-election-namespace", "", "Namespace of the leader election Lease; defaults to the pod's namespace.")
@@ -113,7 +117,7 @@ func runOperator(cmd *cobra.Command, o *operatorOptions) error {
 	mgr, err := ctrl.NewManager(cfg, manager.Options{
 		WebhookServer:                 webhookServer,
 		Scheme:                        operator.NewScheme(),
-		Cache:                         operator.CacheOptions(),
+		Cache:                         operator.CacheOptions(o.watchNamespaces...),
 		Controller:                    config.Controller{MaxConcurrentReconciles: o.concurrency},
 		Metrics:                       metricsOpts,
 		HealthProbeBindAddress:        o.probeAddr,

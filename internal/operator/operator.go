@@ -39,10 +39,19 @@ func NewScheme() *runtime.Scheme {
 // the write), and the other entries are often the largest part of an object.
 // Pods and volumes are cached only when they belong to a Database: the
 // operator never needs any other, and a cluster has many.
-func CacheOptions() cache.Options {
+func CacheOptions(namespaces ...string) cache.Options {
 	ours, err := labels.Parse(database.LabelDatabase)
 	utilruntime.Must(err)
+	var only map[string]cache.Config
+	for _, ns := range namespaces {
+		if only == nil {
+			only = map[string]cache.Config{}
+		}
+		only[ns] = cache.Config{}
+	}
 	return cache.Options{
+		// Namespaced objects are watched in these namespaces only; nil means all.
+		DefaultNamespaces: only,
 		DefaultTransform: keepOwnManagedFields,
 		ByObject: map[client.Object]cache.ByObject{
 			&corev1.Pod{}:                   {Label: ours},

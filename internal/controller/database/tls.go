@@ -9,13 +9,16 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
+	"github.com/daytwo-dev/daytwo/internal/controller"
 	"github.com/daytwo-dev/daytwo/internal/pki"
 )
 
@@ -131,34 +134,26 @@ func (r *Reconciler) ensureServerCertificate(ctx context.Context, db *v1alpha1.D
 		return err
 	}
 	notAfter := obs.now.Add(serverValidity).UTC().Truncate(time.Second)
-	s := &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: db.Namespace, Labels: labels(db), Annotations: map[string]string{
+	s := corev1ac.Secret(name, db.Namespace).
+		WithLabels(labels(db)).
+		WithAnnotations(map[string]string{
 			annNotAfter: notAfter.Format(time.RFC3339),
 			annNames:    namesFingerprint(db),
 			annCA:       pki.Fingerprint(caCert),
-		}},
-		Type: corev1.SecretTypeTLS,
-		Data: map[string][]byte{pki.TLSCert: cert, pki.TLSKey: key, pki.CACert: caCert},
-	}
-	if err := controllerutil.SetControllerReference(db, s, r.Client.Scheme()); err != nil {
+		}).
+		WithOwnerReferences(ownerReference(db)).
+		WithType(corev1.SecretTypeTLS).
+		WithData(map[string][]byte{pki.TLSCert: cert, pki.TLSKey: key, pki.CACert: caCert})
+	if err := controller.Apply(ctx, r.Client, s, "Secret "+name); err != nil {
 		return err
-	}
-	if exists {
-		s.ResourceVersion = meta.ResourceVersion
-		err = r.Client.Update(ctx, s)
-	} else {
-		err = r.Client.Create(ctx, s)
-	}
-	if err != nil {
-		return fmt.Errorf("failed to write Secret %s: %w", name, err)
 	}
 	verb := "Issued"
 	if exists {
 		verb = "Renewed"
 	}
-	r.Recorder.Eventf(db, s, corev1.EventTypeNormal, "Certificate"+verb, "IssueCertificate",
+	r.Recorder.Eventf(db, nil, corev1.EventTypeNormal, "Certificate"+verb, "IssueCertificate",
 		"%s the server certificate in Secret %s, valid until %s", verb, name, notAfter.Format(time.RFC3339))
-	obs.tls = tlsState{secret: name, version: s.ResourceVersion, ca: pki.Fingerprint(caCert), notAfter: notAfter}
+	obs.tls = tlsState{secret: name, version: ptr.Deref(s.ResourceVersion, ""), ca: pki.Fingerprint(caCert), notAfter: notAfter}
 	return nil
 }
 

@@ -40,8 +40,8 @@ type Reconciler struct {
 	Clock         clock.PassiveClock
 }
 
-// +kubebuilder:rbac:groups=daytwo.dev,resources=databasebackups,verbs=get;list;watch;update;patch
-// +kubebuilder:rbac:groups=daytwo.dev,resources=databasebackups/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=daytwo.dev,resources=databasebackups,verbs=get;list;watch;patch
+// +kubebuilder:rbac:groups=daytwo.dev,resources=databasebackups/status,verbs=patch
 // +kubebuilder:rbac:groups=daytwo.dev,resources=databasebackups/finalizers,verbs=update
 // +kubebuilder:rbac:groups=daytwo.dev,resources=databases,verbs=get;list;watch;create;delete
 // +kubebuilder:rbac:groups=batch,resources=jobs,verbs=get;list;watch;create;patch;delete

@@ -37,17 +37,17 @@ type Reconciler struct {
 	Recorder  events.EventRecorder
 }
 
-// +kubebuilder:rbac:groups=daytwo.dev,resources=webapps,verbs=get;list;watch;update;patch
-// +kubebuilder:rbac:groups=daytwo.dev,resources=webapps/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=daytwo.dev,resources=webapps,verbs=get;list;watch;patch
+// +kubebuilder:rbac:groups=daytwo.dev,resources=webapps/status,verbs=patch
 // +kubebuilder:rbac:groups=daytwo.dev,resources=webapps/finalizers,verbs=update
 // +kubebuilder:rbac:groups=daytwo.dev,resources=databases,verbs=get;list;watch
-// +kubebuilder:rbac:groups=apps,resources=deployments,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=apps,resources=deployments,verbs=get;list;watch;create;patch
 // +kubebuilder:rbac:groups=apps,resources=replicasets,verbs=get;list
-// +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch;create;patch
 // +kubebuilder:rbac:groups="",resources=configmaps;secrets,verbs=get;list;watch
-// +kubebuilder:rbac:groups=autoscaling,resources=horizontalpodautoscalers,verbs=get;list;watch;create;update;patch;delete
-// +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;update;patch;delete
-// +kubebuilder:rbac:groups=networking.k8s.io,resources=ingresses,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=autoscaling,resources=horizontalpodautoscalers,verbs=get;list;watch;create;patch;delete
+// +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;patch;delete
+// +kubebuilder:rbac:groups=networking.k8s.io,resources=ingresses,verbs=get;list;watch;create;patch;delete
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // Reconcile brings one WebApp towards its spec and reports what it observed.

@@ -67,7 +67,7 @@ func (b *bench) startOperator() error {
 		return err
 	}
 	// The operator's client gets the same QPS budget as the bare client.
-	b.op = exec.Command(b.cfg.bin, "operator", "--metrics-bind-address="+b.metrics, "--health-probe-bind-address=0",
+	b.op = exec.Command(b.cfg.bin, "operator", "--metrics-bind-address="+b.metrics, "--metrics-secure=false", "--health-probe-bind-address=0",
 		"--kube-api-qps=500", "--kube-api-burst=1000", "--enable-pprof")
 	b.op.Stdout, b.op.Stderr = log, log
 	if err := b.op.Start(); err != nil {
