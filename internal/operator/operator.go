@@ -52,7 +52,7 @@ func CacheOptions(namespaces ...string) cache.Options {
 	return cache.Options{
 		// Namespaced objects are watched in these namespaces only; nil means all.
 		DefaultNamespaces: only,
-		DefaultTransform: keepOwnManagedFields,
+		DefaultTransform:  keepOwnManagedFields,
 		ByObject: map[client.Object]cache.ByObject{
 			&corev1.Pod{}:                   {Label: ours},
 			&corev1.PersistentVolumeClaim{}: {Label: ours},
