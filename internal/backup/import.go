@@ -156,6 +156,6 @@ func importDatabase(ctx context.Context, o ImportOptions, opts Options, target *
 }
 
 func lastLine(s string) string {
-	lines := strings.Split(strings.TrimSpace(s), "\n")
+	lines := strings.Split(Scrub(s), "\n")
 	return lines[len(lines)-1]
 }

@@ -27,3 +27,26 @@ ALTER ROLE quiet WITH SUPERUSER REPLICATION BYPASSRLS;`) {
 		}
 	}
 }
+
+func TestScrubDropsRowData(t *testing.T) {
+	stderr := `pg_restore: error: COPY failed for table "users": ERROR:  duplicate key value violates unique constraint "users_pkey"
+DETAIL:  Key (email)=(ann@example.com) already exists.
+CONTEXT:  COPY users, line 1: "1	ann@example.com	s3cret"
+pg_restore: error: could not execute query: ERROR:  syntax error at or near "x"
+LINE 1: INSERT INTO cards VALUES ('4111 1111 1111 1111') x
+                                                         ^
+Command was: INSERT INTO cards VALUES ('4111 1111 1111 1111') x;
+pg_restore: warning: errors ignored on restore: 2`
+	got := Scrub(stderr)
+	for _, secret := range []string{"ann@example.com", "s3cret", "4111"} {
+		if strings.Contains(got, secret) {
+			t.Errorf("row data %q survives: %s", secret, got)
+		}
+	}
+	if !strings.Contains(got, `duplicate key value violates unique constraint "users_pkey"`) || !strings.Contains(got, "errors ignored on restore: 2") {
+		t.Errorf("what failed was dropped too: %s", got)
+	}
+	if lastLine("ERROR:  x\nDETAIL:  Key (id)=(7) already exists.") != "ERROR:  x" {
+		t.Errorf("lastLine quotes a DETAIL line")
+	}
+}

@@ -328,7 +328,7 @@ func Restore(ctx context.Context, o Options, id, role string) (Manifest, error) 
 		return m, err
 	}
 	if runErr != nil {
-		return m, fmt.Errorf("pg_restore failed: %w: %s", runErr, stderr.String())
+		return m, fmt.Errorf("pg_restore failed: %w: %s", runErr, Scrub(stderr.String()))
 	}
 	return m, nil
 }
