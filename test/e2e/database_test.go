@@ -172,6 +172,8 @@ func TestDatabaseSmallLifecycle(t *testing.T) {
 	if got := sql(t, ns, "psql", "orders-rw", "SHOW shared_buffers"); got != "256MB" {
 		t.Errorf("shared_buffers = %s, want the tuned 256MB for 1Gi", got)
 	}
+	checkTLS(t, ns, "orders")
+	checkAppVerifiesDatabase(t, ns, "orders")
 
 	// The pod comes back with its data.
 	old := podUID(t, ns, "orders-0")
@@ -272,6 +274,40 @@ func TestDatabaseSmallLifecycle(t *testing.T) {
 }
 
 const operatorImage = "localhost/daytwo:dev"
+
+// checkTLS: the psql pod verified the server (sslmode=verify-full against
+// the credentials Secret's CA) for every query so far; here a plaintext
+// connection is refused, the session is encrypted, and a new server
+// certificate (the old Secret deleted) is served without a restart while
+// verified clients keep working.
+func checkTLS(t *testing.T, ns, db string) {
+	t.Helper()
+	host := db + "-rw." + ns + ".svc.cluster.local"
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, stderr, err := cluster.Exec(ctx, ns, "psql", "client", "env", "PGSSLMODE=disable", "psql", "-h", host, "-U", "app", "-d", "app", "-c", "SELECT 1")
+	if err == nil || !strings.Contains(stderr, "no encryption") {
+		t.Errorf("a plaintext connection was not refused: err=%v stderr=%q", err, stderr)
+	}
+	if got := sql(t, ns, "psql", db+"-rw", "SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()"); got != "t" {
+		t.Errorf("the session is not encrypted: %q", got)
+	}
+	before := postgresContainer(t, ns, db+"-0")
+	since := time.Now()
+	if err := cluster.Client.Delete(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: db + "-server-tls"}}); err != nil {
+		t.Fatal(err)
+	}
+	framework.Eventually(t, time.Minute, "the instance serving the new certificate", func(ctx context.Context) (bool, error) {
+		return strings.Contains(cluster.PodLogs(ctx, ns, db+"-0", "postgres", since), "Installed a renewed TLS certificate"), nil
+	})
+	t.Logf("a new server certificate served %s after the old one was deleted", time.Since(since).Round(10*time.Millisecond))
+	if got := sql(t, ns, "psql", db+"-rw", "SELECT 1"); got != "1" {
+		t.Errorf("a verified client after the rotation: %q", got)
+	}
+	if after := postgresContainer(t, ns, db+"-0"); after != before {
+		t.Errorf("the rotation restarted PostgreSQL: %s, then %s", before, after)
+	}
+}
 
 // postgresContainer identifies the running PostgreSQL container of pod: its
 // pod, container id and restart count.
@@ -647,4 +683,30 @@ func TestDatabaseMediumUpgradeAndRollback(t *testing.T) {
 		}
 		return len(list.Items) == 0, nil
 	})
+}
+
+// checkAppVerifiesDatabase: a WebApp with a databaseRef gets DATABASE_URL,
+// the CA and PGSSLMODE/PGSSLROOTCERT, and its app (pgx, no TLS code of its
+// own) connects with the server verified; it is Ready only if it does.
+func checkAppVerifiesDatabase(t *testing.T, ns, db string) {
+	t.Helper()
+	app := &v1alpha1.WebApp{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "shop"},
+		Spec: v1alpha1.WebAppSpec{
+			Image: e2eClientImage, ImagePullPolicy: corev1.PullNever, Port: 8080, Replicas: ptr.To[int32](1),
+			Args:        []string{"pg-app", "DATABASE_URL", "SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()"},
+			DatabaseRef: &v1alpha1.LocalObjectReference{Name: db},
+		},
+	}
+	if err := cluster.Client.Create(context.Background(), app); err != nil {
+		t.Fatal(err)
+	}
+	waitApp(t, app, 2*time.Minute, "Ready with a verified database connection", readyWith(1, e2eClientImage))
+	out := cluster.RunToCompletion(t, e2eClient(ns, "ask-shop", []string{"http", app.Status.URL + "/", "1"}), 2*time.Minute)
+	if strings.TrimSpace(out) != "t" {
+		t.Errorf("the app's connection: %q, want an encrypted one", out)
+	}
+	if err := cluster.Client.Delete(context.Background(), app); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -5,6 +5,8 @@
 //
 //	e2e-client http URL COUNT       (prints one response body per line)
 //	e2e-client s3 ENDPOINT BUCKET   (credentials from AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY)
+//	e2e-client pg-app ENV QUERY     (serves HTTP on $PORT: GET / runs QUERY on the database the URL in $ENV
+//	                                 names, with the libpq environment's TLS settings, and answers its result)
 package main
 
 import (
@@ -20,6 +22,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
 )
@@ -37,6 +40,8 @@ func main() {
 		err = httpGets(ctx, os.Args[2], os.Args[3])
 	case "s3":
 		err = s3RoundTrip(ctx, os.Args[2], os.Args[3])
+	case "pg-app":
+		err = pgApp(os.Getenv(os.Args[2]), os.Args[3])
 	default:
 		err = fmt.Errorf("unknown command %q", os.Args[1])
 	}
@@ -137,4 +142,27 @@ func s3RoundTrip(ctx context.Context, endpoint, bucket string) error {
 	}
 	fmt.Printf("s3 round trip ok: %d bytes sha256 %x\n", len(got), want)
 	return nil
+}
+
+// pgApp is an app that needs its database: it is ready (GET / answers 200)
+// only while QUERY succeeds on a new connection to url, made the way a
+// user's app makes it (pgx, which reads PGSSLMODE and PGSSLROOTCERT).
+func pgApp(url, query string) error {
+	http.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
+		defer cancel()
+		conn, err := pgx.Connect(ctx, url)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		defer func() { _ = conn.Close(context.Background()) }()
+		var out string
+		if err := conn.QueryRow(ctx, query).Scan(&out); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, out)
+	})
+	return http.ListenAndServe(":"+os.Getenv("PORT"), nil)
 }
