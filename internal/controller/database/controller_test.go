@@ -645,6 +645,9 @@ func TestDeletionPolicies(t *testing.T) {
 		waitCondition(t, ns, "kept", v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonPrimaryNotReady)
 		volume(t, ns, "kept", "standard", "1Gi")
 		secret, _ := get(ns, "kept-credentials", &corev1.Secret{})
+		if _, err := get(ns, "kept-ca", &corev1.Secret{}); err != nil {
+			t.Fatalf("no CA: %v", err)
+		}
 		if err := env.Client.Delete(ctx, db); err != nil {
 			t.Fatal(err)
 		}
@@ -656,9 +659,11 @@ func TestDeletionPolicies(t *testing.T) {
 		if err != nil || !pvc.DeletionTimestamp.IsZero() {
 			t.Fatalf("the volume was not kept: %v", err)
 		}
-		s, err := get(ns, "kept-credentials", &corev1.Secret{})
-		if err != nil || len(s.OwnerReferences) != 0 {
-			t.Fatalf("the Secret was not released: %v %v", err, s.OwnerReferences)
+		for _, name := range []string{"kept-credentials", "kept-ca"} {
+			s, err := get(ns, name, &corev1.Secret{})
+			if err != nil || len(s.OwnerReferences) != 0 {
+				t.Fatalf("Secret %s was not released: %v %v", name, err, s.OwnerReferences)
+			}
 		}
 		eventually(t, "a Retained event", func() (bool, error) {
 			list := &corev1.EventList{}
@@ -676,7 +681,7 @@ func TestDeletionPolicies(t *testing.T) {
 			s, err := get(ns, "kept-credentials", &corev1.Secret{})
 			return err == nil && metav1.GetControllerOf(s) != nil, err
 		})
-		s, _ = get(ns, "kept-credentials", &corev1.Secret{})
+		s, _ := get(ns, "kept-credentials", &corev1.Secret{})
 		if string(s.Data["password"]) != string(secret.Data["password"]) {
 			t.Fatal("the kept password was replaced")
 		}

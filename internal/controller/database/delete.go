@@ -184,7 +184,8 @@ func (r *Reconciler) retain(ctx context.Context, db *v1alpha1.Database, pvcs []c
 	for i := range pvcs {
 		kept = append(kept, "volume "+pvcs[i].Name)
 	}
-	for _, name := range []string{db.CredentialsSecretName(), replicationName(db)} {
+	// The CA too: clients keep trusting the ca.crt they were given.
+	for _, name := range []string{db.CredentialsSecretName(), replicationName(db), caSecretName(db)} {
 		s := metadataOf(corev1.SchemeGroupVersion.WithKind("Secret"), db.Namespace, name)
 		if err := r.Client.Get(ctx, client.ObjectKeyFromObject(s), s); err != nil {
 			if client.IgnoreNotFound(err) != nil {

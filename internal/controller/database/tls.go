@@ -116,13 +116,18 @@ func (r *Reconciler) ensureServerCertificate(ctx context.Context, db *v1alpha1.D
 	}
 	exists := err == nil
 	if exists {
-		if owner := metav1.GetControllerOf(meta); owner == nil || owner.UID != db.UID {
+		// A Database of this name deleted a moment ago left its
+		// certificate for the garbage collector: issue over it.
+		owner := metav1.GetControllerOf(meta)
+		if (owner == nil || owner.Kind != "Database" || owner.Name != db.Name) && meta.Labels[labelDatabase] != db.Name {
 			obs.conflict = fmt.Sprintf("Secret %s exists and does not belong to this Database", name)
 			return nil
 		}
-		if notAfter, ok := certificateCurrent(db, meta.Annotations, obs.now); ok {
-			obs.tls = tlsState{secret: name, version: meta.ResourceVersion, ca: meta.Annotations[annCA], notAfter: notAfter}
-			return nil
+		if owner != nil && owner.UID == db.UID {
+			if notAfter, ok := certificateCurrent(db, meta.Annotations, obs.now); ok {
+				obs.tls = tlsState{secret: name, version: meta.ResourceVersion, ca: meta.Annotations[annCA], notAfter: notAfter}
+				return nil
+			}
 		}
 	}
 	caCert, caKey, err := r.ensureCA(ctx, db, obs)
@@ -176,7 +181,18 @@ func (r *Reconciler) ensureCA(ctx context.Context, db *v1alpha1.Database, obs *o
 	s := &corev1.Secret{}
 	err = r.APIReader.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: name}, s)
 	if err == nil {
-		if owner := metav1.GetControllerOf(s); (owner == nil || owner.UID != db.UID) && s.Labels[labelDatabase] != db.Name {
+		switch owner := metav1.GetControllerOf(s); {
+		case owner != nil && owner.UID == db.UID:
+		case owner == nil && s.Labels[labelDatabase] == db.Name:
+			// Kept by deletionPolicy Retain: take it back.
+			base := s.DeepCopy()
+			if err := controllerutil.SetControllerReference(db, s, r.Client.Scheme()); err != nil {
+				return nil, nil, err
+			}
+			if err := r.Client.Patch(ctx, s, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
+				return nil, nil, fmt.Errorf("failed to take back Secret %s: %w", name, err)
+			}
+		default:
 			obs.conflict = fmt.Sprintf("Secret %s exists and does not belong to this Database", name)
 			return nil, nil, nil
 		}
