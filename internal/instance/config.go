@@ -185,7 +185,7 @@ func (c *Config) managedConf(role instanceapi.Role, host string, port int, floor
 		// primary on a connection already open.
 		fmt.Fprintf(&b, "primary_conninfo = 'host=%s port=%d user=%s passfile=%s application_name=%s "+
 			"connect_timeout=3 tcp_user_timeout=5000 keepalives_idle=5 keepalives_interval=2 keepalives_count=3%s'\n",
-			host, port, replicationUser, c.passFile(), c.Pod, c.sslParams())
+			host, port, replicationUser, c.passFile(), c.Pod, c.sslParams()+c.libpqClientParams())
 		if r, err := c.replication(); err == nil && slices.Contains(r.Instances, c.Pod) {
 			fmt.Fprintf(&b, "primary_slot_name = '%s'\n", slotName(c.Pod))
 		}

@@ -1,8 +1,15 @@
 package instance
 
 import (
+	"os"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/daytwo-dev/daytwo/internal/instanceapi"
+	"github.com/daytwo-dev/daytwo/internal/pki"
 )
 
 func TestReplayedPastFork(t *testing.T) {
@@ -63,5 +70,28 @@ func TestParsePeers(t *testing.T) {
 		if _, err := ParsePeers(bad); err == nil || !strings.Contains(err.Error(), "--peers") {
 			t.Errorf("ParsePeers(%q) = %v, want an error naming --peers", bad, err)
 		}
+	}
+}
+
+// pgx parses the connection strings this instance dials others with (slot
+// commands, the checkpoint before a rewind): they must not name a client
+// certificate file pgx would try to load.
+func TestSSLParamsParseWithPgx(t *testing.T) {
+	c := &Config{TLS: true, RunDir: t.TempDir()}
+	ca, _, err := pki.NewCA("test", time.Now(), time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(c.tlsDir(), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(c.tlsFiles()[instanceapi.SecretTLSCA], ca, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pgconn.ParseConfig("host=orders-0.orders.shop.svc port=5432 user=streaming_replica" + c.sslParams()); err != nil {
+		t.Fatalf("pgx cannot parse the TLS parameters: %v", err)
+	}
+	if !strings.Contains(c.sslParams(), "sslmode=verify-full") {
+		t.Errorf("the server is not verified: %s", c.sslParams())
 	}
 }

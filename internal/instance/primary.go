@@ -90,7 +90,9 @@ func (m *Manager) rejoin(ctx context.Context) error {
 	if err := os.WriteFile(m.cfg.rewinding(), []byte("pg_rewind started\n"), 0o600); err != nil {
 		return fmt.Errorf("failed to write %s: %w", m.cfg.rewinding(), err)
 	}
-	out, err := exec.CommandContext(ctx, m.cfg.bin("pg_rewind"), "--target-pgdata="+m.cfg.PGData, "--source-server="+source).CombinedOutput()
+	rewind := exec.CommandContext(ctx, m.cfg.bin("pg_rewind"), "--target-pgdata="+m.cfg.PGData, "--source-server="+source)
+	rewind.Env = append(os.Environ(), m.cfg.sslEnv()...)
+	out, err := rewind.CombinedOutput()
 	if err == nil {
 		m.log.Info("Rewound the data to follow the primary", "output", lastLines(out, 2))
 		if err := os.Remove(m.cfg.rewinding()); err != nil {

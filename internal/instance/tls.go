@@ -76,13 +76,25 @@ func (c *Config) sslSettings() string {
 		f[instanceapi.SecretTLSCert], f[instanceapi.SecretTLSKey])
 }
 
-// sslParams are the libpq connection parameters this instance connects to
-// another with: verify the server's certificate and name.
+// sslParams are the connection parameters this instance connects to
+// another with: verify the server's certificate and name. pgx parses them
+// too, so they name no client certificate (pgx would load it); libpq
+// programs get that from sslEnv, and the walreceiver from
+// libpqClientParams.
 func (c *Config) sslParams() string {
 	if !c.TLS {
 		return ""
 	}
-	return fmt.Sprintf(" sslmode=verify-full sslrootcert=%s sslcert=%s sslkey=%s", c.tlsFiles()[instanceapi.SecretTLSCA], c.noClientCert(), c.noClientCert())
+	return " sslmode=verify-full sslrootcert=" + c.tlsFiles()[instanceapi.SecretTLSCA]
+}
+
+// libpqClientParams, for a conninfo only libpq reads (primary_conninfo),
+// say there is no client certificate.
+func (c *Config) libpqClientParams() string {
+	if !c.TLS {
+		return ""
+	}
+	return fmt.Sprintf(" sslcert=%s sslkey=%s", c.noClientCert(), c.noClientCert())
 }
 
 // noClientCert is a file that never exists: libpq would otherwise look for

@@ -694,7 +694,7 @@ func checkAppVerifiesDatabase(t *testing.T, ns, db string) {
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "shop"},
 		Spec: v1alpha1.WebAppSpec{
 			Image: e2eClientImage, ImagePullPolicy: corev1.PullNever, Port: 8080, Replicas: ptr.To[int32](1),
-			Args:        []string{"pg-app", "DATABASE_URL", "SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()"},
+			Args:        []string{"pg-app", "DATABASE_URL", "SELECT ssl::text FROM pg_stat_ssl WHERE pid = pg_backend_pid()"},
 			DatabaseRef: &v1alpha1.LocalObjectReference{Name: db},
 		},
 	}
@@ -703,7 +703,7 @@ func checkAppVerifiesDatabase(t *testing.T, ns, db string) {
 	}
 	waitApp(t, app, 2*time.Minute, "Ready with a verified database connection", readyWith(1, e2eClientImage))
 	out := cluster.RunToCompletion(t, e2eClient(ns, "ask-shop", []string{"http", app.Status.URL + "/", "1"}), 2*time.Minute)
-	if strings.TrimSpace(out) != "t" {
+	if strings.TrimSpace(out) != "true" {
 		t.Errorf("the app's connection: %q, want an encrypted one", out)
 	}
 	if err := cluster.Client.Delete(context.Background(), app); err != nil {

@@ -71,7 +71,9 @@ func TestOperatorMetricsNeedAPermittedToken(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cluster.Kube.RbacV1().ClusterRoleBindings().Delete(context.Background(), binding.Name, metav1.DeleteOptions{}) })
-	framework.Eventually(t, 30*time.Second, "metrics with the granted token", func(context.Context) (bool, error) {
+	// The operator caches a refusal for 30 s (controller-runtime's
+	// delegating authorizer), so the grant shows after that.
+	framework.Eventually(t, 90*time.Second, "metrics with the granted token", func(context.Context) (bool, error) {
 		code, body := get(tok.Status.Token)
 		if code != http.StatusOK {
 			return false, nil
