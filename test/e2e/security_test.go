@@ -70,7 +70,9 @@ func TestOperatorMetricsNeedAPermittedToken(t *testing.T) {
 	if _, err := cluster.Kube.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = cluster.Kube.RbacV1().ClusterRoleBindings().Delete(context.Background(), binding.Name, metav1.DeleteOptions{}) })
+	t.Cleanup(func() {
+		_ = cluster.Kube.RbacV1().ClusterRoleBindings().Delete(context.Background(), binding.Name, metav1.DeleteOptions{})
+	})
 	// The operator caches a refusal for 30 s (controller-runtime's
 	// delegating authorizer), so the grant shows after that.
 	framework.Eventually(t, 90*time.Second, "metrics with the granted token", func(context.Context) (bool, error) {
