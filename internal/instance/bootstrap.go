@@ -37,7 +37,7 @@ func (m *Manager) initdb(ctx context.Context, dir string) error {
 	cmd := exec.CommandContext(ctx, m.cfg.bin("initdb"), "-D", dir, "--username=postgres",
 		"--auth-local=peer", "--auth-host=scram-sha-256", "--encoding=UTF8", "--locale=C.UTF-8", "--data-checksums")
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("initdb failed: %w: %s", err, lastLines(out, 5))
+		return fmt.Errorf("initdb failed: %w: %s", err, postgres.LastLines(out, 5))
 	}
 	return nil
 }
@@ -61,8 +61,8 @@ func (m *Manager) cloneFromPrimary(ctx context.Context, dir string) error {
 		if err == nil {
 			return os.Chmod(dir, 0o700)
 		}
-		m.setMessage(fmt.Sprintf("waiting to clone the primary %s: %s", host, lastLines(out, 1)))
-		m.log.Info("Base backup failed; retrying", "primary", host, "output", lastLines(out, 2))
+		m.setMessage(fmt.Sprintf("waiting to clone the primary %s: %s", host, postgres.LastLines(out, 1)))
+		m.log.Info("Base backup failed; retrying", "primary", host, "output", postgres.LastLines(out, 2))
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
@@ -163,11 +163,6 @@ func ensureRole(ctx context.Context, conn *pgx.Conn, name, options, password str
 		return fmt.Errorf("failed to %s role %s: %s", strings.ToLower(verb), name, msg)
 	}
 	return nil
-}
-
-func lastLines(out []byte, n int) string {
-	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-	return strings.Join(lines[max(len(lines)-n, 0):], " | ")
 }
 
 // fileExists: path names something, of any kind.

@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/daytwo-dev/daytwo/internal/instanceapi"
+	"github.com/daytwo-dev/daytwo/internal/postgres"
 )
 
 // learnRole asks the primary lease who the primary is, waiting while the
@@ -94,7 +95,7 @@ func (m *Manager) rejoin(ctx context.Context) error {
 	rewind.Env = append(os.Environ(), m.cfg.sslEnv()...)
 	out, err := rewind.CombinedOutput()
 	if err == nil {
-		m.log.Info("Rewound the data to follow the primary", "output", lastLines(out, 2))
+		m.log.Info("Rewound the data to follow the primary", "output", postgres.LastLines(out, 2))
 		if err := os.Remove(m.cfg.rewinding()); err != nil {
 			return fmt.Errorf("failed to remove %s: %w", m.cfg.rewinding(), err)
 		}
@@ -103,7 +104,7 @@ func (m *Manager) rejoin(ctx context.Context) error {
 		}
 		return nil
 	}
-	m.log.Info("Cloning the primary again: pg_rewind could not rejoin this data", "output", lastLines(out, 2))
+	m.log.Info("Cloning the primary again: pg_rewind could not rejoin this data", "output", postgres.LastLines(out, 2))
 	return m.bootstrap(ctx)
 }
 

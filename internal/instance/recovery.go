@@ -153,7 +153,7 @@ func (m *Manager) recoverFromArchive(ctx context.Context, dir string) (err error
 				return fmt.Errorf("the WAL archive ends before the recovery target (%s): no WAL past it is archived, so the "+
 					"database is not restored; archive more, or choose an earlier target", targetText(r))
 			}
-			return fmt.Errorf("postgres stopped during recovery (%v): %s", exit, lastLines([]byte(log), 3))
+			return fmt.Errorf("postgres stopped during recovery (%v): %s", exit, postgres.LastLines([]byte(log), 3))
 		case <-tick.C:
 		}
 		m.updateRecoveryProgress(restorer, progress, start, end, segSize, time.Since(began))

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/daytwo-dev/daytwo/internal/instanceapi"
+	"github.com/daytwo-dev/daytwo/internal/postgres"
 	"github.com/daytwo-dev/daytwo/internal/upgrade"
 )
 
@@ -253,10 +254,10 @@ func (m *Manager) shutDownCleanly(ctx context.Context, oldBin string) error {
 	pgctl := filepath.Join(oldBin, "pg_ctl")
 	if out, err := exec.CommandContext(ctx, pgctl, "start", "-w", "-t", "600", "-D", m.cfg.PGData, "-o", opts,
 		"-l", filepath.Join(m.cfg.RunDir, "recovery.log")).CombinedOutput(); err != nil {
-		return fmt.Errorf("the old server's recovery: %v: %s", err, lastLines(out, 3))
+		return fmt.Errorf("the old server's recovery: %v: %s", err, postgres.LastLines(out, 3))
 	}
 	if out, err := exec.CommandContext(ctx, pgctl, "stop", "-w", "-m", "fast", "-D", m.cfg.PGData).CombinedOutput(); err != nil {
-		return fmt.Errorf("stopping the old server: %v: %s", err, lastLines(out, 3))
+		return fmt.Errorf("stopping the old server: %v: %s", err, postgres.LastLines(out, 3))
 	}
 	return nil
 }
@@ -335,10 +336,10 @@ func (m *Manager) trialStart(ctx context.Context) error {
 	if err != nil {
 		log, _ := os.ReadFile(logFile)
 		_ = exec.Command(pgctl, "stop", "-m", "immediate", "-D", m.cfg.PGData).Run()
-		return fmt.Errorf("%s", strings.TrimSpace(lastLines(append(out, log...), 3)))
+		return fmt.Errorf("%s", strings.TrimSpace(postgres.LastLines(append(out, log...), 3)))
 	}
 	if out, err := exec.CommandContext(ctx, pgctl, "stop", "-w", "-m", "fast", "-D", m.cfg.PGData).CombinedOutput(); err != nil {
-		return fmt.Errorf("stopping the trial server: %v: %s", err, lastLines(out, 3))
+		return fmt.Errorf("stopping the trial server: %v: %s", err, postgres.LastLines(out, 3))
 	}
 	return nil
 }
@@ -372,8 +373,8 @@ func (m *Manager) afterUpgrade(ctx context.Context) {
 		cmd := exec.CommandContext(ctx, m.cfg.bin("psql"), "-X", "-v", "ON_ERROR_STOP=1", "-d", "postgres", "-f", script)
 		cmd.Env = env
 		if out, err := cmd.CombinedOutput(); err != nil {
-			m.log.Error(errors.New(lastLines(out, 3)), "Failed to update the extensions pg_upgrade listed", "script", script)
-			m.setMessage("the extensions pg_upgrade listed were not updated: " + lastLines(out, 1))
+			m.log.Error(errors.New(postgres.LastLines(out, 3)), "Failed to update the extensions pg_upgrade listed", "script", script)
+			m.setMessage("the extensions pg_upgrade listed were not updated: " + postgres.LastLines(out, 1))
 		} else {
 			m.log.Info("Extensions updated after the upgrade")
 			_ = os.Remove(script)
@@ -383,7 +384,7 @@ func (m *Manager) afterUpgrade(ctx context.Context) {
 	cmd := exec.CommandContext(ctx, m.cfg.bin("vacuumdb"), "--all", "--analyze-in-stages", "--jobs=2")
 	cmd.Env = env
 	if out, err := cmd.CombinedOutput(); err != nil {
-		m.log.Error(errors.New(lastLines(out, 3)), "ANALYZE after the upgrade failed")
+		m.log.Error(errors.New(postgres.LastLines(out, 3)), "ANALYZE after the upgrade failed")
 		return
 	}
 	m.log.Info("Statistics rebuilt after the upgrade", "took", time.Since(start).Round(time.Millisecond).String())

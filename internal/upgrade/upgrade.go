@@ -28,6 +28,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/daytwo-dev/daytwo/internal/postgres"
 )
 
 // Mode is how pg_upgrade moves the data files.
@@ -143,7 +145,7 @@ func (p Plan) initNew(ctx context.Context) error {
 	}
 	if out, err := p.command(ctx, p.NewBin, "initdb", args...).CombinedOutput(); err != nil {
 		_ = os.RemoveAll(p.NewData)
-		return &Error{Step: "initdb", Detail: lastLines(out, 5), Err: err}
+		return &Error{Step: "initdb", Detail: postgres.LastLines(out, 5), Err: err}
 	}
 	return nil
 }
@@ -241,7 +243,7 @@ func logError(log []byte) string {
 			return squeeze(strings.Join(lines[i:min(i+3, len(lines))], "\n"))
 		}
 	}
-	return squeeze(lastLines(log, 5))
+	return squeeze(postgres.LastLines(log, 5))
 }
 
 var (
@@ -293,11 +295,6 @@ func DataMajor(dir string) (string, error) {
 		return "", fmt.Errorf("failed to read PG_VERSION: %w", err)
 	}
 	return strings.TrimSpace(string(b)), nil
-}
-
-func lastLines(out []byte, n int) string {
-	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-	return strings.Join(lines[max(len(lines)-n, 0):], " | ")
 }
 
 func fileExists(path string) bool {

@@ -99,18 +99,24 @@ func (r *Reconciler) ensureSecret(ctx context.Context, db *v1alpha1.Database, na
 		if len(full.Data[v1alpha1.CredentialsPassword]) == 0 {
 			return fmt.Sprintf("Secret %s exists without a %q key", name, v1alpha1.CredentialsPassword), nil
 		}
-		base := s.DeepCopy()
-		if err := controllerutil.SetControllerReference(db, s, r.Client.Scheme()); err != nil {
-			return "", err
-		}
-		if err := r.Client.Patch(ctx, s, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
-			return "", fmt.Errorf("failed to take back Secret %s: %w", name, err)
-		}
-		r.Recorder.Eventf(db, s, corev1.EventTypeNormal, "Adopted", "Adopt", "Took back the kept Secret %s", name)
-		return "", nil
+		return "", r.takeBack(ctx, db, s)
 	default:
 		return fmt.Sprintf("Secret %s exists and does not belong to this Database", name), nil
 	}
+}
+
+// takeBack makes db the controller of a Secret that deletionPolicy Retain
+// released from a Database of the same name.
+func (r *Reconciler) takeBack(ctx context.Context, db *v1alpha1.Database, s client.Object) error {
+	base := s.DeepCopyObject().(client.Object)
+	if err := controllerutil.SetControllerReference(db, s, r.Client.Scheme()); err != nil {
+		return err
+	}
+	if err := r.Client.Patch(ctx, s, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
+		return fmt.Errorf("failed to take back Secret %s: %w", s.GetName(), err)
+	}
+	r.Recorder.Eventf(db, s, corev1.EventTypeNormal, "Adopted", "Adopt", "Took back the kept Secret %s", s.GetName())
+	return nil
 }
 
 func (r *Reconciler) createSecret(ctx context.Context, db *v1alpha1.Database, name string, data func(string) map[string][]byte) error {

@@ -98,12 +98,10 @@ func setStatus(db *v1alpha1.Database, obs *observation) {
 		set(v1alpha1.ConditionReady, false, v1alpha1.ReasonConflictingResource, obs.conflict)
 		return
 	}
+	setCertificateCondition(st, obs, set)
 	if obs.tls.problem != "" && obs.sts == nil {
 		st.Phase, st.Ready = v1alpha1.DatabasePhaseCreating, false
 		set(v1alpha1.ConditionReady, false, v1alpha1.ReasonCertificateInvalid, obs.tls.problem)
-	}
-	setCertificateCondition(st, obs, set)
-	if obs.tls.problem != "" && obs.sts == nil {
 		return
 	}
 	if obs.restoreFailed != "" {

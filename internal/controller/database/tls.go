@@ -184,13 +184,8 @@ func (r *Reconciler) ensureCA(ctx context.Context, db *v1alpha1.Database, obs *o
 		switch owner := metav1.GetControllerOf(s); {
 		case owner != nil && owner.UID == db.UID:
 		case owner == nil && s.Labels[labelDatabase] == db.Name:
-			// Kept by deletionPolicy Retain: take it back.
-			base := s.DeepCopy()
-			if err := controllerutil.SetControllerReference(db, s, r.Client.Scheme()); err != nil {
+			if err := r.takeBack(ctx, db, s); err != nil {
 				return nil, nil, err
-			}
-			if err := r.Client.Patch(ctx, s, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
-				return nil, nil, fmt.Errorf("failed to take back Secret %s: %w", name, err)
 			}
 		default:
 			obs.conflict = fmt.Sprintf("Secret %s exists and does not belong to this Database", name)
