@@ -73,8 +73,8 @@ func TestContinuousBackupRestoresToATime(t *testing.T) {
 	}
 	for _, j := range jobs.Items {
 		for _, e := range j.Spec.Template.Spec.Containers[0].Env {
-			if e.Name == "PGHOST" && e.Value != "ledger-ro" {
-				t.Errorf("Job %s took the base backup from %s, want the replicas' Service ledger-ro", j.Name, e.Value)
+			if want := "ledger-ro." + ns + ".svc"; e.Name == "PGHOST" && e.Value != want {
+				t.Errorf("Job %s took the base backup from %s, want the replicas' Service %s", j.Name, e.Value, want)
 			}
 		}
 	}
