@@ -26,6 +26,8 @@ type storageFlags struct {
 	endpoint, bucket, region, path, prefix string
 	insecure                               bool
 	series                                 backup.Series
+	// keys are the S3 credentials, taken from the environment once.
+	keys *[2]string
 }
 
 func (s *storageFlags) bind(f *pflag.FlagSet, prefix string) {
@@ -50,12 +52,16 @@ func (s *storageFlags) open() (backup.Storage, string, error) {
 	case s.path != "":
 		return backup.NewDir(s.path), prefix, nil
 	case s.bucket != "" && s.endpoint != "":
+		if s.keys == nil {
+			// Read once (a restore opens its storage twice): postgres,
+			// pg_dump, pg_restore and everything else this process starts
+			// must not inherit the keys.
+			s.keys = &[2]string{os.Getenv("AWS_ACCESS_KEY_ID"), os.Getenv("AWS_SECRET_ACCESS_KEY")}
+			_ = os.Unsetenv("AWS_ACCESS_KEY_ID")
+			_ = os.Unsetenv("AWS_SECRET_ACCESS_KEY")
+		}
 		st, err := backup.NewS3(backup.S3Config{Endpoint: s.endpoint, Bucket: s.bucket, Region: s.region, Insecure: s.insecure,
-			AccessKeyID: os.Getenv("AWS_ACCESS_KEY_ID"), SecretAccessKey: os.Getenv("AWS_SECRET_ACCESS_KEY")})
-		// Read once: postgres, pg_dump, pg_restore and everything else this
-		// process starts must not inherit the keys.
-		_ = os.Unsetenv("AWS_ACCESS_KEY_ID")
-		_ = os.Unsetenv("AWS_SECRET_ACCESS_KEY")
+			AccessKeyID: s.keys[0], SecretAccessKey: s.keys[1]})
 		return st, prefix, err
 	default:
 		return nil, "", errors.New("no storage: set a path, or an S3 endpoint and bucket")
