@@ -207,8 +207,14 @@ func (in *instance) stop() time.Duration {
 	return time.Since(start)
 }
 
+// connect connects over TCP, with TLS when the server offers it (an
+// instance with --tls requires it).
 func (in *instance) connect(ctx context.Context, userName, password, db string) (*pgx.Conn, error) {
-	cfg, err := pgx.ParseConfig(fmt.Sprintf("host=127.0.0.1 port=%d dbname=%s user=%s sslmode=disable", in.pgPort, db, userName))
+	return in.connectSSL(ctx, "prefer", userName, password, db)
+}
+
+func (in *instance) connectSSL(ctx context.Context, sslmode, userName, password, db string) (*pgx.Conn, error) {
+	cfg, err := pgx.ParseConfig(fmt.Sprintf("host=127.0.0.1 port=%d dbname=%s user=%s sslmode=%s", in.pgPort, db, userName, sslmode))
 	if err != nil {
 		return nil, err
 	}

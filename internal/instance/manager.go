@@ -242,10 +242,7 @@ func (e permanentError) Unwrap() error { return e.error }
 // Database (or allowed to run by checkIdentity), with the managed
 // configuration written.
 func (m *Manager) prepare(ctx context.Context) error {
-	if err := os.MkdirAll(m.cfg.RunDir, 0o700); err != nil {
-		return fmt.Errorf("failed to create %s: %w", m.cfg.RunDir, err)
-	}
-	if _, err := m.cfg.installTLS(); err != nil {
+	if err := m.cfg.prepareRunDir(); err != nil {
 		return err
 	}
 	if err := m.learnRole(ctx); err != nil {

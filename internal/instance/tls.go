@@ -30,6 +30,17 @@ func (c *Config) tlsFiles() map[string]string {
 	}
 }
 
+// prepareRunDir creates RunDir and installs the TLS files in it: every
+// server started on the data directory reads them, since its
+// configuration serves TLS.
+func (c *Config) prepareRunDir() error {
+	if err := os.MkdirAll(c.RunDir, 0o700); err != nil {
+		return fmt.Errorf("failed to create %s: %w", c.RunDir, err)
+	}
+	_, err := c.installTLS()
+	return err
+}
+
 // installTLS copies the projected TLS files into tlsDir when they differ
 // from the installed ones, and says whether it did. A certificate that
 // does not match its key is refused: the installed pair stays.

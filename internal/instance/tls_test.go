@@ -89,7 +89,7 @@ func TestTLSRequiredVerifiedAndRenewedWithoutRestart(t *testing.T) {
 	if serial, err := ca.servedSerial(ctx, prim); err != nil || serial != first {
 		t.Fatalf("verify-full against localhost: serial %s, err %v; want the projected certificate %s", serial, err, first)
 	}
-	if _, err := prim.connect(ctx, "shop", appPassword, "orders"); err == nil || !strings.Contains(err.Error(), "no encryption") {
+	if _, err := prim.connectSSL(ctx, "disable", "shop", appPassword, "orders"); err == nil || !strings.Contains(err.Error(), "no encryption") {
 		t.Errorf("a plaintext connection was not refused for its lack of encryption: %v", err)
 	}
 

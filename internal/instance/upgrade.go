@@ -52,8 +52,10 @@ func (c *Config) upgrading() string           { return filepath.Clean(c.PGData) 
 // it while every instance is stopped. Run again after a success, it finds
 // nothing to do.
 func (m *Manager) UpgradeOnly(ctx context.Context) error {
-	if err := os.MkdirAll(m.cfg.RunDir, 0o700); err != nil {
-		return fmt.Errorf("failed to create %s: %w", m.cfg.RunDir, err)
+	// The data directory's configuration serves TLS, so every server
+	// pg_upgrade starts needs the certificate installed.
+	if err := m.cfg.prepareRunDir(); err != nil {
+		return err
 	}
 	if !hasData(m.cfg.PGData) {
 		return fmt.Errorf("%s: %s holds no data directory", instanceapi.TerminationUpgradeFailed, m.cfg.PGData)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -17,10 +18,13 @@ import (
 // upgradeSetup is a primary on PostgreSQL 15 with rows in items, stopped,
 // and the bundle of 15's programs the old image's init container would
 // write. It returns the data's checksum and the bundle's directory.
-func upgradeSetup(t *testing.T, params map[string]string, beforeStop func(*instance)) (*instance, string, string) {
+func upgradeSetup(t *testing.T, params map[string]string, beforeStop func(*instance), flags ...string) (*instance, string, string) {
 	t.Helper()
 	ctx := context.Background()
-	in := newInstance(t, "--bin-dir", testpg.BinDirOf(t, "15"))
+	in := newInstance(t, append([]string{"--bin-dir", testpg.BinDirOf(t, "15")}, flags...)...)
+	if slices.Contains(flags, "--"+instanceapi.FlagTLS) {
+		newTestCA(t).issue(in)
+	}
 	in.setParameters(params)
 	in.start("orders-0")
 	in.waitReady(90 * time.Second)
@@ -175,11 +179,18 @@ func TestInterruptedUpgradeSwapPutsTheOldDataBack(t *testing.T) {
 // The upgrade Job's command (--upgrade-only) upgrades and exits; should
 // the pod then come back on the old image before the new server ever
 // served (the Job was killed after its swap, and the operator rolled
-// back), the old data is put back, not refused as newer.
+// back), the old data is put back, not refused as newer. Both serve TLS,
+// as the operator's pods do: every server pg_upgrade starts reads the
+// certificate the configuration names.
 func TestUpgradeOnlyAndAnUnservedUpgradeGoesBack(t *testing.T) {
-	in, before, bundle := upgradeSetup(t, map[string]string{}, nil)
+	tlsFlag := "--" + instanceapi.FlagTLS
+	in, before, bundle := upgradeSetup(t, map[string]string{}, nil, tlsFlag)
 	data := filepath.Join(in.root, "data")
-	in.extraFlags = []string{"--bin-dir", testpg.BinDirOf(t, "17"), "--" + instanceapi.FlagUpgradeFrom, bundle, "--" + instanceapi.FlagUpgradeOnly}
+	in.extraFlags = []string{tlsFlag, "--bin-dir", testpg.BinDirOf(t, "17"), "--" + instanceapi.FlagUpgradeFrom, bundle, "--" + instanceapi.FlagUpgradeOnly}
+	// The Job's pod starts with an empty run directory.
+	if err := os.RemoveAll(filepath.Join(in.root, "run")); err != nil {
+		t.Fatal(err)
+	}
 	in.start("orders-0")
 	select {
 	case err := <-in.exited:
@@ -195,7 +206,7 @@ func TestUpgradeOnlyAndAnUnservedUpgradeGoesBack(t *testing.T) {
 	if _, err := os.Stat(data + ".15"); err != nil {
 		t.Fatalf("the pre-upgrade data is not kept: %v", err)
 	}
-	in.extraFlags = []string{"--bin-dir", testpg.BinDirOf(t, "15")}
+	in.extraFlags = []string{tlsFlag, "--bin-dir", testpg.BinDirOf(t, "15")}
 	in.start("orders-0")
 	in.waitReady(90 * time.Second)
 	if after := checksum(t, in); after != before {
