@@ -4,7 +4,7 @@
 #   kwok  a real control plane with simulated nodes (anywhere Go runs)
 # DAYTWO_CLUSTER_MODE=real|kwok overrides the detection.
 #
-# usage: hack/cluster.sh mode|up|down|kubeconfig|deploy-operator
+# usage: hack/cluster.sh mode|up|down|kubeconfig|deploy-operator [namespaced NS...]
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -37,6 +37,31 @@ deploy_operator() {
   kubectl --kubeconfig "$kcfg" -n daytwo-system rollout status deploy/daytwo-operator --timeout=120s
 }
 
+# deploy-operator namespaced NS...: the namespaced install (config/namespaced)
+# watching NS..., which are made afresh: the overlay's Role and RoleBinding
+# are copied into each, and the cluster-wide grant and the webhook that
+# config/default installed are removed, so the operator runs with Roles only.
+deploy_namespaced() {
+  local kcfg; kcfg=$("$(script)" kubeconfig)
+  local k=(kubectl --kubeconfig "$kcfg") list ns rendered
+  list=$(IFS=,; echo "$*")
+  "$here/images.sh" daytwo | grep -v '^\[images' || true
+  "$here/realnode.sh" load daytwo
+  "${k[@]}" delete clusterrolebinding daytwo-manager --ignore-not-found >/dev/null
+  "${k[@]}" delete validatingwebhookconfiguration daytwo-validating-webhook --ignore-not-found >/dev/null
+  "${k[@]}" delete namespace "$@" --ignore-not-found --timeout=180s >/dev/null
+  rendered=$("${k[@]}" kustomize "$root/config/namespaced")
+  for ns in "$@"; do
+    "${k[@]}" create namespace "$ns" >/dev/null
+    "${k[@]}" label namespace "$ns" daytwo.dev/e2e=true pod-security.kubernetes.io/enforce=restricted >/dev/null
+    # The overlay's objects, with its Role and RoleBinding in ns.
+    sed -e "s/^  namespace: apps$/  namespace: $ns/" -e "s/--watch-namespaces=apps$/--watch-namespaces=$list/" <<<"$rendered" |
+      "${k[@]}" apply --server-side --force-conflicts -f - >/dev/null
+  done
+  "${k[@]}" -n daytwo-system rollout restart deploy/daytwo-operator >/dev/null
+  "${k[@]}" -n daytwo-system rollout status deploy/daytwo-operator --timeout=120s
+}
+
 case "${1:-}" in
   mode) mode ;;
   up) echo "cluster: $(why)"; "$(script)" up ;;
@@ -44,6 +69,7 @@ case "${1:-}" in
     "$here/kwok-cluster.sh" down
     if [ "$(uname -s)" = Linux ] && [ "$(id -u)" = 0 ]; then "$here/realnode.sh" down; fi ;;
   kubeconfig) "$(script)" kubeconfig ;;
-  deploy-operator) deploy_operator ;;
-  *) echo "usage: $0 mode|up|down|kubeconfig|deploy-operator" >&2; exit 2 ;;
+  deploy-operator)
+    if [ "${2:-}" = namespaced ]; then shift 2; deploy_namespaced "$@"; else deploy_operator; fi ;;
+  *) echo "usage: $0 mode|up|down|kubeconfig|deploy-operator [namespaced NS...]" >&2; exit 2 ;;
 esac

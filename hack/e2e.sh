@@ -29,5 +29,32 @@ else
   phase "build operator" make -s build
   phase "install CRDs" kubectl --kubeconfig "$kcfg" apply --server-side -k config/crd
 fi
-phase "suites" env KUBECONFIG="$kcfg" DAYTWO_E2E_MODE="$mode" DAYTWO_BIN="$root/bin/daytwo" \
-  go test -count=1 -tags "${E2E_TAGS:-e2e}" -timeout "${E2E_TIMEOUT:-30m}" -v "${E2E_PKG:-./test/e2e/...}" ${E2E_RUN:+-run "$E2E_RUN"}
+# A full run on the real node ends by comparing the verbs the operator used
+# (the API server's audit log) with those config/rbac grants.
+audit=
+if [ "$mode" = real ] && [ -z "${E2E_RUN:-}" ]; then
+  audit=$(hack/realnode.sh audit-log)
+fi
+# suites [VAR=value...] [go test flags...]
+suites() {
+  local envs=()
+  while [ $# -gt 0 ] && [[ $1 == [A-Z]*=* ]]; do envs+=("$1"); shift; done
+  env KUBECONFIG="$kcfg" DAYTWO_E2E_MODE="$mode" DAYTWO_BIN="$root/bin/daytwo" "${envs[@]}" \
+    go test -count=1 -tags "${E2E_TAGS:-e2e}" -timeout "${E2E_TIMEOUT:-30m}" -v "${E2E_PKG:-./test/e2e/...}" "$@"
+}
+# E2E_NAMESPACED: auto runs the namespaced install's smoke set after a full
+# run on the real node; only runs that alone; off never.
+namespaced=${E2E_NAMESPACED:-auto}
+if [ "$namespaced" != only ]; then
+  phase "suites" suites DAYTWO_E2E_AUDIT_LOG="$audit" ${E2E_RUN:+-run "$E2E_RUN"}
+fi
+# The namespaced install (config/namespaced): the operator holds Roles in the
+# namespaces it watches and nothing cluster-wide beyond read-only nodes and
+# StorageClasses; the Database and WebApp smoke set runs there, one
+# namespace per suite, and the RBAC-refusal check stays clean.
+if [ "$mode" = real ] && { [ "$namespaced" = only ] || { [ "$namespaced" = auto ] && [ -z "${E2E_RUN:-}" ]; }; }; then
+  nss=(apps-db apps-import apps-web apps-config apps-delete)
+  phase "deploy namespaced" hack/cluster.sh deploy-operator namespaced "${nss[@]}"
+  phase "namespaced suites" suites DAYTWO_E2E_NAMESPACES="$(IFS=,; echo "${nss[*]}")" \
+    -run '^(TestDatabaseSmallLifecycle|TestDatabaseImportsAPlainPostgreSQL|TestWebAppLifecycleOnARealNode|TestWebAppRollsOnConfigChange|TestWebAppDeletionPolicies)$'
+fi

@@ -8,7 +8,7 @@
 # It shares the host, so it uses its own names, ports, bridge and directories,
 # and `down` removes every trace. Needs root on Linux.
 #
-# usage: hack/realnode.sh up|down [--purge]|load [image...]|kubeconfig|status
+# usage: hack/realnode.sh up|down [--purge]|load [image...]|kubeconfig|audit-log|status
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -200,6 +200,7 @@ start_control_plane() {
       --etcd-binary "$BIN/etcd" --kube-apiserver-binary "$BIN/kube-apiserver" \
       --kube-controller-manager-binary "$BIN/kube-controller-manager" --kube-scheduler-binary "$BIN/kube-scheduler" \
       --kwok-controller-binary "$BIN/kwok" --disable kwok-controller --kubeconfig "$R/kubeconfig-kwok" \
+      --kube-audit-policy "$root/hack/realnode/audit-policy.yaml" \
       --extra-args "kube-apiserver=service-cluster-ip-range=$SVC_CIDR" \
       --extra-args kube-apiserver=kubelet-preferred-address-types=InternalIP \
       --extra-args kube-apiserver=service-node-port-range=30000-31999 \
@@ -345,8 +346,10 @@ case "${1:-}" in
   down) shift; down "$@" ;;
   load) shift; load "$@" ;;
   kubeconfig) echo "$KCFG" ;;
+  # The API server's audit log: the operator's requests (hack/realnode/audit-policy.yaml).
+  audit-log) echo "$KWOK_WORKDIR/clusters/$NAME/logs/audit.log" ;;
   status) status ;;
   # tag SRC DST: another name for a loaded image (the e2e's stand-in for a new release).
   tag) "${CTR[@]}" images tag --force "$2" "$3" >/dev/null ;;
-  *) echo "usage: $0 up|down [--purge]|load [image...]|kubeconfig|status|tag SRC DST" >&2; exit 2 ;;
+  *) echo "usage: $0 up|down [--purge]|load [image...]|kubeconfig|audit-log|status|tag SRC DST" >&2; exit 2 ;;
 esac

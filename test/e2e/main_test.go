@@ -45,5 +45,13 @@ func run(m *testing.M) int {
 		return 1
 	}
 	fmt.Println("e2e: operator healthy, no forbidden errors or panics in its log")
+	if audit := os.Getenv("DAYTWO_E2E_AUDIT_LOG"); audit != "" && code == 0 {
+		summary, err := framework.CheckVerbs(audit)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "FAIL: verb check:", summary+":", err)
+			return 1
+		}
+		fmt.Println("e2e: every verb the operator is granted was used:", summary)
+	}
 	return code
 }

@@ -86,3 +86,36 @@ func TestOperatorMetricsNeedAPermittedToken(t *testing.T) {
 		return true, nil
 	})
 }
+
+// The secrets scan every suite's namespace goes through can fail: a
+// Secret's password in a pod's arguments is found, and named without
+// being printed.
+func TestSecretsScanFindsALeak(t *testing.T) {
+	ctx := context.Background()
+	ns := cluster.Namespace(t)
+	value := "planted-" + ns
+	secret(t, ns, "planted", map[string]string{"password": value, "username": "not-a-secret"})
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "leaky"}, Spec: corev1.PodSpec{
+		SecurityContext: framework.RestrictedPod(),
+		Containers: []corev1.Container{{Name: "c", Image: framework.PauseImage, Args: []string{"--password=" + value},
+			Env: []corev1.EnvVar{{Name: "USER", Value: "not-a-secret"}}, SecurityContext: framework.RestrictedContainer()}},
+	}}
+	if err := cluster.Client.Create(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	found, err := cluster.ScanSecrets(ctx, ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := ns + "/planted[password] appears in pod leaky container c command, args or env"
+	if len(found) != 1 || found[0] != want {
+		t.Fatalf("the scan found %q; want exactly %q", found, want)
+	}
+	if strings.Contains(found[0], value) {
+		t.Fatal("the scan printed the secret it found")
+	}
+	// The suite's own scan at the end must pass: the planted secret goes.
+	if err := cluster.Client.Delete(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "planted"}}); err != nil {
+		t.Fatal(err)
+	}
+}

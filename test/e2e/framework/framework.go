@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -79,20 +81,56 @@ func RepoRoot() string {
 	return filepath.Join(filepath.Dir(file), "..", "..", "..")
 }
 
-// Namespace creates a fresh namespace for one suite and deletes it afterwards.
+// given are the namespaces a namespaced install watches
+// (DAYTWO_E2E_NAMESPACES), handed one to each suite: the operator reaches
+// no other.
+var given struct {
+	sync.Mutex
+	next int
+}
+
+// Namespace creates a fresh namespace for one suite and deletes it
+// afterwards; against a namespaced install, it hands out the next of the
+// namespaces the operator watches, and leaves it (deleting it would take
+// the operator's Role away while it still cleans up).
 func (c *Cluster) Namespace(t *testing.T) string {
 	t.Helper()
+	if list := os.Getenv("DAYTWO_E2E_NAMESPACES"); list != "" {
+		names := strings.Split(list, ",")
+		given.Lock()
+		i := given.next
+		given.next++
+		given.Unlock()
+		if i >= len(names) {
+			t.Fatalf("the namespaced install watches %d namespaces (%s); this suite needs one more", len(names), list)
+		}
+		t.Cleanup(func() { c.endNamespace(t, names[i]) })
+		return names[i]
+	}
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "e2e-", Labels: map[string]string{"daytwo.dev/e2e": "true"}}}
 	if err := c.Client.Create(context.Background(), ns); err != nil {
 		t.Fatalf("failed to create a namespace: %v", err)
 	}
 	t.Cleanup(func() {
-		if t.Failed() {
-			c.dumpNamespace(t, ns.Name)
-		}
+		c.endNamespace(t, ns.Name)
 		_ = c.Client.Delete(context.Background(), ns)
 	})
 	return ns.Name
+}
+
+// endNamespace logs what a failed suite left in ns, and fails t for every
+// secret of ns found where it must not be.
+func (c *Cluster) endNamespace(t *testing.T, ns string) {
+	if t.Failed() {
+		c.dumpNamespace(t, ns)
+	}
+	found, err := c.ScanSecrets(context.Background(), ns)
+	if err != nil {
+		t.Errorf("secrets scan: %v", err)
+	}
+	for _, f := range found {
+		t.Errorf("secret leaked: %s", f)
+	}
 }
 
 // dumpNamespace logs what a failed suite left behind, to debug from CI output.

@@ -69,6 +69,11 @@ func (c *Cluster) CheckOperator(ctx context.Context, p *Process) error {
 	if strings.Contains(strings.ToLower(log), "panic") {
 		errs = append(errs, fmt.Errorf("operator log contains a panic"))
 	}
+	found, summary := ScanOperatorLog(log)
+	for _, f := range found {
+		errs = append(errs, fmt.Errorf("secret leaked: %s", f))
+	}
+	fmt.Println("e2e: secrets scan:", summary)
 	if len(errs) > 0 {
 		return fmt.Errorf("%w; log:\n%s", errors.Join(errs...), log)
 	}
