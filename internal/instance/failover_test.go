@@ -178,7 +178,7 @@ func post(t *testing.T, in *instance, path, token string, body, out any) int {
 	if token != "" {
 		req.Header.Set(instanceapi.AuthorizationHeader, "Bearer "+token)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := in.client().Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -66,6 +66,17 @@ type instance struct {
 	// pidNamespace starts the instance manager as PID 1 of a new PID
 	// namespace, as the container runtime does.
 	pidNamespace bool
+	// api calls the instance API; with --tls, over HTTPS with a client
+	// certificate (testCA.issue sets it).
+	api *http.Client
+}
+
+// client is the instance API client: plain HTTP unless set.
+func (in *instance) client() *http.Client {
+	if in.api != nil {
+		return in.api
+	}
+	return http.DefaultClient
 }
 
 const appPassword = "app-pass-Ø:'\"-1"
@@ -134,7 +145,7 @@ func (in *instance) waitReady(timeout time.Duration) time.Duration {
 	in.t.Helper()
 	start := time.Now()
 	for time.Since(start) < timeout {
-		resp, err := http.Get(in.url(instanceapi.PathReadyz))
+		resp, err := in.client().Get(in.url(instanceapi.PathReadyz))
 		if err == nil {
 			_ = resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
@@ -152,7 +163,7 @@ func (in *instance) waitReady(timeout time.Duration) time.Duration {
 }
 
 func (in *instance) readyz() bool {
-	resp, err := http.Get(in.url(instanceapi.PathReadyz))
+	resp, err := in.client().Get(in.url(instanceapi.PathReadyz))
 	if err != nil {
 		return false
 	}
@@ -161,6 +172,9 @@ func (in *instance) readyz() bool {
 }
 
 func (in *instance) url(path string) string {
+	if in.api != nil {
+		return fmt.Sprintf("https://127.0.0.1:%d%s", in.httpPort, path)
+	}
 	return fmt.Sprintf("http://127.0.0.1:%d%s", in.httpPort, path)
 }
 
@@ -181,7 +195,7 @@ func (in *instance) tryStatus() (instanceapi.Status, bool) {
 
 func (in *instance) getStatus() (instanceapi.Status, error) {
 	var s instanceapi.Status
-	resp, err := http.Get(in.url(instanceapi.PathStatus))
+	resp, err := in.client().Get(in.url(instanceapi.PathStatus))
 	if err != nil {
 		return s, err
 	}
@@ -356,7 +370,7 @@ func TestRefusesAnotherMajorVersion(t *testing.T) {
 	in.start("orders-0")
 	want := "PostgreSQL 14 but this image runs PostgreSQL " + testpg.Major(t)
 	eventually(t, 20*time.Second, func() bool {
-		resp, err := http.Get(in.url(instanceapi.PathStatus))
+		resp, err := in.client().Get(in.url(instanceapi.PathStatus))
 		if err != nil {
 			return false
 		}
@@ -364,7 +378,7 @@ func TestRefusesAnotherMajorVersion(t *testing.T) {
 		s := in.status()
 		return s.Phase == instanceapi.PhaseFailed && strings.Contains(s.Message, want)
 	}, "phase Failed naming both versions")
-	resp, err := http.Get(in.url(instanceapi.PathReadyz))
+	resp, err := in.client().Get(in.url(instanceapi.PathReadyz))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,7 @@
 package instance
 
 import (
+	"crypto/tls"
 	"bytes"
 	"context"
 	"crypto/sha256"
@@ -155,6 +156,10 @@ func (m *Manager) Run(ctx context.Context) error {
 		return fmt.Errorf("failed to listen on %s: %w", m.cfg.HTTPAddress, err)
 	}
 	srv := &http.Server{Handler: m.Handler(), ReadHeaderTimeout: 5 * time.Second}
+	if m.cfg.TLS {
+		srv.TLSConfig = m.cfg.apiTLSConfig()
+		l = tls.NewListener(l, srv.TLSConfig)
+	}
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(l) }()
 	defer func() {

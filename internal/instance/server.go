@@ -26,16 +26,18 @@ func (m *Manager) Handler() http.Handler {
 		}
 		writeJSON(w, code, s)
 	})
-	mux.HandleFunc("GET "+instanceapi.PathStatus, func(w http.ResponseWriter, r *http.Request) {
+	// Beyond the probes, every call needs the operator's client
+	// certificate (with TLS), and every call that changes the instance its
+	// token too.
+	mux.HandleFunc("GET "+instanceapi.PathStatus, m.withClientCertificate(func(w http.ResponseWriter, r *http.Request) {
 		s := m.Status()
 		s.Ready = m.ready(r.Context(), s)
 		writeJSON(w, http.StatusOK, s)
-	})
-	// Every call that changes the instance needs the operator's token.
-	mux.HandleFunc("POST "+instanceapi.PathPromote, m.withToken(m.handlePromote))
-	mux.HandleFunc("POST "+instanceapi.PathDemote, m.withToken(m.handleDemote))
-	mux.HandleFunc("POST "+instanceapi.PathRestart, m.withToken(m.handleRestart))
-	mux.HandleFunc("POST "+instanceapi.PathCheckpoint, m.withToken(m.handleCheckpoint))
+	}))
+	for path, h := range map[string]http.HandlerFunc{instanceapi.PathPromote: m.handlePromote, instanceapi.PathDemote: m.handleDemote,
+		instanceapi.PathRestart: m.handleRestart, instanceapi.PathCheckpoint: m.handleCheckpoint} {
+		mux.HandleFunc("POST "+path, m.withClientCertificate(m.withToken(h)))
+	}
 	return mux
 }
 

@@ -3,7 +3,9 @@ package instance
 import (
 	"bytes"
 	"crypto/tls"
+	"crypto/x509"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 
@@ -131,5 +133,45 @@ func (m *Manager) refreshTLS() {
 	if changed {
 		m.log.Info("Installed a renewed TLS certificate; reloading")
 		m.Reload()
+	}
+}
+
+// apiTLSConfig serves the instance API over HTTPS with the projected
+// server certificate, read at each handshake so a renewal needs nothing
+// more. A client certificate is verified against the Database's daytwo CA
+// when one is presented; the kubelet's probes present none, and
+// withClientCertificate refuses every other call without one.
+func (c *Config) apiTLSConfig() *tls.Config {
+	return &tls.Config{
+		MinVersion: tls.VersionTLS12,
+		GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
+			pair, err := tls.LoadX509KeyPair(filepath.Join(c.SecretsDir, instanceapi.SecretTLSCert),
+				filepath.Join(c.SecretsDir, instanceapi.SecretTLSKey))
+			if err != nil {
+				return nil, fmt.Errorf("the server certificate: %w", err)
+			}
+			pool := x509.NewCertPool()
+			if b, err := os.ReadFile(filepath.Join(c.SecretsDir, instanceapi.SecretAPIClientCA)); err == nil {
+				pool.AppendCertsFromPEM(b)
+			}
+			return &tls.Config{
+				MinVersion:   tls.VersionTLS12,
+				Certificates: []tls.Certificate{pair},
+				ClientAuth:   tls.VerifyClientCertIfGiven,
+				ClientCAs:    pool,
+			}, nil
+		},
+	}
+}
+
+// withClientCertificate answers 401 to a call without a verified client
+// certificate, when the API serves TLS.
+func (m *Manager) withClientCertificate(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if m.cfg.TLS && (r.TLS == nil || len(r.TLS.VerifiedChains) == 0) {
+			writeJSON(w, http.StatusUnauthorized, instanceapi.Error{Message: "a client certificate from the Database's CA is required"})
+			return
+		}
+		h(w, r)
 	}
 }

@@ -3,7 +3,9 @@ package instance_test
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -13,6 +15,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/daytwo-dev/daytwo/internal/instanceapi"
 	"github.com/daytwo-dev/daytwo/internal/pki"
 )
 
@@ -38,7 +41,7 @@ func (ca *testCA) issue(in *instance) string {
 	if err != nil {
 		ca.t.Fatal(err)
 	}
-	for name, b := range map[string][]byte{"tls.crt": cert, "tls.key": key, "ca.crt": ca.cert} {
+	for name, b := range map[string][]byte{"tls.crt": cert, "tls.key": key, "ca.crt": ca.cert, "api-client-ca.crt": ca.cert} {
 		in.writeFile("secrets/"+name+".new", string(b))
 		if err := os.Rename(filepath.Join(in.root, "secrets", name+".new"), filepath.Join(in.root, "secrets", name)); err != nil {
 			ca.t.Fatal(err)
@@ -48,7 +51,32 @@ func (ca *testCA) issue(in *instance) string {
 	if err != nil {
 		ca.t.Fatal(err)
 	}
+	in.api = ca.apiClient("daytwo-operator", nil)
 	return pair.Leaf.SerialNumber.String()
+}
+
+// apiClient calls an instance API over HTTPS, verifying it as localhost
+// against this CA, with a client certificate for cn ("" for none) from
+// issuer (this CA when nil).
+func (ca *testCA) apiClient(cn string, issuer *testCA) *http.Client {
+	if issuer == nil {
+		issuer = ca
+	}
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(ca.cert)
+	cfg := &tls.Config{RootCAs: roots, ServerName: "localhost", MinVersion: tls.VersionTLS12}
+	if cn != "" {
+		cert, key, err := pki.Issue(issuer.cert, issuer.key, cn, nil, pki.Client, time.Now(), time.Hour)
+		if err != nil {
+			ca.t.Fatal(err)
+		}
+		pair, err := tls.X509KeyPair(cert, key)
+		if err != nil {
+			ca.t.Fatal(err)
+		}
+		cfg.Certificates = []tls.Certificate{pair}
+	}
+	return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: cfg}}
 }
 
 // servedSerial connects with sslmode=verify-full and returns the serial
@@ -82,6 +110,7 @@ func TestTLSRequiredVerifiedAndRenewedWithoutRestart(t *testing.T) {
 	ctx := context.Background()
 	ca := newTestCA(t)
 	prim := newInstance(t, "--tls")
+	prim.writeFile("secrets/api-token", apiToken)
 	first := ca.issue(prim)
 	prim.start("orders-0")
 	prim.waitReady(time.Minute)
@@ -89,6 +118,7 @@ func TestTLSRequiredVerifiedAndRenewedWithoutRestart(t *testing.T) {
 	if serial, err := ca.servedSerial(ctx, prim); err != nil || serial != first {
 		t.Fatalf("verify-full against localhost: serial %s, err %v; want the projected certificate %s", serial, err, first)
 	}
+	checkAPIClientCertificates(t, ca, prim)
 	if _, err := prim.connectSSL(ctx, "disable", "shop", appPassword, "orders"); err == nil || !strings.Contains(err.Error(), "no encryption") {
 		t.Errorf("a plaintext connection was not refused for its lack of encryption: %v", err)
 	}
@@ -117,5 +147,45 @@ func TestTLSRequiredVerifiedAndRenewedWithoutRestart(t *testing.T) {
 	time.Sleep(3 * time.Second)
 	if serial, err := ca.servedSerial(ctx, prim); err != nil || serial != renewed {
 		t.Errorf("after a broken renewal: serial %s, err %v; want the previous %s", serial, err, renewed)
+	}
+}
+
+// checkAPIClientCertificates: the instance API is HTTPS; the probes'
+// paths answer anyone, /status and the calls that change the instance
+// need a client certificate from the Database's CA (and those calls the
+// token too); a certificate from another CA fails the handshake.
+func checkAPIClientCertificates(t *testing.T, ca *testCA, in *instance) {
+	t.Helper()
+	get := func(c *http.Client, path string) (int, error) {
+		resp, err := c.Get(in.url(path))
+		if err != nil {
+			return 0, err
+		}
+		_ = resp.Body.Close()
+		return resp.StatusCode, nil
+	}
+	anonymous := ca.apiClient("", nil)
+	if code, err := get(anonymous, instanceapi.PathReadyz); err != nil || code != http.StatusOK {
+		t.Errorf("readyz without a client certificate (the kubelet's probe): %d, %v; want 200", code, err)
+	}
+	if code, err := get(anonymous, instanceapi.PathStatus); err != nil || code != http.StatusUnauthorized {
+		t.Errorf("status without a client certificate: %d, %v; want 401", code, err)
+	}
+	if code, err := get(in.client(), instanceapi.PathStatus); err != nil || code != http.StatusOK {
+		t.Errorf("status with the operator's client certificate: %d, %v; want 200", code, err)
+	}
+	resp, err := anonymous.Post(in.url(instanceapi.PathCheckpoint), "application/json", strings.NewReader("{}"))
+	if err != nil || resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("checkpoint without a client certificate: %v, %v; want 401", resp, err)
+	}
+	if code := post(t, in, instanceapi.PathCheckpoint, "", struct{}{}, nil); code != http.StatusUnauthorized {
+		t.Errorf("checkpoint with the client certificate but no token: %d; want 401", code)
+	}
+	if code := post(t, in, instanceapi.PathCheckpoint, apiToken, struct{}{}, nil); code != http.StatusOK {
+		t.Errorf("checkpoint with the client certificate and the token: %d; want 200", code)
+	}
+	stranger := ca.apiClient("daytwo-operator", newTestCA(t))
+	if code, err := get(stranger, instanceapi.PathStatus); err == nil {
+		t.Errorf("a client certificate from another CA was accepted: %d", code)
 	}
 }

@@ -3,6 +3,7 @@ package instanceapi
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -26,85 +27,120 @@ func NewClient(timeout time.Duration) *Client {
 	return &Client{HTTP: &http.Client{Timeout: timeout}}
 }
 
-// Status asks the instance manager at podIP for its status.
-func (c *Client) Status(ctx context.Context, podIP string) (Status, error) {
-	url := "http://" + net.JoinHostPort(podIP, strconv.Itoa(Port)) + PathStatus
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+// Target is one instance's API: its pod's IP and, when the instance serves
+// HTTPS (FlagTLS), the configuration that verifies it (its CA and name) and
+// presents the operator's client certificate. Without TLS the call is
+// plain HTTP (a pod an older daytwo made).
+type Target struct {
+	IP  string
+	TLS *tls.Config
+}
+
+func (t Target) String() string { return t.IP }
+
+func (t Target) url(path string) string {
+	scheme := "http"
+	if t.TLS != nil {
+		scheme = "https"
+	}
+	return scheme + "://" + net.JoinHostPort(t.IP, strconv.Itoa(Port)) + path
+}
+
+// do sends req to t within timeout (the client's when zero).
+func (c *Client) do(req *http.Request, t Target, timeout time.Duration) (*http.Response, error) {
+	hc := *c.HTTP
+	if timeout > 0 {
+		hc.Timeout = timeout
+	}
+	if t.TLS != nil {
+		// A connection per call: the configuration is per instance.
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.TLSClientConfig = t.TLS
+		tr.DisableKeepAlives = true
+		hc.Transport = tr
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("instance %s: %w", t, err)
+	}
+	return resp, nil
+}
+
+// Status asks the instance manager at t for its status.
+func (c *Client) Status(ctx context.Context, t Target) (Status, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, t.url(PathStatus), nil)
 	if err != nil {
 		return Status{}, err
 	}
-	resp, err := c.HTTP.Do(req)
+	resp, err := c.do(req, t, 0)
 	if err != nil {
-		return Status{}, fmt.Errorf("instance %s: %w", podIP, err)
+		return Status{}, err
 	}
 	defer func() { _ = resp.Body.Close() }()
 	if resp.StatusCode != http.StatusOK {
-		return Status{}, fmt.Errorf("instance %s answered %s", podIP, resp.Status)
+		return Status{}, fmt.Errorf("instance %s answered %s", t, resp.Status)
 	}
 	var s Status
 	if err := json.NewDecoder(io.LimitReader(resp.Body, maxStatusBytes)).Decode(&s); err != nil {
-		return Status{}, fmt.Errorf("instance %s: %w", podIP, err)
+		return Status{}, fmt.Errorf("instance %s: %w", t, err)
 	}
 	return s, nil
 }
 
-// Promote asks the instance manager at podIP to promote its replica; token
+// Promote asks the instance manager at t to promote its replica; token
 // is the Database's api-token. waitLSN, in a switchover, is the old
 // primary's shutdown checkpoint.
-func (c *Client) Promote(ctx context.Context, podIP, token, waitLSN string) error {
+func (c *Client) Promote(ctx context.Context, t Target, token, waitLSN string) error {
 	// pg_promote waits up to 25 s; the status timeout is far shorter.
-	return c.post(ctx, podIP, PathPromote, token, PromoteRequest{WaitLSN: waitLSN}, nil, 60*time.Second)
+	return c.post(ctx, t, PathPromote, token, PromoteRequest{WaitLSN: waitLSN}, nil, 60*time.Second)
 }
 
-// Demote asks the primary at podIP to shut down cleanly and hand the
+// Demote asks the primary at t to shut down cleanly and hand the
 // primary lease to the replica to; it answers once it has.
-func (c *Client) Demote(ctx context.Context, podIP, token string, req DemoteRequest) (DemoteResult, error) {
+func (c *Client) Demote(ctx context.Context, t Target, token string, req DemoteRequest) (DemoteResult, error) {
 	var res DemoteResult
-	err := c.post(ctx, podIP, PathDemote, token, req, &res, 90*time.Second)
+	err := c.post(ctx, t, PathDemote, token, req, &res, 90*time.Second)
 	return res, err
 }
 
-// Checkpoint asks the instance manager at podIP to run CHECKPOINT.
-func (c *Client) Checkpoint(ctx context.Context, podIP, token string) error {
-	return c.post(ctx, podIP, PathCheckpoint, token, struct{}{}, nil, 40*time.Second)
+// Checkpoint asks the instance manager at t to run CHECKPOINT.
+func (c *Client) Checkpoint(ctx context.Context, t Target, token string) error {
+	return c.post(ctx, t, PathCheckpoint, token, struct{}{}, nil, 40*time.Second)
 }
 
-// Restart asks the instance manager at podIP to restart postgres in place.
-func (c *Client) Restart(ctx context.Context, podIP, token string) error {
-	return c.post(ctx, podIP, PathRestart, token, struct{}{}, nil, 10*time.Second)
+// Restart asks the instance manager at t to restart postgres in place.
+func (c *Client) Restart(ctx context.Context, t Target, token string) error {
+	return c.post(ctx, t, PathRestart, token, struct{}{}, nil, 10*time.Second)
 }
 
 // post sends an authenticated call that changes an instance and decodes its answer into out.
-func (c *Client) post(ctx context.Context, podIP, path, token string, in, out any, timeout time.Duration) error {
+func (c *Client) post(ctx context.Context, t Target, path, token string, in, out any, timeout time.Duration) error {
 	body, err := json.Marshal(in)
 	if err != nil {
 		return err
 	}
-	url := "http://" + net.JoinHostPort(podIP, strconv.Itoa(Port)) + path
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, t.url(path), bytes.NewReader(body))
 	if err != nil {
 		return err
 	}
 	req.Header.Set(AuthorizationHeader, "Bearer "+token)
 	req.Header.Set("Content-Type", "application/json")
-	hc := *c.HTTP
-	hc.Timeout = timeout
-	resp, err := hc.Do(req)
+	resp, err := c.do(req, t, timeout)
 	if err != nil {
-		return fmt.Errorf("instance %s: %w", podIP, err)
+		return err
 	}
 	defer func() { _ = resp.Body.Close() }()
 	limited := io.LimitReader(resp.Body, maxStatusBytes)
 	if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusAccepted {
 		var e Error
 		_ = json.NewDecoder(limited).Decode(&e)
-		return fmt.Errorf("instance %s answered %s: %s", podIP, resp.Status, e.Message)
+		return fmt.Errorf("instance %s answered %s: %s", t, resp.Status, e.Message)
 	}
 	if out == nil {
 		return nil
 	}
 	if err := json.NewDecoder(limited).Decode(out); err != nil {
-		return fmt.Errorf("instance %s: %w", podIP, err)
+		return fmt.Errorf("instance %s: %w", t, err)
 	}
 	return nil
 }

@@ -47,7 +47,7 @@ func TestStatusReadsABoundedBody(t *testing.T) {
 		}
 		_, _ = fmt.Fprint(w, `"}`)
 	})
-	_, err := instanceapi.NewClient(5*time.Second).Status(context.Background(), ip)
+	_, err := instanceapi.NewClient(5*time.Second).Status(context.Background(), instanceapi.Target{IP: ip})
 	if err == nil {
 		t.Fatal("a 4 MiB status was decoded; the body is not bounded")
 	}
@@ -55,7 +55,7 @@ func TestStatusReadsABoundedBody(t *testing.T) {
 	ok := serve(t, func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = fmt.Fprint(w, `{"pod":"orders-1","role":"replica","phase":"Running"}`)
 	})
-	s, err := instanceapi.NewClient(5*time.Second).Status(context.Background(), ok)
+	s, err := instanceapi.NewClient(5*time.Second).Status(context.Background(), instanceapi.Target{IP: ok})
 	if err != nil || s.Pod != "orders-1" || s.Role != instanceapi.RoleReplica {
 		t.Fatalf("a small status: %+v, %v", s, err)
 	}

@@ -42,6 +42,11 @@ const (
 	SecretTLSCert = "tls.crt"
 	SecretTLSKey  = "tls.key"
 	SecretTLSCA   = "ca.crt"
+	// SecretAPIClientCA, in SecretsDir with FlagTLS, is the Database's
+	// daytwo CA: the instance API serves HTTPS with the server certificate
+	// and requires of every call but the probes a client certificate it
+	// issued (the operator's).
+	SecretAPIClientCA = "api-client-ca.crt"
 )
 
 // Flags of `daytwo instance run` that the pod template sets.

@@ -228,14 +228,14 @@ func (r *Reconciler) observe(ctx context.Context, db *v1alpha1.Database, obs *ob
 			expired = st.holder
 		}
 	}
-	obs.instanceStatuses, obs.instances = r.askInstances(ctx, obs.pods, expired)
+	obs.instanceStatuses, obs.instances = r.askInstances(ctx, db, obs.pods, expired)
 	return nil
 }
 
 // askInstances gets the status of every ready instance but skip from its
 // instance manager, in parallel. An instance that does not answer is
 // listed with the error; it never fails the reconcile.
-func (r *Reconciler) askInstances(ctx context.Context, pods []corev1.Pod, skip string) ([]v1alpha1.InstanceStatus, map[string]instanceapi.Status) {
+func (r *Reconciler) askInstances(ctx context.Context, db *v1alpha1.Database, pods []corev1.Pod, skip string) ([]v1alpha1.InstanceStatus, map[string]instanceapi.Status) {
 	out := make([]v1alpha1.InstanceStatus, len(pods))
 	answers := make([]*instanceapi.Status, len(pods))
 	var wg sync.WaitGroup
@@ -251,8 +251,13 @@ func (r *Reconciler) askInstances(ctx context.Context, pods []corev1.Pod, skip s
 		if pod.Status.PodIP == "" || pod.Status.Phase != corev1.PodRunning || !pod.DeletionTimestamp.IsZero() {
 			continue
 		}
+		t, err := r.target(ctx, db, pod)
+		if err != nil {
+			out[i].Error = "cannot reach its instance manager: " + err.Error()
+			continue
+		}
 		wg.Go(func() {
-			s, err := r.Instances.Status(ctx, pod.Status.PodIP)
+			s, err := r.Instances.Status(ctx, t)
 			if err != nil {
 				out[i].Error = "the instance manager did not answer"
 				return

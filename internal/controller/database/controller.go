@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
@@ -62,6 +63,9 @@ type Reconciler struct {
 	// Instances asks instance managers for their status; nil means a
 	// client with a one-second timeout.
 	Instances *instanceapi.Client
+	// apiTLSCache holds the instance API's client configuration per
+	// Database.
+	apiTLSCache apiTLSCache
 }
 
 // instanceRefresh is how often a running Database's instances are asked
@@ -90,6 +94,9 @@ const instanceRefresh = 30 * time.Second
 func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (_ reconcile.Result, err error) {
 	db := &v1alpha1.Database{}
 	if err := r.Client.Get(ctx, req.NamespacedName, db); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.apiTLSCache.forget(req.NamespacedName)
+		}
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
 	if db.DeletionTimestamp.IsZero() && !controllerutil.ContainsFinalizer(db, cleanupFinalizer) {

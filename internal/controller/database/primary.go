@@ -207,11 +207,11 @@ func (r *Reconciler) promote(ctx context.Context, db *v1alpha1.Database, obs *ob
 	if err != nil {
 		return err
 	}
-	ip := podIP(obs, pod)
-	if ip == "" {
-		return fmt.Errorf("pod %s has no IP to promote it", pod)
+	t, err := r.targetOf(ctx, db, obs, pod)
+	if err != nil {
+		return fmt.Errorf("cannot promote %s: %w", pod, err)
 	}
-	if err := r.Instances.Promote(ctx, ip, token, waitLSN); err != nil {
+	if err := r.Instances.Promote(ctx, t, token, waitLSN); err != nil {
 		return fmt.Errorf("failed to promote %s: %w", pod, err)
 	}
 	now := metav1.NewTime(r.Clock.Now())

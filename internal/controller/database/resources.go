@@ -304,7 +304,7 @@ func postgresContainer(db *v1alpha1.Database, p plan, in stsInputs) *corev1ac.Co
 	}
 	probe := func(path string, period, failures int32) *corev1ac.ProbeApplyConfiguration {
 		return corev1ac.Probe().
-			WithHTTPGet(corev1ac.HTTPGetAction().WithPath(path).WithPort(intstr.FromString("status"))).
+			WithHTTPGet(corev1ac.HTTPGetAction().WithPath(path).WithPort(intstr.FromString("status")).WithScheme(corev1.URISchemeHTTPS)).
 			WithPeriodSeconds(period).WithTimeoutSeconds(3).WithFailureThreshold(failures)
 	}
 	return corev1ac.Container().
@@ -430,6 +430,10 @@ func podVolumes(db *v1alpha1.Database, p plan) []*corev1ac.VolumeApplyConfigurat
 					WithItems(corev1ac.KeyToPath().WithKey(pki.TLSCert).WithPath(instanceapi.SecretTLSCert),
 						corev1ac.KeyToPath().WithKey(pki.TLSKey).WithPath(instanceapi.SecretTLSKey),
 						corev1ac.KeyToPath().WithKey(pki.CACert).WithPath(instanceapi.SecretTLSCA))),
+				// The CA's certificate only: the instance API verifies the
+				// operator's client certificate with it.
+				corev1ac.VolumeProjection().WithSecret(corev1ac.SecretProjection().WithName(caSecretName(db)).
+					WithItems(corev1ac.KeyToPath().WithKey(pki.CACert).WithPath(instanceapi.SecretAPIClientCA))),
 			).WithSources(archiveSecrets(p)...)),
 	}
 }

@@ -255,7 +255,10 @@ func (r *Reconciler) lowerOnPrimaryFirst(ctx context.Context, db *v1alpha1.Datab
 	if err != nil {
 		return reconcile.Result{}, true, err
 	}
-	ip := podIP(obs, obs.primary)
+	ip, err := r.targetOf(ctx, db, obs, obs.primary)
+	if err != nil {
+		return reconcile.Result{}, true, err
+	}
 	// A checkpoint while it serves leaves the restart little to write.
 	if err := r.Instances.Checkpoint(ctx, ip, token); err != nil {
 		return reconcile.Result{}, true, fmt.Errorf("failed to checkpoint the primary %s before its restart: %w", obs.primary, err)

@@ -168,6 +168,14 @@ func (r *Reconciler) handOver(ctx context.Context, db *v1alpha1.Database, obs *o
 		obs.switchoverWaiting = fmt.Sprintf("%s or %s has no pod IP", from, to)
 		return reconcile.Result{RequeueAfter: time.Second}, nil
 	}
+	fromAPI, err := r.targetOf(ctx, db, obs, from)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	toAPI, err := r.targetOf(ctx, db, obs, to)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
 	rec.StartedTime = ptr.To(metav1.NewTime(r.Clock.Now()))
 	token, err := r.apiToken(ctx, db)
 	if err != nil {
@@ -181,7 +189,7 @@ func (r *Reconciler) handOver(ctx context.Context, db *v1alpha1.Database, obs *o
 	obs.handedOver = true
 	// A checkpoint while the primary still serves leaves its shutdown
 	// checkpoint little to write; a failed one only makes that slower.
-	if err := r.Instances.Checkpoint(ctx, podIP(obs, from), token); err != nil {
+	if err := r.Instances.Checkpoint(ctx, fromAPI, token); err != nil {
 		r.Recorder.Eventf(db, nil, corev1.EventTypeWarning, v1alpha1.ReasonSwitchover, "Checkpoint",
 			"CHECKPOINT on %s before it steps down failed (its shutdown writes it): %v", from, err)
 	}
@@ -190,7 +198,7 @@ func (r *Reconciler) handOver(ctx context.Context, db *v1alpha1.Database, obs *o
 	// (the instance manager's forwarder), which serves writes from its
 	// promotion on. Moved earlier, -rw would send them to a server that
 	// still refuses writes.
-	res, err := r.Instances.Demote(ctx, podIP(obs, from), token,
+	res, err := r.Instances.Demote(ctx, fromAPI, token,
 		instanceapi.DemoteRequest{To: to, Request: request.UTC().Format(time.RFC3339)})
 	if err != nil {
 		r.answerSwitchover(db, rec, v1alpha1.SwitchoverFailed, "the primary did not step down: "+err.Error())
@@ -198,7 +206,7 @@ func (r *Reconciler) handOver(ctx context.Context, db *v1alpha1.Database, obs *o
 	}
 	rec.LSN = res.LSN
 	obs.primary = to
-	if err := r.Instances.Promote(ctx, podIP(obs, to), token, res.LSN); err != nil {
+	if err := r.Instances.Promote(ctx, toAPI, token, res.LSN); err != nil {
 		// The lease names the target: failover promotes it once it can (see failover).
 		r.answerSwitchover(db, rec, v1alpha1.SwitchoverFailed, fmt.Sprintf("%s holds the lease but did not promote yet: %v", to, err))
 		return reconcile.Result{RequeueAfter: time.Second}, nil

@@ -92,6 +92,10 @@ func (r *Reconciler) reconcileTLS(ctx context.Context, db *v1alpha1.Database, ob
 	var err error
 	if t := db.Spec.TLS; t != nil && t.ServerCertificate != nil {
 		err = r.checkUserCertificate(ctx, db, obs)
+		if err == nil {
+			// The instance API's client CA, whichever certificate is served.
+			err = r.ensureCAExists(ctx, db, obs)
+		}
 	} else {
 		err = r.ensureServerCertificate(ctx, db, obs)
 	}
@@ -172,6 +176,20 @@ func certificateCurrent(db *v1alpha1.Database, ann map[string]string, now time.T
 
 func namesFingerprint(db *v1alpha1.Database) string {
 	return pki.Fingerprint([]byte(strings.Join(serverNames(db), ",")))
+}
+
+// ensureCAExists makes the Database's CA when the cache has no Secret of
+// its name (ensureCA reads it, which is a request to the API server).
+func (r *Reconciler) ensureCAExists(ctx context.Context, db *v1alpha1.Database, obs *observation) error {
+	meta := metadataOf(corev1.SchemeGroupVersion.WithKind("Secret"), db.Namespace, caSecretName(db))
+	switch err := r.Client.Get(ctx, client.ObjectKeyFromObject(meta), meta); {
+	case err == nil:
+		return nil
+	case !apierrors.IsNotFound(err):
+		return fmt.Errorf("failed to get Secret %s: %w", meta.Name, err)
+	}
+	_, _, err := r.ensureCA(ctx, db, obs)
+	return err
 }
 
 // ensureCA returns the Database's CA, creating it once. It is kept for the

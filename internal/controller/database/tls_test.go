@@ -61,21 +61,32 @@ func TestDatabaseServesItsOwnCertificate(t *testing.T) {
 	if !slices.Contains(pod.Containers[0].Args, "--tls") {
 		t.Errorf("the instance manager is not asked to serve TLS: %v", pod.Containers[0].Args)
 	}
-	projected := map[string]string{}
+	projected := map[string]map[string]string{}
 	for _, v := range pod.Volumes {
 		if v.Projected == nil {
 			continue
 		}
 		for _, src := range v.Projected.Sources {
-			if src.Secret != nil && src.Secret.Name == "orders-server-tls" {
+			if src.Secret != nil {
+				projected[src.Secret.Name] = map[string]string{}
 				for _, item := range src.Secret.Items {
-					projected[item.Key] = item.Path
+					projected[src.Secret.Name][item.Key] = item.Path
 				}
 			}
 		}
 	}
-	if len(projected) != 3 || projected["tls.key"] != "tls.key" {
-		t.Errorf("the server certificate projected into the instances: %v", projected)
+	if p := projected["orders-server-tls"]; len(p) != 3 || p["tls.key"] != "tls.key" {
+		t.Errorf("the server certificate projected into the instances: %v", p)
+	}
+	// The instance API: HTTPS probes, and the CA's certificate (never its
+	// key) to verify the operator's client certificate with.
+	if p := projected["orders-ca"]; len(p) != 1 || p["ca.crt"] != "api-client-ca.crt" {
+		t.Errorf("the CA projected into the instances: %v; want its certificate only, as api-client-ca.crt", p)
+	}
+	for _, probe := range []*corev1.Probe{pod.Containers[0].ReadinessProbe, pod.Containers[0].LivenessProbe} {
+		if probe == nil || probe.HTTPGet == nil || probe.HTTPGet.Scheme != corev1.URISchemeHTTPS {
+			t.Errorf("a probe of the instance API is not HTTPS: %+v", probe)
+		}
 	}
 
 	// Deleting the Secret asks for a new certificate from the same CA.
@@ -136,7 +147,12 @@ func TestDatabaseServesTheUsersCertificate(t *testing.T) {
 	if string(creds.Data["ca.crt"]) != string(caCert) {
 		t.Errorf("the credentials Secret does not carry the user's CA")
 	}
-	if _, err := get(ns, "orders-ca", &corev1.Secret{}); err == nil {
-		t.Errorf("a CA was made although the user brings the certificate")
+	if _, err := get(ns, "orders-server-tls", &corev1.Secret{}); err == nil {
+		t.Errorf("a server certificate was issued although the user brings one")
+	}
+	// daytwo's CA exists all the same: the instance API verifies the
+	// operator's client certificate with it.
+	if ca, err := get(ns, "orders-ca", &corev1.Secret{}); err != nil || len(ca.Data["ca.key"]) == 0 {
+		t.Errorf("no CA for the instance API's client certificates: %v", err)
 	}
 }
