@@ -30,6 +30,8 @@ script() { if [ "$(mode)" = real ]; then echo "$here/realnode.sh"; else echo "$h
 # mode), so the operator runs in-cluster under the RBAC it ships.
 deploy_operator() {
   local kcfg; kcfg=$("$(script)" kubeconfig)
+  # What an earlier namespaced run left (its namespaces outlive it).
+  kubectl --kubeconfig "$kcfg" delete namespace -l daytwo.dev/e2e=true --wait=false >/dev/null 2>&1 || true
   "$here/images.sh" daytwo | grep -v '^\[images' || true
   "$here/realnode.sh" load daytwo
   kubectl --kubeconfig "$kcfg" apply --server-side -k "$root/config/default" >/dev/null
