@@ -34,7 +34,7 @@ deploy_operator() {
   kubectl --kubeconfig "$kcfg" delete namespace -l daytwo.dev/e2e=true --wait=false >/dev/null 2>&1 || true
   "$here/images.sh" daytwo | grep -v '^\[images' || true
   "$here/realnode.sh" load daytwo
-  kubectl --kubeconfig "$kcfg" apply --server-side -k "$root/config/default" >/dev/null
+  kubectl --kubeconfig "$kcfg" apply --server-side --force-conflicts -k "$root/config/default" >/dev/null
   kubectl --kubeconfig "$kcfg" -n daytwo-system rollout restart deploy/daytwo-operator >/dev/null
   kubectl --kubeconfig "$kcfg" -n daytwo-system rollout status deploy/daytwo-operator --timeout=120s
 }
