@@ -33,7 +33,7 @@ func newInstanceCommand() *cobra.Command {
 func newInstanceRunCommand() *cobra.Command {
 	cfg := &instance.Config{}
 	var role, restoreID, termLog, leaseName, targetTime, targetLSN string
-	var physical, upgradeOnly, importRoles bool
+	var physical, upgradeOnly, bootstrapOnly, importRoles bool
 	var imp instance.ImportSource
 	var importDatabases []string
 	var peers string
@@ -118,9 +118,12 @@ func newInstanceRunCommand() *cobra.Command {
 				}
 			}()
 			var err error
-			if upgradeOnly {
+			switch {
+			case upgradeOnly:
 				err = m.UpgradeOnly(ctx)
-			} else {
+			case bootstrapOnly:
+				err = m.BootstrapOnly(ctx)
+			default:
 				err = m.Run(ctx)
 			}
 			if err != nil && termLog != "" {
@@ -162,6 +165,8 @@ func newInstanceRunCommand() *cobra.Command {
 	f.StringVar(&imp.User, instanceapi.FlagImportUser, "postgres", "User of the import source (or $"+instanceapi.EnvImportUser+"); its password is $"+instanceapi.EnvImportPassword+".")
 	f.StringSliceVar(&importDatabases, instanceapi.FlagImportDatabases, nil, "Databases to import.")
 	f.BoolVar(&importRoles, instanceapi.FlagImportRoles, false, "Import the roles first.")
+	f.BoolVar(&bootstrapOnly, instanceapi.FlagBootstrapOnly, false, "Restore the primary's data from a backup (--"+instanceapi.FlagFromBackup+
+		") when it has none, and exit without serving: the operator's restore init container.")
 	f.BoolVar(&upgradeOnly, instanceapi.FlagUpgradeOnly, false, "Upgrade the data directory (see --"+instanceapi.FlagUpgradeFrom+") and exit without serving: the operator's upgrade Job.")
 	f.DurationVar(&cfg.UpgradeDeadline, "upgrade-deadline", 5*time.Minute, "How long the upgraded server's first start may take before the upgrade is undone.")
 	f.StringVar(&termLog, instanceapi.FlagTerminationLog, "", "Where a fatal error is written for the kubelet (/dev/termination-log in a pod).")

@@ -99,13 +99,16 @@ func (c *Config) archiveSettings() string {
 		self, ArchiveSocket(c.RunDir), int(archiveTimeout.Seconds()))
 }
 
-// startWAL ships WAL while ctx lasts, when the operator asks for
-// archiving, and answers archive_command and a recovery's restore_command
-// on the socket.
-func (m *Manager) startWAL(ctx context.Context) error {
+// startWAL ships WAL while ctx lasts, when archive is set and the
+// operator asks for archiving, and answers archive_command and a
+// recovery's restore_command on the socket.
+func (m *Manager) startWAL(ctx context.Context, archive bool) error {
 	a, err := m.cfg.archive()
 	if err != nil {
 		return fmt.Errorf("failed to start archiving WAL: %w", err)
+	}
+	if !archive {
+		a = nil
 	}
 	if a == nil && m.recovery == nil {
 		return nil

@@ -538,12 +538,31 @@ func TestRestoreFromBackup(t *testing.T) {
 		"--restore-database-name", "orders", "--termination-log", ""}
 	creds := []string{"AWS_ACCESS_KEY_ID=" + minio.AccessKey, "AWS_SECRET_ACCESS_KEY=" + minio.SecretKey}
 
+	// As the operator runs it: the restore init container (--bootstrap-only,
+	// the storage and its keys) restores and exits; the postgres container,
+	// without them, serves the restored data.
 	t.Run("a good backup", func(t *testing.T) {
-		dst := newInstance(t, restoreFlags...)
+		dst := newInstance(t, append([]string{"--" + instanceapi.FlagBootstrapOnly}, restoreFlags...)...)
 		dst.env = creds
+		start := time.Now()
+		for range 2 { // the second finds the data and exits at once
+			dst.start("copy-0")
+			select {
+			case err := <-dst.exited:
+				if err != nil {
+					t.Fatalf("--bootstrap-only: %v", err)
+				}
+			case <-time.After(120 * time.Second):
+				t.Fatal("--bootstrap-only did not exit")
+			}
+		}
+		dst.extraFlags, dst.env = []string{"--from-backup", "--termination-log", ""}, nil
 		dst.start("copy-0")
 		took := dst.waitReady(90 * time.Second)
-		t.Logf("restored and ready in %s", took.Round(time.Millisecond))
+		t.Logf("restored and ready in %s", time.Since(start).Round(time.Millisecond))
+		if took > 30*time.Second {
+			t.Errorf("the postgres container took %s to serve data already restored", took)
+		}
 		if got := dst.show(ctx, "shared_buffers"); got != "128MB" {
 			t.Errorf("restored instance runs shared_buffers %s", got)
 		}
@@ -559,6 +578,17 @@ func TestRestoreFromBackup(t *testing.T) {
 		if got := checksum(t, dst); got != want {
 			t.Fatalf("restored checksum %s, want %s", got, want)
 		}
+	})
+
+	// The postgres container never restores: without data it says that
+	// only a new pod (its restore init container) restores again.
+	t.Run("no data and no storage", func(t *testing.T) {
+		dst := newInstance(t, "--from-backup", "--termination-log", filepath.Join(t.TempDir(), "termination"))
+		dst.start("copy-0")
+		eventually(t, 30*time.Second, func() bool {
+			s, ok := dst.tryStatus()
+			return ok && s.Phase == instanceapi.PhaseFailed && strings.Contains(s.Message, "only the restore init container")
+		}, "phase Failed saying only the restore init container restores")
 	})
 
 	// A restore killed halfway (OOM, eviction, node loss: no cleanup runs)

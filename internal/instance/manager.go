@@ -33,6 +33,8 @@ type Manager struct {
 	cfg     *Config
 	log     logr.Logger
 	restore RestoreFunc
+	// canRestore: a restore was given (the storage to restore from).
+	canRestore bool
 
 	// afterUpgradeOnce runs the post-upgrade work once the primary serves.
 	afterUpgradeOnce sync.Once
@@ -128,10 +130,11 @@ const (
 
 // New returns a manager for cfg. restore may be nil.
 func New(cfg *Config, log logr.Logger, restore RestoreFunc) *Manager {
+	canRestore := restore != nil
 	if restore == nil {
 		restore = func(context.Context, backup.Conn, string) error { return ErrRestoreUnavailable }
 	}
-	return &Manager{cfg: cfg, log: log, restore: restore, reload: make(chan struct{}, 1), named: make(chan struct{}, 1), demote: make(chan demoteRequest),
+	return &Manager{cfg: cfg, log: log, restore: restore, canRestore: canRestore, reload: make(chan struct{}, 1), named: make(chan struct{}, 1), demote: make(chan demoteRequest),
 		restartReq: make(chan struct{}),
 		status:     instanceapi.Status{Pod: cfg.Pod, Role: cfg.Role, Phase: instanceapi.PhaseBootstrapping}}
 }
@@ -151,28 +154,17 @@ func (m *Manager) Reload() {
 // keeps the API up with phase Failed, so it can be read, until ctx ends.
 func (m *Manager) Run(ctx context.Context) error {
 	// Listen before anything else: without its API the instance can never be ready.
-	l, err := net.Listen("tcp", m.cfg.HTTPAddress)
+	serveErr, stop, err := m.serveAPI()
 	if err != nil {
-		return fmt.Errorf("failed to listen on %s: %w", m.cfg.HTTPAddress, err)
+		return err
 	}
-	srv := &http.Server{Handler: m.Handler(), ReadHeaderTimeout: 5 * time.Second}
-	if m.cfg.TLS {
-		srv.TLSConfig = m.cfg.apiTLSConfig()
-		l = tls.NewListener(l, srv.TLSConfig)
-	}
-	serveErr := make(chan error, 1)
-	go func() { serveErr <- srv.Serve(l) }()
-	defer func() {
-		shutdownCtx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(shutdownCtx)
-	}()
+	defer stop()
 
 	// Archiving outlives ctx too: postgres archives what it can while it
 	// shuts down, after ctx ended.
 	actx, acancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer acancel()
-	if err := m.startWAL(actx); err != nil {
+	if err := m.startWAL(actx, true); err != nil {
 		return err
 	}
 	if w, ok := m.lease.(HolderWatcher); ok {
@@ -236,6 +228,67 @@ func (m *Manager) Run(ctx context.Context) error {
 		return err
 	}
 	return nil
+}
+
+// serveAPI serves the instance API (HTTPS with Config.TLS) until stop.
+func (m *Manager) serveAPI() (<-chan error, func(), error) {
+	l, err := net.Listen("tcp", m.cfg.HTTPAddress)
+	if err != nil {
+		return nil, nil, fmt.Errorf("failed to listen on %s: %w", m.cfg.HTTPAddress, err)
+	}
+	srv := &http.Server{Handler: m.Handler(), ReadHeaderTimeout: 5 * time.Second}
+	if m.cfg.TLS {
+		srv.TLSConfig = m.cfg.apiTLSConfig()
+		l = tls.NewListener(l, srv.TLSConfig)
+	}
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(l) }()
+	return serveErr, func() {
+		shutdownCtx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(shutdownCtx)
+	}, nil
+}
+
+// BootstrapOnly restores the primary's data from a backup when it has none,
+// and returns without serving: the operator's restore init container, the
+// only container given the storage credentials, so PostgreSQL and what it
+// starts never see them. Data already there, and a replica, are the
+// postgres container's to handle. The API answers meanwhile: the operator
+// shows a recovery's progress from it.
+func (m *Manager) BootstrapOnly(ctx context.Context) error {
+	_, stop, err := m.serveAPI()
+	if err != nil {
+		return err
+	}
+	defer stop()
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	// restore_command only: the postgres container archives.
+	if err := m.startWAL(wctx, false); err != nil {
+		return err
+	}
+	if err := m.cfg.prepareRunDir(); err != nil {
+		return err
+	}
+	if err := m.learnRole(ctx); err != nil {
+		return err
+	}
+	if m.role() != instanceapi.RolePrimary {
+		m.log.Info("Nothing to restore: this instance is a replica, and clones its primary")
+		return nil
+	}
+	if err := m.finishInterruptedSwap(); err != nil {
+		return err
+	}
+	if hasData(m.cfg.PGData) {
+		m.log.Info("Nothing to restore: the data directory exists")
+		return nil
+	}
+	if err := os.RemoveAll(m.cfg.staging()); err != nil {
+		return fmt.Errorf("failed to remove an interrupted bootstrap: %w", err)
+	}
+	return m.bootstrap(ctx)
 }
 
 // permanentError marks failures a container restart cannot fix.
@@ -407,6 +460,11 @@ func (m *Manager) bootstrap(ctx context.Context) error {
 		host, _ := m.upstream()
 		m.log.Info("Cloning the primary", "primary", host)
 		err = m.cloneFromPrimary(ctx, dir)
+	case m.cfg.FromBackup && m.recovery == nil && !m.canRestore:
+		// The restore init container restores; this container has no
+		// storage to restore from. Only a new pod runs it again.
+		err = permanentError{fmt.Errorf("%s: there is no data to serve, and only the restore init container may read the backup storage: "+
+			"delete the pod to restore again", instanceapi.TerminationRestoreFailed)}
 	case m.cfg.FromBackup && m.recovery != nil:
 		m.log.Info("Restoring a base backup and the WAL archive", "prefix", m.recovery.Prefix, "target", targetText(m.recovery))
 		if err = m.recoverFromArchive(ctx, dir); err != nil {

@@ -66,6 +66,10 @@ const (
 	FlagUpgradeFrom = "upgrade-from"
 	// FlagUpgradeOnly upgrades and exits: the upgrade Job's command.
 	FlagUpgradeOnly = "upgrade-only"
+	// FlagBootstrapOnly restores a primary's data from a backup, when it
+	// has none, and exits: the restore init container's command, the only
+	// container given the storage credentials.
+	FlagBootstrapOnly = "bootstrap-only"
 	// Flags of bootstrap.import; the password is EnvImportPassword.
 	FlagImportHost      = "import-host"
 	FlagImportPort      = "import-port"

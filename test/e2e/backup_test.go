@@ -125,6 +125,7 @@ func TestBackupScheduleRetentionAndRestore(t *testing.T) {
 	if got := sql(t, ns, "psql-copy", "copy-rw", backupChecksum); got != want {
 		t.Fatalf("restored checksum %s, want %s", got, want)
 	}
+	checkStorageKeysOnlyInTheRestoreStep(t, ns, "copy-0", "s3")
 
 	// deletionPolicy Snapshot: the final backup outlives the Database and restores.
 	storage := got.Spec.Storage.DeepCopy()
@@ -277,4 +278,38 @@ func TestWebhookRefusesAnUnparseableSchedule(t *testing.T) {
 		}
 		return strings.Contains(err.Error(), "denied the request") && strings.Contains(err.Error(), "spec.schedule"), nil
 	})
+}
+
+// checkStorageKeysOnlyInTheRestoreStep: the S3 keys of secret reach the
+// restore init container of pod only; the running postgres container has
+// neither a reference to them nor them in its process environment.
+func checkStorageKeysOnlyInTheRestoreStep(t *testing.T, ns, pod, secret string) {
+	t.Helper()
+	p := &corev1.Pod{}
+	if err := cluster.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: pod}, p); err != nil {
+		t.Fatal(err)
+	}
+	refs := func(c corev1.Container) int {
+		n := 0
+		for _, e := range c.Env {
+			if e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil && e.ValueFrom.SecretKeyRef.Name == secret {
+				n++
+			}
+		}
+		return n
+	}
+	for _, c := range p.Spec.InitContainers {
+		if c.Name == "restore" && refs(c) != 2 {
+			t.Errorf("the restore init container has %d of the storage's keys; want 2", refs(c))
+		}
+	}
+	for _, c := range p.Spec.Containers {
+		if refs(c) != 0 {
+			t.Errorf("container %s of %s refers to the storage's keys", c.Name, pod)
+		}
+	}
+	environ := cluster.ExecOK(t, ns, pod, "postgres", "cat", "/proc/1/environ")
+	if strings.Contains(environ, "AWS_SECRET_ACCESS_KEY") || strings.Contains(environ, "e2e-password-") {
+		t.Errorf("the running instance manager's environment holds the storage's secret key")
+	}
 }

@@ -106,6 +106,7 @@ func TestContinuousBackupRestoresToATime(t *testing.T) {
 	if got := sql(t, ns, "psql-then", "ledger-then-rw", "SELECT count(*) || ':' || max(id) FROM entries"); got != "200:200" {
 		t.Fatalf("recovered to %s: rows %s, want 200:200 (those committed before the target)", target.Format(time.RFC3339), got)
 	}
+	checkStorageKeysOnlyInTheRestoreStep(t, ns, "ledger-then-0", "s3")
 
 	// The base backup was proven meanwhile: restored into a throwaway
 	// Database through the archive to its end, and checked.

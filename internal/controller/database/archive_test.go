@@ -122,7 +122,8 @@ func TestRecoveryTargetNeedsAPhysicalBackup(t *testing.T) {
 }
 
 // A Database bootstrapped from a Physical backup with a target recovers
-// to it: the instance manager gets the physical restore and the target.
+// to it: the restore init container gets the physical restore, the target
+// and the storage's keys; the postgres container gets none of them.
 func TestPhysicalRestorePassesTheTarget(t *testing.T) {
 	ns := env.Namespace(t)
 	create(t, physicalBackup(ns, "wal", "ledger"))
@@ -131,20 +132,46 @@ func TestPhysicalRestorePassesTheTarget(t *testing.T) {
 		d.Spec.Bootstrap = &v1alpha1.DatabaseBootstrap{FromBackup: &v1alpha1.BootstrapFromBackup{
 			BackupRef: v1alpha1.LocalObjectReference{Name: "wal"}, TargetTime: &at}}
 	}))
-	var args []string
+	var pod corev1.PodSpec
 	eventually(t, "the StatefulSet", func() (bool, error) {
 		sts, err := get(ns, "then", &appsv1.StatefulSet{})
 		if err != nil {
 			return false, nil
 		}
-		args = sts.Spec.Template.Spec.Containers[0].Args
+		pod = sts.Spec.Template.Spec
 		return true, nil
 	})
-	joined := strings.Join(args, " ")
-	for _, want := range []string{"--from-backup", "--restore-physical", "--recovery-target-time=2026-11-24T07:00:00Z", "--restore-prefix=" + ns + "/wal/"} {
+	if n := len(pod.InitContainers); n != 2 || pod.InitContainers[1].Name != "restore" {
+		t.Fatalf("init containers %d, the last %q; want the restore after the binary's copy", n, pod.InitContainers[n-1].Name)
+	}
+	restore, postgres := pod.InitContainers[1], pod.Containers[0]
+	joined := strings.Join(restore.Args, " ")
+	for _, want := range []string{"--bootstrap-only", "--from-backup", "--restore-physical", "--recovery-target-time=2026-11-24T07:00:00Z",
+		"--restore-prefix=" + ns + "/wal/", "--tls", "--lease="} {
 		if !strings.Contains(joined, want) {
-			t.Errorf("instance args lack %s: %s", want, joined)
+			t.Errorf("the restore init container's args lack %s: %s", want, joined)
 		}
+	}
+	if restore.ReadinessProbe != nil || restore.LivenessProbe != nil || len(restore.Ports) > 0 {
+		t.Errorf("the restore init container has probes or ports")
+	}
+	storageKeys := func(c corev1.Container) (names []string) {
+		for _, e := range c.Env {
+			if e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil && e.ValueFrom.SecretKeyRef.Name == "s3" {
+				names = append(names, e.Name)
+			}
+		}
+		return names
+	}
+	if got := storageKeys(restore); len(got) != 2 {
+		t.Errorf("the restore init container gets the storage's keys as %v; want both", got)
+	}
+	if got := storageKeys(postgres); len(got) != 0 {
+		t.Errorf("the postgres container gets the storage's keys: %v", got)
+	}
+	if joined := strings.Join(postgres.Args, " "); !strings.Contains(joined, "--from-backup") ||
+		strings.Contains(joined, "--restore-prefix") || strings.Contains(joined, "--restore-physical") {
+		t.Errorf("the postgres container's args: %s; want --from-backup and no storage", joined)
 	}
 }
 

@@ -232,6 +232,17 @@ func (r *Reconciler) observe(ctx context.Context, db *v1alpha1.Database, obs *ob
 	return nil
 }
 
+// restoring says whether pod's restore init container runs: its instance
+// manager answers the API (a recovery's progress) before the pod runs.
+func restoring(pod *corev1.Pod) bool {
+	for _, cs := range pod.Status.InitContainerStatuses {
+		if cs.Name == containerRestore && cs.State.Running != nil {
+			return true
+		}
+	}
+	return false
+}
+
 // askInstances gets the status of every ready instance but skip from its
 // instance manager, in parallel. An instance that does not answer is
 // listed with the error; it never fails the reconcile.
@@ -248,7 +259,7 @@ func (r *Reconciler) askInstances(ctx context.Context, db *v1alpha1.Database, po
 		}
 		// Not only ready pods: a replica that lost its primary stops being
 		// ready, and failover needs to hear from it most.
-		if pod.Status.PodIP == "" || pod.Status.Phase != corev1.PodRunning || !pod.DeletionTimestamp.IsZero() {
+		if pod.Status.PodIP == "" || !(pod.Status.Phase == corev1.PodRunning || restoring(pod)) || !pod.DeletionTimestamp.IsZero() {
 			continue
 		}
 		t, err := r.target(ctx, db, pod)

@@ -439,6 +439,8 @@ const labelUpgrade = "daytwo.dev/upgrade-of"
 // container of the old image that bundles its programs.
 func upgradeJob(db *v1alpha1.Database, p plan, in stsInputs, oldImage, newImage string) *batchv1ac.JobApplyConfiguration {
 	in.image = newImage
+	// The data exists: nothing to restore, and no storage credentials.
+	in.restore = nil
 	tpl := podTemplate(db, p, in)
 	spec := tpl.Spec
 	spec.WithRestartPolicy(corev1.RestartPolicyNever)

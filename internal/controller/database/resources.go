@@ -54,6 +54,7 @@ const (
 	containerPostgres = "postgres"
 	// containerInit copies the instance manager into the pod.
 	containerInit    = "bootstrap-controller"
+	containerRestore = "restore"
 	volumeData       = "pgdata"
 	dataMount        = instanceapi.DataMount
 	controllerMount  = instanceapi.ControllerMount
@@ -267,17 +268,7 @@ func podTemplate(db *v1alpha1.Database, p plan, in stsInputs) *corev1ac.PodTempl
 				WithTopologyKey(corev1.LabelTopologyZone).
 				WithWhenUnsatisfiable(corev1.ScheduleAnyway).
 				WithLabelSelector(metav1ac.LabelSelector().WithMatchLabels(selectorLabels(db)))).
-			WithInitContainers(corev1ac.Container().
-				WithName(containerInit).
-				WithImage(in.instanceImage).
-				WithImagePullPolicy(corev1.PullIfNotPresent).
-				WithCommand("/daytwo", "instance", "bootstrap", instanceapi.Binary).
-				WithSecurityContext(restrictedContainer()).
-				WithResources(corev1ac.ResourceRequirements().WithRequests(corev1.ResourceList{
-					corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("32Mi")}).
-					WithLimits(corev1.ResourceList{
-						corev1.ResourceCPU: resource.MustParse("500m"), corev1.ResourceMemory: resource.MustParse("128Mi")})).
-				WithVolumeMounts(corev1ac.VolumeMount().WithName("controller").WithMountPath(controllerMount))).
+			WithInitContainers(initContainers(db, p, in)...).
 			WithContainers(postgresContainer(db, p, in)).
 			WithVolumes(append(append(podVolumes(db, p), restoreVolumes(in.restore)...), archiveVolumes(p)...)...))
 }
@@ -294,7 +285,8 @@ func postgresContainer(db *v1alpha1.Database, p plan, in stsInputs) *corev1ac.Co
 		args = append(args, "--reuse-data")
 	}
 	if b := db.Spec.Bootstrap; b != nil && b.FromBackup != nil && in.restore != nil {
-		args = append(append(args, "--from-backup", "--restore-id="+b.FromBackup.BackupID), in.restore.args...)
+		// The storage is the restore init container's (restoreContainer).
+		args = append(args, "--from-backup", "--restore-id="+b.FromBackup.BackupID)
 	} else if b != nil && b.InitDB != nil {
 		args = append(args, "--database="+orDefault(b.InitDB.Database, "app"), "--owner="+orDefault(b.InitDB.Owner, "app"))
 	} else if b != nil && b.Import != nil {
@@ -319,7 +311,7 @@ func postgresContainer(db *v1alpha1.Database, p plan, in stsInputs) *corev1ac.Co
 			corev1ac.EnvVar().WithName("POD_NAMESPACE").WithValueFrom(corev1ac.EnvVarSource().
 				WithFieldRef(corev1ac.ObjectFieldSelector().WithAPIVersion("v1").WithFieldPath("metadata.namespace"))),
 			corev1ac.EnvVar().WithName("PGDATA").WithValue(instanceapi.PGData),
-		}, append(restoreEnv(in.restore), importEnv(db)...)...)...).
+		}, importEnv(db)...)...).
 		WithPorts(
 			corev1ac.ContainerPort().WithName("postgresql").WithContainerPort(instanceapi.PostgresPort).WithProtocol(corev1.ProtocolTCP),
 			corev1ac.ContainerPort().WithName("status").WithContainerPort(instanceapi.Port).WithProtocol(corev1.ProtocolTCP),
@@ -338,9 +330,43 @@ func postgresContainer(db *v1alpha1.Database, p plan, in stsInputs) *corev1ac.Co
 			corev1ac.VolumeMount().WithName("shm").WithMountPath("/dev/shm"),
 			corev1ac.VolumeMount().WithName("tmp").WithMountPath("/tmp"),
 		).
-		WithVolumeMounts(restoreMounts(in.restore)...).
 		WithVolumeMounts(archiveMounts(p)...).
 		WithTerminationMessagePolicy(corev1.TerminationMessageReadFile)
+}
+
+// restoreContainer is the init container that restores a Database
+// bootstrapped from a backup: the postgres container's command with
+// --bootstrap-only, the storage's flags, credentials and volume. It is
+// the only container that gets them, so PostgreSQL, and everything the
+// running instance manager starts, never can read the backup storage's
+// keys. With data in place it exits at once.
+func restoreContainer(db *v1alpha1.Database, p plan, in stsInputs) *corev1ac.ContainerApplyConfiguration {
+	c := postgresContainer(db, p, in)
+	c.WithName(containerRestore)
+	// "instance", "run", then the postgres container's flags.
+	c.Args = append(append([]string{"instance", "run", "--" + instanceapi.FlagBootstrapOnly}, c.Args[2:]...), in.restore.args...)
+	c.ReadinessProbe, c.LivenessProbe, c.StartupProbe, c.Lifecycle, c.Ports = nil, nil, nil, nil, nil
+	return c.WithEnv(restoreEnv(in.restore)...).WithVolumeMounts(restoreMounts(in.restore)...)
+}
+
+// initContainers are the pod's: the instance manager's binary copied in,
+// then, for a Database bootstrapped from a backup, its restore.
+func initContainers(db *v1alpha1.Database, p plan, in stsInputs) []*corev1ac.ContainerApplyConfiguration {
+	out := []*corev1ac.ContainerApplyConfiguration{corev1ac.Container().
+		WithName(containerInit).
+		WithImage(in.instanceImage).
+		WithImagePullPolicy(corev1.PullIfNotPresent).
+		WithCommand("/daytwo", "instance", "bootstrap", instanceapi.Binary).
+		WithSecurityContext(restrictedContainer()).
+		WithResources(corev1ac.ResourceRequirements().WithRequests(corev1.ResourceList{
+			corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("32Mi")}).
+			WithLimits(corev1.ResourceList{
+				corev1.ResourceCPU: resource.MustParse("500m"), corev1.ResourceMemory: resource.MustParse("128Mi")})).
+		WithVolumeMounts(corev1ac.VolumeMount().WithName("controller").WithMountPath(controllerMount))}
+	if in.restore != nil {
+		out = append(out, restoreContainer(db, p, in))
+	}
+	return out
 }
 
 // bootstrapSource names how db's spec bootstraps, as the instance manager

@@ -250,8 +250,8 @@ func primaryError(pods []corev1.Pod, primary string) (string, string) {
 		if pods[i].Name != primary {
 			continue
 		}
-		for _, cs := range pods[i].Status.ContainerStatuses {
-			if cs.Name != containerPostgres {
+		for _, cs := range append(slices.Clone(pods[i].Status.InitContainerStatuses), pods[i].Status.ContainerStatuses...) {
+			if cs.Name != containerPostgres && cs.Name != containerRestore {
 				continue
 			}
 			for _, t := range []*corev1.ContainerStateTerminated{cs.State.Terminated, cs.LastTerminationState.Terminated} {
