@@ -203,6 +203,21 @@ func (in *instance) getStatus() (instanceapi.Status, error) {
 	return s, json.NewDecoder(resp.Body).Decode(&s)
 }
 
+// runToExit starts in as pod in a one-shot mode (--upgrade-only,
+// --bootstrap-only) and waits for it to exit successfully.
+func (in *instance) runToExit(pod, mode string) {
+	in.t.Helper()
+	in.start(pod)
+	select {
+	case err := <-in.exited:
+		if err != nil {
+			in.t.Fatalf("%s: %v", mode, err)
+		}
+	case <-time.After(120 * time.Second):
+		in.t.Fatalf("%s did not exit", mode)
+	}
+}
+
 // stop sends SIGTERM and returns how long the shutdown took.
 func (in *instance) stop() time.Duration {
 	in.t.Helper()
@@ -546,15 +561,7 @@ func TestRestoreFromBackup(t *testing.T) {
 		dst.env = creds
 		start := time.Now()
 		for range 2 { // the second finds the data and exits at once
-			dst.start("copy-0")
-			select {
-			case err := <-dst.exited:
-				if err != nil {
-					t.Fatalf("--bootstrap-only: %v", err)
-				}
-			case <-time.After(120 * time.Second):
-				t.Fatal("--bootstrap-only did not exit")
-			}
+			dst.runToExit("copy-0", "--bootstrap-only")
 		}
 		dst.extraFlags, dst.env = []string{"--from-backup", "--termination-log", ""}, nil
 		dst.start("copy-0")

@@ -191,15 +191,7 @@ func TestUpgradeOnlyAndAnUnservedUpgradeGoesBack(t *testing.T) {
 	if err := os.RemoveAll(filepath.Join(in.root, "run")); err != nil {
 		t.Fatal(err)
 	}
-	in.start("orders-0")
-	select {
-	case err := <-in.exited:
-		if err != nil {
-			t.Fatalf("--upgrade-only: %v", err)
-		}
-	case <-time.After(120 * time.Second):
-		t.Fatal("--upgrade-only did not exit")
-	}
+	in.runToExit("orders-0", "--upgrade-only")
 	if v, _ := os.ReadFile(filepath.Join(data, "PG_VERSION")); strings.TrimSpace(string(v)) != "17" {
 		t.Fatalf("PG_VERSION %q after --upgrade-only", v)
 	}
