@@ -17,14 +17,16 @@ func (m *Manager) Handler() http.Handler {
 	mux.HandleFunc("GET "+instanceapi.PathHealthz, func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
+	// The probes' paths answer anyone (the kubelet has no client
+	// certificate): the answer says ready or not, nothing more.
 	mux.HandleFunc("GET "+instanceapi.PathReadyz, func(w http.ResponseWriter, r *http.Request) {
 		s := m.Status()
-		s.Ready = m.ready(r.Context(), s)
+		ready := m.ready(r.Context(), s)
 		code := http.StatusOK
-		if !s.Ready {
+		if !ready {
 			code = http.StatusServiceUnavailable
 		}
-		writeJSON(w, code, s)
+		writeJSON(w, code, map[string]bool{"ready": ready})
 	})
 	// Beyond the probes, every call needs the operator's client
 	// certificate (with TLS), and every call that changes the instance its

@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
+	"sync"
 
 	"github.com/daytwo-dev/daytwo/internal/instanceapi"
 )
@@ -142,24 +144,34 @@ func (m *Manager) refreshTLS() {
 // when one is presented; the kubelet's probes present none, and
 // withClientCertificate refuses every other call without one.
 func (c *Config) apiTLSConfig() *tls.Config {
+	// The last pair and client CA that loaded: a broken renewal (a
+	// certificate that does not match its key) must not take the API, and
+	// with it every probe, down; the previous pair serves meanwhile, as
+	// installTLS keeps it for postgres.
+	var mu sync.Mutex
+	var last *tls.Config
 	return &tls.Config{
 		MinVersion: tls.VersionTLS12,
 		GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
+			mu.Lock()
+			defer mu.Unlock()
 			pair, err := tls.LoadX509KeyPair(filepath.Join(c.SecretsDir, instanceapi.SecretTLSCert),
 				filepath.Join(c.SecretsDir, instanceapi.SecretTLSKey))
-			if err != nil {
-				return nil, fmt.Errorf("the server certificate: %w", err)
-			}
 			pool := x509.NewCertPool()
-			if b, err := os.ReadFile(filepath.Join(c.SecretsDir, instanceapi.SecretAPIClientCA)); err == nil {
-				pool.AppendCertsFromPEM(b)
+			b, rerr := os.ReadFile(filepath.Join(c.SecretsDir, instanceapi.SecretAPIClientCA))
+			if err != nil || rerr != nil || !pool.AppendCertsFromPEM(b) {
+				if last != nil {
+					return last, nil
+				}
+				return nil, fmt.Errorf("the server certificate or the client CA: %w", errors.Join(err, rerr))
 			}
-			return &tls.Config{
+			last = &tls.Config{
 				MinVersion:   tls.VersionTLS12,
 				Certificates: []tls.Certificate{pair},
 				ClientAuth:   tls.VerifyClientCertIfGiven,
 				ClientCAs:    pool,
-			}, nil
+			}
+			return last, nil
 		},
 	}
 }

@@ -148,6 +148,13 @@ func TestTLSRequiredVerifiedAndRenewedWithoutRestart(t *testing.T) {
 	if serial, err := ca.servedSerial(ctx, prim); err != nil || serial != renewed {
 		t.Errorf("after a broken renewal: serial %s, err %v; want the previous %s", serial, err, renewed)
 	}
+	// Nor does the API stop answering: the probes would fail every pod.
+	resp, err := ca.apiClient("", nil).Get(prim.url(instanceapi.PathReadyz))
+	if err != nil {
+		t.Errorf("readyz after a broken renewal: %v; the API must serve the previous pair", err)
+	} else {
+		_ = resp.Body.Close()
+	}
 }
 
 // checkAPIClientCertificates: the instance API is HTTPS; the probes'

@@ -73,16 +73,23 @@ func (r *Reconciler) apiTLS(ctx context.Context, db *v1alpha1.Database) (*tls.Co
 	secretGVK := corev1.SchemeGroupVersion.WithKind("Secret")
 	ca := metadataOf(secretGVK, db.Namespace, caSecretName(db))
 	served := metadataOf(secretGVK, db.Namespace, serverTLSSecretName(db))
+	key := client.ObjectKeyFromObject(db)
+	now := r.Clock.Now()
+	cached, hasCached := r.apiTLSCache.get(key)
+	hasCached = hasCached && now.Before(cached.notAfter)
 	for _, m := range []client.Object{ca, served} {
 		if err := r.Client.Get(ctx, client.ObjectKeyFromObject(m), m); err != nil {
+			if hasCached {
+				// The instances serve their projected copy meanwhile (a
+				// user's Secret deleted and made again, say).
+				return cached.cfg, nil
+			}
 			return nil, fmt.Errorf("failed to get Secret %s: %w", m.GetName(), err)
 		}
 	}
-	key := client.ObjectKeyFromObject(db)
-	now := r.Clock.Now()
-	if e, ok := r.apiTLSCache.get(key); ok && e.caVersion == ca.ResourceVersion && e.servedVersion == served.ResourceVersion &&
-		now.Add(apiClientValidity/2).Before(e.notAfter) {
-		return e.cfg, nil
+	if hasCached && cached.caVersion == ca.ResourceVersion && cached.servedVersion == served.ResourceVersion &&
+		now.Add(apiClientValidity/2).Before(cached.notAfter) {
+		return cached.cfg, nil
 	}
 	caSecret, servedSecret := &corev1.Secret{}, &corev1.Secret{}
 	for _, s := range []*corev1.Secret{caSecret, servedSecret} {

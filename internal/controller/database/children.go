@@ -273,6 +273,12 @@ func (r *Reconciler) askInstances(ctx context.Context, db *v1alpha1.Database, po
 				out[i].Error = "the instance manager did not answer"
 				return
 			}
+			if s.Pod != pod.Name {
+				// The pod's IP answered for another instance (reused, or
+				// stale): its status is not this pod's.
+				out[i].Error = "another instance answered at its address: " + s.Pod
+				return
+			}
 			answers[i] = &s
 			out[i] = v1alpha1.InstanceStatus{Name: pod.Name, Role: string(s.Role), PostgresVersion: s.PostgresVersion,
 				LSN: s.LSN, ReceivedLSN: s.ReceivedLSN, Timeline: int32(s.Timeline), Streaming: s.Streaming,

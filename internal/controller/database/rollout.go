@@ -134,9 +134,10 @@ func (r *Reconciler) rollOut(ctx context.Context, db *v1alpha1.Database, obs *ob
 		return res, err
 	}
 	// An instance still bootstrapping (a restore replaying WAL for hours)
-	// is not broken: restarting it would start the restore over.
+	// is not broken: restarting it would start the restore over. A pod
+	// whose restore init container runs says so itself, answer or not.
 	candidates := slices.DeleteFunc(slices.Clone(outdated), func(p *corev1.Pod) bool {
-		return obs.instances[p.Name].Phase == instanceapi.PhaseBootstrapping
+		return obs.instances[p.Name].Phase == instanceapi.PhaseBootstrapping || restoring(p)
 	})
 	if len(candidates) == 0 {
 		return r.pollWhileRollingOut(obs), nil

@@ -254,6 +254,9 @@ func primaryError(pods []corev1.Pod, primary string) (string, string) {
 			if cs.Name != containerPostgres && cs.Name != containerRestore {
 				continue
 			}
+			if t := cs.State.Terminated; cs.Name == containerRestore && t != nil && t.ExitCode == 0 {
+				continue // restored: an earlier failed attempt is history
+			}
 			for _, t := range []*corev1.ContainerStateTerminated{cs.State.Terminated, cs.LastTerminationState.Terminated} {
 				if t == nil || t.ExitCode == 0 {
 					continue

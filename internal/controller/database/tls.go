@@ -183,11 +183,14 @@ func namesFingerprint(db *v1alpha1.Database) string {
 func (r *Reconciler) ensureCAExists(ctx context.Context, db *v1alpha1.Database, obs *observation) error {
 	meta := metadataOf(corev1.SchemeGroupVersion.WithKind("Secret"), db.Namespace, caSecretName(db))
 	switch err := r.Client.Get(ctx, client.ObjectKeyFromObject(meta), meta); {
-	case err == nil:
+	case err == nil && metav1.IsControlledBy(meta, db):
 		return nil
-	case !apierrors.IsNotFound(err):
+	case err != nil && !apierrors.IsNotFound(err):
 		return fmt.Errorf("failed to get Secret %s: %w", meta.Name, err)
 	}
+	// Missing, kept by a deleted Database (taken back), or someone
+	// else's (a conflict: its key must never sign the operator's client
+	// certificates): ensureCA tells which.
 	_, _, err := r.ensureCA(ctx, db, obs)
 	return err
 }
