@@ -37,6 +37,13 @@ type Lease interface {
 	HandOver(ctx context.Context, from, to, lsn, request string) error
 }
 
+// ServedRecord is a Lease that tells whether a primary ever served under
+// it: the WAL position its last renewal recorded (AnnotationLeaseLSN), ""
+// for a Database that never served.
+type ServedRecord interface {
+	ServedLSN(ctx context.Context) (string, error)
+}
+
 // HolderWatcher is a Lease that reports its holder as it changes.
 type HolderWatcher interface {
 	// WatchHolder calls changed with the holder each time the lease is
@@ -109,6 +116,15 @@ func (k *KubeLease) Holder(ctx context.Context) (string, error) {
 		return "", nil
 	}
 	return *l.Spec.HolderIdentity, nil
+}
+
+// ServedLSN implements ServedRecord.
+func (k *KubeLease) ServedLSN(ctx context.Context) (string, error) {
+	l, err := k.get(ctx)
+	if err != nil {
+		return "", err
+	}
+	return l.Annotations[instanceapi.AnnotationLeaseLSN], nil
 }
 
 // Renew implements Lease. The update carries the resourceVersion it read, so

@@ -291,6 +291,31 @@ func (m *Manager) BootstrapOnly(ctx context.Context) error {
 	return m.bootstrap(ctx)
 }
 
+// refuseToReplaceServedData: a primary with no data (its volume lost, say)
+// must not make some (initdb, the bootstrap backup, an import) once the
+// Database has served, or it would serve an empty or older database as
+// the latest. Not permanent: the container restarts, and clones once
+// failover names another holder.
+func (m *Manager) refuseToReplaceServedData(ctx context.Context) error {
+	rec, ok := m.lease.(ServedRecord)
+	if m.role() == instanceapi.RoleReplica || !ok {
+		return nil
+	}
+	lsn, err := rec.ServedLSN(ctx)
+	if err != nil {
+		return fmt.Errorf("failed to read the primary lease: %w", err)
+	}
+	if lsn == "" {
+		return nil
+	}
+	msg := fmt.Sprintf("%s: %s holds the primary lease but has no data, and the Database has served (its lease records WAL position %s): "+
+		"bootstrapping here would serve an empty or older database as the latest. Failover moves the lease to a replica with the data; "+
+		"with none, restore into a new Database, or delete Lease %s to bootstrap this one anew",
+		instanceapi.TerminationDataConflict, m.cfg.Pod, lsn, instanceapi.LeaseName(m.cfg.Cluster))
+	m.setMessage(msg)
+	return errors.New(msg)
+}
+
 // permanentError marks failures a container restart cannot fix.
 type permanentError struct{ error }
 
@@ -450,6 +475,9 @@ func (m *Manager) ensureData(ctx context.Context) error {
 // bootstrap makes a complete data directory in staging, records its
 // identity, and swaps it in for PGData.
 func (m *Manager) bootstrap(ctx context.Context) error {
+	if err := m.refuseToReplaceServedData(ctx); err != nil {
+		return err
+	}
 	dir := m.cfg.staging()
 	if err := clearDir(dir); err != nil {
 		return err
