@@ -301,13 +301,8 @@ func TestBaseBackupAndArchiveRecoverToATime(t *testing.T) {
 	})
 	t.Run("past the archive's end is refused", func(t *testing.T) {
 		dst := restore(t, "--recovery-target-time", time.Now().Add(time.Hour).UTC().Format(time.RFC3339))
-		select {
-		case err := <-dst.exited:
-			if err == nil {
-				t.Fatal("the instance manager exited cleanly after recovery stopped short of its target")
-			}
-		case <-time.After(90 * time.Second):
-			t.Fatal("the instance manager kept running after recovery stopped short of its target")
+		if dst.exit(90*time.Second, "after recovery stopped short of its target") == nil {
+			t.Fatal("the instance manager exited cleanly after recovery stopped short of its target")
 		}
 		msg, err := os.ReadFile(filepath.Join(dst.root, "termination"))
 		if err != nil || !strings.Contains(string(msg), "ends before the recovery target") {

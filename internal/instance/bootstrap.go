@@ -18,9 +18,6 @@ import (
 	"github.com/daytwo-dev/daytwo/internal/postgres"
 )
 
-// ErrRestoreUnavailable is what a manager without a restore source returns.
-var ErrRestoreUnavailable = errors.New("no backup storage was given to restore from")
-
 // RestoreFunc streams a backup into the database conn reaches; role owns
 // what it restores. The instance manager runs it against a fresh,
 // network-less server and keeps the data directory only when it succeeds.

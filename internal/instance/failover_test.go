@@ -1006,13 +1006,8 @@ func TestPrimaryWithoutDataRefusesOnceTheDatabaseServed(t *testing.T) {
 	termLog := filepath.Join(in.root, "termination-log")
 	in.extraFlags = append(in.extraFlags, "--termination-log", termLog)
 	in.start("orders-0")
-	select {
-	case err := <-in.exited:
-		if err == nil {
-			t.Fatal("the instance exited cleanly")
-		}
-	case <-time.After(60 * time.Second):
-		t.Fatal("the instance did not exit to be restarted")
+	if in.exit(60*time.Second, "instead of exiting to be restarted") == nil {
+		t.Fatal("the instance exited cleanly")
 	}
 	if msg, _ := os.ReadFile(termLog); !strings.HasPrefix(string(msg), instanceapi.TerminationDataConflict) ||
 		!strings.Contains(string(msg), "has served (its lease records WAL position 0/3000060)") {

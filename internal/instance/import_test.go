@@ -32,13 +32,8 @@ func TestBootstrapImport(t *testing.T) {
 		in.extraFlags = append(in.extraFlags, "--termination-log", termLog)
 		in.env = []string{instanceapi.EnvImportUser + "=postgres", instanceapi.EnvImportPassword + "=not-it"}
 		in.start("orders-0")
-		select {
-		case err := <-in.exited:
-			if err == nil {
-				t.Fatal("the instance manager exited cleanly after a failed import")
-			}
-		case <-time.After(90 * time.Second):
-			t.Fatalf("the instance manager still runs after a failed import: %+v", in.status())
+		if in.exit(90*time.Second, "after a failed import") == nil {
+			t.Fatal("the instance manager exited cleanly after a failed import")
 		}
 		msg, _ := os.ReadFile(termLog)
 		if !strings.HasPrefix(string(msg), instanceapi.TerminationImportFailed) || !strings.Contains(string(msg), "password") ||

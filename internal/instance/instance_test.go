@@ -208,13 +208,21 @@ func (in *instance) getStatus() (instanceapi.Status, error) {
 func (in *instance) runToExit(pod, mode string) {
 	in.t.Helper()
 	in.start(pod)
+	if err := in.exit(120*time.Second, "with "+mode); err != nil {
+		in.t.Fatalf("%s: %v", mode, err)
+	}
+}
+
+// exit waits up to timeout for the instance manager to exit, and returns
+// its error; it fails the test if it still runs (what says when).
+func (in *instance) exit(timeout time.Duration, what string) error {
+	in.t.Helper()
 	select {
 	case err := <-in.exited:
-		if err != nil {
-			in.t.Fatalf("%s: %v", mode, err)
-		}
-	case <-time.After(120 * time.Second):
-		in.t.Fatalf("%s did not exit", mode)
+		return err
+	case <-time.After(timeout):
+		in.t.Fatalf("the instance manager still runs %s", what)
+		return nil
 	}
 }
 
@@ -643,13 +651,8 @@ func TestRestoreFromBackup(t *testing.T) {
 			"--termination-log", termLog)
 		old.env = creds
 		old.start("orders-0")
-		select {
-		case err := <-old.exited:
-			if err == nil {
-				t.Fatal("the instance manager exited cleanly on another Database's data")
-			}
-		case <-time.After(60 * time.Second):
-			t.Fatal("the instance manager runs on another Database's data instead of restoring")
+		if old.exit(60*time.Second, "on another Database's data instead of restoring") == nil {
+			t.Fatal("the instance manager exited cleanly on another Database's data")
 		}
 		msg, _ := os.ReadFile(termLog)
 		if !strings.HasPrefix(string(msg), instanceapi.TerminationDataConflict) || !strings.Contains(string(msg), "daytwo.dev/reuse-data") {

@@ -21,7 +21,6 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/jackc/pgx/v5"
 
-	"github.com/daytwo-dev/daytwo/internal/backup"
 	"github.com/daytwo-dev/daytwo/internal/instanceapi"
 	"github.com/daytwo-dev/daytwo/internal/postgres"
 	"github.com/daytwo-dev/daytwo/internal/upgrade"
@@ -33,8 +32,6 @@ type Manager struct {
 	cfg     *Config
 	log     logr.Logger
 	restore RestoreFunc
-	// canRestore: a restore was given (the storage to restore from).
-	canRestore bool
 
 	// afterUpgradeOnce runs the post-upgrade work once the primary serves.
 	afterUpgradeOnce sync.Once
@@ -130,11 +127,7 @@ const (
 
 // New returns a manager for cfg. restore may be nil.
 func New(cfg *Config, log logr.Logger, restore RestoreFunc) *Manager {
-	canRestore := restore != nil
-	if restore == nil {
-		restore = func(context.Context, backup.Conn, string) error { return ErrRestoreUnavailable }
-	}
-	return &Manager{cfg: cfg, log: log, restore: restore, canRestore: canRestore, reload: make(chan struct{}, 1), named: make(chan struct{}, 1), demote: make(chan demoteRequest),
+	return &Manager{cfg: cfg, log: log, restore: restore, reload: make(chan struct{}, 1), named: make(chan struct{}, 1), demote: make(chan demoteRequest),
 		restartReq: make(chan struct{}),
 		status:     instanceapi.Status{Pod: cfg.Pod, Role: cfg.Role, Phase: instanceapi.PhaseBootstrapping}}
 }
@@ -488,7 +481,7 @@ func (m *Manager) bootstrap(ctx context.Context) error {
 		host, _ := m.upstream()
 		m.log.Info("Cloning the primary", "primary", host)
 		err = m.cloneFromPrimary(ctx, dir)
-	case m.cfg.FromBackup && m.recovery == nil && !m.canRestore:
+	case m.cfg.FromBackup && m.recovery == nil && m.restore == nil:
 		// The restore init container restores; this container has no
 		// storage to restore from. Only a new pod runs it again.
 		err = permanentError{fmt.Errorf("%s: there is no data to serve, and only the restore init container may read the backup storage: "+

@@ -91,15 +91,20 @@ func (r *Reconciler) apiTLS(ctx context.Context, db *v1alpha1.Database) (*tls.Co
 		now.Add(apiClientValidity/2).Before(cached.notAfter) {
 		return cached.cfg, nil
 	}
-	caSecret, servedSecret := &corev1.Secret{}, &corev1.Secret{}
-	for _, s := range []*corev1.Secret{caSecret, servedSecret} {
-		name := caSecretName(db)
-		if s == servedSecret {
-			name = serverTLSSecretName(db)
-		}
+	read := func(name string) (*corev1.Secret, error) {
+		s := &corev1.Secret{}
 		if err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: name}, s); err != nil {
 			return nil, fmt.Errorf("failed to get Secret %s: %w", name, err)
 		}
+		return s, nil
+	}
+	caSecret, err := read(caSecretName(db))
+	if err != nil {
+		return nil, err
+	}
+	servedSecret, err := read(serverTLSSecretName(db))
+	if err != nil {
+		return nil, err
 	}
 	cert, certKey, err := pki.Issue(caSecret.Data[pki.CACert], caSecret.Data[pki.CAKey], apiClientName, nil, pki.Client, now, apiClientValidity)
 	if err != nil {
