@@ -2,7 +2,7 @@
 # Builds the real-node add-ons and MinIO from the Go module proxy into the
 # cache, once. Versions are pinned here.
 #
-# usage: hack/build-addons.sh [coredns|local-path-provisioner|minio ...]
+# usage: hack/build-addons.sh [coredns|local-path-provisioner|minio|prometheus|promtool ...]
 set -euo pipefail
 
 CACHE=${DAYTWO_CACHE:-$HOME/.cache/daytwo}
@@ -13,6 +13,14 @@ declare -A mod=(
   [coredns]=github.com/coredns/coredns@v1.15.0
   [local-path-provisioner]=github.com/rancher/local-path-provisioner@v0.0.30
   [minio]=github.com/minio/minio@v0.0.0-20260212201848-7aac2a2c5b7c
+  # Prometheus v3.16 (its Go module's v0.316.0), with Kubernetes service
+  # discovery only: the e2e proves the alerts and the dashboard against it.
+  [prometheus]=github.com/prometheus/prometheus/cmd/prometheus@v0.316.0
+  [promtool]=github.com/prometheus/prometheus/cmd/promtool@v0.316.0
+)
+declare -A tags=(
+  [prometheus]=remove_all_sd,enable_kubernetes_sd
+  [promtool]=remove_all_sd,enable_kubernetes_sd
 )
 
 want=("$@")
@@ -26,7 +34,7 @@ for b in "${want[@]}"; do
   fi
   echo "build-addons: building ${mod[$b]} (minutes on a cold cache)"
   start=$SECONDS
-  GOBIN="$BIN_DIR" CGO_ENABLED=0 GOFLAGS=-trimpath go install -ldflags "-s -w" "${mod[$b]}"
+  GOBIN="$BIN_DIR" CGO_ENABLED=0 GOFLAGS=-trimpath go install -tags "${tags[$b]:-}" -ldflags "-s -w" "${mod[$b]}"
   echo "${mod[$b]}" >"$stamp"
   echo "build-addons: built $b in $((SECONDS - start))s"
 done

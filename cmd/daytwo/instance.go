@@ -139,6 +139,7 @@ func newInstanceRunCommand() *cobra.Command {
 	f.StringVar(&cfg.SecretsDir, "secrets-dir", instanceapi.SecretsDir, "Directory with app-password and replication-password.")
 	f.StringVar(&cfg.RunDir, instanceapi.FlagRunDir, instanceapi.RunDir, "Directory for the socket and the password file.")
 	f.StringVar(&cfg.HTTPAddress, "http-address", fmt.Sprintf(":%d", instanceapi.Port), "Address of the instance API.")
+	f.StringVar(&cfg.MetricsAddress, "metrics-address", fmt.Sprintf(":%d", instanceapi.MetricsPort), "Address of /metrics (plain HTTP); empty serves none.")
 	f.IntVar(&cfg.Port, "port", instanceapi.PostgresPort, "PostgreSQL port.")
 	f.StringVar(&cfg.Cluster, instanceapi.FlagCluster, "", "Name of the Database.")
 	f.StringVar(&cfg.Pod, instanceapi.FlagPod, os.Getenv("POD_NAME"), "Name of this pod.")

@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
 )
@@ -20,6 +21,7 @@ func Apply(ctx context.Context, c client.Client, obj runtime.ApplyConfiguration,
 	if err := c.Apply(ctx, obj, client.FieldOwner(FieldOwner), client.ForceOwnership); err != nil {
 		return fmt.Errorf("failed to apply %s: %w", what, err)
 	}
+	logf.FromContext(ctx).V(1).Info("Applied", "child", what)
 	return nil
 }
 
@@ -116,5 +118,6 @@ func DeleteOwned(ctx context.Context, c client.Client, owner, obj client.Object,
 	if err := c.Delete(ctx, obj, client.Preconditions{UID: ptr.To(obj.GetUID())}); client.IgnoreNotFound(err) != nil {
 		return fmt.Errorf("failed to delete %s %s: %w", kind, obj.GetName(), err)
 	}
+	logf.FromContext(ctx).V(1).Info("Deleted", "kind", kind, "child", obj.GetName())
 	return nil
 }

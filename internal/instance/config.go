@@ -27,6 +27,9 @@ type Config struct {
 	RunDir string
 	// HTTPAddress is where the instanceapi server listens.
 	HTTPAddress string
+	// MetricsAddress is where /metrics is served (metrics.go); empty
+	// serves none.
+	MetricsAddress string
 	// Port is PostgreSQL's TCP port.
 	Port int
 	// Cluster is the Database's name (cluster_name), in Namespace.

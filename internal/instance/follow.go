@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/daytwo-dev/daytwo/internal/instanceapi"
 	"github.com/daytwo-dev/daytwo/internal/postgres"
@@ -47,10 +48,15 @@ func (m *Manager) wantsSlot() bool {
 	return err == nil && slices.Contains(r.Instances, m.cfg.Pod)
 }
 
-// errWALGone: the primary invalidated this replica's slot. It removed WAL
-// the replica had not received (past max_slot_wal_keep_size), so the data
-// can never catch up by streaming and is cloned again.
+// errWALGone: the primary removed WAL the replica had not received (its
+// slot was invalidated past max_slot_wal_keep_size, or it streamed
+// without one), so the data can never catch up by streaming and is cloned
+// again.
 var errWALGone = errors.New("the primary removed WAL this replica needs: its replication slot was invalidated")
+
+// errWALRemoved: the primary refused to stream from this replica's position
+// because it removed that segment, whatever its slot says.
+var errWALRemoved = fmt.Errorf("%w (the primary refuses to stream from this replica's position: the segment is removed)", errWALGone)
 
 // slotState reads this replica's slot on the primary: whether it exists,
 // and whether the primary invalidated it (no restart LSN: the WAL it
@@ -139,6 +145,9 @@ const followCheckAfter = 10 * time.Second
 // followWatch tracks a replica that does not stream.
 type followWatch struct {
 	notStreaming, checked time.Time
+	// replayed is where replay stood when the stretch began: a replica
+	// that replays (from the archive, say) is not stuck.
+	replayed string
 	// timeline is the newest timeline this replica replayed, as it saw it.
 	timeline int
 }
@@ -153,12 +162,14 @@ func (m *Manager) cannotFollow(ctx context.Context, w *followWatch) error {
 		return nil
 	}
 	w.timeline = max(w.timeline, s.Timeline)
-	if s.Streaming {
+	if s.Streaming || (!w.notStreaming.IsZero() && s.LSN != w.replayed) {
 		w.notStreaming = time.Time{}
+	}
+	if s.Streaming {
 		return nil
 	}
 	if w.notStreaming.IsZero() {
-		w.notStreaming = now
+		w.notStreaming, w.replayed = now, s.LSN
 	}
 	if now.Sub(w.notStreaming) < followCheckAfter || now.Sub(w.checked) < followCheckAfter {
 		return nil
@@ -196,7 +207,48 @@ func (m *Manager) cannotFollow(ctx context.Context, w *followWatch) error {
 		m.log.Info("Diverged from the primary's timeline", "timeline", w.timeline, "replayed", s.LSN, "primaryTimeline", tli)
 		return errDiverged
 	}
+	// A slot that looks whole proves nothing when the replica streamed
+	// without it for a while, or the primary made it again: the primary's
+	// own answer to a stream from this position does.
+	gone, err := segmentRemoved(ctx, conn, w.timeline, replayed)
+	if err != nil {
+		m.log.Info("Could not ask the primary to stream from this replica's position", "lsn", s.LSN, "reason", err.Error())
+		return nil
+	}
+	if gone {
+		return errWALRemoved
+	}
+	m.log.Info("Not streaming, though the primary still has the WAL this replica needs", "lsn", s.LSN, "timeline", w.timeline,
+		"since", w.notStreaming.Format(time.RFC3339))
 	return nil
+}
+
+// segmentRemoved asks the primary to stream from lsn on timeline tli, and
+// says whether it refused because it removed that WAL segment. The
+// walsender answers CopyBoth first and reads the segment after, so the
+// answer is the first message of the stream: WAL or a keepalive (nothing
+// is missing), or the error. The stream is dropped with the connection.
+func segmentRemoved(ctx context.Context, conn *pgconn.PgConn, tli int, lsn uint64) (bool, error) {
+	conn.Frontend().Send(&pgproto3.Query{String: fmt.Sprintf("START_REPLICATION PHYSICAL %s TIMELINE %d", postgres.FormatLSN(lsn), tli)})
+	if err := conn.Frontend().Flush(); err != nil {
+		return false, err
+	}
+	for {
+		msg, err := conn.ReceiveMessage(ctx)
+		if err != nil {
+			return false, err
+		}
+		switch msg := msg.(type) {
+		case *pgproto3.CopyData:
+			return false, nil
+		case *pgproto3.ErrorResponse:
+			pgErr := pgconn.ErrorResponseToPgError(msg)
+			if pgErr.Code == "58P01" { // undefined_file: "requested WAL segment ... has already been removed"
+				return true, nil
+			}
+			return false, pgErr
+		}
+	}
 }
 
 // primaryTimeline asks the primary for its timeline and that timeline's

@@ -55,14 +55,15 @@ func TestMain(m *testing.M) {
 
 // instance is one `daytwo instance run` process with its directories.
 type instance struct {
-	t          *testing.T
-	root       string
-	pgPort     int
-	httpPort   int
-	cmd        *exec.Cmd
-	exited     chan error
-	extraFlags []string
-	env        []string
+	t           *testing.T
+	root        string
+	pgPort      int
+	httpPort    int
+	metricsPort int
+	cmd         *exec.Cmd
+	exited      chan error
+	extraFlags  []string
+	env         []string
 	// pidNamespace starts the instance manager as PID 1 of a new PID
 	// namespace, as the container runtime does.
 	pidNamespace bool
@@ -83,7 +84,7 @@ const appPassword = "app-pass-Ø:'\"-1"
 
 func newInstance(t *testing.T, extra ...string) *instance {
 	root := t.TempDir()
-	in := &instance{t: t, root: root, pgPort: testpg.FreePort(t), httpPort: testpg.FreePort(t), extraFlags: extra}
+	in := &instance{t: t, root: root, pgPort: testpg.FreePort(t), httpPort: testpg.FreePort(t), metricsPort: testpg.FreePort(t), extraFlags: extra}
 	for _, d := range []string{"secrets", "config"} {
 		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
 			t.Fatal(err)
@@ -116,6 +117,7 @@ func (in *instance) start(pod string) {
 		"--parameters-file", filepath.Join(in.root, "config/postgresql.conf"),
 		"--secrets-dir", filepath.Join(in.root, "secrets"), "--run-dir", filepath.Join(in.root, "run"),
 		"--http-address", fmt.Sprintf("127.0.0.1:%d", in.httpPort), "--port", strconv.Itoa(in.pgPort),
+		"--metrics-address", fmt.Sprintf("127.0.0.1:%d", in.metricsPort),
 		"--cluster", "orders", "--pod", pod, "--database", "orders", "--owner", "shop",
 		"--bin-dir", testpg.BinDir(in.t), "--shutdown-timeout", "10s", "--role", "primary"}
 	in.cmd = exec.Command(daytwoBin, append(args, in.extraFlags...)...)

@@ -152,6 +152,11 @@ func (m *Manager) Run(ctx context.Context) error {
 		return err
 	}
 	defer stop()
+	stopMetrics, err := m.serveMetrics()
+	if err != nil {
+		return err
+	}
+	defer stopMetrics()
 
 	// Archiving outlives ctx too: postgres archives what it can while it
 	// shuts down, after ctx ended.

@@ -5,6 +5,10 @@ import "time"
 // Port is where the instance manager serves its HTTP API in the pod.
 const Port = 8000
 
+// MetricsPort is where the instance manager serves /metrics, over plain
+// HTTP, in the pod.
+const MetricsPort = 9187
+
 // PostgresPort is where PostgreSQL listens in the pod.
 const PostgresPort = 5432
 

@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
+	"github.com/daytwo-dev/daytwo/internal/controller"
 	"github.com/daytwo-dev/daytwo/internal/controller/databasebackup"
 	"github.com/daytwo-dev/daytwo/internal/instanceapi"
 )
@@ -190,7 +191,7 @@ func archiveFailure(primary, backup string, s *instanceapi.ArchiveStatus) string
 
 // archiveEvent warns once when the primary starts failing to archive: the
 // condition written before this reconcile did not say so yet.
-func (r *Reconciler) archiveEvent(db, written *v1alpha1.Database, obs *observation) {
+func (r *Reconciler) archiveEvent(ctx context.Context, db, written *v1alpha1.Database, obs *observation) {
 	s, ok := obs.instances[obs.primary]
 	if obs.plan.archive == nil || !ok || s.Archive == nil || s.Archive.LastError == "" {
 		return
@@ -198,8 +199,8 @@ func (r *Reconciler) archiveEvent(db, written *v1alpha1.Database, obs *observati
 	if c := meta.FindStatusCondition(written.Status.Conditions, v1alpha1.ConditionContinuousArchiving); c != nil && c.Reason == v1alpha1.ReasonArchivingFailed {
 		return
 	}
-	r.Recorder.Eventf(db, nil, corev1.EventTypeWarning, v1alpha1.ReasonArchivingFailed, "Archive",
-		archiveFailure(obs.primary, obs.plan.archive.backup, s.Archive))
+	controller.Event(ctx, r.Recorder, db, nil, corev1.EventTypeWarning, v1alpha1.ReasonArchivingFailed, "Archive",
+		"%s", archiveFailure(obs.primary, obs.plan.archive.backup, s.Archive))
 }
 
 // recordArchiveMetrics publishes the primary's archive backlog and its last

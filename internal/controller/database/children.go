@@ -115,7 +115,7 @@ func (r *Reconciler) takeBack(ctx context.Context, db *v1alpha1.Database, s clie
 	if err := r.Client.Patch(ctx, s, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
 		return fmt.Errorf("failed to take back Secret %s: %w", s.GetName(), err)
 	}
-	r.Recorder.Eventf(db, s, corev1.EventTypeNormal, "Adopted", "Adopt", "Took back the kept Secret %s", s.GetName())
+	controller.Event(ctx, r.Recorder, db, s, corev1.EventTypeNormal, "Adopted", "Adopt", "Took back the kept Secret %s", s.GetName())
 	return nil
 }
 
@@ -176,7 +176,7 @@ func (r *Reconciler) checkChildren(ctx context.Context, db *v1alpha1.Database, o
 			obs.conflict = msg
 			return nil
 		case own == controller.Adoptable:
-			r.Recorder.Eventf(db, c.obj, corev1.EventTypeNormal, "Adopted", "Adopt", "Adopted existing %s %s", c.kind, c.obj.GetName())
+			controller.Event(ctx, r.Recorder, db, c.obj, corev1.EventTypeNormal, "Adopted", "Adopt", "Adopted existing %s %s", c.kind, c.obj.GetName())
 		}
 	}
 	return nil
@@ -218,7 +218,7 @@ func (r *Reconciler) observe(ctx context.Context, db *v1alpha1.Database, obs *ob
 	if err := r.readUpgradeObjects(ctx, db, obs); err != nil {
 		return err
 	}
-	obs.in = r.decideImage(db, obs)
+	obs.in = r.decideImage(ctx, db, obs)
 	// A primary whose renewed lease ran out is not asked: failover does not
 	// weigh it, and a frozen one would hold the reconcile for the whole
 	// timeout. (A switchover's target, holding a handed-over lease, is.)
@@ -342,8 +342,12 @@ func keepInstanceManager(db *v1alpha1.Database, obs *observation, live *appsv1.S
 	}
 	in := obs.in
 	in.instanceImage = kept
+	// What an instance manager brought is declared only with it.
+	in.noMetricsPort = !slices.ContainsFunc(live.Spec.Template.Spec.Containers, func(c corev1.Container) bool {
+		return slices.ContainsFunc(c.Ports, func(p corev1.ContainerPort) bool { return p.Name == metricsPortName })
+	})
 	if equality.Semantic.DeepEqual(current.Spec.Template, statefulSet(db, obs.plan, in).Spec.Template) {
-		obs.in.instanceImage = kept
+		obs.in.instanceImage, obs.in.noMetricsPort = kept, in.noMetricsPort
 	}
 }
 

@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -96,9 +97,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (_ re
 	if err := r.Client.Get(ctx, req.NamespacedName, db); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.apiTLSCache.forget(req.NamespacedName)
+			forgetMetrics(req.NamespacedName)
 		}
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
+	initMetrics(db)
 	if db.DeletionTimestamp.IsZero() && !controllerutil.ContainsFinalizer(db, cleanupFinalizer) {
 		base := db.DeepCopy()
 		controllerutil.AddFinalizer(db, cleanupFinalizer)
@@ -145,7 +148,7 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, db, written *v1alpha1.
 	if err := r.observe(ctx, db, obs); err != nil {
 		return reconcile.Result{}, err
 	}
-	r.archiveEvent(db, written, obs)
+	r.archiveEvent(ctx, db, written, obs)
 	recordArchiveMetrics(db, obs)
 	if err := r.resolveRestore(ctx, db, obs); err != nil || obs.restoreFailed != "" {
 		return reconcile.Result{RequeueAfter: restoreRetry}, err
@@ -202,6 +205,7 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, db, written *v1alpha1.
 func (r *Reconciler) primariesOn(ctx context.Context, obj client.Object) []reconcile.Request {
 	pods := &corev1.PodList{}
 	if err := r.Client.List(ctx, pods, client.MatchingLabels{labelRole: "primary"}); err != nil {
+		logf.FromContext(ctx).Error(err, "Failed to list the primaries on a node; its Databases are not reconciled for this change", "node", obj.GetName())
 		return nil
 	}
 	var out []reconcile.Request
@@ -244,6 +248,7 @@ func (r *Reconciler) SetupWithManager(mgr manager.Manager) error {
 		r.Instances = instanceapi.NewClient(time.Second)
 	}
 	registerMetrics()
+	controller.RegisterMetrics()
 	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &v1alpha1.Database{}, certificateIndex, func(o client.Object) []string {
 		if t := o.(*v1alpha1.Database).Spec.TLS; t != nil && t.ServerCertificate != nil {
 			return []string{t.ServerCertificate.Name}

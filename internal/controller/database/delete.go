@@ -18,6 +18,7 @@ import (
 
 	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
 	"github.com/daytwo-dev/daytwo/internal/backup"
+	"github.com/daytwo-dev/daytwo/internal/controller"
 	"github.com/daytwo-dev/daytwo/internal/controller/conditions"
 )
 
@@ -108,7 +109,7 @@ func (r *Reconciler) finalBackup(ctx context.Context, db *v1alpha1.Database) (bo
 		r.deleting(db, "Taking the final backup with DatabaseBackup "+b.Name)
 		return false, nil
 	}
-	r.Recorder.Eventf(db, b, corev1.EventTypeNormal, "FinalBackup", "Delete",
+	controller.Event(ctx, r.Recorder, db, b, corev1.EventTypeNormal, "FinalBackup", "Delete",
 		"deletionPolicy Snapshot: final backup stored; restore it with bootstrap.fromBackup.backupRef %s", b.Name)
 	return true, nil
 }
@@ -124,7 +125,7 @@ func (r *Reconciler) createFinalBackup(ctx context.Context, db *v1alpha1.Databas
 	if err := r.Client.Create(ctx, b); err != nil {
 		return fmt.Errorf("failed to create the final DatabaseBackup: %w", err)
 	}
-	r.Recorder.Eventf(db, b, corev1.EventTypeNormal, "FinalBackup", "Delete",
+	controller.Event(ctx, r.Recorder, db, b, corev1.EventTypeNormal, "FinalBackup", "Delete",
 		"deletionPolicy Snapshot: taking the final backup with DatabaseBackup %s", b.Name)
 	r.deleting(db, "Taking the final backup with DatabaseBackup "+b.Name)
 	return nil
@@ -138,7 +139,7 @@ func (r *Reconciler) requestFinalBackup(ctx context.Context, db *v1alpha1.Databa
 		v1alpha1.AnnotationBackupRequested: finalRequest(db)}); err != nil {
 		return fmt.Errorf("failed to ask DatabaseBackup %s for the final backup: %w", b.Name, err)
 	}
-	r.Recorder.Eventf(db, b, corev1.EventTypeNormal, "FinalBackup", "Delete",
+	controller.Event(ctx, r.Recorder, db, b, corev1.EventTypeNormal, "FinalBackup", "Delete",
 		"deletionPolicy Snapshot: taking the final backup with DatabaseBackup %s", b.Name)
 	r.deleting(db, "Taking the final backup with DatabaseBackup "+b.Name)
 	return nil
@@ -170,7 +171,7 @@ func (r *Reconciler) deleteVolumes(ctx context.Context, db *v1alpha1.Database, p
 		names = append(names, pvcs[i].Name)
 	}
 	if len(names) > 0 {
-		r.Recorder.Eventf(db, nil, corev1.EventTypeNormal, "Deleted", "Delete",
+		controller.Event(ctx, r.Recorder, db, nil, corev1.EventTypeNormal, "Deleted", "Delete",
 			"deletionPolicy Delete: deleted volumes %s", strings.Join(names, ", "))
 	}
 	return nil
@@ -203,7 +204,7 @@ func (r *Reconciler) retain(ctx context.Context, db *v1alpha1.Database, pvcs []c
 		kept = append(kept, "Secret "+name)
 	}
 	if len(kept) > 0 {
-		r.Recorder.Eventf(db, nil, corev1.EventTypeNormal, "Retained", "Delete",
+		controller.Event(ctx, r.Recorder, db, nil, corev1.EventTypeNormal, "Retained", "Delete",
 			"deletionPolicy Retain: kept %s; a Database named %s in this namespace picks them up again",
 			strings.Join(kept, ", "), db.Name)
 	}

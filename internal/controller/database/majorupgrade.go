@@ -249,7 +249,7 @@ func (r *Reconciler) reconcileMajorUpgrade(ctx context.Context, db *v1alpha1.Dat
 	case upgradeBackup:
 		return false, r.takePreUpgradeBackup(ctx, db, obs, obs.in.major, db.Spec.Version)
 	case upgradeStop:
-		r.upgradeStopping(db, obs)
+		r.upgradeStopping(ctx, db, obs)
 		return true, nil
 	case upgradeRunJob:
 		return true, r.runUpgradeJob(ctx, db, obs)
@@ -266,13 +266,13 @@ func (r *Reconciler) reconcileMajorUpgrade(ctx context.Context, db *v1alpha1.Dat
 			return false, err
 		}
 	}
-	r.upgradeServed(db, obs)
+	r.upgradeServed(ctx, db, obs)
 	return false, nil
 }
 
 // upgradeStopping starts status.upgrade for this attempt (keeping the
 // pre-upgrade backup's ID) when the instances are told to stop.
-func (r *Reconciler) upgradeStopping(db *v1alpha1.Database, obs *observation) {
+func (r *Reconciler) upgradeStopping(ctx context.Context, db *v1alpha1.Database, obs *observation) {
 	u, from, to := db.Status.Upgrade, obs.in.major, db.Spec.Version
 	if u != nil && u.To == to && u.Phase == v1alpha1.MajorUpgradeStopping {
 		return
@@ -283,7 +283,7 @@ func (r *Reconciler) upgradeStopping(db *v1alpha1.Database, obs *observation) {
 	}
 	db.Status.Upgrade = &v1alpha1.MajorUpgradeStatus{From: from, To: to, Phase: v1alpha1.MajorUpgradeStopping,
 		StartTime: ptr.To(metav1.NewTime(obs.now)), Message: "stopping every instance", BackupID: id}
-	r.Recorder.Eventf(db, nil, corev1.EventTypeNormal, "MajorUpgrade", "Upgrade",
+	controller.Event(ctx, r.Recorder, db, nil, corev1.EventTypeNormal, "MajorUpgrade", "Upgrade",
 		"Upgrading PostgreSQL %s to %s: stopping every instance", from, to)
 }
 
@@ -324,14 +324,14 @@ func (r *Reconciler) upgradeJobEnded(ctx context.Context, db *v1alpha1.Database,
 		return
 	}
 	u.Message = r.upgradeJobError(ctx, db, obs.upgradeJob)
-	r.Recorder.Eventf(db, nil, corev1.EventTypeWarning, v1alpha1.ReasonMajorUpgradeFailed, "Upgrade",
+	controller.Event(ctx, r.Recorder, db, nil, corev1.EventTypeWarning, v1alpha1.ReasonMajorUpgradeFailed, "Upgrade",
 		"Upgrading PostgreSQL %s to %s failed, starting %s again on the data as it was: %s", u.From, u.To, u.From, u.Message)
 }
 
 // upgradeServed ends status.upgrade once the primary serves again: on the
 // new version (Succeeded) or the old one (Failed), with how long writes
 // were unavailable.
-func (r *Reconciler) upgradeServed(db *v1alpha1.Database, obs *observation) {
+func (r *Reconciler) upgradeServed(ctx context.Context, db *v1alpha1.Database, obs *observation) {
 	u := db.Status.Upgrade
 	if u == nil || u.Phase != v1alpha1.MajorUpgradeStarting || !primaryServes(obs) {
 		return
@@ -346,7 +346,7 @@ func (r *Reconciler) upgradeServed(db *v1alpha1.Database, obs *observation) {
 		return
 	}
 	u.Phase, u.Message = v1alpha1.MajorUpgradeSucceeded, fmt.Sprintf("PostgreSQL %s to %s; writes were unavailable for %ds", u.From, u.To, u.WritesUnavailableSeconds)
-	r.Recorder.Eventf(db, nil, corev1.EventTypeNormal, "MajorUpgrade", "Upgrade", "Upgraded PostgreSQL %s to %s", u.From, u.To)
+	controller.Event(ctx, r.Recorder, db, nil, corev1.EventTypeNormal, "MajorUpgrade", "Upgrade", "Upgraded PostgreSQL %s to %s", u.From, u.To)
 }
 
 // deleteUpgradeJob removes the upgrade Job and, in the background, its pod.
@@ -556,7 +556,7 @@ func (r *Reconciler) takePreUpgradeBackup(ctx context.Context, db *v1alpha1.Data
 	at, _ := time.Parse(time.RFC3339, request)
 	db.Status.Upgrade = &v1alpha1.MajorUpgradeStatus{From: from, To: to, Phase: v1alpha1.MajorUpgradeBackingUp,
 		BackupID: backup.NewID(at), Message: "taking the pre-upgrade backup with DatabaseBackup " + name}
-	r.Recorder.Eventf(db, b, corev1.EventTypeNormal, "MajorUpgrade", "Upgrade",
+	controller.Event(ctx, r.Recorder, db, b, corev1.EventTypeNormal, "MajorUpgrade", "Upgrade",
 		"Upgrading PostgreSQL %s to %s: taking the pre-upgrade backup with DatabaseBackup %s", from, to, name)
 	return nil
 }

@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
+	"github.com/daytwo-dev/daytwo/internal/controller"
 )
 
 // spec.backup: the seed's "backups on the Database" shape. The Database
@@ -53,7 +54,7 @@ func (r *Reconciler) applyManagedBackup(ctx context.Context, db *v1alpha1.Databa
 			if err := r.Client.Delete(ctx, cur, client.Preconditions{UID: &uid}); client.IgnoreNotFound(err) != nil {
 				return fmt.Errorf("failed to delete DatabaseBackup %s: %w", name, err)
 			}
-			r.Recorder.Eventf(db, cur, corev1.EventTypeNormal, "BackupRemoved", "Backup",
+			controller.Event(ctx, r.Recorder, db, cur, corev1.EventTypeNormal, "BackupRemoved", "Backup",
 				"spec.backup is gone: deleted DatabaseBackup %s (its stored backups stay)", name)
 		}
 		return nil
@@ -69,7 +70,7 @@ func (r *Reconciler) applyManagedBackup(ctx context.Context, db *v1alpha1.Databa
 		if err := r.Client.Create(ctx, b); err != nil {
 			return fmt.Errorf("failed to create DatabaseBackup %s: %w", name, err)
 		}
-		r.Recorder.Eventf(db, b, corev1.EventTypeNormal, "BackupCreated", "Backup",
+		controller.Event(ctx, r.Recorder, db, b, corev1.EventTypeNormal, "BackupCreated", "Backup",
 			"spec.backup: created DatabaseBackup %s (%s, %s)", name, b.Spec.Method, b.Spec.Schedule)
 		return nil
 	}

@@ -5,9 +5,11 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
+	"github.com/daytwo-dev/daytwo/internal/controller"
 )
 
 var (
@@ -35,6 +37,29 @@ func registerMetrics() {
 	registerOnce.Do(func() {
 		crmetrics.Registry.MustRegister(failovers, switchovers, promotionSeconds, walPending, walLastArchived)
 	})
+}
+
+// initMetrics makes db's counters exist at 0 before their first event, so
+// that increase() sees the first failover (a series born at 1 shows no
+// increase) and the dashboard finds them.
+func initMetrics(db *v1alpha1.Database) {
+	failovers.WithLabelValues(db.Namespace, db.Name)
+	for _, r := range []v1alpha1.SwitchoverResult{v1alpha1.SwitchoverSucceeded, v1alpha1.SwitchoverRefused, v1alpha1.SwitchoverFailed} {
+		switchovers.WithLabelValues(db.Namespace, db.Name, string(r))
+	}
+	for _, kind := range []string{"failover", "switchover"} {
+		promotionSeconds.WithLabelValues(db.Namespace, db.Name, kind)
+	}
+	controller.InitCounts("Database", db, "restart-broken-instance")
+}
+
+// forgetMetrics drops the series of a Database that is gone.
+func forgetMetrics(key client.ObjectKey) {
+	match := prometheus.Labels{"namespace": key.Namespace, "database": key.Name}
+	for _, v := range []interface{ DeletePartialMatch(prometheus.Labels) int }{failovers, switchovers, promotionSeconds, walPending, walLastArchived} {
+		v.DeletePartialMatch(match)
+	}
+	controller.ForgetCounts("Database", key)
 }
 
 func countFailover(db *v1alpha1.Database) { failovers.WithLabelValues(db.Namespace, db.Name).Inc() }

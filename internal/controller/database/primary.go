@@ -127,7 +127,7 @@ func (r *Reconciler) failover(ctx context.Context, db *v1alpha1.Database, obs *o
 	}
 	db.Status.LastFailover = &v1alpha1.FailoverRecord{From: st.holder, To: d.promote, Reason: controller.Truncate(reason, 256),
 		FencedTime: ptr.To(metav1.NewTime(fenced)), DetectedTime: ptr.To(metav1.NewTime(now)), LagBytes: d.lagBytes}
-	r.Recorder.Eventf(db, l, corev1.EventTypeWarning, v1alpha1.ReasonFailover, "Fence",
+	controller.Event(ctx, r.Recorder, db, l, corev1.EventTypeWarning, v1alpha1.ReasonFailover, "Fence",
 		"The primary %s lost its lease (%s); moved it to %s, which lacked %d bytes of WAL (replicas weighed: %s)",
 		st.holder, reason, d.promote, d.lagBytes, strings.Join(d.weighed, ", "))
 	countFailover(db)
@@ -221,7 +221,7 @@ func (r *Reconciler) promote(ctx context.Context, db *v1alpha1.Database, obs *ob
 			observeFailover(db, now.Sub(f.DetectedTime.Time))
 		}
 	}
-	r.Recorder.Eventf(db, nil, corev1.EventTypeNormal, v1alpha1.ReasonFailover, "Promote", "Promoted %s to primary", pod)
+	controller.Event(ctx, r.Recorder, db, nil, corev1.EventTypeNormal, v1alpha1.ReasonFailover, "Promote", "Promoted %s to primary", pod)
 	return nil
 }
 

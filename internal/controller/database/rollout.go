@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
+	"github.com/daytwo-dev/daytwo/internal/controller"
 	"github.com/daytwo-dev/daytwo/internal/instanceapi"
 	"github.com/daytwo-dev/daytwo/internal/postgres"
 )
@@ -31,7 +32,7 @@ var failFast = map[string]bool{
 // decideImage works out which image the StatefulSet should carry. It holds
 // a major version change (refused) and an image whose rollout failed (rolled
 // back to the last image every instance ran ready).
-func (r *Reconciler) decideImage(db *v1alpha1.Database, obs *observation) stsInputs {
+func (r *Reconciler) decideImage(ctx context.Context, db *v1alpha1.Database, obs *observation) stsInputs {
 	in := stsInputs{instanceImage: r.InstanceImage, image: obs.plan.image, major: db.Spec.Version}
 	live := obs.sts
 	if live == nil {
@@ -61,7 +62,8 @@ func (r *Reconciler) decideImage(db *v1alpha1.Database, obs *observation) stsInp
 		if why := r.failing(obs); why != "" {
 			in.failedImage, in.image = obs.templateImage, in.goodImage
 			obs.rolledBack = fmt.Sprintf("Image %s did not become ready; rolled back to %s", in.failedImage, in.goodImage)
-			r.Recorder.Eventf(db, live, corev1.EventTypeWarning, v1alpha1.ReasonRolledBack, "Rollback",
+			controller.CountRollback("Database", db)
+			controller.Event(ctx, r.Recorder, db, live, corev1.EventTypeWarning, v1alpha1.ReasonRolledBack, "Rollback",
 				"Image %s: %s; rolling back to %s", in.failedImage, why, in.goodImage)
 		}
 	}
@@ -162,7 +164,10 @@ func (r *Reconciler) rollOut(ctx context.Context, db *v1alpha1.Database, obs *ob
 	if victim.Name == obs.primary {
 		role = "primary"
 	}
-	r.Recorder.Eventf(db, victim, corev1.EventTypeNormal, "Restarting", "Restart",
+	if since, ready := readySince(victim); !ready && r.Clock.Now().Sub(since) >= brokenAfter {
+		controller.CountRemediation("Database", db, "restart-broken-instance")
+	}
+	controller.Event(ctx, r.Recorder, db, victim, corev1.EventTypeNormal, "Restarting", "Restart",
 		"Restarting %s %s to apply revision %s", role, victim.Name, sts.Status.UpdateRevision)
 	return reconcile.Result{}, nil
 }
@@ -268,7 +273,7 @@ func (r *Reconciler) lowerOnPrimaryFirst(ctx context.Context, db *v1alpha1.Datab
 		return reconcile.Result{}, true, fmt.Errorf("failed to restart the primary %s in place: %w", obs.primary, err)
 	}
 	obs.rolloutWaiting = fmt.Sprintf("Lowering %s: the primary %s restarts in place first", what, obs.primary)
-	r.Recorder.Eventf(db, nil, corev1.EventTypeNormal, "Restarting", "Restart",
+	controller.Event(ctx, r.Recorder, db, nil, corev1.EventTypeNormal, "Restarting", "Restart",
 		"Restarting the primary %s in place first: the spec lowers %s, which a replica may not run lower than its primary", obs.primary, what)
 	return reconcile.Result{RequeueAfter: time.Second}, true, nil
 }

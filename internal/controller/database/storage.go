@@ -10,6 +10,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
+	"github.com/daytwo-dev/daytwo/internal/controller"
 )
 
 // reconcileStorage grows the instances' volumes to spec by patching their
@@ -45,7 +46,7 @@ func (r *Reconciler) reconcileStorage(ctx context.Context, db *v1alpha1.Database
 			if err := r.Client.Patch(ctx, pvc, client.MergeFrom(base)); err != nil {
 				return fmt.Errorf("failed to grow volume %s: %w", pvc.Name, err)
 			}
-			r.Recorder.Eventf(db, pvc, corev1.EventTypeNormal, v1alpha1.ReasonResizing, "Resize",
+			controller.Event(ctx, r.Recorder, db, pvc, corev1.EventTypeNormal, v1alpha1.ReasonResizing, "Resize",
 				"Growing volume %s from %s to %s", pvc.Name, cur.String(), want.String())
 		}
 		if got := pvc.Status.Capacity[corev1.ResourceStorage]; !got.IsZero() && got.Cmp(want) < 0 {

@@ -137,20 +137,20 @@ func (r *Reconciler) switchover(ctx context.Context, db *v1alpha1.Database, obs 
 	rec := &v1alpha1.SwitchoverRecord{RequestedTime: metav1.NewTime(req.at), To: req.to}
 	if invalid != "" {
 		rec.RequestedTime = metav1.NewTime(r.Clock.Now())
-		r.answerSwitchover(db, rec, v1alpha1.SwitchoverRefused, invalid)
+		r.answerSwitchover(ctx, db, rec, v1alpha1.SwitchoverRefused, invalid)
 		return reconcile.Result{}, nil
 	}
 	d := decideSwitchover(req, leaseStateOf(obs.lease), r.Clock.Now(), podNames(obs.pods), obs.instanceStatuses)
 	rec.From, rec.To = d.from, cmp.Or(d.to, req.to)
 	switch {
 	case d.refuse != "":
-		r.answerSwitchover(db, rec, v1alpha1.SwitchoverRefused, d.refuse)
+		r.answerSwitchover(ctx, db, rec, v1alpha1.SwitchoverRefused, d.refuse)
 		return reconcile.Result{}, nil
 	case d.wait != "":
 		obs.switchoverWaiting = d.wait
 		return reconcile.Result{RequeueAfter: time.Second}, nil
 	case d.alreadyThere:
-		r.answerSwitchover(db, rec, v1alpha1.SwitchoverSucceeded, fmt.Sprintf("%s already is the primary", d.to))
+		r.answerSwitchover(ctx, db, rec, v1alpha1.SwitchoverSucceeded, fmt.Sprintf("%s already is the primary", d.to))
 		return reconcile.Result{}, nil
 	}
 	return r.handOver(ctx, db, obs, rec, req.at, "")
@@ -185,12 +185,12 @@ func (r *Reconciler) handOver(ctx context.Context, db *v1alpha1.Database, obs *o
 		fmt.Sprintf("Switching over from %s to %s%s", from, to, why)); err != nil {
 		return reconcile.Result{}, err
 	}
-	r.Recorder.Eventf(db, nil, corev1.EventTypeNormal, v1alpha1.ReasonSwitchover, "Demote", "Asking %s to step down for %s%s", from, to, why)
+	controller.Event(ctx, r.Recorder, db, nil, corev1.EventTypeNormal, v1alpha1.ReasonSwitchover, "Demote", "Asking %s to step down for %s%s", from, to, why)
 	obs.handedOver = true
 	// A checkpoint while the primary still serves leaves its shutdown
 	// checkpoint little to write; a failed one only makes that slower.
 	if err := r.Instances.Checkpoint(ctx, fromAPI, token); err != nil {
-		r.Recorder.Eventf(db, nil, corev1.EventTypeWarning, v1alpha1.ReasonSwitchover, "Checkpoint",
+		controller.Event(ctx, r.Recorder, db, nil, corev1.EventTypeWarning, v1alpha1.ReasonSwitchover, "Checkpoint",
 			"CHECKPOINT on %s before it steps down failed (its shutdown writes it): %v", from, err)
 	}
 	// -rw moves to the target only once it is promoted: until kube-proxy
@@ -201,18 +201,18 @@ func (r *Reconciler) handOver(ctx context.Context, db *v1alpha1.Database, obs *o
 	res, err := r.Instances.Demote(ctx, fromAPI, token,
 		instanceapi.DemoteRequest{To: to, Request: request.UTC().Format(time.RFC3339)})
 	if err != nil {
-		r.answerSwitchover(db, rec, v1alpha1.SwitchoverFailed, "the primary did not step down: "+err.Error())
+		r.answerSwitchover(ctx, db, rec, v1alpha1.SwitchoverFailed, "the primary did not step down: "+err.Error())
 		return reconcile.Result{RequeueAfter: time.Second}, nil
 	}
 	rec.LSN = res.LSN
 	obs.primary = to
 	if err := r.Instances.Promote(ctx, toAPI, token, res.LSN); err != nil {
 		// The lease names the target: failover promotes it once it can (see failover).
-		r.answerSwitchover(db, rec, v1alpha1.SwitchoverFailed, fmt.Sprintf("%s holds the lease but did not promote yet: %v", to, err))
+		r.answerSwitchover(ctx, db, rec, v1alpha1.SwitchoverFailed, fmt.Sprintf("%s holds the lease but did not promote yet: %v", to, err))
 		return reconcile.Result{RequeueAfter: time.Second}, nil
 	}
 	rec.PromotedTime = ptr.To(metav1.NewTime(r.Clock.Now()))
-	r.answerSwitchover(db, rec, v1alpha1.SwitchoverSucceeded,
+	r.answerSwitchover(ctx, db, rec, v1alpha1.SwitchoverSucceeded,
 		fmt.Sprintf("%s is the primary; %s stepped down cleanly at %s%s", to, from, res.LSN, why))
 	observeSwitchover(db, rec.PromotedTime.Sub(rec.StartedTime.Time))
 	return reconcile.Result{RequeueAfter: time.Second}, r.labelRoles(ctx, obs.pods, to)
@@ -285,13 +285,13 @@ func podNames(pods []corev1.Pod) []string {
 }
 
 // answerSwitchover records the outcome of a request with an Event.
-func (r *Reconciler) answerSwitchover(db *v1alpha1.Database, rec *v1alpha1.SwitchoverRecord, result v1alpha1.SwitchoverResult, msg string) {
+func (r *Reconciler) answerSwitchover(ctx context.Context, db *v1alpha1.Database, rec *v1alpha1.SwitchoverRecord, result v1alpha1.SwitchoverResult, msg string) {
 	rec.Result, rec.Message = result, controller.Truncate(msg, 512)
 	db.Status.LastSwitchover = rec
 	typ := corev1.EventTypeNormal
 	if result != v1alpha1.SwitchoverSucceeded {
 		typ = corev1.EventTypeWarning
 	}
-	r.Recorder.Eventf(db, nil, typ, v1alpha1.ReasonSwitchover, string(result), "Switchover %s: %s", result, rec.Message)
+	controller.Event(ctx, r.Recorder, db, nil, typ, v1alpha1.ReasonSwitchover, string(result), "Switchover %s: %s", result, rec.Message)
 	countSwitchover(db, result)
 }

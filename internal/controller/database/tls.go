@@ -160,7 +160,7 @@ func (r *Reconciler) ensureServerCertificate(ctx context.Context, db *v1alpha1.D
 	if exists {
 		verb = "Renewed"
 	}
-	r.Recorder.Eventf(db, nil, corev1.EventTypeNormal, "Certificate"+verb, "IssueCertificate",
+	controller.Event(ctx, r.Recorder, db, nil, corev1.EventTypeNormal, "Certificate"+verb, "IssueCertificate",
 		"%s the server certificate in Secret %s, valid until %s", verb, name, notAfter.Format(time.RFC3339))
 	obs.tls = tlsState{secret: name, version: ptr.Deref(s.ResourceVersion, ""), ca: pki.Fingerprint(caCert), notAfter: notAfter}
 	return nil

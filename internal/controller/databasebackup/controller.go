@@ -13,11 +13,13 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -52,13 +54,20 @@ type Reconciler struct {
 func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (_ reconcile.Result, err error) {
 	b := &v1alpha1.DatabaseBackup{}
 	if err := r.Client.Get(ctx, req.NamespacedName, b); err != nil {
+		if apierrors.IsNotFound(err) {
+			forget(req.NamespacedName)
+		}
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
 	if !b.DeletionTimestamp.IsZero() {
+		forget(req.NamespacedName)
 		return reconcile.Result{}, nil // Jobs go with it; stored backups stay
 	}
 	before := b.DeepCopy()
-	defer func() { err = controller.WriteStatus(ctx, r.Client, before, b, before.Status, b.Status, err) }()
+	defer func() {
+		observeConditions(b)
+		err = controller.WriteStatus(ctx, r.Client, before, b, before.Status, b.Status, err)
+	}()
 	return r.reconcileNormal(ctx, b)
 }
 
@@ -132,7 +141,7 @@ func (r *Reconciler) schedule(ctx context.Context, b *v1alpha1.DatabaseBackup, d
 	setCondition(b, v1alpha1.ConditionReady, true, v1alpha1.ReasonScheduled, msg)
 	if !d.Skipped.IsZero() {
 		b.Status.LastScheduleTime = &metav1.Time{Time: d.Skipped}
-		r.Recorder.Eventf(b, nil, corev1.EventTypeWarning, "MissedRun", "Schedule",
+		controller.Event(ctx, r.Recorder, b, nil, corev1.EventTypeWarning, "MissedRun", "Schedule",
 			"Skipped the run of %s (%d missed since the last run): missedRunPolicy and startingDeadlineSeconds allow no catch-up",
 			d.Skipped.UTC().Format(time.RFC3339), d.Missed)
 	}
@@ -243,7 +252,7 @@ func (r *Reconciler) startRun(ctx context.Context, b *v1alpha1.DatabaseBackup, d
 			}
 		default:
 			b.Status.LastScheduleTime = &metav1.Time{Time: d.Due}
-			r.Recorder.Eventf(b, active[0], corev1.EventTypeWarning, "Skipped", "Schedule",
+			controller.Event(ctx, r.Recorder, b, active[0], corev1.EventTypeWarning, "Skipped", "Schedule",
 				"Skipped the run of %s: Job %s is still running (concurrencyPolicy Forbid)", d.Due.UTC().Format(time.RFC3339), active[0].Name)
 			return nil
 		}
@@ -258,7 +267,7 @@ func (r *Reconciler) startRun(ctx context.Context, b *v1alpha1.DatabaseBackup, d
 	}
 	b.Status.LastScheduleTime = &metav1.Time{Time: d.Due}
 	if err == nil {
-		r.Recorder.Eventf(b, job, corev1.EventTypeNormal, "Started", "Backup", "Started Job %s for the run of %s",
+		controller.Event(ctx, r.Recorder, b, job, corev1.EventTypeNormal, "Started", "Backup", "Started Job %s for the run of %s",
 			job.Name, d.Due.UTC().Format(time.RFC3339))
 	}
 	return nil
@@ -339,6 +348,7 @@ func (r *Reconciler) SetupWithManager(mgr manager.Manager) error {
 	byDatabase := handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, obj client.Object) []reconcile.Request {
 		list := &v1alpha1.DatabaseBackupList{}
 		if err := mgr.GetClient().List(ctx, list, client.InNamespace(obj.GetNamespace())); err != nil {
+			logf.FromContext(ctx).Error(err, "Failed to list the DatabaseBackups of a Database", "database", klog.KObj(obj))
 			return nil
 		}
 		var out []reconcile.Request
@@ -357,6 +367,7 @@ func (r *Reconciler) SetupWithManager(mgr manager.Manager) error {
 	sameLocation := handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, obj client.Object) []reconcile.Request {
 		list := &v1alpha1.DatabaseBackupList{}
 		if err := mgr.GetClient().List(ctx, list, client.MatchingFields{locationIndex: Location(obj.(*v1alpha1.DatabaseBackup))}); err != nil {
+			logf.FromContext(ctx).Error(err, "Failed to list the DatabaseBackups sharing a location", "databaseBackup", klog.KObj(obj))
 			return nil
 		}
 		var out []reconcile.Request

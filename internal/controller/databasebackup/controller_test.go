@@ -295,6 +295,9 @@ func TestFailureIsReportedAndClearedBySuccess(t *testing.T) {
 	if v := metric(t, "daytwo_backup_failures_total", ns); v != 1 {
 		t.Errorf("daytwo_backup_failures_total = %v, want 1", v)
 	}
+	if v, ok := conditionMetric(t, ns, v1alpha1.ConditionLastRunFailed); v != 1 || !ok {
+		t.Errorf("daytwo_backup_condition{condition=LastRunFailed} = %v (present %v), want 1", v, ok)
+	}
 	stepClock(t, 10*time.Minute)
 	poke(t, b)
 	jobsNow := waitJobs(t, ns, 2)
@@ -304,6 +307,36 @@ func TestFailureIsReportedAndClearedBySuccess(t *testing.T) {
 	}
 	finish(t, &next, true, backup.Result{ID: "x", Bytes: 1, End: clock.Now()})
 	waitCondition(t, b, v1alpha1.ConditionLastRunFailed, metav1.ConditionFalse, v1alpha1.ReasonBackupSucceeded)
+	if v, ok := conditionMetric(t, ns, v1alpha1.ConditionLastRunFailed); v != 0 || !ok {
+		t.Errorf("daytwo_backup_condition{condition=LastRunFailed} = %v (present %v) after a success, want 0", v, ok)
+	}
+	if _, ok := conditionMetric(t, ns, v1alpha1.ConditionVerified); ok {
+		t.Error("a backup never verified exports a Verified condition")
+	}
+}
+
+// conditionMetric is daytwo_backup_condition of the backup in ns for cond.
+func conditionMetric(t *testing.T, ns, cond string) (float64, bool) {
+	t.Helper()
+	families, err := crmetrics.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != "daytwo_backup_condition" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["namespace"] == ns && labels["condition"] == cond {
+				return m.GetGauge().GetValue(), true
+			}
+		}
+	}
+	return 0, false
 }
 
 func TestTenMissedPeriodsMakeOneRun(t *testing.T) {

@@ -1,9 +1,13 @@
 package databasebackup
 
 import (
+	"slices"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
@@ -27,13 +31,42 @@ var (
 	verification = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "daytwo_backup_verification_seconds", Help: "How long the newest verification restore took.",
 	}, labelNames)
+	condition = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "daytwo_backup_condition",
+		Help: "1 while the DatabaseBackup's condition is True, 0 while it is False or Unknown; no series before it is first set.",
+	}, append(slices.Clone(labelNames), "condition"))
 	registerOnce sync.Once
 )
 
+// exportedConditions are the conditions the alerts read.
+var exportedConditions = []string{v1alpha1.ConditionReady, v1alpha1.ConditionLastRunFailed, v1alpha1.ConditionBackupStale, v1alpha1.ConditionVerified}
+
 func registerMetrics() {
 	registerOnce.Do(func() {
-		crmetrics.Registry.MustRegister(lastSuccess, duration, size, failures, verification)
+		crmetrics.Registry.MustRegister(lastSuccess, duration, size, failures, verification, condition)
 	})
+}
+
+// observeConditions exports b's conditions as they are written.
+func observeConditions(b *v1alpha1.DatabaseBackup) {
+	l := labelsOf(b)
+	for _, name := range exportedConditions {
+		l["condition"] = name
+		c := meta.FindStatusCondition(b.Status.Conditions, name)
+		if c == nil {
+			condition.Delete(l)
+			continue
+		}
+		condition.With(l).Set(map[bool]float64{true: 1}[c.Status == metav1.ConditionTrue])
+	}
+}
+
+// forget drops every series of a DatabaseBackup that is gone.
+func forget(key client.ObjectKey) {
+	match := prometheus.Labels{"namespace": key.Namespace, "backup": key.Name}
+	for _, v := range []interface{ DeletePartialMatch(prometheus.Labels) int }{lastSuccess, duration, size, failures, verification, condition} {
+		v.DeletePartialMatch(match)
+	}
 }
 
 func labelsOf(b *v1alpha1.DatabaseBackup) prometheus.Labels {

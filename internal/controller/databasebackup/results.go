@@ -101,7 +101,7 @@ func (r *Reconciler) recordFinished(ctx context.Context, b *v1alpha1.DatabaseBac
 			if err != nil || !claimed {
 				return err
 			}
-			r.count(b, job, res, ok)
+			r.count(ctx, b, job, res, ok)
 		}
 		if ok {
 			applySuccess(b, job, res)
@@ -146,15 +146,15 @@ func (r *Reconciler) claim(ctx context.Context, job *batchv1.Job, ok bool) (bool
 
 // count records one run exactly once: the counters, the Event and the
 // failure metric.
-func (r *Reconciler) count(b *v1alpha1.DatabaseBackup, job *batchv1.Job, res backup.Result, ok bool) {
+func (r *Reconciler) count(ctx context.Context, b *v1alpha1.DatabaseBackup, job *batchv1.Job, res backup.Result, ok bool) {
 	if !ok {
 		observeFailure(b)
-		r.Recorder.Eventf(b, job, corev1.EventTypeWarning, v1alpha1.ReasonBackupFailed, "Backup", "%s", r.failureMessage(job, res))
+		controller.Event(ctx, r.Recorder, b, job, corev1.EventTypeWarning, v1alpha1.ReasonBackupFailed, "Backup", "%s", r.failureMessage(job, res))
 		return
 	}
 	b.Status.PrunedTotal += int64(res.Pruned)
 	b.Status.SuccessesSinceVerification++
-	r.Recorder.Eventf(b, job, corev1.EventTypeNormal, v1alpha1.ReasonBackupSucceeded, "Backup",
+	controller.Event(ctx, r.Recorder, b, job, corev1.EventTypeNormal, v1alpha1.ReasonBackupSucceeded, "Backup",
 		"Backup %s: %d bytes in %.1fs, sha256 %s, %d pruned", res.ID, res.Bytes, res.DurationSeconds, short(res.SHA256), res.Pruned)
 }
 

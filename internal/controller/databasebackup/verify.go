@@ -93,7 +93,7 @@ func (r *Reconciler) startVerificationIfDue(ctx context.Context, b *v1alpha1.Dat
 	}
 	setCondition(b, v1alpha1.ConditionVerified, false, v1alpha1.ReasonVerifying,
 		fmt.Sprintf("Restoring backup %s into Database %s", b.Status.Backups[0].ID, db.Name))
-	r.Recorder.Eventf(b, db, corev1.EventTypeNormal, v1alpha1.ReasonVerifying, "Verify",
+	controller.Event(ctx, r.Recorder, b, db, corev1.EventTypeNormal, v1alpha1.ReasonVerifying, "Verify",
 		"Restoring backup %s into Database %s to prove it", b.Status.Backups[0].ID, db.Name)
 	return verifyPoll, nil
 }
@@ -213,13 +213,13 @@ func (r *Reconciler) finishVerification(ctx context.Context, b *v1alpha1.Databas
 		v.Result, v.Message = v1alpha1.VerificationFailed, controller.Truncate(failure.Error(), 512)
 		setCondition(b, v1alpha1.ConditionVerified, false, v1alpha1.ReasonVerificationFailed,
 			fmt.Sprintf("Backup %s did not verify: %s", id, v.Message))
-		r.Recorder.Eventf(b, db, corev1.EventTypeWarning, v1alpha1.ReasonVerificationFailed, "Verify", "Backup %s did not verify: %s", id, v.Message)
+		controller.Event(ctx, r.Recorder, b, db, corev1.EventTypeWarning, v1alpha1.ReasonVerificationFailed, "Verify", "Backup %s did not verify: %s", id, v.Message)
 	} else {
 		v.Message = fmt.Sprintf("Restored in %s and the check query passed", restore.Round(time.Second))
 		setCondition(b, v1alpha1.ConditionVerified, true, v1alpha1.ReasonVerificationSucceeded,
 			fmt.Sprintf("Backup %s restored in %ds at %s", id, v.RestoreSeconds, now.UTC().Format(time.RFC3339)))
 		observeVerification(b, restore.Seconds())
-		r.Recorder.Eventf(b, db, corev1.EventTypeNormal, v1alpha1.ReasonVerificationSucceeded, "Verify",
+		controller.Event(ctx, r.Recorder, b, db, corev1.EventTypeNormal, v1alpha1.ReasonVerificationSucceeded, "Verify",
 			"Backup %s restored in %s and the check query passed", id, restore.Round(time.Second))
 	}
 	b.Status.LastVerification = v

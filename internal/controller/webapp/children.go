@@ -59,7 +59,7 @@ func (r *Reconciler) checkOwnership(ctx context.Context, app *v1alpha1.WebApp) (
 			if err := r.takeOver(ctx, obj); err != nil {
 				return "", nil, err
 			}
-			r.Recorder.Eventf(app, obj, corev1.EventTypeNormal, "Adopted", "Adopt", "Adopted existing %s %s", kind, app.Name)
+			controller.Event(ctx, r.Recorder, app, obj, corev1.EventTypeNormal, "Adopted", "Adopt", "Adopted existing %s %s", kind, app.Name)
 		}
 	}
 	return "", sel, nil
@@ -136,17 +136,18 @@ func (r *Reconciler) applyDeployment(ctx context.Context, app *v1alpha1.WebApp, 
 			template = convertOne[corev1ac.PodTemplateSpecApplyConfiguration](prev)
 			ro.failedHash, ro.restoredImage = desiredHash, imageOf(prev)
 			event = func() {
-				r.Recorder.Eventf(app, live, corev1.EventTypeWarning, v1alpha1.ReasonRolledBack, "Rollback",
+				controller.CountRollback("WebApp", app)
+				controller.Event(ctx, r.Recorder, app, live, corev1.EventTypeWarning, v1alpha1.ReasonRolledBack, "Rollback",
 					"Image %s missed its progress deadline; rolled back to %s", app.Spec.Image, imageOf(prev))
 			}
 		}
 	case exists && live.Spec.Template.Annotations[annotationTemplateHash] != desiredHash:
 		event = func() {
-			r.Recorder.Eventf(app, live, corev1.EventTypeNormal, v1alpha1.ReasonRollingOut, "RollOut", "Rolling out image %s", app.Spec.Image)
+			controller.Event(ctx, r.Recorder, app, live, corev1.EventTypeNormal, v1alpha1.ReasonRollingOut, "RollOut", "Rolling out image %s", app.Spec.Image)
 		}
 	case !exists:
 		event = func() {
-			r.Recorder.Eventf(app, live, corev1.EventTypeNormal, "Created", "Create", "Created Deployment %s", app.Name)
+			controller.Event(ctx, r.Recorder, app, live, corev1.EventTypeNormal, "Created", "Create", "Created Deployment %s", app.Name)
 		}
 	}
 	live.Namespace, live.Name = app.Namespace, app.Name

@@ -110,6 +110,7 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, app *v1alpha1.WebApp) 
 
 // SetupWithManager declares every trigger of this controller.
 func (r *Reconciler) SetupWithManager(ctx context.Context, mgr manager.Manager) error {
+	controller.RegisterMetrics()
 	if err := mgr.GetFieldIndexer().IndexField(ctx, &v1alpha1.WebApp{}, referenceIndex, func(o client.Object) []string {
 		return indexKeys(o.(*v1alpha1.WebApp))
 	}); err != nil {

@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
+	"github.com/daytwo-dev/daytwo/internal/controller"
 )
 
 // reconcileDelete disconnects an app with deletionPolicy Orphan: its children
@@ -32,7 +33,7 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, app *v1alpha1.WebApp) 
 			return err
 		}
 	}
-	r.Recorder.Eventf(app, nil, corev1.EventTypeNormal, "Orphaned", "Orphan", "Left the children of %s running without an owner", app.Name)
+	controller.Event(ctx, r.Recorder, app, nil, corev1.EventTypeNormal, "Orphaned", "Orphan", "Left the children of %s running without an owner", app.Name)
 	base := app.DeepCopy()
 	controllerutil.RemoveFinalizer(app, orphanFinalizer)
 	return client.IgnoreNotFound(r.Client.Patch(ctx, app, client.MergeFrom(base)))

@@ -10,7 +10,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
@@ -70,6 +72,7 @@ func (r *Reconciler) referrers(kind string) func(context.Context, client.Object)
 		apps := &v1alpha1.WebAppList{}
 		if err := r.Client.List(ctx, apps, client.InNamespace(obj.GetNamespace()),
 			client.MatchingFields{referenceIndex: kind + "/" + obj.GetName()}); err != nil {
+			logf.FromContext(ctx).Error(err, "Failed to list the WebApps that reference an object", "kind", kind, "object", klog.KObj(obj))
 			return nil
 		}
 		reqs := make([]reconcile.Request, 0, len(apps.Items))

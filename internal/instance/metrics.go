@@ -1,0 +1,341 @@
+package instance
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/daytwo-dev/daytwo/internal/instanceapi"
+)
+
+// The instance manager serves /metrics for its own PostgreSQL on
+// Config.MetricsAddress, over plain HTTP: the figures carry no secret,
+// and a scraper needs no certificate. Every scrape queries PostgreSQL on
+// a connection of its own, under metricsTimeout, so a slow or broken query
+// costs the scrape its figures and never holds up /readyz or the status.
+
+// metricsTimeout bounds one scrape's queries together.
+const metricsTimeout = 4 * time.Second
+
+func desc(name, help string, labels ...string) *prometheus.Desc {
+	return prometheus.NewDesc("daytwo_"+name, help, labels, nil)
+}
+
+var (
+	descUp   = desc("postgres_up", "1 when PostgreSQL answered this scrape's queries in time, else 0.")
+	descInfo = desc("postgres_info", "1, labelled with the server version and the instance's role.",
+		"server_version", "role")
+	descPrimary        = desc("instance_primary", "1 when this instance runs as the primary.")
+	descPendingRestart = desc("postgres_pending_restart", "1 when a changed setting waits for a restart.")
+	descStreaming      = desc("postgres_wal_receiver_streaming", "On a replica, 1 while its WAL receiver streams from the primary.")
+	descVolumeSize     = desc("volume_size_bytes", "Size of the filesystem that holds the data directory.", "volume")
+	descVolumeFree     = desc("volume_available_bytes", "Bytes still available to PostgreSQL on the filesystem of the data directory.", "volume")
+
+	descBackends     = desc("postgres_backends", "Client connections by database and state.", "datname", "state")
+	descMaxConns     = desc("postgres_max_connections", "The max_connections setting.")
+	descOldestXact   = desc("postgres_oldest_transaction_seconds", "Age of the longest-running open transaction (0 when none).")
+	descLocksWaiting = desc("postgres_locks_waiting", "Lock requests not granted yet.")
+
+	descCommits   = desc("postgres_xact_commit_total", "Transactions committed.", "datname")
+	descRollbacks = desc("postgres_xact_rollback_total", "Transactions rolled back.", "datname")
+	descDeadlocks = desc("postgres_deadlocks_total", "Deadlocks detected.", "datname")
+	descTempBytes = desc("postgres_temp_bytes_total", "Bytes written to temporary files by queries.", "datname")
+	descDBSize    = desc("postgres_database_size_bytes", "Disk space used by the database.", "datname")
+
+	descLagBytes   = desc("postgres_replication_lag_bytes", "On the primary, WAL a replica has not replayed yet.", "replica")
+	descLagSeconds = desc("postgres_replication_lag_seconds", "On the primary, a replica's replay lag as PostgreSQL measures it (0 when idle).", "replica")
+	descSyncState  = desc("postgres_replication_synchronous", "On the primary, 1 when a replica counts for synchronous commit (sync or quorum).", "replica")
+	descReplay     = desc("postgres_replay_lag_seconds", "On a replica, time since the last replayed transaction while WAL waits to be replayed (0 when caught up).")
+	descSlotBytes  = desc("postgres_replication_slot_retained_bytes", "WAL a replication slot holds back.", "slot")
+	descSlotActive = desc("postgres_replication_slot_active", "1 while a replication slot is in use.", "slot")
+
+	descCkptTimed    = desc("postgres_checkpoints_timed_total", "Checkpoints started by checkpoint_timeout.")
+	descCkptReq      = desc("postgres_checkpoints_requested_total", "Checkpoints requested (WAL volume, a backup, CHECKPOINT).")
+	descCkptWrite    = desc("postgres_checkpoint_write_seconds_total", "Time checkpoints spent writing buffers.")
+	descCkptSync     = desc("postgres_checkpoint_sync_seconds_total", "Time checkpoints spent syncing files.")
+	descCkptBuffers  = desc("postgres_checkpoint_buffers_written_total", "Buffers written by checkpoints.")
+	descBgwClean     = desc("postgres_bgwriter_buffers_clean_total", "Buffers written by the background writer.")
+	descBgwMaxWrite  = desc("postgres_bgwriter_maxwritten_clean_total", "Times the background writer stopped a round for writing too many buffers.")
+	descBuffersAlloc = desc("postgres_buffers_allocated_total", "Buffers allocated.")
+
+	descArchived      = desc("wal_archived_total", "WAL files this instance archived since it started.")
+	descArchiveFailed = desc("wal_archive_failed_total", "Failed attempts to archive a WAL file since this instance started.")
+	descLastArchived  = desc("wal_last_archived_timestamp_seconds", "When this instance last archived a WAL file.")
+	descPending       = desc("wal_archive_pending_files", "Finished WAL files not archived yet.")
+	descPendingBytes  = desc("wal_archive_pending_bytes", "Bytes of finished WAL not archived yet.")
+	descTimeToFull    = desc("wal_volume_time_to_full_seconds", "While archiving fails, the estimated time until WAL fills the volume.")
+)
+
+// pgCollector is the collector of one instance's PostgreSQL figures.
+type pgCollector struct {
+	m *Manager
+	// mu serialises scrapes on conn, the scrapes' own connection.
+	mu   sync.Mutex
+	conn *pgx.Conn
+	// queryErrors counts the queries that failed, by query.
+	queryErrors *prometheus.CounterVec
+}
+
+// Describe sends nothing: which figures exist depends on the role and the
+// server version, so this is an unchecked collector.
+func (c *pgCollector) Describe(chan<- *prometheus.Desc) {}
+
+func (c *pgCollector) Collect(ch chan<- prometheus.Metric) {
+	s := c.m.Status()
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	gauge(descPrimary, boolFloat(s.Role == instanceapi.RolePrimary && !s.InRecovery && s.Phase == instanceapi.PhaseRunning))
+	gauge(descPendingRestart, boolFloat(s.PendingRestart))
+	if s.Role == instanceapi.RoleReplica {
+		gauge(descStreaming, boolFloat(s.Streaming))
+	}
+	// The data directory's parent: the volume's root, there before the data.
+	var fs syscall.Statfs_t
+	if err := syscall.Statfs(filepath.Dir(filepath.Clean(c.m.cfg.PGData)), &fs); err == nil {
+		gauge(descVolumeSize, float64(fs.Blocks)*float64(fs.Bsize), "data")
+		gauge(descVolumeFree, float64(fs.Bavail)*float64(fs.Bsize), "data")
+	}
+	if a := s.Archive; a != nil {
+		ch <- prometheus.MustNewConstMetric(descArchived, prometheus.CounterValue, float64(a.Archived))
+		ch <- prometheus.MustNewConstMetric(descArchiveFailed, prometheus.CounterValue, float64(a.Failed))
+		if a.LastArchivedTime != nil {
+			gauge(descLastArchived, float64(a.LastArchivedTime.Unix()))
+		}
+		gauge(descPending, float64(a.Pending))
+		gauge(descPendingBytes, float64(a.PendingBytes))
+		if a.TimeToFullSeconds > 0 {
+			gauge(descTimeToFull, float64(a.TimeToFullSeconds))
+		}
+	}
+
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), metricsTimeout)
+	defer cancel()
+	up := c.queryAll(ctx, ch, s)
+	gauge(descUp, boolFloat(up))
+}
+
+// queryAll runs each query group, and says whether PostgreSQL answered.
+func (c *pgCollector) queryAll(ctx context.Context, ch chan<- prometheus.Metric, s instanceapi.Status) bool {
+	if c.conn == nil || c.conn.IsClosed() {
+		conn, err := pgx.Connect(ctx, c.m.localDSN("postgres")+" application_name=daytwo-metrics")
+		if err != nil {
+			return false
+		}
+		c.conn = conn
+	}
+	var version string
+	var versionNum int
+	if err := c.conn.QueryRow(ctx, "SELECT current_setting('server_version'), current_setting('server_version_num')::int").Scan(&version, &versionNum); err != nil {
+		c.drop()
+		return false
+	}
+	role := string(s.Role)
+	if role == "" {
+		role = "unknown"
+	}
+	ch <- prometheus.MustNewConstMetric(descInfo, prometheus.GaugeValue, 1, version, role)
+	for _, q := range []struct {
+		name string
+		run  func(context.Context, *pgx.Conn, chan<- prometheus.Metric) error
+	}{
+		{"activity", collectActivity},
+		{"databases", collectDatabases},
+		{"replication", collectReplication},
+		{"checkpoints", func(ctx context.Context, conn *pgx.Conn, ch chan<- prometheus.Metric) error {
+			return collectCheckpoints(ctx, conn, ch, versionNum)
+		}},
+	} {
+		if err := q.run(ctx, c.conn, ch); err != nil {
+			c.queryErrors.WithLabelValues(q.name).Inc()
+			if ctx.Err() != nil || c.conn.IsClosed() {
+				// Out of time, or the connection broke: the server did
+				// not answer this scrape.
+				c.drop()
+				return false
+			}
+		}
+	}
+	return true
+}
+
+func (c *pgCollector) drop() {
+	if c.conn != nil {
+		_ = c.conn.Close(context.Background())
+		c.conn = nil
+	}
+}
+
+func collectActivity(ctx context.Context, conn *pgx.Conn, ch chan<- prometheus.Metric) error {
+	rows, err := conn.Query(ctx, `SELECT COALESCE(datname, ''), COALESCE(state, 'unknown'), count(*)
+		FROM pg_stat_activity WHERE backend_type = 'client backend' GROUP BY 1, 2`)
+	if err != nil {
+		return err
+	}
+	var datname, state string
+	var n float64
+	if _, err := pgx.ForEachRow(rows, []any{&datname, &state, &n}, func() error {
+		ch <- prometheus.MustNewConstMetric(descBackends, prometheus.GaugeValue, n, datname, state)
+		return nil
+	}); err != nil {
+		return err
+	}
+	var maxConns, oldest, waiting float64
+	if err := conn.QueryRow(ctx, `SELECT current_setting('max_connections')::float8,
+		COALESCE((SELECT max(EXTRACT(EPOCH FROM clock_timestamp() - xact_start)) FROM pg_stat_activity
+			WHERE xact_start IS NOT NULL AND backend_type = 'client backend'), 0)::float8,
+		(SELECT count(*) FROM pg_locks WHERE NOT granted)::float8`).Scan(&maxConns, &oldest, &waiting); err != nil {
+		return err
+	}
+	ch <- prometheus.MustNewConstMetric(descMaxConns, prometheus.GaugeValue, maxConns)
+	ch <- prometheus.MustNewConstMetric(descOldestXact, prometheus.GaugeValue, oldest)
+	ch <- prometheus.MustNewConstMetric(descLocksWaiting, prometheus.GaugeValue, waiting)
+	return nil
+}
+
+func collectDatabases(ctx context.Context, conn *pgx.Conn, ch chan<- prometheus.Metric) error {
+	rows, err := conn.Query(ctx, `SELECT d.datname, s.xact_commit::float8, s.xact_rollback::float8, s.deadlocks::float8,
+		s.temp_bytes::float8, pg_database_size(d.oid)::float8
+		FROM pg_database d JOIN pg_stat_database s ON s.datid = d.oid
+		WHERE d.datallowconn AND NOT d.datistemplate`)
+	if err != nil {
+		return err
+	}
+	var datname string
+	var commits, rollbacks, deadlocks, temp, size float64
+	_, err = pgx.ForEachRow(rows, []any{&datname, &commits, &rollbacks, &deadlocks, &temp, &size}, func() error {
+		ch <- prometheus.MustNewConstMetric(descCommits, prometheus.CounterValue, commits, datname)
+		ch <- prometheus.MustNewConstMetric(descRollbacks, prometheus.CounterValue, rollbacks, datname)
+		ch <- prometheus.MustNewConstMetric(descDeadlocks, prometheus.CounterValue, deadlocks, datname)
+		ch <- prometheus.MustNewConstMetric(descTempBytes, prometheus.CounterValue, temp, datname)
+		ch <- prometheus.MustNewConstMetric(descDBSize, prometheus.GaugeValue, size, datname)
+		return nil
+	})
+	return err
+}
+
+func collectReplication(ctx context.Context, conn *pgx.Conn, ch chan<- prometheus.Metric) error {
+	var inRecovery bool
+	var replay float64
+	if err := conn.QueryRow(ctx, `SELECT pg_is_in_recovery(),
+		CASE WHEN NOT pg_is_in_recovery() OR pg_last_wal_receive_lsn() IS NULL
+			OR pg_last_wal_receive_lsn() <= pg_last_wal_replay_lsn() THEN 0
+		ELSE COALESCE(EXTRACT(EPOCH FROM clock_timestamp() - pg_last_xact_replay_timestamp()), 0) END::float8`).
+		Scan(&inRecovery, &replay); err != nil {
+		return err
+	}
+	if inRecovery {
+		ch <- prometheus.MustNewConstMetric(descReplay, prometheus.GaugeValue, replay)
+	} else {
+		rows, err := conn.Query(ctx, `SELECT application_name,
+			COALESCE(pg_wal_lsn_diff(pg_current_wal_lsn(), replay_lsn), 0)::float8,
+			COALESCE(EXTRACT(EPOCH FROM replay_lag), 0)::float8, sync_state IN ('sync', 'quorum')
+			FROM pg_stat_replication`)
+		if err != nil {
+			return err
+		}
+		var name string
+		var bytes, seconds float64
+		var sync bool
+		if _, err := pgx.ForEachRow(rows, []any{&name, &bytes, &seconds, &sync}, func() error {
+			ch <- prometheus.MustNewConstMetric(descLagBytes, prometheus.GaugeValue, bytes, name)
+			ch <- prometheus.MustNewConstMetric(descLagSeconds, prometheus.GaugeValue, seconds, name)
+			ch <- prometheus.MustNewConstMetric(descSyncState, prometheus.GaugeValue, boolFloat(sync), name)
+			return nil
+		}); err != nil {
+			return err
+		}
+	}
+	rows, err := conn.Query(ctx, `SELECT slot_name, active,
+		COALESCE(pg_wal_lsn_diff(CASE WHEN pg_is_in_recovery() THEN pg_last_wal_receive_lsn() ELSE pg_current_wal_lsn() END,
+			restart_lsn), 0)::float8
+		FROM pg_replication_slots`)
+	if err != nil {
+		return err
+	}
+	var slot string
+	var active bool
+	var retained float64
+	_, err = pgx.ForEachRow(rows, []any{&slot, &active, &retained}, func() error {
+		ch <- prometheus.MustNewConstMetric(descSlotBytes, prometheus.GaugeValue, max(retained, 0), slot)
+		ch <- prometheus.MustNewConstMetric(descSlotActive, prometheus.GaugeValue, boolFloat(active), slot)
+		return nil
+	})
+	return err
+}
+
+// collectCheckpoints reads pg_stat_checkpointer (17 and later) or the
+// columns it took from pg_stat_bgwriter (before).
+func collectCheckpoints(ctx context.Context, conn *pgx.Conn, ch chan<- prometheus.Metric, versionNum int) error {
+	q := `SELECT c.num_timed, c.num_requested, c.write_time, c.sync_time, c.buffers_written,
+		b.buffers_clean, b.maxwritten_clean, b.buffers_alloc FROM pg_stat_checkpointer c, pg_stat_bgwriter b`
+	if versionNum < 170000 {
+		q = `SELECT checkpoints_timed, checkpoints_req, checkpoint_write_time, checkpoint_sync_time, buffers_checkpoint,
+			buffers_clean, maxwritten_clean, buffers_alloc FROM pg_stat_bgwriter`
+	}
+	var v [8]float64
+	if err := conn.QueryRow(ctx, fmt.Sprintf("SELECT a::float8, b::float8, c::float8, d::float8, e::float8, f::float8, g::float8, h::float8 FROM (%s) AS s(a, b, c, d, e, f, g, h)", q)).
+		Scan(&v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], &v[7]); err != nil {
+		return err
+	}
+	for i, d := range []*prometheus.Desc{descCkptTimed, descCkptReq, descCkptWrite, descCkptSync, descCkptBuffers, descBgwClean, descBgwMaxWrite, descBuffersAlloc} {
+		value := v[i]
+		if d == descCkptWrite || d == descCkptSync {
+			value /= 1000 // milliseconds
+		}
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, value)
+	}
+	return nil
+}
+
+func boolFloat(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// metricsHandler serves the instance's figures, the instance manager's own
+// process and Go runtime figures, and its query error counts.
+func (m *Manager) metricsHandler() http.Handler {
+	reg := prometheus.NewRegistry()
+	queryErrors := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "daytwo_postgres_query_errors_total", Help: "Metrics queries that failed or ran out of time, by query group.",
+	}, []string{"query"})
+	reg.MustRegister(&pgCollector{m: m, queryErrors: queryErrors}, queryErrors,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Timeout: 2 * metricsTimeout}))
+	return mux
+}
+
+// serveMetrics serves /metrics on Config.MetricsAddress until stop; an
+// empty address serves nothing.
+func (m *Manager) serveMetrics() (func(), error) {
+	if m.cfg.MetricsAddress == "" {
+		return func() {}, nil
+	}
+	l, err := net.Listen("tcp", m.cfg.MetricsAddress)
+	if err != nil {
+		return nil, fmt.Errorf("failed to listen on %s: %w", m.cfg.MetricsAddress, err)
+	}
+	srv := &http.Server{Handler: m.metricsHandler(), ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(l) }()
+	return func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+	}, nil
+}
