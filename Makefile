@@ -31,9 +31,10 @@ generate: ## Generate deepcopy code.
 	$(CONTROLLER_GEN) object paths=./api/...
 
 .PHONY: manifests
-manifests: ## Generate CRDs and RBAC from markers.
+manifests: ## Generate CRDs and RBAC from markers, and the Argo CD ConfigMap from its health check.
 	$(CONTROLLER_GEN) crd paths=./api/... output:crd:artifacts:config=config/crd/bases
 	$(CONTROLLER_GEN) rbac:roleName=daytwo-manager paths=./internal/... output:rbac:artifacts:config=config/rbac
+	hack/argocd-cm.sh
 
 .PHONY: verify-generated
 verify-generated: generate manifests ## Fail if generated files are stale.

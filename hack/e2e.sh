@@ -21,7 +21,12 @@ trap report EXIT
 # Bounded, so a stuck bring-up fails with its logs instead of running into CI's limit.
 phase "cluster up" timeout 15m hack/cluster.sh up
 kcfg=$(hack/cluster.sh kubeconfig)
+prom=()
 if [ "$mode" = real ]; then
+  # A real Prometheus scrapes the run as config/monitoring says and
+  # evaluates its alerts (test/e2e/monitoring_test.go).
+  phase "prometheus" hack/build-addons.sh prometheus promtool
+  prom=(DAYTWO_PROMETHEUS="$CACHE/addons/prometheus" DAYTWO_PROMTOOL="$CACHE/addons/promtool")
   phase "images" hack/images.sh
   phase "load images" hack/realnode.sh load
   phase "deploy operator" hack/cluster.sh deploy-operator
@@ -46,7 +51,7 @@ suites() {
 # run on the real node; only runs that alone; off never.
 namespaced=${E2E_NAMESPACED:-auto}
 if [ "$namespaced" != only ]; then
-  phase "suites" suites DAYTWO_E2E_AUDIT_LOG="$audit" ${E2E_RUN:+-run "$E2E_RUN"}
+  phase "suites" suites DAYTWO_E2E_AUDIT_LOG="$audit" "${prom[@]}" ${E2E_RUN:+-run "$E2E_RUN"}
 fi
 # The namespaced install (config/namespaced): the operator holds Roles in the
 # namespaces it watches and nothing cluster-wide beyond read-only nodes and

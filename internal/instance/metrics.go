@@ -3,6 +3,7 @@ package instance
 import (
 	"context"
 	"fmt"
+	"math"
 	"net"
 	"net/http"
 	"path/filepath"
@@ -24,8 +25,10 @@ import (
 // a connection of its own, under metricsTimeout, so a slow or broken query
 // costs the scrape its figures and never holds up /readyz or the status.
 
-// metricsTimeout bounds one scrape's queries together.
-const metricsTimeout = 4 * time.Second
+// metricsTimeout bounds one scrape's queries together: well within a
+// scraper's timeout (config/monitoring sets 10 s), so a hung server costs
+// the figures, with daytwo_postgres_up 0, and never the scrape.
+const metricsTimeout = 3 * time.Second
 
 func desc(name, help string, labels ...string) *prometheus.Desc {
 	return prometheus.NewDesc("daytwo_"+name, help, labels, nil)
@@ -73,7 +76,7 @@ var (
 	descLastArchived  = desc("wal_last_archived_timestamp_seconds", "When this instance last archived a WAL file.")
 	descPending       = desc("wal_archive_pending_files", "Finished WAL files not archived yet.")
 	descPendingBytes  = desc("wal_archive_pending_bytes", "Bytes of finished WAL not archived yet.")
-	descTimeToFull    = desc("wal_volume_time_to_full_seconds", "While archiving fails, the estimated time until WAL fills the volume.")
+	descTimeToFull    = desc("wal_volume_time_to_full_seconds", "While archiving fails, the estimated time until WAL fills the volume; +Inf while it keeps up.")
 )
 
 // pgCollector is the collector of one instance's PostgreSQL figures.
@@ -114,9 +117,13 @@ func (c *pgCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		gauge(descPending, float64(a.Pending))
 		gauge(descPendingBytes, float64(a.PendingBytes))
+		// +Inf while archiving keeps up: the series exists, and no
+		// threshold fires on it.
+		ttf := math.Inf(1)
 		if a.TimeToFullSeconds > 0 {
-			gauge(descTimeToFull, float64(a.TimeToFullSeconds))
+			ttf = float64(a.TimeToFullSeconds)
 		}
+		gauge(descTimeToFull, ttf)
 	}
 
 	c.mu.Lock()

@@ -37,6 +37,13 @@ func run(m *testing.M) int {
 		}
 		defer operatorProcess.Stop()
 	}
+	if err := startPrometheus(context.Background()); err != nil {
+		fmt.Fprintln(os.Stderr, "FAIL: prometheus:", err)
+		return 1
+	}
+	if prometheus != nil {
+		defer prometheus.Stop()
+	}
 	code := m.Run()
 	// Every suite has run: the operator must have survived them all, under
 	// the RBAC it ships, without a panic.
@@ -52,6 +59,16 @@ func run(m *testing.M) int {
 			return 1
 		}
 		fmt.Println("e2e: every verb the operator is granted was used:", summary)
+		// A full run: every metric an alert or the dashboard reads must
+		// have been scraped from daytwo.
+		if prometheus != nil {
+			summary, err := checkMetricsExist(context.Background())
+			if err != nil {
+				fmt.Fprintln(os.Stderr, "FAIL: monitoring check:", summary+":", err)
+				return 1
+			}
+			fmt.Println("e2e: every metric the alerts and the dashboard read was scraped:", summary)
+		}
 	}
 	return code
 }

@@ -10,7 +10,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -87,6 +89,49 @@ func (c *Cluster) Freeze(t *testing.T, ns, pod, container string) (thaw func()) 
 	}
 	t.Fatalf("no cgroup of container %s found to freeze", id)
 	return nil
+}
+
+// StopProcesses stops (SIGSTOP) every process of a container whose name
+// is comm, and returns the function that resumes them (SIGCONT): a hung
+// server under a live instance manager. The container must run on this
+// machine (the real node).
+func (c *Cluster) StopProcesses(t *testing.T, ns, pod, container, comm string) (resume func()) {
+	t.Helper()
+	id := c.containerID(t, ns, pod, container)
+	var pids []int
+	for _, root := range []string{"/sys/fs/cgroup/pids", "/sys/fs/cgroup/freezer", "/sys/fs/cgroup"} {
+		dir, err := findDir(root, id)
+		if err != nil {
+			continue
+		}
+		procs, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+		if err != nil {
+			continue
+		}
+		for _, f := range strings.Fields(string(procs)) {
+			pid, err := strconv.Atoi(f)
+			if err != nil {
+				continue
+			}
+			if name, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid)); err == nil && strings.TrimSpace(string(name)) == comm {
+				pids = append(pids, pid)
+			}
+		}
+		break
+	}
+	if len(pids) == 0 {
+		t.Fatalf("no %s process in container %s of %s", comm, container, pod)
+	}
+	for _, pid := range pids {
+		_ = syscall.Kill(pid, syscall.SIGSTOP)
+	}
+	t.Logf("stopped %d %s processes of %s", len(pids), comm, pod)
+	// Idempotent, so it can also be a cleanup.
+	return func() {
+		for _, pid := range pids {
+			_ = syscall.Kill(pid, syscall.SIGCONT)
+		}
+	}
 }
 
 var errFound = errors.New("found")
