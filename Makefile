@@ -31,14 +31,15 @@ generate: ## Generate deepcopy code.
 	$(CONTROLLER_GEN) object paths=./api/...
 
 .PHONY: manifests
-manifests: ## Generate CRDs and RBAC from markers, and the Argo CD ConfigMap from its health check.
+manifests: ## Generate CRDs and RBAC from markers, the Argo CD ConfigMap from its health check, and the chart's copies of config/.
 	$(CONTROLLER_GEN) crd paths=./api/... output:crd:artifacts:config=config/crd/bases
 	$(CONTROLLER_GEN) rbac:roleName=daytwo-manager paths=./internal/... output:rbac:artifacts:config=config/rbac
 	hack/argocd-cm.sh
+	hack/chart-sync.sh
 
 .PHONY: verify-generated
 verify-generated: generate manifests ## Fail if generated files are stale.
-	@git diff --exit-code -- api config || { echo "generated files are stale: run 'make generate manifests' and commit"; exit 1; }
+	@git diff --exit-code -- api config charts || { echo "generated files are stale: run 'make generate manifests' and commit"; exit 1; }
 
 .PHONY: fmt
 fmt: ## gofmt the tree.

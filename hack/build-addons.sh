@@ -2,7 +2,7 @@
 # Builds the real-node add-ons and MinIO from the Go module proxy into the
 # cache, once. Versions are pinned here.
 #
-# usage: hack/build-addons.sh [coredns|local-path-provisioner|minio|prometheus|promtool ...]
+# usage: hack/build-addons.sh [coredns|local-path-provisioner|minio|prometheus|promtool|helm ...]
 set -euo pipefail
 
 CACHE=${DAYTWO_CACHE:-$HOME/.cache/daytwo}
@@ -17,6 +17,8 @@ declare -A mod=(
   # discovery only: the e2e proves the alerts and the dashboard against it.
   [prometheus]=github.com/prometheus/prometheus/cmd/prometheus@v0.316.0
   [promtool]=github.com/prometheus/prometheus/cmd/promtool@v0.316.0
+  # Helm 3: CI lints and renders charts/daytwo, and the e2e installs with it.
+  [helm]=helm.sh/helm/v3/cmd/helm@v3.22.0
 )
 declare -A tags=(
   [prometheus]=remove_all_sd,enable_kubernetes_sd

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what the data-path tests use: Debian's PostgreSQL 15 (server,
-# client, pg_dump/pg_restore, pgbench) and a MinIO server built from the Go
-# module proxy into the cache. It does nothing when they are present, and
+# client, pg_dump/pg_restore, pgbench), and a MinIO server and Helm built
+# from the Go module proxy into the cache. It does nothing when they are present, and
 # says what to install when it cannot (not root).
 set -euo pipefail
 PG_MAJOR=${PG_MAJOR:-15}
@@ -13,7 +13,8 @@ if [ "${1:-}" = pgbackrest ]; then
   apt-get update -qq && apt-get install -y -qq --no-install-recommends pgbackrest >/dev/null
   exit 0
 fi
-"$(dirname "$0")/build-addons.sh" minio >/dev/null
+# MinIO for the data-path tests; Helm for the chart's tests (test/chart).
+"$(dirname "$0")/build-addons.sh" minio helm >/dev/null
 if [ -x "/usr/lib/postgresql/$PG_MAJOR/bin/postgres" ] && [ -x "/usr/lib/postgresql/$PG_MAJOR/bin/pg_restore" ]; then
   exit 0
 fi
