@@ -63,6 +63,35 @@ build: ## Build bin/daytwo.
 tools: ## Build the Kubernetes, etcd and kwok binaries into the cache (minutes, once).
 	hack/build-k8s.sh
 
+##@ Deployment (against the current kubeconfig, as kubebuilder projects do)
+
+IMG ?= localhost/daytwo:dev
+
+.PHONY: run
+run: build ## Run the operator on this host against the current kubeconfig (CRDs first: make install).
+	bin/daytwo operator --metrics-bind-address=127.0.0.1:18080 --metrics-secure=false --health-probe-bind-address=127.0.0.1:18081 --webhook-port=0 --instance-image=$(IMG)
+
+.PHONY: install
+install: ## Install the CRDs into the current kubeconfig's cluster.
+	kubectl apply --server-side -k config/crd
+
+.PHONY: uninstall
+uninstall: ## Remove the CRDs, and every daytwo object with them.
+	kubectl delete --ignore-not-found -k config/crd
+
+.PHONY: deploy
+deploy: ## Install daytwo (config/default) with image IMG into the current kubeconfig's cluster.
+	kubectl kustomize config/default | sed 's|localhost/daytwo:dev|$(IMG)|g' | kubectl apply --server-side -f -
+	kubectl -n daytwo-system rollout status deploy/daytwo-operator --timeout=120s
+
+.PHONY: undeploy
+undeploy: ## Remove what make deploy installed, CRDs and daytwo objects included.
+	kubectl kustomize config/default | kubectl delete --ignore-not-found -f -
+
+.PHONY: docker-build
+docker-build: ## Build image IMG with Docker, where Docker runs (this machine builds it without: make images).
+	docker build -t $(IMG) .
+
 .PHONY: installer
 installer: ## Render dist/install.yaml from config/default.
 	mkdir -p dist

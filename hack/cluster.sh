@@ -26,12 +26,19 @@ why() {
 
 script() { if [ "$(mode)" = real ]; then echo "$here/realnode.sh"; else echo "$here/kwok-cluster.sh"; fi; }
 
+HELM=$CACHE/addons/helm
+
 # deploy-operator installs config/default with the freshly built image (real
-# mode), so the operator runs in-cluster under the RBAC it ships.
+# mode), so the operator runs in-cluster under the RBAC it ships. A Helm
+# release an earlier namespaced run left is uninstalled first (its CRDs
+# stay: Helm never deletes them).
 deploy_operator() {
   local kcfg; kcfg=$("$(script)" kubeconfig)
   # What an earlier namespaced run left (its namespaces outlive it).
   kubectl --kubeconfig "$kcfg" delete namespace -l daytwo.dev/e2e=true --wait=false >/dev/null 2>&1 || true
+  if [ -x "$HELM" ] && "$HELM" --kubeconfig "$kcfg" -n daytwo-system status daytwo >/dev/null 2>&1; then
+    "$HELM" --kubeconfig "$kcfg" -n daytwo-system uninstall daytwo --wait >/dev/null
+  fi
   "$here/images.sh" daytwo | grep -v '^\[images' || true
   "$here/realnode.sh" load daytwo
   kubectl --kubeconfig "$kcfg" apply --server-side --force-conflicts -k "$root/config/default" >/dev/null
@@ -39,29 +46,28 @@ deploy_operator() {
   kubectl --kubeconfig "$kcfg" -n daytwo-system rollout status deploy/daytwo-operator --timeout=120s
 }
 
-# deploy-operator namespaced NS...: the namespaced install (config/namespaced)
-# watching NS..., which are made afresh: the overlay's Role and RoleBinding
-# are copied into each, and the cluster-wide grant and the webhook that
-# config/default installed are removed, so the operator runs with Roles only.
+# deploy-operator namespaced NS...: the namespaced install, with the Helm
+# chart (charts/daytwo, watchNamespaces=NS...), in place of config/default:
+# NS... are made afresh, config/default's objects (but its CRDs and
+# namespace) are removed, and the chart installs a Role in each of NS...,
+# no cluster-wide grant and no webhook.
 deploy_namespaced() {
   local kcfg; kcfg=$("$(script)" kubeconfig)
-  local k=(kubectl --kubeconfig "$kcfg") list ns rendered
+  local k=(kubectl --kubeconfig "$kcfg") list
   list=$(IFS=,; echo "$*")
+  "$here/build-addons.sh" helm >/dev/null
   "$here/images.sh" daytwo | grep -v '^\[images' || true
   "$here/realnode.sh" load daytwo
-  "${k[@]}" delete clusterrolebinding daytwo-manager --ignore-not-found >/dev/null
-  "${k[@]}" delete validatingwebhookconfiguration daytwo-validating-webhook --ignore-not-found >/dev/null
+  "${k[@]}" kustomize "$root/config/default" |
+    "$here/drop-kinds.sh" CustomResourceDefinition Namespace |
+    "${k[@]}" delete --ignore-not-found --wait=true -f - >/dev/null
   "${k[@]}" delete namespace "$@" --ignore-not-found --timeout=180s >/dev/null
-  rendered=$("${k[@]}" kustomize "$root/config/namespaced")
   for ns in "$@"; do
     "${k[@]}" create namespace "$ns" >/dev/null
     "${k[@]}" label namespace "$ns" daytwo.dev/e2e=true pod-security.kubernetes.io/enforce=restricted >/dev/null
-    # The overlay's objects, with its Role and RoleBinding in ns.
-    sed -e "s/^  namespace: apps$/  namespace: $ns/" -e "s/--watch-namespaces=apps$/--watch-namespaces=$list/" <<<"$rendered" |
-      "${k[@]}" apply --server-side --force-conflicts -f - >/dev/null
   done
-  "${k[@]}" -n daytwo-system rollout restart deploy/daytwo-operator >/dev/null
-  "${k[@]}" -n daytwo-system rollout status deploy/daytwo-operator --timeout=120s
+  "$HELM" --kubeconfig "$kcfg" upgrade --install daytwo "$root/charts/daytwo" --namespace daytwo-system \
+    --set "watchNamespaces={$list}" --set image.tag=dev --wait --timeout 3m
 }
 
 case "${1:-}" in

@@ -42,7 +42,14 @@ up() {
 
   step "Applying config/samples"
   kubectl apply -k config/samples
-  sleep 2
+  # Wait for what can become Ready here: on kwok nodes nothing runs, so
+  # only the WebApp's simulated pods do.
+  local kinds=(webapps)
+  [ "$mode" = real ] && kinds=(webapps databases databasebackups)
+  step "Waiting for the samples to be Ready (${kinds[*]})"
+  for k in "${kinds[@]}"; do
+    kubectl wait --for=condition=Ready --timeout=5m "$k" --all || { kubectl get "$k"; exit 1; }
+  done
 
   step "What daytwo made of them"
   kubectl get webapps,databases,databasebackups
