@@ -56,8 +56,9 @@ vet: ## go vet, including the e2e build tag.
 ##@ Build
 
 .PHONY: build
-build: ## Build bin/daytwo.
+build: ## Build bin/daytwo and the kubectl plugin bin/kubectl-daytwo.
 	CGO_ENABLED=0 go build -trimpath -ldflags '$(LDFLAGS)' -o bin/daytwo ./cmd/daytwo
+	CGO_ENABLED=0 go build -trimpath -ldflags '$(LDFLAGS)' -o bin/kubectl-daytwo ./cmd/kubectl-daytwo
 
 .PHONY: tools
 tools: ## Build the Kubernetes, etcd and kwok binaries into the cache (minutes, once).

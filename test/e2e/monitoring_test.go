@@ -253,7 +253,8 @@ func waitAlert(t *testing.T, timeout time.Duration, name string, match map[strin
 // primary's writes make DaytwoReplicationLagHigh fire; both resolve when it
 // runs again. A backup to a bucket with wrong credentials fires
 // DaytwoBackupFailing, which resolves with the next good run. One Database
-// of two instances serves both.
+// of two instances serves both, and then every command of the kubectl
+// plugin (plugin_test.go).
 func TestAlertsFireAndResolve(t *testing.T) {
 	requirePrometheus(t)
 	ctx := context.Background()
@@ -329,6 +330,9 @@ func TestAlertsFireAndResolve(t *testing.T) {
 	took = waitAlert(t, time.Minute, "DaytwoBackupFailing", map[string]string{"namespace": ns, "backup": "nightly"}, false)
 	t.Logf("DaytwoBackupFailing resolved %s after the good run", took.Round(100*time.Millisecond))
 	waitArgoHealth(t, &v1alpha1.DatabaseBackup{}, ns, "nightly", "Healthy")
+
+	// The same Database and backup serve the kubectl plugin's commands.
+	checkPlugin(t, ns, "watched", "nightly")
 }
 
 // waitArgoHealth waits until Argo CD's health check (config/argocd/health.lua,

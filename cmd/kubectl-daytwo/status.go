@@ -1,0 +1,176 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/util/duration"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
+	"github.com/daytwo-dev/daytwo/internal/postgres"
+)
+
+func statusCmd(e *env) *cobra.Command {
+	return &cobra.Command{
+		Use:   "status DATABASE",
+		Short: "Instances, roles, lag, backups, verification, pending restarts, certificate and conditions of a Database",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			db, err := e.database(ctx, args[0])
+			if err != nil {
+				return err
+			}
+			backups, err := e.backupsOf(ctx, db.Name)
+			if err != nil {
+				return err
+			}
+			printStatus(cmd.OutOrStdout(), db, backups, time.Now())
+			return nil
+		},
+	}
+}
+
+func (e *env) database(ctx context.Context, name string) (*v1alpha1.Database, error) {
+	db := &v1alpha1.Database{}
+	if err := e.c.Get(ctx, client.ObjectKey{Namespace: e.namespace, Name: name}, db); err != nil {
+		return nil, fmt.Errorf("Database %s in namespace %s: %w", name, e.namespace, err)
+	}
+	return db, nil
+}
+
+// backupsOf lists the DatabaseBackups of a Database.
+func (e *env) backupsOf(ctx context.Context, db string) ([]v1alpha1.DatabaseBackup, error) {
+	list := &v1alpha1.DatabaseBackupList{}
+	if err := e.c.List(ctx, list, client.InNamespace(e.namespace)); err != nil {
+		return nil, err
+	}
+	var out []v1alpha1.DatabaseBackup
+	for _, b := range list.Items {
+		if b.Spec.DatabaseRef.Name == db {
+			out = append(out, b)
+		}
+	}
+	return out, nil
+}
+
+func ago(t time.Time, now time.Time) string {
+	return t.UTC().Format(time.RFC3339) + " (" + duration.HumanDuration(now.Sub(t)) + " ago)"
+}
+
+func printStatus(w io.Writer, db *v1alpha1.Database, backups []v1alpha1.DatabaseBackup, now time.Time) {
+	st := db.Status
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "Database\t%s (namespace %s)\n", db.Name, db.Namespace)
+	fmt.Fprintf(tw, "Phase\t%s, %d of %d instances ready\n", orDash(string(st.Phase)), st.ReadyInstances, st.Instances)
+	fmt.Fprintf(tw, "PostgreSQL\t%s (image %s)\n", orDash(st.CurrentVersion), orDash(st.CurrentImage))
+	fmt.Fprintf(tw, "Primary\t%s\n", orDash(st.Primary))
+	if st.TargetPrimary != "" && st.TargetPrimary != st.Primary {
+		fmt.Fprintf(tw, "Moving to\t%s\n", st.TargetPrimary)
+	}
+	fmt.Fprintf(tw, "Endpoint\t%s\n", orDash(st.Endpoint))
+	if c := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionServerCertificate); c != nil {
+		fmt.Fprintf(tw, "Certificate\t%s\n", c.Message)
+	}
+	if f := st.LastFailover; f != nil {
+		fmt.Fprintf(tw, "Last failover\t%s to %s (%s), %d bytes of WAL lacked\n", f.From, f.To, f.Reason, f.LagBytes)
+	}
+	if s := st.LastSwitchover; s != nil {
+		fmt.Fprintf(tw, "Last switchover\t%s to %s: %s %s\n", orDash(s.From), orDash(s.To), s.Result, s.Message)
+	}
+	_ = tw.Flush()
+
+	fmt.Fprintln(w)
+	primaryLSN, _ := lsnOf(st, st.Primary)
+	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "INSTANCE\tROLE\tTIMELINE\tLSN\tLAG\tSTREAMING\tPENDING RESTART\tERROR")
+	for _, in := range st.InstanceStatuses {
+		lag, streaming := "-", "-"
+		if in.Role == "replica" {
+			streaming = map[bool]string{true: "yes", false: "no"}[in.Streaming]
+			if l, ok := postgres.ParseLSN(in.LSN); ok && primaryLSN >= l {
+				lag = bytes(primaryLSN - l)
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", in.Name, orDash(in.Role), in.Timeline, orDash(in.LSN), lag, streaming,
+			orDash(strings.Join(in.PendingRestart, ",")), orDash(in.Error))
+	}
+	_ = tw.Flush()
+
+	fmt.Fprintln(w)
+	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "BACKUP\tMETHOD\tSCHEDULE\tLAST BACKUP\tLAST VERIFICATION\tSTATE")
+	if len(backups) == 0 {
+		fmt.Fprintln(tw, "(none)\t\t\t\t\t")
+	}
+	for _, b := range backups {
+		last, verified := "never", "never"
+		if b.Status.LastBackupTime != nil {
+			last = ago(b.Status.LastBackupTime.Time, now)
+		}
+		if v := b.Status.LastVerification; v != nil {
+			verified = fmt.Sprintf("%s %s", v.Result, ago(v.Time.Time, now))
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", b.Name, orDash(string(b.Spec.Method)), orDash(b.Spec.Schedule), last, verified, backupState(&b))
+	}
+	_ = tw.Flush()
+
+	fmt.Fprintln(w)
+	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "CONDITION\tSTATUS\tREASON\tMESSAGE")
+	for _, c := range st.Conditions {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", c.Type, c.Status, c.Reason, c.Message)
+	}
+	_ = tw.Flush()
+}
+
+// backupState is the condition of a DatabaseBackup that most needs saying.
+func backupState(b *v1alpha1.DatabaseBackup) string {
+	for _, t := range []string{v1alpha1.ConditionLastRunFailed, v1alpha1.ConditionBackupStale} {
+		if meta.IsStatusConditionTrue(b.Status.Conditions, t) {
+			return t + ": " + meta.FindStatusCondition(b.Status.Conditions, t).Message
+		}
+	}
+	if meta.IsStatusConditionFalse(b.Status.Conditions, v1alpha1.ConditionVerified) {
+		return "VerificationFailed: " + meta.FindStatusCondition(b.Status.Conditions, v1alpha1.ConditionVerified).Message
+	}
+	if c := meta.FindStatusCondition(b.Status.Conditions, v1alpha1.ConditionReady); c != nil {
+		return c.Reason
+	}
+	return "-"
+}
+
+func lsnOf(st v1alpha1.DatabaseStatus, pod string) (uint64, bool) {
+	for _, in := range st.InstanceStatuses {
+		if in.Name == pod {
+			return postgres.ParseLSN(in.LSN)
+		}
+	}
+	return 0, false
+}
+
+func bytes(n uint64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%d B", n)
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}

@@ -1,0 +1,70 @@
+package main
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/spf13/cobra"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
+)
+
+// requestSwitchover writes the switchover annotations: the operator, and
+// only it, decides and answers in status.lastSwitchover.
+func requestSwitchover(cmd *cobra.Command, e *env, name, to string) error {
+	ctx := cmd.Context()
+	db, err := e.database(ctx, name)
+	if err != nil {
+		return err
+	}
+	if to != "" && to == db.Status.Primary {
+		return fmt.Errorf("%s is already the primary of %s", to, name)
+	}
+	patch := client.MergeFrom(db.DeepCopy())
+	if db.Annotations == nil {
+		db.Annotations = map[string]string{}
+	}
+	at := time.Now().UTC().Format(time.RFC3339)
+	db.Annotations[v1alpha1.AnnotationSwitchoverRequested] = at
+	if to != "" {
+		db.Annotations[v1alpha1.AnnotationSwitchoverTo] = to
+	} else {
+		delete(db.Annotations, v1alpha1.AnnotationSwitchoverTo)
+	}
+	if err := e.c.Patch(ctx, db, patch); err != nil {
+		return err
+	}
+	target := to
+	if target == "" {
+		target = "the replica with the most WAL"
+	}
+	fmt.Fprintf(cmd.OutOrStdout(), "Requested a switchover of %s from %s to %s at %s; status.lastSwitchover answers\n", name, db.Status.Primary, target, at)
+	return nil
+}
+
+func switchoverCmd(e *env) *cobra.Command {
+	return &cobra.Command{
+		Use:   "switchover DATABASE [INSTANCE]",
+		Short: "Move the primary to an instance (or the best replica) with no acknowledged write lost",
+		Args:  cobra.RangeArgs(1, 2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			to := ""
+			if len(args) == 2 {
+				to = args[1]
+			}
+			return requestSwitchover(cmd, e, args[0], to)
+		},
+	}
+}
+
+func promoteCmd(e *env) *cobra.Command {
+	return &cobra.Command{
+		Use:   "promote DATABASE INSTANCE",
+		Short: "Make INSTANCE the primary: a switchover to it",
+		Args:  cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return requestSwitchover(cmd, e, args[0], args[1])
+		},
+	}
+}
