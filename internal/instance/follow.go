@@ -209,8 +209,16 @@ func (m *Manager) cannotFollow(ctx context.Context, w *followWatch) error {
 	}
 	// A slot that looks whole proves nothing when the replica streamed
 	// without it for a while, or the primary made it again: the primary's
-	// own answer to a stream from this position does.
-	gone, err := segmentRemoved(ctx, conn, w.timeline, replayed)
+	// own answer to a stream from where the walreceiver would start does.
+	// That is the start of the segment of what it received (which may be
+	// ahead of replay: the slot follows what it flushed), on the timeline
+	// the primary's history gives that position.
+	from := replayed
+	if received, ok := postgres.ParseLSN(s.ReceivedLSN); ok && received > from {
+		from = received
+	}
+	from -= from % walSegmentSize
+	gone, err := segmentRemoved(ctx, conn, timelineAt(history, tli, from), from)
 	if err != nil {
 		m.log.Info("Could not ask the primary to stream from this replica's position", "lsn", s.LSN, "reason", err.Error())
 		return nil
@@ -223,23 +231,59 @@ func (m *Manager) cannotFollow(ctx context.Context, w *followWatch) error {
 	return nil
 }
 
+// walSegmentSize is the WAL segment size daytwo's clusters run with
+// (initdb's default; the archive assumes it too).
+const walSegmentSize = 16 << 20
+
+// timelineAt is the timeline that holds lsn, from the history file of the
+// primary's timeline tli: the first entry whose switch point is past lsn.
+func timelineAt(history string, tli int, lsn uint64) int {
+	for _, line := range strings.Split(history, "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 || strings.HasPrefix(f[0], "#") {
+			continue
+		}
+		parent, err := strconv.Atoi(f[0])
+		fork, ok := postgres.ParseLSN(f[1])
+		if err == nil && ok && lsn < fork {
+			return parent
+		}
+	}
+	return tli
+}
+
 // segmentRemoved asks the primary to stream from lsn on timeline tli, and
 // says whether it refused because it removed that WAL segment. The
 // walsender answers CopyBoth first and reads the segment after, so the
-// answer is the first message of the stream: WAL or a keepalive (nothing
-// is missing), or the error. The stream is dropped with the connection.
+// answer follows CopyBoth: WAL or a keepalive (nothing is missing), the
+// error, or silence (the primary has nothing newer: nothing is missing
+// either). A start at a timeline's very end ends the command at once,
+// which says nothing is missing too. The stream is dropped with the
+// connection.
 func segmentRemoved(ctx context.Context, conn *pgconn.PgConn, tli int, lsn uint64) (bool, error) {
 	conn.Frontend().Send(&pgproto3.Query{String: fmt.Sprintf("START_REPLICATION PHYSICAL %s TIMELINE %d", postgres.FormatLSN(lsn), tli)})
 	if err := conn.Frontend().Flush(); err != nil {
 		return false, err
 	}
+	copying := false
 	for {
-		msg, err := conn.ReceiveMessage(ctx)
+		rctx := ctx
+		if copying {
+			var cancel context.CancelFunc
+			rctx, cancel = context.WithTimeout(ctx, time.Second)
+			defer cancel()
+		}
+		msg, err := conn.ReceiveMessage(rctx)
 		if err != nil {
+			if copying && ctx.Err() == nil {
+				return false, nil
+			}
 			return false, err
 		}
 		switch msg := msg.(type) {
-		case *pgproto3.CopyData:
+		case *pgproto3.CopyBothResponse:
+			copying = true
+		case *pgproto3.CopyData, *pgproto3.ReadyForQuery:
 			return false, nil
 		case *pgproto3.ErrorResponse:
 			pgErr := pgconn.ErrorResponseToPgError(msg)

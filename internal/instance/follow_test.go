@@ -95,3 +95,21 @@ func TestSSLParamsParseWithPgx(t *testing.T) {
 		t.Errorf("the server is not verified: %s", c.sslParams())
 	}
 }
+
+// The probe streams from the timeline that holds the position: a position
+// before a switch point is on the parent timeline, whose segment file
+// names differ.
+func TestTimelineAt(t *testing.T) {
+	const history = "1\t0/3000000\tno recovery target specified\n\n2\t0/5030E70\tno recovery target specified\n"
+	for _, tc := range []struct {
+		lsn  uint64
+		want int
+	}{{0x2000000, 1}, {0x3000000, 2}, {0x5000000, 2}, {0x5030E70, 3}, {0x6000000, 3}} {
+		if got := timelineAt(history, 3, tc.lsn); got != tc.want {
+			t.Errorf("timelineAt(%X) = %d, want %d", tc.lsn, got, tc.want)
+		}
+	}
+	if got := timelineAt("", 1, 0x9000000); got != 1 {
+		t.Errorf("timelineAt on timeline 1 = %d", got)
+	}
+}

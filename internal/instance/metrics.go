@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/http"
 	"path/filepath"
-	"sync"
 	"syscall"
 	"time"
 
@@ -82,8 +81,9 @@ var (
 // pgCollector is the collector of one instance's PostgreSQL figures.
 type pgCollector struct {
 	m *Manager
-	// mu serialises scrapes on conn, the scrapes' own connection.
-	mu   sync.Mutex
+	// turn serialises scrapes on conn, the scrapes' own connection: a
+	// scrape waits for its turn within its own deadline.
+	turn chan struct{}
 	conn *pgx.Conn
 	// queryErrors counts the queries that failed, by query.
 	queryErrors *prometheus.CounterVec
@@ -96,11 +96,12 @@ func (c *pgCollector) Describe(chan<- *prometheus.Desc) {}
 func (c *pgCollector) Collect(ch chan<- prometheus.Metric) {
 	s := c.m.Status()
 	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+		emit(ch, constMetric(d, prometheus.GaugeValue, v, labels...))
 	}
-	gauge(descPrimary, boolFloat(s.Role == instanceapi.RolePrimary && !s.InRecovery && s.Phase == instanceapi.PhaseRunning))
+	running := s.Phase == instanceapi.PhaseRunning
+	gauge(descPrimary, boolFloat(s.Role == instanceapi.RolePrimary && !s.InRecovery && running))
 	gauge(descPendingRestart, boolFloat(s.PendingRestart))
-	if s.Role == instanceapi.RoleReplica {
+	if s.Role == instanceapi.RoleReplica && running {
 		gauge(descStreaming, boolFloat(s.Streaming))
 	}
 	// The data directory's parent: the volume's root, there before the data.
@@ -110,8 +111,8 @@ func (c *pgCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(descVolumeFree, float64(fs.Bavail)*float64(fs.Bsize), "data")
 	}
 	if a := s.Archive; a != nil {
-		ch <- prometheus.MustNewConstMetric(descArchived, prometheus.CounterValue, float64(a.Archived))
-		ch <- prometheus.MustNewConstMetric(descArchiveFailed, prometheus.CounterValue, float64(a.Failed))
+		emit(ch, constMetric(descArchived, prometheus.CounterValue, float64(a.Archived)))
+		emit(ch, constMetric(descArchiveFailed, prometheus.CounterValue, float64(a.Failed)))
 		if a.LastArchivedTime != nil {
 			gauge(descLastArchived, float64(a.LastArchivedTime.Unix()))
 		}
@@ -126,34 +127,63 @@ func (c *pgCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(descTimeToFull, ttf)
 	}
 
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	// PostgreSQL is asked only while the instance runs it: a clone, a
+	// restore or a restart is no instance down (the phase says what it is).
+	if !running {
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), metricsTimeout)
 	defer cancel()
-	up := c.queryAll(ctx, ch, s)
-	gauge(descUp, boolFloat(up))
+	select {
+	case c.turn <- struct{}{}:
+		defer func() { <-c.turn }()
+	case <-ctx.Done():
+		// Another scrape holds the connection past this one's deadline:
+		// no figures, and no verdict on the server either.
+		c.queryErrors.WithLabelValues("turn").Inc()
+		return
+	}
+	gauge(descUp, boolFloat(c.queryAll(ctx, ch, s)))
 }
 
-// queryAll runs each query group, and says whether PostgreSQL answered.
-func (c *pgCollector) queryAll(ctx context.Context, ch chan<- prometheus.Metric, s instanceapi.Status) bool {
-	if c.conn == nil || c.conn.IsClosed() {
-		conn, err := pgx.Connect(ctx, c.m.localDSN("postgres")+" application_name=daytwo-metrics")
-		if err != nil {
-			return false
-		}
-		c.conn = conn
-	}
+// version asks the server its version on the scrapes' connection, opening
+// it again once when the one it had broke (a restart of PostgreSQL).
+func (c *pgCollector) version(ctx context.Context) (string, int, error) {
 	var version string
-	var versionNum int
-	if err := c.conn.QueryRow(ctx, "SELECT current_setting('server_version'), current_setting('server_version_num')::int").Scan(&version, &versionNum); err != nil {
+	var num int
+	var err error
+	for attempt := 0; attempt < 2; attempt++ {
+		if c.conn == nil || c.conn.IsClosed() {
+			var conn *pgx.Conn
+			if conn, err = pgx.Connect(ctx, c.m.localDSN("postgres")+" application_name=daytwo-metrics"); err != nil {
+				return "", 0, err
+			}
+			c.conn = conn
+		}
+		if err = c.conn.QueryRow(ctx, "SELECT current_setting('server_version'), current_setting('server_version_num')::int").Scan(&version, &num); err == nil {
+			return version, num, nil
+		}
 		c.drop()
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return "", 0, err
+}
+
+// queryAll runs each query group, and says whether PostgreSQL answered:
+// its version, in time. A group that fails afterwards (a slow
+// pg_database_size on a large cluster) costs its own figures only.
+func (c *pgCollector) queryAll(ctx context.Context, ch chan<- prometheus.Metric, s instanceapi.Status) bool {
+	version, versionNum, err := c.version(ctx)
+	if err != nil {
 		return false
 	}
 	role := string(s.Role)
 	if role == "" {
 		role = "unknown"
 	}
-	ch <- prometheus.MustNewConstMetric(descInfo, prometheus.GaugeValue, 1, version, role)
+	emit(ch, constMetric(descInfo, prometheus.GaugeValue, 1, version, role))
 	for _, q := range []struct {
 		name string
 		run  func(context.Context, *pgx.Conn, chan<- prometheus.Metric) error
@@ -168,10 +198,10 @@ func (c *pgCollector) queryAll(ctx context.Context, ch chan<- prometheus.Metric,
 		if err := q.run(ctx, c.conn, ch); err != nil {
 			c.queryErrors.WithLabelValues(q.name).Inc()
 			if ctx.Err() != nil || c.conn.IsClosed() {
-				// Out of time, or the connection broke: the server did
-				// not answer this scrape.
+				// Out of time, or the connection broke: the figures left
+				// wait for the next scrape, on a new connection.
 				c.drop()
-				return false
+				break
 			}
 		}
 	}
@@ -194,7 +224,7 @@ func collectActivity(ctx context.Context, conn *pgx.Conn, ch chan<- prometheus.M
 	var datname, state string
 	var n float64
 	if _, err := pgx.ForEachRow(rows, []any{&datname, &state, &n}, func() error {
-		ch <- prometheus.MustNewConstMetric(descBackends, prometheus.GaugeValue, n, datname, state)
+		emit(ch, constMetric(descBackends, prometheus.GaugeValue, n, datname, state))
 		return nil
 	}); err != nil {
 		return err
@@ -206,9 +236,9 @@ func collectActivity(ctx context.Context, conn *pgx.Conn, ch chan<- prometheus.M
 		(SELECT count(*) FROM pg_locks WHERE NOT granted)::float8`).Scan(&maxConns, &oldest, &waiting); err != nil {
 		return err
 	}
-	ch <- prometheus.MustNewConstMetric(descMaxConns, prometheus.GaugeValue, maxConns)
-	ch <- prometheus.MustNewConstMetric(descOldestXact, prometheus.GaugeValue, oldest)
-	ch <- prometheus.MustNewConstMetric(descLocksWaiting, prometheus.GaugeValue, waiting)
+	emit(ch, constMetric(descMaxConns, prometheus.GaugeValue, maxConns))
+	emit(ch, constMetric(descOldestXact, prometheus.GaugeValue, oldest))
+	emit(ch, constMetric(descLocksWaiting, prometheus.GaugeValue, waiting))
 	return nil
 }
 
@@ -223,11 +253,11 @@ func collectDatabases(ctx context.Context, conn *pgx.Conn, ch chan<- prometheus.
 	var datname string
 	var commits, rollbacks, deadlocks, temp, size float64
 	_, err = pgx.ForEachRow(rows, []any{&datname, &commits, &rollbacks, &deadlocks, &temp, &size}, func() error {
-		ch <- prometheus.MustNewConstMetric(descCommits, prometheus.CounterValue, commits, datname)
-		ch <- prometheus.MustNewConstMetric(descRollbacks, prometheus.CounterValue, rollbacks, datname)
-		ch <- prometheus.MustNewConstMetric(descDeadlocks, prometheus.CounterValue, deadlocks, datname)
-		ch <- prometheus.MustNewConstMetric(descTempBytes, prometheus.CounterValue, temp, datname)
-		ch <- prometheus.MustNewConstMetric(descDBSize, prometheus.GaugeValue, size, datname)
+		emit(ch, constMetric(descCommits, prometheus.CounterValue, commits, datname))
+		emit(ch, constMetric(descRollbacks, prometheus.CounterValue, rollbacks, datname))
+		emit(ch, constMetric(descDeadlocks, prometheus.CounterValue, deadlocks, datname))
+		emit(ch, constMetric(descTempBytes, prometheus.CounterValue, temp, datname))
+		emit(ch, constMetric(descDBSize, prometheus.GaugeValue, size, datname))
 		return nil
 	})
 	return err
@@ -244,12 +274,15 @@ func collectReplication(ctx context.Context, conn *pgx.Conn, ch chan<- prometheu
 		return err
 	}
 	if inRecovery {
-		ch <- prometheus.MustNewConstMetric(descReplay, prometheus.GaugeValue, replay)
+		emit(ch, constMetric(descReplay, prometheus.GaugeValue, replay))
 	} else {
+		// One series per replica: a clone's pg_basebackup streams under
+		// one name twice, and a reconnecting replica may briefly have two
+		// walsenders.
 		rows, err := conn.Query(ctx, `SELECT application_name,
-			COALESCE(pg_wal_lsn_diff(pg_current_wal_lsn(), replay_lsn), 0)::float8,
-			COALESCE(EXTRACT(EPOCH FROM replay_lag), 0)::float8, sync_state IN ('sync', 'quorum')
-			FROM pg_stat_replication`)
+			max(COALESCE(pg_wal_lsn_diff(pg_current_wal_lsn(), replay_lsn), 0))::float8,
+			max(COALESCE(EXTRACT(EPOCH FROM replay_lag), 0))::float8, bool_or(sync_state IN ('sync', 'quorum'))
+			FROM pg_stat_replication WHERE state <> 'backup' AND application_name <> '' GROUP BY application_name`)
 		if err != nil {
 			return err
 		}
@@ -257,9 +290,9 @@ func collectReplication(ctx context.Context, conn *pgx.Conn, ch chan<- prometheu
 		var bytes, seconds float64
 		var sync bool
 		if _, err := pgx.ForEachRow(rows, []any{&name, &bytes, &seconds, &sync}, func() error {
-			ch <- prometheus.MustNewConstMetric(descLagBytes, prometheus.GaugeValue, bytes, name)
-			ch <- prometheus.MustNewConstMetric(descLagSeconds, prometheus.GaugeValue, seconds, name)
-			ch <- prometheus.MustNewConstMetric(descSyncState, prometheus.GaugeValue, boolFloat(sync), name)
+			emit(ch, constMetric(descLagBytes, prometheus.GaugeValue, bytes, name))
+			emit(ch, constMetric(descLagSeconds, prometheus.GaugeValue, seconds, name))
+			emit(ch, constMetric(descSyncState, prometheus.GaugeValue, boolFloat(sync), name))
 			return nil
 		}); err != nil {
 			return err
@@ -276,8 +309,8 @@ func collectReplication(ctx context.Context, conn *pgx.Conn, ch chan<- prometheu
 	var active bool
 	var retained float64
 	_, err = pgx.ForEachRow(rows, []any{&slot, &active, &retained}, func() error {
-		ch <- prometheus.MustNewConstMetric(descSlotBytes, prometheus.GaugeValue, max(retained, 0), slot)
-		ch <- prometheus.MustNewConstMetric(descSlotActive, prometheus.GaugeValue, boolFloat(active), slot)
+		emit(ch, constMetric(descSlotBytes, prometheus.GaugeValue, max(retained, 0), slot))
+		emit(ch, constMetric(descSlotActive, prometheus.GaugeValue, boolFloat(active), slot))
 		return nil
 	})
 	return err
@@ -302,9 +335,27 @@ func collectCheckpoints(ctx context.Context, conn *pgx.Conn, ch chan<- prometheu
 		if d == descCkptWrite || d == descCkptSync {
 			value /= 1000 // milliseconds
 		}
-		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, value)
+		emit(ch, constMetric(d, prometheus.CounterValue, value))
 	}
 	return nil
+}
+
+// constMetric is a sample, or nil when its label values are not valid
+// (a database name that is not UTF-8, say): the scrape skips it rather
+// than the instance manager panicking.
+func constMetric(d *prometheus.Desc, t prometheus.ValueType, v float64, labels ...string) prometheus.Metric {
+	m, err := prometheus.NewConstMetric(d, t, v, labels...)
+	if err != nil {
+		return nil
+	}
+	return m
+}
+
+// emit sends m unless it is nil.
+func emit(ch chan<- prometheus.Metric, m prometheus.Metric) {
+	if m != nil {
+		ch <- m
+	}
 }
 
 func boolFloat(b bool) float64 {
@@ -321,10 +372,12 @@ func (m *Manager) metricsHandler() http.Handler {
 	queryErrors := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "daytwo_postgres_query_errors_total", Help: "Metrics queries that failed or ran out of time, by query group.",
 	}, []string{"query"})
-	reg.MustRegister(&pgCollector{m: m, queryErrors: queryErrors}, queryErrors,
+	reg.MustRegister(&pgCollector{m: m, queryErrors: queryErrors, turn: make(chan struct{}, 1)}, queryErrors,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Timeout: 2 * metricsTimeout}))
+	// ContinueOnError: a sample the registry refuses costs itself, never
+	// the whole scrape (and with it every series of the instance).
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Timeout: 2 * metricsTimeout, ErrorHandling: promhttp.ContinueOnError}))
 	return mux
 }
 

@@ -200,6 +200,24 @@ func TestChartMonitoringAndSchema(t *testing.T) {
 	if strings.TrimSpace(data) != strings.TrimSpace(string(dash)) {
 		t.Error("the dashboard ConfigMap does not hold config/monitoring/grafana-dashboard.json")
 	}
+	// Plain HTTP metrics are scraped over HTTP, and labels reach the
+	// objects a Prometheus selects.
+	rendered, err = helm(t, "template", "daytwo", "charts/daytwo", "--namespace", "other", "--set", "metrics.secure=false",
+		"--set", "monitoring.podMonitors=true", "--set", "monitoring.prometheusRule=true", "--set", "monitoring.labels.release=kps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	chart = objects(t, rendered)
+	op := chart["PodMonitor/other/daytwo-operator"]
+	eps, _, _ := unstructured.NestedSlice(op, "spec", "podMetricsEndpoints")
+	if len(eps) != 1 || eps[0].(map[string]any)["scheme"] != "http" || eps[0].(map[string]any)["authorization"] != nil {
+		t.Errorf("the operator's PodMonitor with metrics.secure=false: %v", eps)
+	}
+	for _, key := range []string{"PodMonitor/other/daytwo-operator", "PodMonitor/other/daytwo-instances", "PrometheusRule/other/daytwo"} {
+		if l, _, _ := unstructured.NestedString(chart[key], "metadata", "labels", "release"); l != "kps" {
+			t.Errorf("%s lacks the label release=kps", key)
+		}
+	}
 	for value, field := range map[string]string{"logLevel=loud": "logLevel", "image.tag=": "tag", "monitoring.podmonitors=true": "podmonitors",
 		"watchNamespaces={Apps}": "watchNamespaces"} {
 		_, err := helm(t, "template", "daytwo", "charts/daytwo", "--set", value)

@@ -108,7 +108,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (_ re
 		return reconcile.Result{}, r.Client.Patch(ctx, db, client.MergeFrom(base))
 	}
 	before := db.DeepCopy()
-	defer func() { err = controller.WriteStatus(ctx, r.Client, before, db, before.Status, db.Status, err) }()
+	defer func() {
+		recordInstanceMetrics(db)
+		err = controller.WriteStatus(ctx, r.Client, before, db, before.Status, db.Status, err)
+	}()
 	if !db.DeletionTimestamp.IsZero() {
 		return reconcile.Result{}, r.reconcileDelete(ctx, db)
 	}

@@ -27,6 +27,12 @@ var (
 	walPending = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "daytwo_database_wal_archive_pending_files", Help: "WAL files the primary finished and has not archived yet.",
 	}, []string{"namespace", "database"})
+	instances = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "daytwo_database_instances", Help: "Instances the Database runs (status.instances).",
+	}, []string{"namespace", "database"})
+	readyInstances = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "daytwo_database_ready_instances", Help: "Instances of the Database that are ready (status.readyInstances): one whose pod or node is gone counts as not ready.",
+	}, []string{"namespace", "database"})
 	walLastArchived = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "daytwo_database_wal_last_archived_timestamp_seconds", Help: "When the primary last archived a WAL file: time() minus it is the archive's age.",
 	}, []string{"namespace", "database"})
@@ -35,7 +41,7 @@ var (
 
 func registerMetrics() {
 	registerOnce.Do(func() {
-		crmetrics.Registry.MustRegister(failovers, switchovers, promotionSeconds, walPending, walLastArchived)
+		crmetrics.Registry.MustRegister(failovers, switchovers, promotionSeconds, walPending, walLastArchived, instances, readyInstances)
 	})
 }
 
@@ -56,10 +62,18 @@ func initMetrics(db *v1alpha1.Database) {
 // forgetMetrics drops the series of a Database that is gone.
 func forgetMetrics(key client.ObjectKey) {
 	match := prometheus.Labels{"namespace": key.Namespace, "database": key.Name}
-	for _, v := range []interface{ DeletePartialMatch(prometheus.Labels) int }{failovers, switchovers, promotionSeconds, walPending, walLastArchived} {
+	for _, v := range []interface{ DeletePartialMatch(prometheus.Labels) int }{failovers, switchovers, promotionSeconds, walPending, walLastArchived, instances, readyInstances} {
 		v.DeletePartialMatch(match)
 	}
 	controller.ForgetCounts("Database", key)
+}
+
+// recordInstanceMetrics publishes how many instances run and are ready,
+// as the status says: what an alert needs when an instance, its pod or its
+// node is gone and no instance manager is left to scrape.
+func recordInstanceMetrics(db *v1alpha1.Database) {
+	instances.WithLabelValues(db.Namespace, db.Name).Set(float64(db.Status.Instances))
+	readyInstances.WithLabelValues(db.Namespace, db.Name).Set(float64(db.Status.ReadyInstances))
 }
 
 func countFailover(db *v1alpha1.Database) { failovers.WithLabelValues(db.Namespace, db.Name).Inc() }

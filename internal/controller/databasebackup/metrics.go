@@ -33,7 +33,8 @@ var (
 	}, labelNames)
 	condition = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "daytwo_backup_condition",
-		Help: "1 while the DatabaseBackup's condition is True, 0 while it is False or Unknown; no series before it is first set.",
+		Help: "1 while the DatabaseBackup's condition is True, 0 while it is False or Unknown; no series before it is first set. " +
+			"Verified is the last finished verification's result: 1 succeeded, 0 failed.",
 	}, append(slices.Clone(labelNames), "condition"))
 	registerOnce sync.Once
 )
@@ -47,17 +48,24 @@ func registerMetrics() {
 	})
 }
 
-// observeConditions exports b's conditions as they are written.
+// observeConditions exports b's conditions as they are written. Verified
+// is the last finished verification's result, not the condition: that is
+// False while a verification runs, which is no failure.
 func observeConditions(b *v1alpha1.DatabaseBackup) {
+	// A changed databaseRef changes the labels: the old series go.
+	condition.DeletePartialMatch(prometheus.Labels{"namespace": b.Namespace, "backup": b.Name})
 	l := labelsOf(b)
 	for _, name := range exportedConditions {
 		l["condition"] = name
-		c := meta.FindStatusCondition(b.Status.Conditions, name)
-		if c == nil {
-			condition.Delete(l)
+		if name == v1alpha1.ConditionVerified {
+			if v := b.Status.LastVerification; v != nil {
+				condition.With(l).Set(map[bool]float64{true: 1}[v.Result == v1alpha1.VerificationSucceeded])
+			}
 			continue
 		}
-		condition.With(l).Set(map[bool]float64{true: 1}[c.Status == metav1.ConditionTrue])
+		if c := meta.FindStatusCondition(b.Status.Conditions, name); c != nil {
+			condition.With(l).Set(map[bool]float64{true: 1}[c.Status == metav1.ConditionTrue])
+		}
 	}
 }
 
