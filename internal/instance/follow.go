@@ -238,15 +238,9 @@ const walSegmentSize = 16 << 20
 // timelineAt is the timeline that holds lsn, from the history file of the
 // primary's timeline tli: the first entry whose switch point is past lsn.
 func timelineAt(history string, tli int, lsn uint64) int {
-	for _, line := range strings.Split(history, "\n") {
-		f := strings.Fields(line)
-		if len(f) < 2 || strings.HasPrefix(f[0], "#") {
-			continue
-		}
-		parent, err := strconv.Atoi(f[0])
-		fork, ok := postgres.ParseLSN(f[1])
-		if err == nil && ok && lsn < fork {
-			return parent
+	for _, e := range historyEntries(history) {
+		if lsn < e.fork {
+			return e.parent
 		}
 	}
 	return tli
@@ -324,6 +318,25 @@ func primaryTimeline(ctx context.Context, conn *pgconn.PgConn) (int, string, err
 // timeline tli cannot follow when the history forked off tli before that,
 // or never passed through tli at all.
 func replayedPastFork(history string, tli int, replayed uint64) bool {
+	for _, e := range historyEntries(history) {
+		if e.parent == tli {
+			return replayed > e.fork
+		}
+	}
+	return true
+}
+
+// historyEntry is a line of a timeline history file: the timeline parent
+// ended at fork.
+type historyEntry struct {
+	parent int
+	fork   uint64
+}
+
+// historyEntries reads a timeline history file, oldest first, skipping
+// comments and lines it cannot read.
+func historyEntries(history string) []historyEntry {
+	var out []historyEntry
 	for _, line := range strings.Split(history, "\n") {
 		f := strings.Fields(line)
 		if len(f) < 2 || strings.HasPrefix(f[0], "#") {
@@ -331,12 +344,11 @@ func replayedPastFork(history string, tli int, replayed uint64) bool {
 		}
 		parent, err := strconv.Atoi(f[0])
 		fork, ok := postgres.ParseLSN(f[1])
-		if err != nil || !ok || parent != tli {
-			continue
+		if err == nil && ok {
+			out = append(out, historyEntry{parent, fork})
 		}
-		return replayed > fork
 	}
-	return true
+	return out
 }
 
 // markData leaves a mark file in the data directory, if there is one.
