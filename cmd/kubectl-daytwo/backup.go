@@ -26,7 +26,11 @@ func backupCmd(e *env) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			at := time.Now().UTC().Format(time.RFC3339)
+			var last time.Time
+			if b.Status.LastScheduleTime != nil {
+				last = b.Status.LastScheduleTime.Time
+			}
+			at := laterThan(last, b.Annotations[v1alpha1.AnnotationBackupRequested])
 			patch := client.MergeFrom(b.DeepCopy())
 			if b.Annotations == nil {
 				b.Annotations = map[string]string{}
@@ -40,6 +44,19 @@ func backupCmd(e *env) *cobra.Command {
 			return nil
 		},
 	}
+}
+
+// laterThan is now as an RFC 3339 request time, moved past last and past
+// the pending request (an annotation's value), so that it asks again.
+func laterThan(last time.Time, pending string) string {
+	at := time.Now().UTC().Truncate(time.Second)
+	if p, err := time.Parse(time.RFC3339, pending); err == nil && p.After(last) {
+		last = p
+	}
+	if !at.After(last) {
+		at = last.UTC().Truncate(time.Second).Add(time.Second)
+	}
+	return at.Format(time.RFC3339)
 }
 
 // backupFor is the DatabaseBackup named name, or the one of the Database

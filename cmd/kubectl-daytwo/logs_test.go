@@ -1,6 +1,9 @@
 package main
 
-import "testing"
+import (
+	"testing"
+	"time"
+)
 
 func TestPrettyLine(t *testing.T) {
 	for in, want := range map[string]string{
@@ -11,5 +14,21 @@ func TestPrettyLine(t *testing.T) {
 		if got := prettyLine("orders-0", in); got != want {
 			t.Errorf("prettyLine(%s)\n got %s\nwant %s", in, got, want)
 		}
+	}
+}
+
+// Two requests within a second are two: each is later than the last
+// answered and the pending one.
+func TestLaterThan(t *testing.T) {
+	now := time.Now().UTC().Truncate(time.Second)
+	if got := laterThan(time.Time{}, ""); got < now.Format(time.RFC3339) {
+		t.Errorf("laterThan(zero) = %s, want now", got)
+	}
+	future := now.Add(5 * time.Second)
+	if got := laterThan(future, ""); got != future.Add(time.Second).Format(time.RFC3339) {
+		t.Errorf("after an answered request at %s: %s", future, got)
+	}
+	if got := laterThan(now.Add(-time.Hour), now.Format(time.RFC3339)); got != now.Add(time.Second).Format(time.RFC3339) {
+		t.Errorf("after a pending request at %s: %s", now, got)
 	}
 }

@@ -25,7 +25,13 @@ func requestSwitchover(cmd *cobra.Command, e *env, name, to string) error {
 	if db.Annotations == nil {
 		db.Annotations = map[string]string{}
 	}
-	at := time.Now().UTC().Format(time.RFC3339)
+	// A request is a time newer than the last one answered (and than one
+	// pending): two within a second must still be two.
+	var last time.Time
+	if s := db.Status.LastSwitchover; s != nil {
+		last = s.RequestedTime.Time
+	}
+	at := laterThan(last, db.Annotations[v1alpha1.AnnotationSwitchoverRequested])
 	db.Annotations[v1alpha1.AnnotationSwitchoverRequested] = at
 	if to != "" {
 		db.Annotations[v1alpha1.AnnotationSwitchoverTo] = to
