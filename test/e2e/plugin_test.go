@@ -109,6 +109,8 @@ func checkPlugin(t *testing.T, ns, db, backup string) {
 
 	// logs: every instance, the instance manager's lines made readable.
 	logs := plugin(t, ns, "logs", db, "--since", "15m")
+	lines := strings.Split(strings.TrimSpace(logs), "\n")
+	t.Logf("kubectl daytwo logs %s: %d lines; the last 6:\n%s", db, len(lines), strings.Join(lines[max(0, len(lines)-6):], "\n"))
 	for _, want := range []string{db + "-0 ", db + "-1 ", " info ", "Promoted"} {
 		if !strings.Contains(logs, want) {
 			t.Errorf("logs lack %q", want)
@@ -131,7 +133,7 @@ func checkPlugin(t *testing.T, ns, db, backup string) {
 	}
 	for _, s := range secrets.Items {
 		for k, v := range s.Data {
-			if len(v) < 8 {
+			if !framework.SecretKey(k) || len(v) < 8 {
 				continue
 			}
 			for name, content := range files {

@@ -40,8 +40,10 @@ var scanned struct {
 	places  int
 }
 
-// secretKey says whether a Secret's key holds a secret: certificates,
+// SecretKey says whether a Secret's key holds a secret: certificates,
 // user names and host names are not.
+func SecretKey(key string) bool { return secretKey(key) }
+
 func secretKey(key string) bool {
 	k := strings.ToLower(key)
 	for _, s := range []string{"password", "token", "secret", ".key", "uri"} {
