@@ -132,6 +132,12 @@ func TestMonitoringRulesAndDashboardParse(t *testing.T) {
 		t.Fatalf("promtool check rules: %v\n%s", err, out)
 	}
 	t.Logf("promtool: %s", strings.TrimSpace(string(out)))
+	// The name reader finds names in ranges and selectors alike: the
+	// full run's metric check depends on it.
+	names, err := prometheus.MetricNames(context.Background(), `sum(rate(a_total{x="1"}[5m])) / on (x) b and increase(c[1h]) > 0`)
+	if slices.Sort(names); err != nil || !slices.Equal(names, []string{"a_total", "b", "c"}) {
+		t.Fatalf("metric names %v (%v), want a_total, b, c", names, err)
+	}
 	queries, err := dashboardQueries()
 	if err != nil {
 		t.Fatal(err)

@@ -316,7 +316,9 @@ func (p *Prometheus) MetricNames(ctx context.Context, expr string) ([]string, er
 	walk = func(n any) {
 		switch n := n.(type) {
 		case map[string]any:
-			if n["type"] == "vectorSelector" {
+			// A range (rate(x[5m])) is a matrixSelector node carrying the
+			// name itself.
+			if n["type"] == "vectorSelector" || n["type"] == "matrixSelector" {
 				if name, ok := n["name"].(string); ok && name != "" && !slices.Contains(names, name) {
 					names = append(names, name)
 				}
