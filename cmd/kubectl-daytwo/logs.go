@@ -14,7 +14,6 @@ import (
 
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -119,7 +118,7 @@ func prettyLine(pod, line string) string {
 	sort.Strings(keys)
 	var b strings.Builder
 	if t, err := time.Parse(time.RFC3339Nano, ts); err == nil {
-		ts = metav1.NewTime(t).UTC().Format(time.RFC3339)
+		ts = t.UTC().Format(time.RFC3339)
 	}
 	fmt.Fprintf(&b, "%s %s %-5s %s", ts, pod, level, msg)
 	for _, k := range keys {

@@ -96,7 +96,7 @@ func printStatus(w io.Writer, db *v1alpha1.Database, backups []v1alpha1.Database
 		if in.Role == "replica" {
 			streaming = map[bool]string{true: "yes", false: "no"}[in.Streaming]
 			if l, ok := postgres.ParseLSN(in.LSN); ok && primaryLSN >= l {
-				lag = bytes(primaryLSN - l)
+				lag = humanBytes(primaryLSN - l)
 			}
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", in.Name, orDash(in.Role), in.Timeline, orDash(in.LSN), lag, streaming,
@@ -156,7 +156,7 @@ func lsnOf(st v1alpha1.DatabaseStatus, pod string) (uint64, bool) {
 	return 0, false
 }
 
-func bytes(n uint64) string {
+func humanBytes(n uint64) string {
 	switch {
 	case n >= 1<<30:
 		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))

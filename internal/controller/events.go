@@ -23,7 +23,7 @@ func Event(ctx context.Context, rec events.EventRecorder, regarding, related run
 	if o, ok := regarding.(client.Object); ok {
 		kv = append(kv, "regarding", klog.KObj(o))
 	}
-	if o, ok := related.(client.Object); ok && related != nil {
+	if o, ok := related.(client.Object); ok {
 		kv = append(kv, "related", klog.KObj(o))
 	}
 	if eventType == corev1.EventTypeWarning {

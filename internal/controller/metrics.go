@@ -42,9 +42,15 @@ func InitCounts(kind string, obj client.Object, actions ...string) {
 
 // ForgetCounts drops the counters of an object that is gone.
 func ForgetCounts(kind string, key client.ObjectKey) {
-	match := prometheus.Labels{"kind": kind, "namespace": key.Namespace, "name": key.Name}
-	rollbacks.DeletePartialMatch(match)
-	remediations.DeletePartialMatch(match)
+	ForgetSeries(prometheus.Labels{"kind": kind, "namespace": key.Namespace, "name": key.Name}, rollbacks, remediations)
+}
+
+// ForgetSeries drops the series of vecs that carry every label of match:
+// those of an object that is gone.
+func ForgetSeries(match prometheus.Labels, vecs ...interface{ DeletePartialMatch(prometheus.Labels) int }) {
+	for _, v := range vecs {
+		v.DeletePartialMatch(match)
+	}
 }
 
 // CountRemediation counts a repair of obj, a kind.

@@ -259,24 +259,21 @@ func segmentRemoved(ctx context.Context, conn *pgconn.PgConn, tli int, lsn uint6
 	if err := conn.Frontend().Flush(); err != nil {
 		return false, err
 	}
-	copying := false
+	// After CopyBoth the answer comes within a second, or not at all.
+	rctx := ctx
 	for {
-		rctx := ctx
-		if copying {
-			var cancel context.CancelFunc
-			rctx, cancel = context.WithTimeout(ctx, time.Second)
-			defer cancel()
-		}
 		msg, err := conn.ReceiveMessage(rctx)
 		if err != nil {
-			if copying && ctx.Err() == nil {
+			if rctx != ctx && ctx.Err() == nil {
 				return false, nil
 			}
 			return false, err
 		}
 		switch msg := msg.(type) {
 		case *pgproto3.CopyBothResponse:
-			copying = true
+			var cancel context.CancelFunc
+			rctx, cancel = context.WithTimeout(ctx, time.Second)
+			defer cancel()
 		case *pgproto3.CopyData, *pgproto3.ReadyForQuery:
 			return false, nil
 		case *pgproto3.ErrorResponse:

@@ -230,14 +230,23 @@ func (m *Manager) Run(ctx context.Context) error {
 
 // serveAPI serves the instance API (HTTPS with Config.TLS) until stop.
 func (m *Manager) serveAPI() (<-chan error, func(), error) {
-	l, err := net.Listen("tcp", m.cfg.HTTPAddress)
-	if err != nil {
-		return nil, nil, fmt.Errorf("failed to listen on %s: %w", m.cfg.HTTPAddress, err)
-	}
-	srv := &http.Server{Handler: m.Handler(), ReadHeaderTimeout: 5 * time.Second}
+	var tlsConfig *tls.Config
 	if m.cfg.TLS {
-		srv.TLSConfig = m.cfg.apiTLSConfig()
-		l = tls.NewListener(l, srv.TLSConfig)
+		tlsConfig = m.cfg.apiTLSConfig()
+	}
+	return serve(m.cfg.HTTPAddress, m.Handler(), tlsConfig)
+}
+
+// serve serves h on addr (over TLS with tlsConfig) until stop; the channel
+// carries the server's end.
+func serve(addr string, h http.Handler, tlsConfig *tls.Config) (<-chan error, func(), error) {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, nil, fmt.Errorf("failed to listen on %s: %w", addr, err)
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, TLSConfig: tlsConfig}
+	if tlsConfig != nil {
+		l = tls.NewListener(l, tlsConfig)
 	}
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(l) }()

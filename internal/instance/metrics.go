@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"net"
 	"net/http"
 	"path/filepath"
 	"syscall"
@@ -96,7 +95,7 @@ func (c *pgCollector) Describe(chan<- *prometheus.Desc) {}
 func (c *pgCollector) Collect(ch chan<- prometheus.Metric) {
 	s := c.m.Status()
 	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
-		emit(ch, constMetric(d, prometheus.GaugeValue, v, labels...))
+		sample(ch, d, prometheus.GaugeValue, v, labels...)
 	}
 	running := s.Phase == instanceapi.PhaseRunning
 	gauge(descPrimary, boolFloat(s.Role == instanceapi.RolePrimary && !s.InRecovery && running))
@@ -111,8 +110,8 @@ func (c *pgCollector) Collect(ch chan<- prometheus.Metric) {
 		gauge(descVolumeFree, float64(fs.Bavail)*float64(fs.Bsize), "data")
 	}
 	if a := s.Archive; a != nil {
-		emit(ch, constMetric(descArchived, prometheus.CounterValue, float64(a.Archived)))
-		emit(ch, constMetric(descArchiveFailed, prometheus.CounterValue, float64(a.Failed)))
+		sample(ch, descArchived, prometheus.CounterValue, float64(a.Archived))
+		sample(ch, descArchiveFailed, prometheus.CounterValue, float64(a.Failed))
 		if a.LastArchivedTime != nil {
 			gauge(descLastArchived, float64(a.LastArchivedTime.Unix()))
 		}
@@ -183,7 +182,7 @@ func (c *pgCollector) queryAll(ctx context.Context, ch chan<- prometheus.Metric,
 	if role == "" {
 		role = "unknown"
 	}
-	emit(ch, constMetric(descInfo, prometheus.GaugeValue, 1, version, role))
+	sample(ch, descInfo, prometheus.GaugeValue, 1, version, role)
 	for _, q := range []struct {
 		name string
 		run  func(context.Context, *pgx.Conn, chan<- prometheus.Metric) error
@@ -224,7 +223,7 @@ func collectActivity(ctx context.Context, conn *pgx.Conn, ch chan<- prometheus.M
 	var datname, state string
 	var n float64
 	if _, err := pgx.ForEachRow(rows, []any{&datname, &state, &n}, func() error {
-		emit(ch, constMetric(descBackends, prometheus.GaugeValue, n, datname, state))
+		sample(ch, descBackends, prometheus.GaugeValue, n, datname, state)
 		return nil
 	}); err != nil {
 		return err
@@ -236,9 +235,9 @@ func collectActivity(ctx context.Context, conn *pgx.Conn, ch chan<- prometheus.M
 		(SELECT count(*) FROM pg_locks WHERE NOT granted)::float8`).Scan(&maxConns, &oldest, &waiting); err != nil {
 		return err
 	}
-	emit(ch, constMetric(descMaxConns, prometheus.GaugeValue, maxConns))
-	emit(ch, constMetric(descOldestXact, prometheus.GaugeValue, oldest))
-	emit(ch, constMetric(descLocksWaiting, prometheus.GaugeValue, waiting))
+	sample(ch, descMaxConns, prometheus.GaugeValue, maxConns)
+	sample(ch, descOldestXact, prometheus.GaugeValue, oldest)
+	sample(ch, descLocksWaiting, prometheus.GaugeValue, waiting)
 	return nil
 }
 
@@ -253,11 +252,11 @@ func collectDatabases(ctx context.Context, conn *pgx.Conn, ch chan<- prometheus.
 	var datname string
 	var commits, rollbacks, deadlocks, temp, size float64
 	_, err = pgx.ForEachRow(rows, []any{&datname, &commits, &rollbacks, &deadlocks, &temp, &size}, func() error {
-		emit(ch, constMetric(descCommits, prometheus.CounterValue, commits, datname))
-		emit(ch, constMetric(descRollbacks, prometheus.CounterValue, rollbacks, datname))
-		emit(ch, constMetric(descDeadlocks, prometheus.CounterValue, deadlocks, datname))
-		emit(ch, constMetric(descTempBytes, prometheus.CounterValue, temp, datname))
-		emit(ch, constMetric(descDBSize, prometheus.GaugeValue, size, datname))
+		sample(ch, descCommits, prometheus.CounterValue, commits, datname)
+		sample(ch, descRollbacks, prometheus.CounterValue, rollbacks, datname)
+		sample(ch, descDeadlocks, prometheus.CounterValue, deadlocks, datname)
+		sample(ch, descTempBytes, prometheus.CounterValue, temp, datname)
+		sample(ch, descDBSize, prometheus.GaugeValue, size, datname)
 		return nil
 	})
 	return err
@@ -274,7 +273,7 @@ func collectReplication(ctx context.Context, conn *pgx.Conn, ch chan<- prometheu
 		return err
 	}
 	if inRecovery {
-		emit(ch, constMetric(descReplay, prometheus.GaugeValue, replay))
+		sample(ch, descReplay, prometheus.GaugeValue, replay)
 	} else {
 		// One series per replica: a clone's pg_basebackup streams under
 		// one name twice, and a reconnecting replica may briefly have two
@@ -290,9 +289,9 @@ func collectReplication(ctx context.Context, conn *pgx.Conn, ch chan<- prometheu
 		var bytes, seconds float64
 		var sync bool
 		if _, err := pgx.ForEachRow(rows, []any{&name, &bytes, &seconds, &sync}, func() error {
-			emit(ch, constMetric(descLagBytes, prometheus.GaugeValue, bytes, name))
-			emit(ch, constMetric(descLagSeconds, prometheus.GaugeValue, seconds, name))
-			emit(ch, constMetric(descSyncState, prometheus.GaugeValue, boolFloat(sync), name))
+			sample(ch, descLagBytes, prometheus.GaugeValue, bytes, name)
+			sample(ch, descLagSeconds, prometheus.GaugeValue, seconds, name)
+			sample(ch, descSyncState, prometheus.GaugeValue, boolFloat(sync), name)
 			return nil
 		}); err != nil {
 			return err
@@ -309,8 +308,8 @@ func collectReplication(ctx context.Context, conn *pgx.Conn, ch chan<- prometheu
 	var active bool
 	var retained float64
 	_, err = pgx.ForEachRow(rows, []any{&slot, &active, &retained}, func() error {
-		emit(ch, constMetric(descSlotBytes, prometheus.GaugeValue, max(retained, 0), slot))
-		emit(ch, constMetric(descSlotActive, prometheus.GaugeValue, boolFloat(active), slot))
+		sample(ch, descSlotBytes, prometheus.GaugeValue, max(retained, 0), slot)
+		sample(ch, descSlotActive, prometheus.GaugeValue, boolFloat(active), slot)
 		return nil
 	})
 	return err
@@ -326,34 +325,22 @@ func collectCheckpoints(ctx context.Context, conn *pgx.Conn, ch chan<- prometheu
 			buffers_clean, maxwritten_clean, buffers_alloc FROM pg_stat_bgwriter`
 	}
 	var v [8]float64
-	if err := conn.QueryRow(ctx, fmt.Sprintf("SELECT a::float8, b::float8, c::float8, d::float8, e::float8, f::float8, g::float8, h::float8 FROM (%s) AS s(a, b, c, d, e, f, g, h)", q)).
+	// write_time and sync_time are milliseconds.
+	if err := conn.QueryRow(ctx, fmt.Sprintf("SELECT a::float8, b::float8, c::float8 / 1000, d::float8 / 1000, e::float8, f::float8, g::float8, h::float8 FROM (%s) AS s(a, b, c, d, e, f, g, h)", q)).
 		Scan(&v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], &v[7]); err != nil {
 		return err
 	}
 	for i, d := range []*prometheus.Desc{descCkptTimed, descCkptReq, descCkptWrite, descCkptSync, descCkptBuffers, descBgwClean, descBgwMaxWrite, descBuffersAlloc} {
-		value := v[i]
-		if d == descCkptWrite || d == descCkptSync {
-			value /= 1000 // milliseconds
-		}
-		emit(ch, constMetric(d, prometheus.CounterValue, value))
+		sample(ch, d, prometheus.CounterValue, v[i])
 	}
 	return nil
 }
 
-// constMetric is a sample, or nil when its label values are not valid
-// (a database name that is not UTF-8, say): the scrape skips it rather
-// than the instance manager panicking.
-func constMetric(d *prometheus.Desc, t prometheus.ValueType, v float64, labels ...string) prometheus.Metric {
-	m, err := prometheus.NewConstMetric(d, t, v, labels...)
-	if err != nil {
-		return nil
-	}
-	return m
-}
-
-// emit sends m unless it is nil.
-func emit(ch chan<- prometheus.Metric, m prometheus.Metric) {
-	if m != nil {
+// sample sends one sample, unless its label values are not valid (a
+// database name that is not UTF-8, say): the scrape skips it rather than
+// the instance manager panicking.
+func sample(ch chan<- prometheus.Metric, d *prometheus.Desc, t prometheus.ValueType, v float64, labels ...string) {
+	if m, err := prometheus.NewConstMetric(d, t, v, labels...); err == nil {
 		ch <- m
 	}
 }
@@ -387,15 +374,6 @@ func (m *Manager) serveMetrics() (func(), error) {
 	if m.cfg.MetricsAddress == "" {
 		return func() {}, nil
 	}
-	l, err := net.Listen("tcp", m.cfg.MetricsAddress)
-	if err != nil {
-		return nil, fmt.Errorf("failed to listen on %s: %w", m.cfg.MetricsAddress, err)
-	}
-	srv := &http.Server{Handler: m.metricsHandler(), ReadHeaderTimeout: 5 * time.Second}
-	go func() { _ = srv.Serve(l) }()
-	return func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(ctx)
-	}, nil
+	_, stop, err := serve(m.cfg.MetricsAddress, m.metricsHandler(), nil)
+	return stop, err
 }

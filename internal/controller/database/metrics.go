@@ -61,10 +61,8 @@ func initMetrics(db *v1alpha1.Database) {
 
 // forgetMetrics drops the series of a Database that is gone.
 func forgetMetrics(key client.ObjectKey) {
-	match := prometheus.Labels{"namespace": key.Namespace, "database": key.Name}
-	for _, v := range []interface{ DeletePartialMatch(prometheus.Labels) int }{failovers, switchovers, promotionSeconds, walPending, walLastArchived, instances, readyInstances} {
-		v.DeletePartialMatch(match)
-	}
+	controller.ForgetSeries(prometheus.Labels{"namespace": key.Namespace, "database": key.Name},
+		failovers, switchovers, promotionSeconds, walPending, walLastArchived, instances, readyInstances)
 	controller.ForgetCounts("Database", key)
 }
 

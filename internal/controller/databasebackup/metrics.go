@@ -12,6 +12,7 @@ import (
 
 	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
 	"github.com/daytwo-dev/daytwo/internal/backup"
+	"github.com/daytwo-dev/daytwo/internal/controller"
 )
 
 var (
@@ -53,7 +54,7 @@ func registerMetrics() {
 // False while a verification runs, which is no failure.
 func observeConditions(b *v1alpha1.DatabaseBackup) {
 	// A changed databaseRef changes the labels: the old series go.
-	condition.DeletePartialMatch(prometheus.Labels{"namespace": b.Namespace, "backup": b.Name})
+	controller.ForgetSeries(prometheus.Labels{"namespace": b.Namespace, "backup": b.Name}, condition)
 	l := labelsOf(b)
 	for _, name := range exportedConditions {
 		l["condition"] = name
@@ -71,10 +72,8 @@ func observeConditions(b *v1alpha1.DatabaseBackup) {
 
 // forget drops every series of a DatabaseBackup that is gone.
 func forget(key client.ObjectKey) {
-	match := prometheus.Labels{"namespace": key.Namespace, "backup": key.Name}
-	for _, v := range []interface{ DeletePartialMatch(prometheus.Labels) int }{lastSuccess, duration, size, failures, verification, condition} {
-		v.DeletePartialMatch(match)
-	}
+	controller.ForgetSeries(prometheus.Labels{"namespace": key.Namespace, "backup": key.Name},
+		lastSuccess, duration, size, failures, verification, condition)
 }
 
 func labelsOf(b *v1alpha1.DatabaseBackup) prometheus.Labels {

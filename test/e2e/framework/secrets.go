@@ -42,9 +42,7 @@ var scanned struct {
 
 // SecretKey says whether a Secret's key holds a secret: certificates,
 // user names and host names are not.
-func SecretKey(key string) bool { return secretKey(key) }
-
-func secretKey(key string) bool {
+func SecretKey(key string) bool {
 	k := strings.ToLower(key)
 	for _, s := range []string{"password", "token", "secret", ".key", "uri"} {
 		if strings.Contains(k, s) {
@@ -59,7 +57,7 @@ func secretKey(key string) bool {
 func needlesOf(s *corev1.Secret) []secretNeedle {
 	var out []secretNeedle
 	for k, v := range s.Data {
-		if !secretKey(k) || len(v) < 8 {
+		if !SecretKey(k) || len(v) < 8 {
 			continue
 		}
 		from := s.Namespace + "/" + s.Name + "[" + k + "]"
