@@ -185,9 +185,9 @@ const RestorePath = "/restore/"
 // file the archive does not hold.
 func (m *Manager) handleRestoreWAL(w http.ResponseWriter, r *http.Request) {
 	m.mu.Lock()
-	restorer := m.restorer
+	run := m.replay
 	m.mu.Unlock()
-	if restorer == nil {
+	if run == nil {
 		http.Error(w, "no recovery is under way", http.StatusServiceUnavailable)
 		return
 	}
@@ -196,7 +196,7 @@ func (m *Manager) handleRestoreWAL(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "the body must be the absolute path to restore to", http.StatusBadRequest)
 		return
 	}
-	err = restorer.Restore(r.Context(), r.PathValue("name"), string(dest))
+	err = run.restorer.Restore(r.Context(), r.PathValue("name"), string(dest))
 	switch {
 	case errors.Is(err, wal.ErrNotArchived):
 		http.Error(w, err.Error(), http.StatusNotFound)

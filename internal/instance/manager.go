@@ -93,10 +93,11 @@ type Manager struct {
 	// backlog tracks WAL waiting for the archive (guarded by mu).
 	backlog backlog
 	// recovery, when set, makes a bootstrap from a backup a physical
-	// restore (see recoverFromArchive); restorer answers its
-	// restore_command while it runs (guarded by mu).
+	// restore (see recoverFromArchive); replay answers its
+	// restore_command and reports its progress while it runs (guarded by
+	// mu).
 	recovery *Recovery
-	restorer *wal.Restorer
+	replay   *replay
 	// receiverPID is the walreceiver the last observation saw streaming
 	// (monitor only; see observe).
 	receiverPID int
@@ -897,8 +898,11 @@ func (m *Manager) Status() instanceapi.Status {
 	defer m.mu.Unlock()
 	s := m.status
 	s.PendingRestartSettings = append([]string(nil), s.PendingRestartSettings...)
-	if s.Recovery != nil {
-		r := *s.Recovery // recoverFromArchive updates it under mu
+	if m.replay != nil {
+		r := m.replay.progress(time.Now())
+		s.Recovery = &r
+	} else if s.Recovery != nil {
+		r := *s.Recovery
 		s.Recovery = &r
 	}
 	if m.archiver != nil {

@@ -94,14 +94,18 @@ func (m *Manager) recoverFromArchive(ctx context.Context, dir string) (err error
 
 	prefetch := filepath.Clean(m.cfg.PGData) + ".prefetch"
 	restorer := &wal.Restorer{Storage: r.Storage, Prefix: r.Prefix, Dir: prefetch, Ahead: cmp.Or(r.Ahead, 8), SegmentSize: segSize}
+	start, _ := postgres.ParseLSN(b.StartLSN)
+	run := &replay{restorer: restorer, base: *progress, start: start, end: end, segSize: segSize, began: time.Now()}
 	m.mu.Lock()
-	m.restorer, m.status.Recovery = restorer, progress
+	m.replay, m.status.Recovery = run, nil
 	m.mu.Unlock()
 	defer func() {
 		m.mu.Lock()
-		m.restorer = nil
-		if err == nil {
-			m.status.Recovery = nil
+		m.replay = nil
+		if err != nil {
+			// The last progress stays in the status beside the error.
+			p := run.progress(time.Now())
+			m.status.Recovery = &p
 		}
 		m.mu.Unlock()
 		_ = os.RemoveAll(prefetch)
@@ -138,8 +142,6 @@ func (m *Manager) recoverFromArchive(ctx context.Context, dir string) (err error
 	}
 	defer func() { err = errors.Join(err, m.stopLocal(srv)) }()
 
-	began := time.Now()
-	start, _ := postgres.ParseLSN(b.StartLSN)
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	for {
@@ -156,7 +158,6 @@ func (m *Manager) recoverFromArchive(ctx context.Context, dir string) (err error
 			return fmt.Errorf("postgres stopped during recovery (%v): %s", exit, postgres.LastLines([]byte(log), 3))
 		case <-tick.C:
 		}
-		m.updateRecoveryProgress(restorer, progress, start, end, segSize, time.Since(began))
 		if m.recovered(ctx, dir) {
 			if r.TargetTime.IsZero() && r.TargetLSN == "" && end > uint64(segSize) {
 				// To the archive's end: a segment missing in the middle
@@ -173,7 +174,7 @@ func (m *Manager) recoverFromArchive(ctx context.Context, dir string) (err error
 			if err := markHistoryReady(dir); err != nil {
 				return err
 			}
-			m.log.Info("Recovered to the target", "target", targetText(r), "took", time.Since(began).Round(time.Millisecond),
+			m.log.Info("Recovered to the target", "target", targetText(r), "took", time.Since(run.began).Round(time.Millisecond),
 				"restored", restorer.Stats().Restored)
 			return nil
 		}
@@ -209,26 +210,35 @@ func targetText(r *Recovery) string {
 	}
 }
 
-// updateRecoveryProgress estimates how far replay has come from the WAL
-// segments handed to it: a server without hot standby answers no query.
-func (m *Manager) updateRecoveryProgress(restorer *wal.Restorer, p *instanceapi.RecoveryProgress, start, end uint64, segSize int64, took time.Duration) {
-	st := restorer.Stats()
-	m.mu.Lock()
-	defer m.mu.Unlock()
+// replay is a running recovery from the archive: what Status reports of
+// it is worked out when asked, so a replay shorter than any polling
+// interval is still seen.
+type replay struct {
+	restorer   *wal.Restorer
+	base       instanceapi.RecoveryProgress // the base backup, target and end
+	start, end uint64
+	segSize    int64
+	began      time.Time
+}
+
+// progress estimates how far replay has come from the WAL segments handed
+// to it: a server without hot standby answers no query.
+func (r *replay) progress(now time.Time) instanceapi.RecoveryProgress {
+	p := r.base
+	st := r.restorer.Stats()
 	p.Restored, p.Prefetched = st.Restored, st.Prefetched
 	if len(st.Last) != 24 {
-		return
+		return p
 	}
-	at := wal.SegmentStart(st.Last, segSize)
+	at := wal.SegmentStart(st.Last, r.segSize)
 	p.ReplayedLSN = postgres.FormatLSN(at)
-	if at > start && took > 0 {
-		p.BytesPerSecond = int64(float64(at-start) / took.Seconds())
+	if took := now.Sub(r.began); at > r.start && took > 0 {
+		p.BytesPerSecond = int64(float64(at-r.start) / took.Seconds())
 	}
-	if p.BytesPerSecond > 0 && end > at {
-		p.RemainingSeconds = int64(end-at) / p.BytesPerSecond
-	} else {
-		p.RemainingSeconds = 0
+	if p.BytesPerSecond > 0 && r.end > at {
+		p.RemainingSeconds = int64(r.end-at) / p.BytesPerSecond
 	}
+	return p
 }
 
 // recovered says whether the local server on dir finished recovery. The
