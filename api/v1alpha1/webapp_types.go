@@ -44,10 +44,26 @@ const (
 	ReasonUnavailable = "Unavailable"
 	// ReasonRolloutComplete means no rollout is in progress.
 	ReasonRolloutComplete = "RolloutComplete"
+	// ReasonPodSecurityViolation means the pod template breaks the Pod
+	// Security level its namespace enforces; daytwo does not apply it.
+	ReasonPodSecurityViolation = "PodSecurityViolation"
+	// ReasonContainerConfigError means the kubelet refuses to create the
+	// container, for example an image that runs as root under runAsNonRoot.
+	ReasonContainerConfigError = "ContainerConfigError"
+	// ReasonImagePullFailed means the kubelet cannot pull the image.
+	ReasonImagePullFailed = "ImagePullFailed"
+	// ReasonCrashLoopBackOff means the container keeps exiting.
+	ReasonCrashLoopBackOff = "CrashLoopBackOff"
+	// ReasonOOMKilled means the container was killed for exceeding its memory limit.
+	ReasonOOMKilled = "OOMKilled"
+	// ReasonUnschedulable means the scheduler cannot place a pod.
+	ReasonUnschedulable = "Unschedulable"
 )
 
 // WebAppSpec is what a user declares for a stateless application.
 // +kubebuilder:validation:XValidation:rule="!(has(self.replicas) && has(self.autoscaling))",message="replicas and autoscaling are mutually exclusive: with autoscaling the HorizontalPodAutoscaler owns the replica count"
+// +kubebuilder:validation:XValidation:rule="!has(self.securityContext) || !has(self.securityContext.runAsUser) || self.securityContext.runAsUser != 0 || (has(self.securityContext.runAsNonRoot) && !self.securityContext.runAsNonRoot)",message="securityContext.runAsUser 0 is root, which daytwo's default runAsNonRoot: true refuses: set securityContext.runAsNonRoot: false as well",fieldPath=".securityContext.runAsUser"
+// +kubebuilder:validation:XValidation:rule="!has(self.podSecurityContext) || !has(self.podSecurityContext.runAsUser) || self.podSecurityContext.runAsUser != 0 || (has(self.podSecurityContext.runAsNonRoot) && !self.podSecurityContext.runAsNonRoot)",message="podSecurityContext.runAsUser 0 is root, which daytwo's default runAsNonRoot: true refuses: set podSecurityContext.runAsNonRoot: false as well",fieldPath=".podSecurityContext.runAsUser"
 type WebAppSpec struct {
 	// image is the container image to run, for example "ghcr.io/acme/shop:1.4.2".
 	// +required
@@ -113,6 +129,24 @@ type WebAppSpec struct {
 	// API, and a token they do not need is one an attacker can use.
 	// +optional
 	AutomountServiceAccountToken *bool `json:"automountServiceAccountToken,omitempty"`
+
+	// securityContext overrides, field by field, the app container's
+	// restricted default (allowPrivilegeEscalation: false, capabilities:
+	// drop ALL; runAsNonRoot: true comes from the pod). A field set here
+	// replaces daytwo's whole; fields left unset keep the default. For an
+	// image that must start as root, such as the official nginx:
+	// runAsNonRoot: false, runAsUser: 0, and capabilities with drop ALL
+	// and add CHOWN, SETUID, SETGID, NET_BIND_SERVICE. daytwo refuses a
+	// template that breaks the Pod Security level its namespace enforces
+	// (the pod-security.kubernetes.io/enforce label).
+	// +optional
+	SecurityContext *corev1.SecurityContext `json:"securityContext,omitempty"`
+
+	// podSecurityContext overrides, field by field, the pod's restricted
+	// default (runAsNonRoot: true, seccompProfile RuntimeDefault), for
+	// example to set fsGroup or runAsUser for the whole pod.
+	// +optional
+	PodSecurityContext *corev1.PodSecurityContext `json:"podSecurityContext,omitempty"`
 
 	// resources of the container. When unset, daytwo requests 100m CPU and 128Mi memory.
 	// +optional

@@ -118,10 +118,19 @@ func (r *Reconciler) applyDeployment(ctx context.Context, app *v1alpha1.WebApp, 
 	}
 	exists := err == nil
 	ro := rollout{desiredImage: app.Spec.Image}
+	if ro.forbidden, err = r.podSecurityViolation(ctx, app.Namespace, desired); err != nil {
+		return rollout{}, err
+	}
+	if ro.forbidden != "" && !exists {
+		return ro, nil // nothing runs yet; the condition says why nothing will
+	}
 	template := desired
 	// The event describing this apply is recorded only once the apply succeeded.
 	event := func() {}
 	switch {
+	case ro.forbidden != "":
+		// Keep what runs: the API server would refuse every new pod.
+		template = convertOne[corev1ac.PodTemplateSpecApplyConfiguration](&live.Spec.Template)
 	case exists && live.Annotations[annotationFailedTemplate] == desiredHash:
 		// Rolled back before: keep the live (good) template, do not retry the failed one.
 		template = convertOne[corev1ac.PodTemplateSpecApplyConfiguration](&live.Spec.Template)

@@ -32,7 +32,8 @@ const conflictRetry = time.Minute
 // Reconciler reconciles a WebApp.
 type Reconciler struct {
 	Client client.Client
-	// APIReader reads without the cache; only ReplicaSets during a rollback.
+	// APIReader reads without the cache: ReplicaSets during a rollback,
+	// and pods while a rollout is stuck (diagnosePods).
 	APIReader client.Reader
 	Recorder  events.EventRecorder
 }
@@ -45,6 +46,8 @@ type Reconciler struct {
 // +kubebuilder:rbac:groups=apps,resources=replicasets,verbs=get;list
 // +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch;create;patch
 // +kubebuilder:rbac:groups="",resources=configmaps;secrets,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list
 // +kubebuilder:rbac:groups=autoscaling,resources=horizontalpodautoscalers,verbs=get;list;watch;create;patch;delete
 // +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;patch;delete
 // +kubebuilder:rbac:groups=networking.k8s.io,resources=ingresses,verbs=get;list;watch;create;patch;delete
@@ -102,10 +105,16 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, app *v1alpha1.WebApp) 
 	if obs.rollout, err = r.applyDeployment(ctx, app, in); err != nil {
 		return reconcile.Result{}, err
 	}
+	var again time.Duration
+	if d := obs.rollout.deployment; d != nil {
+		if obs.problem, again, err = r.diagnosePods(ctx, d, time.Now()); err != nil {
+			return reconcile.Result{}, err
+		}
+	}
 	if err := r.applyService(ctx, app, in.selector); err != nil {
 		return reconcile.Result{}, err
 	}
-	return reconcile.Result{}, r.applyOptionalChildren(ctx, app, in.selector)
+	return reconcile.Result{RequeueAfter: again}, r.applyOptionalChildren(ctx, app, in.selector)
 }
 
 // SetupWithManager declares every trigger of this controller.
@@ -128,6 +137,10 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr manager.Manager) 
 		WatchesMetadata(&corev1.ConfigMap{}, handler.EnqueueRequestsFromMapFunc(r.referrers(kindConfigMap))).
 		WatchesMetadata(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.referrers(kindSecret))).
 		Watches(&v1alpha1.Database{}, handler.EnqueueRequestsFromMapFunc(r.referrers(kindDatabase))).
+		// Only labels: a namespace's Pod Security level decides whether a
+		// template may be applied (podSecurity).
+		WatchesMetadata(&corev1.Namespace{}, handler.EnqueueRequestsFromMapFunc(r.inNamespace),
+			builder.WithPredicates(podSecurityLabelsChanged)).
 		Named("webapp").
 		Complete(r)
 }

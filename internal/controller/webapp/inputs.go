@@ -69,18 +69,29 @@ func (r *Reconciler) podInputs(ctx context.Context, app *v1alpha1.WebApp) (podIn
 // namespace that reference it.
 func (r *Reconciler) referrers(kind string) func(context.Context, client.Object) []reconcile.Request {
 	return func(ctx context.Context, obj client.Object) []reconcile.Request {
-		apps := &v1alpha1.WebAppList{}
-		if err := r.Client.List(ctx, apps, client.InNamespace(obj.GetNamespace()),
-			client.MatchingFields{referenceIndex: kind + "/" + obj.GetName()}); err != nil {
-			logf.FromContext(ctx).Error(err, "Failed to list the WebApps that reference an object", "kind", kind, "object", klog.KObj(obj))
-			return nil
-		}
-		reqs := make([]reconcile.Request, 0, len(apps.Items))
-		for _, a := range apps.Items {
-			reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&a)})
-		}
-		return reqs
+		return r.requestsFor(ctx, "reference an object", obj, client.InNamespace(obj.GetNamespace()),
+			client.MatchingFields{referenceIndex: kind + "/" + obj.GetName()})
 	}
+}
+
+// inNamespace maps a namespace to every WebApp in it.
+func (r *Reconciler) inNamespace(ctx context.Context, ns client.Object) []reconcile.Request {
+	return r.requestsFor(ctx, "are in a namespace", ns, client.InNamespace(ns.GetName()))
+}
+
+// requestsFor lists the WebApps opts select from the cache, for a map
+// function woken by obj; an error is logged, and nothing is enqueued.
+func (r *Reconciler) requestsFor(ctx context.Context, what string, obj client.Object, opts ...client.ListOption) []reconcile.Request {
+	apps := &v1alpha1.WebAppList{}
+	if err := r.Client.List(ctx, apps, opts...); err != nil {
+		logf.FromContext(ctx).Error(err, "Failed to list the WebApps that "+what, "object", klog.KObj(obj))
+		return nil
+	}
+	reqs := make([]reconcile.Request, 0, len(apps.Items))
+	for _, a := range apps.Items {
+		reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&a)})
+	}
+	return reqs
 }
 
 // corev1GVK is the GroupVersionKind of a core/v1 kind (ConfigMap, Secret).

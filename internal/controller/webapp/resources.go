@@ -142,9 +142,10 @@ func podTemplate(app *v1alpha1.WebApp, in podInputs) *corev1ac.PodTemplateSpecAp
 		WithEnableServiceLinks(false).
 		// Most apps never call the Kubernetes API: no token unless asked.
 		WithAutomountServiceAccountToken(ptr.Deref(app.Spec.AutomountServiceAccountToken, false)).
-		WithSecurityContext(corev1ac.PodSecurityContext().
-			WithRunAsNonRoot(true).
-			WithSeccompProfile(corev1ac.SeccompProfile().WithType(corev1.SeccompProfileTypeRuntimeDefault)))
+		WithSecurityContext(overlay[corev1ac.PodSecurityContextApplyConfiguration](&corev1.PodSecurityContext{
+			RunAsNonRoot:   ptr.To(true),
+			SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+		}, app.Spec.PodSecurityContext))
 	if app.Spec.ServiceAccountName != "" {
 		spec.WithServiceAccountName(app.Spec.ServiceAccountName)
 	}
@@ -169,9 +170,14 @@ func container(app *v1alpha1.WebApp, in podInputs) *corev1ac.ContainerApplyConfi
 		WithResources(convertOne[corev1ac.ResourceRequirementsApplyConfiguration](resources(app))).
 		WithReadinessProbe(probe(app, func(p *v1alpha1.WebAppProbes) *corev1.Probe { return p.Readiness }, readinessProbe())).
 		WithLivenessProbe(probe(app, func(p *v1alpha1.WebAppProbes) *corev1.Probe { return p.Liveness }, livenessProbe())).
-		WithSecurityContext(corev1ac.SecurityContext().
-			WithAllowPrivilegeEscalation(false).
-			WithCapabilities(corev1ac.Capabilities().WithDrop("ALL")))
+		// The container's last log lines stand in for a termination
+		// message it did not write, so a crash explains itself in the
+		// WebApp's conditions (see diagnose).
+		WithTerminationMessagePolicy(corev1.TerminationMessageFallbackToLogsOnError).
+		WithSecurityContext(overlay[corev1ac.SecurityContextApplyConfiguration](&corev1.SecurityContext{
+			AllowPrivilegeEscalation: ptr.To(false),
+			Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+		}, app.Spec.SecurityContext))
 	if len(app.Spec.Command) > 0 {
 		c.WithCommand(app.Spec.Command...)
 	}
@@ -356,16 +362,38 @@ func convert[AC any, T any](in []T) []*AC {
 	return out
 }
 
+// overlay is def with each top-level field that user sets replaced by
+// user's, as an apply configuration: a security override changes what it
+// names and keeps the rest of the restricted default.
+func overlay[AC any, T any](def, user *T) *AC {
+	merged := map[string]json.RawMessage{}
+	for _, v := range []*T{def, user} {
+		if v == nil {
+			continue
+		}
+		var fields map[string]json.RawMessage
+		if err := json.Unmarshal(mustMarshal(v), &fields); err != nil {
+			panic(fmt.Sprintf("unmarshal %T: %v", v, err)) // a struct marshals to an object
+		}
+		maps.Copy(merged, fields)
+	}
+	return convertOne[AC](&merged)
+}
+
+func mustMarshal(v any) []byte {
+	raw, err := json.Marshal(v)
+	if err != nil {
+		panic(fmt.Sprintf("marshal %T: %v", v, err)) // API types always marshal
+	}
+	return raw
+}
+
 func convertOne[AC any, T any](in *T) *AC {
 	if in == nil {
 		return nil
 	}
-	raw, err := json.Marshal(in)
-	if err != nil {
-		panic(fmt.Sprintf("marshal %T: %v", in, err)) // API types always marshal
-	}
 	out := new(AC)
-	if err := json.Unmarshal(raw, out); err != nil {
+	if err := json.Unmarshal(mustMarshal(in), out); err != nil {
 		panic(fmt.Sprintf("unmarshal into %T: %v", out, err)) // same schema on both sides
 	}
 	return out

@@ -23,6 +23,9 @@ type rollout struct {
 	// Deployment read back right after the apply may still be the cache's
 	// older copy, which names the failed image.
 	restoredImage string
+	// forbidden says why the spec's template breaks the namespace's Pod
+	// Security level; the live template, if any, was kept.
+	forbidden string
 }
 
 // rolledBack reports whether the applied template is the previous revision's
@@ -35,6 +38,8 @@ type observation struct {
 	missing  string
 	conflict string
 	rollout  rollout
+	// problem is what keeps pods from running, when the rollout is stuck.
+	problem *podProblem
 }
 
 // setStatus rebuilds app's status from obs. It is pure: same inputs, same status.
@@ -66,6 +71,11 @@ func setStatus(app *v1alpha1.WebApp, obs observation) {
 	case obs.conflict != "":
 		set(v1alpha1.ConditionReady, false, v1alpha1.ReasonConflictingResource, obs.conflict)
 		return
+	case obs.rollout.deployment == nil && obs.rollout.forbidden != "":
+		set(v1alpha1.ConditionReady, false, v1alpha1.ReasonPodSecurityViolation, obs.rollout.forbidden)
+		set(v1alpha1.ConditionProgressing, false, v1alpha1.ReasonPodSecurityViolation, obs.rollout.forbidden)
+		set(v1alpha1.ConditionDegraded, true, v1alpha1.ReasonPodSecurityViolation, obs.rollout.forbidden)
+		return
 	case obs.rollout.deployment == nil:
 		return
 	}
@@ -79,14 +89,22 @@ func setStatus(app *v1alpha1.WebApp, obs observation) {
 	}
 
 	available := d.Status.AvailableReplicas >= desired && desired > 0 || desired == 0
-	if available {
-		set(v1alpha1.ConditionReady, true, v1alpha1.ReasonAvailable, fmt.Sprintf("%d of %d replicas available", d.Status.AvailableReplicas, desired))
-	} else {
-		set(v1alpha1.ConditionReady, false, v1alpha1.ReasonReconciling, fmt.Sprintf("%d of %d replicas available", d.Status.AvailableReplicas, desired))
+	count := fmt.Sprintf("%d of %d replicas available", d.Status.AvailableReplicas, desired)
+	switch {
+	case available:
+		set(v1alpha1.ConditionReady, true, v1alpha1.ReasonAvailable, count)
+	case obs.problem != nil:
+		set(v1alpha1.ConditionReady, false, obs.problem.reason, count+". "+obs.problem.message)
+	default:
+		set(v1alpha1.ConditionReady, false, v1alpha1.ReasonReconciling, count)
 	}
 
 	ro := obs.rollout
 	switch {
+	case ro.forbidden != "":
+		set(v1alpha1.ConditionProgressing, false, v1alpha1.ReasonPodSecurityViolation, ro.forbidden)
+		set(v1alpha1.ConditionDegraded, true, v1alpha1.ReasonPodSecurityViolation, ro.forbidden)
+		return
 	case ro.rolledBack():
 		msg := fmt.Sprintf("Image %s missed its progress deadline; rolled back to %s", ro.desiredImage, cmp.Or(ro.restoredImage, templateImage(d)))
 		set(v1alpha1.ConditionProgressing, false, v1alpha1.ReasonRolledBack, msg)
@@ -102,9 +120,13 @@ func setStatus(app *v1alpha1.WebApp, obs observation) {
 	default:
 		set(v1alpha1.ConditionProgressing, false, v1alpha1.ReasonRolloutComplete, "Image "+ro.desiredImage+" is rolled out")
 	}
-	if complete && !available {
+	switch {
+	case obs.problem != nil:
+		// A new revision's pods failing beside available old ones, too.
+		set(v1alpha1.ConditionDegraded, true, obs.problem.reason, obs.problem.message)
+	case complete && !available:
 		set(v1alpha1.ConditionDegraded, true, v1alpha1.ReasonUnavailable, "Fewer replicas are available than desired")
-	} else {
+	default:
 		set(v1alpha1.ConditionDegraded, false, v1alpha1.ReasonAvailable, "No fault observed")
 	}
 }

@@ -1,0 +1,166 @@
+package webapp
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
+)
+
+func podWith(name string, st corev1.ContainerStatus) corev1.Pod {
+	st.Name = containerName
+	return corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: containerName, Resources: corev1.ResourceRequirements{
+			Limits: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("64Mi")}}}}},
+		Status: corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{st}},
+	}
+}
+
+func waiting(reason, msg string) corev1.ContainerState {
+	return corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: reason, Message: msg}}
+}
+
+func TestDiagnose(t *testing.T) {
+	running := podWith("ok", corev1.ContainerStatus{Ready: true, State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}})
+	pull := podWith("p1", corev1.ContainerStatus{Image: "shop:9", State: waiting("ImagePullBackOff", `Back-off pulling image "shop:9"`)})
+	root := podWith("p2", corev1.ContainerStatus{State: waiting("CreateContainerConfigError",
+		"container has runAsNonRoot and image will run as root (pod: \"web-1_ns(uid)\", container: app)")})
+	crash := podWith("p3", corev1.ContainerStatus{RestartCount: 4, State: waiting("CrashLoopBackOff", "back-off 40s restarting failed container"),
+		LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 1,
+			Message: "starting\n\n2026/11/25 [emerg] 1#1: bind() to 0.0.0.0:80 failed (13: Permission denied)\nnginx: [emerg] bind() to 0.0.0.0:80 failed (13: Permission denied)\n"}}})
+	oom := podWith("p4", corev1.ContainerStatus{RestartCount: 2, State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}},
+		LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 137, Reason: "OOMKilled"}}})
+	pending := corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p5"}, Status: corev1.PodStatus{Conditions: []corev1.PodCondition{{
+		Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable, Message: "0/1 nodes are available: 1 Insufficient cpu."}}}}
+	tests := []struct {
+		name   string
+		pods   []corev1.Pod
+		reason string
+		want   []string
+	}{
+		{name: "healthy", pods: []corev1.Pod{running}},
+		{name: "image pull", pods: []corev1.Pod{running, pull}, reason: v1alpha1.ReasonImagePullFailed, want: []string{"p1", "shop:9", "ImagePullBackOff"}},
+		{name: "root image", pods: []corev1.Pod{root}, reason: v1alpha1.ReasonContainerConfigError,
+			want: []string{"will run as root", "spec.securityContext.runAsNonRoot: false"}},
+		{name: "crash loop with the container's words", pods: []corev1.Pod{crash}, reason: v1alpha1.ReasonCrashLoopBackOff,
+			want: []string{"4 restarts", "exit code 1", "starting | 2026/11/25 [emerg]", "(13: Permission denied)"}},
+		{name: "OOM killed, running again", pods: []corev1.Pod{oom}, reason: v1alpha1.ReasonOOMKilled, want: []string{"64Mi", "spec.resources.limits.memory"}},
+		{name: "unschedulable", pods: []corev1.Pod{pending}, reason: v1alpha1.ReasonUnschedulable, want: []string{"Insufficient cpu"}},
+		{name: "what to fix first: the image, then the crash", pods: []corev1.Pod{crash, pending, pull}, reason: v1alpha1.ReasonImagePullFailed},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := diagnose(tt.pods)
+			if tt.reason == "" {
+				if got != nil {
+					t.Fatalf("diagnose = %+v, want nothing", *got)
+				}
+				return
+			}
+			if got == nil || got.reason != tt.reason {
+				t.Fatalf("diagnose = %+v, want reason %s", got, tt.reason)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(got.message, w) {
+					t.Errorf("message %q lacks %q", got.message, w)
+				}
+			}
+		})
+	}
+}
+
+func TestLastWordsKeepTheEnd(t *testing.T) {
+	long := strings.Repeat("é", 400) // 800 bytes, two per rune
+	got := lastWords("a\nb\nc\nd\n" + long)
+	if len(got) > 512 || !strings.HasPrefix(got, "...") || !strings.HasSuffix(got, "é") || strings.Contains(got, "b |") {
+		t.Fatalf("lastWords = %q (%d bytes)", got, len(got))
+	}
+	if got := lastWords("one\n\n  \ntwo\nthree\nfour\n"); got != "two | three | four" {
+		t.Fatalf("lastWords = %q", got)
+	}
+}
+
+func TestStuckFor(t *testing.T) {
+	now := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
+	progressed := func(ago time.Duration) []appsv1.DeploymentCondition {
+		return []appsv1.DeploymentCondition{{Type: appsv1.DeploymentProgressing, Status: corev1.ConditionTrue,
+			LastUpdateTime: metav1.NewTime(now.Add(-ago))}}
+	}
+	d := func(gen, observed int64, replicas, updated, unavailable int32, conds []appsv1.DeploymentCondition) *appsv1.Deployment {
+		return &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Generation: gen}, Spec: appsv1.DeploymentSpec{Replicas: ptr.To(replicas)},
+			Status: appsv1.DeploymentStatus{ObservedGeneration: observed, Replicas: replicas, UpdatedReplicas: updated,
+				UnavailableReplicas: unavailable, Conditions: conds}}
+	}
+	for _, tt := range []struct {
+		name string
+		d    *appsv1.Deployment
+		want time.Duration
+	}{
+		{"all available", d(2, 2, 3, 3, 0, progressed(time.Hour)), 0},
+		{"not observed yet", d(3, 2, 3, 3, 1, progressed(time.Hour)), 0},
+		{"unavailable, no progress for a minute", d(2, 2, 3, 3, 1, progressed(time.Minute)), time.Minute},
+		{"a rollout with old pods left", d(2, 2, 4, 1, 0, progressed(20*time.Second)), 20 * time.Second},
+		{"no Progressing condition", d(2, 2, 3, 3, 1, nil), 0},
+	} {
+		if got := stuckFor(tt.d, now); got != tt.want {
+			t.Errorf("%s: stuckFor = %v, want %v", tt.name, got, tt.want)
+		}
+	}
+}
+
+func TestPodSecurityOfTheTemplate(t *testing.T) {
+	in := podInputs{selector: selectorLabels(testApp(nil))}
+	def := convertOne[corev1.PodTemplateSpec](podTemplate(testApp(nil), in))
+	root := convertOne[corev1.PodTemplateSpec](podTemplate(testApp(func(a *v1alpha1.WebApp) {
+		a.Spec.SecurityContext = &corev1.SecurityContext{RunAsNonRoot: ptr.To(false), RunAsUser: ptr.To[int64](0),
+			Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}, Add: []corev1.Capability{"CHOWN", "SETUID", "SETGID", "NET_BIND_SERVICE"}}}
+	}), in))
+	privileged := convertOne[corev1.PodTemplateSpec](podTemplate(testApp(func(a *v1alpha1.WebApp) {
+		a.Spec.SecurityContext = &corev1.SecurityContext{Privileged: ptr.To(true), AllowPrivilegeEscalation: ptr.To(true)}
+	}), in))
+	enforce := func(level string) map[string]string {
+		return map[string]string{"pod-security.kubernetes.io/enforce": level, "pod-security.kubernetes.io/warn": "restricted"}
+	}
+	for _, tt := range []struct {
+		name   string
+		labels map[string]string
+		t      *corev1.PodTemplateSpec
+		want   []string // nil: allowed
+	}{
+		{"the default passes restricted", enforce("restricted"), def, nil},
+		{"root with capabilities passes baseline", enforce("baseline"), root, nil},
+		{"root is refused by restricted", enforce("restricted"), root,
+			[]string{`"restricted:latest"`, "runAsNonRoot", "runAsUser=0", "CHOWN", "spec.securityContext"}},
+		{"privileged is refused by baseline", enforce("baseline"), privileged, []string{`"baseline:latest"`, "privileged"}},
+		{"no label: privileged", nil, privileged, nil},
+		{"a bad label is restricted", enforce("strict"), root, []string{"restricted"}},
+	} {
+		got := podSecurity("ns", tt.labels, tt.t)
+		if (got == "") != (tt.want == nil) {
+			t.Errorf("%s: podSecurity = %q", tt.name, got)
+			continue
+		}
+		if got != "" {
+			t.Logf("%s: %s", tt.name, got)
+		}
+		for _, w := range tt.want {
+			if !strings.Contains(got, w) {
+				t.Errorf("%s: %q lacks %q", tt.name, got, w)
+			}
+		}
+	}
+	// The override keeps what it does not name.
+	c := root.Spec.Containers[0]
+	if p := c.SecurityContext.AllowPrivilegeEscalation; p == nil || *p || root.Spec.SecurityContext.SeccompProfile == nil ||
+		!*root.Spec.SecurityContext.RunAsNonRoot || c.TerminationMessagePolicy != corev1.TerminationMessageFallbackToLogsOnError {
+		t.Fatalf("the override lost a default: %+v, pod %+v", c, root.Spec.SecurityContext)
+	}
+}
