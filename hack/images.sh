@@ -30,8 +30,10 @@ declare -A TAG=(
   [demo-web]=localhost/daytwo-demo-web:dev,localhost/daytwo-demo-web:v2
   [minio]=localhost/minio:dev
   [e2e-client]=localhost/daytwo-e2e-client:dev
+  # The seed's WebApp runs nginx:1.25 as written; this stands in for it.
+  [nginx]=docker.io/library/nginx:1.25,docker.io/library/nginx:latest
 )
-ALL=(pause busybox coredns local-path-provisioner postgres-15 postgres-17 postgres-18 daytwo demo-web minio e2e-client)
+ALL=(pause busybox coredns local-path-provisioner postgres-15 postgres-17 postgres-18 daytwo demo-web minio e2e-client nginx)
 
 log() { printf '[images %s] %s\n' "$(date +%T)" "$*"; }
 
@@ -113,6 +115,32 @@ build_postgres() {
   rm -rf "$fs"
   echo "$want" >"$stamp"
 }
+# nginx: Debian's nginx, shaped like the official image where it matters to
+# a pod's security context: it starts as root (no USER), binds port 80,
+# chowns its temp directories and drops to an unprivileged user for its
+# workers, and logs to stdout and stderr.
+build_nginx() {
+  local stamp="$OUT/nginx.stamp" want="recipe-1 bookworm nginx-light"
+  if [ -f "$OUT/nginx.tar" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$want" ]; then
+    log "nginx cached"; return
+  fi
+  local fs="$CACHE/nginx-rootfs"
+  rm -rf "$fs"
+  log "debootstrap bookworm with nginx-light (about a minute)"
+  debootstrap --variant=minbase --include=nginx-light bookworm "$fs" http://deb.debian.org/debian >"$CACHE/debootstrap-nginx.log" 2>&1 \
+    || { tail -20 "$CACHE/debootstrap-nginx.log"; exit 1; }
+  # IPv4 only: a pod network without IPv6 would refuse [::]:80.
+  sed -i '/listen \[::\]:80/d' "$fs/etc/nginx/sites-available/default"
+  grep -q 'listen 80 default_server' "$fs/etc/nginx/sites-available/default" \
+    || { echo "images: nginx's default site does not listen on 80" >&2; exit 1; }
+  ln -sf /dev/stdout "$fs/var/log/nginx/access.log"
+  ln -sf /dev/stderr "$fs/var/log/nginx/error.log"
+  rm -rf "$fs"/usr/share/{doc,man,info,locale} "$fs"/var/cache/apt/* "$fs"/var/lib/apt/lists/* "$fs"/var/log/*.log
+  hack/mkimg.sh "$fs" "${TAG[nginx]}" "$OUT/nginx.tar" null '["nginx","-g","daemon off;"]' >/dev/null
+  rm -rf "$fs"
+  echo "$want" >"$stamp"
+}
+
 build_postgres-15() { build_postgres 15; }
 build_postgres-17() { build_postgres 17; }
 build_postgres-18() { build_postgres 18; }

@@ -36,11 +36,7 @@ const (
 // Security Standard, so every Database pod proves it meets it.
 func restrictedNamespace(t *testing.T) string {
 	ns := cluster.Namespace(t)
-	patch := []byte(`{"metadata":{"labels":{"pod-security.kubernetes.io/enforce":"restricted"}}}`)
-	if err := cluster.Client.Patch(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}},
-		client.RawPatch(types.MergePatchType, patch)); err != nil {
-		t.Fatal(err)
-	}
+	labelPodSecurity(t, ns, "restricted")
 	return ns
 }
 
