@@ -2,6 +2,9 @@ package controller
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"fmt"
 
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -50,10 +53,34 @@ func ApplyIfChangedReading[O client.Object, AC runtime.ApplyConfiguration](ctx c
 }
 
 // Unchanged is true when live holds exactly what daytwo would apply as
-// desired (see ApplyIfChanged).
+// desired (see ApplyIfChanged). A cached child carries the fingerprint of
+// daytwo's part instead of its managed fields (CachedOwnedFingerprint); an
+// object read from the API server is extracted and compared.
 func Unchanged[O client.Object, AC runtime.ApplyConfiguration](live O, desired AC, extract func(O, string) (AC, error)) bool {
+	if fp, ok := live.GetAnnotations()[CachedOwnedFingerprint]; ok {
+		return fp == Fingerprint(desired)
+	}
 	current, err := extract(live, FieldOwner)
 	return err == nil && equality.Semantic.DeepEqual(current, desired)
+}
+
+// CachedOwnedFingerprint is an annotation only the informer cache's copy
+// of a child carries, never the API server's: the Fingerprint of what
+// daytwo's managed-fields entry covers, taken when the watch delivered the
+// object (see operator.CacheOptions). The cache then drops the managed
+// fields, which are often the largest part of a child.
+const CachedOwnedFingerprint = "cache.daytwo.dev/owned-fingerprint"
+
+// Fingerprint identifies an apply configuration by content: two that are
+// equal field for field marshal to the same JSON (map keys sorted, lists
+// in order, quantities in canonical form).
+func Fingerprint(ac any) string {
+	raw, err := json.Marshal(ac)
+	if err != nil {
+		return "unmarshalable: " + err.Error() // equal to no fingerprint of a real object
+	}
+	sum := sha256.Sum256(raw)
+	return hex.EncodeToString(sum[:16])
 }
 
 // Named returns an empty object of type T with a namespace and name, for

@@ -3,11 +3,9 @@ package operator
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
@@ -18,7 +16,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
-	"github.com/daytwo-dev/daytwo/internal/controller"
 	"github.com/daytwo-dev/daytwo/internal/controller/database"
 	"github.com/daytwo-dev/daytwo/internal/controller/databasebackup"
 	"github.com/daytwo-dev/daytwo/internal/controller/webapp"
@@ -34,9 +31,10 @@ func NewScheme() *runtime.Scheme {
 }
 
 // CacheOptions are the informer cache settings every daytwo manager uses.
-// Cached objects keep only daytwo's own managed-fields entry: it is how a
-// reconcile tells that a child already holds what it would apply (and skips
-// the write), and the other entries are often the largest part of an object.
+// Cached objects lose the managed fields of other managers, and children
+// daytwo applies keep only the fingerprint of daytwo's part (transform):
+// it is how a reconcile tells that a child already holds what it would
+// apply, and skips the write.
 // Pods and volumes are cached only when they belong to a Database: the
 // operator never needs any other, and a cluster has many.
 func CacheOptions(namespaces ...string) cache.Options {
@@ -52,7 +50,7 @@ func CacheOptions(namespaces ...string) cache.Options {
 	return cache.Options{
 		// Namespaced objects are watched in these namespaces only; nil means all.
 		DefaultNamespaces: only,
-		DefaultTransform:  keepOwnManagedFields,
+		DefaultTransform:  transform,
 		ByObject: map[client.Object]cache.ByObject{
 			&corev1.Pod{}:                   {Label: ours},
 			&corev1.PersistentVolumeClaim{}: {Label: ours},
@@ -65,19 +63,6 @@ func CacheOptions(namespaces ...string) cache.Options {
 			}},
 		},
 	}
-}
-
-func keepOwnManagedFields(in any) (any, error) {
-	obj, ok := in.(metav1.Object)
-	if !ok {
-		return in, nil
-	}
-	if mf := obj.GetManagedFields(); len(mf) > 0 {
-		obj.SetManagedFields(slices.DeleteFunc(mf, func(e metav1.ManagedFieldsEntry) bool {
-			return e.Manager != controller.FieldOwner || e.Subresource != ""
-		}))
-	}
-	return in, nil
 }
 
 // Options are the settings controllers take from the command line.

@@ -130,10 +130,14 @@ func (r *Reconciler) applyDeployment(ctx context.Context, app *v1alpha1.WebApp, 
 	switch {
 	case ro.forbidden != "":
 		// Keep what runs: the API server would refuse every new pod.
-		template = convertOne[corev1ac.PodTemplateSpecApplyConfiguration](&live.Spec.Template)
+		if template, err = r.liveTemplate(ctx, live); err != nil {
+			return rollout{}, err
+		}
 	case exists && live.Annotations[annotationFailedTemplate] == desiredHash:
 		// Rolled back before: keep the live (good) template, do not retry the failed one.
-		template = convertOne[corev1ac.PodTemplateSpecApplyConfiguration](&live.Spec.Template)
+		if template, err = r.liveTemplate(ctx, live); err != nil {
+			return rollout{}, err
+		}
 		ro.failedHash, ro.restoredImage = desiredHash, imageOf(&live.Spec.Template)
 	case exists && deadlineExceeded(live) && live.Spec.Template.Annotations[annotationTemplateHash] == desiredHash:
 		prev, err := r.previousTemplate(ctx, live)
@@ -169,6 +173,16 @@ func (r *Reconciler) applyDeployment(ctx context.Context, app *v1alpha1.WebApp, 
 	event()
 	ro.deployment = live
 	return ro, nil
+}
+
+// liveTemplate is d's pod template as the API server holds it: the cache
+// keeps only each container's name and image (see operator.CacheOptions).
+func (r *Reconciler) liveTemplate(ctx context.Context, d *appsv1.Deployment) (*corev1ac.PodTemplateSpecApplyConfiguration, error) {
+	full := &appsv1.Deployment{}
+	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(d), full); err != nil {
+		return nil, fmt.Errorf("failed to get Deployment %s: %w", d.Name, err)
+	}
+	return convertOne[corev1ac.PodTemplateSpecApplyConfiguration](&full.Spec.Template), nil
 }
 
 // deadlineExceeded reports whether the Deployment controller gave up on the

@@ -32,8 +32,9 @@ const conflictRetry = time.Minute
 // Reconciler reconciles a WebApp.
 type Reconciler struct {
 	Client client.Client
-	// APIReader reads without the cache: ReplicaSets during a rollback,
-	// and pods while a rollout is stuck (diagnosePods).
+	// APIReader reads without the cache: ReplicaSets and the full pod
+	// template during a rollback, and pods while a rollout is stuck
+	// (diagnosePods).
 	APIReader client.Reader
 	Recorder  events.EventRecorder
 }

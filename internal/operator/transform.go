@@ -1,0 +1,98 @@
+package operator
+
+import (
+	"slices"
+
+	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	appsv1ac "k8s.io/client-go/applyconfigurations/apps/v1"
+	autoscalingv2ac "k8s.io/client-go/applyconfigurations/autoscaling/v2"
+	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
+	networkingv1ac "k8s.io/client-go/applyconfigurations/networking/v1"
+	policyv1ac "k8s.io/client-go/applyconfigurations/policy/v1"
+	rbacv1ac "k8s.io/client-go/applyconfigurations/rbac/v1"
+
+	"github.com/daytwo-dev/daytwo/internal/controller"
+)
+
+// transform is every cached object's transform. A kind daytwo applies
+// from the cache (controller.ApplyIfChanged) keeps the fingerprint of
+// daytwo's part in place of its managed fields; any other object keeps
+// daytwo's own managed-fields entry only. A Deployment also loses the pod
+// template's spec, all but each container's name and image: the WebApp
+// controller reads the full template from the API server in the rare
+// moments it needs it (a rollback), and a template is most of a
+// Deployment's size. A StatefulSet keeps daytwo's entry: the Database
+// controller compares templates field by field (keepInstanceManager), and
+// Databases are few.
+func transform(in any) (any, error) {
+	switch o := in.(type) {
+	case *appsv1.Deployment:
+		fingerprint(o, appsv1ac.ExtractDeployment)
+		slimTemplate(&o.Spec.Template)
+	case *corev1.Service:
+		fingerprint(o, corev1ac.ExtractService)
+	case *corev1.ServiceAccount:
+		fingerprint(o, corev1ac.ExtractServiceAccount)
+	case *autoscalingv2.HorizontalPodAutoscaler:
+		fingerprint(o, autoscalingv2ac.ExtractHorizontalPodAutoscaler)
+	case *policyv1.PodDisruptionBudget:
+		fingerprint(o, policyv1ac.ExtractPodDisruptionBudget)
+	case *networkingv1.Ingress:
+		fingerprint(o, networkingv1ac.ExtractIngress)
+	case *rbacv1.Role:
+		fingerprint(o, rbacv1ac.ExtractRole)
+	case *rbacv1.RoleBinding:
+		fingerprint(o, rbacv1ac.ExtractRoleBinding)
+	default:
+		return keepOwnManagedFields(in)
+	}
+	return in, nil
+}
+
+// fingerprint replaces obj's managed fields with the fingerprint of what
+// daytwo's entry covers, when it has one.
+func fingerprint[O metav1.Object, AC any](obj O, extract func(O, string) (AC, error)) {
+	owned := slices.ContainsFunc(obj.GetManagedFields(), func(e metav1.ManagedFieldsEntry) bool {
+		return e.Manager == controller.FieldOwner && e.Operation == metav1.ManagedFieldsOperationApply && e.Subresource == ""
+	})
+	if owned {
+		if ac, err := extract(obj, controller.FieldOwner); err == nil {
+			a := obj.GetAnnotations()
+			if a == nil {
+				a = map[string]string{}
+			}
+			a[controller.CachedOwnedFingerprint] = controller.Fingerprint(ac)
+			obj.SetAnnotations(a)
+		}
+	}
+	obj.SetManagedFields(nil)
+}
+
+// slimTemplate keeps a pod template's metadata and each container's name
+// and image.
+func slimTemplate(t *corev1.PodTemplateSpec) {
+	containers := make([]corev1.Container, len(t.Spec.Containers))
+	for i, c := range t.Spec.Containers {
+		containers[i] = corev1.Container{Name: c.Name, Image: c.Image}
+	}
+	t.Spec = corev1.PodSpec{Containers: containers}
+}
+
+func keepOwnManagedFields(in any) (any, error) {
+	obj, ok := in.(metav1.Object)
+	if !ok {
+		return in, nil
+	}
+	if mf := obj.GetManagedFields(); len(mf) > 0 {
+		obj.SetManagedFields(slices.DeleteFunc(mf, func(e metav1.ManagedFieldsEntry) bool {
+			return e.Manager != controller.FieldOwner || e.Subresource != ""
+		}))
+	}
+	return in, nil
+}
