@@ -130,7 +130,7 @@ func runOperator(cmd *cobra.Command, o *operatorOptions) error {
 		return fmt.Errorf("failed to create the manager: %w", err)
 	}
 	ctx := ctrl.SetupSignalHandler()
-	if err := operator.SetupControllers(ctx, mgr, operator.Options{InstanceImage: o.instanceImage}); err != nil {
+	if err := operator.SetupControllers(ctx, mgr, operator.Options{InstanceImage: o.instanceImage, WatchNamespaces: o.watchNamespaces}); err != nil {
 		return err
 	}
 	if webhookServer != nil {

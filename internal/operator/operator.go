@@ -71,6 +71,9 @@ type Options struct {
 	InstanceImage string
 	// Clock drives schedules and deadlines; nil means the real clock.
 	Clock clock.PassiveClock
+	// WatchNamespaces are the namespaces of a namespaced install (the
+	// cache's); nil means all.
+	WatchNamespaces []string
 }
 
 // DefaultInstanceImage is the daytwo image of this build: the released
@@ -88,7 +91,8 @@ func SetupControllers(ctx context.Context, mgr manager.Manager, opts Options) er
 		opts.InstanceImage = DefaultInstanceImage()
 	}
 	c := mgr.GetClient()
-	wa := &webapp.Reconciler{Client: c, APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("daytwo")}
+	wa := &webapp.Reconciler{Client: c, APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("daytwo"),
+		Namespaces: opts.WatchNamespaces}
 	if err := wa.SetupWithManager(ctx, mgr); err != nil {
 		return fmt.Errorf("failed to set up the WebApp controller: %w", err)
 	}

@@ -58,6 +58,11 @@ func transform(in any) (any, error) {
 // fingerprint replaces obj's managed fields with the fingerprint of what
 // daytwo's entry covers, when it has one.
 func fingerprint[O metav1.Object, AC any](obj O, extract func(O, string) (AC, error)) {
+	// Only the cache sets the annotation: one the server holds (a user's)
+	// must not pass for daytwo's part.
+	if a := obj.GetAnnotations(); a != nil {
+		delete(a, controller.CachedOwnedFingerprint)
+	}
 	owned := slices.ContainsFunc(obj.GetManagedFields(), func(e metav1.ManagedFieldsEntry) bool {
 		return e.Manager == controller.FieldOwner && e.Operation == metav1.ManagedFieldsOperationApply && e.Subresource == ""
 	})

@@ -77,7 +77,7 @@ func TestSeedNginxWebApp(t *testing.T) {
 	waitApp(t, app, 3*time.Minute, "Ready with 3 nginx pods", readyWith(3, "nginx:1.25"))
 	waitEndpoints(t, ns, app.Name, 3)
 	out := cluster.RunToCompletion(t, e2eClient(ns, "http-nginx", []string{"http", app.Status.URL + "/", "3"}), 2*time.Minute)
-	if n := strings.Count(out, "Welcome to nginx!"); n != 3 {
+	if n := strings.Count(out, "<h1>Welcome to nginx!</h1>"); n != 3 {
 		t.Fatalf("3 GETs of %s: %d nginx welcome pages in %q", app.Status.URL, n, out)
 	}
 	for _, p := range runningPods(t, app) {

@@ -129,10 +129,12 @@ func (r *Reconciler) applyDeployment(ctx context.Context, app *v1alpha1.WebApp, 
 	event := func() {}
 	switch {
 	case ro.forbidden != "":
-		// Keep what runs: the API server would refuse every new pod.
+		// Keep what runs, and the record of a failed revision: the API
+		// server would refuse every new pod.
 		if template, err = r.liveTemplate(ctx, live); err != nil {
 			return rollout{}, err
 		}
+		ro.failedHash = live.Annotations[annotationFailedTemplate]
 	case exists && live.Annotations[annotationFailedTemplate] == desiredHash:
 		// Rolled back before: keep the live (good) template, do not retry the failed one.
 		if template, err = r.liveTemplate(ctx, live); err != nil {

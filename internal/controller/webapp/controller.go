@@ -2,6 +2,7 @@ package webapp
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -9,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -37,6 +39,12 @@ type Reconciler struct {
 	// (diagnosePods).
 	APIReader client.Reader
 	Recorder  events.EventRecorder
+	// Namespaces are those a namespaced install watches; nil means all.
+	Namespaces []string
+	// unsettled holds, per WebApp, when a reconcile first saw its
+	// Deployment with pods unavailable (see diagnosePods); an entry goes
+	// when the pods are back, or the WebApp is.
+	unsettled sync.Map
 }
 
 // +kubebuilder:rbac:groups=daytwo.dev,resources=webapps,verbs=get;list;watch;patch
@@ -58,6 +66,9 @@ type Reconciler struct {
 func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (_ reconcile.Result, err error) {
 	app := &v1alpha1.WebApp{}
 	if err := r.Client.Get(ctx, req.NamespacedName, app); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.unsettled.Delete(req.NamespacedName)
+		}
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
 	if !app.DeletionTimestamp.IsZero() {
@@ -108,7 +119,7 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, app *v1alpha1.WebApp) 
 	}
 	var again time.Duration
 	if d := obs.rollout.deployment; d != nil {
-		if obs.problem, again, err = r.diagnosePods(ctx, d, time.Now()); err != nil {
+		if obs.problem, again, err = r.diagnosePods(ctx, client.ObjectKeyFromObject(app), d, time.Now()); err != nil {
 			return reconcile.Result{}, err
 		}
 	}

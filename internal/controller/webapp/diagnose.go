@@ -10,6 +10,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
@@ -33,29 +34,40 @@ const (
 	diagnoseEvery = 30 * time.Second
 )
 
-// stuckFor says how long d has had unavailable pods without progress, or
-// 0 when it is not stuck: the Deployment controller moves its Progressing
-// condition's lastUpdateTime whenever a pod becomes available.
-func stuckFor(d *appsv1.Deployment, now time.Time) time.Duration {
-	if d.Status.ObservedGeneration < d.Generation || d.Status.UnavailableReplicas == 0 && d.Status.UpdatedReplicas == d.Status.Replicas {
-		return 0
-	}
-	for _, c := range d.Status.Conditions {
-		if c.Type == appsv1.DeploymentProgressing && !c.LastUpdateTime.IsZero() {
-			return max(now.Sub(c.LastUpdateTime.Time), time.Nanosecond)
-		}
-	}
-	return 0
+// settled says whether every pod of d's current revision is available,
+// as far as the Deployment controller has observed d.
+func settled(d *appsv1.Deployment) bool {
+	return d.Status.UnavailableReplicas == 0 && d.Status.UpdatedReplicas == d.Status.Replicas
 }
 
-// diagnosePods lists d's pods when d is stuck and returns the problem to
-// report, and when to look again.
-func (r *Reconciler) diagnosePods(ctx context.Context, d *appsv1.Deployment, now time.Time) (*podProblem, time.Duration, error) {
-	stuck := stuckFor(d, now)
-	switch {
-	case stuck == 0:
+// stuckFor says how long d, not settled, has made no progress: since the
+// Deployment controller last moved its Progressing condition (it does when
+// a pod of a rollout becomes available), or since daytwo first saw it
+// unsettled (a pod lost or a scale-up moves no condition), whichever is
+// later.
+func stuckFor(d *appsv1.Deployment, now, unsettledSince time.Time) time.Duration {
+	since := unsettledSince
+	for _, c := range d.Status.Conditions {
+		if c.Type == appsv1.DeploymentProgressing && c.LastUpdateTime.After(since) {
+			since = c.LastUpdateTime.Time
+		}
+	}
+	return max(now.Sub(since), 0)
+}
+
+// diagnosePods lists d's pods when d has been stuck for stuckAfter and
+// returns the problem to report, and when to look again. unsettled
+// remembers, per WebApp, since when its Deployment has not settled.
+func (r *Reconciler) diagnosePods(ctx context.Context, app types.NamespacedName, d *appsv1.Deployment, now time.Time) (*podProblem, time.Duration, error) {
+	if d.Status.ObservedGeneration < d.Generation {
+		return nil, 0, nil // the Deployment controller's word is still to come
+	}
+	if settled(d) {
+		r.unsettled.Delete(app)
 		return nil, 0, nil
-	case stuck < stuckAfter:
+	}
+	first, _ := r.unsettled.LoadOrStore(app, now)
+	if stuck := stuckFor(d, now, first.(time.Time)); stuck < stuckAfter {
 		return nil, stuckAfter - stuck, nil
 	}
 	pods := &corev1.PodList{}
@@ -116,7 +128,9 @@ func diagnosePod(pod *corev1.Pod) *podProblem {
 				if last != nil && last.Reason == "OOMKilled" {
 					return oomKilled(pod, cs)
 				}
-				msg := fmt.Sprintf("Container %s of pod %s keeps exiting (%d restarts)", cs.Name, pod.Name, cs.RestartCount)
+				// No restart count: the message stays the same while the
+				// loop goes on, so the status is not rewritten for it.
+				msg := fmt.Sprintf("Container %s of pod %s keeps exiting", cs.Name, pod.Name)
 				if last != nil {
 					msg += fmt.Sprintf("; last exit code %d", last.ExitCode)
 					if words := lastWords(last.Message); words != "" {
@@ -141,8 +155,8 @@ func oomKilled(pod *corev1.Pod, cs corev1.ContainerStatus) *podProblem {
 		}
 	}
 	return &podProblem{rank: 2, reason: v1alpha1.ReasonOOMKilled,
-		message: fmt.Sprintf("Container %s of pod %s was killed for using more than %s (%d restarts); raise spec.resources.limits.memory",
-			cs.Name, pod.Name, limit, cs.RestartCount)}
+		message: fmt.Sprintf("Container %s of pod %s was killed for using more than %s; raise spec.resources.limits.memory",
+			cs.Name, pod.Name, limit)}
 }
 
 // lastWords are the end of a termination message (the container's own, or

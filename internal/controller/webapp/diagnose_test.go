@@ -51,7 +51,7 @@ func TestDiagnose(t *testing.T) {
 		{name: "root image", pods: []corev1.Pod{root}, reason: v1alpha1.ReasonContainerConfigError,
 			want: []string{"will run as root", "spec.securityContext.runAsNonRoot: false"}},
 		{name: "crash loop with the container's words", pods: []corev1.Pod{crash}, reason: v1alpha1.ReasonCrashLoopBackOff,
-			want: []string{"4 restarts", "exit code 1", "starting | 2026/11/25 [emerg]", "(13: Permission denied)"}},
+			want: []string{"keeps exiting", "exit code 1", "starting | 2026/11/25 [emerg]", "(13: Permission denied)"}},
 		{name: "OOM killed, running again", pods: []corev1.Pod{oom}, reason: v1alpha1.ReasonOOMKilled, want: []string{"64Mi", "spec.resources.limits.memory"}},
 		{name: "unschedulable", pods: []corev1.Pod{pending}, reason: v1alpha1.ReasonUnschedulable, want: []string{"Insufficient cpu"}},
 		{name: "what to fix first: the image, then the crash", pods: []corev1.Pod{crash, pending, pull}, reason: v1alpha1.ReasonImagePullFailed},
@@ -90,29 +90,27 @@ func TestLastWordsKeepTheEnd(t *testing.T) {
 
 func TestStuckFor(t *testing.T) {
 	now := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
-	progressed := func(ago time.Duration) []appsv1.DeploymentCondition {
-		return []appsv1.DeploymentCondition{{Type: appsv1.DeploymentProgressing, Status: corev1.ConditionTrue,
-			LastUpdateTime: metav1.NewTime(now.Add(-ago))}}
-	}
-	d := func(gen, observed int64, replicas, updated, unavailable int32, conds []appsv1.DeploymentCondition) *appsv1.Deployment {
-		return &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Generation: gen}, Spec: appsv1.DeploymentSpec{Replicas: ptr.To(replicas)},
-			Status: appsv1.DeploymentStatus{ObservedGeneration: observed, Replicas: replicas, UpdatedReplicas: updated,
-				UnavailableReplicas: unavailable, Conditions: conds}}
+	progressed := func(ago time.Duration) *appsv1.Deployment {
+		return &appsv1.Deployment{Status: appsv1.DeploymentStatus{Conditions: []appsv1.DeploymentCondition{{
+			Type: appsv1.DeploymentProgressing, Status: corev1.ConditionTrue, LastUpdateTime: metav1.NewTime(now.Add(-ago))}}}}
 	}
 	for _, tt := range []struct {
-		name string
-		d    *appsv1.Deployment
-		want time.Duration
+		name    string
+		d       *appsv1.Deployment
+		seenAgo time.Duration
+		want    time.Duration
 	}{
-		{"all available", d(2, 2, 3, 3, 0, progressed(time.Hour)), 0},
-		{"not observed yet", d(3, 2, 3, 3, 1, progressed(time.Hour)), 0},
-		{"unavailable, no progress for a minute", d(2, 2, 3, 3, 1, progressed(time.Minute)), time.Minute},
-		{"a rollout with old pods left", d(2, 2, 4, 1, 0, progressed(20*time.Second)), 20 * time.Second},
-		{"no Progressing condition", d(2, 2, 3, 3, 1, nil), 0},
+		{"a rollout with no progress for a minute", progressed(time.Minute), 2 * time.Minute, time.Minute},
+		{"a long-settled Deployment that just lost a pod", progressed(72 * time.Hour), 0, 0},
+		{"seen unsettled 20 s ago, its last rollout days ago", progressed(72 * time.Hour), 20 * time.Second, 20 * time.Second},
+		{"no Progressing condition", &appsv1.Deployment{}, 5 * time.Second, 5 * time.Second},
 	} {
-		if got := stuckFor(tt.d, now); got != tt.want {
+		if got := stuckFor(tt.d, now, now.Add(-tt.seenAgo)); got != tt.want {
 			t.Errorf("%s: stuckFor = %v, want %v", tt.name, got, tt.want)
 		}
+	}
+	if settled(&appsv1.Deployment{Status: appsv1.DeploymentStatus{Replicas: 4, UpdatedReplicas: 1}}) {
+		t.Error("a rollout with old pods left is settled")
 	}
 }
 

@@ -3,6 +3,7 @@ package webapp
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -76,6 +77,9 @@ func (r *Reconciler) referrers(kind string) func(context.Context, client.Object)
 
 // inNamespace maps a namespace to every WebApp in it.
 func (r *Reconciler) inNamespace(ctx context.Context, ns client.Object) []reconcile.Request {
+	if len(r.Namespaces) > 0 && !slices.Contains(r.Namespaces, ns.GetName()) {
+		return nil // not watched: the cache holds none of its WebApps
+	}
 	return r.requestsFor(ctx, "are in a namespace", ns, client.InNamespace(ns.GetName()))
 }
 

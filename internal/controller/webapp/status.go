@@ -10,6 +10,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
+	"github.com/daytwo-dev/daytwo/internal/controller"
 	"github.com/daytwo-dev/daytwo/internal/controller/conditions"
 )
 
@@ -42,6 +43,10 @@ type observation struct {
 	problem *podProblem
 }
 
+// maxMessage bounds a condition message that quotes the kubelet, the
+// scheduler, Pod Security or a container (the API allows 32 KiB).
+const maxMessage = 2048
+
 // setStatus rebuilds app's status from obs. It is pure: same inputs, same status.
 func setStatus(app *v1alpha1.WebApp, obs observation) {
 	s := &app.Status
@@ -72,9 +77,10 @@ func setStatus(app *v1alpha1.WebApp, obs observation) {
 		set(v1alpha1.ConditionReady, false, v1alpha1.ReasonConflictingResource, obs.conflict)
 		return
 	case obs.rollout.deployment == nil && obs.rollout.forbidden != "":
-		set(v1alpha1.ConditionReady, false, v1alpha1.ReasonPodSecurityViolation, obs.rollout.forbidden)
-		set(v1alpha1.ConditionProgressing, false, v1alpha1.ReasonPodSecurityViolation, obs.rollout.forbidden)
-		set(v1alpha1.ConditionDegraded, true, v1alpha1.ReasonPodSecurityViolation, obs.rollout.forbidden)
+		msg := controller.Truncate(obs.rollout.forbidden, maxMessage)
+		set(v1alpha1.ConditionReady, false, v1alpha1.ReasonPodSecurityViolation, msg)
+		set(v1alpha1.ConditionProgressing, false, v1alpha1.ReasonPodSecurityViolation, msg)
+		set(v1alpha1.ConditionDegraded, true, v1alpha1.ReasonPodSecurityViolation, msg)
 		return
 	case obs.rollout.deployment == nil:
 		return
@@ -94,7 +100,7 @@ func setStatus(app *v1alpha1.WebApp, obs observation) {
 	case available:
 		set(v1alpha1.ConditionReady, true, v1alpha1.ReasonAvailable, count)
 	case obs.problem != nil:
-		set(v1alpha1.ConditionReady, false, obs.problem.reason, count+". "+obs.problem.message)
+		set(v1alpha1.ConditionReady, false, obs.problem.reason, controller.Truncate(count+". "+obs.problem.message, maxMessage))
 	default:
 		set(v1alpha1.ConditionReady, false, v1alpha1.ReasonReconciling, count)
 	}
@@ -102,8 +108,9 @@ func setStatus(app *v1alpha1.WebApp, obs observation) {
 	ro := obs.rollout
 	switch {
 	case ro.forbidden != "":
-		set(v1alpha1.ConditionProgressing, false, v1alpha1.ReasonPodSecurityViolation, ro.forbidden)
-		set(v1alpha1.ConditionDegraded, true, v1alpha1.ReasonPodSecurityViolation, ro.forbidden)
+		msg := controller.Truncate(ro.forbidden, maxMessage)
+		set(v1alpha1.ConditionProgressing, false, v1alpha1.ReasonPodSecurityViolation, msg)
+		set(v1alpha1.ConditionDegraded, true, v1alpha1.ReasonPodSecurityViolation, msg)
 		return
 	case ro.rolledBack():
 		msg := fmt.Sprintf("Image %s missed its progress deadline; rolled back to %s", ro.desiredImage, cmp.Or(ro.restoredImage, templateImage(d)))
@@ -123,7 +130,7 @@ func setStatus(app *v1alpha1.WebApp, obs observation) {
 	switch {
 	case obs.problem != nil:
 		// A new revision's pods failing beside available old ones, too.
-		set(v1alpha1.ConditionDegraded, true, obs.problem.reason, obs.problem.message)
+		set(v1alpha1.ConditionDegraded, true, obs.problem.reason, controller.Truncate(obs.problem.message, maxMessage))
 	case complete && !available:
 		set(v1alpha1.ConditionDegraded, true, v1alpha1.ReasonUnavailable, "Fewer replicas are available than desired")
 	default:
