@@ -111,6 +111,7 @@ func kindOf(obj client.Object) string {
 func (r *Reconciler) applyDeployment(ctx context.Context, app *v1alpha1.WebApp, in podInputs) (rollout, error) {
 	desired := podTemplate(app, in)
 	desiredHash := desired.Annotations[annotationTemplateHash]
+	revision := revisionOf(app, in)
 	live := &appsv1.Deployment{}
 	err := r.Client.Get(ctx, client.ObjectKeyFromObject(app), live)
 	if err != nil && !apierrors.IsNotFound(err) {
@@ -135,12 +136,12 @@ func (r *Reconciler) applyDeployment(ctx context.Context, app *v1alpha1.WebApp, 
 			return rollout{}, err
 		}
 		ro.failedHash = live.Annotations[annotationFailedTemplate]
-	case exists && live.Annotations[annotationFailedTemplate] == desiredHash:
+	case exists && live.Annotations[annotationFailedTemplate] == revision:
 		// Rolled back before: keep the live (good) template, do not retry the failed one.
 		if template, err = r.liveTemplate(ctx, live); err != nil {
 			return rollout{}, err
 		}
-		ro.failedHash, ro.restoredImage = desiredHash, imageOf(&live.Spec.Template)
+		ro.failedHash, ro.restoredImage = revision, imageOf(&live.Spec.Template)
 	case exists && deadlineExceeded(live) && live.Spec.Template.Annotations[annotationTemplateHash] == desiredHash:
 		prev, err := r.previousTemplate(ctx, live)
 		if err != nil {
@@ -149,7 +150,7 @@ func (r *Reconciler) applyDeployment(ctx context.Context, app *v1alpha1.WebApp, 
 		ro.deadlineExceeded = true
 		if prev != nil {
 			template = convertOne[corev1ac.PodTemplateSpecApplyConfiguration](prev)
-			ro.failedHash, ro.restoredImage = desiredHash, imageOf(prev)
+			ro.failedHash, ro.restoredImage = revision, imageOf(prev)
 			event = func() {
 				controller.CountRollback("WebApp", app)
 				controller.Event(ctx, r.Recorder, app, live, corev1.EventTypeWarning, v1alpha1.ReasonRolledBack, "Rollback",

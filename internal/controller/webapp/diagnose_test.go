@@ -162,3 +162,24 @@ func TestPodSecurityOfTheTemplate(t *testing.T) {
 		t.Fatalf("the override lost a default: %+v, pod %+v", c, root.Spec.SecurityContext)
 	}
 }
+
+func TestRevisionIgnoresWhatDoesNotReachThePods(t *testing.T) {
+	in := podInputs{selector: selectorLabels(testApp(nil)), configHash: "abc"}
+	base := revisionOf(testApp(nil), in)
+	if got := revisionOf(testApp(func(a *v1alpha1.WebApp) {
+		a.Spec.Replicas = ptr.To[int32](7)
+		a.Spec.Rollout = &v1alpha1.WebAppRollout{ProgressDeadlineSeconds: 30}
+		a.Spec.DeletionPolicy = v1alpha1.WebAppDeletionOrphan
+	}), in); got != base {
+		t.Errorf("scaling or rollout settings changed the revision")
+	}
+	for name, other := range map[string]string{
+		"image":          revisionOf(testApp(func(a *v1alpha1.WebApp) { a.Spec.Image = "shop:2" }), in),
+		"security":       revisionOf(testApp(func(a *v1alpha1.WebApp) { a.Spec.SecurityContext = &corev1.SecurityContext{RunAsUser: ptr.To[int64](1)} }), in),
+		"config content": revisionOf(testApp(nil), podInputs{selector: in.selector, configHash: "def"}),
+	} {
+		if other == base {
+			t.Errorf("a new %s kept the revision", name)
+		}
+	}
+}

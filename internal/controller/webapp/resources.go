@@ -34,7 +34,8 @@ const (
 	// annotationTemplateHash on the pod template identifies the spec revision it came from.
 	annotationTemplateHash = "daytwo.dev/template-hash"
 	// annotationFailedTemplate on the Deployment names the spec revision that
-	// missed its progress deadline; it is not applied again until the spec changes.
+	// missed its progress deadline (revisionOf); it is not applied again
+	// until the spec changes.
 	annotationFailedTemplate = "daytwo.dev/failed-template-hash"
 )
 
