@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
@@ -70,6 +71,21 @@ func TestSeedNginxWebApp(t *testing.T) {
 	}
 	if d := condition(app, v1alpha1.ConditionDegraded); d.Reason != v1alpha1.ReasonContainerConfigError {
 		t.Errorf("Degraded = %+v, want reason %s", d, v1alpha1.ReasonContainerConfigError)
+	}
+
+	// An override that forgets CHOWN: nginx starts, cannot chown its temp
+	// directories and exits; the condition quotes nginx's own words.
+	updateApp(t, app, func(a *v1alpha1.WebApp) {
+		a.Spec.SecurityContext = &corev1.SecurityContext{RunAsNonRoot: ptr.To(false), RunAsUser: ptr.To[int64](0),
+			Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}, Add: []corev1.Capability{"SETUID", "SETGID", "NET_BIND_SERVICE"}}}
+	})
+	waitApp(t, app, 2*time.Minute, "crash-looping, in nginx's words", func(a *v1alpha1.WebApp) bool {
+		return condition(a, v1alpha1.ConditionReady).Reason == v1alpha1.ReasonCrashLoopBackOff
+	})
+	ready = condition(app, v1alpha1.ConditionReady)
+	t.Logf("Ready=%s %s: %s", ready.Status, ready.Reason, ready.Message)
+	if !strings.Contains(ready.Message, "Operation not permitted") || !strings.Contains(ready.Message, "exit code 1") {
+		t.Errorf("Ready message lacks nginx's permission error and its exit code")
 	}
 
 	// The documented override (config/samples/webapp-nginx.yaml).

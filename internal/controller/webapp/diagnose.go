@@ -74,17 +74,28 @@ func (r *Reconciler) diagnosePods(ctx context.Context, app types.NamespacedName,
 	if err := r.APIReader.List(ctx, pods, client.InNamespace(d.Namespace), client.MatchingLabels(d.Spec.Selector.MatchLabels)); err != nil {
 		return nil, 0, fmt.Errorf("failed to list the pods of Deployment %s: %w", d.Name, err)
 	}
-	return diagnose(pods.Items), diagnoseEvery, nil
+	return diagnose(pods.Items, d.Spec.Template.Annotations[annotationTemplateHash]), diagnoseEvery, nil
 }
 
 // diagnose picks the problem to report among pods, or nil when none shows
-// one the user can act on. It is pure.
-func diagnose(pods []corev1.Pod) *podProblem {
-	var found []podProblem
+// one the user can act on: among the pods of the current template (its
+// hash, in each pod's annotations) first, since an older revision's pods
+// are on their way out. It is pure.
+func diagnose(pods []corev1.Pod, current string) *podProblem {
+	var now, older []podProblem
 	for i := range pods {
-		if p := diagnosePod(&pods[i]); p != nil {
-			found = append(found, *p)
+		p := diagnosePod(&pods[i])
+		switch {
+		case p == nil:
+		case pods[i].Annotations[annotationTemplateHash] == current:
+			now = append(now, *p)
+		default:
+			older = append(older, *p)
 		}
+	}
+	found := now
+	if len(found) == 0 {
+		found = older
 	}
 	if len(found) == 0 {
 		return nil

@@ -58,7 +58,7 @@ func TestDiagnose(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := diagnose(tt.pods)
+			got := diagnose(tt.pods, "")
 			if tt.reason == "" {
 				if got != nil {
 					t.Fatalf("diagnose = %+v, want nothing", *got)
@@ -74,6 +74,20 @@ func TestDiagnose(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+func TestDiagnosePrefersTheCurrentTemplate(t *testing.T) {
+	old := podWith("old", corev1.ContainerStatus{State: waiting("CreateContainerConfigError", "container has runAsNonRoot and image will run as root")})
+	old.Annotations = map[string]string{annotationTemplateHash: "v1"}
+	crash := podWith("new", corev1.ContainerStatus{State: waiting("CrashLoopBackOff", ""),
+		LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 1, Message: "chown failed"}}})
+	crash.Annotations = map[string]string{annotationTemplateHash: "v2"}
+	if got := diagnose([]corev1.Pod{old, crash}, "v2"); got == nil || got.reason != v1alpha1.ReasonCrashLoopBackOff {
+		t.Fatalf("diagnose = %+v, want the current template's crash loop over the old pod's config error", got)
+	}
+	if got := diagnose([]corev1.Pod{old}, "v2"); got == nil || got.reason != v1alpha1.ReasonContainerConfigError {
+		t.Fatalf("diagnose = %+v, want the old pod's problem when the current ones have none", got)
 	}
 }
 

@@ -56,6 +56,9 @@ func Connect() (*Cluster, error) {
 		return nil, fmt.Errorf("failed to load %s: %w", path, err)
 	}
 	cfg.QPS, cfg.Burst = 50, 100
+	// The API server's warnings (a namespace relabelled over pods that
+	// break its new level, say) are part of a suite's output.
+	cfg.WarningHandler = rest.NewWarningWriter(os.Stderr, rest.WarningWriterOptions{Deduplicate: true})
 	scheme := operator.NewScheme()
 	if err := apiextensionsv1.AddToScheme(scheme); err != nil {
 		return nil, err
