@@ -146,7 +146,8 @@ bench-failover: tools ## Failover benchmark on the real node: write gaps for pod
 
 .PHONY: bench-webapp
 bench-webapp: tools build ## WebApp benchmark on the kwok cluster (BENCH_N=1000, BENCH_LATENCY_SECONDS=60).
-	KWOK_NODES=$${KWOK_NODES:-12} hack/kwok-cluster.sh up
+	@# 110 pods a node: room for the bare client's N pods, the operator's N and rollout surges.
+	KWOK_NODES=$${KWOK_NODES:-$$(( $${BENCH_N:-1000} / 45 + 2 ))} hack/kwok-cluster.sh up
 	kubectl --kubeconfig $$(hack/kwok-cluster.sh kubeconfig) apply --server-side -k config/crd >/dev/null
 	KUBECONFIG=$$(hack/kwok-cluster.sh kubeconfig) DAYTWO_BIN=$(CURDIR)/bin/daytwo go run ./test/bench/webapp
 

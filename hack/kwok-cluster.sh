@@ -23,13 +23,13 @@ up() {
   if kwokctl get clusters 2>/dev/null | grep -qx "$NAME"; then
     if kubectl --kubeconfig "$KUBECONFIG_OUT" get --raw /readyz >/dev/null 2>&1; then
       log "cluster $NAME already running"
-      return
+    else
+      # A cluster whose processes died with an earlier session restarts with a
+      # kwok controller that never moves its old nodes' pods to Running, so
+      # such a cluster is recreated rather than restarted.
+      log "cluster $NAME exists but does not answer; recreating it"
+      kwokctl delete cluster --name "$NAME" >/dev/null 2>>"$KLOG"
     fi
-    # A cluster whose processes died with an earlier session restarts with a
-    # kwok controller that never moves its old nodes' pods to Running, so
-    # such a cluster is recreated rather than restarted.
-    log "cluster $NAME exists but does not answer; recreating it"
-    kwokctl delete cluster --name "$NAME" >/dev/null 2>>"$KLOG"
   fi
   if ! kwokctl get clusters 2>/dev/null | grep -qx "$NAME"; then
     log "creating cluster $NAME (kwok nodes, runtime binary)"
@@ -47,6 +47,7 @@ up() {
     log "control plane up in $(( ($(date +%s%N) - start) / 1000000 ))ms"
   fi
   kwokctl get kubeconfig --name "$NAME" >"$KUBECONFIG_OUT" 2>>"$KLOG"
+  # Scaled on every up: a running cluster grows (or shrinks) to KWOK_NODES.
   kwokctl scale node --name "$NAME" --replicas "$NODES" >/dev/null 2>>"$KLOG"
   log "$NODES kwok nodes; KUBECONFIG=$KUBECONFIG_OUT"
 }

@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
 )
 
 // FieldOwner is daytwo's server-side apply field manager.
@@ -25,6 +26,7 @@ func PatchStatus(ctx context.Context, c client.Client, before, obj client.Object
 	if err := c.Status().Patch(ctx, obj, client.MergeFrom(before)); client.IgnoreNotFound(err) != nil {
 		return fmt.Errorf("failed to patch status: %w", err)
 	}
+	logf.FromContext(ctx).V(1).Info("Status written")
 	return nil
 }
 

@@ -58,6 +58,11 @@ func transform(in any) (any, error) {
 // fingerprint replaces obj's managed fields with the fingerprint of what
 // daytwo's entry covers, when it has one.
 func fingerprint[O metav1.Object, AC any](obj O, extract func(O, string) (AC, error)) {
+	// The informer may hand an object it already transformed back to the
+	// transform (a resync): with no managed fields left, it is done.
+	if len(obj.GetManagedFields()) == 0 {
+		return
+	}
 	// Only the cache sets the annotation: one the server holds (a user's)
 	// must not pass for daytwo's part.
 	if a := obj.GetAnnotations(); a != nil {

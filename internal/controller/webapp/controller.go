@@ -119,7 +119,7 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, app *v1alpha1.WebApp) 
 	}
 	var again time.Duration
 	if d := obs.rollout.deployment; d != nil {
-		if obs.problem, again, err = r.diagnosePods(ctx, client.ObjectKeyFromObject(app), d, time.Now()); err != nil {
+		if obs.problem, again, err = r.diagnosePods(ctx, app, d, time.Now()); err != nil {
 			return reconcile.Result{}, err
 		}
 	}

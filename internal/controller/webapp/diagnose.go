@@ -10,7 +10,8 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
@@ -55,26 +56,58 @@ func stuckFor(d *appsv1.Deployment, now, unsettledSince time.Time) time.Duration
 	return max(now.Sub(since), 0)
 }
 
+// unsettled is what a Reconciler remembers of a WebApp whose Deployment
+// has not settled.
+type unsettled struct {
+	since time.Time
+	// carried: the status reported a pod problem when this operator first
+	// saw the Deployment (it restarted); that report stands until the
+	// pods are looked at, rather than being cleared and written again.
+	carried bool
+}
+
 // diagnosePods lists d's pods when d has been stuck for stuckAfter and
-// returns the problem to report, and when to look again. unsettled
-// remembers, per WebApp, since when its Deployment has not settled.
-func (r *Reconciler) diagnosePods(ctx context.Context, app types.NamespacedName, d *appsv1.Deployment, now time.Time) (*podProblem, time.Duration, error) {
+// returns the problem to report, and when to look again.
+func (r *Reconciler) diagnosePods(ctx context.Context, app *v1alpha1.WebApp, d *appsv1.Deployment, now time.Time) (*podProblem, time.Duration, error) {
+	key := client.ObjectKeyFromObject(app)
 	if d.Status.ObservedGeneration < d.Generation {
 		return nil, 0, nil // the Deployment controller's word is still to come
 	}
 	if settled(d) {
-		r.unsettled.Delete(app)
+		r.unsettled.Delete(key)
 		return nil, 0, nil
 	}
-	first, _ := r.unsettled.LoadOrStore(app, now)
-	if stuck := stuckFor(d, now, first.(time.Time)); stuck < stuckAfter {
+	v, seen := r.unsettled.Load(key)
+	if !seen {
+		v = unsettled{since: now, carried: reported(app) != nil}
+		r.unsettled.Store(key, v)
+	}
+	u := v.(unsettled)
+	if stuck := stuckFor(d, now, u.since); stuck < stuckAfter {
+		if u.carried {
+			return reported(app), stuckAfter - stuck, nil
+		}
 		return nil, stuckAfter - stuck, nil
 	}
+	r.unsettled.Store(key, unsettled{since: u.since})
 	pods := &corev1.PodList{}
 	if err := r.APIReader.List(ctx, pods, client.InNamespace(d.Namespace), client.MatchingLabels(d.Spec.Selector.MatchLabels)); err != nil {
 		return nil, 0, fmt.Errorf("failed to list the pods of Deployment %s: %w", d.Name, err)
 	}
 	return diagnose(pods.Items, d.Spec.Template.Annotations[annotationTemplateHash]), diagnoseEvery, nil
+}
+
+// problemReasons are the reasons a podProblem reports under.
+var problemReasons = []string{v1alpha1.ReasonImagePullFailed, v1alpha1.ReasonContainerConfigError,
+	v1alpha1.ReasonOOMKilled, v1alpha1.ReasonCrashLoopBackOff, v1alpha1.ReasonUnschedulable}
+
+// reported is the pod problem app's Degraded condition reports, if any.
+func reported(app *v1alpha1.WebApp) *podProblem {
+	c := meta.FindStatusCondition(app.Status.Conditions, v1alpha1.ConditionDegraded)
+	if c == nil || c.Status != metav1.ConditionTrue || !slices.Contains(problemReasons, c.Reason) {
+		return nil
+	}
+	return &podProblem{reason: c.Reason, message: c.Message}
 }
 
 // diagnose picks the problem to report among pods, or nil when none shows

@@ -67,8 +67,11 @@ func (b *bench) startOperator() error {
 		return err
 	}
 	// The operator's client gets the same QPS budget as the bare client.
-	b.op = exec.Command(b.cfg.bin, "operator", "--metrics-bind-address="+b.metrics, "--metrics-secure=false", "--health-probe-bind-address=0",
-		"--kube-api-qps=500", "--kube-api-burst=1000", "--enable-pprof")
+	// BENCH_OPERATOR_ARGS adds flags, such as --zap-log-level=debug to see
+	// every write in the log.
+	args := append([]string{"operator", "--metrics-bind-address=" + b.metrics, "--metrics-secure=false", "--health-probe-bind-address=0",
+		"--kube-api-qps=500", "--kube-api-burst=1000", "--enable-pprof"}, strings.Fields(os.Getenv("BENCH_OPERATOR_ARGS"))...)
+	b.op = exec.Command(b.cfg.bin, args...)
 	b.op.Stdout, b.op.Stderr = log, log
 	if err := b.op.Start(); err != nil {
 		return err
