@@ -188,8 +188,10 @@ func TestRevisionIgnoresWhatDoesNotReachThePods(t *testing.T) {
 		t.Errorf("scaling or rollout settings changed the revision")
 	}
 	for name, other := range map[string]string{
-		"image":          revisionOf(testApp(func(a *v1alpha1.WebApp) { a.Spec.Image = "shop:2" }), in),
-		"security":       revisionOf(testApp(func(a *v1alpha1.WebApp) { a.Spec.SecurityContext = &corev1.SecurityContext{RunAsUser: ptr.To[int64](1)} }), in),
+		"image": revisionOf(testApp(func(a *v1alpha1.WebApp) { a.Spec.Image = "shop:2" }), in),
+		"security": revisionOf(testApp(func(a *v1alpha1.WebApp) {
+			a.Spec.SecurityContext = &corev1.SecurityContext{RunAsUser: ptr.To[int64](1)}
+		}), in),
 		"config content": revisionOf(testApp(nil), podInputs{selector: in.selector, configHash: "def"}),
 	} {
 		if other == base {
