@@ -7,6 +7,8 @@ import (
 	"encoding/json"
 	"fmt"
 
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -110,15 +112,41 @@ const (
 	Conflicting
 )
 
+// ManagedByLabel and ManagedBy mark every child daytwo makes. The cache
+// holds Deployments and Services only with them (CachedOnlyWhenOurs).
+const (
+	ManagedByLabel = "app.kubernetes.io/managed-by"
+	ManagedBy      = "daytwo"
+)
+
+// CachedOnlyWhenOurs says whether the informer cache holds obj's kind only
+// when daytwo manages the object: a cluster has many Deployments and
+// Services of its own, and daytwo reads only its children's. Absent from
+// the cache is then not absent from the cluster.
+func CachedOnlyWhenOurs(obj client.Object) bool {
+	switch obj.(type) {
+	case *appsv1.Deployment, *corev1.Service:
+		return true
+	}
+	return false
+}
+
 // CheckOwner gets obj (namespace and name set) and says whether daytwo may
 // write it for owner, a ownerKind. kind names obj in the message that
-// explains a conflict.
-func CheckOwner(ctx context.Context, c client.Client, owner client.Object, ownerKind string, obj client.Object, kind string) (Ownership, string, error) {
-	if err := c.Get(ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
+// explains a conflict. An object of a kind the cache holds only when daytwo
+// manages it is looked for through api when the cache has none, so an
+// object of the same name that someone else made is not overwritten.
+func CheckOwner(ctx context.Context, c client.Client, api client.Reader, owner client.Object, ownerKind string, obj client.Object, kind string) (Ownership, string, error) {
+	key := client.ObjectKeyFromObject(obj)
+	err := c.Get(ctx, key, obj)
+	if apierrors.IsNotFound(err) && CachedOnlyWhenOurs(obj) {
+		err = api.Get(ctx, key, obj)
+	}
+	if err != nil {
 		if apierrors.IsNotFound(err) {
 			return Absent, "", nil
 		}
-		return Conflicting, "", fmt.Errorf("failed to get %s %s: %w", kind, obj.GetName(), err)
+		return Conflicting, "", fmt.Errorf("failed to get %s %s: %w", kind, key.Name, err)
 	}
 	ctrl := metav1.GetControllerOf(obj)
 	switch {

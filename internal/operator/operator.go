@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -16,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
+	"github.com/daytwo-dev/daytwo/internal/controller"
 	"github.com/daytwo-dev/daytwo/internal/controller/database"
 	"github.com/daytwo-dev/daytwo/internal/controller/databasebackup"
 	"github.com/daytwo-dev/daytwo/internal/controller/webapp"
@@ -40,6 +42,7 @@ func NewScheme() *runtime.Scheme {
 func CacheOptions(namespaces ...string) cache.Options {
 	ours, err := labels.Parse(database.LabelDatabase)
 	utilruntime.Must(err)
+	managed := labels.SelectorFromSet(labels.Set{controller.ManagedByLabel: controller.ManagedBy})
 	var only map[string]cache.Config
 	for _, ns := range namespaces {
 		if only == nil {
@@ -54,6 +57,9 @@ func CacheOptions(namespaces ...string) cache.Options {
 		ByObject: map[client.Object]cache.ByObject{
 			&corev1.Pod{}:                   {Label: ours},
 			&corev1.PersistentVolumeClaim{}: {Label: ours},
+			// Only daytwo's children (controller.CachedOnlyWhenOurs).
+			&appsv1.Deployment{}: {Label: managed},
+			&corev1.Service{}:    {Label: managed},
 			// Nodes only for a drain's cordon: no status (its image list is large).
 			&corev1.Node{}: {Transform: func(in any) (any, error) {
 				if n, ok := in.(*corev1.Node); ok {

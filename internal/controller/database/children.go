@@ -168,7 +168,7 @@ func (r *Reconciler) checkChildren(ctx context.Context, db *v1alpha1.Database, o
 		{controller.Named[rbacv1.Role](ns, instanceAccountName(db)), "Role"},
 		{controller.Named[rbacv1.RoleBinding](ns, instanceAccountName(db)), "RoleBinding"},
 	} {
-		own, msg, err := controller.CheckOwner(ctx, r.Client, db, "Database", c.obj, c.kind)
+		own, msg, err := controller.CheckOwner(ctx, r.Client, r.APIReader, db, "Database", c.obj, c.kind)
 		switch {
 		case err != nil:
 			return err

@@ -38,15 +38,18 @@ func TestForeignChildrenAreNotTakenOver(t *testing.T) {
 		t.Fatalf("the foreign ConfigMap was touched: %v %+v", err, cm)
 	}
 
-	// Adopting the ConfigMap still leaves a budget owned by someone else.
+	// Adopting takes over the ConfigMap; a budget someone else then
+	// controls is reported, not taken. (The budget is given its owner only
+	// once the ConfigMap is adopted: a conflict stops every write, so the
+	// other order would decide the outcome by which reconcile came first.)
 	update(t, db, func(d *v1alpha1.Database) { d.Annotations = map[string]string{v1alpha1.AnnotationAdopt: "true"} })
-	update(t, budget, func(b *policyv1.PodDisruptionBudget) {
-		b.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "ConfigMap", Name: "other", UID: "1234", Controller: ptr.To(true)}}
-	})
 	eventually(t, "the ConfigMap adopted", func() (bool, error) {
 		cm, err := get(ns, "orders-config", &corev1.ConfigMap{})
 		ref := metav1.GetControllerOf(cm)
 		return err == nil && ref != nil && ref.UID == db.UID && cm.Data["postgresql.conf"] != "", err
+	})
+	update(t, budget, func(b *policyv1.PodDisruptionBudget) {
+		b.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "ConfigMap", Name: "other", UID: "1234", Controller: ptr.To(true)}}
 	})
 	eventually(t, "the budget reported as another's", func() (bool, error) {
 		d, err := get(ns, "orders", &v1alpha1.Database{})

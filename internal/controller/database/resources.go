@@ -27,6 +27,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
+	"github.com/daytwo-dev/daytwo/internal/controller"
 	"github.com/daytwo-dev/daytwo/internal/instanceapi"
 	"github.com/daytwo-dev/daytwo/internal/pki"
 )
@@ -68,9 +69,9 @@ func selectorLabels(db *v1alpha1.Database) map[string]string {
 // labels go on every child of db.
 func labels(db *v1alpha1.Database) map[string]string {
 	l := map[string]string{
-		"app.kubernetes.io/name":       "postgresql",
-		"app.kubernetes.io/instance":   db.Name,
-		"app.kubernetes.io/managed-by": "daytwo",
+		"app.kubernetes.io/name":     "postgresql",
+		"app.kubernetes.io/instance": db.Name,
+		controller.ManagedByLabel:    controller.ManagedBy,
 	}
 	maps.Copy(l, selectorLabels(db))
 	return l

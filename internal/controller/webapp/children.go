@@ -42,7 +42,7 @@ func (r *Reconciler) checkOwnership(ctx context.Context, app *v1alpha1.WebApp) (
 		controller.Named[policyv1.PodDisruptionBudget](app.Namespace, app.Name),
 		controller.Named[networkingv1.Ingress](app.Namespace, app.Name)} {
 		kind := kindOf(obj)
-		own, msg, err := controller.CheckOwner(ctx, r.Client, app, "WebApp", obj, kind)
+		own, msg, err := controller.CheckOwner(ctx, r.Client, r.APIReader, app, "WebApp", obj, kind)
 		if err != nil || own == controller.Conflicting {
 			return msg, nil, err
 		}

@@ -47,8 +47,8 @@ func selectorLabels(app *v1alpha1.WebApp) map[string]string {
 // labels go on every child of app.
 func labels(app *v1alpha1.WebApp) map[string]string {
 	l := map[string]string{
-		"app.kubernetes.io/name":       app.Name,
-		"app.kubernetes.io/managed-by": "daytwo",
+		"app.kubernetes.io/name":  app.Name,
+		controller.ManagedByLabel: controller.ManagedBy,
 	}
 	maps.Copy(l, selectorLabels(app))
 	return l
