@@ -49,6 +49,14 @@ const (
 	// AnnotationSwitchoverTo names the instance a switchover promotes;
 	// without it, the replica that received the most WAL.
 	AnnotationSwitchoverTo = "daytwo.dev/switchover-to"
+	// AnnotationPromoteRequested, an RFC 3339 time on a WebApp, promotes
+	// its canary at once, skipping the steps left: it applies to the
+	// canary that started before that time, so a value left applied
+	// (GitOps) never promotes a later one.
+	AnnotationPromoteRequested = "daytwo.dev/promote-requested"
+	// AnnotationAbortRequested, an RFC 3339 time on a WebApp, aborts its
+	// canary that started before that time, as an automatic abort does.
+	AnnotationAbortRequested = "daytwo.dev/abort-requested"
 	// AnnotationRetryUpgrade on a Database tries a failed major upgrade
 	// again: any value other than the one it had when the upgrade failed.
 	AnnotationRetryUpgrade = "daytwo.dev/retry-upgrade"

@@ -58,6 +58,35 @@ const (
 	ReasonOOMKilled = "OOMKilled"
 	// ReasonUnschedulable means the scheduler cannot place a pod.
 	ReasonUnschedulable = "Unschedulable"
+	// ReasonCanaryProgressing means a canary runs beside the stable pods
+	// and moves through its steps.
+	ReasonCanaryProgressing = "CanaryProgressing"
+	// ReasonCanaryWaiting means a canary step waits for a promote request.
+	ReasonCanaryWaiting = "CanaryWaiting"
+	// ReasonCanaryPromoting means the canary passed every step and the
+	// stable pods roll to its revision.
+	ReasonCanaryPromoting = "CanaryPromoting"
+	// ReasonCanaryAborted means a signal (a restart, an OOM kill, a
+	// readiness flap, a failed HTTP check, a missed deadline or a request)
+	// aborted the canary; its revision is not tried again until the spec
+	// or the config it reads changes.
+	ReasonCanaryAborted = "CanaryAborted"
+	// ReasonDatabaseUnavailable means a rollout is paused while the
+	// Database of spec.databaseRef fails over, upgrades or is not Ready.
+	ReasonDatabaseUnavailable = "DatabaseUnavailable"
+)
+
+// WebAppRolloutStrategy is how a new revision replaces the running one.
+// +kubebuilder:validation:Enum=RollingUpdate;Canary
+type WebAppRolloutStrategy string
+
+const (
+	// RolloutRollingUpdate replaces pods a few at a time (the Deployment's
+	// rolling update), rolling back a revision that misses its deadline.
+	RolloutRollingUpdate WebAppRolloutStrategy = "RollingUpdate"
+	// RolloutCanary runs the new revision beside the stable pods through
+	// spec.rollout.canary.steps, aborting on the first bad signal.
+	RolloutCanary WebAppRolloutStrategy = "Canary"
 )
 
 // WebAppSpec is what a user declares for a stateless application.
@@ -226,6 +255,7 @@ type WebAppAutoscaling struct {
 }
 
 // WebAppRollout tunes the rolling update and its automatic rollback.
+// +kubebuilder:validation:XValidation:rule="!has(self.canary) || (has(self.strategy) && self.strategy == 'Canary')",message="canary is read only with strategy: Canary",fieldPath=".canary"
 type WebAppRollout struct {
 	// maxSurge is how many pods above the desired count may exist during a rollout.
 	// +optional
@@ -246,6 +276,112 @@ type WebAppRollout struct {
 	// +kubebuilder:validation:Minimum=10
 	// +kubebuilder:validation:Maximum=86400
 	ProgressDeadlineSeconds int32 `json:"progressDeadlineSeconds,omitempty"`
+
+	// strategy is RollingUpdate (the default) or Canary.
+	// +optional
+	// +kubebuilder:default=RollingUpdate
+	Strategy WebAppRolloutStrategy `json:"strategy,omitempty"`
+
+	// canary tunes the Canary strategy: its steps and what aborts it.
+	// +optional
+	Canary *WebAppCanary `json:"canary,omitempty"`
+}
+
+// WebAppCanary is a canary rollout: the new revision's pods run beside
+// every stable pod, behind the same Service, so traffic follows the ratio
+// of pods; each step grows the canary and watches it for analysisSeconds.
+type WebAppCanary struct {
+	// steps the canary goes through before the stable pods take its
+	// revision. Defaults to one pod, then 25%, then 50%, each watched for
+	// 60 seconds.
+	// +optional
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=16
+	// +listType=atomic
+	Steps []WebAppCanaryStep `json:"steps,omitempty"`
+
+	// maxRestarts is how many container restarts the canary's pods may
+	// have, in all, before the canary is aborted. Defaults to 0.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=100
+	MaxRestarts int32 `json:"maxRestarts,omitempty"`
+
+	// httpCheck, when set, has the operator send GET requests to each
+	// canary pod while a step is watched, and abort the canary when too
+	// few succeed.
+	// +optional
+	HTTPCheck *WebAppHTTPCheck `json:"httpCheck,omitempty"`
+}
+
+// WebAppCanaryStep is one canary step: how many pods run the new revision
+// and how long they are watched before the next step.
+// +kubebuilder:validation:XValidation:rule="has(self.weight) != has(self.replicas)",message="a step sets exactly one of weight and replicas"
+type WebAppCanaryStep struct {
+	// weight is the canary's size as a percentage of the desired replicas,
+	// rounded up to whole pods (at least one).
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100
+	Weight *int32 `json:"weight,omitempty"`
+
+	// replicas is the canary's size in pods.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1000
+	Replicas *int32 `json:"replicas,omitempty"`
+
+	// analysisSeconds is how long the step's pods are watched once all of
+	// them are available, before the next step. Defaults to 60.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=86400
+	AnalysisSeconds *int32 `json:"analysisSeconds,omitempty"`
+
+	// waitForPromotion holds the canary after this step's analysis until a
+	// daytwo.dev/promote-requested time newer than the canary's start.
+	// +optional
+	WaitForPromotion bool `json:"waitForPromotion,omitempty"`
+}
+
+// WebAppHTTPCheck is an HTTP GET the operator sends to each canary pod.
+type WebAppHTTPCheck struct {
+	// path of the request. Defaults to "/".
+	// +optional
+	// +kubebuilder:default="/"
+	// +kubebuilder:validation:MaxLength=512
+	// +kubebuilder:validation:Pattern=`^/`
+	Path string `json:"path,omitempty"`
+
+	// port of the request; defaults to spec.port.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65535
+	Port int32 `json:"port,omitempty"`
+
+	// intervalSeconds between two rounds of requests. Defaults to 5.
+	// +optional
+	// +kubebuilder:default=5
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=300
+	IntervalSeconds int32 `json:"intervalSeconds,omitempty"`
+
+	// successPercent is the share of requests (2xx and 3xx answers within
+	// 2 seconds) below which the canary is aborted, once at least
+	// minRequests were sent in the step. Defaults to 95.
+	// +optional
+	// +kubebuilder:default=95
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100
+	SuccessPercent int32 `json:"successPercent,omitempty"`
+
+	// minRequests a step sends before its success rate can abort it.
+	// Defaults to 5.
+	// +optional
+	// +kubebuilder:default=5
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=10000
+	MinRequests int32 `json:"minRequests,omitempty"`
 }
 
 // ConfigRef names a ConfigMap or Secret whose content is hashed into the pod template.
@@ -318,12 +454,50 @@ type WebAppStatus struct {
 	// +optional
 	CurrentImage string `json:"currentImage,omitempty"`
 
+	// canary describes the canary while one runs, or the last one aborted
+	// while its revision is held back.
+	// +optional
+	Canary *WebAppCanaryStatus `json:"canary,omitempty"`
+
 	// conditions: Ready, Progressing, Degraded.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
 	// +kubebuilder:validation:MaxItems=16
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// WebAppCanaryStatus is where a canary stands.
+type WebAppCanaryStatus struct {
+	// step is the step the canary is on, from 1; steps+1 while it is
+	// promoted.
+	// +optional
+	Step int32 `json:"step,omitempty"`
+	// steps is how many steps there are.
+	// +optional
+	Steps int32 `json:"steps,omitempty"`
+	// canaryImage is the new revision's image.
+	// +optional
+	CanaryImage string `json:"canaryImage,omitempty"`
+	// stableImage is the image the stable pods run.
+	// +optional
+	StableImage string `json:"stableImage,omitempty"`
+	// canaryReplicas and stableReplicas are the pods each side is asked to run.
+	// +optional
+	CanaryReplicas int32 `json:"canaryReplicas,omitempty"`
+	// +optional
+	StableReplicas int32 `json:"stableReplicas,omitempty"`
+	// canaryWeight is the canary's share, in percent, of the available
+	// pods behind the Service: its share of new connections.
+	// +optional
+	CanaryWeight int32 `json:"canaryWeight,omitempty"`
+	// stableWeight is the stable pods' share, in percent.
+	// +optional
+	StableWeight int32 `json:"stableWeight,omitempty"`
+	// message says what the canary waits for, or which signal aborted it.
+	// +optional
+	// +kubebuilder:validation:MaxLength=2048
+	Message string `json:"message,omitempty"`
 }
 
 // WebApp is a stateless application: a Deployment, Service, and optionally an
@@ -338,6 +512,8 @@ type WebAppStatus struct {
 // +kubebuilder:printcolumn:name="Available",type=integer,JSONPath=`.status.availableReplicas`
 // +kubebuilder:printcolumn:name="URL",type=string,JSONPath=`.status.url`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Canary",type=string,JSONPath=`.status.canary.canaryImage`,priority=1
+// +kubebuilder:printcolumn:name="Step",type=integer,JSONPath=`.status.canary.step`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type WebApp struct {
 	metav1.TypeMeta `json:",inline"`

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
@@ -106,8 +107,11 @@ func kindOf(obj client.Object) string {
 }
 
 // applyDeployment applies the Deployment and handles rollback: a spec revision
-// whose rollout missed its progress deadline is replaced by the previous
-// revision's template, and stays replaced until the spec changes again.
+// whose rollout missed its progress deadline, or whose canary was aborted,
+// is replaced by the previous revision's template, and stays replaced until
+// the spec changes again. With the Canary strategy the Deployment keeps its
+// template while a canary runs beside it (runCanary), and takes the new
+// one when the canary is promoted.
 func (r *Reconciler) applyDeployment(ctx context.Context, app *v1alpha1.WebApp, in podInputs) (rollout, error) {
 	desired := podTemplate(app, in)
 	desiredHash := desired.Annotations[annotationTemplateHash]
@@ -125,7 +129,9 @@ func (r *Reconciler) applyDeployment(ctx context.Context, app *v1alpha1.WebApp, 
 	if ro.forbidden != "" && !exists {
 		return ro, nil // nothing runs yet; the condition says why nothing will
 	}
-	template := desired
+	changed := exists && live.Spec.Template.Annotations[annotationTemplateHash] != desiredHash
+	held := failure{revision: live.Annotations[annotationFailedTemplate], signal: live.Annotations[annotationCanaryAborted]}
+	template, failed, paused := desired, failure{}, false
 	// The event describing this apply is recorded only once the apply succeeded.
 	event := func() {}
 	switch {
@@ -135,14 +141,26 @@ func (r *Reconciler) applyDeployment(ctx context.Context, app *v1alpha1.WebApp, 
 		if template, err = r.liveTemplate(ctx, live); err != nil {
 			return rollout{}, err
 		}
-		ro.failedHash = live.Annotations[annotationFailedTemplate]
-	case exists && live.Annotations[annotationFailedTemplate] == revision:
+		failed, ro.failedHash = held, held.revision
+	case exists && held.revision == revision:
 		// Rolled back before: keep the live (good) template, do not retry the failed one.
 		if template, err = r.liveTemplate(ctx, live); err != nil {
 			return rollout{}, err
 		}
-		ro.failedHash, ro.restoredImage = revision, imageOf(&live.Spec.Template)
-	case exists && deadlineExceeded(live) && live.Spec.Template.Annotations[annotationTemplateHash] == desiredHash:
+		failed, ro.failedHash, ro.abortSignal, ro.restoredImage = held, revision, held.signal, imageOf(&live.Spec.Template)
+	case changed && isCanary(app):
+		if template, failed, event, err = r.canaryRollout(ctx, app, in, live, desired, revision, &ro); err != nil {
+			return rollout{}, err
+		}
+	case exists && in.databaseHold != "" && (changed || !rolledOut(live)):
+		// Hold the rollout where it is until the Database is back.
+		if changed {
+			if template, err = r.liveTemplate(ctx, live); err != nil {
+				return rollout{}, err
+			}
+		}
+		paused, ro.databaseHold = true, in.databaseHold
+	case exists && deadlineExceeded(live) && !changed:
 		prev, err := r.previousTemplate(ctx, live)
 		if err != nil {
 			return rollout{}, err
@@ -150,14 +168,14 @@ func (r *Reconciler) applyDeployment(ctx context.Context, app *v1alpha1.WebApp, 
 		ro.deadlineExceeded = true
 		if prev != nil {
 			template = convertOne[corev1ac.PodTemplateSpecApplyConfiguration](prev)
-			ro.failedHash, ro.restoredImage = revision, imageOf(prev)
+			failed, ro.failedHash, ro.restoredImage = failure{revision: revision}, revision, imageOf(prev)
 			event = func() {
 				controller.CountRollback("WebApp", app)
 				controller.Event(ctx, r.Recorder, app, live, corev1.EventTypeWarning, v1alpha1.ReasonRolledBack, "Rollback",
 					"Image %s missed its progress deadline; rolled back to %s", app.Spec.Image, imageOf(prev))
 			}
 		}
-	case exists && live.Spec.Template.Annotations[annotationTemplateHash] != desiredHash:
+	case changed:
 		event = func() {
 			controller.Event(ctx, r.Recorder, app, live, corev1.EventTypeNormal, v1alpha1.ReasonRollingOut, "RollOut", "Rolling out image %s", app.Spec.Image)
 		}
@@ -167,7 +185,7 @@ func (r *Reconciler) applyDeployment(ctx context.Context, app *v1alpha1.WebApp, 
 		}
 	}
 	live.Namespace, live.Name = app.Namespace, app.Name
-	if err := controller.ApplyIfChanged(ctx, r.Client, live, deployment(app, in.selector, template, ro.failedHash), appsv1ac.ExtractDeployment, "Deployment"); err != nil {
+	if err := controller.ApplyIfChanged(ctx, r.Client, live, deployment(app, in.selector, template, failed, paused), appsv1ac.ExtractDeployment, "Deployment"); err != nil {
 		return rollout{}, err
 	}
 	if err := r.Client.Get(ctx, client.ObjectKeyFromObject(app), live); err != nil {
@@ -175,7 +193,38 @@ func (r *Reconciler) applyDeployment(ctx context.Context, app *v1alpha1.WebApp, 
 	}
 	event()
 	ro.deployment = live
-	return ro, nil
+	if ro.canary == nil && exists {
+		ro.canary, err = r.settleCanary(ctx, app, live, desiredHash)
+	}
+	return ro, err
+}
+
+// canaryRollout runs the canary of desired and returns what the stable
+// Deployment applies: its live template while the canary runs or after an
+// abort (with the failure recorded), desired once it is promoted.
+func (r *Reconciler) canaryRollout(ctx context.Context, app *v1alpha1.WebApp, in podInputs, live *appsv1.Deployment,
+	desired *corev1ac.PodTemplateSpecApplyConfiguration, revision string, ro *rollout) (*corev1ac.PodTemplateSpecApplyConfiguration, failure, func(), error) {
+	cr, err := r.runCanary(ctx, app, in, live, desired, time.Now())
+	if err != nil {
+		return nil, failure{}, nil, err
+	}
+	ro.canary = &cr
+	if cr.promote {
+		return desired, failure{}, func() {
+			controller.Event(ctx, r.Recorder, app, live, corev1.EventTypeNormal, v1alpha1.ReasonCanaryPromoting, "PromoteCanary",
+				"Canary of image %s passed; the stable pods roll to it", app.Spec.Image)
+		}, nil
+	}
+	template, err := r.liveTemplate(ctx, live)
+	if err != nil || !cr.aborted {
+		return template, failure{}, func() {}, err
+	}
+	ro.failedHash, ro.abortSignal, ro.restoredImage = revision, cr.message, imageOf(&live.Spec.Template)
+	return template, failure{revision: revision, signal: cr.message}, func() {
+		controller.CountRollback("WebApp", app)
+		controller.Event(ctx, r.Recorder, app, live, corev1.EventTypeWarning, v1alpha1.ReasonCanaryAborted, "AbortCanary",
+			"Canary of image %s aborted, the stable pods keep %s: %s", app.Spec.Image, ro.restoredImage, controller.Truncate(cr.message, 512))
+	}, nil
 }
 
 // liveTemplate is d's pod template as the API server holds it: the cache

@@ -45,13 +45,17 @@ type Reconciler struct {
 	// Deployment with pods unavailable (see diagnosePods); an entry goes
 	// when the pods are back, or the WebApp is.
 	unsettled sync.Map
+	// canaryReady holds, per WebApp, the canary pods seen ready (a pod
+	// that turns not ready after is a readiness flap), and httpTallies
+	// the HTTP check's count in the current canary step.
+	canaryReady, httpTallies sync.Map
 }
 
 // +kubebuilder:rbac:groups=daytwo.dev,resources=webapps,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups=daytwo.dev,resources=webapps/status,verbs=patch
 // +kubebuilder:rbac:groups=daytwo.dev,resources=webapps/finalizers,verbs=update
 // +kubebuilder:rbac:groups=daytwo.dev,resources=databases,verbs=get;list;watch
-// +kubebuilder:rbac:groups=apps,resources=deployments,verbs=get;list;watch;create;patch
+// +kubebuilder:rbac:groups=apps,resources=deployments,verbs=get;list;watch;create;patch;delete
 // +kubebuilder:rbac:groups=apps,resources=replicasets,verbs=get;list
 // +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch;create;patch
 // +kubebuilder:rbac:groups="",resources=configmaps;secrets,verbs=get;list;watch
@@ -68,6 +72,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (_ re
 	if err := r.Client.Get(ctx, req.NamespacedName, app); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.unsettled.Delete(req.NamespacedName)
+			r.canaryReady.Delete(req.NamespacedName)
+			r.httpTallies.Delete(req.NamespacedName)
 		}
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
@@ -118,15 +124,28 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, app *v1alpha1.WebApp) 
 		return reconcile.Result{}, err
 	}
 	var again time.Duration
+	if c := obs.rollout.canary; c != nil {
+		again = c.requeue
+	}
 	if d := obs.rollout.deployment; d != nil {
-		if obs.problem, again, err = r.diagnosePods(ctx, app, d, time.Now()); err != nil {
+		problem, next, err := r.diagnosePods(ctx, app, d, time.Now())
+		if err != nil {
 			return reconcile.Result{}, err
 		}
+		obs.problem, again = problem, soonest(again, next)
 	}
 	if err := r.applyService(ctx, app, in.selector); err != nil {
 		return reconcile.Result{}, err
 	}
 	return reconcile.Result{RequeueAfter: again}, r.applyOptionalChildren(ctx, app, in.selector)
+}
+
+// soonest is the earlier of two requeue delays, where 0 means none.
+func soonest(a, b time.Duration) time.Duration {
+	if a == 0 || (b != 0 && b < a) {
+		return b
+	}
+	return a
 }
 
 // SetupWithManager declares every trigger of this controller.

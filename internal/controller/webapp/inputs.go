@@ -39,6 +39,7 @@ func (r *Reconciler) podInputs(ctx context.Context, app *v1alpha1.WebApp) (podIn
 			return in, "", fmt.Errorf("failed to get Database %s: %w", ref.Name, err)
 		default:
 			in.databaseSecret = db.CredentialsSecretName()
+			in.databaseHold = databaseHold(db)
 			refs = append(refs, reference{Kind: kindSecret, Name: in.databaseSecret})
 		}
 	}

@@ -88,12 +88,22 @@ type podInputs struct {
 	configHash string
 	// databaseSecret is the credentials Secret of spec.databaseRef, if any.
 	databaseSecret string
+	// databaseHold says why a rollout waits for that Database, if it must.
+	databaseHold string
+}
+
+// failure is a revision that failed: a rollout that missed its progress
+// deadline, or an aborted canary and its signal. Recorded on the stable
+// Deployment, it is not applied again until the spec changes.
+type failure struct {
+	revision, signal string
 }
 
 // deployment is the desired Deployment of app running template: the spec's
-// template, or the last good one after a rollback. failedTemplate, when set,
-// records the spec revision that missed its progress deadline.
-func deployment(app *v1alpha1.WebApp, sel map[string]string, template *corev1ac.PodTemplateSpecApplyConfiguration, failedTemplate string) *appsv1ac.DeploymentApplyConfiguration {
+// template, or the last good one after a rollback or an aborted canary.
+// failed, when set, records the spec revision that failed. paused holds a
+// rollout under way (see databaseHold).
+func deployment(app *v1alpha1.WebApp, sel map[string]string, template *corev1ac.PodTemplateSpecApplyConfiguration, failed failure, paused bool) *appsv1ac.DeploymentApplyConfiguration {
 	spec := appsv1ac.DeploymentSpec().
 		WithSelector(metav1ac.LabelSelector().WithMatchLabels(sel)).
 		WithRevisionHistoryLimit(10).
@@ -103,12 +113,18 @@ func deployment(app *v1alpha1.WebApp, sel map[string]string, template *corev1ac.
 	if r := desiredReplicas(app); r != nil {
 		spec.WithReplicas(*r)
 	}
+	if paused {
+		spec.WithPaused(true)
+	}
 	d := appsv1ac.Deployment(app.Name, app.Namespace).
 		WithLabels(labels(app)).
 		WithOwnerReferences(ownerReference(app)).
 		WithSpec(spec)
-	if failedTemplate != "" {
-		d.WithAnnotations(map[string]string{annotationFailedTemplate: failedTemplate})
+	if failed.revision != "" {
+		d.WithAnnotations(map[string]string{annotationFailedTemplate: failed.revision})
+	}
+	if failed.signal != "" {
+		d.WithAnnotations(map[string]string{annotationCanaryAborted: failed.signal})
 	}
 	return d
 }

@@ -47,7 +47,7 @@ func TestDeploymentBuilder(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			d := deployment(tt.app, in.selector, podTemplate(tt.app, in), tt.failedAnn)
+			d := deployment(tt.app, in.selector, podTemplate(tt.app, in), failure{revision: tt.failedAnn}, false)
 			s := d.Spec
 			if (tt.replicas == nil) != (s.Replicas == nil) || (tt.replicas != nil && *tt.replicas != *s.Replicas) {
 				t.Errorf("replicas = %v, want %v", s.Replicas, tt.replicas)

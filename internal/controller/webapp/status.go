@@ -27,6 +27,12 @@ type rollout struct {
 	// forbidden says why the spec's template breaks the namespace's Pod
 	// Security level; the live template, if any, was kept.
 	forbidden string
+	// abortSignal is the signal that aborted the canary of the failed revision.
+	abortSignal string
+	// canary is where a running canary stands, if one runs.
+	canary *canaryReport
+	// databaseHold says why the rollout is paused, if it is.
+	databaseHold string
 }
 
 // rolledBack reports whether the applied template is the previous revision's
@@ -52,6 +58,7 @@ func setStatus(app *v1alpha1.WebApp, obs observation) {
 	s := &app.Status
 	gen := app.Generation
 	s.ObservedGeneration = gen
+	s.Canary = nil
 	sel := obs.selector
 	if sel == nil {
 		sel = selectorLabels(app)
@@ -112,11 +119,24 @@ func setStatus(app *v1alpha1.WebApp, obs observation) {
 		set(v1alpha1.ConditionProgressing, false, v1alpha1.ReasonPodSecurityViolation, msg)
 		set(v1alpha1.ConditionDegraded, true, v1alpha1.ReasonPodSecurityViolation, msg)
 		return
+	case ro.rolledBack() && ro.abortSignal != "":
+		stable := cmp.Or(ro.restoredImage, templateImage(d))
+		msg := controller.Truncate(fmt.Sprintf("Canary of image %s aborted; the stable pods keep %s. %s", ro.desiredImage, stable, ro.abortSignal), maxMessage)
+		s.Canary = &v1alpha1.WebAppCanaryStatus{CanaryImage: ro.desiredImage, StableImage: stable,
+			StableReplicas: ptr.Deref(d.Spec.Replicas, 1), StableWeight: 100, Message: controller.Truncate(ro.abortSignal, maxMessage)}
+		set(v1alpha1.ConditionProgressing, false, v1alpha1.ReasonCanaryAborted, msg)
+		set(v1alpha1.ConditionDegraded, true, v1alpha1.ReasonCanaryAborted, msg)
+		return
 	case ro.rolledBack():
 		msg := fmt.Sprintf("Image %s missed its progress deadline; rolled back to %s", ro.desiredImage, cmp.Or(ro.restoredImage, templateImage(d)))
 		set(v1alpha1.ConditionProgressing, false, v1alpha1.ReasonRolledBack, msg)
 		set(v1alpha1.ConditionDegraded, true, v1alpha1.ReasonRolledBack, msg)
 		return
+	case ro.canary != nil:
+		s.Canary = canaryStatus(ro.canary, d)
+		set(v1alpha1.ConditionProgressing, true, ro.canary.reason, controller.Truncate(ro.canary.message, maxMessage))
+	case ro.databaseHold != "":
+		set(v1alpha1.ConditionProgressing, true, v1alpha1.ReasonDatabaseUnavailable, "Rollout of image "+ro.desiredImage+" paused: "+ro.databaseHold)
 	case ro.deadlineExceeded:
 		msg := fmt.Sprintf("Image %s missed its progress deadline and there is no earlier revision to roll back to", ro.desiredImage)
 		set(v1alpha1.ConditionProgressing, false, v1alpha1.ReasonProgressDeadlineExceeded, msg)
@@ -136,6 +156,18 @@ func setStatus(app *v1alpha1.WebApp, obs observation) {
 	default:
 		set(v1alpha1.ConditionDegraded, false, v1alpha1.ReasonAvailable, "No fault observed")
 	}
+}
+
+// canaryStatus is status.canary for a running canary beside the stable
+// Deployment d; the weights are each side's share of available pods.
+func canaryStatus(c *canaryReport, d *appsv1.Deployment) *v1alpha1.WebAppCanaryStatus {
+	st := &v1alpha1.WebAppCanaryStatus{Step: c.step, Steps: c.steps, CanaryImage: c.canaryImage, StableImage: templateImage(d),
+		CanaryReplicas: c.canaryReplicas, StableReplicas: ptr.Deref(d.Spec.Replicas, 1), Message: controller.Truncate(c.message, maxMessage)}
+	if all := c.canaryAvailable + d.Status.AvailableReplicas; all > 0 {
+		st.CanaryWeight = c.canaryAvailable * 100 / all
+		st.StableWeight = 100 - st.CanaryWeight
+	}
+	return st
 }
 
 func templateImage(d *appsv1.Deployment) string {

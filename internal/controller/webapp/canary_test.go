@@ -1,0 +1,212 @@
+package webapp
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/utils/ptr"
+
+	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
+)
+
+func TestStepReplicas(t *testing.T) {
+	for _, tt := range []struct {
+		step        v1alpha1.WebAppCanaryStep
+		total, want int32
+	}{
+		{v1alpha1.WebAppCanaryStep{Replicas: ptr.To[int32](1)}, 10, 1},
+		{v1alpha1.WebAppCanaryStep{Weight: ptr.To[int32](25)}, 10, 3}, // rounded up
+		{v1alpha1.WebAppCanaryStep{Weight: ptr.To[int32](25)}, 3, 1},
+		{v1alpha1.WebAppCanaryStep{Weight: ptr.To[int32](50)}, 3, 2},
+		{v1alpha1.WebAppCanaryStep{Weight: ptr.To[int32](1)}, 0, 1}, // never none
+		{v1alpha1.WebAppCanaryStep{Weight: ptr.To[int32](100)}, 4, 4},
+	} {
+		if got := stepReplicas(tt.step, tt.total); got != tt.want {
+			t.Errorf("stepReplicas(%+v, %d) = %d, want %d", tt.step, tt.total, got, tt.want)
+		}
+	}
+}
+
+func TestDecideCanary(t *testing.T) {
+	t0 := time.Date(2026, 11, 26, 6, 0, 0, 0, time.UTC)
+	steps := []v1alpha1.WebAppCanaryStep{
+		{Replicas: ptr.To[int32](1), AnalysisSeconds: ptr.To[int32](30)},
+		{Weight: ptr.To[int32](50), AnalysisSeconds: ptr.To[int32](0)},
+		{Weight: ptr.To[int32](100), AnalysisSeconds: ptr.To[int32](10), WaitForPromotion: true},
+	}
+	base := canaryInput{steps: steps, total: 4, state: canaryState{started: t0}, now: t0}
+	for _, tt := range []struct {
+		name     string
+		mutate   func(*canaryInput)
+		action   canaryAction
+		step     int
+		replicas int32
+		since    time.Time
+		reason   string
+		message  string
+	}{
+		{name: "a new canary runs the first step's pods", mutate: func(*canaryInput) {},
+			action: canaryRun, replicas: 1, reason: v1alpha1.ReasonCanaryProgressing, message: "0 of 1 canary pods available"},
+		{name: "the window starts when the step's pods are available",
+			mutate: func(in *canaryInput) { in.available, in.now = 1, t0.Add(5*time.Second) },
+			action: canaryRun, replicas: 1, since: t0.Add(5 * time.Second), message: "watching 1 canary pods for 30s more"},
+		{name: "within the window nothing moves",
+			mutate: func(in *canaryInput) { in.available, in.state.since, in.now = 1, t0, t0.Add(29*time.Second) },
+			action: canaryRun, replicas: 1, since: t0, message: "for 1s more"},
+		{name: "after the window the next step starts; a step with no window and its pods available passes at once",
+			mutate: func(in *canaryInput) { in.available, in.state.since, in.now = 2, t0, t0.Add(31*time.Second) },
+			action: canaryRun, step: 2, replicas: 4, message: "Step 3 of 3: 2 of 4 canary pods available"},
+		{name: "a step that waits for promotion holds after its window",
+			mutate: func(in *canaryInput) {
+				in.state, in.available, in.now = canaryState{step: 2, started: t0, since: t0}, 4, t0.Add(time.Minute)
+			},
+			action: canaryRun, step: 2, replicas: 4, since: t0, reason: v1alpha1.ReasonCanaryWaiting, message: "waiting for daytwo.dev/promote-requested"},
+		{name: "a promote request newer than the start promotes",
+			mutate: func(in *canaryInput) { in.promoteRequested = t0.Add(time.Second) },
+			action: canaryPromote, replicas: 1, reason: v1alpha1.ReasonCanaryPromoting},
+		{name: "a promote request older than the start is for an earlier canary",
+			mutate: func(in *canaryInput) { in.promoteRequested = t0.Add(-time.Second) },
+			action: canaryRun, replicas: 1},
+		{name: "past the last step it is promoted",
+			mutate: func(in *canaryInput) { in.state.step = 3 },
+			action: canaryPromote, step: 3, reason: v1alpha1.ReasonCanaryPromoting},
+		{name: "a signal aborts, even past the last step",
+			mutate: func(in *canaryInput) { in.state.step, in.signal = 3, "Restarts: boom" },
+			action: canaryAbort, step: 3, reason: v1alpha1.ReasonCanaryAborted, message: "Restarts: boom"},
+		{name: "an abort request aborts",
+			mutate: func(in *canaryInput) { in.abortRequested = t0.Add(time.Second) },
+			action: canaryAbort, replicas: 1, reason: v1alpha1.ReasonCanaryAborted, message: "Aborted on request"},
+		{name: "a Database hold keeps the step and restarts its window",
+			mutate: func(in *canaryInput) {
+				in.available, in.state.since, in.now, in.hold = 1, t0, t0.Add(time.Hour), "Database db is not Ready"
+			},
+			action: canaryHold, replicas: 1, reason: v1alpha1.ReasonDatabaseUnavailable, message: "Paused at step 1 of 3: Database db is not Ready"},
+		{name: "a signal wins over a hold",
+			mutate: func(in *canaryInput) { in.hold, in.signal = "Database db is not Ready", "OOMKilled: x" },
+			action: canaryAbort, replicas: 1, reason: v1alpha1.ReasonCanaryAborted},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			in := base
+			tt.mutate(&in)
+			d := decideCanary(in)
+			if d.action != tt.action || d.state.step != tt.step || d.replicas != tt.replicas || !d.state.since.Equal(tt.since) {
+				t.Errorf("decision = action %d step %d replicas %d since %v, want action %d step %d replicas %d since %v (%s)",
+					d.action, d.state.step, d.replicas, d.state.since, tt.action, tt.step, tt.replicas, tt.since, d.message)
+			}
+			if tt.reason != "" && d.reason != tt.reason {
+				t.Errorf("reason = %s, want %s", d.reason, tt.reason)
+			}
+			if !strings.Contains(d.message, tt.message) {
+				t.Errorf("message = %q, want it to contain %q", d.message, tt.message)
+			}
+			if !d.state.started.Equal(t0) {
+				t.Errorf("started = %v, want it kept", d.state.started)
+			}
+		})
+	}
+}
+
+func TestCanarySignal(t *testing.T) {
+	pod := func(uid string, ready bool, mutate func(*corev1.ContainerStatus)) corev1.Pod {
+		cs := corev1.ContainerStatus{Name: containerName, Ready: ready}
+		if mutate != nil {
+			mutate(&cs)
+		}
+		status := corev1.ConditionFalse
+		if ready {
+			status = corev1.ConditionTrue
+		}
+		return corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: "shop-canary-" + uid, UID: types.UID(uid), Annotations: map[string]string{annotationTemplateHash: "new"}},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: containerName, Resources: corev1.ResourceRequirements{
+				Limits: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("64Mi")}}}}},
+			Status: corev1.PodStatus{Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: status}},
+				ContainerStatuses: []corev1.ContainerStatus{cs}},
+		}
+	}
+	exited := func(reason string, code int32, msg string) func(*corev1.ContainerStatus) {
+		return func(cs *corev1.ContainerStatus) {
+			cs.RestartCount = 1
+			cs.LastTerminationState.Terminated = &corev1.ContainerStateTerminated{Reason: reason, ExitCode: code, Message: msg}
+		}
+	}
+	older := pod("old", false, exited("Error", 1, "old revision"))
+	older.Annotations[annotationTemplateHash] = "stable"
+	for _, tt := range []struct {
+		name        string
+		pods        []corev1.Pod
+		maxRestarts int32
+		was         []types.UID
+		want        string
+		ready       int
+	}{
+		{name: "healthy pods show nothing", pods: []corev1.Pod{pod("a", true, nil), pod("b", false, nil)}, ready: 1},
+		{name: "another revision's pods do not count", pods: []corev1.Pod{older}},
+		{name: "a restart aborts, in the container's words",
+			pods: []corev1.Pod{pod("a", true, exited("Error", 3, "line 1\npanic: nil map"))},
+			want: "Restarts: container app of canary pod shop-canary-a restarted (1 restarts in all, 0 allowed); exit code 3 (Error): line 1 | panic: nil map", ready: 1},
+		{name: "restarts up to maxRestarts are allowed",
+			pods: []corev1.Pod{pod("a", true, exited("Error", 3, "x"))}, maxRestarts: 1, ready: 1},
+		{name: "an OOM kill says so with the limit",
+			pods: []corev1.Pod{pod("a", false, exited("OOMKilled", 137, ""))},
+			want: "OOMKilled: Container app of pod shop-canary-a was killed for using more than its memory limit of 64Mi; raise spec.resources.limits.memory"},
+		{name: "a readiness flap", pods: []corev1.Pod{pod("a", false, nil)}, was: []types.UID{"a"},
+			want: "Readiness flap: canary pod shop-canary-a was ready and is not any more"},
+		{name: "an image that cannot be pulled",
+			pods: []corev1.Pod{pod("a", false, func(cs *corev1.ContainerStatus) {
+				cs.Image, cs.State.Waiting = "shop:bad", &corev1.ContainerStateWaiting{Reason: "ImagePullBackOff", Message: "not found"}
+			})},
+			want: "ImagePullFailed: Pod shop-canary-a cannot pull image shop:bad (ImagePullBackOff): not found"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			got, ready := canarySignal(tt.pods, "new", tt.maxRestarts, sets.New(tt.was...))
+			if got != tt.want {
+				t.Errorf("signal = %q\nwant     %q", got, tt.want)
+			}
+			if ready.Len() != tt.ready {
+				t.Errorf("ready = %v, want %d pods", ready.UnsortedList(), tt.ready)
+			}
+		})
+	}
+}
+
+func TestHTTPVerdict(t *testing.T) {
+	check := &v1alpha1.WebAppHTTPCheck{Path: "/healthz", SuccessPercent: 95, MinRequests: 5}
+	if v := httpVerdict(httpTally{ok: 0, total: 4}, check); v != "" {
+		t.Errorf("4 failures of 4 = %q, want no verdict before minRequests", v)
+	}
+	if v := httpVerdict(httpTally{ok: 19, total: 20}, check); v != "" {
+		t.Errorf("19 of 20 = %q, want none at 95%%", v)
+	}
+	v := httpVerdict(httpTally{ok: 3, total: 5, lastFailed: "pod a: answered 500 Internal Server Error"}, check)
+	if want := "HTTPCheck: 3 of 5 requests to GET /healthz on the canary pods succeeded (60%, below 95%); last failure: pod a: answered 500 Internal Server Error"; v != want {
+		t.Errorf("3 of 5 = %q\nwant  %q", v, want)
+	}
+}
+
+func TestDatabaseHold(t *testing.T) {
+	ready := []metav1.Condition{{Type: v1alpha1.ConditionReady, Status: metav1.ConditionTrue}}
+	notReady := []metav1.Condition{{Type: v1alpha1.ConditionReady, Status: metav1.ConditionFalse}}
+	for _, tt := range []struct {
+		status v1alpha1.DatabaseStatus
+		want   string
+	}{
+		{v1alpha1.DatabaseStatus{Phase: v1alpha1.DatabasePhaseReady, Conditions: ready}, ""},
+		{v1alpha1.DatabaseStatus{Phase: v1alpha1.DatabasePhaseCreating, Conditions: notReady}, ""},
+		{v1alpha1.DatabaseStatus{}, ""},
+		{v1alpha1.DatabaseStatus{Phase: v1alpha1.DatabasePhaseDegraded, Conditions: notReady}, "Database db is not Ready"},
+		{v1alpha1.DatabaseStatus{Phase: v1alpha1.DatabasePhaseReady, Conditions: ready, TargetPrimary: "db-1"}, "Database db is moving its primary to db-1"},
+		{v1alpha1.DatabaseStatus{Phase: v1alpha1.DatabasePhaseUpgrading, Conditions: ready}, "Database db is upgrading or restarting its instances"},
+	} {
+		db := &v1alpha1.Database{ObjectMeta: metav1.ObjectMeta{Name: "db"}, Status: tt.status}
+		if got := databaseHold(db); got != tt.want {
+			t.Errorf("databaseHold(%+v) = %q, want %q", tt.status, got, tt.want)
+		}
+	}
+}
