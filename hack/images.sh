@@ -28,22 +28,25 @@ declare -A TAG=(
   [daytwo]=localhost/daytwo:dev
   # Two tags of one image, so e2e suites can roll from one to the other.
   [demo-web]=localhost/daytwo-demo-web:dev,localhost/daytwo-demo-web:v2
+  # The same program, set to crash 10 s after it starts: a bad release.
+  [demo-web-crash]=localhost/daytwo-demo-web:crash-after-10s
   [minio]=localhost/minio:dev
   [e2e-client]=localhost/daytwo-e2e-client:dev
   # The seed's WebApp runs nginx:1.25 as written; this stands in for it.
   [nginx]=docker.io/library/nginx:1.25,docker.io/library/nginx:latest
 )
-ALL=(pause busybox coredns local-path-provisioner postgres-15 postgres-17 postgres-18 daytwo demo-web minio e2e-client nginx)
+ALL=(pause busybox coredns local-path-provisioner postgres-15 postgres-17 postgres-18 daytwo demo-web demo-web-crash minio e2e-client nginx)
 
 log() { printf '[images %s] %s\n' "$(date +%T)" "$*"; }
 
-# static_binary_image NAME BINARY DEST [USER]: a scratch image holding one static binary.
+# static_binary_image NAME BINARY DEST [USER [ENV...]]: a scratch image holding one static binary.
 static_binary_image() {
-  local name=$1 bin=$2 dest=$3 user=${4:-}
+  local name=$1 bin=$2 dest=$3 user=${4:-} env='"PATH=/usr/local/bin:/usr/bin:/bin"' e
+  for e in "${@:5}"; do env+=",\"$e\""; done
   local fs; fs=$(mktemp -d)
   install -D -m 0755 "$bin" "$fs$dest"
   mkdir -p -m 1777 "$fs/tmp"
-  hack/mkimg.sh "$fs" "${TAG[$name]}" "$OUT/$name.tar" "[\"$dest\"]" null '["PATH=/usr/local/bin:/usr/bin:/bin"]' "$user" >/dev/null
+  hack/mkimg.sh "$fs" "${TAG[$name]}" "$OUT/$name.tar" "[\"$dest\"]" null "[$env]" "$user" >/dev/null
   rm -rf "$fs"
 }
 
@@ -51,6 +54,9 @@ go_static() { CGO_ENABLED=0 go build -trimpath -ldflags '-s -w' -o "$1" "$2"; }
 
 build_pause() { go_static "$OUT/pause.bin" ./hack/images/pause && static_binary_image pause "$OUT/pause.bin" /pause; }
 build_demo-web() { go_static "$OUT/demo-web.bin" ./hack/images/demo-web && static_binary_image demo-web "$OUT/demo-web.bin" /demo-web 65532:65532; }
+build_demo-web-crash() {
+  go_static "$OUT/demo-web.bin" ./hack/images/demo-web && static_binary_image demo-web-crash "$OUT/demo-web.bin" /demo-web 65532:65532 CRASH_AFTER=10s
+}
 build_e2e-client() { go_static "$OUT/e2e-client.bin" ./test/e2e/client && static_binary_image e2e-client "$OUT/e2e-client.bin" /e2e-client 65532:65532; }
 build_daytwo() { make -s build && static_binary_image daytwo bin/daytwo /daytwo 65532:65532; }
 build_coredns() {

@@ -165,7 +165,7 @@ load() {
     built=$(stat -c '%s %Y' "$CACHE/images/$file")
     # Rebuilt on every run, so always imported; the others only when a tag is missing or the tarball changed.
     case $name in
-      daytwo|demo-web|e2e-client) ;;
+      daytwo|demo-web|demo-web-crash|e2e-client) ;;
       *) all_present "$tag" "$have" && [ "$(cat "$seen" 2>/dev/null)" = "$built" ] && continue ;;
     esac
     "${CTR[@]}" images import "$CACHE/images/$file" >/dev/null

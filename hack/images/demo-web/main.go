@@ -1,6 +1,8 @@
 // Command demo-web is the sample web app used by WebApp samples and e2e
 // suites: it answers every path with its greeting, hostname and version, and
-// serves /healthz. It shuts down gracefully on SIGTERM.
+// serves /healthz. It shuts down gracefully on SIGTERM. With CRASH_AFTER
+// (a Go duration) it exits with status 1 that long after it started, as
+// a release with a latent bug would: canary e2e suites catch it.
 package main
 
 import (
@@ -39,6 +41,13 @@ func main() {
 		defer cancel()
 		_ = srv.Shutdown(shutdown)
 	}()
+	if after := os.Getenv("CRASH_AFTER"); after != "" {
+		d, err := time.ParseDuration(after)
+		if err != nil {
+			log.Fatalf("CRASH_AFTER %q: %v", after, err)
+		}
+		time.AfterFunc(d, func() { log.Fatalf("fatal: crashing as CRASH_AFTER=%s asks", after) })
+	}
 	log.Printf("demo-web listening on :%s", port)
 	if err := srv.ListenAndServe(); err != nil && err != http.ErrServerClosed {
 		log.Fatal(err)

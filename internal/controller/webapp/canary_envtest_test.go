@@ -1,6 +1,10 @@
 package webapp_test
 
 import (
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -249,4 +253,39 @@ func TestRolloutPausesWhileTheDatabaseIsUnavailable(t *testing.T) {
 	update(t, app, func(a *v1alpha1.WebApp) { a.Spec.DatabaseRef = nil })
 	deploymentOf(t, app, "resumed with demo:3", func(d *appsv1.Deployment) bool { return !d.Spec.Paused && appContainer(d).Image == "demo:3" })
 	update(t, db, func(db *v1alpha1.Database) { db.Finalizers = nil })
+}
+
+// The HTTP check asks each ready canary pod; a local server stands in for
+// the pod (its IP 127.0.0.1 and the WebApp's port), answering 500.
+func TestCanaryAbortsOnAFailingHTTPCheck(t *testing.T) {
+	var asked, ok int
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		asked++
+		if r.URL.Path == "/ready" && asked <= 2 {
+			ok++
+			return
+		}
+		http.Error(w, "payment backend unreachable", http.StatusInternalServerError)
+	}))
+	defer srv.Close()
+	_, port, _ := net.SplitHostPort(srv.Listener.Addr().String())
+	p, _ := strconv.Atoi(port)
+
+	ns := env.Namespace(t)
+	app := canaryApp(ns, "checked")
+	app.Spec.Port = int32(p)
+	app.Spec.Rollout.Canary.Steps[0].AnalysisSeconds = ptr.To[int32](3600)
+	app.Spec.Rollout.Canary.HTTPCheck = &v1alpha1.WebAppHTTPCheck{Path: "/ready", IntervalSeconds: 1, SuccessPercent: 90, MinRequests: 4}
+	_, canary := startCanary(t, app)
+	canaryPod(t, canary, "checked-canary-1", func(st *corev1.PodStatus) { st.PodIP = "127.0.0.1" })
+
+	canaryGone(t, app)
+	c := condition(t, app, v1alpha1.ConditionProgressing, v1alpha1.ReasonCanaryAborted)
+	want := "HTTPCheck: 2 of 4 requests to GET /ready on the canary pods succeeded (50%, below 90%); last failure: pod checked-canary-1: answered 500 Internal Server Error"
+	if !strings.Contains(c.Message, want) {
+		t.Errorf("message = %q, want it to contain %q", c.Message, want)
+	}
+	if ok != 2 {
+		t.Errorf("the check was answered %d times with success, want 2", ok)
+	}
 }

@@ -1,0 +1,165 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
+	"github.com/daytwo-dev/daytwo/test/e2e/framework"
+)
+
+// demoWebImageCrash is demo-web set to exit 10 s after it starts.
+const demoWebImageCrash = "localhost/daytwo-demo-web:crash-after-10s"
+
+// One canary WebApp of 3 pods on the real node: a good image goes through
+// both steps and is promoted; an image that crashes after 10 s is aborted
+// at step 1 with the stable pods never touched; a ConfigMap change that
+// breaks the app breaks one canary pod and is aborted the same way.
+func TestWebAppCanary(t *testing.T) {
+	requireRealNode(t)
+	ns := cluster.Namespace(t)
+	ctx := context.Background()
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "shop-config"}, Data: map[string]string{"GREETING": "hello from daytwo"}}
+	if err := cluster.Client.Create(ctx, cm); err != nil {
+		t.Fatal(err)
+	}
+	app := demoApp(ns, "shop", 3)
+	app.Spec.Env = nil
+	app.Spec.EnvFrom = []corev1.EnvFromSource{{ConfigMapRef: &corev1.ConfigMapEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "shop-config"}}}}
+	app.Spec.Rollout = &v1alpha1.WebAppRollout{Strategy: v1alpha1.RolloutCanary, Canary: &v1alpha1.WebAppCanary{
+		Steps: []v1alpha1.WebAppCanaryStep{
+			{Replicas: ptr.To[int32](1), AnalysisSeconds: ptr.To[int32](30)},
+			{Weight: ptr.To[int32](50), AnalysisSeconds: ptr.To[int32](5)},
+		},
+		// The operator asks each canary pod itself, over the pod network;
+		// the crash below may cost a request or two, which the restart
+		// signal must report rather than the check.
+		HTTPCheck: &v1alpha1.WebAppHTTPCheck{Path: "/healthz", IntervalSeconds: 2, SuccessPercent: 50, MinRequests: 3},
+	}}
+	if err := cluster.Client.Create(ctx, app); err != nil {
+		t.Fatal(err)
+	}
+	waitApp(t, app, 2*time.Minute, "Ready with 3 pods", readyWith(3, demoWebImage))
+
+	// A good image: step 1 runs one canary pod beside the 3 stable ones
+	// (a quarter of the pods behind the Service), step 2 two, then the
+	// stable pods roll to it and the canary goes.
+	start := time.Now()
+	updateApp(t, app, func(a *v1alpha1.WebApp) { a.Spec.Image = demoWebImageV2 })
+	waitApp(t, app, 2*time.Minute, "at step 1 with a quarter of the pods", func(a *v1alpha1.WebApp) bool {
+		c := a.Status.Canary
+		return c != nil && c.Step == 1 && c.CanaryImage == demoWebImageV2 && c.StableImage == demoWebImage && c.CanaryWeight == 25
+	})
+	atStep1 := runningPods(t, app)
+	waitApp(t, app, 2*time.Minute, "at step 2", func(a *v1alpha1.WebApp) bool { return a.Status.Canary != nil && a.Status.Canary.Step == 2 })
+	waitApp(t, app, 3*time.Minute, "promoted", readyWith(3, demoWebImageV2))
+	t.Logf("canary of a good image: both steps and the promotion in %s", time.Since(start).Round(time.Second))
+	canaryGone(t, app)
+	if len(atStep1) != 4 {
+		t.Errorf("%d pods ran at step 1, want 3 stable and 1 canary", len(atStep1))
+	}
+
+	// A crashing image: aborted at step 1; the stable pods are the same
+	// pods with the same restart counts.
+	before := podState(t, app)
+	start = time.Now()
+	updateApp(t, app, func(a *v1alpha1.WebApp) { a.Spec.Image = demoWebImageCrash })
+	aborted := waitAborted(t, app, "CRASH_AFTER=10s")
+	t.Logf("canary of a crashing image aborted %s after the change: %s", time.Since(start).Round(time.Second), aborted)
+	if !strings.Contains(aborted, "exit code 1") {
+		t.Errorf("abort message %q lacks the exit code", aborted)
+	}
+	stableUntouched(t, app, before)
+	abortEvent(t, app, demoWebImageCrash)
+
+	// Back to the stable image: nothing to roll.
+	updateApp(t, app, func(a *v1alpha1.WebApp) { a.Spec.Image = demoWebImageV2 })
+	waitApp(t, app, time.Minute, "complete on v2 again", readyWith(3, demoWebImageV2))
+
+	// A bad ConfigMap change: one canary pod reads it and crashes; the
+	// stable pods, started before it, keep theirs.
+	before = podState(t, app)
+	cm.Data["CRASH_AFTER"] = "3s"
+	if err := cluster.Client.Update(ctx, cm); err != nil {
+		t.Fatal(err)
+	}
+	aborted = waitAborted(t, app, "CRASH_AFTER=3s")
+	t.Logf("canary of a bad ConfigMap aborted: %s", aborted)
+	stableUntouched(t, app, before)
+}
+
+// podState is each running pod's restart count, by UID.
+func podState(t *testing.T, app *v1alpha1.WebApp) map[string]int32 {
+	t.Helper()
+	out := map[string]int32{}
+	for _, p := range runningPods(t, app) {
+		out[string(p.UID)] = p.Status.ContainerStatuses[0].RestartCount
+	}
+	return out
+}
+
+func stableUntouched(t *testing.T, app *v1alpha1.WebApp, before map[string]int32) {
+	t.Helper()
+	framework.Eventually(t, time.Minute, "only the stable pods running", func(context.Context) (bool, error) {
+		return len(podState(t, app)) == len(before), nil
+	})
+	after := podState(t, app)
+	for uid, restarts := range before {
+		if got, ok := after[uid]; !ok || got != restarts {
+			t.Errorf("stable pod %s: running %v with %d restarts, want running with %d", uid, ok, got, restarts)
+		}
+	}
+}
+
+// waitAborted waits for the canary's abort and returns its message, which
+// must quote the container's last words.
+func waitAborted(t *testing.T, app *v1alpha1.WebApp, words string) string {
+	t.Helper()
+	waitApp(t, app, 3*time.Minute, "canary aborted", func(a *v1alpha1.WebApp) bool {
+		c := meta.FindStatusCondition(a.Status.Conditions, v1alpha1.ConditionProgressing)
+		return c != nil && c.Reason == v1alpha1.ReasonCanaryAborted
+	})
+	c := meta.FindStatusCondition(app.Status.Conditions, v1alpha1.ConditionProgressing)
+	if !strings.Contains(c.Message, words) || app.Status.Canary == nil || !strings.HasPrefix(app.Status.Canary.Message, "Restarts:") {
+		t.Errorf("Progressing %q and status.canary %+v should quote the restart and %q", c.Message, app.Status.Canary, words)
+	}
+	if d := meta.FindStatusCondition(app.Status.Conditions, v1alpha1.ConditionDegraded); d == nil || d.Reason != v1alpha1.ReasonCanaryAborted {
+		t.Errorf("Degraded = %+v, want CanaryAborted", d)
+	}
+	canaryGone(t, app)
+	return c.Message
+}
+
+func canaryGone(t *testing.T, app *v1alpha1.WebApp) {
+	t.Helper()
+	framework.Eventually(t, time.Minute, "canary Deployment deleted", func(ctx context.Context) (bool, error) {
+		err := cluster.Client.Get(ctx, client.ObjectKey{Namespace: app.Namespace, Name: app.Name + "-canary"}, &appsv1.Deployment{})
+		return apierrors.IsNotFound(err), client.IgnoreNotFound(err)
+	})
+}
+
+func abortEvent(t *testing.T, app *v1alpha1.WebApp, image string) {
+	t.Helper()
+	events := &corev1.EventList{}
+	if err := cluster.Client.List(context.Background(), events, client.InNamespace(app.Namespace)); err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range events.Items {
+		if e.Reason == v1alpha1.ReasonCanaryAborted && e.Type == corev1.EventTypeWarning && strings.Contains(e.Message, image) {
+			return
+		}
+	}
+	t.Errorf("no CanaryAborted Warning event naming %s", image)
+}
