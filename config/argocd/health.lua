@@ -39,6 +39,10 @@ local needsAPerson = {
 if c.Ready ~= nil and c.Ready.reason == "Suspended" then
   return result("Suspended", message("Ready"))
 end
+-- A WebApp canary that waits for a person to promote it.
+if c.Progressing ~= nil and c.Progressing.reason == "CanaryWaiting" then
+  return result("Suspended", message("Progressing"))
+end
 if c.Ready ~= nil and c.Ready.status == "False" and needsAPerson[c.Ready.reason] then
   return result("Degraded", message("Ready"))
 end

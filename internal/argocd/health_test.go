@@ -85,6 +85,10 @@ func TestHealthEdges(t *testing.T) {
 		"archiving starting":     {obj(1, 1, cond("Ready", "True", "Available"), cond("ContinuousArchiving", "False", "ArchivingStarting")), "Healthy"},
 		"suspended":              {obj(1, 1, cond("Ready", "True", "Suspended")), "Suspended"},
 		"switchover in progress": {obj(1, 1, cond("Ready", "True", "Available"), cond("Progressing", "True", "SwitchingOver")), "Progressing"},
+		"canary step":            {obj(1, 1, cond("Ready", "True", "Available"), cond("Progressing", "True", "CanaryProgressing")), "Progressing"},
+		"canary waiting":         {obj(1, 1, cond("Ready", "True", "Available"), cond("Progressing", "True", "CanaryWaiting")), "Suspended"},
+		"canary aborted": {obj(1, 1, cond("Ready", "True", "Available"), cond("Progressing", "False", "CanaryAborted"),
+			cond("Degraded", "True", "CanaryAborted")), "Degraded"},
 	} {
 		h, err := argocd.Evaluate(lua, c.obj)
 		if err != nil {
