@@ -41,7 +41,7 @@ func TestWebAppCanary(t *testing.T) {
 	app.Spec.Rollout = &v1alpha1.WebAppRollout{Strategy: v1alpha1.RolloutCanary, Canary: &v1alpha1.WebAppCanary{
 		Steps: []v1alpha1.WebAppCanaryStep{
 			{Replicas: ptr.To[int32](1), AnalysisSeconds: ptr.To[int32](30)},
-			{Weight: ptr.To[int32](50), AnalysisSeconds: ptr.To[int32](5)},
+			{Weight: ptr.To[int32](50), AnalysisSeconds: ptr.To[int32](5), WaitForPromotion: true},
 		},
 		// The operator asks each canary pod itself, over the pod network;
 		// the crash below may cost a request or two, which the restart
@@ -54,8 +54,9 @@ func TestWebAppCanary(t *testing.T) {
 	waitApp(t, app, 2*time.Minute, "Ready with 3 pods", readyWith(3, demoWebImage))
 
 	// A good image: step 1 runs one canary pod beside the 3 stable ones
-	// (a quarter of the pods behind the Service), step 2 two, then the
-	// stable pods roll to it and the canary goes.
+	// (a quarter of the pods behind the Service), step 2 two and waits for
+	// kubectl daytwo canary promote; then the stable pods roll to it and
+	// the canary goes.
 	start := time.Now()
 	updateApp(t, app, func(a *v1alpha1.WebApp) { a.Spec.Image = demoWebImageV2 })
 	waitApp(t, app, 2*time.Minute, "at step 1 with a quarter of the pods", func(a *v1alpha1.WebApp) bool {
@@ -63,7 +64,14 @@ func TestWebAppCanary(t *testing.T) {
 		return c != nil && c.Step == 1 && c.CanaryImage == demoWebImageV2 && c.StableImage == demoWebImage && c.CanaryWeight == 25
 	})
 	atStep1 := runningPods(t, app)
-	waitApp(t, app, 2*time.Minute, "at step 2", func(a *v1alpha1.WebApp) bool { return a.Status.Canary != nil && a.Status.Canary.Step == 2 })
+	waitApp(t, app, 2*time.Minute, "waiting for promotion at step 2", func(a *v1alpha1.WebApp) bool {
+		c := meta.FindStatusCondition(a.Status.Conditions, v1alpha1.ConditionProgressing)
+		return a.Status.Canary != nil && a.Status.Canary.Step == 2 && c != nil && c.Reason == v1alpha1.ReasonCanaryWaiting
+	})
+	out := plugin(t, ns, "canary", "promote", "shop")
+	if !strings.Contains(out, "Requested to promote the canary of shop (image "+demoWebImageV2+", step 2 of 2)") {
+		t.Errorf("kubectl daytwo canary promote said %q", out)
+	}
 	waitApp(t, app, 3*time.Minute, "promoted", readyWith(3, demoWebImageV2))
 	t.Logf("canary of a good image: both steps and the promotion in %s", time.Since(start).Round(time.Second))
 	canaryGone(t, app)
