@@ -1,13 +1,16 @@
 package webapp
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
+	"golang.org/x/sync/errgroup"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -33,9 +36,11 @@ const (
 	labelTrack  = "daytwo.dev/track"
 	trackCanary = "canary"
 
-	annotationCanaryStep    = "daytwo.dev/canary-step"
-	annotationCanaryStarted = "daytwo.dev/canary-started"
-	annotationCanarySince   = "daytwo.dev/canary-step-since"
+	annotationCanaryStep     = "daytwo.dev/canary-step"
+	annotationCanaryStarted  = "daytwo.dev/canary-started"
+	annotationCanarySince    = "daytwo.dev/canary-step-since"
+	annotationCanaryTotal    = "daytwo.dev/canary-total"
+	annotationCanaryBaseline = "daytwo.dev/canary-restart-baseline"
 	// annotationCanaryAborted on the stable Deployment is the signal that
 	// aborted the canary of annotationFailedTemplate's revision.
 	annotationCanaryAborted = "daytwo.dev/canary-aborted"
@@ -60,7 +65,9 @@ type canaryReport struct {
 
 // runCanary runs the canary of template desired beside the stable
 // Deployment live, and decides whether it moves on, holds, is promoted or
-// aborted.
+// aborted. An aborted canary's Deployment stays until the failure is
+// recorded on the stable Deployment (settleCanary deletes it then), so an
+// abort is never lost between the two writes.
 func (r *Reconciler) runCanary(ctx context.Context, app *v1alpha1.WebApp, in podInputs, live *appsv1.Deployment,
 	desired *corev1ac.PodTemplateSpecApplyConfiguration, now time.Time) (canaryReport, error) {
 	hash := desired.Annotations[annotationTemplateHash]
@@ -72,19 +79,26 @@ func (r *Reconciler) runCanary(ctx context.Context, app *v1alpha1.WebApp, in pod
 	steps := canarySteps(app)
 	rep := canaryReport{steps: int32(len(steps)), canaryImage: app.Spec.Image}
 	if own == controller.Conflicting || own == controller.Adoptable {
-		rep.reason, rep.message = v1alpha1.ReasonConflictingResource, "The canary cannot start: "+conflict
+		rep.reason, rep.requeue = v1alpha1.ReasonConflictingResource, conflictRetry
+		rep.message = "The canary cannot start: " + cmp.Or(conflict, "Deployment "+cd.Name+" exists and is not managed by daytwo; daytwo adopts no canary")
 		return rep, nil
 	}
 	exists := own == controller.Owned
 	current := exists && cd.Spec.Template.Annotations[annotationTemplateHash] == hash
-	in2 := canaryInput{steps: steps, total: ptr.Deref(desiredReplicas(app), ptr.Deref(live.Spec.Replicas, 1)),
-		state: canaryState{started: now.Truncate(time.Second)}, hold: in.databaseHold, now: now}
+	in2 := canaryInput{steps: steps, hold: in.databaseHold, now: now,
+		state: canaryState{started: now.Truncate(time.Second), total: ptr.Deref(desiredReplicas(app), ptr.Deref(live.Spec.Replicas, 1))}}
 	in2.promoteRequested, in2.abortRequested = requestTime(app, v1alpha1.AnnotationPromoteRequested), requestTime(app, v1alpha1.AnnotationAbortRequested)
 	if current {
-		in2.state = stateOf(cd, now)
-		if in2.signal, in2.available, err = r.canarySignals(ctx, app, cd, hash, in2.state); err != nil {
+		in2.state = stateOf(cd, in2.state)
+		if in2.signal, in2.available, in2.restarts, err = r.canarySignals(ctx, app, cd, hash, in2.state); err != nil {
 			return canaryReport{}, err
 		}
+	} else if exists && in.databaseHold != "" {
+		// A canary of an earlier revision stays as it is until the hold
+		// ends; the new revision's does not start meanwhile.
+		rep.reason, rep.message = v1alpha1.ReasonDatabaseUnavailable, "Paused before the canary starts: "+in.databaseHold
+		rep.canaryReplicas, rep.canaryImage = ptr.Deref(cd.Spec.Replicas, 0), imageOf(&cd.Spec.Template)
+		return rep, nil
 	}
 	d := decideCanary(in2)
 	rep.reason, rep.message, rep.requeue = d.reason, d.message, d.requeue
@@ -92,8 +106,7 @@ func (r *Reconciler) runCanary(ctx context.Context, app *v1alpha1.WebApp, in pod
 	switch d.action {
 	case canaryAbort:
 		rep.aborted = true
-		r.forgetCanary(app)
-		return rep, controller.DeleteOwned(ctx, r.Client, app, cd, "Deployment")
+		return rep, nil
 	case canaryPromote:
 		rep.promote, rep.step = true, rep.steps+1
 		rep.canaryReplicas = ptr.Deref(cd.Spec.Replicas, 0)
@@ -108,7 +121,7 @@ func (r *Reconciler) runCanary(ctx context.Context, app *v1alpha1.WebApp, in pod
 	}
 	if !current {
 		controller.Event(ctx, r.Recorder, app, live, corev1.EventTypeNormal, v1alpha1.ReasonCanaryProgressing, "StartCanary",
-			"Canary of image %s started: %d of %d steps, %d pods first", app.Spec.Image, 1, len(steps), d.replicas)
+			"Canary of image %s started: %d steps, %d pods first", app.Spec.Image, len(steps), d.replicas)
 	} else if d.state.step != in2.state.step {
 		controller.Event(ctx, r.Recorder, app, live, corev1.EventTypeNormal, v1alpha1.ReasonCanaryProgressing, "CanaryStep",
 			"Canary of image %s at step %d of %d: %d pods", app.Spec.Image, d.state.step+1, len(steps), d.replicas)
@@ -117,25 +130,25 @@ func (r *Reconciler) runCanary(ctx context.Context, app *v1alpha1.WebApp, in pod
 }
 
 // canarySignals reads the canary's pods (without the cache) and returns
-// the first bad signal they show, or the HTTP check's, and how many of
-// them are ready. The pods are counted rather than the Deployment's
-// status: the state annotations move the Deployment's generation, and its
-// status would lag behind each step.
-func (r *Reconciler) canarySignals(ctx context.Context, app *v1alpha1.WebApp, cd *appsv1.Deployment, hash string, st canaryState) (string, int32, error) {
+// the first bad signal they show, or the HTTP check's, how many of them
+// are ready, and their restarts. The pods are counted rather than the
+// Deployment's status: the state annotations move the Deployment's
+// generation, and its status would lag behind each step.
+func (r *Reconciler) canarySignals(ctx context.Context, app *v1alpha1.WebApp, cd *appsv1.Deployment, hash string, st canaryState) (string, int32, int32, error) {
 	pods := &corev1.PodList{}
 	if err := r.APIReader.List(ctx, pods, client.InNamespace(app.Namespace), client.MatchingLabels(cd.Spec.Selector.MatchLabels)); err != nil {
-		return "", 0, fmt.Errorf("failed to list the canary's pods: %w", err)
+		return "", 0, 0, fmt.Errorf("failed to list the canary's pods: %w", err)
 	}
 	key := client.ObjectKeyFromObject(app)
 	was := sets.New[types.UID]()
 	if v, ok := r.canaryReady.Load(key); ok {
 		was = v.(sets.Set[types.UID])
 	}
-	maxRestarts := int32(0)
+	allowed := st.restartBaseline
 	if c := canarySpec(app); c != nil {
-		maxRestarts = c.MaxRestarts
+		allowed += c.MaxRestarts
 	}
-	signal, ready := canarySignal(pods.Items, hash, maxRestarts, was)
+	signal, ready, restarts := canarySignal(pods.Items, hash, allowed, was)
 	r.canaryReady.Store(key, ready)
 	switch {
 	case signal != "":
@@ -144,7 +157,7 @@ func (r *Reconciler) canarySignals(ctx context.Context, app *v1alpha1.WebApp, cd
 	default:
 		signal = r.httpCheck(ctx, app, pods.Items, hash, st)
 	}
-	return signal, int32(ready.Len()), nil
+	return signal, int32(ready.Len()), restarts, nil
 }
 
 // httpCheck sends the WebApp's HTTP check to each ready canary pod, once
@@ -167,20 +180,32 @@ func (r *Reconciler) httpCheck(ctx context.Context, app *v1alpha1.WebApp, pods [
 		if port == 0 {
 			port = app.Spec.Port
 		}
+		// In parallel, a few at a time: a hung endpoint holds this
+		// reconcile for one timeout, not one per pod.
+		var g errgroup.Group
+		g.SetLimit(8)
+		var mu sync.Mutex
 		for i := range pods {
 			p := &pods[i]
 			if p.Annotations[annotationTemplateHash] != hash || !podReady(p) || p.Status.PodIP == "" {
 				continue
 			}
-			t.total++
-			url := "http://" + net.JoinHostPort(p.Status.PodIP, strconv.Itoa(int(port))) + check.Path
-			if err := r.probe(ctx, url); err != nil {
-				t.lastFailed = fmt.Sprintf("pod %s: %v", p.Name, err)
-				logf.FromContext(ctx).V(1).Info("Canary HTTP check failed", "pod", p.Name, "error", err.Error())
-				continue
-			}
-			t.ok++
+			g.Go(func() error {
+				url := "http://" + net.JoinHostPort(p.Status.PodIP, strconv.Itoa(int(port))) + check.Path
+				err := r.probe(ctx, url)
+				mu.Lock()
+				defer mu.Unlock()
+				t.total++
+				if err != nil {
+					t.lastFailed = fmt.Sprintf("pod %s: %v", p.Name, err)
+					logf.FromContext(ctx).V(1).Info("Canary HTTP check failed", "pod", p.Name, "error", err.Error())
+					return nil
+				}
+				t.ok++
+				return nil
+			})
 		}
+		_ = g.Wait() // the probes report through t, never an error
 		r.httpTallies.Store(key, t)
 	}
 	return httpVerdict(t, check)
@@ -246,17 +271,23 @@ func rolledOut(d *appsv1.Deployment) bool {
 		d.Status.Replicas == n && d.Status.AvailableReplicas == n
 }
 
-// stateOf reads the canary's state from its Deployment; a missing start
-// is now (the canary Deployment was made by hand or cut short).
-func stateOf(cd *appsv1.Deployment, now time.Time) canaryState {
+// stateOf reads the canary's state from its Deployment; what it lacks
+// (a canary Deployment cut short) comes from fresh.
+func stateOf(cd *appsv1.Deployment, fresh canaryState) canaryState {
 	a := cd.Annotations
-	st := canaryState{started: now}
+	st := fresh
 	st.step, _ = strconv.Atoi(a[annotationCanaryStep])
 	if t, err := time.Parse(time.RFC3339, a[annotationCanaryStarted]); err == nil {
 		st.started = t
 	}
 	if t, err := time.Parse(time.RFC3339, a[annotationCanarySince]); err == nil {
 		st.since = t
+	}
+	if n, err := strconv.Atoi(a[annotationCanaryTotal]); err == nil {
+		st.total = int32(n)
+	}
+	if n, err := strconv.Atoi(a[annotationCanaryBaseline]); err == nil {
+		st.restartBaseline = int32(n)
 	}
 	return st
 }
@@ -280,8 +311,10 @@ func canaryDeployment(app *v1alpha1.WebApp, sel map[string]string, template *cor
 	t.Labels = nil
 	t.WithLabels(template.Labels).WithLabels(canarySel)
 	annotations := map[string]string{
-		annotationCanaryStep:    strconv.Itoa(st.step),
-		annotationCanaryStarted: st.started.UTC().Format(time.RFC3339),
+		annotationCanaryStep:     strconv.Itoa(st.step),
+		annotationCanaryStarted:  st.started.UTC().Format(time.RFC3339),
+		annotationCanaryTotal:    strconv.Itoa(int(st.total)),
+		annotationCanaryBaseline: strconv.Itoa(int(st.restartBaseline)),
 	}
 	if !st.since.IsZero() {
 		annotations[annotationCanarySince] = st.since.UTC().Format(time.RFC3339)

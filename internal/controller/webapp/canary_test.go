@@ -40,7 +40,7 @@ func TestDecideCanary(t *testing.T) {
 		{Weight: ptr.To[int32](50), AnalysisSeconds: ptr.To[int32](0)},
 		{Weight: ptr.To[int32](100), AnalysisSeconds: ptr.To[int32](10), WaitForPromotion: true},
 	}
-	base := canaryInput{steps: steps, total: 4, state: canaryState{started: t0}, now: t0}
+	base := canaryInput{steps: steps, state: canaryState{started: t0, total: 4}, now: t0}
 	for _, tt := range []struct {
 		name     string
 		mutate   func(*canaryInput)
@@ -48,6 +48,7 @@ func TestDecideCanary(t *testing.T) {
 		step     int
 		replicas int32
 		since    time.Time
+		baseline int32
 		reason   string
 		message  string
 	}{
@@ -55,21 +56,24 @@ func TestDecideCanary(t *testing.T) {
 			action: canaryRun, replicas: 1, reason: v1alpha1.ReasonCanaryProgressing, message: "0 of 1 canary pods available"},
 		{name: "the window starts when the step's pods are available",
 			mutate: func(in *canaryInput) { in.available, in.now = 1, t0.Add(5*time.Second) },
-			action: canaryRun, replicas: 1, since: t0.Add(5 * time.Second), message: "watching 1 canary pods for 30s more"},
-		{name: "within the window nothing moves",
+			action: canaryRun, replicas: 1, since: t0.Add(5 * time.Second), message: "watching 1 canary pods until 2026-11-26T06:00:35Z"},
+		{name: "within the window nothing moves, and the message stays",
 			mutate: func(in *canaryInput) { in.available, in.state.since, in.now = 1, t0, t0.Add(29*time.Second) },
-			action: canaryRun, replicas: 1, since: t0, message: "for 1s more"},
+			action: canaryRun, replicas: 1, since: t0, message: "Step 1 of 3: watching 1 canary pods until 2026-11-26T06:00:30Z"},
 		{name: "after the window the next step starts; a step with no window and its pods available passes at once",
 			mutate: func(in *canaryInput) { in.available, in.state.since, in.now = 2, t0, t0.Add(31*time.Second) },
 			action: canaryRun, step: 2, replicas: 4, message: "Step 3 of 3: 2 of 4 canary pods available"},
 		{name: "a step that waits for promotion holds after its window",
 			mutate: func(in *canaryInput) {
-				in.state, in.available, in.now = canaryState{step: 2, started: t0, since: t0}, 4, t0.Add(time.Minute)
+				in.state, in.available, in.now = canaryState{step: 2, started: t0, since: t0, total: 4}, 4, t0.Add(time.Minute)
 			},
 			action: canaryRun, step: 2, replicas: 4, since: t0, reason: v1alpha1.ReasonCanaryWaiting, message: "waiting for daytwo.dev/promote-requested"},
 		{name: "a promote request newer than the start promotes",
 			mutate: func(in *canaryInput) { in.promoteRequested = t0.Add(time.Second) },
 			action: canaryPromote, replicas: 1, reason: v1alpha1.ReasonCanaryPromoting},
+		{name: "a promote request far in the future is ignored (a time left in Git)",
+			mutate: func(in *canaryInput) { in.promoteRequested = t0.Add(time.Hour) },
+			action: canaryRun, replicas: 1},
 		{name: "a promote request older than the start is for an earlier canary",
 			mutate: func(in *canaryInput) { in.promoteRequested = t0.Add(-time.Second) },
 			action: canaryRun, replicas: 1},
@@ -87,14 +91,23 @@ func TestDecideCanary(t *testing.T) {
 				in.available, in.state.since, in.now, in.hold = 1, t0, t0.Add(time.Hour), "Database db is not Ready"
 			},
 			action: canaryHold, replicas: 1, reason: v1alpha1.ReasonDatabaseUnavailable, message: "Paused at step 1 of 3: Database db is not Ready"},
-		{name: "a signal wins over a hold",
-			mutate: func(in *canaryInput) { in.hold, in.signal = "Database db is not Ready", "OOMKilled: x" },
+		{name: "a hold wins over a signal, and forgives the restarts meanwhile",
+			mutate: func(in *canaryInput) { in.hold, in.signal, in.restarts = "Database db is not Ready", "Restarts: x", 2 },
+			action: canaryHold, replicas: 1, baseline: 2, reason: v1alpha1.ReasonDatabaseUnavailable},
+		{name: "an abort request wins over a hold",
+			mutate: func(in *canaryInput) { in.hold, in.abortRequested = "Database db is not Ready", t0 },
 			action: canaryAbort, replicas: 1, reason: v1alpha1.ReasonCanaryAborted},
+		{name: "weights are of the stable count when the canary started",
+			mutate: func(in *canaryInput) { in.state = canaryState{step: 1, started: t0, total: 10} },
+			action: canaryRun, step: 1, replicas: 5},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			in := base
 			tt.mutate(&in)
 			d := decideCanary(in)
+			if d.state.restartBaseline != tt.baseline {
+				t.Errorf("restart baseline = %d, want %d", d.state.restartBaseline, tt.baseline)
+			}
 			if d.action != tt.action || d.state.step != tt.step || d.replicas != tt.replicas || !d.state.since.Equal(tt.since) {
 				t.Errorf("decision = action %d step %d replicas %d since %v, want action %d step %d replicas %d since %v (%s)",
 					d.action, d.state.step, d.replicas, d.state.since, tt.action, tt.step, tt.replicas, tt.since, d.message)
@@ -165,7 +178,7 @@ func TestCanarySignal(t *testing.T) {
 			want: "ImagePullFailed: Pod shop-canary-a cannot pull image shop:bad (ImagePullBackOff): not found"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			got, ready := canarySignal(tt.pods, "new", tt.maxRestarts, sets.New(tt.was...))
+			got, ready, _ := canarySignal(tt.pods, "new", tt.maxRestarts, sets.New(tt.was...))
 			if got != tt.want {
 				t.Errorf("signal = %q\nwant     %q", got, tt.want)
 			}

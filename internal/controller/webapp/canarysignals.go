@@ -16,8 +16,8 @@ import (
 // pulled or started, a crash loop, an OOM kill), more container restarts
 // than maxRestarts in all, or a readiness flap (a pod seen ready before,
 // in wasReady, that is not ready now). It returns the pods ready now, the
-// next call's wasReady. It is pure.
-func canarySignal(pods []corev1.Pod, hash string, maxRestarts int32, wasReady sets.Set[types.UID]) (string, sets.Set[types.UID]) {
+// next call's wasReady, and the restarts counted. It is pure.
+func canarySignal(pods []corev1.Pod, hash string, maxRestarts int32, wasReady sets.Set[types.UID]) (string, sets.Set[types.UID], int32) {
 	ready := sets.New[types.UID]()
 	var restarts int32
 	var restarted *corev1.Pod
@@ -45,9 +45,9 @@ func canarySignal(pods []corev1.Pod, hash string, maxRestarts int32, wasReady se
 	if restarts > maxRestarts {
 		// A restart is the earliest sign of a crash: it comes before the
 		// kubelet's back-off, and says more than a flap it causes.
-		return restartSignal(restarted, restarts, maxRestarts), ready
+		return restartSignal(restarted, restarts, maxRestarts), ready, restarts
 	}
-	return signal, ready
+	return signal, ready, restarts
 }
 
 // restartSignal says which container restarted and why, in its own words.

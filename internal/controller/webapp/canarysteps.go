@@ -14,6 +14,10 @@ import (
 const (
 	canaryPoll            = 3 * time.Second
 	defaultAnalysisWindow = 60 * time.Second
+	// requestSkew is how far in the future a promote or abort request may
+	// be (a client's clock ahead of the operator's); a later one is
+	// ignored, or a time left in Git would act on every canary until then.
+	requestSkew = time.Minute
 )
 
 // defaultCanarySteps are the steps of a Canary rollout that names none:
@@ -69,6 +73,14 @@ type canaryState struct {
 	// since is when every pod of the current step was first seen
 	// available: the step's analysis window runs from there. Zero before.
 	since time.Time
+	// total is the stable pods' desired count when the canary started:
+	// the steps' weights are of it, so an HPA scaling the stable pods does
+	// not move a step under way.
+	total int32
+	// restartBaseline is the canary pods' restarts when a hold (the
+	// Database) last ended: restarts while a dependency was down do not
+	// count against the canary.
+	restartBaseline int32
 }
 
 // canaryAction is what decideCanary tells the controller to do.
@@ -88,14 +100,13 @@ const (
 // canaryInput is everything decideCanary decides from.
 type canaryInput struct {
 	steps []v1alpha1.WebAppCanaryStep
-	// total is the stable pods' desired count.
-	total int32
 	state canaryState
-	// available is how many pods of the canary's current template are
-	// available, as the Deployment controller observed its latest spec.
+	// available is how many pods of the canary's current template are ready.
 	available int32
-	// signal is the first bad signal the canary's pods show, if any.
-	signal string
+	// signal is the first bad signal the canary's pods show, if any, and
+	// restarts their containers' restarts in all.
+	signal   string
+	restarts int32
 	// promoteRequested and abortRequested are the WebApp's request times.
 	promoteRequested, abortRequested time.Time
 	// hold says why the canary must not move now (the Database), if so.
@@ -116,33 +127,37 @@ type canaryDecision struct {
 }
 
 // decideCanary moves a canary through its steps. It is pure: the same
-// input gives the same decision. An abort wins over everything, then a
-// hold, then a promote request; otherwise the step's pods must all be
-// available and stay healthy for the step's window before the next step.
+// input gives the same decision. An abort request wins over everything,
+// then a hold (the canary's pods say little while its Database is down,
+// so their signals wait), then a bad signal, then a promote request;
+// otherwise the step's pods must all be available and stay healthy for
+// the step's window before the next step.
 func decideCanary(in canaryInput) canaryDecision {
 	st := in.state
 	n := len(in.steps)
 	d := canaryDecision{action: canaryRun, state: st, reason: v1alpha1.ReasonCanaryProgressing, requeue: canaryPoll}
 	if st.step < n {
-		d.replicas = stepReplicas(in.steps[st.step], in.total)
+		d.replicas = stepReplicas(in.steps[st.step], st.total)
 	}
 	// Times have whole seconds: a request in the second the canary
 	// started is for it.
-	requested := func(t time.Time) bool { return !t.IsZero() && !t.Before(st.started) }
+	requested := func(t time.Time) bool {
+		return !t.IsZero() && !t.Before(st.started) && !t.After(in.now.Add(requestSkew))
+	}
 	switch {
 	case requested(in.abortRequested):
 		d.action, d.reason = canaryAbort, v1alpha1.ReasonCanaryAborted
 		d.message = "Aborted on request (" + v1alpha1.AnnotationAbortRequested + " " + in.abortRequested.UTC().Format(time.RFC3339) + ")"
 		return d
+	case in.hold != "":
+		// The window starts again once the dependency is back, and the
+		// restarts meanwhile are forgiven.
+		d.action, d.reason, d.requeue = canaryHold, v1alpha1.ReasonDatabaseUnavailable, 0
+		d.state.since, d.state.restartBaseline = time.Time{}, in.restarts
+		d.message = fmt.Sprintf("Paused at step %d of %d: %s", min(st.step+1, n), n, in.hold)
+		return d
 	case in.signal != "":
 		d.action, d.reason, d.message = canaryAbort, v1alpha1.ReasonCanaryAborted, in.signal
-		return d
-	case in.hold != "":
-		// The window starts again once the dependency is back: what the
-		// canary did meanwhile says little about the revision.
-		d.action, d.reason, d.requeue = canaryHold, v1alpha1.ReasonDatabaseUnavailable, 0
-		d.state.since = time.Time{}
-		d.message = fmt.Sprintf("Paused at step %d of %d: %s", min(st.step+1, n), n, in.hold)
 		return d
 	case requested(in.promoteRequested) || st.step >= n:
 		d.action, d.reason, d.requeue = canaryPromote, v1alpha1.ReasonCanaryPromoting, 0
@@ -156,10 +171,13 @@ func decideCanary(in canaryInput) canaryDecision {
 		return d
 	}
 	if st.since.IsZero() {
-		d.state.since = in.now
+		d.state.since = in.now.Truncate(time.Second)
 	}
-	if left := analysisWindow(step) - in.now.Sub(d.state.since); left > 0 {
-		d.message = fmt.Sprintf("Step %d of %d: watching %d canary pods for %s more", st.step+1, n, d.replicas, left.Round(time.Second))
+	end := d.state.since.Add(analysisWindow(step))
+	if left := end.Sub(in.now); left > 0 {
+		// The end, not the time left: the message stays the same from one
+		// look to the next, and the status is not rewritten each time.
+		d.message = fmt.Sprintf("Step %d of %d: watching %d canary pods until %s", st.step+1, n, d.replicas, end.UTC().Format(time.RFC3339))
 		d.requeue = min(left, canaryPoll)
 		return d
 	}
@@ -169,6 +187,7 @@ func decideCanary(in canaryInput) canaryDecision {
 		return d
 	}
 	next := in
-	next.state = canaryState{step: st.step + 1, started: st.started}
+	next.state = st
+	next.state.step, next.state.since = st.step+1, time.Time{}
 	return decideCanary(next)
 }

@@ -201,26 +201,40 @@ func (r *Reconciler) applyDeployment(ctx context.Context, app *v1alpha1.WebApp, 
 
 // canaryRollout runs the canary of desired and returns what the stable
 // Deployment applies: its live template while the canary runs or after an
-// abort (with the failure recorded), desired once it is promoted.
+// abort (with the failure recorded), desired once it is promoted. The
+// stable Deployment is read from the API server first: a cache that has
+// not yet seen the last promotion or abort must not run the canary again.
 func (r *Reconciler) canaryRollout(ctx context.Context, app *v1alpha1.WebApp, in podInputs, live *appsv1.Deployment,
 	desired *corev1ac.PodTemplateSpecApplyConfiguration, revision string, ro *rollout) (*corev1ac.PodTemplateSpecApplyConfiguration, failure, func(), error) {
+	full := &appsv1.Deployment{}
+	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(live), full); err != nil {
+		return nil, failure{}, nil, fmt.Errorf("failed to get Deployment %s: %w", live.Name, err)
+	}
+	liveTemplate := convertOne[corev1ac.PodTemplateSpecApplyConfiguration](&full.Spec.Template)
+	switch {
+	case full.Spec.Template.Annotations[annotationTemplateHash] == desired.Annotations[annotationTemplateHash]:
+		return desired, failure{}, func() {}, nil // promoted already; settleCanary finishes
+	case full.Annotations[annotationFailedTemplate] == revision:
+		held := failure{revision: revision, signal: full.Annotations[annotationCanaryAborted]}
+		ro.failedHash, ro.abortSignal, ro.restoredImage = revision, held.signal, imageOf(&full.Spec.Template)
+		return liveTemplate, held, func() {}, nil
+	}
 	cr, err := r.runCanary(ctx, app, in, live, desired, time.Now())
 	if err != nil {
 		return nil, failure{}, nil, err
 	}
 	ro.canary = &cr
-	if cr.promote {
+	switch {
+	case cr.promote:
 		return desired, failure{}, func() {
 			controller.Event(ctx, r.Recorder, app, live, corev1.EventTypeNormal, v1alpha1.ReasonCanaryPromoting, "PromoteCanary",
 				"Canary of image %s passed; the stable pods roll to it", app.Spec.Image)
 		}, nil
+	case !cr.aborted:
+		return liveTemplate, failure{}, func() {}, nil
 	}
-	template, err := r.liveTemplate(ctx, live)
-	if err != nil || !cr.aborted {
-		return template, failure{}, func() {}, err
-	}
-	ro.failedHash, ro.abortSignal, ro.restoredImage = revision, cr.message, imageOf(&live.Spec.Template)
-	return template, failure{revision: revision, signal: cr.message}, func() {
+	ro.failedHash, ro.abortSignal, ro.restoredImage = revision, cr.message, imageOf(&full.Spec.Template)
+	return liveTemplate, failure{revision: revision, signal: cr.message}, func() {
 		controller.CountRollback("WebApp", app)
 		controller.Event(ctx, r.Recorder, app, live, corev1.EventTypeWarning, v1alpha1.ReasonCanaryAborted, "AbortCanary",
 			"Canary of image %s aborted, the stable pods keep %s: %s", app.Spec.Image, ro.restoredImage, controller.Truncate(cr.message, 512))

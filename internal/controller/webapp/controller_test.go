@@ -14,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -101,14 +102,22 @@ func waitMessage(t *testing.T, app *v1alpha1.WebApp, typ, msg string) {
 
 // markAvailable plays the Deployment controller, which envtest does not run:
 // every replica of the current template is updated and available.
+// A reconcile may write the Deployment meanwhile: the status is then
+// written again on the newer object.
 func markAvailable(t *testing.T, d *appsv1.Deployment) {
 	t.Helper()
-	n := ptr.Deref(d.Spec.Replicas, 1)
-	d.Status = appsv1.DeploymentStatus{
-		ObservedGeneration: d.Generation, Replicas: n, UpdatedReplicas: n, ReadyReplicas: n, AvailableReplicas: n,
-		Conditions: []appsv1.DeploymentCondition{{Type: appsv1.DeploymentAvailable, Status: corev1.ConditionTrue, Reason: "MinimumReplicasAvailable"}},
-	}
-	if err := env.Client.Status().Update(ctx, d); err != nil {
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(d), d); err != nil {
+			return err
+		}
+		n := ptr.Deref(d.Spec.Replicas, 1)
+		d.Status = appsv1.DeploymentStatus{
+			ObservedGeneration: d.Generation, Replicas: n, UpdatedReplicas: n, ReadyReplicas: n, AvailableReplicas: n,
+			Conditions: []appsv1.DeploymentCondition{{Type: appsv1.DeploymentAvailable, Status: corev1.ConditionTrue, Reason: "MinimumReplicasAvailable"}},
+		}
+		return env.Client.Status().Update(ctx, d)
+	})
+	if err != nil {
 		t.Fatalf("update Deployment status: %v", err)
 	}
 }

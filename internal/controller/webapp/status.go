@@ -132,11 +132,15 @@ func setStatus(app *v1alpha1.WebApp, obs observation) {
 		set(v1alpha1.ConditionProgressing, false, v1alpha1.ReasonRolledBack, msg)
 		set(v1alpha1.ConditionDegraded, true, v1alpha1.ReasonRolledBack, msg)
 		return
+	case ro.databaseHold != "":
+		if ro.canary != nil {
+			s.Canary = canaryStatus(ro.canary, d)
+		}
+		set(v1alpha1.ConditionProgressing, true, v1alpha1.ReasonDatabaseUnavailable, "Rollout of image "+ro.desiredImage+" paused: "+ro.databaseHold)
 	case ro.canary != nil:
 		s.Canary = canaryStatus(ro.canary, d)
-		set(v1alpha1.ConditionProgressing, true, ro.canary.reason, controller.Truncate(ro.canary.message, maxMessage))
-	case ro.databaseHold != "":
-		set(v1alpha1.ConditionProgressing, true, v1alpha1.ReasonDatabaseUnavailable, "Rollout of image "+ro.desiredImage+" paused: "+ro.databaseHold)
+		set(v1alpha1.ConditionProgressing, ro.canary.reason != v1alpha1.ReasonConflictingResource, ro.canary.reason,
+			controller.Truncate(ro.canary.message, maxMessage))
 	case ro.deadlineExceeded:
 		msg := fmt.Sprintf("Image %s missed its progress deadline and there is no earlier revision to roll back to", ro.desiredImage)
 		set(v1alpha1.ConditionProgressing, false, v1alpha1.ReasonProgressDeadlineExceeded, msg)
