@@ -58,7 +58,8 @@ type canaryReport struct {
 	canaryAvailable int32
 	// promote: the stable pods take the canary's revision now.
 	promote bool
-	// aborted: the canary is gone and its revision is held back.
+	// aborted: the canary goes (once the failure is recorded) and its
+	// revision is held back.
 	aborted bool
 	requeue time.Duration
 }
