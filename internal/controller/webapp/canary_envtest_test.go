@@ -160,7 +160,7 @@ func TestCanaryAbortsOnARestartAndHoldsTheRevision(t *testing.T) {
 		}
 	}
 	condition(t, app, v1alpha1.ConditionDegraded, v1alpha1.ReasonCanaryAborted)
-	if s := app.Status.Canary; s == nil || !strings.HasPrefix(s.Message, "Restarts: container app of canary pod api-canary-x restarted") {
+	if s := app.Status.Canary; s == nil || !strings.HasPrefix(s.Message, "Restarts: container app of canary pod api-canary-x exited") {
 		t.Errorf("status.canary = %+v, want the restart signal", s)
 	}
 	stable = deploymentOf(t, app, "read", func(*appsv1.Deployment) bool { return true })

@@ -163,7 +163,13 @@ func TestCanarySignal(t *testing.T) {
 		{name: "another revision's pods do not count", pods: []corev1.Pod{older}},
 		{name: "a restart aborts, in the container's words",
 			pods: []corev1.Pod{pod("a", true, exited("Error", 3, "line 1\npanic: nil map"))},
-			want: "Restarts: container app of canary pod shop-canary-a restarted (1 restarts in all, 0 allowed); exit code 3 (Error): line 1 | panic: nil map", ready: 1},
+			want: "Restarts: container app of canary pod shop-canary-a exited (1 exits in all, 0 allowed); exit code 3 (Error): line 1 | panic: nil map", ready: 1},
+		{name: "an exit not yet restarted counts, and is no readiness flap",
+			pods: []corev1.Pod{pod("a", false, func(cs *corev1.ContainerStatus) {
+				cs.State.Terminated = &corev1.ContainerStateTerminated{Reason: "Error", ExitCode: 1, Message: "fatal: crashing"}
+			})},
+			was:  []types.UID{"a"},
+			want: "Restarts: container app of canary pod shop-canary-a exited (1 exits in all, 0 allowed); exit code 1 (Error): fatal: crashing"},
 		{name: "restarts up to maxRestarts are allowed",
 			pods: []corev1.Pod{pod("a", true, exited("Error", 3, "x"))}, maxRestarts: 1, ready: 1},
 		{name: "an OOM kill says so with the limit",

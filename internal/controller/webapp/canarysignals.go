@@ -12,49 +12,64 @@ import (
 )
 
 // canarySignal is the first bad signal the canary's pods of template hash
-// show, or "": a pod problem the user must fix (an image that cannot be
-// pulled or started, a crash loop, an OOM kill), more container restarts
-// than maxRestarts in all, or a readiness flap (a pod seen ready before,
-// in wasReady, that is not ready now). It returns the pods ready now, the
-// next call's wasReady, and the restarts counted. It is pure.
+// show, or "": more container exits than maxRestarts in all (an exit the
+// kubelet has not restarted yet counts: it comes before the restart, and
+// before the readiness it costs), a pod problem the user must fix (an
+// image that cannot be pulled or started, a crash loop, an OOM kill), or
+// a readiness flap (a pod seen ready before, in wasReady, that is not
+// ready now while its container runs). It returns the pods ready now, the
+// next call's wasReady, and the exits counted. It is pure.
 func canarySignal(pods []corev1.Pod, hash string, maxRestarts int32, wasReady sets.Set[types.UID]) (string, sets.Set[types.UID], int32) {
 	ready := sets.New[types.UID]()
-	var restarts int32
-	var restarted *corev1.Pod
+	var exits int32
+	var latest *corev1.Pod
 	signal := ""
 	for i := range pods {
 		pod := &pods[i]
 		if pod.Annotations[annotationTemplateHash] != hash || pod.DeletionTimestamp != nil {
 			continue
 		}
+		cs := appStatus(pod)
+		exited := cs != nil && cs.State.Terminated != nil
 		if podReady(pod) {
 			ready.Insert(pod.UID)
-		} else if wasReady.Has(pod.UID) && signal == "" {
+		} else if wasReady.Has(pod.UID) && !exited && signal == "" {
 			signal = fmt.Sprintf("Readiness flap: canary pod %s was ready and is not any more", pod.Name)
 		}
 		if p := diagnosePod(pod); p != nil && p.reason != v1alpha1.ReasonUnschedulable && signal == "" {
 			signal = p.reason + ": " + p.message
 		}
-		if cs := appStatus(pod); cs != nil && cs.RestartCount > 0 {
-			restarts += cs.RestartCount
-			if restarted == nil || lastExit(cs).After(lastExit(appStatus(restarted))) {
-				restarted = pod
+		if cs == nil {
+			continue
+		}
+		n := cs.RestartCount
+		if exited {
+			n++
+		}
+		if n > 0 {
+			exits += n
+			if latest == nil || lastExit(cs).After(lastExit(appStatus(latest))) {
+				latest = pod
 			}
 		}
 	}
-	if restarts > maxRestarts {
-		// A restart is the earliest sign of a crash: it comes before the
-		// kubelet's back-off, and says more than a flap it causes.
-		return restartSignal(restarted, restarts, maxRestarts), ready, restarts
+	if exits > maxRestarts {
+		// An exit is the earliest sign of a crash, and says more than the
+		// flap or the back-off it causes.
+		return exitSignal(latest, exits, maxRestarts), ready, exits
 	}
-	return signal, ready, restarts
+	return signal, ready, exits
 }
 
-// restartSignal says which container restarted and why, in its own words.
-func restartSignal(pod *corev1.Pod, restarts, allowed int32) string {
+// exitSignal says which container exited and why, in its own words.
+func exitSignal(pod *corev1.Pod, exits, allowed int32) string {
 	cs := appStatus(pod)
-	msg := fmt.Sprintf("Restarts: container %s of canary pod %s restarted (%d restarts in all, %d allowed)", cs.Name, pod.Name, restarts, allowed)
-	if t := cs.LastTerminationState.Terminated; t != nil {
+	t := cs.State.Terminated
+	if t == nil {
+		t = cs.LastTerminationState.Terminated
+	}
+	msg := fmt.Sprintf("Restarts: container %s of canary pod %s exited (%d exits in all, %d allowed)", cs.Name, pod.Name, exits, allowed)
+	if t != nil {
 		if t.Reason == "OOMKilled" {
 			return "OOMKilled: " + oomKilled(pod, *cs).message
 		}
@@ -79,6 +94,9 @@ func appStatus(pod *corev1.Pod) *corev1.ContainerStatus {
 }
 
 func lastExit(cs *corev1.ContainerStatus) time.Time {
+	if t := cs.State.Terminated; t != nil {
+		return t.FinishedAt.Time
+	}
 	if t := cs.LastTerminationState.Terminated; t != nil {
 		return t.FinishedAt.Time
 	}
