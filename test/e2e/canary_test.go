@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -81,7 +82,7 @@ func TestWebAppCanary(t *testing.T) {
 
 	// A crashing image: aborted at step 1; the stable pods are the same
 	// pods with the same restart counts.
-	before := podState(t, app)
+	before := stablePods(t, app, 3)
 	start = time.Now()
 	updateApp(t, app, func(a *v1alpha1.WebApp) { a.Spec.Image = demoWebImageCrash })
 	aborted := waitAborted(t, app, "CRASH_AFTER=10s")
@@ -98,7 +99,7 @@ func TestWebAppCanary(t *testing.T) {
 
 	// A bad ConfigMap change: one canary pod reads it and crashes; the
 	// stable pods, started before it, keep theirs.
-	before = podState(t, app)
+	before = stablePods(t, app, 3)
 	cm.Data["CRASH_AFTER"] = "3s"
 	if err := cluster.Client.Update(ctx, cm); err != nil {
 		t.Fatal(err)
@@ -116,6 +117,17 @@ func podState(t *testing.T, app *v1alpha1.WebApp) map[string]int32 {
 		out[string(p.UID)] = p.Status.ContainerStatuses[0].RestartCount
 	}
 	return out
+}
+
+// stablePods waits until n pods run, a gone canary's pods having gone
+// too (garbage collection removes them a moment after their Deployment),
+// and returns their state.
+func stablePods(t *testing.T, app *v1alpha1.WebApp, n int) map[string]int32 {
+	t.Helper()
+	framework.Eventually(t, time.Minute, fmt.Sprintf("%d pods running", n), func(context.Context) (bool, error) {
+		return len(podState(t, app)) == n, nil
+	})
+	return podState(t, app)
 }
 
 func stableUntouched(t *testing.T, app *v1alpha1.WebApp, before map[string]int32) {
