@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"maps"
 	"net"
 	"net/http"
 	"strconv"
@@ -234,8 +235,7 @@ func (r *Reconciler) probe(ctx context.Context, url string) error {
 }
 
 // forgetCanary drops what the Reconciler remembers of app's canary.
-func (r *Reconciler) forgetCanary(app *v1alpha1.WebApp) {
-	key := client.ObjectKeyFromObject(app)
+func (r *Reconciler) forgetCanary(key client.ObjectKey) {
 	r.canaryReady.Delete(key)
 	r.httpTallies.Delete(key)
 }
@@ -257,7 +257,7 @@ func (r *Reconciler) settleCanary(ctx context.Context, app *v1alpha1.WebApp, liv
 			canaryReplicas: ptr.Deref(cd.Spec.Replicas, 0), canaryAvailable: cd.Status.AvailableReplicas,
 			message: "Promoting: the stable pods roll to the canary's revision", requeue: canaryPoll}, nil
 	}
-	r.forgetCanary(app)
+	r.forgetCanary(client.ObjectKeyFromObject(app))
 	if promoted {
 		controller.Event(ctx, r.Recorder, app, live, corev1.EventTypeNormal, v1alpha1.ReasonRolloutComplete, "PromoteCanary",
 			"Canary of image %s promoted: every pod runs it", app.Spec.Image)
@@ -304,9 +304,7 @@ func requestTime(app *v1alpha1.WebApp, annotation string) time.Time {
 func canaryDeployment(app *v1alpha1.WebApp, sel map[string]string, template *corev1ac.PodTemplateSpecApplyConfiguration,
 	replicas int32, st canaryState) *appsv1ac.DeploymentApplyConfiguration {
 	canarySel := map[string]string{labelTrack: trackCanary}
-	for k, v := range sel {
-		canarySel[k] = v
-	}
+	maps.Copy(canarySel, sel)
 	t := *template
 	t.ObjectMetaApplyConfiguration = ptr.To(*template.ObjectMetaApplyConfiguration)
 	t.Labels = nil

@@ -72,8 +72,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (_ re
 	if err := r.Client.Get(ctx, req.NamespacedName, app); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.unsettled.Delete(req.NamespacedName)
-			r.canaryReady.Delete(req.NamespacedName)
-			r.httpTallies.Delete(req.NamespacedName)
+			r.forgetCanary(req.NamespacedName)
 		}
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
