@@ -6,6 +6,7 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -258,11 +259,11 @@ func TestRolloutPausesWhileTheDatabaseIsUnavailable(t *testing.T) {
 // The HTTP check asks each ready canary pod; a local server stands in for
 // the pod (its IP 127.0.0.1 and the WebApp's port), answering 500.
 func TestCanaryAbortsOnAFailingHTTPCheck(t *testing.T) {
-	var asked, ok int
+	// The server's goroutines count; the test reads once the canary is gone.
+	var asked, ok atomic.Int32
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		asked++
-		if r.URL.Path == "/ready" && asked <= 2 {
-			ok++
+		if n := asked.Add(1); r.URL.Path == "/ready" && n <= 2 {
+			ok.Add(1)
 			return
 		}
 		http.Error(w, "payment backend unreachable", http.StatusInternalServerError)
@@ -285,7 +286,7 @@ func TestCanaryAbortsOnAFailingHTTPCheck(t *testing.T) {
 	if !strings.Contains(c.Message, want) {
 		t.Errorf("message = %q, want it to contain %q", c.Message, want)
 	}
-	if ok != 2 {
-		t.Errorf("the check was answered %d times with success, want 2", ok)
+	if ok.Load() != 2 {
+		t.Errorf("the check was answered %d times with success, want 2", ok.Load())
 	}
 }
