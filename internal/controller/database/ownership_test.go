@@ -51,6 +51,10 @@ func TestForeignChildrenAreNotTakenOver(t *testing.T) {
 	update(t, budget, func(b *policyv1.PodDisruptionBudget) {
 		b.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "ConfigMap", Name: "other", UID: "1234", Controller: ptr.To(true)}}
 	})
+	// A change to an object the Database never controlled wakes no
+	// reconcile of it (its owner events go to ConfigMap other); touch the
+	// Database so the next pass looks, as a resync or any change would.
+	update(t, db, func(d *v1alpha1.Database) { d.Annotations["test.daytwo.dev/nudge"] = "1" })
 	eventually(t, "the budget reported as another's", func() (bool, error) {
 		d, err := get(ns, "orders", &v1alpha1.Database{})
 		c := condition(d, v1alpha1.ConditionReady)
