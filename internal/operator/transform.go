@@ -27,16 +27,19 @@ import (
 // template's spec, all but each container's name and image: the WebApp
 // controller reads the full template from the API server in the rare
 // moments it needs it (a rollback), and a template is most of a
-// Deployment's size. A StatefulSet keeps daytwo's entry: the Database
+// Deployment's size. A Service keeps its metadata only. A StatefulSet keeps daytwo's entry: the Database
 // controller compares templates field by field (keepInstanceManager), and
 // Databases are few.
 func transform(in any) (any, error) {
 	switch o := in.(type) {
 	case *appsv1.Deployment:
 		fingerprint(o, appsv1ac.ExtractDeployment)
-		slimTemplate(&o.Spec.Template)
+		slimDeployment(o)
 	case *corev1.Service:
 		fingerprint(o, corev1ac.ExtractService)
+		// No controller reads a Service beyond its metadata: whether it
+		// exists, who controls it and the fingerprint of daytwo's part.
+		o.Spec, o.Status = corev1.ServiceSpec{}, corev1.ServiceStatus{}
 	case *corev1.ServiceAccount:
 		fingerprint(o, corev1ac.ExtractServiceAccount)
 	case *autoscalingv2.HorizontalPodAutoscaler:
@@ -84,14 +87,20 @@ func fingerprint[O metav1.Object, AC any](obj O, extract func(O, string) (AC, er
 	obj.SetManagedFields(nil)
 }
 
-// slimTemplate keeps a pod template's metadata and each container's name
-// and image.
-func slimTemplate(t *corev1.PodTemplateSpec) {
+// slimDeployment keeps of a pod template its annotations (the template
+// hash) and each container's name and image, and of the status conditions
+// all but their messages, which no controller reads.
+func slimDeployment(d *appsv1.Deployment) {
+	t := &d.Spec.Template
 	containers := make([]corev1.Container, len(t.Spec.Containers))
 	for i, c := range t.Spec.Containers {
 		containers[i] = corev1.Container{Name: c.Name, Image: c.Image}
 	}
 	t.Spec = corev1.PodSpec{Containers: containers}
+	t.Labels = nil
+	for i := range d.Status.Conditions {
+		d.Status.Conditions[i].Message = ""
+	}
 }
 
 func keepOwnManagedFields(in any) (any, error) {

@@ -22,6 +22,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -33,6 +35,7 @@ import (
 type bench struct {
 	cfg     config
 	c       client.WithWatch
+	raw     rest.Interface
 	op      *exec.Cmd
 	metrics string
 }
@@ -50,7 +53,67 @@ func newBench(cfg config) (*bench, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &bench{cfg: cfg, c: c}, nil
+	cs, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, err
+	}
+	return &bench{cfg: cfg, c: c, raw: cs.Discovery().RESTClient()}, nil
+}
+
+// serverWrites counts the API server's mutating requests so far by
+// "verb resource" (every client's: the operator's, the bench's, the
+// controller manager's and kwok's).
+func (b *bench) serverWrites(ctx context.Context) (map[string]float64, error) {
+	body, err := b.raw.Get().AbsPath("/metrics").DoRaw(ctx)
+	if err != nil {
+		return nil, err
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(strings.NewReader(string(body)))
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]float64{}
+	for _, m := range families["apiserver_request_total"].GetMetric() {
+		l := map[string]string{}
+		for _, p := range m.GetLabel() {
+			l[p.GetName()] = p.GetValue()
+		}
+		switch l["verb"] {
+		case "POST", "PUT", "PATCH", "APPLY", "DELETE", "CREATE", "UPDATE":
+			key := l["verb"] + " " + l["resource"]
+			if l["subresource"] != "" {
+				key += "/" + l["subresource"]
+			}
+			out[key] += m.GetCounter().GetValue()
+		}
+	}
+	return out, nil
+}
+
+// printWrites prints the API server's writes between two serverWrites
+// readings, per WebApp, most first.
+func printWrites(phase string, before, after map[string]float64, n int) {
+	type row struct {
+		key string
+		v   float64
+	}
+	var rows []row
+	total := 0.0
+	for k, v := range after {
+		if d := v - before[k]; d > 0 {
+			rows = append(rows, row{k, d})
+			total += d
+		}
+	}
+	slices.SortFunc(rows, func(a, b row) int { return int(b.v - a.v) })
+	fmt.Printf("API server writes during %s: %.0f (%.1f per WebApp)", phase, total, total/float64(n))
+	for _, r := range rows {
+		if r.v/float64(n) >= 0.05 {
+			fmt.Printf("; %s %.2f", r.key, r.v/float64(n))
+		}
+	}
+	fmt.Println()
 }
 
 // startOperator runs the operator binary with production flags, except that
@@ -66,11 +129,13 @@ func (b *bench) startOperator() error {
 	if err != nil {
 		return err
 	}
-	// The operator's client gets the same QPS budget as the bare client.
+	// The operator gets the bare client's QPS budget and parallelism: as
+	// many WebApps reconciled at once as the bare client has writes in
+	// flight (production runs 4; see --max-concurrent-reconciles).
 	// BENCH_OPERATOR_ARGS adds flags, such as --zap-log-level=debug to see
 	// every write in the log.
 	args := append([]string{"operator", "--metrics-bind-address=" + b.metrics, "--metrics-secure=false", "--health-probe-bind-address=0",
-		"--kube-api-qps=500", "--kube-api-burst=1000", "--enable-pprof"}, strings.Fields(os.Getenv("BENCH_OPERATOR_ARGS"))...)
+		"--kube-api-qps=500", "--kube-api-burst=1000", "--enable-pprof", fmt.Sprintf("--max-concurrent-reconciles=%d", b.cfg.parallel)}, strings.Fields(os.Getenv("BENCH_OPERATOR_ARGS"))...)
 	b.op = exec.Command(b.cfg.bin, args...)
 	b.op.Stdout, b.op.Stderr = log, log
 	if err := b.op.Start(); err != nil {
@@ -115,24 +180,35 @@ func (b *bench) scrape() (map[string]float64, error) {
 	return out, nil
 }
 
-// heapInuse is the operator's live heap right after a garbage collection,
-// read from the heap profile's MemStats (gc=1 collects first).
-func (b *bench) heapInuse() (float64, error) {
+// heap is the operator's heap right after a garbage collection, read from
+// the heap profile's MemStats (gc=1 collects first): inuse counts whole
+// spans holding live objects (what the process pays, fragmentation
+// included), live only the live objects' bytes.
+func (b *bench) heap() (inuse, live float64, err error) {
 	resp, err := http.Get("http://" + b.metrics + "/debug/pprof/heap?gc=1&debug=1")
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
+	found := 0
 	for _, line := range strings.Split(string(raw), "\n") {
-		if v, ok := strings.CutPrefix(line, "# HeapInuse = "); ok {
-			return strconv.ParseFloat(strings.TrimSpace(v), 64)
+		for prefix, v := range map[string]*float64{"# HeapInuse = ": &inuse, "# HeapAlloc = ": &live} {
+			if s, ok := strings.CutPrefix(line, prefix); ok {
+				if *v, err = strconv.ParseFloat(strings.TrimSpace(s), 64); err != nil {
+					return 0, 0, err
+				}
+				found++
+			}
 		}
 	}
-	return 0, fmt.Errorf("no HeapInuse in the heap profile")
+	if found != 2 {
+		return 0, 0, fmt.Errorf("no HeapInuse and HeapAlloc in the heap profile")
+	}
+	return inuse, live, nil
 }
 
 func (b *bench) saveHeapProfile(path string) error {
@@ -386,12 +462,16 @@ func (b *bench) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	heap0, err := b.heapInuse()
+	heap0, live0, err := b.heap()
 	if err != nil {
 		return err
 	}
 
 	// Floor: a bare client writes the same Deployments and Services.
+	w0, err := b.serverWrites(ctx)
+	if err != nil {
+		return err
+	}
 	start := time.Now()
 	if err := parallel(n, p, func(i int) error {
 		d, s := bareObjects("bench-bare", i)
@@ -401,12 +481,21 @@ func (b *bench) run(ctx context.Context) error {
 	}
 	bare := time.Since(start)
 	fmt.Printf("bare client: %d Deployments + Services in %.2fs\n", n, bare.Seconds())
+	w1, err := b.serverWrites(ctx)
+	if err != nil {
+		return err
+	}
+	printWrites("the bare client's run", w0, w1, n)
 	// The bare Deployments' pods start after the timer stops; let the control
 	// plane finish them so the operator is not measured against their churn.
 	if err := b.waitAvailable(ctx, "bench-bare", n, 5*time.Minute); err != nil {
 		return err
 	}
 
+	w2, err := b.serverWrites(ctx)
+	if err != nil {
+		return err
+	}
 	start = time.Now()
 	if err := parallel(n, p, func(i int) error { return b.c.Create(ctx, benchApp("bench-op", i)) }); err != nil {
 		return fmt.Errorf("create WebApps: %w", err)
@@ -416,12 +505,17 @@ func (b *bench) run(ctx context.Context) error {
 	}
 	op := time.Since(start)
 	fmt.Printf("operator:    %d WebApps converged in %.2fs\n", n, op.Seconds())
+	w3, err := b.serverWrites(ctx)
+	if err != nil {
+		return err
+	}
+	printWrites("the operator's run", w2, w3, n)
 	time.Sleep(5 * time.Second) // pod status churn on kwok settles
 	m1, err := b.scrape()
 	if err != nil {
 		return err
 	}
-	heap1, err := b.heapInuse()
+	heap1, live1, err := b.heap()
 	if err != nil {
 		return err
 	}
@@ -431,9 +525,9 @@ func (b *bench) run(ctx context.Context) error {
 		}
 	}
 	rss0, rss1 := m0["process_resident_memory_bytes"], m1["process_resident_memory_bytes"]
-	perObject := (heap1 - heap0) / float64(n)
-	fmt.Printf("memory: heap after GC %.1f -> %.1f MiB, RSS %.1f -> %.1f MiB, %.0f heap bytes per WebApp\n",
-		heap0/(1<<20), heap1/(1<<20), rss0/(1<<20), rss1/(1<<20), perObject)
+	perObject, livePerObject := (heap1-heap0)/float64(n), (live1-live0)/float64(n)
+	fmt.Printf("memory: heap in use after GC %.1f -> %.1f MiB (live objects %.1f -> %.1f MiB), RSS %.1f -> %.1f MiB; per WebApp %.0f bytes in use, %.0f live\n",
+		heap0/(1<<20), heap1/(1<<20), live0/(1<<20), live1/(1<<20), rss0/(1<<20), rss1/(1<<20), perObject, livePerObject)
 
 	// No-op: a restarted operator resyncs every WebApp; unchanged ones must not be written.
 	b.stopOperator()
@@ -474,10 +568,11 @@ func (b *bench) run(ctx context.Context) error {
 	fmt.Printf("| ratio operator / bare       | %9.2f    | <= 1.3   |\n", ratio)
 	fmt.Printf("| writes in a no-op resync    | %9.0f    | 0        |\n", noop)
 	fmt.Printf("| heap bytes per WebApp       | %9.0f    | <= 8192  |\n", perObject)
+	fmt.Printf("|   of which live objects     | %9.0f    |          |\n", livePerObject)
 	fmt.Printf("| spec-to-status p50          | %9d ms |          |\n", p50.Milliseconds())
 	fmt.Printf("| spec-to-status p99          | %9d ms | < 500 ms |\n", p99.Milliseconds())
 	fmt.Println(strings.Repeat("-", 58))
-	fmt.Printf("BENCH webapp n=%d operator_s=%.2f bare_s=%.2f ratio=%.2f noop_writes=%.0f bytes_per_object=%.0f p99_ms=%d\n",
-		n, op.Seconds(), bare.Seconds(), ratio, noop, perObject, p99.Milliseconds())
+	fmt.Printf("BENCH webapp n=%d operator_s=%.2f bare_s=%.2f ratio=%.2f noop_writes=%.0f bytes_per_object=%.0f live_bytes_per_object=%.0f p99_ms=%d\n",
+		n, op.Seconds(), bare.Seconds(), ratio, noop, perObject, livePerObject, p99.Milliseconds())
 	return nil
 }
