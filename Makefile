@@ -147,11 +147,12 @@ bench-failover: tools ## Failover benchmark on the real node: write gaps for pod
 .PHONY: bench-webapp
 bench-webapp: tools build ## WebApp benchmark on the kwok cluster (BENCH_N=1000, BENCH_LATENCY_SECONDS=60).
 	@# A fresh cluster: an earlier run's thousands of objects would take minutes to delete.
-	@# 110 pods a node: room for the bare client's N pods, the operator's N and rollout surges.
-	hack/kwok-cluster.sh down
-	KWOK_NODES=$${KWOK_NODES:-$$(( $${BENCH_N:-1000} / 45 + 2 ))} hack/kwok-cluster.sh up
-	kubectl --kubeconfig $$(hack/kwok-cluster.sh kubeconfig) apply --server-side -k config/crd >/dev/null
-	KUBECONFIG=$$(hack/kwok-cluster.sh kubeconfig) DAYTWO_BIN=$(CURDIR)/bin/daytwo go run ./test/bench/webapp
+	@# The bench gives the operator a fresh one of the same nodes in turn.
+	@# 110 pods a node: room for N pods and rollout surges.
+	export KWOK_NODES=$${KWOK_NODES:-$$(( $${BENCH_N:-1000} / 90 + 2 ))}; \
+	  hack/kwok-cluster.sh down && hack/kwok-cluster.sh up && \
+	  kubectl --kubeconfig $$(hack/kwok-cluster.sh kubeconfig) apply --server-side -k config/crd >/dev/null && \
+	  KUBECONFIG=$$(hack/kwok-cluster.sh kubeconfig) DAYTWO_BIN=$(CURDIR)/bin/daytwo go run ./test/bench/webapp
 
 ##@ Local cluster
 

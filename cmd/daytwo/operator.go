@@ -99,8 +99,9 @@ func runOperator(cmd *cobra.Command, o *operatorOptions) error {
 	}
 	if o.pprof {
 		metricsOpts.ExtraHandlers = map[string]http.Handler{
-			"/debug/pprof/":     http.HandlerFunc(pprof.Index),
-			"/debug/pprof/heap": pprof.Handler("heap"),
+			"/debug/pprof/":        http.HandlerFunc(pprof.Index),
+			"/debug/pprof/heap":    pprof.Handler("heap"),
+			"/debug/pprof/profile": http.HandlerFunc(pprof.Profile),
 		}
 	}
 	cfg, err := ctrl.GetConfig()

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -104,6 +105,10 @@ func (r *Reconciler) runCanary(ctx context.Context, app *v1alpha1.WebApp, in pod
 	}
 	d := decideCanary(in2)
 	rep.reason, rep.message, rep.requeue = d.reason, d.message, d.requeue
+	if bad := unreadableRequests(app); bad != "" {
+		rep.message = strings.TrimSpace(rep.message + " " + bad)
+		controller.Event(ctx, r.Recorder, app, live, corev1.EventTypeWarning, "InvalidAnnotation", "ReadRequest", "%s", bad)
+	}
 	rep.step, rep.canaryReplicas, rep.canaryAvailable = int32(d.state.step)+1, d.replicas, in2.available
 	switch d.action {
 	case canaryAbort:
@@ -297,6 +302,21 @@ func stateOf(cd *appsv1.Deployment, fresh canaryState) canaryState {
 func requestTime(app *v1alpha1.WebApp, annotation string) time.Time {
 	t, _ := time.Parse(time.RFC3339, app.Annotations[annotation])
 	return t
+}
+
+// unreadableRequests says which of app's promote and abort annotations are
+// set but are not RFC 3339 times (and so are ignored), or "".
+func unreadableRequests(app *v1alpha1.WebApp) string {
+	var out []string
+	for _, a := range []string{v1alpha1.AnnotationPromoteRequested, v1alpha1.AnnotationAbortRequested} {
+		if v, ok := app.Annotations[a]; ok && requestTime(app, a).IsZero() {
+			out = append(out, fmt.Sprintf("annotation %s=%q is not an RFC 3339 time such as 2026-01-02T15:04:05Z and is ignored", a, v))
+		}
+	}
+	if len(out) == 0 {
+		return ""
+	}
+	return "The " + strings.Join(out, "; the ") + "."
 }
 
 // canaryDeployment is the desired canary Deployment of app: template with

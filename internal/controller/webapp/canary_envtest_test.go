@@ -13,8 +13,10 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
 )
@@ -187,6 +189,19 @@ func TestCanaryPromoteAndAbortRequests(t *testing.T) {
 	app := canaryApp(ns, "web")
 	app.Spec.Rollout.Canary.Steps[0].AnalysisSeconds = ptr.To[int32](3600)
 	startCanary(t, app)
+
+	// A request that is not a time is ignored, and the status says so.
+	update(t, app, func(a *v1alpha1.WebApp) {
+		a.Annotations = map[string]string{v1alpha1.AnnotationPromoteRequested: "now please"}
+	})
+	eventually(t, "the unreadable request reported", func() (bool, error) {
+		err := env.Client.Get(ctx, client.ObjectKeyFromObject(app), app)
+		c := meta.FindStatusCondition(app.Status.Conditions, v1alpha1.ConditionProgressing)
+		return err == nil && c != nil && strings.Contains(c.Message, `annotation daytwo.dev/promote-requested="now please" is not an RFC 3339 time`), err
+	})
+	if d := deploymentOf(t, app, "read", func(*appsv1.Deployment) bool { return true }); appContainer(d).Image != "demo:1" {
+		t.Fatalf("an unreadable promote request promoted the canary")
+	}
 
 	// A request older than the canary is for an earlier one.
 	old := time.Now().Add(-time.Hour).UTC().Format(time.RFC3339)
