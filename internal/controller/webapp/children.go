@@ -6,7 +6,6 @@ import (
 	"strconv"
 	"time"
 
-	"golang.org/x/sync/errgroup"
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
@@ -39,32 +38,14 @@ const revisionAnnotation = "deployment.kubernetes.io/revision"
 func (r *Reconciler) checkOwnership(ctx context.Context, app *v1alpha1.WebApp) (string, map[string]string, error) {
 	sel := selectorLabels(app)
 	dep := controller.Named[appsv1.Deployment](app.Namespace, app.Name)
-	objs := []client.Object{dep, controller.Named[corev1.Service](app.Namespace, app.Name),
+	for _, obj := range []client.Object{dep, controller.Named[corev1.Service](app.Namespace, app.Name),
 		controller.Named[autoscalingv2.HorizontalPodAutoscaler](app.Namespace, app.Name),
 		controller.Named[policyv1.PodDisruptionBudget](app.Namespace, app.Name),
-		controller.Named[networkingv1.Ingress](app.Namespace, app.Name)}
-	// A child the cache lacks is looked for on the API server (see
-	// controller.CachedOnlyWhenOurs): a new WebApp's Deployment and Service
-	// are asked for together, in one round trip's time.
-	type check struct {
-		own controller.Ownership
-		msg string
-	}
-	checks := make([]check, len(objs))
-	var g errgroup.Group
-	for i, obj := range objs {
-		g.Go(func() (err error) {
-			checks[i].own, checks[i].msg, err = controller.CheckOwner(ctx, r.Client, r.APIReader, app, "WebApp", obj, kindOf(obj))
-			return err
-		})
-	}
-	if err := g.Wait(); err != nil {
-		return "", nil, err
-	}
-	for i, obj := range objs {
-		kind, own := kindOf(obj), checks[i].own
-		if own == controller.Conflicting {
-			return checks[i].msg, nil, nil
+		controller.Named[networkingv1.Ingress](app.Namespace, app.Name)} {
+		kind := kindOf(obj)
+		own, msg, err := controller.CheckOwner(ctx, r.Client, r.APIReader, app, "WebApp", obj, kind)
+		if err != nil || own == controller.Conflicting {
+			return msg, nil, err
 		}
 		if own == controller.Absent {
 			continue

@@ -5,7 +5,6 @@ import (
 	"sync"
 	"time"
 
-	"golang.org/x/sync/errgroup"
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
@@ -120,30 +119,24 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, app *v1alpha1.WebApp) 
 		return reconcile.Result{RequeueAfter: conflictRetry}, err
 	}
 	obs.selector = in.selector
-	// The Deployment (with its rollout), the Service and the optional
-	// children are independent writes, sent together: a new WebApp waits
-	// one round trip for them, not three.
+	if obs.rollout, err = r.applyDeployment(ctx, app, in); err != nil {
+		return reconcile.Result{}, err
+	}
 	var again time.Duration
-	var g errgroup.Group
-	g.Go(func() (err error) {
-		if obs.rollout, err = r.applyDeployment(ctx, app, in); err != nil {
-			return err
+	if c := obs.rollout.canary; c != nil {
+		again = c.requeue
+	}
+	if d := obs.rollout.deployment; d != nil {
+		problem, next, err := r.diagnosePods(ctx, app, d, time.Now())
+		if err != nil {
+			return reconcile.Result{}, err
 		}
-		if c := obs.rollout.canary; c != nil {
-			again = c.requeue
-		}
-		if d := obs.rollout.deployment; d != nil {
-			problem, next, err := r.diagnosePods(ctx, app, d, time.Now())
-			if err != nil {
-				return err
-			}
-			obs.problem, again = problem, soonest(again, next)
-		}
-		return nil
-	})
-	g.Go(func() error { return r.applyService(ctx, app, in.selector) })
-	g.Go(func() error { return r.applyOptionalChildren(ctx, app, in.selector) })
-	return reconcile.Result{RequeueAfter: again}, g.Wait()
+		obs.problem, again = problem, soonest(again, next)
+	}
+	if err := r.applyService(ctx, app, in.selector); err != nil {
+		return reconcile.Result{}, err
+	}
+	return reconcile.Result{RequeueAfter: again}, r.applyOptionalChildren(ctx, app, in.selector)
 }
 
 // soonest is the earlier of two requeue delays, where 0 means none.
