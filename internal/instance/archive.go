@@ -131,6 +131,8 @@ func (m *Manager) startWAL(ctx context.Context, archive bool) error {
 		}
 		m.mu.Lock()
 		m.archiver = archiver
+		m.standbyWAL = &wal.Restorer{Storage: st, Prefix: a.Prefix, Dir: filepath.Clean(m.cfg.PGData) + ".standby-wal",
+			Ahead: 4, Retry: 5 * time.Second}
 		m.mu.Unlock()
 	}
 	if err := os.MkdirAll(m.cfg.RunDir, 0o700); err != nil {
@@ -181,28 +183,112 @@ func (m *Manager) startWAL(ctx context.Context, archive bool) error {
 // the absolute path to write it to.
 const RestorePath = "/restore/"
 
-// handleRestoreWAL answers restore_command while a recovery runs: 404 for a
-// file the archive does not hold.
-func (m *Manager) handleRestoreWAL(w http.ResponseWriter, r *http.Request) {
-	m.mu.Lock()
-	run := m.replay
-	m.mu.Unlock()
-	if run == nil {
-		http.Error(w, "no recovery is under way", http.StatusServiceUnavailable)
-		return
+// standbyArchiveAfter is how long a replica goes without streaming before
+// its restore_command serves WAL from the archive. While it streams, or
+// just after it stopped (a restart, a failover), the archive answers
+// nothing: postgres then reads its own pg_wal and streams, as fast as
+// without an archive, and a promotion waits for no storage.
+const standbyArchiveAfter = 5 * time.Second
+
+// standbyRestoreSettings is a replica's restore_command when WAL is
+// archived: a replica whose primary removed WAL it still needs catches up
+// from the archive instead of being cloned again.
+func (c *Config) standbyRestoreSettings() string {
+	if a, err := c.archive(); err != nil || a == nil {
+		return ""
 	}
+	self, err := os.Executable()
+	if err != nil {
+		return ""
+	}
+	return fmt.Sprintf("restore_command = '%s instance wal-restore --socket %s %%f %%p'\n", self, ArchiveSocket(c.RunDir))
+}
+
+// archiveConfigured says whether the operator asks this instance to
+// archive WAL, so the archive may hold what the primary removed.
+func (m *Manager) archiveConfigured() bool {
+	a, err := m.cfg.archive()
+	return err == nil && a != nil
+}
+
+// archiveHolds says whether the WAL archive holds the file name.
+func (m *Manager) archiveHolds(ctx context.Context, name string) bool {
+	m.mu.Lock()
+	a := m.archiver
+	m.mu.Unlock()
+	if a == nil {
+		return false
+	}
+	_, err := a.Storage.Size(ctx, wal.Key(a.Prefix, name))
+	if err != nil && !errors.Is(err, backup.ErrNotFound) {
+		m.log.Info("Could not look for a WAL segment in the archive", "segment", name, "reason", err.Error())
+	}
+	return err == nil
+}
+
+// noteStreaming records when this instance last stopped streaming (under
+// mu): the archive serves a replica's restore_command only after
+// standbyArchiveAfter without streaming.
+func (m *Manager) noteStreaming(streaming bool) {
+	switch {
+	case streaming:
+		m.notStreamingSince = time.Time{}
+	case m.notStreamingSince.IsZero():
+		m.notStreamingSince = time.Now()
+	}
+}
+
+// handleRestoreWAL answers restore_command: a recovery's from its
+// restorer, a replica's from the archive (see standbyArchiveAfter). A
+// file the archive does not hold is a 404.
+func (m *Manager) handleRestoreWAL(w http.ResponseWriter, r *http.Request) {
 	dest, err := io.ReadAll(io.LimitReader(r.Body, 4096))
 	if err != nil || !filepath.IsAbs(string(dest)) {
 		http.Error(w, "the body must be the absolute path to restore to", http.StatusBadRequest)
 		return
 	}
-	err = run.restorer.Restore(r.Context(), r.PathValue("name"), string(dest))
+	m.mu.Lock()
+	run, standby, since := m.replay, m.standbyWAL, m.notStreamingSince
+	m.mu.Unlock()
+	name := r.PathValue("name")
+	if run == nil {
+		m.restoreForStandby(w, r, standby, since, name, string(dest))
+		return
+	}
+	err = run.restorer.Restore(r.Context(), name, string(dest))
 	switch {
 	case errors.Is(err, wal.ErrNotArchived):
 		http.Error(w, err.Error(), http.StatusNotFound)
 	case err != nil:
 		http.Error(w, err.Error(), http.StatusInternalServerError)
 	default:
+		w.WriteHeader(http.StatusNoContent)
+	}
+}
+
+// restoreForStandby answers a replica's restore_command from the archive.
+// It never fails recovery: a storage error is logged and answered as a
+// file not archived, and postgres goes back to streaming.
+func (m *Manager) restoreForStandby(w http.ResponseWriter, r *http.Request, rs *wal.Restorer, since time.Time, name, dest string) {
+	switch {
+	case rs == nil || m.role() != instanceapi.RoleReplica:
+		http.Error(w, "no recovery is under way", http.StatusServiceUnavailable)
+		return
+	case since.IsZero() || time.Since(since) < standbyArchiveAfter:
+		http.Error(w, "this replica streams: its WAL comes from the primary", http.StatusNotFound)
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
+	defer cancel()
+	err := rs.Restore(ctx, name, dest)
+	switch {
+	case errors.Is(err, wal.ErrNotArchived):
+		http.Error(w, err.Error(), http.StatusNotFound)
+	case err != nil:
+		m.log.Info("Could not restore WAL from the archive for this replica", "file", name, "reason", err.Error())
+		http.Error(w, err.Error(), http.StatusNotFound)
+	default:
+		m.log.V(1).Info("Restored WAL from the archive", "file", name)
 		w.WriteHeader(http.StatusNoContent)
 	}
 }

@@ -196,6 +196,7 @@ func (c *Config) managedConf(role instanceapi.Role, host string, port int, floor
 			b.WriteString("# The primary's logged values, until this replica replays their change:\n")
 			b.WriteString(floorSettings(floors))
 		}
+		b.WriteString(c.standbyRestoreSettings())
 	}
 	b.WriteString(c.sslSettings())
 	b.WriteString(c.archiveSettings())

@@ -16,6 +16,7 @@ import (
 
 	"github.com/daytwo-dev/daytwo/internal/instanceapi"
 	"github.com/daytwo-dev/daytwo/internal/postgres"
+	"github.com/daytwo-dev/daytwo/internal/wal"
 )
 
 // A replica follows whichever instance the lease names. Two things stop
@@ -77,9 +78,10 @@ func slotState(ctx context.Context, conn *pgconn.PgConn, slot string) (exists, l
 // replication protocol before postgres starts, so it streams through it at
 // once, even before the primary's manager learns of a new instance, and
 // the primary keeps the WAL a clone needs from before it starts. A slot
-// the primary invalidated is made again, and the data marked to be cloned
-// again (recloneMark). Any other failure is only logged, since the
-// primary's manager makes the slot too.
+// the primary invalidated is made again, and, without a WAL archive to
+// catch up from, the data marked to be cloned again (recloneMark). Any
+// other failure is only logged, since the primary's manager makes the
+// slot too.
 func (m *Manager) reserveSlot(ctx context.Context) error {
 	if !m.wantsSlot() {
 		return nil
@@ -98,31 +100,47 @@ func (m *Manager) reserveSlot(ctx context.Context) error {
 		m.log.Info("Could not read this replica's slot on the primary", "slot", slot, "reason", err.Error())
 		return nil
 	}
-	if lost {
+	if lost && !m.archiveConfigured() {
 		// Recorded first: once the slot is made again nothing else shows
 		// that this data cannot catch up. A clone replaces the directory,
-		// and the mark with it.
+		// and the mark with it. With a WAL archive it may catch up from
+		// there: cannotFollow decides once postgres runs.
 		if err := m.markData(recloneMark, errWALGone); err != nil {
 			return err
 		}
-		if _, err := conn.Exec(ctx, "DROP_REPLICATION_SLOT "+slot).ReadAll(); err != nil {
-			return fmt.Errorf("failed to drop the invalidated replication slot %s: %w", slot, err)
-		}
-		m.log.Info("Dropped this replica's invalidated replication slot on the primary", "slot", slot)
-		exists = false
+	}
+	if lost {
+		return m.remakeSlot(ctx, conn, slot)
 	}
 	if !exists {
-		_, err = conn.Exec(ctx, "CREATE_REPLICATION_SLOT "+slot+" PHYSICAL RESERVE_WAL").ReadAll()
-		var pgErr *pgconn.PgError
-		switch {
-		case err == nil:
-			m.log.Info("Reserved a replication slot on the primary", "slot", slot)
-		case errors.As(err, &pgErr) && pgErr.Code == "42710": // duplicate_object: the primary's manager made it
-		default:
-			m.log.Info("Could not reserve a replication slot on the primary", "slot", slot, "reason", err.Error())
-		}
+		m.createSlot(ctx, conn, slot)
 	}
 	return nil
+}
+
+// remakeSlot drops this replica's invalidated slot on the primary and
+// makes it again.
+func (m *Manager) remakeSlot(ctx context.Context, conn *pgconn.PgConn, slot string) error {
+	if _, err := conn.Exec(ctx, "DROP_REPLICATION_SLOT "+slot).ReadAll(); err != nil {
+		return fmt.Errorf("failed to drop the invalidated replication slot %s: %w", slot, err)
+	}
+	m.log.Info("Dropped this replica's invalidated replication slot on the primary", "slot", slot)
+	m.createSlot(ctx, conn, slot)
+	return nil
+}
+
+// createSlot makes this replica's slot on the primary, reserving WAL at
+// once; a failure is only logged, since the primary's manager makes it too.
+func (m *Manager) createSlot(ctx context.Context, conn *pgconn.PgConn, slot string) {
+	_, err := conn.Exec(ctx, "CREATE_REPLICATION_SLOT "+slot+" PHYSICAL RESERVE_WAL").ReadAll()
+	var pgErr *pgconn.PgError
+	switch {
+	case err == nil:
+		m.log.Info("Reserved a replication slot on the primary", "slot", slot)
+	case errors.As(err, &pgErr) && pgErr.Code == "42710": // duplicate_object: the primary's manager made it
+	default:
+		m.log.Info("Could not reserve a replication slot on the primary", "slot", slot, "reason", err.Error())
+	}
 }
 
 // recloneMark, in the data directory, says the data is to be cloned again
@@ -150,6 +168,9 @@ type followWatch struct {
 	replayed string
 	// timeline is the newest timeline this replica replayed, as it saw it.
 	timeline int
+	// fromArchiveAt is where replay stood when the replica was last left
+	// to catch up from the WAL archive.
+	fromArchiveAt string
 }
 
 // cannotFollow, on a replica that has not streamed for followCheckAfter,
@@ -187,23 +208,23 @@ func (m *Manager) cannotFollow(ctx context.Context, w *followWatch) error {
 		return nil
 	}
 	defer func() { _ = conn.Close(context.Background()) }()
+	lost := false
 	if m.wantsSlot() {
-		_, lost, err := slotState(ctx, conn, slotName(m.cfg.Pod))
-		if err != nil {
+		if _, lost, err = slotState(ctx, conn, slotName(m.cfg.Pod)); err != nil {
 			m.log.Info("Could not read this replica's slot on the primary", "reason", err.Error())
 		}
-		if lost {
-			return errWALGone
-		}
 	}
-	if w.timeline == 0 {
+	if w.timeline == 0 && !lost {
 		return nil
 	}
 	tli, history, err := primaryTimeline(ctx, conn)
 	if err != nil {
+		if lost {
+			return errWALGone
+		}
 		return nil
 	}
-	if tli > w.timeline && replayedPastFork(history, w.timeline, replayed) {
+	if w.timeline != 0 && tli > w.timeline && replayedPastFork(history, w.timeline, replayed) {
 		m.log.Info("Diverged from the primary's timeline", "timeline", w.timeline, "replayed", s.LSN, "primaryTimeline", tli)
 		return errDiverged
 	}
@@ -218,13 +239,42 @@ func (m *Manager) cannotFollow(ctx context.Context, w *followWatch) error {
 		from = received
 	}
 	from -= from % walSegmentSize
-	gone, err := segmentRemoved(ctx, conn, timelineAt(history, tli, from), from)
+	segTLI := timelineAt(history, tli, from)
+	removed, err := segmentRemoved(ctx, conn, segTLI, from)
 	if err != nil {
 		m.log.Info("Could not ask the primary to stream from this replica's position", "lsn", s.LSN, "reason", err.Error())
+		if lost {
+			return errWALGone
+		}
 		return nil
 	}
-	if gone {
-		return errWALRemoved
+	if removed || lost {
+		// The archive (when there is one) serves the WAL the primary
+		// removed: restore_command catches the replica up, and it streams
+		// again from where the archive ends. Trusted once per position: a
+		// replica that did not replay past it since is stuck after all.
+		name := wal.SegmentName(segTLI, from, walSegmentSize)
+		archived := removed && s.LSN != w.fromArchiveAt && m.archiveHolds(ctx, name)
+		if !archived && removed {
+			return errWALRemoved
+		}
+		if !archived && !m.archiveConfigured() {
+			// Without an archive, keep to what is proven: a lost slot
+			// means the data is cloned again.
+			return errWALGone
+		}
+		if lost {
+			// The walreceiver cannot stream through an invalidated slot.
+			if err := m.remakeSlot(ctx, conn, slotName(m.cfg.Pod)); err != nil {
+				m.log.Info("Could not make this replica's slot again", "reason", err.Error())
+				return nil
+			}
+		}
+		if archived {
+			w.fromArchiveAt = s.LSN
+			m.log.Info("The primary removed WAL this replica needs: catching up from the WAL archive", "segment", name)
+		}
+		return nil
 	}
 	m.log.Info("Not streaming, though the primary still has the WAL this replica needs", "lsn", s.LSN, "timeline", w.timeline,
 		"since", w.notStreaming.Format(time.RFC3339))

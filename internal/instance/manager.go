@@ -98,6 +98,11 @@ type Manager struct {
 	// mu).
 	recovery *Recovery
 	replay   *replay
+	// standbyWAL answers a replica's restore_command from the archive,
+	// once it has not streamed since notStreamingSince for
+	// standbyArchiveAfter (both guarded by mu).
+	standbyWAL        *wal.Restorer
+	notStreamingSince time.Time
 	// receiverPID is the walreceiver the last observation saw streaming
 	// (monitor only; see observe).
 	receiverPID int
@@ -857,6 +862,7 @@ func (m *Manager) observe(ctx context.Context, conn *pgx.Conn, hash string) {
 	defer m.mu.Unlock()
 	s := &m.status
 	s.PostgresVersion, s.InRecovery, s.LSN, s.ConfigHash, s.Streaming = version, inRecovery, lsn, hash, streaming
+	m.noteStreaming(streaming)
 	s.ReceivedLSN, s.Timeline = received, timeline
 	s.PendingRestartSettings, s.PendingRestart = pending, len(pending) > 0
 	s.StandbySettings = settings
@@ -883,6 +889,7 @@ func (m *Manager) setPhase(p instanceapi.Phase, msg string) {
 		// Positions are what a running server reports: a failover must not
 		// rank this instance by what it had before it stopped.
 		m.status.LSN, m.status.ReceivedLSN, m.status.Streaming = "", "", false
+		m.noteStreaming(false)
 	}
 }
 

@@ -6,6 +6,7 @@ package testpg
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -13,6 +14,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -226,13 +228,35 @@ func (s *Server) Env(db string) []string {
 
 // FreePort returns a loopback TCP port nobody listens on.
 func FreePort(t testing.TB) int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	portsMu.Lock()
+	defer portsMu.Unlock()
+	for range 1000 {
+		// Below the kernel's ephemeral range (32768 and up on Linux):
+		// a port the kernel picked for us could be picked again, before
+		// our server binds it, for any outgoing connection on the machine.
+		port := freePortLow + rand.IntN(freePortHigh-freePortLow)
+		if portsGiven[port] {
+			continue
+		}
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err != nil {
+			continue
+		}
+		_ = l.Close()
+		portsGiven[port] = true
+		return port
 	}
-	defer func() { _ = l.Close() }()
-	return l.Addr().(*net.TCPAddr).Port
+	t.Fatal("no free TCP port found")
+	return 0
 }
+
+// The range FreePort picks from, and the ports it gave this process.
+const freePortLow, freePortHigh = 15000, 32000
+
+var (
+	portsMu    sync.Mutex
+	portsGiven = map[int]bool{}
+)
 
 // RunnerCredential runs a child as Debian's postgres user when the test runs
 // as root (PostgreSQL refuses to run as root), and as the caller otherwise.

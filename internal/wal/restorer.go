@@ -184,6 +184,17 @@ func (r *Restorer) fetchRetrying(ctx context.Context, name string) error {
 	}
 }
 
+// SegmentName is the name of the segment holding lsn on timeline tli, for
+// segments of segmentSize bytes (16 MiB when 0).
+func SegmentName(tli int, lsn uint64, segmentSize int64) string {
+	if segmentSize <= 0 {
+		segmentSize = 16 << 20
+	}
+	perLog := uint64(0x100000000) / uint64(segmentSize)
+	seg := lsn / uint64(segmentSize)
+	return fmt.Sprintf("%08X%08X%08X", tli, seg/perLog, seg%perLog)
+}
+
 // NextSegment is the name of the segment after name on its timeline, for
 // segments of segmentSize bytes (16 MiB when 0).
 func NextSegment(name string, segmentSize int64) string {

@@ -104,6 +104,29 @@ func TestNextSegment(t *testing.T) {
 	}
 }
 
+func TestSegmentName(t *testing.T) {
+	for _, c := range []struct {
+		tli  int
+		lsn  uint64
+		size int64
+		want string
+	}{
+		{1, 0x3000028, 0, "000000010000000000000003"},
+		{2, 0x1FF000000, 16 << 20, "0000000200000001000000FF"},
+		{0x1A, 0x300000000 + 64<<20, 64 << 20, "0000001A0000000300000001"},
+		{1, 1<<30 + 5, 1 << 30, "000000010000000000000001"},
+	} {
+		if got := wal.SegmentName(c.tli, c.lsn, c.size); got != c.want {
+			t.Errorf("SegmentName(%d, %X, %d) = %s, want %s", c.tli, c.lsn, c.size, got, c.want)
+		}
+		// The segment after it starts where it ends.
+		next := (c.lsn/uint64(max(c.size, 16<<20)) + 1) * uint64(max(c.size, 16<<20))
+		if got, want := wal.SegmentName(c.tli, next, c.size), wal.NextSegment(c.want, c.size); got != want {
+			t.Errorf("SegmentName of the next segment = %s, want NextSegment's %s", got, want)
+		}
+	}
+}
+
 func TestChooseBase(t *testing.T) {
 	at := func(m int) time.Time { return time.Date(2026, 11, 24, 7, m, 0, 0, time.UTC) }
 	bases := []wal.BaseBackup{

@@ -121,6 +121,24 @@ func sql(t *testing.T, ns, pod, host, query string) string {
 	return strings.TrimSpace(cluster.PSQL(t, ns, pod, "client", host+"."+ns+".svc.cluster.local", "app", "app", query))
 }
 
+// writeUntilAccepted runs query through host from pod until it succeeds,
+// within a minute: the first write after a failover.
+func writeUntilAccepted(t *testing.T, ns, pod, host, query string) {
+	t.Helper()
+	framework.Eventually(t, time.Minute, "a write through "+host, func(ctx context.Context) (bool, error) {
+		// Each attempt is bounded, as an application's would be: a
+		// connection to an endpoint that just went away must not hang.
+		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		_, stderr, err := cluster.Exec(ctx, ns, pod, "client", "psql",
+			"host="+host+"."+ns+".svc.cluster.local user=app dbname=app connect_timeout=2", "-qtAc", query)
+		if err != nil {
+			t.Logf("write through %s: %v: %s", host, err, strings.TrimSpace(stderr))
+		}
+		return err == nil, nil
+	})
+}
+
 func podUID(t *testing.T, ns, name string) types.UID {
 	t.Helper()
 	p := &corev1.Pod{}
@@ -490,18 +508,7 @@ func TestDatabaseMediumUpgradeAndRollback(t *testing.T) {
 	if err := cluster.Client.Delete(context.Background(), &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: primaryName}}); err != nil {
 		t.Fatal(err)
 	}
-	framework.Eventually(t, time.Minute, "a write through shop-rw after the primary's deletion", func(ctx context.Context) (bool, error) {
-		// Each attempt is bounded, as an application's would be: a
-		// connection to an endpoint that just went away must not hang.
-		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		defer cancel()
-		_, stderr, err := cluster.Exec(ctx, ns, "psql", "client", "psql",
-			"host=shop-rw."+ns+".svc.cluster.local user=app dbname=app connect_timeout=2", "-qtAc", "INSERT INTO orders VALUES (1001)")
-		if err != nil {
-			t.Logf("write through shop-rw: %v: %s", err, strings.TrimSpace(stderr))
-		}
-		return err == nil, nil
-	})
+	writeUntilAccepted(t, ns, "psql", "shop-rw", "INSERT INTO orders VALUES (1001)")
 	t.Logf("writes again %s after deleting the primary %s", time.Since(start).Round(10*time.Millisecond), primaryName)
 	db = waitDatabase(t, ns, "shop", 3*time.Minute, "failed over and whole again", func(d *v1alpha1.Database) bool {
 		f := d.Status.LastFailover

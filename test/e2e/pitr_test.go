@@ -10,6 +10,7 @@ import (
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -26,9 +27,10 @@ var archivedSegment = regexp.MustCompile(`last archived ([0-9A-F]{24})`)
 // Continuous backup, end to end: spec.backup on a running Database of two
 // instances makes a Physical DatabaseBackup, which turns WAL archiving on
 // (the instances roll with it); its first run waits for archiving and then
-// streams a base backup from the replica to MinIO; a new Database bootstrapped from it with a target
-// time holds exactly the rows committed before that time: point-in-time
-// recovery through the API. The base backup is verified meanwhile (a
+// streams a base backup from the replica to MinIO; the primary fails over;
+// a new Database bootstrapped from the base backup with a target time
+// after the failover holds exactly the rows committed before that time:
+// point-in-time recovery through the API, across the timeline switch. The base backup is verified meanwhile (a
 // throwaway Database restored from it through the archive to its end). The
 // managed DatabaseBackup goes with the Database.
 func TestContinuousBackupRestoresToATime(t *testing.T) {
@@ -80,10 +82,28 @@ func TestContinuousBackupRestoresToATime(t *testing.T) {
 	}
 
 	sql(t, ns, "psql", "ledger-rw", "INSERT INTO entries SELECT generate_series(101, 200)")
+	// A failover between the base backup and the target: the recovery
+	// crosses the timeline switch, from the old primary's WAL to the new
+	// one's, both archived.
+	failedOver := time.Now()
+	if err := cluster.Client.Delete(context.Background(), &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: db.Status.Primary}}); err != nil {
+		t.Fatal(err)
+	}
+	writeUntilAccepted(t, ns, "psql", "ledger-rw", "INSERT INTO entries SELECT generate_series(201, 250)")
+	db = waitDatabase(t, ns, "ledger", time.Minute, "failed over", func(d *v1alpha1.Database) bool {
+		f := d.Status.LastFailover
+		return f != nil && f.DetectedTime.After(failedOver) && d.Status.Primary == f.To
+	})
+	t.Logf("failed over from %s to %s; writes again %s after the deletion", db.Status.LastFailover.From, db.Status.LastFailover.To,
+		time.Since(failedOver).Round(100*time.Millisecond))
+	if tl := sql(t, ns, "psql", "ledger-rw", "SELECT substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8)"); tl == "00000001" {
+		t.Fatalf("the new primary writes timeline %s: no timeline switch to recover across", tl)
+	}
+	sql(t, ns, "psql", "ledger-rw", "INSERT INTO entries SELECT generate_series(251, 300)")
 	time.Sleep(1100 * time.Millisecond)
 	target := time.Now().UTC().Truncate(time.Second)
 	time.Sleep(1100 * time.Millisecond)
-	sql(t, ns, "psql", "ledger-rw", "INSERT INTO entries SELECT generate_series(201, 300)")
+	sql(t, ns, "psql", "ledger-rw", "INSERT INTO entries SELECT generate_series(301, 400)")
 	// The rows after the target must be archived for a recovery to know
 	// it passed the target: archive_timeout ships their segment within a
 	// minute.
@@ -103,8 +123,8 @@ func TestContinuousBackupRestoresToATime(t *testing.T) {
 	waitDatabase(t, ns, "ledger-then", 4*time.Minute, "Ready at the target time", isReady(1, ""))
 	t.Logf("recovered to %s, Ready in %s", target.Format(time.RFC3339), time.Since(start).Round(100*time.Millisecond))
 	psqlPod(t, ns, "psql-then", "ledger-then")
-	if got := sql(t, ns, "psql-then", "ledger-then-rw", "SELECT count(*) || ':' || max(id) FROM entries"); got != "200:200" {
-		t.Fatalf("recovered to %s: rows %s, want 200:200 (those committed before the target)", target.Format(time.RFC3339), got)
+	if got := sql(t, ns, "psql-then", "ledger-then-rw", "SELECT count(*) || ':' || max(id) FROM entries"); got != "300:300" {
+		t.Fatalf("recovered to %s: rows %s, want 300:300 (those committed before the target, across the failover)", target.Format(time.RFC3339), got)
 	}
 	checkStorageKeysOnlyInTheRestoreStep(t, ns, "ledger-then-0", "s3")
 
