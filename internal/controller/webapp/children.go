@@ -2,6 +2,7 @@ package webapp
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -106,6 +107,40 @@ func kindOf(obj client.Object) string {
 	return fmt.Sprintf("%T", obj)
 }
 
+// errCacheBehind: the informer cache has not yet seen the Deployment this
+// controller last applied. The reconcile stops without an error (which
+// would back off, and count as one) and without a status write; the
+// Deployment's watch event brings it back.
+var errCacheBehind = errors.New("the cache has not seen the last applied Deployment yet")
+
+// cacheBehindFor bounds the wait for the cache: a Deployment deleted right
+// after the apply never reaches it at that generation.
+const cacheBehindFor = 10 * time.Second
+
+// appliedGeneration is the generation of the Deployment an apply returned,
+// and when.
+type appliedGeneration struct {
+	generation int64
+	at         time.Time
+}
+
+// cacheBehind says whether live, read from the cache, is older than the
+// Deployment last applied for key (a read of one's own write the cache
+// has not caught up with). The record goes once the cache has caught up,
+// or after cacheBehindFor.
+func (r *Reconciler) cacheBehind(key client.ObjectKey, live *appsv1.Deployment, exists bool, now time.Time) bool {
+	v, ok := r.applied.Load(key)
+	if !ok {
+		return false
+	}
+	a := v.(appliedGeneration)
+	if (exists && live.Generation >= a.generation) || now.Sub(a.at) > cacheBehindFor {
+		r.applied.CompareAndDelete(key, v)
+		return false
+	}
+	return true
+}
+
 // applyDeployment applies the Deployment and handles rollback: a spec revision
 // whose rollout missed its progress deadline, or whose canary was aborted,
 // is replaced by the previous revision's template, and stays replaced until
@@ -117,11 +152,15 @@ func (r *Reconciler) applyDeployment(ctx context.Context, app *v1alpha1.WebApp, 
 	desiredHash := desired.Annotations[annotationTemplateHash]
 	revision := revisionOf(app, in)
 	live := &appsv1.Deployment{}
-	err := r.Client.Get(ctx, client.ObjectKeyFromObject(app), live)
+	key := client.ObjectKeyFromObject(app)
+	err := r.Client.Get(ctx, key, live)
 	if err != nil && !apierrors.IsNotFound(err) {
 		return rollout{}, fmt.Errorf("failed to get Deployment: %w", err)
 	}
 	exists := err == nil
+	if r.cacheBehind(key, live, exists, time.Now()) {
+		return rollout{}, errCacheBehind
+	}
 	ro := rollout{desiredImage: app.Spec.Image}
 	if ro.forbidden, err = r.podSecurityViolation(ctx, app.Namespace, desired); err != nil {
 		return rollout{}, err
@@ -185,11 +224,18 @@ func (r *Reconciler) applyDeployment(ctx context.Context, app *v1alpha1.WebApp, 
 		}
 	}
 	live.Namespace, live.Name = app.Namespace, app.Name
-	if err := controller.ApplyIfChanged(ctx, r.Client, live, deployment(app, in.selector, template, failed, paused), appsv1ac.ExtractDeployment, "Deployment"); err != nil {
+	dep := deployment(app, in.selector, template, failed, paused)
+	if err := controller.ApplyIfChanged(ctx, r.Client, live, dep, appsv1ac.ExtractDeployment, "Deployment"); err != nil {
 		return rollout{}, err
 	}
-	if err := r.Client.Get(ctx, client.ObjectKeyFromObject(app), live); err != nil {
-		return rollout{}, fmt.Errorf("failed to get Deployment: %w", err)
+	if dep.Generation != nil {
+		// Applied: dep holds the API server's answer, which the cache has
+		// not seen yet. This reconcile goes on with the answer, and later
+		// ones wait until the cache holds this generation.
+		live = convertOne[appsv1.Deployment](dep)
+		r.applied.Store(key, appliedGeneration{generation: *dep.Generation, at: time.Now()})
+	} else if live.UID == "" {
+		return rollout{}, errors.New("failed to get Deployment: neither read nor applied")
 	}
 	event()
 	ro.deployment = live

@@ -2,6 +2,7 @@ package webapp
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -49,6 +50,9 @@ type Reconciler struct {
 	// that turns not ready after is a readiness flap), and httpTallies
 	// the HTTP check's count in the current canary step.
 	canaryReady, httpTallies sync.Map
+	// applied holds, per WebApp, the generation of the Deployment its last
+	// apply returned, until the cache holds it (see cacheBehind).
+	applied sync.Map
 }
 
 // +kubebuilder:rbac:groups=daytwo.dev,resources=webapps,verbs=get;list;watch;patch
@@ -67,11 +71,12 @@ type Reconciler struct {
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // Reconcile brings one WebApp towards its spec and reports what it observed.
-func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (_ reconcile.Result, err error) {
+func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (res reconcile.Result, err error) {
 	app := &v1alpha1.WebApp{}
 	if err := r.Client.Get(ctx, req.NamespacedName, app); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.unsettled.Delete(req.NamespacedName)
+			r.applied.Delete(req.NamespacedName)
 			r.forgetCanary(req.NamespacedName)
 		}
 		return reconcile.Result{}, client.IgnoreNotFound(err)
@@ -83,7 +88,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (_ re
 		return reconcile.Result{}, err
 	}
 	before := app.DeepCopy()
-	defer func() { err = controller.WriteStatus(ctx, r.Client, before, app, before.Status, app.Status, err) }()
+	defer func() {
+		if errors.Is(err, errCacheBehind) {
+			// Nothing observed is current: no status from it.
+			res, err = reconcile.Result{RequeueAfter: time.Second}, nil
+			return
+		}
+		err = controller.WriteStatus(ctx, r.Client, before, app, before.Status, app.Status, err)
+	}()
 	return r.reconcileNormal(ctx, app)
 }
 

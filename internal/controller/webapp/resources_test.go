@@ -2,6 +2,7 @@ package webapp
 
 import (
 	"testing"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -9,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
 )
@@ -232,6 +234,46 @@ func TestSetStatus(t *testing.T) {
 			}
 			if app.Status.ObservedGeneration != 3 || app.Status.Selector != "daytwo.dev/webapp=shop" {
 				t.Errorf("observedGeneration=%d selector=%q", app.Status.ObservedGeneration, app.Status.Selector)
+			}
+		})
+	}
+}
+
+func TestCacheBehind(t *testing.T) {
+	key := client.ObjectKey{Namespace: "shop", Name: "web"}
+	at := time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)
+	gen := func(g int64) *appsv1.Deployment {
+		return &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Generation: g}}
+	}
+	for _, c := range []struct {
+		name     string
+		applied  int64 // 0: nothing applied
+		live     *appsv1.Deployment
+		after    time.Duration
+		behind   bool
+		recorded bool // the record is still there after the check
+	}{
+		{name: "nothing applied", live: nil},
+		{name: "created, not in the cache yet", applied: 1, live: nil, after: time.Second, behind: true, recorded: true},
+		{name: "an older generation in the cache", applied: 3, live: gen(2), after: time.Second, behind: true, recorded: true},
+		{name: "the cache caught up", applied: 3, live: gen(3), after: time.Second},
+		{name: "the cache is ahead (someone else's write)", applied: 3, live: gen(4), after: time.Second},
+		{name: "deleted after the apply: given up", applied: 1, live: nil, after: cacheBehindFor + time.Second},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := &Reconciler{}
+			if c.applied != 0 {
+				r.applied.Store(key, appliedGeneration{generation: c.applied, at: at})
+			}
+			live, exists := c.live, c.live != nil
+			if live == nil {
+				live = &appsv1.Deployment{}
+			}
+			if got := r.cacheBehind(key, live, exists, at.Add(c.after)); got != c.behind {
+				t.Errorf("cacheBehind = %v, want %v", got, c.behind)
+			}
+			if _, ok := r.applied.Load(key); ok != c.recorded {
+				t.Errorf("record kept = %v, want %v", ok, c.recorded)
 			}
 		})
 	}
