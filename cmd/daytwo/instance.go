@@ -253,9 +253,12 @@ func recoveryFromFlags(from storageFlags, id, targetTime, targetLSN string) (*in
 // point-in-time recovery: it asks the instance manager for one file. Exit
 // status 1 tells PostgreSQL the archive does not hold the file (the end of
 // the archive); 126 stops recovery (PostgreSQL treats it like a shell
-// error), so a storage failure never passes for the archive's end.
+// error), so a storage failure never passes for the archive's end. A
+// replica's (--standby) exits 1 on every failure: the archive is only its
+// fallback, and 126 would stop the standby.
 func newInstanceWALRestoreCommand() *cobra.Command {
 	var socket string
+	var standby bool
 	cmd := &cobra.Command{
 		Use:   "wal-restore FILE PATH",
 		Short: "Restore one archived WAL file through the instance manager (PostgreSQL's restore_command)",
@@ -270,6 +273,9 @@ func newInstanceWALRestoreCommand() *cobra.Command {
 			switch {
 			case errors.Is(err, wal.ErrNotArchived):
 				os.Exit(1)
+			case err != nil && standby:
+				fmt.Fprintln(os.Stderr, "daytwo wal-restore:", err)
+				os.Exit(1)
 			case err != nil:
 				fmt.Fprintln(os.Stderr, "daytwo wal-restore:", err)
 				os.Exit(126)
@@ -277,6 +283,7 @@ func newInstanceWALRestoreCommand() *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&socket, "socket", instance.ArchiveSocket(instanceapi.RunDir), "The instance manager's socket.")
+	cmd.Flags().BoolVar(&standby, "standby", false, "A replica's restore_command: every failure exits 1 (not archived), so the standby goes on streaming.")
 	return cmd
 }
 

@@ -131,8 +131,10 @@ func (m *Manager) startWAL(ctx context.Context, archive bool) error {
 		}
 		m.mu.Lock()
 		m.archiver = archiver
+		// One try per file: a replica that cannot reach the archive
+		// streams or waits, it never stalls on storage.
 		m.standbyWAL = &wal.Restorer{Storage: st, Prefix: a.Prefix, Dir: filepath.Clean(m.cfg.PGData) + ".standby-wal",
-			Ahead: 4, Retry: 5 * time.Second}
+			Ahead: 4, Retry: time.Millisecond}
 		m.mu.Unlock()
 	}
 	if err := os.MkdirAll(m.cfg.RunDir, 0o700); err != nil {
@@ -183,12 +185,16 @@ func (m *Manager) startWAL(ctx context.Context, archive bool) error {
 // the absolute path to write it to.
 const RestorePath = "/restore/"
 
-// standbyArchiveAfter is how long a replica goes without streaming before
-// its restore_command serves WAL from the archive. While it streams, or
-// just after it stopped (a restart, a failover), the archive answers
-// nothing: postgres then reads its own pg_wal and streams, as fast as
-// without an archive, and a promotion waits for no storage.
+// standbyArchiveAfter is how long a running replica goes without streaming
+// before its restore_command serves WAL from the archive. While it
+// streams, while postgres starts (it picks its timeline then), and while
+// the lease names it (a promotion), the archive answers nothing: postgres
+// reads its own pg_wal and streams, as without an archive, and a
+// promotion waits for no storage.
 const standbyArchiveAfter = 5 * time.Second
+
+// standbyFetchTimeout bounds one answer to a replica's restore_command.
+const standbyFetchTimeout = 10 * time.Second
 
 // standbyRestoreSettings is a replica's restore_command when WAL is
 // archived: a replica whose primary removed WAL it still needs catches up
@@ -201,7 +207,7 @@ func (c *Config) standbyRestoreSettings() string {
 	if err != nil {
 		return ""
 	}
-	return fmt.Sprintf("restore_command = '%s instance wal-restore --socket %s %%f %%p'\n", self, ArchiveSocket(c.RunDir))
+	return fmt.Sprintf("restore_command = '%s instance wal-restore --standby --socket %s %%f %%p'\n", self, ArchiveSocket(c.RunDir))
 }
 
 // archiveConfigured says whether the operator asks this instance to
@@ -226,14 +232,18 @@ func (m *Manager) archiveHolds(ctx context.Context, name string) bool {
 	return err == nil
 }
 
-// noteStreaming records when this instance last stopped streaming (under
-// mu): the archive serves a replica's restore_command only after
-// standbyArchiveAfter without streaming.
+// noteStreaming records, from an observation of running postgres (under
+// mu), since when it has not streamed: the archive serves a replica's
+// restore_command only after standbyArchiveAfter of that. A replica that
+// streams again needs none of the segments fetched ahead.
 func (m *Manager) noteStreaming(streaming bool) {
 	switch {
-	case streaming:
+	case streaming && !m.notStreamingSince.IsZero():
 		m.notStreamingSince = time.Time{}
-	case m.notStreamingSince.IsZero():
+		if m.standbyWAL != nil {
+			m.standbyWAL.Clear()
+		}
+	case !streaming && m.notStreamingSince.IsZero():
 		m.notStreamingSince = time.Now()
 	}
 }
@@ -270,15 +280,12 @@ func (m *Manager) handleRestoreWAL(w http.ResponseWriter, r *http.Request) {
 // It never fails recovery: a storage error is logged and answered as a
 // file not archived, and postgres goes back to streaming.
 func (m *Manager) restoreForStandby(w http.ResponseWriter, r *http.Request, rs *wal.Restorer, since time.Time, name, dest string) {
-	switch {
-	case rs == nil || m.role() != instanceapi.RoleReplica:
-		http.Error(w, "no recovery is under way", http.StatusServiceUnavailable)
-		return
-	case since.IsZero() || time.Since(since) < standbyArchiveAfter:
-		http.Error(w, "this replica streams: its WAL comes from the primary", http.StatusNotFound)
+	if rs == nil || m.role() != instanceapi.RoleReplica || m.holderName() == m.cfg.Pod ||
+		since.IsZero() || time.Since(since) < standbyArchiveAfter {
+		http.Error(w, "this replica's WAL comes from its primary now", http.StatusNotFound)
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(r.Context(), standbyFetchTimeout)
 	defer cancel()
 	err := rs.Restore(ctx, name, dest)
 	switch {

@@ -78,10 +78,9 @@ func slotState(ctx context.Context, conn *pgconn.PgConn, slot string) (exists, l
 // replication protocol before postgres starts, so it streams through it at
 // once, even before the primary's manager learns of a new instance, and
 // the primary keeps the WAL a clone needs from before it starts. A slot
-// the primary invalidated is made again, and, without a WAL archive to
-// catch up from, the data marked to be cloned again (recloneMark). Any
-// other failure is only logged, since the primary's manager makes the
-// slot too.
+// the primary invalidated is made again, and the data marked to be cloned
+// again (recloneMark). Any other failure is only logged, since the
+// primary's manager makes the slot too.
 func (m *Manager) reserveSlot(ctx context.Context) error {
 	if !m.wantsSlot() {
 		return nil
@@ -100,16 +99,14 @@ func (m *Manager) reserveSlot(ctx context.Context) error {
 		m.log.Info("Could not read this replica's slot on the primary", "slot", slot, "reason", err.Error())
 		return nil
 	}
-	if lost && !m.archiveConfigured() {
+	if lost {
 		// Recorded first: once the slot is made again nothing else shows
 		// that this data cannot catch up. A clone replaces the directory,
-		// and the mark with it. With a WAL archive it may catch up from
-		// there: cannotFollow decides once postgres runs.
+		// and the mark with it. (Only a running replica catches up from
+		// the WAL archive: see cannotFollow.)
 		if err := m.markData(recloneMark, errWALGone); err != nil {
 			return err
 		}
-	}
-	if lost {
 		return m.remakeSlot(ctx, conn, slot)
 	}
 	if !exists {
@@ -169,8 +166,12 @@ type followWatch struct {
 	// timeline is the newest timeline this replica replayed, as it saw it.
 	timeline int
 	// fromArchiveAt is where replay stood when the replica was last left
-	// to catch up from the WAL archive.
-	fromArchiveAt string
+	// to catch up from the WAL archive, and fromArchiveRestored how many
+	// files the archive had handed it then; slotRemakes counts the slots
+	// it made again meanwhile (see catchUpFromArchive).
+	fromArchiveAt       string
+	fromArchiveRestored int
+	slotRemakes         int
 }
 
 // cannotFollow, on a replica that has not streamed for followCheckAfter,
@@ -187,6 +188,7 @@ func (m *Manager) cannotFollow(ctx context.Context, w *followWatch) error {
 		w.notStreaming = time.Time{}
 	}
 	if s.Streaming {
+		w.fromArchiveAt, w.fromArchiveRestored, w.slotRemakes = "", 0, 0
 		return nil
 	}
 	if w.notStreaming.IsZero() {
@@ -249,35 +251,61 @@ func (m *Manager) cannotFollow(ctx context.Context, w *followWatch) error {
 		return nil
 	}
 	if removed || lost {
-		// The archive (when there is one) serves the WAL the primary
-		// removed: restore_command catches the replica up, and it streams
-		// again from where the archive ends. Trusted once per position: a
-		// replica that did not replay past it since is stuck after all.
-		name := wal.SegmentName(segTLI, from, walSegmentSize)
-		archived := removed && s.LSN != w.fromArchiveAt && m.archiveHolds(ctx, name)
-		if !archived && removed {
-			return errWALRemoved
-		}
-		if !archived && !m.archiveConfigured() {
-			// Without an archive, keep to what is proven: a lost slot
-			// means the data is cloned again.
-			return errWALGone
-		}
-		if lost {
-			// The walreceiver cannot stream through an invalidated slot.
-			if err := m.remakeSlot(ctx, conn, slotName(m.cfg.Pod)); err != nil {
-				m.log.Info("Could not make this replica's slot again", "reason", err.Error())
-				return nil
-			}
-		}
-		if archived {
-			w.fromArchiveAt = s.LSN
-			m.log.Info("The primary removed WAL this replica needs: catching up from the WAL archive", "segment", name)
-		}
-		return nil
+		return m.catchUpFromArchive(ctx, conn, w, s.LSN, removed, lost, segTLI, tli, from)
 	}
 	m.log.Info("Not streaming, though the primary still has the WAL this replica needs", "lsn", s.LSN, "timeline", w.timeline,
 		"since", w.notStreaming.Format(time.RFC3339))
+	return nil
+}
+
+// maxSlotRemakes bounds how often a replica catching up from the archive
+// makes its slot again: one that falls behind again each time (replay
+// slower than the primary writes) is cloned instead.
+const maxSlotRemakes = 3
+
+// catchUpFromArchive decides for a running replica whose primary removed
+// WAL it needs (removed) or invalidated its slot (lost). The archive,
+// when there is one, serves what the primary removed: restore_command
+// catches the replica up, and it streams again from where the archive
+// ends. It is trusted while it makes progress (replay moved, or the
+// archive handed out files since the last check); otherwise, and without
+// an archive, the data is cloned again (errWALRemoved, errWALGone).
+// segTLI is the timeline the primary's history gives from, tli the
+// primary's own: at a fork, the archive holds the segment under the new
+// timeline's name.
+func (m *Manager) catchUpFromArchive(ctx context.Context, conn *pgconn.PgConn, w *followWatch, lsn string, removed, lost bool,
+	segTLI, tli int, from uint64) error {
+	m.mu.Lock()
+	rs := m.standbyWAL
+	m.mu.Unlock()
+	restored := -1
+	if rs != nil {
+		restored = rs.Stats().Restored
+	}
+	progress := w.fromArchiveAt == "" || lsn != w.fromArchiveAt || restored != w.fromArchiveRestored
+	name := wal.SegmentName(segTLI, from, walSegmentSize)
+	archived := rs != nil && progress && w.slotRemakes < maxSlotRemakes &&
+		(m.archiveHolds(ctx, name) || (tli != segTLI && m.archiveHolds(ctx, wal.SegmentName(tli, from, walSegmentSize))))
+	switch {
+	case removed && !archived:
+		return errWALRemoved
+	case !archived && (rs == nil || w.slotRemakes >= maxSlotRemakes):
+		// Without an archive, keep to what is proven: a lost slot means
+		// the data is cloned again.
+		return errWALGone
+	}
+	if lost {
+		// The walreceiver cannot stream through an invalidated slot.
+		if err := m.remakeSlot(ctx, conn, slotName(m.cfg.Pod)); err != nil {
+			m.log.Info("Could not make this replica's slot again", "reason", err.Error())
+			return errWALGone
+		}
+		w.slotRemakes++
+	}
+	if archived {
+		w.fromArchiveAt, w.fromArchiveRestored = lsn, restored
+		m.log.Info("The primary removed WAL this replica needs: catching up from the WAL archive", "segment", name)
+	}
 	return nil
 }
 

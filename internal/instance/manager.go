@@ -889,7 +889,7 @@ func (m *Manager) setPhase(p instanceapi.Phase, msg string) {
 		// Positions are what a running server reports: a failover must not
 		// rank this instance by what it had before it stopped.
 		m.status.LSN, m.status.ReceivedLSN, m.status.Streaming = "", "", false
-		m.noteStreaming(false)
+		m.notStreamingSince = time.Time{}
 	}
 }
 

@@ -339,6 +339,10 @@ func (m *Manager) handlePromote(w http.ResponseWriter, r *http.Request) {
 	m.lastRenew, m.lastHeartbeat = time.Now(), time.Now()
 	m.leaseUntil = m.lastRenew.Add(instanceapi.LeaseDuration - instanceapi.LeaseFenceMargin)
 	m.status.InRecovery, m.status.Streaming = false, false
+	m.notStreamingSince = time.Time{}
+	if m.standbyWAL != nil {
+		m.standbyWAL.Clear() // a primary restores nothing
+	}
 	m.mu.Unlock()
 	// A replica's repair marks mean nothing to a primary, and a clone of
 	// it must not inherit them.

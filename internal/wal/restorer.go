@@ -141,10 +141,31 @@ func (r *Restorer) prefetch(ctx context.Context, name string) {
 		go func(name string) {
 			// Ahead of recovery, a missing file is normal (the archive's
 			// end, or another timeline): one try, no retries.
-			j.err = Fetch(context.WithoutCancel(ctx), r.Storage, r.Prefix, name, filepath.Join(r.Dir, name))
+			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), prefetchTimeout)
+			defer cancel()
+			j.err = Fetch(fctx, r.Storage, r.Prefix, name, filepath.Join(r.Dir, name))
 			close(j.done)
 		}(next)
 	}
+}
+
+// prefetchTimeout bounds a fetch ahead of recovery: a storage that hangs
+// must not keep it (and its goroutine) for ever.
+const prefetchTimeout = 2 * time.Minute
+
+// Clear forgets every segment fetched ahead and deletes Dir once their
+// fetches end: a replica that streams again, or was promoted, needs none.
+func (r *Restorer) Clear() {
+	r.mu.Lock()
+	jobs := r.jobs
+	r.jobs = nil
+	r.mu.Unlock()
+	go func() {
+		for _, j := range jobs {
+			<-j.done
+		}
+		_ = os.RemoveAll(r.Dir)
+	}()
 }
 
 // dropBefore forgets, and deletes, the segments fetched ahead that sort

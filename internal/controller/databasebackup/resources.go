@@ -229,11 +229,14 @@ func libpqEnv(credentials string) []corev1.EnvVar {
 }
 
 // replicationEnv reaches a replica of the Database, or its primary, as its replication role,
-// the password from a Secret reference.
+// the password from a Secret reference. With replicas, libpq tries their
+// Service first and the primary's after: a replica that restarts while
+// the Job starts (a rolling change) costs the primary one base backup,
+// not the run.
 func replicationEnv(in jobInputs) []corev1.EnvVar {
 	host := in.primary
 	if in.replicas != "" {
-		host = in.replicas
+		host = in.replicas + "," + in.primary
 	}
 	return []corev1.EnvVar{
 		{Name: "PGHOST", Value: host},

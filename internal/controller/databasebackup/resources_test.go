@@ -90,13 +90,14 @@ func TestPhysicalJobUsesTheReplicationRole(t *testing.T) {
 		t.Errorf("a backup from the primary asks for WAL switches: %v", c.Args)
 	}
 
-	// With a streaming replica, from the replicas' Service.
+	// With a streaming replica, from the replicas' Service, or the
+	// primary's when no replica answers.
 	job = backupJob(b, jobInputs{image: "postgres:15", instanceImage: "daytwo", credentials: "ledger-credentials",
 		replication: "ledger-replication", primary: "ledger-rw", replicas: "ledger-ro"}, time.Now())
 	c = job.Spec.Template.Spec.Containers[0]
 	for _, e := range c.Env {
-		if e.Name == "PGHOST" && e.Value != "ledger-ro" {
-			t.Errorf("PGHOST = %s, want ledger-ro", e.Value)
+		if e.Name == "PGHOST" && e.Value != "ledger-ro,ledger-rw" {
+			t.Errorf("PGHOST = %s, want ledger-ro,ledger-rw", e.Value)
 		}
 	}
 	if !slices.Contains(c.Args, "--switch-wal-host=ledger-rw") {

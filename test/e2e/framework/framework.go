@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
@@ -145,7 +146,11 @@ func (c *Cluster) dumpNamespace(t *testing.T, ns string) {
 	for _, p := range pods.Items {
 		t.Logf("pod %s phase=%s conditions=%v", p.Name, p.Status.Phase, p.Status.Conditions)
 		for _, s := range p.Status.ContainerStatuses {
-			t.Logf("  container %s ready=%v state=%+v", s.Name, s.Ready, s.State)
+			t.Logf("  container %s ready=%v restarts=%d state=%+v", s.Name, s.Ready, s.RestartCount, s.State)
+			c.logTail(t, ns, p.Name, s.Name, false)
+			if s.RestartCount > 0 {
+				c.logTail(t, ns, p.Name, s.Name, true)
+			}
 		}
 	}
 	evs, err := c.Kube.CoreV1().Events(ns).List(context.Background(), metav1.ListOptions{})
@@ -154,6 +159,23 @@ func (c *Cluster) dumpNamespace(t *testing.T, ns string) {
 			t.Logf("event %s %s/%s %s: %s", e.Type, e.InvolvedObject.Kind, e.InvolvedObject.Name, e.Reason, e.Message)
 		}
 	}
+}
+
+// logTail logs the last lines of a container's log, or of its previous
+// run's.
+func (c *Cluster) logTail(t *testing.T, ns, pod, container string, previous bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	raw, err := c.Kube.CoreV1().Pods(ns).GetLogs(pod, &corev1.PodLogOptions{Container: container, Previous: previous,
+		TailLines: ptr.To[int64](40)}).DoRaw(ctx)
+	if err != nil {
+		return
+	}
+	which := "log"
+	if previous {
+		which = "previous run's log"
+	}
+	t.Logf("  container %s %s, last lines:\n%s", container, which, strings.TrimRight(string(raw), "\n"))
 }
 
 // ApplyFile creates every object of a multi-document YAML file in ns.
