@@ -85,14 +85,21 @@ func (c *Config) archiveStorage(a *instanceapi.Archive) (backup.Storage, error) 
 		Insecure: a.S3.Insecure, AccessKeyID: id, SecretAccessKey: key})
 }
 
+// archivingSelf is this binary's path, for the commands postgres runs to
+// reach the manager, when the operator asks for WAL archiving.
+func (c *Config) archivingSelf() (string, bool) {
+	if a, err := c.archive(); err != nil || a == nil {
+		return "", false
+	}
+	self, err := os.Executable()
+	return self, err == nil
+}
+
 // archiveSettings are the managed settings that archive through this
 // manager, or none.
 func (c *Config) archiveSettings() string {
-	if a, err := c.archive(); err != nil || a == nil {
-		return ""
-	}
-	self, err := os.Executable()
-	if err != nil {
+	self, ok := c.archivingSelf()
+	if !ok {
 		return ""
 	}
 	return fmt.Sprintf("archive_mode = always\narchive_command = '%s instance wal-archive --socket %s %%f'\narchive_timeout = %d\n",
@@ -200,11 +207,8 @@ const standbyFetchTimeout = 10 * time.Second
 // archived: a replica whose primary removed WAL it still needs catches up
 // from the archive instead of being cloned again.
 func (c *Config) standbyRestoreSettings() string {
-	if a, err := c.archive(); err != nil || a == nil {
-		return ""
-	}
-	self, err := os.Executable()
-	if err != nil {
+	self, ok := c.archivingSelf()
+	if !ok {
 		return ""
 	}
 	return fmt.Sprintf("restore_command = '%s instance wal-restore --standby --socket %s %%f %%p'\n", self, ArchiveSocket(c.RunDir))

@@ -491,6 +491,22 @@ func outage() time.Duration {
 	return 2 * time.Minute
 }
 
+// archivingPair is linkedPair with both instances archiving WAL into a
+// directory, under the prefix "orders/".
+func (lt *leaseTest) archivingPair() (prim, repl *instance, link *proxy, archive string) {
+	archive = lt.t.TempDir()
+	if err := os.MkdirAll(filepath.Join(archive, "orders", "wal"), 0o755); err != nil {
+		lt.t.Fatal(err)
+	}
+	testpg.ChownToRunner(lt.t, archive)
+	prim, repl, link = lt.linkedPairWith(nil, func(prim, repl *instance) {
+		for _, in := range []*instance{prim, repl} {
+			in.writeFile("config/"+instanceapi.ArchiveFile, `{"directory":"`+archive+`","prefix":"orders/"}`)
+		}
+	})
+	return prim, repl, link, archive
+}
+
 // A base backup taken from a streaming replica, sparing the primary: it
 // ends once the segment of its stop point is archived, which needs the
 // primary to finish that segment (asked every few seconds, as the backup
@@ -498,16 +514,7 @@ func outage() time.Duration {
 func TestBaseBackupFromAReplica(t *testing.T) {
 	ctx := context.Background()
 	lt := newLeaseTest(t, "orders-0")
-	root := t.TempDir()
-	if err := os.MkdirAll(filepath.Join(root, "orders", "wal"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	testpg.ChownToRunner(t, root)
-	prim, repl, _ := lt.linkedPairWith(nil, func(prim, repl *instance) {
-		for _, in := range []*instance{prim, repl} {
-			in.writeFile("config/"+instanceapi.ArchiveFile, `{"directory":"`+root+`","prefix":"orders/"}`)
-		}
-	})
+	prim, repl, _, root := lt.archivingPair()
 	st := backup.NewDir(root)
 	prim.exec(ctx, "INSERT INTO items SELECT g, 'before' FROM generate_series(1000, 1099) g")
 	primary := backup.Conn{Host: "127.0.0.1", Port: prim.pgPort, User: "streaming_replica", Password: "repl-secret", Database: "postgres"}

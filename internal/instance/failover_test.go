@@ -486,16 +486,7 @@ func replicaWhoseWALIsGone(t *testing.T, remakeSlot bool) {
 func TestReplicaCatchesUpFromTheArchive(t *testing.T) {
 	ctx := context.Background()
 	lt := newLeaseTest(t, "orders-0")
-	archive := t.TempDir()
-	if err := os.MkdirAll(filepath.Join(archive, "orders", "wal"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	testpg.ChownToRunner(t, archive)
-	prim, repl, link := lt.linkedPairWith(nil, func(prim, repl *instance) {
-		for _, in := range []*instance{prim, repl} {
-			in.writeFile("config/"+instanceapi.ArchiveFile, `{"directory":"`+archive+`","prefix":"orders/"}`)
-		}
-	})
+	prim, repl, link, archive := lt.archivingPair()
 	st := backup.NewDir(archive)
 
 	link.partition()
