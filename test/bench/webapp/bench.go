@@ -169,6 +169,10 @@ func (b *bench) startOperator() error {
 		"--kube-api-qps=500", "--kube-api-burst=1000", "--enable-pprof", fmt.Sprintf("--max-concurrent-reconciles=%d", b.cfg.parallel)}, strings.Fields(os.Getenv("BENCH_OPERATOR_ARGS"))...)
 	b.op = exec.Command(b.cfg.bin, args...)
 	b.op.Stdout, b.op.Stderr = log, log
+	if g := os.Getenv("BENCH_OPERATOR_GODEBUG"); g != "" {
+		// memprofilerate=1, say: a heap profile that counts every object.
+		b.op.Env = append(os.Environ(), "GODEBUG="+g)
+	}
 	if err := b.op.Start(); err != nil {
 		return err
 	}
@@ -285,7 +289,11 @@ func (b *bench) namespace(ctx context.Context, name string) error {
 // nodes, with daytwo's CRDs, and points the bench's clients at it.
 func (b *bench) freshCluster(ctx context.Context) error {
 	for _, args := range [][]string{{"hack/kwok-cluster.sh", "down"}, {"hack/kwok-cluster.sh", "up"},
-		{"kubectl", "--kubeconfig", os.Getenv("KUBECONFIG"), "apply", "--server-side", "-k", "config/crd"}} {
+		{"kubectl", "--kubeconfig", os.Getenv("KUBECONFIG"), "apply", "--server-side", "-k", "config/crd"},
+		// Served before the operator starts: its controllers look the
+		// kinds up once.
+		{"kubectl", "--kubeconfig", os.Getenv("KUBECONFIG"), "wait", "--for=condition=Established", "--timeout=60s",
+			"crd/webapps.daytwo.dev", "crd/databases.daytwo.dev", "crd/databasebackups.daytwo.dev"}} {
 		cmd := exec.CommandContext(ctx, args[0], args[1:]...)
 		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 		if err := cmd.Run(); err != nil {
