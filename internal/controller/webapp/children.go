@@ -15,6 +15,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/resourceversion"
 	"k8s.io/apimachinery/pkg/util/sets"
 	appsv1ac "k8s.io/client-go/applyconfigurations/apps/v1"
 	autoscalingv2ac "k8s.io/client-go/applyconfigurations/autoscaling/v2"
@@ -117,24 +118,39 @@ var errCacheBehind = errors.New("the cache has not seen the last applied Deploym
 // after the apply never reaches it at that generation.
 const cacheBehindFor = 10 * time.Second
 
-// appliedGeneration is the generation of the Deployment an apply returned,
-// and when.
-type appliedGeneration struct {
-	generation int64
-	at         time.Time
+// appliedDeployment is what an apply of the Deployment returned: its UID,
+// resource version and generation, and when.
+type appliedDeployment struct {
+	uid             types.UID
+	resourceVersion string
+	generation      int64
+	at              time.Time
+}
+
+// recordApplied remembers the Deployment an apply returned for key.
+func (r *Reconciler) recordApplied(key client.ObjectKey, d *appsv1.Deployment, now time.Time) {
+	r.applied.Store(key, appliedDeployment{uid: d.UID, resourceVersion: d.ResourceVersion, generation: d.Generation, at: now})
 }
 
 // cacheBehind says whether live, read from the cache, is older than the
 // Deployment last applied for key (a read of one's own write the cache
-// has not caught up with). The record goes once the cache has caught up,
-// or after cacheBehindFor.
+// has not caught up with): its resource version, or where that cannot be
+// compared its generation, is older. A write that changed only metadata
+// (a canary abort's annotations) counts too. Another object by that name
+// (deleted and made again) is not behind. The record goes once the cache
+// has caught up, or after cacheBehindFor.
 func (r *Reconciler) cacheBehind(key client.ObjectKey, live *appsv1.Deployment, exists bool, now time.Time) bool {
 	v, ok := r.applied.Load(key)
 	if !ok {
 		return false
 	}
-	a := v.(appliedGeneration)
-	if (exists && live.Generation >= a.generation) || now.Sub(a.at) > cacheBehindFor {
+	a := v.(appliedDeployment)
+	caughtUp := false
+	if exists {
+		cmp, err := resourceversion.CompareResourceVersion(live.ResourceVersion, a.resourceVersion)
+		caughtUp = live.UID != a.uid || (err == nil && cmp >= 0) || (err != nil && live.Generation >= a.generation)
+	}
+	if caughtUp || now.Sub(a.at) > cacheBehindFor {
 		r.applied.CompareAndDelete(key, v)
 		return false
 	}
@@ -233,7 +249,7 @@ func (r *Reconciler) applyDeployment(ctx context.Context, app *v1alpha1.WebApp, 
 		// not seen yet. This reconcile goes on with the answer, and later
 		// ones wait until the cache holds this generation.
 		live = convertOne[appsv1.Deployment](dep)
-		r.applied.Store(key, appliedGeneration{generation: *dep.Generation, at: time.Now()})
+		r.recordApplied(key, live, time.Now())
 	} else if live.UID == "" {
 		return rollout{}, errors.New("failed to get Deployment: neither read nor applied")
 	}

@@ -23,6 +23,7 @@ import (
 // With deletionPolicy Delete there is no finalizer and garbage collection
 // removes the children.
 func (r *Reconciler) reconcileDelete(ctx context.Context, app *v1alpha1.WebApp) error {
+	r.applied.Delete(client.ObjectKeyFromObject(app))
 	if !controllerutil.ContainsFinalizer(app, orphanFinalizer) {
 		return nil
 	}

@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -242,28 +243,32 @@ func TestSetStatus(t *testing.T) {
 func TestCacheBehind(t *testing.T) {
 	key := client.ObjectKey{Namespace: "shop", Name: "web"}
 	at := time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)
-	gen := func(g int64) *appsv1.Deployment {
-		return &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Generation: g}}
+	dep := func(uid string, rv string, gen int64) *appsv1.Deployment {
+		return &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{UID: types.UID(uid), ResourceVersion: rv, Generation: gen}}
 	}
+	applied := dep("a", "120", 3)
 	for _, c := range []struct {
 		name     string
-		applied  int64 // 0: nothing applied
-		live     *appsv1.Deployment
+		applied  *appsv1.Deployment // nil: nothing applied
+		live     *appsv1.Deployment // nil: not in the cache
 		after    time.Duration
 		behind   bool
 		recorded bool // the record is still there after the check
 	}{
-		{name: "nothing applied", live: nil},
-		{name: "created, not in the cache yet", applied: 1, live: nil, after: time.Second, behind: true, recorded: true},
-		{name: "an older generation in the cache", applied: 3, live: gen(2), after: time.Second, behind: true, recorded: true},
-		{name: "the cache caught up", applied: 3, live: gen(3), after: time.Second},
-		{name: "the cache is ahead (someone else's write)", applied: 3, live: gen(4), after: time.Second},
-		{name: "deleted after the apply: given up", applied: 1, live: nil, after: cacheBehindFor + time.Second},
+		{name: "nothing applied", live: dep("a", "100", 3)},
+		{name: "created, not in the cache yet", applied: applied, after: time.Second, behind: true, recorded: true},
+		{name: "an older version in the cache", applied: applied, live: dep("a", "110", 2), after: time.Second, behind: true, recorded: true},
+		{name: "a metadata-only write not in the cache", applied: applied, live: dep("a", "110", 3), after: time.Second, behind: true, recorded: true},
+		{name: "the cache caught up", applied: applied, live: dep("a", "120", 3), after: time.Second},
+		{name: "the cache is ahead (a status write)", applied: applied, live: dep("a", "125", 3), after: time.Second},
+		{name: "another object by that name", applied: applied, live: dep("b", "90", 1), after: time.Second},
+		{name: "versions that do not compare: by generation", applied: dep("a", "x", 3), live: dep("a", "y", 3), after: time.Second},
+		{name: "deleted after the apply: given up", applied: applied, after: cacheBehindFor + time.Second},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			r := &Reconciler{}
-			if c.applied != 0 {
-				r.applied.Store(key, appliedGeneration{generation: c.applied, at: at})
+			if c.applied != nil {
+				r.recordApplied(key, c.applied, at)
 			}
 			live, exists := c.live, c.live != nil
 			if live == nil {
