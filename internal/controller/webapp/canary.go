@@ -48,7 +48,7 @@ const (
 	annotationCanaryAborted = "daytwo.dev/canary-aborted"
 )
 
-func canaryName(app *v1alpha1.WebApp) string { return app.Name + "-canary" }
+func canaryName(app *v1alpha1.WebApp) string { return app.Name + "-canary" } // forgetCanary knows it too
 
 // canaryReport is what runCanary or settleCanary saw and did, for the
 // status and for applyDeployment.
@@ -87,6 +87,13 @@ func (r *Reconciler) runCanary(ctx context.Context, app *v1alpha1.WebApp, in pod
 		return rep, nil
 	}
 	exists := own == controller.Owned
+	// The step and its start are read from the canary Deployment: one the
+	// cache holds from before this controller's last apply would take a
+	// step again and restart its window.
+	cdKey := client.ObjectKeyFromObject(cd)
+	if r.cacheBehind(cdKey, cd, exists, now) {
+		return canaryReport{}, errCacheBehind
+	}
 	current := exists && cd.Spec.Template.Annotations[annotationTemplateHash] == hash
 	in2 := canaryInput{steps: steps, hold: in.databaseHold, now: now,
 		state: canaryState{started: now.Truncate(time.Second), total: ptr.Deref(desiredReplicas(app), ptr.Deref(live.Spec.Replicas, 1))}}
@@ -133,7 +140,12 @@ func (r *Reconciler) runCanary(ctx context.Context, app *v1alpha1.WebApp, in pod
 		controller.Event(ctx, r.Recorder, app, live, corev1.EventTypeNormal, v1alpha1.ReasonCanaryProgressing, "CanaryStep",
 			"Canary of image %s at step %d of %d: %d pods", app.Spec.Image, d.state.step+1, len(steps), d.replicas)
 	}
-	return rep, controller.ApplyIfChanged(ctx, r.Client, cd, canaryDeployment(app, in.selector, desired, d.replicas, d.state), appsv1ac.ExtractDeployment, "canary Deployment")
+	ac := canaryDeployment(app, in.selector, desired, d.replicas, d.state)
+	if err := controller.ApplyIfChanged(ctx, r.Client, cd, ac, appsv1ac.ExtractDeployment, "canary Deployment"); err != nil {
+		return rep, err
+	}
+	r.recordApplied(cdKey, ac, now)
+	return rep, nil
 }
 
 // canarySignals reads the canary's pods (without the cache) and returns
@@ -243,6 +255,8 @@ func (r *Reconciler) probe(ctx context.Context, url string) error {
 func (r *Reconciler) forgetCanary(key client.ObjectKey) {
 	r.canaryReady.Delete(key)
 	r.httpTallies.Delete(key)
+	// The canary Deployment goes: a later canary starts from none.
+	r.applied.Delete(client.ObjectKey{Namespace: key.Namespace, Name: key.Name + "-canary"})
 }
 
 // settleCanary removes a canary Deployment no longer needed: once the

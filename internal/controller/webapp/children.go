@@ -23,6 +23,7 @@ import (
 	networkingv1ac "k8s.io/client-go/applyconfigurations/networking/v1"
 	policyv1ac "k8s.io/client-go/applyconfigurations/policy/v1"
 	"k8s.io/client-go/util/csaupgrade"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
@@ -127,9 +128,16 @@ type appliedDeployment struct {
 	at              time.Time
 }
 
-// recordApplied remembers the Deployment an apply returned for key.
-func (r *Reconciler) recordApplied(key client.ObjectKey, d *appsv1.Deployment, now time.Time) {
-	r.applied.Store(key, appliedDeployment{uid: d.UID, resourceVersion: d.ResourceVersion, generation: d.Generation, at: now})
+// recordApplied remembers, when the apply configuration ac holds an API
+// server's answer (an apply was sent), the Deployment it returned for key,
+// and says whether it did.
+func (r *Reconciler) recordApplied(key client.ObjectKey, ac *appsv1ac.DeploymentApplyConfiguration, now time.Time) bool {
+	if ac.Generation == nil {
+		return false
+	}
+	r.applied.Store(key, appliedDeployment{uid: ptr.Deref(ac.UID, ""), resourceVersion: ptr.Deref(ac.ResourceVersion, ""),
+		generation: *ac.Generation, at: now})
+	return true
 }
 
 // cacheBehind says whether live, read from the cache, is older than the
@@ -244,12 +252,11 @@ func (r *Reconciler) applyDeployment(ctx context.Context, app *v1alpha1.WebApp, 
 	if err := controller.ApplyIfChanged(ctx, r.Client, live, dep, appsv1ac.ExtractDeployment, "Deployment"); err != nil {
 		return rollout{}, err
 	}
-	if dep.Generation != nil {
+	if r.recordApplied(key, dep, time.Now()) {
 		// Applied: dep holds the API server's answer, which the cache has
 		// not seen yet. This reconcile goes on with the answer, and later
-		// ones wait until the cache holds this generation.
+		// ones wait until the cache holds it.
 		live = convertOne[appsv1.Deployment](dep)
-		r.recordApplied(key, live, time.Now())
 	} else if live.UID == "" {
 		return rollout{}, errors.New("failed to get Deployment: neither read nor applied")
 	}

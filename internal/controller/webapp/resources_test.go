@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	appsv1ac "k8s.io/client-go/applyconfigurations/apps/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -246,6 +247,10 @@ func TestCacheBehind(t *testing.T) {
 	dep := func(uid string, rv string, gen int64) *appsv1.Deployment {
 		return &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{UID: types.UID(uid), ResourceVersion: rv, Generation: gen}}
 	}
+	// What an apply configuration holds after an apply: the server's answer.
+	answer := func(d *appsv1.Deployment) *appsv1ac.DeploymentApplyConfiguration {
+		return appsv1ac.Deployment("web", "shop").WithUID(d.UID).WithResourceVersion(d.ResourceVersion).WithGeneration(d.Generation)
+	}
 	applied := dep("a", "120", 3)
 	for _, c := range []struct {
 		name     string
@@ -267,8 +272,11 @@ func TestCacheBehind(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			r := &Reconciler{}
-			if c.applied != nil {
-				r.recordApplied(key, c.applied, at)
+			if r.recordApplied(key, appsv1ac.Deployment("web", "shop"), at) {
+				t.Fatal("recorded an apply configuration that holds no answer")
+			}
+			if c.applied != nil && !r.recordApplied(key, answer(c.applied), at) {
+				t.Fatal("did not record an answer")
 			}
 			live, exists := c.live, c.live != nil
 			if live == nil {
