@@ -214,13 +214,6 @@ func (c *Config) standbyRestoreSettings() string {
 	return fmt.Sprintf("restore_command = '%s instance wal-restore --standby --socket %s %%f %%p'\n", self, ArchiveSocket(c.RunDir))
 }
 
-// archiveConfigured says whether the operator asks this instance to
-// archive WAL, so the archive may hold what the primary removed.
-func (m *Manager) archiveConfigured() bool {
-	a, err := m.cfg.archive()
-	return err == nil && a != nil
-}
-
 // archiveHolds says whether the WAL archive holds the file name.
 func (m *Manager) archiveHolds(ctx context.Context, name string) bool {
 	m.mu.Lock()

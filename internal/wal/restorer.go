@@ -208,21 +208,14 @@ func (r *Restorer) fetchRetrying(ctx context.Context, name string) error {
 // SegmentName is the name of the segment holding lsn on timeline tli, for
 // segments of segmentSize bytes (16 MiB when 0).
 func SegmentName(tli int, lsn uint64, segmentSize int64) string {
-	if segmentSize <= 0 {
-		segmentSize = 16 << 20
-	}
-	perLog := uint64(0x100000000) / uint64(segmentSize)
-	seg := lsn / uint64(segmentSize)
+	seg, perLog := lsn/segmentSizeOr16MiB(segmentSize), segmentsPerLog(segmentSize)
 	return fmt.Sprintf("%08X%08X%08X", tli, seg/perLog, seg%perLog)
 }
 
 // NextSegment is the name of the segment after name on its timeline, for
 // segments of segmentSize bytes (16 MiB when 0).
 func NextSegment(name string, segmentSize int64) string {
-	if segmentSize <= 0 {
-		segmentSize = 16 << 20
-	}
-	perLog := uint64(0x100000000) / uint64(segmentSize)
+	perLog := segmentsPerLog(segmentSize)
 	log, _ := strconv.ParseUint(name[8:16], 16, 32)
 	seg, _ := strconv.ParseUint(name[16:24], 16, 32)
 	seg++
@@ -230,4 +223,18 @@ func NextSegment(name string, segmentSize int64) string {
 		log, seg = log+1, 0
 	}
 	return fmt.Sprintf("%s%08X%08X", name[:8], log, seg)
+}
+
+// segmentSizeOr16MiB is segmentSize, or 16 MiB when it is 0.
+func segmentSizeOr16MiB(segmentSize int64) uint64 {
+	if segmentSize <= 0 {
+		return 16 << 20
+	}
+	return uint64(segmentSize)
+}
+
+// segmentsPerLog is how many segments of segmentSize one log (the middle
+// 8 hex digits of a name) holds.
+func segmentsPerLog(segmentSize int64) uint64 {
+	return uint64(0x100000000) / segmentSizeOr16MiB(segmentSize)
 }

@@ -48,7 +48,12 @@ const (
 	annotationCanaryAborted = "daytwo.dev/canary-aborted"
 )
 
-func canaryName(app *v1alpha1.WebApp) string { return app.Name + "-canary" } // forgetCanary knows it too
+func canaryName(app *v1alpha1.WebApp) string { return canaryKey(client.ObjectKeyFromObject(app)).Name }
+
+// canaryKey is the canary Deployment's key for the WebApp key.
+func canaryKey(app client.ObjectKey) client.ObjectKey {
+	return client.ObjectKey{Namespace: app.Namespace, Name: app.Name + "-canary"}
+}
 
 // canaryReport is what runCanary or settleCanary saw and did, for the
 // status and for applyDeployment.
@@ -256,7 +261,7 @@ func (r *Reconciler) forgetCanary(key client.ObjectKey) {
 	r.canaryReady.Delete(key)
 	r.httpTallies.Delete(key)
 	// The canary Deployment goes: a later canary starts from none.
-	r.applied.Delete(client.ObjectKey{Namespace: key.Namespace, Name: key.Name + "-canary"})
+	r.applied.Delete(canaryKey(key))
 }
 
 // settleCanary removes a canary Deployment no longer needed: once the

@@ -50,8 +50,8 @@ type Reconciler struct {
 	// that turns not ready after is a readiness flap), and httpTallies
 	// the HTTP check's count in the current canary step.
 	canaryReady, httpTallies sync.Map
-	// applied holds, per WebApp, the generation of the Deployment its last
-	// apply returned, until the cache holds it (see cacheBehind).
+	// applied holds, per Deployment (a WebApp's and its canary's), what
+	// the last apply returned, until the cache holds it (see cacheBehind).
 	applied sync.Map
 }
 
