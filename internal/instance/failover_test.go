@@ -559,6 +559,11 @@ func restartWith(t *testing.T, in *instance, setting, value string) {
 	eventually(t, 30*time.Second, func() bool {
 		return slices.Contains(in.status().PendingRestartSettings, setting)
 	}, setting+" pending a restart")
+	// The operator restarts in place while the file loaded is not the one
+	// postgres started with, and moves the pod once they agree.
+	if s := in.status(); s.StartConfigHash == "" || s.StartConfigHash == s.ConfigHash {
+		t.Fatalf("pending a restart: started with %q, loaded %q", s.StartConfigHash, s.ConfigHash)
+	}
 	if code := post(t, in, instanceapi.PathRestart, apiToken, nil, nil); code != http.StatusAccepted {
 		t.Fatalf("restart = %d, want 202", code)
 	}
@@ -566,6 +571,9 @@ func restartWith(t *testing.T, in *instance, setting, value string) {
 		s := in.status()
 		return s.Phase == instanceapi.PhaseRunning && s.StandbySettings[setting] == value
 	}, fmt.Sprintf("running with %s = %s", setting, value))
+	if s := in.status(); s.StartConfigHash != s.ConfigHash {
+		t.Errorf("restarted: started with %q, loaded %q", s.StartConfigHash, s.ConfigHash)
+	}
 }
 
 // A replica ahead of the one promoted: it received WAL of the old

@@ -1,11 +1,8 @@
 package instance
 
 import (
-	"bytes"
 	"context"
-	"crypto/sha256"
 	"crypto/tls"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -593,6 +590,12 @@ func (m *Manager) supervise(ctx context.Context) error {
 		m.forwarding = nil
 		m.mu.Unlock()
 	}
+	// Read before the start: a file that changes meanwhile then costs the
+	// operator one more restart in place, never a setting thought applied.
+	startHash := m.parametersHash()
+	m.mu.Lock()
+	m.status.StartConfigHash = startHash
+	m.mu.Unlock()
 	cmd := exec.Command(m.cfg.bin("postgres"), "-D", m.cfg.PGData)
 	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 	// Its own process group: a signal to the manager is not also delivered
@@ -877,8 +880,7 @@ func (m *Manager) parametersHash() string {
 	if err != nil {
 		return ""
 	}
-	sum := sha256.Sum256(bytes.TrimSpace(b))
-	return hex.EncodeToString(sum[:8])
+	return instanceapi.ParametersHash(b)
 }
 
 func (m *Manager) setPhase(p instanceapi.Phase, msg string) {

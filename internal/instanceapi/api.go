@@ -121,8 +121,13 @@ type Status struct {
 	PendingRestart bool `json:"pendingRestart"`
 	// PendingRestartSettings names those settings.
 	PendingRestartSettings []string `json:"pendingRestartSettings,omitempty"`
-	// ConfigHash identifies the configuration file the instance last loaded.
+	// ConfigHash identifies the configuration file the instance last loaded
+	// (ParametersHash of its content).
 	ConfigHash string `json:"configHash,omitempty"`
+	// StartConfigHash identifies the configuration file postgres last
+	// started with: its restart-only settings run that file's values. A
+	// restart in place is done once it equals the operator's ConfigHash.
+	StartConfigHash string `json:"startConfigHash,omitempty"`
 	// StandbySettings are the running values of the settings a replica may
 	// not run lower than its primary (postgres.StandbySensitive). Lowering
 	// one needs the primary restarted first, in place.

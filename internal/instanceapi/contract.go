@@ -1,6 +1,11 @@
 package instanceapi
 
-import "time"
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"time"
+)
 
 // What the operator's pod template and the instance manager must agree on:
 // mount paths, secret file names and the flags the template passes.
@@ -201,4 +206,12 @@ type ArchiveS3 struct {
 	Bucket   string `json:"bucket"`
 	Region   string `json:"region,omitempty"`
 	Insecure bool   `json:"insecure,omitempty"`
+}
+
+// ParametersHash identifies the content of a ParametersFile, as the
+// instance manager reports it (Status.ConfigHash, Status.StartConfigHash)
+// and as the operator renders it.
+func ParametersHash(content []byte) string {
+	sum := sha256.Sum256(bytes.TrimSpace(content))
+	return hex.EncodeToString(sum[:8])
 }

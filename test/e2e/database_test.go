@@ -203,18 +203,25 @@ func TestDatabaseSmallLifecycle(t *testing.T) {
 		t.Fatalf("after the pod came back: %q", got)
 	}
 
-	// A restart-only setting: the operator restarts the pod and the new value is live.
+	// A restart-only setting: postgres restarts in place, in the same pod,
+	// which moves to the StatefulSet's new revision; the new value is live.
 	old = podUID(t, ns, "orders-0")
+	start = time.Now()
 	updateDatabase(t, ns, "orders", func(d *v1alpha1.Database) { d.Spec.Parameters = map[string]string{"shared_buffers": "64MB"} })
 	waitDatabase(t, ns, "orders", 2*time.Minute, "restarted with the new setting", func(d *v1alpha1.Database) bool {
 		return isReady(1, "")(d) && hasCondition(v1alpha1.ConditionPendingRestart, metav1.ConditionFalse, v1alpha1.ReasonUpToDate)(d) &&
-			podUIDOrEmpty(ns, "orders-0") != old
+			hasCondition(v1alpha1.ConditionProgressing, metav1.ConditionFalse, v1alpha1.ReasonRolloutComplete)(d)
 	})
+	t.Logf("a restart-only setting applied in %s", time.Since(start).Round(10*time.Millisecond))
 	if got := sql(t, ns, "psql", "orders-rw", "SHOW shared_buffers"); got != "64MB" {
-		t.Errorf("shared_buffers after the rolling restart = %s", got)
+		t.Errorf("shared_buffers after the restart = %s", got)
 	}
-	if ev := eventsFor(t, ns, "orders", "Restarting"); len(ev) == 0 {
-		t.Errorf("no Restarting event")
+	if podUID(t, ns, "orders-0") != old {
+		t.Errorf("a restart-only setting replaced the pod; postgres should restart in place")
+	}
+	checkOnUpdateRevision(t, ns, "orders")
+	if ev := eventsFor(t, ns, "orders", "Restarting"); len(ev) == 0 || !strings.Contains(ev[len(ev)-1], "in place") {
+		t.Errorf("Restarting events: %q", ev)
 	}
 
 	// A reloadable setting applies in seconds, with no restart: the operator
@@ -482,6 +489,52 @@ func TestDatabaseMediumUpgradeAndRollback(t *testing.T) {
 		t.Fatalf("after the upgrade: %q", got)
 	}
 
+	// A raised restart-only setting rolls in place: postgres restarts in
+	// the replica's pod, the primary hands over, and the old primary, which
+	// its demotion restarted, only moves to the new revision. No pod is
+	// replaced and no acknowledged write is lost.
+	uids := map[string]types.UID{}
+	for _, name := range []string{"shop-0", "shop-1"} {
+		uids[name] = podUID(t, ns, name)
+	}
+	settingsPrimary := db.Status.Primary
+	writer = cluster.StartWriter(t, ns, "psql", "client", rw, "acks_settings")
+	start = time.Now()
+	updateDatabase(t, ns, "shop", func(d *v1alpha1.Database) {
+		d.Spec.Parameters = map[string]string{"max_locks_per_transaction": "128"}
+	})
+	db = waitDatabase(t, ns, "shop", 3*time.Minute, "the setting applied in place", func(d *v1alpha1.Database) bool {
+		return isReady(2, "")(d) && hasCondition(v1alpha1.ConditionPendingRestart, metav1.ConditionFalse, v1alpha1.ReasonUpToDate)(d) &&
+			hasCondition(v1alpha1.ConditionProgressing, metav1.ConditionFalse, v1alpha1.ReasonRolloutComplete)(d)
+	})
+	t.Logf("a restart-only setting rolled over 2 instances in %s", time.Since(start).Round(10*time.Millisecond))
+	writes = writer.Stop(t)
+	gap, _ = writes.LongestGap()
+	t.Logf("writer during the restart-only change: %s", writes)
+	if lost := writes.Lost(cluster.ReadIDs(t, ns, "psql", "client", rw, "acks_settings")); len(lost) > 0 {
+		t.Fatalf("acknowledged writes lost in the restart-only change: %v", lost)
+	}
+	if gap > 10*time.Second {
+		t.Errorf("no write for %s during a restart-only change", gap)
+	}
+	for name, uid := range uids {
+		if podUID(t, ns, name) != uid {
+			t.Errorf("a restart-only setting replaced pod %s", name)
+		}
+	}
+	checkOnUpdateRevision(t, ns, "shop")
+	for _, svc := range []string{"shop-rw", "shop-ro"} {
+		if got := sql(t, ns, "psql", svc, "SHOW max_locks_per_transaction"); got != "128" {
+			t.Errorf("max_locks_per_transaction through %s = %s", svc, got)
+		}
+	}
+	if ev := eventsFor(t, ns, "shop", "Restarting"); !strings.Contains(strings.Join(ev, "\n"), "in place") {
+		t.Errorf("Restarting events: %q", ev)
+	}
+	if sw := db.Status.LastSwitchover; sw == nil || sw.From != settingsPrimary || sw.Result != v1alpha1.SwitchoverSucceeded || db.Status.Primary == settingsPrimary {
+		t.Errorf("the primary %s did not hand over before its restart: %+v", settingsPrimary, sw)
+	}
+
 	// A broken image is rolled back; the primary keeps running throughout.
 	primaryName := db.Status.Primary
 	primary := podUID(t, ns, primaryName)
@@ -720,4 +773,26 @@ func checkAppVerifiesDatabase(t *testing.T, ns, db string) {
 	if err := cluster.Client.Delete(context.Background(), app); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// checkOnUpdateRevision fails unless every pod of db's StatefulSet carries
+// its update revision, and the StatefulSet counts them all updated.
+func checkOnUpdateRevision(t *testing.T, ns, db string) {
+	t.Helper()
+	framework.Eventually(t, 30*time.Second, "every pod on the update revision", func(ctx context.Context) (bool, error) {
+		sts := &appsv1.StatefulSet{}
+		if err := cluster.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: db}, sts); err != nil {
+			return false, err
+		}
+		pods := &corev1.PodList{}
+		if err := cluster.Client.List(ctx, pods, client.InNamespace(ns), client.MatchingLabels{"daytwo.dev/database": db}); err != nil {
+			return false, err
+		}
+		for _, p := range pods.Items {
+			if p.Labels[appsv1.ControllerRevisionHashLabelKey] != sts.Status.UpdateRevision {
+				return false, nil
+			}
+		}
+		return len(pods.Items) > 0 && sts.Status.UpdatedReplicas == *sts.Spec.Replicas && sts.Status.CurrentRevision == sts.Status.UpdateRevision, nil
+	})
 }

@@ -67,6 +67,8 @@ type Reconciler struct {
 	// apiTLSCache holds the instance API's client configuration per
 	// Database.
 	apiTLSCache apiTLSCache
+	// inPlace remembers revision comparisons and asked restarts (inplace.go).
+	inPlace inPlaceState
 }
 
 // instanceRefresh is how often a running Database's instances are asked
@@ -78,6 +80,7 @@ const instanceRefresh = 30 * time.Second
 // +kubebuilder:rbac:groups=daytwo.dev,resources=databases/finalizers,verbs=update
 // +kubebuilder:rbac:groups=daytwo.dev,resources=databasebackups,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=apps,resources=statefulsets,verbs=get;list;watch;create;patch
+// +kubebuilder:rbac:groups=apps,resources=controllerrevisions,verbs=get
 // +kubebuilder:rbac:groups=batch,resources=jobs,verbs=get;list;watch;create;patch;delete
 // +kubebuilder:rbac:groups="",resources=services;configmaps,verbs=get;list;watch;create;patch
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;patch

@@ -236,10 +236,8 @@ func (r *Reconciler) apiToken(ctx context.Context, db *v1alpha1.Database) (strin
 
 // podIP is the address of the named pod's instance manager ("" if it has none).
 func podIP(obs *observation, pod string) string {
-	for i := range obs.pods {
-		if obs.pods[i].Name == pod {
-			return obs.pods[i].Status.PodIP
-		}
+	if p := podNamed(obs, pod); p != nil {
+		return p.Status.PodIP
 	}
 	return ""
 }

@@ -144,6 +144,10 @@ func (r *Reconciler) rollOut(ctx context.Context, db *v1alpha1.Database, obs *ob
 	if len(candidates) == 0 {
 		return r.pollWhileRollingOut(obs), nil
 	}
+	wantHash := wantParametersHash(obs.plan)
+	if moved, err := r.adoptInPlace(ctx, obs, candidates, sts.Status.UpdateRevision, wantHash); moved || err != nil {
+		return reconcile.Result{RequeueAfter: time.Second}, err // the cache lags the relabelled pods
+	}
 	victim := pickRestart(candidates, allReady, obs.primary, r.Clock.Now())
 	if victim == nil {
 		return r.pollWhileRollingOut(obs), nil
@@ -152,6 +156,9 @@ func (r *Reconciler) rollOut(ctx context.Context, db *v1alpha1.Database, obs *ob
 		// A planned restart of the primary is a switchover first: the old
 		// primary then restarts as a replica, on a later pass.
 		return r.switchoverBeforeRestart(ctx, db, obs, sts.Status.UpdateRevision)
+	}
+	if res, acted, err := r.restartVictimInPlace(ctx, db, obs, victim, sts.Status.UpdateRevision, wantHash); acted || err != nil {
+		return res, err
 	}
 	if wait := stillRouted(db.Status.LastSwitchover, victim.Name, r.Clock.Now()); wait > 0 {
 		return reconcile.Result{RequeueAfter: wait}, nil
@@ -251,26 +258,18 @@ func (r *Reconciler) lowerOnPrimaryFirst(ctx context.Context, db *v1alpha1.Datab
 		obs.rolloutWaiting = fmt.Sprintf("Lowering %s: the primary %s restarts first, once it runs", what, obs.primary)
 		return reconcile.Result{RequeueAfter: time.Second}, true, nil
 	}
+	if r.restartAsked(obs, obs.primary) {
+		obs.rolloutWaiting = fmt.Sprintf("Lowering %s: the primary %s restarts in place first", what, obs.primary)
+		return reconcile.Result{RequeueAfter: time.Second}, true, nil
+	}
 	for _, name := range lowered {
 		if !slices.Contains(primary.PendingRestartSettings, name) {
 			obs.rolloutWaiting = fmt.Sprintf("Lowering %s: waiting for the primary %s to read the new settings before it restarts, first", what, obs.primary)
 			return reconcile.Result{RequeueAfter: 2 * time.Second}, true, nil
 		}
 	}
-	token, err := r.apiToken(ctx, db)
-	if err != nil {
+	if err := r.restartPostgres(ctx, db, obs, obs.primary); err != nil {
 		return reconcile.Result{}, true, err
-	}
-	ip, err := r.targetOf(ctx, db, obs, obs.primary)
-	if err != nil {
-		return reconcile.Result{}, true, err
-	}
-	// A checkpoint while it serves leaves the restart little to write.
-	if err := r.Instances.Checkpoint(ctx, ip, token); err != nil {
-		return reconcile.Result{}, true, fmt.Errorf("failed to checkpoint the primary %s before its restart: %w", obs.primary, err)
-	}
-	if err := r.Instances.Restart(ctx, ip, token); err != nil {
-		return reconcile.Result{}, true, fmt.Errorf("failed to restart the primary %s in place: %w", obs.primary, err)
 	}
 	obs.rolloutWaiting = fmt.Sprintf("Lowering %s: the primary %s restarts in place first", what, obs.primary)
 	controller.Event(ctx, r.Recorder, db, nil, corev1.EventTypeNormal, "Restarting", "Restart",

@@ -1,0 +1,93 @@
+package database
+
+import (
+	"encoding/json"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/utils/ptr"
+
+	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
+	"github.com/daytwo-dev/daytwo/internal/instanceapi"
+)
+
+// revisionData is what the StatefulSet controller stores in a
+// ControllerRevision for db's StatefulSet: {"spec":{"template":...}}.
+func revisionData(t *testing.T, db *v1alpha1.Database, image string) []byte {
+	t.Helper()
+	in := stsInputs{instanceImage: "localhost/daytwo:dev", image: image, major: "15", claimSize: ptr.To(resource.MustParse("20Gi"))}
+	tmpl, err := json.Marshal(statefulSet(db, newPlan(db), in).Spec.Template)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(tmpl, &m); err != nil {
+		t.Fatal(err)
+	}
+	m["$patch"] = "replace"
+	b, err := json.Marshal(map[string]any{"spec": map[string]any{"template": m}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func TestTemplatesDifferInSettingsOnly(t *testing.T) {
+	withParams := func(p map[string]string) func(*v1alpha1.Database) {
+		return func(d *v1alpha1.Database) { d.Spec.Parameters = p }
+	}
+	base := revisionData(t, newDB(), "postgres:15.1")
+	tests := []struct {
+		name string
+		to   []byte
+		want bool
+	}{
+		{"the same template", base, true},
+		{"a restart-only setting", revisionData(t, newDB(withParams(map[string]string{"max_connections": "50"})), "postgres:15.1"), true},
+		{"a new image", revisionData(t, newDB(), "postgres:15.2"), false},
+		{"a setting and a new image", revisionData(t, newDB(withParams(map[string]string{"max_connections": "50"})), "postgres:15.2"), false},
+		{"new resources", revisionData(t, newDB(func(d *v1alpha1.Database) { d.Spec.Size = v1alpha1.SizeMedium }), "postgres:15.1"), false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := templatesDifferInSettingsOnly(base, tt.to)
+			if err != nil || got != tt.want {
+				t.Errorf("got %v, %v; want %v", got, err, tt.want)
+			}
+		})
+	}
+	if string(base) == string(tests[1].to) {
+		t.Fatal("the setting did not change the template: the case above proves nothing")
+	}
+	if _, err := templatesDifferInSettingsOnly(base, []byte(`{"spec":{}}`)); err == nil {
+		t.Error("a revision without a template compared")
+	}
+}
+
+func TestDecideInPlace(t *testing.T) {
+	running := func(loaded, started string) instanceapi.Status {
+		return instanceapi.Status{Phase: instanceapi.PhaseRunning, ConfigHash: loaded, StartConfigHash: started}
+	}
+	tests := []struct {
+		name   string
+		s      instanceapi.Status
+		known  bool
+		asked  bool
+		expect inPlaceVerdict
+	}{
+		{"no answer from the instance", instanceapi.Status{}, false, false, inPlaceNo},
+		{"a manager that does not report its start", running("new", ""), true, false, inPlaceNo},
+		{"started with the new file", running("new", "new"), true, false, inPlaceDone},
+		{"started with the new file, asked", running("new", "new"), true, true, inPlaceDone},
+		{"read the new file", running("new", "old"), true, false, inPlaceRestart},
+		{"not read the new file yet", running("old", "old"), true, false, inPlaceWait},
+		{"asked a moment ago, still running the old", running("new", "old"), true, true, inPlaceWait},
+		{"restarting as asked", instanceapi.Status{Phase: instanceapi.PhaseStarting, StartConfigHash: "new"}, true, true, inPlaceWait},
+		{"not running, not asked", instanceapi.Status{Phase: instanceapi.PhaseStarting, StartConfigHash: "old"}, true, false, inPlaceNo},
+	}
+	for _, tt := range tests {
+		if got := decideInPlace(tt.s, tt.known, "new", tt.asked); got != tt.expect {
+			t.Errorf("%s: got %d, want %d", tt.name, got, tt.expect)
+		}
+	}
+}
