@@ -539,6 +539,8 @@ func TestReplicaBehindALoweredSettingStarts(t *testing.T) {
 	restartWith(t, repl, name, "128")
 	if s := repl.status(); s.Streaming {
 		t.Fatal("the replica streams through a cut link")
+	} else if !slices.Equal(s.RaisedSettings, []string{name}) {
+		t.Errorf("started above its file: raisedSettings = %q, want [%s] (the operator must not count it done)", s.RaisedSettings, name)
 	}
 
 	healed := time.Now()
@@ -547,7 +549,7 @@ func TestReplicaBehindALoweredSettingStarts(t *testing.T) {
 	eventually(t, time.Minute, func() bool {
 		s := repl.status()
 		return s.Phase == instanceapi.PhaseRunning && s.Streaming && s.StandbySettings[name] == "64" && !s.PendingRestart &&
-			checksum(t, repl) == want
+			len(s.RaisedSettings) == 0 && checksum(t, repl) == want
 	}, "the replica running its own lowered setting, streaming every row")
 	t.Logf("the replica runs %s = 64 %s after the link came back", name, time.Since(healed).Round(100*time.Millisecond))
 }

@@ -149,6 +149,9 @@ func (m *Manager) writeStartConfig(ctx context.Context) error {
 	m.confMu.Lock()
 	m.floors = floors
 	m.confMu.Unlock()
+	m.mu.Lock()
+	m.status.RaisedSettings = slices.Sorted(maps.Keys(floors))
+	m.mu.Unlock()
 	if len(floors) == 0 {
 		return nil
 	}

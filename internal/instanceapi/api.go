@@ -128,6 +128,10 @@ type Status struct {
 	// started with: its restart-only settings run that file's values. A
 	// restart in place is done once it equals the operator's ConfigHash.
 	StartConfigHash string `json:"startConfigHash,omitempty"`
+	// RaisedSettings names the settings a replica started with at its
+	// primary's higher values instead of its file's, until it replays the
+	// primary's change and restarts by itself (the manager's floors).
+	RaisedSettings []string `json:"raisedSettings,omitempty"`
 	// StandbySettings are the running values of the settings a replica may
 	// not run lower than its primary (postgres.StandbySensitive). Lowering
 	// one needs the primary restarted first, in place.

@@ -13,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/daytwo-dev/daytwo/api/v1alpha1"
@@ -43,30 +44,37 @@ const restartAskedHold = 15 * time.Second
 // (immutable, so the answer holds) and of the restarts it asked for.
 type inPlaceState struct {
 	mu sync.Mutex
-	// settingsOnly: revision pair (from, to) -> the templates differ only
-	// in annRestartParameters.
-	settingsOnly map[[2]string]bool
+	// revisions: (namespace, from, to) -> what settingsOnlyChange found.
+	revisions map[[3]string]revisionChange
 	// asked: pod UID -> when its restart in place was asked.
 	asked map[types.UID]time.Time
 }
 
-// cachedRevisions bounds inPlaceState.settingsOnly; it starts over when full.
+// revisionChange is how the pod template of one ControllerRevision differs
+// from another's: settingsOnly when only in annRestartParameters, whose
+// value in the newer one is params.
+type revisionChange struct {
+	settingsOnly bool
+	params       string
+}
+
+// cachedRevisions bounds inPlaceState.revisions; it starts over when full.
 const cachedRevisions = 512
 
-func (s *inPlaceState) known(from, to string) (bool, bool) {
+func (s *inPlaceState) known(key [3]string) (revisionChange, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	v, ok := s.settingsOnly[[2]string{from, to}]
+	v, ok := s.revisions[key]
 	return v, ok
 }
 
-func (s *inPlaceState) remember(from, to string, v bool) {
+func (s *inPlaceState) remember(key [3]string, v revisionChange) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.settingsOnly == nil || len(s.settingsOnly) >= cachedRevisions {
-		s.settingsOnly = map[[2]string]bool{}
+	if s.revisions == nil || len(s.revisions) >= cachedRevisions {
+		s.revisions = map[[3]string]revisionChange{}
 	}
-	s.settingsOnly[[2]string{from, to}] = v
+	s.revisions[key] = v
 }
 
 // askedRecently reports whether pod's restart was asked within hold, and
@@ -92,60 +100,73 @@ func (s *inPlaceState) ask(uid types.UID, now time.Time) {
 	s.asked[uid] = now
 }
 
-// settingsOnlyChange reports whether the pod template of ControllerRevision
-// from differs from to's only in restart-only settings. A revision that is
-// gone (or was never a ControllerRevision) answers false.
-func (r *Reconciler) settingsOnlyChange(ctx context.Context, ns, from, to string) (bool, error) {
-	if v, ok := r.inPlace.known(from, to); ok {
-		return v, nil
+// settingsOnlyChange compares the pod templates of ControllerRevisions from
+// and to. Whatever cannot be compared (a revision gone or unreadable, a pod
+// without a revision label) answers "not settings only": the pod is then
+// replaced, as before restarts in place.
+func (r *Reconciler) settingsOnlyChange(ctx context.Context, ns, from, to string) revisionChange {
+	if from == "" || to == "" {
+		return revisionChange{}
+	}
+	key := [3]string{ns, from, to}
+	if v, ok := r.inPlace.known(key); ok {
+		return v
 	}
 	var revs [2]appsv1.ControllerRevision
 	for i, name := range []string{from, to} {
-		if err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &revs[i]); apierrors.IsNotFound(err) {
-			r.inPlace.remember(from, to, false)
-			return false, nil
-		} else if err != nil {
-			return false, fmt.Errorf("failed to read revision %s: %w", name, err)
+		if err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &revs[i]); err != nil {
+			if !apierrors.IsNotFound(err) {
+				logf.FromContext(ctx).Error(err, "Cannot compare revisions; the pod is replaced instead of restarted in place", "revision", name)
+				return revisionChange{} // not remembered: the next pass asks again
+			}
+			r.inPlace.remember(key, revisionChange{})
+			return revisionChange{}
 		}
 	}
-	v, err := templatesDifferInSettingsOnly(revs[0].Data.Raw, revs[1].Data.Raw)
+	v, err := compareRevisions(revs[0].Data.Raw, revs[1].Data.Raw)
 	if err != nil {
-		return false, fmt.Errorf("revisions %s and %s: %w", from, to, err)
+		logf.FromContext(ctx).Error(err, "Cannot compare revisions; the pod is replaced instead of restarted in place", "from", from, "to", to)
 	}
-	r.inPlace.remember(from, to, v)
-	return v, nil
+	r.inPlace.remember(key, v)
+	return v
 }
 
-// templatesDifferInSettingsOnly compares two ControllerRevisions' data (the
-// StatefulSet controller stores {"spec":{"template":...}}) without
-// annRestartParameters.
-func templatesDifferInSettingsOnly(a, b []byte) (bool, error) {
+// compareRevisions compares two ControllerRevisions' data (the StatefulSet
+// controller stores {"spec":{"template":...}}) without annRestartParameters.
+func compareRevisions(a, b []byte) (revisionChange, error) {
 	var ta, tb map[string]any
 	if err := json.Unmarshal(a, &ta); err != nil {
-		return false, err
+		return revisionChange{}, err
 	}
 	if err := json.Unmarshal(b, &tb); err != nil {
-		return false, err
+		return revisionChange{}, err
 	}
+	var out revisionChange
 	for _, t := range []map[string]any{ta, tb} {
 		spec, _ := t["spec"].(map[string]any)
 		tmpl, _ := spec["template"].(map[string]any)
 		if tmpl == nil {
-			return false, fmt.Errorf("no pod template in the revision")
+			return revisionChange{}, fmt.Errorf("no pod template in the revision")
 		}
 		meta, _ := tmpl["metadata"].(map[string]any)
 		ann, _ := meta["annotations"].(map[string]any)
+		out.params, _ = ann[annRestartParameters].(string) // the newer one's stays
 		delete(ann, annRestartParameters)
 	}
-	return reflect.DeepEqual(ta, tb), nil
+	out.settingsOnly = reflect.DeepEqual(ta, tb)
+	return out, nil
 }
 
-// inPlaceHealthy: every instance runs and every replica streams, so one
-// may restart without taking a second one down with the first.
-func inPlaceHealthy(obs *observation) bool {
+// inPlaceHealthy: every instance but victim runs and streams (a replica),
+// so restarting victim takes nothing else down with it.
+func inPlaceHealthy(obs *observation, victim string) bool {
 	for i := range obs.pods {
+		if obs.pods[i].Name == victim {
+			continue
+		}
 		s, ok := obs.instances[obs.pods[i].Name]
-		if !ok || s.Phase != instanceapi.PhaseRunning || (s.Role != instanceapi.RolePrimary && !s.Streaming) {
+		if !ok || s.Phase != instanceapi.PhaseRunning || len(s.RaisedSettings) > 0 ||
+			(s.Role != instanceapi.RolePrimary && !s.Streaming) {
 			return false
 		}
 	}
@@ -164,24 +185,25 @@ const (
 	inPlaceDone
 	// inPlaceRestart: its manager read the new settings; restart postgres.
 	inPlaceRestart
-	// inPlaceWait: the new settings have not reached the pod yet, or a
-	// restart was asked a moment ago.
+	// inPlaceWait: the new settings have not reached the pod yet, postgres
+	// is stopping or starting (as asked, or demoted by a switchover), it
+	// runs the primary's higher values for now, or a restart was asked a
+	// moment ago.
 	inPlaceWait
 )
 
 // decideInPlace is the pure part of rollInPlace for one pod whose revision
-// changes settings only.
+// changes settings only. A pod broken for brokenAfter is not asked: it is
+// replaced, as any broken instance.
 func decideInPlace(s instanceapi.Status, known bool, wantHash string, askedRecently bool) inPlaceVerdict {
 	switch {
 	case !known || s.StartConfigHash == "":
 		return inPlaceNo
+	case len(s.RaisedSettings) > 0:
+		return inPlaceWait // its manager restarts it once it replayed the primary's change
 	case s.Phase == instanceapi.PhaseRunning && s.StartConfigHash == wantHash:
 		return inPlaceDone
-	case askedRecently:
-		return inPlaceWait
-	case s.Phase != instanceapi.PhaseRunning:
-		return inPlaceNo
-	case s.ConfigHash != wantHash:
+	case s.Phase != instanceapi.PhaseRunning, askedRecently, s.ConfigHash != wantHash:
 		return inPlaceWait
 	default:
 		return inPlaceRestart
@@ -190,23 +212,28 @@ func decideInPlace(s instanceapi.Status, known bool, wantHash string, askedRecen
 
 // adoptInPlace moves every outdated pod whose postgres already started
 // with the new settings to the update revision. It reports whether it
-// moved one.
+// moved one, or tried to and lost a race (the pod changed meanwhile).
 func (r *Reconciler) adoptInPlace(ctx context.Context, obs *observation, outdated []*corev1.Pod, revision, wantHash string) (bool, error) {
 	moved := false
+	want := obs.plan.restartParameters()
 	for _, pod := range outdated {
-		only, err := r.settingsOnlyChange(ctx, pod.Namespace, pod.Labels[appsv1.ControllerRevisionHashLabelKey], revision)
-		if err != nil {
-			return moved, err
-		}
+		change := r.settingsOnlyChange(ctx, pod.Namespace, pod.Labels[appsv1.ControllerRevisionHashLabelKey], revision)
 		s, known := obs.instances[pod.Name]
-		if !only || decideInPlace(s, known, wantHash, false) != inPlaceDone {
+		// The revision must render the settings this pass rendered: obs.sts
+		// was read before this pass applied the StatefulSet.
+		if !change.settingsOnly || change.params != want || decideInPlace(s, known, wantHash, false) != inPlaceDone {
 			continue
 		}
-		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{
-			"labels":      map[string]string{appsv1.ControllerRevisionHashLabelKey: revision},
-			"annotations": map[string]string{annRestartParameters: obs.plan.restartParameters()},
-		}})
-		if err := r.Client.Patch(ctx, pod, client.RawPatch(types.MergePatchType, patch)); client.IgnoreNotFound(err) != nil {
+		base := pod.DeepCopy()
+		pod.Labels[appsv1.ControllerRevisionHashLabelKey] = revision
+		if pod.Annotations == nil {
+			pod.Annotations = map[string]string{}
+		}
+		pod.Annotations[annRestartParameters] = want
+		// Optimistic: a pod replaced or changed since it was observed is
+		// left for the next pass to judge again.
+		err := r.Client.Patch(ctx, pod, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}))
+		if err != nil && !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
 			return moved, fmt.Errorf("failed to move pod %s to revision %s: %w", pod.Name, revision, err)
 		}
 		moved = true
@@ -216,34 +243,42 @@ func (r *Reconciler) adoptInPlace(ctx context.Context, obs *observation, outdate
 
 // restartVictimInPlace restarts postgres in victim instead of replacing the
 // pod when that applies. It reports whether it acted or waits.
-func (r *Reconciler) restartVictimInPlace(ctx context.Context, db *v1alpha1.Database, obs *observation, victim *corev1.Pod, revision, wantHash string) (reconcile.Result, bool, error) {
-	only, err := r.settingsOnlyChange(ctx, victim.Namespace, victim.Labels[appsv1.ControllerRevisionHashLabelKey], revision)
-	if err != nil || !only {
-		return reconcile.Result{}, err != nil, err
+func (r *Reconciler) restartVictimInPlace(ctx context.Context, db *v1alpha1.Database, obs *observation, victim *corev1.Pod, revision, wantHash string) (reconcile.Result, bool) {
+	if since, ready := readySince(victim); !ready && r.Clock.Now().Sub(since) >= brokenAfter {
+		return reconcile.Result{}, false // broken: replaced
 	}
-	s, known := obs.instances[victim.Name]
-	switch decideInPlace(s, known, wantHash, r.restartAsked(obs, victim.Name)) {
-	case inPlaceNo, inPlaceDone: // inPlaceDone was adopted already; the cache lags
-		return reconcile.Result{}, false, nil
-	case inPlaceWait:
-		obs.rolloutWaiting = fmt.Sprintf("Restarting %s in place to apply revision %s: waiting for it to read the new settings, then to start with them", victim.Name, revision)
-		return reconcile.Result{RequeueAfter: time.Second}, true, nil
-	}
-	if !inPlaceHealthy(obs) {
-		obs.rolloutWaiting = fmt.Sprintf("Restarting %s in place to apply revision %s once every instance runs and every replica streams", victim.Name, revision)
-		return reconcile.Result{RequeueAfter: time.Second}, true, nil
-	}
-	if err := r.restartPostgres(ctx, db, obs, victim.Name); err != nil {
-		return reconcile.Result{}, true, err
+	change := r.settingsOnlyChange(ctx, victim.Namespace, victim.Labels[appsv1.ControllerRevisionHashLabelKey], revision)
+	if !change.settingsOnly {
+		return reconcile.Result{}, false
 	}
 	role := "replica"
 	if victim.Name == obs.primary {
 		role = "primary"
 	}
+	s, known := obs.instances[victim.Name]
+	switch decideInPlace(s, known, wantHash, r.restartAsked(obs, victim.Name)) {
+	case inPlaceNo:
+		return reconcile.Result{}, false
+	case inPlaceDone: // moved by adoptInPlace; the cache has not seen it yet
+		return reconcile.Result{RequeueAfter: time.Second}, true
+	case inPlaceWait:
+		obs.rolloutWaiting = fmt.Sprintf("Restarting %s %s in place to apply revision %s: waiting for it to read the new settings and start with them",
+			role, victim.Name, revision)
+		return reconcile.Result{RequeueAfter: time.Second}, true
+	}
+	if !inPlaceHealthy(obs, victim.Name) {
+		obs.rolloutWaiting = fmt.Sprintf("Restarting %s %s in place to apply revision %s once every other instance runs and every replica streams",
+			role, victim.Name, revision)
+		return reconcile.Result{RequeueAfter: time.Second}, true
+	}
+	if err := r.restartPostgres(ctx, db, obs, victim.Name); err != nil {
+		obs.rolloutWaiting = fmt.Sprintf("Restarting %s %s in place to apply revision %s: %v", role, victim.Name, revision, err)
+		return reconcile.Result{RequeueAfter: 2 * time.Second}, true
+	}
 	obs.rolloutWaiting = fmt.Sprintf("Restarting %s %s in place to apply revision %s", role, victim.Name, revision)
 	controller.Event(ctx, r.Recorder, db, victim, corev1.EventTypeNormal, "Restarting", "Restart",
 		"Restarting %s %s in place to apply revision %s (restart-only settings)", role, victim.Name, revision)
-	return reconcile.Result{RequeueAfter: time.Second}, true, nil
+	return reconcile.Result{RequeueAfter: time.Second}, true
 }
 
 // restartPostgres asks the named instance's manager to restart postgres in
@@ -263,11 +298,13 @@ func (r *Reconciler) restartPostgres(ctx context.Context, db *v1alpha1.Database,
 			return fmt.Errorf("failed to checkpoint the primary %s before its restart: %w", name, err)
 		}
 	}
-	if err := r.Instances.Restart(ctx, ip, token); err != nil {
-		return fmt.Errorf("failed to restart postgres in %s in place: %w", name, err)
-	}
+	// Remembered before it is asked: an answer lost to a timeout may hide
+	// a restart the manager took.
 	if pod := podNamed(obs, name); pod != nil {
 		r.inPlace.ask(pod.UID, r.Clock.Now())
+	}
+	if err := r.Instances.Restart(ctx, ip, token); err != nil {
+		return fmt.Errorf("failed to restart postgres in %s in place: %w", name, err)
 	}
 	return nil
 }

@@ -32,7 +32,7 @@ func revisionData(t *testing.T, db *v1alpha1.Database, image string) []byte {
 	return b
 }
 
-func TestTemplatesDifferInSettingsOnly(t *testing.T) {
+func TestCompareRevisions(t *testing.T) {
 	withParams := func(p map[string]string) func(*v1alpha1.Database) {
 		return func(d *v1alpha1.Database) { d.Spec.Parameters = p }
 	}
@@ -50,16 +50,19 @@ func TestTemplatesDifferInSettingsOnly(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := templatesDifferInSettingsOnly(base, tt.to)
-			if err != nil || got != tt.want {
-				t.Errorf("got %v, %v; want %v", got, err, tt.want)
+			got, err := compareRevisions(base, tt.to)
+			if err != nil || got.settingsOnly != tt.want {
+				t.Errorf("got %+v, %v; want %v", got, err, tt.want)
 			}
 		})
 	}
 	if string(base) == string(tests[1].to) {
 		t.Fatal("the setting did not change the template: the case above proves nothing")
 	}
-	if _, err := templatesDifferInSettingsOnly(base, []byte(`{"spec":{}}`)); err == nil {
+	if got, _ := compareRevisions(base, tests[1].to); got.params != newPlan(newDB(withParams(map[string]string{"max_connections": "50"}))).restartParameters() {
+		t.Errorf("the newer revision's settings: %q", got.params)
+	}
+	if _, err := compareRevisions(base, []byte(`{"spec":{}}`)); err == nil {
 		t.Error("a revision without a template compared")
 	}
 }
@@ -83,7 +86,13 @@ func TestDecideInPlace(t *testing.T) {
 		{"not read the new file yet", running("old", "old"), true, false, inPlaceWait},
 		{"asked a moment ago, still running the old", running("new", "old"), true, true, inPlaceWait},
 		{"restarting as asked", instanceapi.Status{Phase: instanceapi.PhaseStarting, StartConfigHash: "new"}, true, true, inPlaceWait},
-		{"not running, not asked", instanceapi.Status{Phase: instanceapi.PhaseStarting, StartConfigHash: "old"}, true, false, inPlaceNo},
+		{"starting, not asked (a demoted primary, or asked before the operator restarted)",
+			instanceapi.Status{Phase: instanceapi.PhaseStarting, StartConfigHash: "old"}, true, false, inPlaceWait},
+		{"started above its file at its primary's values", func() instanceapi.Status {
+			s := running("new", "new")
+			s.RaisedSettings = []string{"max_connections"}
+			return s
+		}(), true, false, inPlaceWait},
 	}
 	for _, tt := range tests {
 		if got := decideInPlace(tt.s, tt.known, "new", tt.asked); got != tt.expect {

@@ -145,8 +145,10 @@ func (r *Reconciler) rollOut(ctx context.Context, db *v1alpha1.Database, obs *ob
 		return r.pollWhileRollingOut(obs), nil
 	}
 	wantHash := wantParametersHash(obs.plan)
-	if moved, err := r.adoptInPlace(ctx, obs, candidates, sts.Status.UpdateRevision, wantHash); moved || err != nil {
-		return reconcile.Result{RequeueAfter: time.Second}, err // the cache lags the relabelled pods
+	if moved, err := r.adoptInPlace(ctx, obs, candidates, sts.Status.UpdateRevision, wantHash); err != nil {
+		return reconcile.Result{}, err
+	} else if moved {
+		return reconcile.Result{RequeueAfter: time.Second}, nil // the cache lags the relabelled pods
 	}
 	victim := pickRestart(candidates, allReady, obs.primary, r.Clock.Now())
 	if victim == nil {
@@ -157,11 +159,11 @@ func (r *Reconciler) rollOut(ctx context.Context, db *v1alpha1.Database, obs *ob
 		// primary then restarts as a replica, on a later pass.
 		return r.switchoverBeforeRestart(ctx, db, obs, sts.Status.UpdateRevision)
 	}
-	if res, acted, err := r.restartVictimInPlace(ctx, db, obs, victim, sts.Status.UpdateRevision, wantHash); acted || err != nil {
-		return res, err
-	}
 	if wait := stillRouted(db.Status.LastSwitchover, victim.Name, r.Clock.Now()); wait > 0 {
 		return reconcile.Result{RequeueAfter: wait}, nil
+	}
+	if res, acted := r.restartVictimInPlace(ctx, db, obs, victim, sts.Status.UpdateRevision, wantHash); acted {
+		return res, nil
 	}
 	uid := victim.UID
 	if err := r.Client.Delete(ctx, victim, client.Preconditions{UID: &uid}); client.IgnoreNotFound(err) != nil {

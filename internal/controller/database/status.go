@@ -166,7 +166,8 @@ func setRolloutConditions(db *v1alpha1.Database, obs *observation, set func(stri
 	switch {
 	case len(obs.pendingParams) > 0:
 		set(v1alpha1.ConditionPendingRestart, true, v1alpha1.ReasonRestartRequired,
-			fmt.Sprintf("Changed settings need a restart: %s; restarting replicas first, then the primary after a switchover",
+			fmt.Sprintf("Changed settings need a restart: %s; restarting replicas first, then the primary after a switchover "+
+				"(a lowered setting a replica may not run below its primary: the primary first, in place)",
 				strings.Join(obs.pendingParams, ", ")))
 	case len(reported) > 0:
 		set(v1alpha1.ConditionPendingRestart, true, v1alpha1.ReasonRestartRequired,
