@@ -886,6 +886,9 @@ func TestSynchronousReplication(t *testing.T) {
 	if err := write(1); err != nil {
 		t.Fatalf("a write with the synchronous replica streaming: %v", err)
 	}
+	// The operator restarts another replica in place only while the
+	// primary lists this one as streaming.
+	eventually(t, 10*time.Second, func() bool { return slices.Equal(primary.status().Standbys, []string{"orders-1"}) }, "the primary to list its standby")
 
 	// required: without the replica a commit is never acknowledged, and the
 	// primary still holds its lease (the heartbeat waits for no standby).
@@ -897,6 +900,7 @@ func TestSynchronousReplication(t *testing.T) {
 	if got := names(); got != want {
 		t.Fatalf("required durability changed synchronous_standby_names to %q", got)
 	}
+	eventually(t, 10*time.Second, func() bool { return len(primary.status().Standbys) == 0 }, "the primary to list no standby")
 	if l := lt.get(); *l.Spec.HolderIdentity != "orders-0" || !l.Spec.RenewTime.After(stopped.Add(time.Second)) {
 		t.Fatalf("the primary waiting for its standby stopped renewing its lease: %+v", l.Spec)
 	}

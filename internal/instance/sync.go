@@ -194,6 +194,11 @@ func (m *Manager) manageSync(ctx context.Context, conn *pgx.Conn, r instanceapi.
 	if err != nil {
 		return
 	}
+	m.mu.Lock()
+	if m.status.Phase == instanceapi.PhaseRunning {
+		m.status.Standbys = slices.Sorted(slices.Values(streaming))
+	}
+	m.mu.Unlock()
 	want := synchronousStandbyNames(r, m.cfg.Pod, streaming)
 	var have string
 	if err := conn.QueryRow(ctx, "SHOW synchronous_standby_names").Scan(&have); err != nil {

@@ -132,6 +132,9 @@ type Status struct {
 	// primary's higher values instead of its file's, until it replays the
 	// primary's change and restarts by itself (the manager's floors).
 	RaisedSettings []string `json:"raisedSettings,omitempty"`
+	// Standbys, on a running primary, names the replicas that stream from
+	// this run of its server (pg_stat_replication), by pod.
+	Standbys []string `json:"standbys,omitempty"`
 	// StandbySettings are the running values of the settings a replica may
 	// not run lower than its primary (postgres.StandbySensitive). Lowering
 	// one needs the primary restarted first, in place.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
+	"slices"
 	"sync"
 	"time"
 
@@ -158,15 +159,28 @@ func compareRevisions(a, b []byte) (revisionChange, error) {
 }
 
 // inPlaceHealthy: every instance but victim runs and streams (a replica),
-// so restarting victim takes nothing else down with it.
+// so restarting victim takes nothing else down with it. A replica streams
+// by its own word and by the primary's: a replica's manager notices a lost
+// stream at its next look, up to a second late, while the primary's list
+// starts empty with each run of its server, so a replica whose primary just
+// restarted counts only once it is back.
 func inPlaceHealthy(obs *observation, victim string) bool {
+	primary, ok := obs.instances[obs.primary]
+	if !ok || primary.Phase != instanceapi.PhaseRunning {
+		return false
+	}
 	for i := range obs.pods {
-		if obs.pods[i].Name == victim {
+		name := obs.pods[i].Name
+		if name == victim || name == obs.primary {
 			continue
 		}
-		s, ok := obs.instances[obs.pods[i].Name]
-		if !ok || s.Phase != instanceapi.PhaseRunning || len(s.RaisedSettings) > 0 ||
-			(s.Role != instanceapi.RolePrimary && !s.Streaming) {
+		s, ok := obs.instances[name]
+		if !ok || s.Phase != instanceapi.PhaseRunning || len(s.RaisedSettings) > 0 || !s.Streaming {
+			return false
+		}
+		// A primary's manager from before Standbys (it reports no start
+		// either) cannot say; its replicas' word stands alone.
+		if primary.StartConfigHash != "" && !slices.Contains(primary.Standbys, name) {
 			return false
 		}
 	}

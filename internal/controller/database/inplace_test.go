@@ -4,7 +4,9 @@ import (
 	"encoding/json"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
 	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
@@ -97,6 +99,58 @@ func TestDecideInPlace(t *testing.T) {
 	for _, tt := range tests {
 		if got := decideInPlace(tt.s, tt.known, "new", tt.asked); got != tt.expect {
 			t.Errorf("%s: got %d, want %d", tt.name, got, tt.expect)
+		}
+	}
+}
+
+func TestInPlaceHealthy(t *testing.T) {
+	pods := []corev1.Pod{{ObjectMeta: metav1.ObjectMeta{Name: "db-0"}}, {ObjectMeta: metav1.ObjectMeta{Name: "db-1"}}, {ObjectMeta: metav1.ObjectMeta{Name: "db-2"}}}
+	run := instanceapi.PhaseRunning
+	primary := instanceapi.Status{Role: instanceapi.RolePrimary, Phase: run, StartConfigHash: "h", Standbys: []string{"db-1", "db-2"}}
+	replica := instanceapi.Status{Role: instanceapi.RoleReplica, Phase: run, Streaming: true, StartConfigHash: "h"}
+	obs := func(mutate func(map[string]instanceapi.Status)) *observation {
+		in := map[string]instanceapi.Status{"db-0": primary, "db-1": replica, "db-2": replica}
+		if mutate != nil {
+			mutate(in)
+		}
+		return &observation{pods: pods, primary: "db-0", instances: in}
+	}
+	tests := []struct {
+		name string
+		obs  *observation
+		want bool
+	}{
+		{"all streaming", obs(nil), true},
+		{"the victim itself does not stream", obs(func(in map[string]instanceapi.Status) {
+			s := in["db-2"]
+			s.Streaming = false
+			in["db-2"] = s
+		}), true},
+		{"another replica does not stream", obs(func(in map[string]instanceapi.Status) {
+			s := in["db-1"]
+			s.Streaming = false
+			in["db-1"] = s
+		}), false},
+		{"the primary just restarted and lists no standby yet", obs(func(in map[string]instanceapi.Status) {
+			p := in["db-0"]
+			p.Standbys = nil
+			in["db-0"] = p
+		}), false},
+		{"an old primary manager cannot list them", obs(func(in map[string]instanceapi.Status) {
+			in["db-0"] = instanceapi.Status{Role: instanceapi.RolePrimary, Phase: run}
+		}), true},
+		{"another replica at its primary's raised values", obs(func(in map[string]instanceapi.Status) {
+			s := in["db-1"]
+			s.RaisedSettings = []string{"max_connections"}
+			in["db-1"] = s
+		}), false},
+		{"the primary is restarting", obs(func(in map[string]instanceapi.Status) {
+			in["db-0"] = instanceapi.Status{Role: instanceapi.RolePrimary, Phase: instanceapi.PhaseStarting}
+		}), false},
+	}
+	for _, tt := range tests {
+		if got := inPlaceHealthy(tt.obs, "db-2"); got != tt.want {
+			t.Errorf("%s: got %v, want %v", tt.name, got, tt.want)
 		}
 	}
 }
