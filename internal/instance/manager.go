@@ -623,6 +623,7 @@ func (m *Manager) supervise(ctx context.Context) error {
 	m.mu.Unlock()
 	cmd := exec.Command(m.cfg.bin("postgres"), "-D", m.cfg.PGData)
 	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+	m.log.Info("Starting postgres", "role", m.role())
 	// Its own process group: a signal to the manager is not also delivered
 	// to postgres by a terminal; the manager decides what postgres gets.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
