@@ -554,6 +554,48 @@ func TestReplicaBehindALoweredSettingStarts(t *testing.T) {
 	t.Logf("the replica runs %s = 64 %s after the link came back", name, time.Since(healed).Round(100*time.Millisecond))
 }
 
+// A replica running its primary's higher value (a floor) is promoted: a
+// primary's floors never replay away, so the promotion drops them from its
+// configuration and postgres reports the setting pending a restart (which
+// the operator's lowerOnPrimaryFirst waits for), and a restart runs its own.
+// Before, its configuration kept the floor, nothing was pending, and the
+// operator waited for ever.
+func TestReplicaPromotedAboveItsSetting(t *testing.T) {
+	lt := newLeaseTest(t, "orders-0")
+	const name = "max_locks_per_transaction"
+	prim, repl, _ := lt.linkedPairWith(map[string]string{name: "128"})
+	repl.setParameters(withSettings(smallWALKeep, map[string]string{name: "64"}))
+	eventually(t, 30*time.Second, func() bool {
+		return slices.Contains(repl.status().PendingRestartSettings, name)
+	}, name+" pending a restart")
+	if code := post(t, repl, instanceapi.PathRestart, apiToken, nil, nil); code != http.StatusAccepted {
+		t.Fatalf("restart = %d, want 202", code)
+	}
+	eventually(t, time.Minute, func() bool {
+		s := repl.status()
+		return s.Phase == instanceapi.PhaseRunning && s.Streaming && slices.Equal(s.RaisedSettings, []string{name})
+	}, "the replica streaming at its primary's "+name)
+
+	prim.stop()
+	lt.transfer("orders-1")
+	if code := promote(t, repl, apiToken); code != http.StatusOK {
+		t.Fatalf("promote = %d, want 200", code)
+	}
+	eventually(t, 30*time.Second, func() bool {
+		s := repl.status()
+		return s.Role == instanceapi.RolePrimary && s.StandbySettings[name] == "128" &&
+			slices.Contains(s.PendingRestartSettings, name) && slices.Equal(s.RaisedSettings, []string{name})
+	}, "the new primary still at 128, with "+name+" pending a restart and reported raised")
+	if code := post(t, repl, instanceapi.PathRestart, apiToken, nil, nil); code != http.StatusAccepted {
+		t.Fatalf("restart = %d, want 202", code)
+	}
+	eventually(t, time.Minute, func() bool {
+		s := repl.status()
+		return s.Phase == instanceapi.PhaseRunning && s.Role == instanceapi.RolePrimary && s.StandbySettings[name] == "64" &&
+			!s.PendingRestart && len(s.RaisedSettings) == 0
+	}, "the new primary running its own "+name+" after a restart in place")
+}
+
 // restartWith restarts in through the API and waits until it runs with
 // setting at value.
 func restartWith(t *testing.T, in *instance, setting, value string) {

@@ -8,6 +8,7 @@ import (
 	"maps"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -192,4 +193,28 @@ func floorSettings(floors map[string]floor) string {
 		fmt.Fprintf(&b, "%s = %d\n", name, floors[name].primary)
 	}
 	return b.String()
+}
+
+// dropFloors, on a replica just promoted while it ran its old primary's
+// higher values, writes its configuration without them and reloads. A
+// primary's floors never replay away, so until its next start postgres
+// reports them pending a restart and raisedSettings still names them: the
+// operator then restarts it in place, first, as for any lowered setting
+// (lowerOnPrimaryFirst).
+func (m *Manager) dropFloors() {
+	m.confMu.Lock()
+	defer m.confMu.Unlock()
+	if len(m.floors) == 0 {
+		return
+	}
+	m.floors = nil
+	host, port := m.cfg.upstream(m.holderName())
+	conf := filepath.Join(m.cfg.PGData, "postgresql.conf")
+	if err := writeFileAtomic(conf, m.cfg.managedConf(instanceapi.RolePrimary, host, port, nil)); err != nil {
+		m.log.Error(err, "Failed to drop the old primary's raised settings from the configuration")
+		return
+	}
+	m.log.Info("Promoted while running the old primary's higher settings; they apply until postgres restarts",
+		"settings", m.Status().RaisedSettings)
+	m.Reload()
 }

@@ -66,6 +66,9 @@ type Manager struct {
 	restarting bool
 	// restartReq carries a restart asked through the API to the supervisor.
 	restartReq chan struct{}
+	// startHolder is the lease holder as known when postgres last started
+	// (supervisor only): a restart in place under another one rejoins.
+	startHolder string
 	// follow is the replica's check that it can follow (monitor only); it
 	// outlives a postgres run, so the newest timeline seen is kept.
 	follow followWatch
@@ -377,11 +380,17 @@ func (m *Manager) prepare(ctx context.Context) error {
 // whole of prepare. Every millisecond here is one without writes on a
 // primary.
 func (m *Manager) prepareInPlace(ctx context.Context) error {
-	role, holder := m.role(), m.holderName()
+	// A repair asked meanwhile (a rewind, a re-clone) is prepare's.
+	if m.marked(recloneMark) || m.marked(rewindMark) || fileExists(m.cfg.rewinding()) {
+		return m.prepare(ctx)
+	}
+	role := m.role()
 	if err := m.learnRole(ctx); err != nil {
 		return err
 	}
-	if m.role() != role || m.holderName() != holder {
+	// The holder postgres last started under, not the last one seen: the
+	// watch moves that one while postgres runs.
+	if m.role() != role || m.holderName() != m.startHolder {
 		return m.prepare(ctx)
 	}
 	m.setPhase(instanceapi.PhaseStarting, "")
@@ -620,6 +629,7 @@ func (m *Manager) supervise(ctx context.Context) error {
 	startHash := m.parametersHash()
 	m.mu.Lock()
 	m.status.StartConfigHash = startHash
+	m.startHolder = m.holder
 	m.mu.Unlock()
 	cmd := exec.Command(m.cfg.bin("postgres"), "-D", m.cfg.PGData)
 	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
@@ -634,14 +644,30 @@ func (m *Manager) supervise(ctx context.Context) error {
 	go func() { exited <- cmd.Wait() }()
 
 	runCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	monitored := make(chan struct{})
 	fence := make(chan error, 1)
-	go m.monitor(runCtx, fence)
-
-	select {
-	case err := <-exited:
-		return fmt.Errorf("%w: %v", errCrashed, err)
-	case err := <-fence:
+	go func() {
+		defer close(monitored)
+		m.monitor(runCtx, fence)
+	}()
+	// stopMonitor ends the monitor before the supervisor writes the status
+	// itself: a last observation must not say Running after Stopping. It
+	// waits a bounded time, as everything the monitor does honours runCtx.
+	stopped := false
+	stopMonitor := func() {
+		cancel()
+		if stopped {
+			return
+		}
+		stopped = true
+		select {
+		case <-monitored:
+		case <-time.After(2 * time.Second):
+			m.log.Info("The monitor did not stop within 2 s; going on without it")
+		}
+	}
+	defer stopMonitor()
+	fenced := func(err error) error {
 		if errors.Is(err, errDiverged) {
 			// pg_rewind wants a replica shut down cleanly.
 			m.log.Info("Stopping postgres to rewind it", "reason", err.Error())
@@ -656,14 +682,28 @@ func (m *Manager) supervise(ctx context.Context) error {
 		killServer(cmd.Process.Pid)
 		<-exited
 		return fmt.Errorf("%w: %w", errFenced, err)
+	}
+
+	select {
+	case err := <-exited:
+		return fmt.Errorf("%w: %v", errCrashed, err)
+	case err := <-fence:
+		return fenced(err)
 	case <-m.restartReq:
+		// A fence that fired meanwhile wins: the lease may be gone, or the
+		// data is to be repaired.
+		select {
+		case err := <-fence:
+			return fenced(err)
+		default:
+		}
 		// Ready throughout on a primary, within its lease (restartingInPlace).
 		m.mu.Lock()
 		m.restarting = true
 		sync := m.syncRecorded
 		m.mu.Unlock()
 		m.log.Info("Restarting postgres in place, as asked")
-		cancel() // the heartbeat and its renewals stop with the server
+		stopMonitor() // the heartbeat and its renewals stop with the server
 		if err := m.shutdown(cmd, exited); err != nil {
 			return err
 		}
@@ -673,7 +713,7 @@ func (m *Manager) supervise(ctx context.Context) error {
 		return errRestartRequested
 	case d := <-m.demote:
 		// The heartbeat and the renewals stop first: the lease is handed over, not renewed.
-		cancel()
+		stopMonitor()
 		return m.switchOver(d, func() error { return m.shutdown(cmd, exited) })
 	case <-ctx.Done():
 		err := m.shutdown(cmd, exited)

@@ -351,6 +351,7 @@ func (m *Manager) handlePromote(w http.ResponseWriter, r *http.Request) {
 			m.log.Info("Removed a replica's repair mark on promotion", "mark", mark)
 		}
 	}
+	m.dropFloors()
 	m.log.Info("Promoted to primary")
 	writeJSON(w, http.StatusOK, m.Status())
 }

@@ -101,6 +101,7 @@ func (m *Manager) handleRestart(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusAccepted, m.Status())
 	case <-time.After(2 * time.Second):
 		writeJSON(w, http.StatusConflict, instanceapi.Error{Message: "the instance is busy (a switchover or a restart under way)"})
+	case <-r.Context().Done():
 	}
 }
 

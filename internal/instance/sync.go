@@ -186,12 +186,17 @@ func (m *Manager) manageSlots(ctx context.Context, conn *pgx.Conn, r instanceapi
 // changes. A standby that stops streaming leaves the setting within a
 // second under preferred durability, and never under required.
 func (m *Manager) manageSync(ctx context.Context, conn *pgx.Conn, r instanceapi.Replication) {
+	var streaming []string
 	rows, err := conn.Query(ctx, "SELECT application_name FROM pg_stat_replication WHERE state = 'streaming'")
-	if err != nil {
-		return
+	if err == nil {
+		streaming, err = pgx.CollectRows(rows, pgx.RowTo[string])
 	}
-	streaming, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	if err != nil {
+		// Not known is not streaming: the operator's restart gate must
+		// not trust an old list.
+		m.mu.Lock()
+		m.status.Standbys = nil
+		m.mu.Unlock()
 		return
 	}
 	m.mu.Lock()

@@ -33,9 +33,10 @@ import (
 // replicas first, the primary hands over first unless it is alone, and a
 // lowered setting still restarts the primary first (lowerOnPrimaryFirst).
 //
-// An instance manager too old to report Status.StartConfigHash, one not
-// running, or a revision that changes more than settings falls back to
-// replacing the pod.
+// An instance manager too old to report Status.StartConfigHash, an
+// instance broken for brokenAfter, or a revision that changes more than
+// settings falls back to replacing the pod. One that does not answer, or
+// revisions that cannot be read for now, are waited for.
 
 // restartAskedHold is how long an asked restart in place is not asked
 // again while the instance does not yet report the new start.
@@ -102,26 +103,27 @@ func (s *inPlaceState) ask(uid types.UID, now time.Time) {
 }
 
 // settingsOnlyChange compares the pod templates of ControllerRevisions from
-// and to. Whatever cannot be compared (a revision gone or unreadable, a pod
-// without a revision label) answers "not settings only": the pod is then
-// replaced, as before restarts in place.
-func (r *Reconciler) settingsOnlyChange(ctx context.Context, ns, from, to string) revisionChange {
+// and to. What cannot be compared for good (a revision gone, a pod without
+// a revision label, a revision without a template) answers "not settings
+// only": the pod is then replaced, as before restarts in place. A read that
+// failed (a timeout, the API server restarting) is an error, and the caller
+// waits: replacing a pod on a blip could take one mid-restart.
+func (r *Reconciler) settingsOnlyChange(ctx context.Context, ns, from, to string) (revisionChange, error) {
 	if from == "" || to == "" {
-		return revisionChange{}
+		return revisionChange{}, nil
 	}
 	key := [3]string{ns, from, to}
 	if v, ok := r.inPlace.known(key); ok {
-		return v
+		return v, nil
 	}
 	var revs [2]appsv1.ControllerRevision
 	for i, name := range []string{from, to} {
 		if err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &revs[i]); err != nil {
 			if !apierrors.IsNotFound(err) {
-				logf.FromContext(ctx).Error(err, "Cannot compare revisions; the pod is replaced instead of restarted in place", "revision", name)
-				return revisionChange{} // not remembered: the next pass asks again
+				return revisionChange{}, fmt.Errorf("failed to read revision %s: %w", name, err) // not remembered: the next pass asks again
 			}
 			r.inPlace.remember(key, revisionChange{})
-			return revisionChange{}
+			return revisionChange{}, nil
 		}
 	}
 	v, err := compareRevisions(revs[0].Data.Raw, revs[1].Data.Raw)
@@ -129,7 +131,7 @@ func (r *Reconciler) settingsOnlyChange(ctx context.Context, ns, from, to string
 		logf.FromContext(ctx).Error(err, "Cannot compare revisions; the pod is replaced instead of restarted in place", "from", from, "to", to)
 	}
 	r.inPlace.remember(key, v)
-	return v
+	return v, nil
 }
 
 // compareRevisions compares two ControllerRevisions' data (the StatefulSet
@@ -191,18 +193,19 @@ func inPlaceHealthy(obs *observation, victim string) bool {
 type inPlaceVerdict int
 
 const (
-	// inPlaceNo: replace the pod (a revision that changes more, an
-	// instance manager that cannot say what it started with).
+	// inPlaceNo: replace the pod (an instance manager too old to say
+	// what it started with).
 	inPlaceNo inPlaceVerdict = iota
 	// inPlaceDone: postgres already started with the new settings; only
 	// the pod's revision is to be moved.
 	inPlaceDone
 	// inPlaceRestart: its manager read the new settings; restart postgres.
 	inPlaceRestart
-	// inPlaceWait: the new settings have not reached the pod yet, postgres
-	// is stopping or starting (as asked, or demoted by a switchover), it
-	// runs the primary's higher values for now, or a restart was asked a
-	// moment ago.
+	// inPlaceWait: the instance did not answer (a manager that stays
+	// silent leaves the pod not ready, and brokenAfter replaces it), the
+	// new settings have not reached the pod yet, postgres is stopping or
+	// starting (as asked, or demoted by a switchover), it runs the
+	// primary's higher values for now, or a restart was asked a moment ago.
 	inPlaceWait
 )
 
@@ -211,7 +214,9 @@ const (
 // replaced, as any broken instance.
 func decideInPlace(s instanceapi.Status, known bool, wantHash string, askedRecently bool) inPlaceVerdict {
 	switch {
-	case !known || s.StartConfigHash == "":
+	case !known:
+		return inPlaceWait // a status call that timed out, mid-restart perhaps
+	case s.StartConfigHash == "":
 		return inPlaceNo
 	case len(s.RaisedSettings) > 0:
 		return inPlaceWait // its manager restarts it once it replayed the primary's change
@@ -231,22 +236,23 @@ func (r *Reconciler) adoptInPlace(ctx context.Context, obs *observation, outdate
 	moved := false
 	want := obs.plan.restartParameters()
 	for _, pod := range outdated {
-		change := r.settingsOnlyChange(ctx, pod.Namespace, pod.Labels[appsv1.ControllerRevisionHashLabelKey], revision)
+		change, err := r.settingsOnlyChange(ctx, pod.Namespace, pod.Labels[appsv1.ControllerRevisionHashLabelKey], revision)
 		s, known := obs.instances[pod.Name]
 		// The revision must render the settings this pass rendered: obs.sts
 		// was read before this pass applied the StatefulSet.
-		if !change.settingsOnly || change.params != want || decideInPlace(s, known, wantHash, false) != inPlaceDone {
+		if err != nil || !change.settingsOnly || change.params != want || decideInPlace(s, known, wantHash, false) != inPlaceDone {
 			continue
 		}
-		base := pod.DeepCopy()
-		pod.Labels[appsv1.ControllerRevisionHashLabelKey] = revision
-		if pod.Annotations == nil {
-			pod.Annotations = map[string]string{}
+		// A copy: the observation stays what was observed.
+		moving := pod.DeepCopy()
+		moving.Labels[appsv1.ControllerRevisionHashLabelKey] = revision
+		if moving.Annotations == nil {
+			moving.Annotations = map[string]string{}
 		}
-		pod.Annotations[annRestartParameters] = want
+		moving.Annotations[annRestartParameters] = want
 		// Optimistic: a pod replaced or changed since it was observed is
 		// left for the next pass to judge again.
-		err := r.Client.Patch(ctx, pod, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}))
+		err = r.Client.Patch(ctx, moving, client.MergeFromWithOptions(pod, client.MergeFromWithOptimisticLock{}))
 		if err != nil && !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
 			return moved, fmt.Errorf("failed to move pod %s to revision %s: %w", pod.Name, revision, err)
 		}
@@ -261,13 +267,21 @@ func (r *Reconciler) restartVictimInPlace(ctx context.Context, db *v1alpha1.Data
 	if since, ready := readySince(victim); !ready && r.Clock.Now().Sub(since) >= brokenAfter {
 		return reconcile.Result{}, false // broken: replaced
 	}
-	change := r.settingsOnlyChange(ctx, victim.Namespace, victim.Labels[appsv1.ControllerRevisionHashLabelKey], revision)
-	if !change.settingsOnly {
-		return reconcile.Result{}, false
-	}
 	role := "replica"
 	if victim.Name == obs.primary {
 		role = "primary"
+	}
+	change, err := r.settingsOnlyChange(ctx, victim.Namespace, victim.Labels[appsv1.ControllerRevisionHashLabelKey], revision)
+	switch {
+	case err != nil:
+		obs.rolloutWaiting = fmt.Sprintf("Restarting %s %s to apply revision %s: %v", role, victim.Name, revision, err)
+		return reconcile.Result{RequeueAfter: 2 * time.Second}, true
+	case !change.settingsOnly:
+		return reconcile.Result{}, false
+	case change.params != obs.plan.restartParameters():
+		// obs.sts was read before this pass applied the StatefulSet: the
+		// update revision is about to be a newer one.
+		return reconcile.Result{RequeueAfter: time.Second}, true
 	}
 	s, known := obs.instances[victim.Name]
 	switch decideInPlace(s, known, wantHash, r.restartAsked(obs, victim.Name)) {
@@ -276,8 +290,11 @@ func (r *Reconciler) restartVictimInPlace(ctx context.Context, db *v1alpha1.Data
 	case inPlaceDone: // moved by adoptInPlace; the cache has not seen it yet
 		return reconcile.Result{RequeueAfter: time.Second}, true
 	case inPlaceWait:
-		obs.rolloutWaiting = fmt.Sprintf("Restarting %s %s in place to apply revision %s: waiting for it to read the new settings and start with them",
-			role, victim.Name, revision)
+		why := "waiting for it to read the new settings and start with them"
+		if !known {
+			why = "waiting for its instance manager to answer"
+		}
+		obs.rolloutWaiting = fmt.Sprintf("Restarting %s %s in place to apply revision %s: %s", role, victim.Name, revision, why)
 		return reconcile.Result{RequeueAfter: time.Second}, true
 	}
 	if !inPlaceHealthy(obs, victim.Name) {

@@ -80,7 +80,7 @@ func TestDecideInPlace(t *testing.T) {
 		asked  bool
 		expect inPlaceVerdict
 	}{
-		{"no answer from the instance", instanceapi.Status{}, false, false, inPlaceNo},
+		{"no answer from the instance", instanceapi.Status{}, false, false, inPlaceWait},
 		{"a manager that does not report its start", running("new", ""), true, false, inPlaceNo},
 		{"started with the new file", running("new", "new"), true, false, inPlaceDone},
 		{"started with the new file, asked", running("new", "new"), true, true, inPlaceDone},
@@ -143,6 +143,16 @@ func TestInPlaceHealthy(t *testing.T) {
 			s := in["db-1"]
 			s.RaisedSettings = []string{"max_connections"}
 			in["db-1"] = s
+		}), false},
+		{"the primary does not list the victim (it is being restarted)", obs(func(in map[string]instanceapi.Status) {
+			p := in["db-0"]
+			p.Standbys = []string{"db-1"}
+			in["db-0"] = p
+		}), true},
+		{"the primary lists only the victim", obs(func(in map[string]instanceapi.Status) {
+			p := in["db-0"]
+			p.Standbys = []string{"db-2"}
+			in["db-0"] = p
 		}), false},
 		{"the primary is restarting", obs(func(in map[string]instanceapi.Status) {
 			in["db-0"] = instanceapi.Status{Role: instanceapi.RolePrimary, Phase: instanceapi.PhaseStarting}
