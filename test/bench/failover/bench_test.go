@@ -372,6 +372,13 @@ func run(t *testing.T, instances int32, sync bool, rounds int, faults []fault) f
 					t.Logf("%s-%d around the gap:\n%s", db, i, logsBetween(cluster.PodLogs(ctx, ns, fmt.Sprintf("%s-%d", db, i), "postgres",
 						began.Add(-time.Second)), began.Add(-time.Second), began.Add(gap+time.Second)))
 				}
+				var mine []string
+				for line := range strings.Lines(logsBetween(cluster.OperatorLogs(ctx, began.Add(-time.Second)), began.Add(-time.Second), began.Add(gap+time.Second))) {
+					if strings.Contains(line, ns) {
+						mine = append(mine, strings.TrimRight(line, "\n"))
+					}
+				}
+				t.Logf("the operator around the gap:\n%s", strings.Join(mine, "\n"))
 			}
 		}
 	}

@@ -220,6 +220,20 @@ func Eventually(t *testing.T, timeout time.Duration, what string, cond func(ctx 
 	}
 }
 
+// OperatorLogs is the operator pods' log lines from since on, each stamped
+// with its time (real mode; diagnostics, as PodLogs).
+func (c *Cluster) OperatorLogs(ctx context.Context, since time.Time) string {
+	pods, err := c.Kube.CoreV1().Pods(OperatorNamespace).List(ctx, metav1.ListOptions{LabelSelector: operatorSelector})
+	if err != nil {
+		return fmt.Sprintf("(no operator log: %v)", err)
+	}
+	var b strings.Builder
+	for _, p := range pods.Items {
+		b.WriteString(c.PodLogs(ctx, OperatorNamespace, p.Name, "", since))
+	}
+	return b.String()
+}
+
 // PodLogs is a container's log lines from since on, each stamped with its
 // time: what an instance did around a fault. Errors are part of the text;
 // it is diagnostics, not a check.
