@@ -2,6 +2,7 @@ package database
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -131,15 +132,25 @@ func (r *Reconciler) failover(ctx context.Context, db *v1alpha1.Database, obs *o
 		"The primary %s lost its lease (%s); moved it to %s, which lacked %d bytes of WAL (replicas weighed: %s)",
 		st.holder, reason, d.promote, d.lagBytes, strings.Join(d.weighed, ", "))
 	countFailover(db)
-	if err := r.announce(ctx, db, obs, d.promote, v1alpha1.ConditionReady, v1alpha1.ReasonFailingOver,
-		fmt.Sprintf("Promoting %s: the primary %s lost its lease (%s)", d.promote, st.holder, reason)); err != nil {
-		return reconcile.Result{}, err
+	// The promotion goes at once; the status and -rw's labels move
+	// meanwhile, so kube-proxy catches up while the replica promotes.
+	// Neither needs the other: the lease already names the replica, and
+	// until -rw follows, the old primary (if alive) relays to the holder.
+	call, callErr := r.promoteCall(ctx, db, obs, d.promote, "")
+	if callErr != nil {
+		call = func() error { return callErr }
 	}
-	// -rw moves before the promotion, so kube-proxy catches up meanwhile.
-	if err := r.labelRoles(ctx, obs.pods, d.promote); err != nil {
-		return reconcile.Result{}, err
+	promoted := make(chan error, 1)
+	go func() { promoted <- call() }()
+	err := errors.Join(
+		r.announce(ctx, db, obs, d.promote, v1alpha1.ConditionReady, v1alpha1.ReasonFailingOver,
+			fmt.Sprintf("Promoting %s: the primary %s lost its lease (%s)", d.promote, st.holder, reason)),
+		r.labelRoles(ctx, obs.pods, d.promote))
+	if perr := <-promoted; perr != nil {
+		return reconcile.Result{}, errors.Join(perr, err)
 	}
-	return reconcile.Result{}, r.promote(ctx, db, obs, d.promote, "")
+	r.recordPromoted(ctx, db, d.promote)
+	return reconcile.Result{}, err
 }
 
 // HandoverPatience is how long a switchover's target keeps a lease it has
@@ -203,17 +214,41 @@ func (r *Reconciler) announce(ctx context.Context, db *v1alpha1.Database, obs *o
 // API token; only the operator can read it. waitLSN, in a switchover, is the
 // WAL the replica must have received first.
 func (r *Reconciler) promote(ctx context.Context, db *v1alpha1.Database, obs *observation, pod, waitLSN string) error {
-	token, err := r.apiToken(ctx, db)
+	call, err := r.promoteCall(ctx, db, obs, pod, waitLSN)
 	if err != nil {
 		return err
 	}
+	if err := call(); err != nil {
+		return err
+	}
+	r.recordPromoted(ctx, db, pod)
+	return nil
+}
+
+// promoteCall readies promote's call of pod's instance manager: it reads
+// the API token and pod's address first, so the call itself touches
+// neither db nor obs, and failover runs it beside its status and label
+// writes.
+func (r *Reconciler) promoteCall(ctx context.Context, db *v1alpha1.Database, obs *observation, pod, waitLSN string) (func() error, error) {
+	token, err := r.apiToken(ctx, db)
+	if err != nil {
+		return nil, err
+	}
 	t, err := r.targetOf(ctx, db, obs, pod)
 	if err != nil {
-		return fmt.Errorf("cannot promote %s: %w", pod, err)
+		return nil, fmt.Errorf("cannot promote %s: %w", pod, err)
 	}
-	if err := r.Instances.Promote(ctx, t, token, waitLSN); err != nil {
-		return fmt.Errorf("failed to promote %s: %w", pod, err)
-	}
+	return func() error {
+		if err := r.Instances.Promote(ctx, t, token, waitLSN); err != nil {
+			return fmt.Errorf("failed to promote %s: %w", pod, err)
+		}
+		return nil
+	}, nil
+}
+
+// recordPromoted notes pod's promotion in the failover record under way,
+// the metric and an Event.
+func (r *Reconciler) recordPromoted(ctx context.Context, db *v1alpha1.Database, pod string) {
 	now := metav1.NewTime(r.Clock.Now())
 	if f := db.Status.LastFailover; f != nil && f.To == pod && f.PromotedTime == nil {
 		f.PromotedTime = &now
@@ -222,7 +257,6 @@ func (r *Reconciler) promote(ctx context.Context, db *v1alpha1.Database, obs *ob
 		}
 	}
 	controller.Event(ctx, r.Recorder, db, nil, corev1.EventTypeNormal, v1alpha1.ReasonFailover, "Promote", "Promoted %s to primary", pod)
-	return nil
 }
 
 // apiToken reads the token instance managers ask of whoever changes them.
