@@ -7,6 +7,8 @@
 //	e2e-client s3 ENDPOINT BUCKET   (credentials from AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY)
 //	e2e-client pg-app ENV QUERY     (serves HTTP on $PORT: GET / runs QUERY on the database the URL in $ENV
 //	                                 names, with the libpq environment's TLS settings, and answers its result)
+//	e2e-client writer CONNINFO TABLE
+//	                                (the failover tests' application: see writer.go)
 package main
 
 import (
@@ -42,6 +44,8 @@ func main() {
 		err = s3RoundTrip(ctx, os.Args[2], os.Args[3])
 	case "pg-app":
 		err = pgApp(os.Getenv(os.Args[2]), os.Args[3])
+	case "writer":
+		err = writer(os.Args[2], os.Args[3])
 	default:
 		err = fmt.Errorf("unknown command %q", os.Args[1])
 	}

@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"testing"
 	"time"
 
@@ -18,8 +19,14 @@ import (
 
 // Exec runs cmd in a container and returns its stdout and stderr.
 func (c *Cluster) Exec(ctx context.Context, ns, pod, container string, cmd ...string) (string, string, error) {
+	return c.ExecStdin(ctx, ns, pod, container, nil, cmd...)
+}
+
+// ExecStdin is Exec with stdin (nil: none) as the command's input.
+func (c *Cluster) ExecStdin(ctx context.Context, ns, pod, container string, stdin io.Reader, cmd ...string) (string, string, error) {
 	req := c.Kube.CoreV1().RESTClient().Post().Resource("pods").Namespace(ns).Name(pod).SubResource("exec").
-		VersionedParams(&corev1.PodExecOptions{Container: container, Command: cmd, Stdout: true, Stderr: true}, scheme.ParameterCodec)
+		VersionedParams(&corev1.PodExecOptions{Container: container, Command: cmd, Stdin: stdin != nil, Stdout: true, Stderr: true},
+			scheme.ParameterCodec)
 	ws, err := remotecommand.NewWebSocketExecutor(c.Config, "GET", req.URL().String())
 	if err != nil {
 		return "", "", err
@@ -35,7 +42,7 @@ func (c *Cluster) Exec(ctx context.Context, ns, pod, container string, cmd ...st
 		return "", "", err
 	}
 	var stdout, stderr bytes.Buffer
-	err = exec.StreamWithContext(ctx, remotecommand.StreamOptions{Stdout: &stdout, Stderr: &stderr})
+	err = exec.StreamWithContext(ctx, remotecommand.StreamOptions{Stdin: stdin, Stdout: &stdout, Stderr: &stderr})
 	return stdout.String(), stderr.String(), err
 }
 

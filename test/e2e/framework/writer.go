@@ -5,19 +5,24 @@ package framework
 import (
 	"context"
 	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 )
 
-// Writer is an application as a failover sees it: a loop in a client pod
-// that writes one row per attempt to a table through a Service, each
-// attempt a new connection capped at 0.5 s, about ten attempts a second.
-// It records every acknowledged id with the time of its acknowledgement.
+// Writer is an application as a failover sees it: a program in a client pod
+// (e2e-client writer) that writes one row per attempt to a table through a
+// Service, each attempt a new connection capped at 0.5 s, ten attempts a
+// second. It records every acknowledged id with the time of its
+// acknowledgement.
 type Writer struct {
 	c                  *Cluster
 	ns, pod, container string
@@ -36,34 +41,58 @@ type WriterResult struct {
 	Start, End time.Time
 }
 
-// writerScript loops until /tmp/writer-run is removed. Its output lines are
-// "A <id> <unix time>" for an acknowledged write and "F <id> <unix time>
-// <start> <why>" for one that failed or timed out: when the attempt began,
-// and psql's first line of error (or "timeout" at the cap).
-const writerScript = `i=0
-while [ -e /tmp/writer-run ]; do
-  i=$((i+1))
-  s=$(date +%s.%N)
-  if err=$(timeout 0.5 psql "$1" -qtAc "INSERT INTO $2 VALUES ($i)" 2>&1 >/dev/null); then
-    echo "A $i $(date +%s.%N)"
-  else
-    rc=$?
-    [ $rc = 124 ] && err=timeout
-    echo "F $i $(date +%s.%N) $s $(echo "$err" | head -n1 | tr -s ' \t' ' ')"
-  fi
-  sleep 0.1
-done > /tmp/writer.log 2>&1
-echo done >> /tmp/writer.log`
-
 // StartWriter creates table (id int) through conninfo and starts writing to it.
 func (c *Cluster) StartWriter(t *testing.T, ns, pod, container, conninfo, table string) *Writer {
 	t.Helper()
 	c.ExecOK(t, ns, pod, container, "psql", conninfo, "-v", "ON_ERROR_STOP=1", "-qtAc",
 		fmt.Sprintf("CREATE TABLE IF NOT EXISTS %s (id int PRIMARY KEY)", table))
+	bin, err := os.Open(writerBinary(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = bin.Close() }()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if out, errOut, err := c.ExecStdin(ctx, ns, pod, container, bin, "sh", "-c", "cat > /tmp/e2e-client && chmod 0755 /tmp/e2e-client"); err != nil {
+		t.Fatalf("copying the writer into %s/%s: %v\nstdout: %s\nstderr: %s", ns, pod, err, out, errOut)
+	}
+	// The program's files (test/e2e/client/writer.go): it writes while
+	// /tmp/writer-run exists, and logs to /tmp/writer.log.
 	c.ExecOK(t, ns, pod, container, "sh", "-c",
-		`rm -f /tmp/writer.log; touch /tmp/writer-run; nohup sh -c "$0" writer "$1" "$2" </dev/null >/dev/null 2>&1 &`,
-		writerScript, conninfo, table)
+		`rm -f /tmp/writer.log; touch /tmp/writer-run; nohup /tmp/e2e-client writer "$0" "$1" </dev/null >/tmp/writer.err 2>&1 &`,
+		conninfo, table)
 	return &Writer{c: c, ns: ns, pod: pod, container: container, started: time.Now()}
+}
+
+// writerBinary builds test/e2e/client, static, once per test process: the
+// writer runs in a client pod of whatever image the test needs (psql's,
+// for reading the writes back).
+func writerBinary(t *testing.T) string {
+	t.Helper()
+	writerBuild.Do(func() {
+		dir, err := os.MkdirTemp("", "e2e-writer")
+		if err != nil {
+			writerBuild.err = err
+			return
+		}
+		writerBuild.path = filepath.Join(dir, "e2e-client")
+		cmd := exec.Command("go", "build", "-trimpath", "-o", writerBuild.path, "./test/e2e/client")
+		cmd.Dir = RepoRoot()
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			writerBuild.err = fmt.Errorf("building the writer: %v\n%s", err, out)
+		}
+	})
+	if writerBuild.err != nil {
+		t.Fatal(writerBuild.err)
+	}
+	return writerBuild.path
+}
+
+var writerBuild struct {
+	sync.Once
+	path string
+	err  error
 }
 
 // Stop ends the loop, waits for its last attempt and returns what it recorded.
