@@ -760,6 +760,9 @@ func (m *Manager) monitor(ctx context.Context, fence chan<- error) {
 		if conn == nil || conn.IsClosed() {
 			conn = m.connect(ctx)
 		}
+		if conn == nil {
+			m.forgetStandbys()
+		}
 		if conn != nil {
 			if newHash := m.parametersHash(); newHash != hash {
 				hash = newHash
@@ -769,6 +772,8 @@ func (m *Manager) monitor(ctx context.Context, fence chan<- error) {
 			m.observe(ctx, conn, hash)
 			if conn != nil && !conn.IsClosed() {
 				m.manageReplication(ctx, conn)
+			} else {
+				m.forgetStandbys() // a hung server's list is not to be trusted
 			}
 			if !duties {
 				duties = m.startPrimaryDuties(ctx, fence)

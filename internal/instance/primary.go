@@ -190,7 +190,13 @@ func (m *Manager) holdLease(ctx context.Context, fence chan<- error) {
 			case err == nil:
 				m.mu.Lock()
 				m.lastRenew, m.syncRecorded = start, sync
-				m.leaseUntil, m.restarting = start.Add(instanceapi.LeaseDuration-instanceapi.LeaseFenceMargin), false
+				m.leaseUntil = start.Add(instanceapi.LeaseDuration - instanceapi.LeaseFenceMargin)
+				if ctx.Err() == nil {
+					// A renewal that ends after its server was asked to
+					// stop (a restart in place) must not end the restart's
+					// hold on readiness.
+					m.restarting = false
+				}
 				m.mu.Unlock()
 				renewed = start
 			case errors.Is(err, ErrLeaseLost):

@@ -181,6 +181,15 @@ func (m *Manager) manageSlots(ctx context.Context, conn *pgx.Conn, r instanceapi
 	}
 }
 
+// forgetStandbys empties Status.Standbys when pg_stat_replication cannot
+// be read: not known is not streaming, and the operator's restart gate
+// (inPlaceHealthy) must not trust an old list.
+func (m *Manager) forgetStandbys() {
+	m.mu.Lock()
+	m.status.Standbys = nil
+	m.mu.Unlock()
+}
+
 // manageSync, on the primary, keeps synchronous_standby_names in line with
 // the operator's wish and the standbys that stream, and reloads when it
 // changes. A standby that stops streaming leaves the setting within a
@@ -192,11 +201,7 @@ func (m *Manager) manageSync(ctx context.Context, conn *pgx.Conn, r instanceapi.
 		streaming, err = pgx.CollectRows(rows, pgx.RowTo[string])
 	}
 	if err != nil {
-		// Not known is not streaming: the operator's restart gate must
-		// not trust an old list.
-		m.mu.Lock()
-		m.status.Standbys = nil
-		m.mu.Unlock()
+		m.forgetStandbys()
 		return
 	}
 	m.mu.Lock()

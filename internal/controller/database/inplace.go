@@ -35,8 +35,9 @@ import (
 //
 // An instance manager too old to report Status.StartConfigHash, an
 // instance broken for brokenAfter, or a revision that changes more than
-// settings falls back to replacing the pod. One that does not answer, or
-// revisions that cannot be read for now, are waited for.
+// settings falls back to replacing the pod. One that does not answer (for
+// silentPatience at most), or revisions that cannot be read for now, are
+// waited for.
 
 // restartAskedHold is how long an asked restart in place is not asked
 // again while the instance does not yet report the new start.
@@ -50,6 +51,35 @@ type inPlaceState struct {
 	revisions map[[3]string]revisionChange
 	// asked: pod UID -> when its restart in place was asked.
 	asked map[types.UID]time.Time
+	// silent: pod UID -> since when its instance manager has not answered.
+	silent map[types.UID]time.Time
+}
+
+// silentPatience is how long an instance manager the operator cannot reach
+// is waited for before its pod is replaced instead of restarted in place:
+// long enough for a restart under way, a slow start or a blip of the
+// network; a pod that stays ready but unreachable (a network policy, a
+// certificate the operator no longer trusts) is replaced, as before
+// restarts in place, which also gives it new certificates.
+const silentPatience = 2 * time.Minute
+
+// silentFor records that pod uid's instance manager did not answer (known
+// false) or did, and says for how long it has not.
+func (s *inPlaceState) silentFor(uid types.UID, known bool, now time.Time) time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if known {
+		delete(s.silent, uid)
+		return 0
+	}
+	if s.silent == nil || len(s.silent) >= cachedRevisions {
+		s.silent = map[types.UID]time.Time{}
+	}
+	since, ok := s.silent[uid]
+	if !ok {
+		s.silent[uid], since = now, now
+	}
+	return now.Sub(since)
 }
 
 // revisionChange is how the pod template of one ControllerRevision differs
@@ -119,11 +149,16 @@ func (r *Reconciler) settingsOnlyChange(ctx context.Context, ns, from, to string
 	var revs [2]appsv1.ControllerRevision
 	for i, name := range []string{from, to} {
 		if err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &revs[i]); err != nil {
-			if !apierrors.IsNotFound(err) {
-				return revisionChange{}, fmt.Errorf("failed to read revision %s: %w", name, err) // not remembered: the next pass asks again
+			switch {
+			case apierrors.IsNotFound(err):
+				r.inPlace.remember(key, revisionChange{})
+				return revisionChange{}, nil
+			case apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err) || apierrors.IsInvalid(err):
+				// Not for a moment (a missing RBAC rule, say): replaced, and said.
+				logf.FromContext(ctx).Error(err, "Cannot read revisions; the pod is replaced instead of restarted in place", "revision", name)
+				return revisionChange{}, nil
 			}
-			r.inPlace.remember(key, revisionChange{})
-			return revisionChange{}, nil
+			return revisionChange{}, fmt.Errorf("failed to read revision %s: %w", name, err) // not remembered: the next pass asks again
 		}
 	}
 	v, err := compareRevisions(revs[0].Data.Raw, revs[1].Data.Raw)
@@ -201,8 +236,9 @@ const (
 	inPlaceDone
 	// inPlaceRestart: its manager read the new settings; restart postgres.
 	inPlaceRestart
-	// inPlaceWait: the instance did not answer (a manager that stays
-	// silent leaves the pod not ready, and brokenAfter replaces it), the
+	// inPlaceWait: the instance did not answer (for silentPatience at
+	// most; a dead manager's pod turns not ready sooner, and brokenAfter
+	// replaces it), the
 	// new settings have not reached the pod yet, postgres is stopping or
 	// starting (as asked, or demoted by a switchover), it runs the
 	// primary's higher values for now, or a restart was asked a moment ago.
@@ -281,9 +317,16 @@ func (r *Reconciler) restartVictimInPlace(ctx context.Context, db *v1alpha1.Data
 	case change.params != obs.plan.restartParameters():
 		// obs.sts was read before this pass applied the StatefulSet: the
 		// update revision is about to be a newer one.
+		obs.rolloutWaiting = fmt.Sprintf("Restarting %s %s in place: waiting for the StatefulSet's revision %s to render the spec's settings",
+			role, victim.Name, revision)
 		return reconcile.Result{RequeueAfter: time.Second}, true
 	}
 	s, known := obs.instances[victim.Name]
+	if silent := r.inPlace.silentFor(victim.UID, known, r.Clock.Now()); silent >= silentPatience {
+		logf.FromContext(ctx).Info("The instance manager has not answered; replacing the pod instead of restarting postgres in place",
+			"pod", victim.Name, "silentFor", silent.Round(time.Second))
+		return reconcile.Result{}, false
+	}
 	switch decideInPlace(s, known, wantHash, r.restartAsked(obs, victim.Name)) {
 	case inPlaceNo:
 		return reconcile.Result{}, false

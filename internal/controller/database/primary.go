@@ -140,16 +140,24 @@ func (r *Reconciler) failover(ctx context.Context, db *v1alpha1.Database, obs *o
 	if callErr != nil {
 		call = func() error { return callErr }
 	}
-	promoted := make(chan error, 1)
-	go func() { promoted <- call() }()
+	type answer struct {
+		err error
+		at  time.Time
+	}
+	promoted := make(chan answer, 1)
+	go func() {
+		err := call()
+		promoted <- answer{err, r.Clock.Now()} // the promotion's time, not the status write's
+	}()
 	err := errors.Join(
 		r.announce(ctx, db, obs, d.promote, v1alpha1.ConditionReady, v1alpha1.ReasonFailingOver,
 			fmt.Sprintf("Promoting %s: the primary %s lost its lease (%s)", d.promote, st.holder, reason)),
 		r.labelRoles(ctx, obs.pods, d.promote))
-	if perr := <-promoted; perr != nil {
-		return reconcile.Result{}, errors.Join(perr, err)
+	a := <-promoted
+	if a.err != nil {
+		return reconcile.Result{}, errors.Join(a.err, err)
 	}
-	r.recordPromoted(ctx, db, d.promote)
+	r.recordPromoted(ctx, db, d.promote, a.at)
 	return reconcile.Result{}, err
 }
 
@@ -221,7 +229,7 @@ func (r *Reconciler) promote(ctx context.Context, db *v1alpha1.Database, obs *ob
 	if err := call(); err != nil {
 		return err
 	}
-	r.recordPromoted(ctx, db, pod)
+	r.recordPromoted(ctx, db, pod, r.Clock.Now())
 	return nil
 }
 
@@ -246,10 +254,10 @@ func (r *Reconciler) promoteCall(ctx context.Context, db *v1alpha1.Database, obs
 	}, nil
 }
 
-// recordPromoted notes pod's promotion in the failover record under way,
-// the metric and an Event.
-func (r *Reconciler) recordPromoted(ctx context.Context, db *v1alpha1.Database, pod string) {
-	now := metav1.NewTime(r.Clock.Now())
+// recordPromoted notes pod's promotion at at in the failover record under
+// way, the metric and an Event.
+func (r *Reconciler) recordPromoted(ctx context.Context, db *v1alpha1.Database, pod string, at time.Time) {
+	now := metav1.NewTime(at)
 	if f := db.Status.LastFailover; f != nil && f.To == pod && f.PromotedTime == nil {
 		f.PromotedTime = &now
 		if f.DetectedTime != nil {

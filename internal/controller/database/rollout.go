@@ -129,11 +129,15 @@ func (r *Reconciler) rollOut(ctx context.Context, db *v1alpha1.Database, obs *ob
 	if obs.handedOver {
 		return reconcile.Result{RequeueAfter: time.Second}, nil // readiness and roles just changed
 	}
-	if len(outdated) == 0 {
-		return r.pollWhileRollingOut(obs), nil
-	}
+	// Also with nothing outdated: a replica promoted while it ran its old
+	// primary's higher values runs them as the primary until it restarts
+	// (its manager reports them pending a restart), and every replica
+	// started under it would inherit them.
 	if res, acted, err := r.lowerOnPrimaryFirst(ctx, db, obs); acted || err != nil {
 		return res, err
+	}
+	if len(outdated) == 0 {
+		return r.pollWhileRollingOut(obs), nil
 	}
 	// An instance still bootstrapping (a restore replaying WAL for hours)
 	// is not broken: restarting it would start the restore over. A pod
