@@ -1,10 +1,9 @@
 package database
 
 import (
-	"time"
-
 	"encoding/json"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
