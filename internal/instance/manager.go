@@ -650,23 +650,19 @@ func (m *Manager) supervise(ctx context.Context) error {
 		defer close(monitored)
 		m.monitor(runCtx, fence)
 	}()
-	// stopMonitor ends the monitor before the supervisor writes the status
-	// itself: a last observation must not say Running after Stopping. It
-	// waits a bounded time, as everything the monitor does honours runCtx.
-	stopped := false
-	stopMonitor := func() {
+	// The monitor ends, and is waited for, before supervise returns: Run
+	// marks the next start Starting, which a last observation of this
+	// run's server would turn to Running. The wait is bounded, as
+	// everything the monitor does honours runCtx. The paths that stop
+	// postgres cancel it first, so that the shutdown is not delayed.
+	defer func() {
 		cancel()
-		if stopped {
-			return
-		}
-		stopped = true
 		select {
 		case <-monitored:
 		case <-time.After(2 * time.Second):
 			m.log.Info("The monitor did not stop within 2 s; going on without it")
 		}
-	}
-	defer stopMonitor()
+	}()
 	fenced := func(err error) error {
 		if errors.Is(err, errDiverged) {
 			// pg_rewind wants a replica shut down cleanly.
@@ -703,7 +699,7 @@ func (m *Manager) supervise(ctx context.Context) error {
 		sync := m.syncRecorded
 		m.mu.Unlock()
 		m.log.Info("Restarting postgres in place, as asked")
-		stopMonitor() // the heartbeat and its renewals stop with the server
+		cancel() // the heartbeat and its renewals stop with the server
 		if err := m.shutdown(cmd, exited); err != nil {
 			return err
 		}
@@ -713,7 +709,7 @@ func (m *Manager) supervise(ctx context.Context) error {
 		return errRestartRequested
 	case d := <-m.demote:
 		// The heartbeat and the renewals stop first: the lease is handed over, not renewed.
-		stopMonitor()
+		cancel()
 		return m.switchOver(d, func() error { return m.shutdown(cmd, exited) })
 	case <-ctx.Done():
 		err := m.shutdown(cmd, exited)
