@@ -76,7 +76,7 @@ func writerBinary(t *testing.T) string {
 			return
 		}
 		writerBuild.path = filepath.Join(dir, "e2e-client")
-		cmd := exec.Command("go", "build", "-trimpath", "-o", writerBuild.path, "./test/e2e/client")
+		cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", writerBuild.path, "./test/e2e/client")
 		cmd.Dir = RepoRoot()
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := cmd.CombinedOutput(); err != nil {
