@@ -852,6 +852,7 @@ func (m *Manager) manageReplication(ctx context.Context, conn *pgx.Conn) {
 	r, err := m.cfg.replication()
 	if err != nil {
 		m.log.Error(err, "Failed to read the replication settings")
+		m.forgetStandbys() // not refreshed: not to be trusted
 		return
 	}
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
