@@ -46,9 +46,10 @@ type ServedRecord interface {
 
 // HolderWatcher is a Lease that reports its holder as it changes.
 type HolderWatcher interface {
-	// WatchHolder calls changed with the holder each time the lease is
+	// WatchHolder calls changed with the holder, and the WAL a handover
+	// named (AnnotationHandoverLSN, "" for none), each time the lease is
 	// seen, until ctx ends.
-	WatchHolder(ctx context.Context, changed func(holder string))
+	WatchHolder(ctx context.Context, changed func(holder, handoverLSN string))
 }
 
 // KubeLease is Lease on a coordination.k8s.io Lease.
@@ -81,10 +82,10 @@ func NewKubeLease(namespace, name string) (*KubeLease, error) {
 }
 
 // WatchHolder implements HolderWatcher with an informer on the one Lease.
-func (k *KubeLease) WatchHolder(ctx context.Context, changed func(holder string)) {
+func (k *KubeLease) WatchHolder(ctx context.Context, changed func(holder, handoverLSN string)) {
 	seen := func(obj any) {
 		if l, ok := obj.(*coordinationv1.Lease); ok && l.Spec.HolderIdentity != nil {
-			changed(*l.Spec.HolderIdentity)
+			changed(*l.Spec.HolderIdentity, l.Annotations[instanceapi.AnnotationHandoverLSN])
 		}
 	}
 	_, informer := cache.NewInformerWithOptions(cache.InformerOptions{

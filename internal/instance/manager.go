@@ -41,6 +41,9 @@ type Manager struct {
 	// named says the lease just named this replica: it makes its peers'
 	// slots at once, before they reconnect to it.
 	named chan struct{}
+	// promoteMu serializes promotions: the lease's naming and the
+	// operator's promote call race (see promote).
+	promoteMu sync.Mutex
 
 	// lease is the primary lease; nil runs the role given in cfg for good
 	// (tests of a single instance, and a pod without the Kubernetes API).
@@ -419,9 +422,11 @@ func (m *Manager) upstream() (string, int) { return m.cfg.upstream(m.holderName(
 // names: when the lease moves (a failover or a switchover names the next
 // primary just before promoting it), the managed postgresql.conf is
 // rewritten and reloaded, and the walreceiver connects to the new holder
-// at once, without waiting for the -rw Service to follow.
+// at once, without waiting for the -rw Service to follow. A replica the
+// lease names promotes itself at once (promoteNamed), with the handover's
+// WAL first in a switchover.
 func (m *Manager) followHolder(ctx context.Context, w HolderWatcher) {
-	w.WatchHolder(ctx, func(holder string) {
+	w.WatchHolder(ctx, func(holder, handoverLSN string) {
 		m.mu.Lock()
 		changed := holder != m.holder
 		m.holder = holder
@@ -433,6 +438,10 @@ func (m *Manager) followHolder(ctx context.Context, w HolderWatcher) {
 			select {
 			case m.named <- struct{}{}:
 			default:
+			}
+			if m.Status().Phase == instanceapi.PhaseRunning {
+				// (At a start the role comes from the lease: learnRole.)
+				go m.promoteNamed(ctx, handoverLSN)
 			}
 			return
 		}

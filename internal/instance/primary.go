@@ -296,23 +296,63 @@ func (m *Manager) releaseLease() {
 // handlePromote promotes this replica once the caller proved it is the
 // operator and the lease names this instance.
 func (m *Manager) handlePromote(w http.ResponseWriter, r *http.Request) {
-	if s := m.Status(); s.Role != instanceapi.RoleReplica || s.Phase != instanceapi.PhaseRunning {
-		writeJSON(w, http.StatusConflict, instanceapi.Error{Message: fmt.Sprintf("instance is a %s in phase %s", s.Role, s.Phase)})
+	var req instanceapi.PromoteRequest
+	_ = json.NewDecoder(io.LimitReader(r.Body, 1<<16)).Decode(&req) // the body is optional
+	code, err := m.promote(r.Context(), req.WaitLSN, "asked by the operator")
+	if err != nil {
+		writeJSON(w, code, instanceapi.Error{Message: err.Error()})
 		return
 	}
-	if m.lease != nil {
-		holder, err := m.lease.Holder(r.Context())
-		if err != nil || holder != m.cfg.Pod {
-			writeJSON(w, http.StatusConflict, instanceapi.Error{Message: "the primary lease does not name this instance"})
-			return
-		}
+	writeJSON(w, code, m.Status())
+}
+
+// promoteNamed promotes this replica on the lease's word: the lease names
+// it, moved by the operator's failover or handed over by a primary that
+// stepped down, and the operator's promote call that follows finds it
+// promoted already. A promotion that cannot go ahead yet (the instance
+// is restarting, say) is left to that call, which the operator retries.
+func (m *Manager) promoteNamed(ctx context.Context, handoverLSN string) {
+	ctx, cancel := context.WithTimeout(ctx, promoteTimeout)
+	defer cancel()
+	if code, err := m.promote(ctx, handoverLSN, "named by the primary lease"); err != nil {
+		m.log.Info("Named by the primary lease but not promoted; the operator's promote call retries", "status", code, "reason", err.Error())
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
+}
+
+// promoteTimeout bounds a promotion, its wait for a handover's WAL included.
+const promoteTimeout = 30 * time.Second
+
+// promote promotes this replica, which the lease must name, once it has
+// received waitLSN (a switchover's handover; "" for none), and answers
+// with an HTTP status. A primary the lease names is promoted already: the
+// operator's call after the instance promoted itself on the lease's word
+// succeeds at once. how says who asked, for the log.
+func (m *Manager) promote(ctx context.Context, waitLSN, how string) (int, error) {
+	// One at a time: the lease's naming and the operator's call race.
+	m.promoteMu.Lock()
+	defer m.promoteMu.Unlock()
+	s := m.Status()
+	named := func() bool {
+		if m.lease == nil {
+			return true
+		}
+		holder, err := m.lease.Holder(ctx)
+		return err == nil && holder == m.cfg.Pod
+	}
+	if s.Role == instanceapi.RolePrimary && s.Phase == instanceapi.PhaseRunning && m.lease != nil && named() {
+		return http.StatusOK, nil
+	}
+	if s.Role != instanceapi.RoleReplica || s.Phase != instanceapi.PhaseRunning {
+		return http.StatusConflict, fmt.Errorf("instance is a %s in phase %s", s.Role, s.Phase)
+	}
+	if !named() {
+		return http.StatusConflict, errors.New("the primary lease does not name this instance")
+	}
+	ctx, cancel := context.WithTimeout(ctx, promoteTimeout)
 	defer cancel()
 	conn, err := pgx.Connect(ctx, m.localDSN("postgres"))
 	if err != nil {
-		writeJSON(w, http.StatusServiceUnavailable, instanceapi.Error{Message: "postgres does not answer"})
-		return
+		return http.StatusServiceUnavailable, errors.New("postgres does not answer")
 	}
 	defer func() { _ = conn.Close(context.Background()) }()
 	m.mu.Lock()
@@ -323,25 +363,22 @@ func (m *Manager) handlePromote(w http.ResponseWriter, r *http.Request) {
 	sctx, scancel := context.WithTimeout(ctx, 3*time.Second)
 	m.createPeerSlots(sctx, conn)
 	scancel()
-	var req instanceapi.PromoteRequest
-	_ = json.NewDecoder(io.LimitReader(r.Body, 1<<16)).Decode(&req) // the body is optional
-	if req.WaitLSN != "" {
-		if err := waitReceived(ctx, conn, req.WaitLSN); err != nil {
-			writeJSON(w, http.StatusConflict, instanceapi.Error{Message: err.Error()})
-			return
+	if waitLSN != "" {
+		if err := waitReceived(ctx, conn, waitLSN); err != nil {
+			return http.StatusConflict, err
 		}
 	}
 	// Its own deadline: a cancelled promotion may still finish, and then
 	// this instance must know it is a primary (and renew, or fence).
-	pctx, pcancel := context.WithTimeout(context.Background(), 30*time.Second)
+	pctx, pcancel := context.WithTimeout(context.Background(), promoteTimeout)
 	defer pcancel()
 	if err := promoteNow(pctx, conn); err != nil {
-		writeJSON(w, http.StatusInternalServerError, instanceapi.Error{Message: err.Error()})
-		return
+		return http.StatusInternalServerError, err
 	}
 	m.setRole(instanceapi.RolePrimary)
 	m.mu.Lock()
-	// The operator renewed the lease as it moved it here.
+	// The operator renewed the lease as it moved it here, or the old
+	// primary as it handed it over.
 	m.lastRenew, m.lastHeartbeat = time.Now(), time.Now()
 	m.leaseUntil = m.lastRenew.Add(instanceapi.LeaseDuration - instanceapi.LeaseFenceMargin)
 	m.status.InRecovery, m.status.Streaming = false, false
@@ -358,8 +395,8 @@ func (m *Manager) handlePromote(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	m.dropFloors()
-	m.log.Info("Promoted to primary")
-	writeJSON(w, http.StatusOK, m.Status())
+	m.log.Info("Promoted to primary", "how", how)
+	return http.StatusOK, nil
 }
 
 // authorized compares the bearer token with the api-token secret file in

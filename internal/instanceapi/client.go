@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 )
 
@@ -20,7 +21,30 @@ const maxStatusBytes = 1 << 20
 // Client is the operator's side of the contract.
 type Client struct {
 	HTTP *http.Client
+
+	mu sync.Mutex
+	// transports keeps one HTTPS transport per instance, so its verified
+	// connection serves the next call too: a status poll is then one
+	// request, not a mutual TLS handshake on both busy sides.
+	transports map[transportKey]*transport
+	swept      time.Time
 }
+
+// transportKey is what a kept connection was verified for: a connection
+// serves only the address and name, under the configuration, it was made for.
+type transportKey struct {
+	ip, serverName string
+	cfg            *tls.Config
+}
+
+type transport struct {
+	*http.Transport
+	used time.Time
+}
+
+// transportIdle is how long an unused transport is kept: a Database
+// deleted, a pod replaced or a configuration renewed leaves one behind.
+const transportIdle = 2 * time.Minute
 
 // NewClient returns a client whose calls give up after timeout.
 func NewClient(timeout time.Duration) *Client {
@@ -28,12 +52,15 @@ func NewClient(timeout time.Duration) *Client {
 }
 
 // Target is one instance's API: its pod's IP and, when the instance serves
-// HTTPS (FlagTLS), the configuration that verifies it (its CA and name) and
-// presents the operator's client certificate. Without TLS the call is
-// plain HTTP (a pod an older daytwo made).
+// HTTPS (FlagTLS), the configuration that verifies it (its CA) and presents
+// the operator's client certificate, with the name the instance's
+// certificate must carry. The configuration is shared and never changed:
+// a new one (renewed certificates) makes new connections. Without TLS the
+// call is plain HTTP (a pod an older daytwo made).
 type Target struct {
-	IP  string
-	TLS *tls.Config
+	IP         string
+	TLS        *tls.Config
+	ServerName string
 }
 
 func (t Target) String() string { return t.IP }
@@ -53,17 +80,45 @@ func (c *Client) do(req *http.Request, t Target, timeout time.Duration) (*http.R
 		hc.Timeout = timeout
 	}
 	if t.TLS != nil {
-		// A connection per call: the configuration is per instance.
-		tr := http.DefaultTransport.(*http.Transport).Clone()
-		tr.TLSClientConfig = t.TLS
-		tr.DisableKeepAlives = true
-		hc.Transport = tr
+		hc.Transport = c.transport(t)
 	}
 	resp, err := hc.Do(req)
 	if err != nil {
 		return nil, fmt.Errorf("instance %s: %w", t, err)
 	}
 	return resp, nil
+}
+
+// transport is t's kept transport, made on first use; it drops those
+// unused for transportIdle, closing their connections.
+func (c *Client) transport(t Target) *transport {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := time.Now()
+	if now.Sub(c.swept) > transportIdle/2 {
+		c.swept = now
+		for k, tr := range c.transports {
+			if now.Sub(tr.used) > transportIdle {
+				tr.CloseIdleConnections()
+				delete(c.transports, k)
+			}
+		}
+	}
+	key := transportKey{ip: t.IP, serverName: t.ServerName, cfg: t.TLS}
+	tr, ok := c.transports[key]
+	if !ok {
+		h := http.DefaultTransport.(*http.Transport).Clone()
+		h.TLSClientConfig = t.TLS.Clone()
+		h.TLSClientConfig.ServerName = t.ServerName
+		h.MaxIdleConnsPerHost = 2
+		tr = &transport{Transport: h}
+		if c.transports == nil {
+			c.transports = map[transportKey]*transport{}
+		}
+		c.transports[key] = tr
+	}
+	tr.used = now
+	return tr
 }
 
 // Status asks the instance manager at t for its status.

@@ -2,15 +2,19 @@ package instanceapi_test
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"net"
 	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/daytwo-dev/daytwo/internal/instanceapi"
+	"github.com/daytwo-dev/daytwo/internal/pki"
 )
 
 // serve answers the instance API's status path on 127.0.0.1 at the
@@ -58,5 +62,75 @@ func TestStatusReadsABoundedBody(t *testing.T) {
 	s, err := instanceapi.NewClient(5*time.Second).Status(context.Background(), instanceapi.Target{IP: ok})
 	if err != nil || s.Pod != "orders-1" || s.Role != instanceapi.RoleReplica {
 		t.Fatalf("a small status: %+v, %v", s, err)
+	}
+}
+
+// serveTLS is serve over TLS, with a server certificate for name from a
+// new CA whose pool it returns; it counts the handshakes it completes.
+func serveTLS(t *testing.T, name string, h http.HandlerFunc) (ip string, roots *x509.CertPool, handshakes *atomic.Int32) {
+	t.Helper()
+	now := time.Now()
+	caCert, caKey, err := pki.NewCA("test CA", now, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certPEM, keyPEM, err := pki.Issue(caCert, caKey, name, []string{name}, pki.Server, now, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots = x509.NewCertPool()
+	roots.AppendCertsFromPEM(caCert)
+	handshakes = &atomic.Int32{}
+	cfg := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS13,
+		VerifyConnection: func(tls.ConnectionState) error { handshakes.Add(1); return nil }}
+	for i := 2; i < 250; i++ {
+		ip = fmt.Sprintf("127.0.0.%d", i)
+		l, err := net.Listen("tcp", net.JoinHostPort(ip, strconv.Itoa(instanceapi.Port)))
+		if err != nil {
+			continue
+		}
+		srv := &http.Server{Handler: h, ReadHeaderTimeout: time.Second}
+		go func() { _ = srv.Serve(tls.NewListener(l, cfg)) }()
+		t.Cleanup(func() { _ = srv.Close() })
+		return ip, roots, handshakes
+	}
+	t.Fatal("no free loopback address for the instance API port")
+	return "", nil, nil
+}
+
+// Status polls reuse one verified connection per instance: a mutual TLS
+// handshake per poll cost both busy sides tens of milliseconds in every
+// reconcile. A connection serves only the name it was verified for.
+func TestStatusKeepsItsVerifiedConnection(t *testing.T) {
+	ip, roots, handshakes := serveTLS(t, "orders-0.orders.ns.svc", func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = fmt.Fprint(w, `{"pod":"orders-0","role":"primary","phase":"Running"}`)
+	})
+	c := instanceapi.NewClient(5 * time.Second)
+	cfg := &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS13}
+	target := instanceapi.Target{IP: ip, TLS: cfg, ServerName: "orders-0.orders.ns.svc"}
+	for range 5 {
+		if s, err := c.Status(context.Background(), target); err != nil || s.Pod != "orders-0" {
+			t.Fatalf("status over TLS: %+v, %v", s, err)
+		}
+	}
+	if n := handshakes.Load(); n != 1 {
+		t.Fatalf("5 status calls made %d TLS handshakes, want 1", n)
+	}
+	// Another name at the same address is verified afresh, and refused.
+	if _, err := c.Status(context.Background(), instanceapi.Target{IP: ip, TLS: cfg, ServerName: "orders-1.orders.ns.svc"}); err == nil {
+		t.Fatal("a certificate for orders-0 was accepted for orders-1")
+	}
+	// A new configuration (renewed certificates) makes a new connection.
+	before := handshakes.Load()
+	renewed := cfg.Clone()
+	if _, err := c.Status(context.Background(), instanceapi.Target{IP: ip, TLS: renewed, ServerName: "orders-0.orders.ns.svc"}); err != nil {
+		t.Fatal(err)
+	}
+	if n := handshakes.Load() - before; n != 1 {
+		t.Fatalf("a new configuration made %d handshakes, want 1", n)
 	}
 }

@@ -148,8 +148,7 @@ func (r *Reconciler) target(ctx context.Context, db *v1alpha1.Database, pod *cor
 	if err != nil {
 		return t, err
 	}
-	t.TLS = cfg.Clone()
-	t.TLS.ServerName = db.InstanceHost(pod.Name)
+	t.TLS, t.ServerName = cfg, db.InstanceHost(pod.Name)
 	return t, nil
 }
 
