@@ -242,7 +242,11 @@ func (m *Manager) noteStreaming(streaming bool) {
 		}
 	case !streaming && m.notStreamingSince.IsZero():
 		m.notStreamingSince = time.Now()
+		if m.streamed {
+			m.streamLost = m.notStreamingSince
+		}
 	}
+	m.streamed = streaming
 }
 
 // handleRestoreWAL answers restore_command: a recovery's from its

@@ -106,6 +106,11 @@ type Manager struct {
 	// standbyArchiveAfter (both guarded by mu).
 	standbyWAL        *wal.Restorer
 	notStreamingSince time.Time
+	// streamed says the last observation saw this replica streaming, and
+	// streamLost when one then saw it stop (both guarded by mu): a replica
+	// that just lost its primary stays ready for streamLossGrace (see ready).
+	streamed   bool
+	streamLost time.Time
 	// receiverPID is the walreceiver the last observation saw streaming
 	// (monitor only; see observe).
 	receiverPID int
@@ -969,7 +974,7 @@ func (m *Manager) setPhase(p instanceapi.Phase, msg string) {
 		// rank this instance by what it had before it stopped.
 		m.status.LSN, m.status.ReceivedLSN, m.status.Streaming = "", "", false
 		m.status.Standbys = nil
-		m.notStreamingSince = time.Time{}
+		m.notStreamingSince, m.streamed, m.streamLost = time.Time{}, false, time.Time{}
 	}
 }
 

@@ -382,7 +382,7 @@ func (m *Manager) promote(ctx context.Context, waitLSN, how string) (int, error)
 	m.lastRenew, m.lastHeartbeat = time.Now(), time.Now()
 	m.leaseUntil = m.lastRenew.Add(instanceapi.LeaseDuration - instanceapi.LeaseFenceMargin)
 	m.status.InRecovery, m.status.Streaming = false, false
-	m.notStreamingSince = time.Time{}
+	m.notStreamingSince, m.streamed, m.streamLost = time.Time{}, false, time.Time{}
 	if m.standbyWAL != nil {
 		m.standbyWAL.Clear() // a primary restores nothing
 	}

@@ -64,11 +64,28 @@ func (m *Manager) ready(ctx context.Context, s instanceapi.Status) bool {
 	if m.restartingInPlace() || m.relaying() {
 		return true
 	}
-	if s.Phase != instanceapi.PhaseRunning || (s.Role == instanceapi.RoleReplica && !s.Streaming) ||
+	if s.Phase != instanceapi.PhaseRunning || (s.Role == instanceapi.RoleReplica && !s.Streaming && !m.streamJustLost()) ||
 		(s.Role == instanceapi.RolePrimary && !m.leaseFresh()) {
 		return false
 	}
 	return m.ping(ctx)
+}
+
+// streamLossGrace is how long a replica that was streaming stays ready
+// after it stopped. At a failover or a switchover every replica stops
+// streaming for a moment, and the one being promoted is -rw's next
+// endpoint: had it turned not ready (two probes a second apart), the
+// kubelet would mark it ready again only at its first probe after the
+// promotion, and -rw would have no endpoint until then. Longer, and a
+// replica cut off from its primary serves older data before -ro drops it.
+const streamLossGrace = 3 * time.Second
+
+// streamJustLost: this replica streamed until less than streamLossGrace
+// ago. A replica that has not streamed since it started gets no grace.
+func (m *Manager) streamJustLost() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return !m.streamLost.IsZero() && m.streamLost.Equal(m.notStreamingSince) && time.Since(m.streamLost) < streamLossGrace
 }
 
 // ping checks that postgres answers a query on its socket right now.
