@@ -1087,6 +1087,12 @@ func TestReplicasFollowTheLeaseHolder(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, 30*time.Second, func() bool { return lt.get().Spec.RenewTime == nil }, "a to release the lease")
+	// Ready from the release on, before the lease names anyone: had it
+	// turned not ready while the operator decides, -rw would lose its
+	// route until the kubelet's next probe after the move.
+	if !a.readyz() {
+		t.Error("the deleted primary is not ready between its release and the lease's move")
+	}
 	lt.transfer("orders-1")
 	start := time.Now()
 	if code := promote(t, b, apiToken); code != http.StatusOK {

@@ -27,7 +27,11 @@ import (
 //     it relays it stays ready: kube-proxy routes a Service with no ready
 //     endpoint to its serving terminating ones, so the deleted pod keeps
 //     -rw's traffic until the new primary is labelled, instead of leaving
-//     -rw with nothing until the next sync after that.
+//     -rw with nothing until the next sync after that. It is ready from
+//     the release on, before the lease names anyone: a connection waits
+//     for that (relayWait). Ready only once the lease moved, its readiness
+//     failed while the operator decided, and the kubelet's next probe
+//     after the move came too late to keep -rw's route.
 
 // forwardWindow is how long a primary that stopped relays new connections.
 const forwardWindow = 3 * time.Second
@@ -118,9 +122,8 @@ func (m *Manager) relayToNextPrimary() {
 	}
 }
 
-// relaying: a forwarder that keeps the instance ready is open and has a
-// target (until the lease names another instance, it has nothing to
-// relay to, and the instance is not ready).
+// relaying: a forwarder that keeps the instance ready is open, whether or
+// not the lease names the next primary yet (its connections wait).
 func (m *Manager) relaying() bool {
 	m.mu.Lock()
 	f := m.forwarding
@@ -132,8 +135,7 @@ func (m *Manager) relaying() bool {
 	case <-f.closed:
 		return false
 	default:
-		_, ok := f.target()
-		return ok
+		return true
 	}
 }
 
@@ -154,10 +156,18 @@ func (f *forwarder) wait(ctx context.Context) {
 	}
 }
 
+// relayWait is how long a relayed connection waits for a target: a
+// deleted primary relays from its release on, and the lease names the next
+// primary once the operator moved it.
+const relayWait = 2 * time.Second
+
 // relay copies between the client c and the target until either side ends.
 func relay(c net.Conn, target func() (string, bool)) {
 	defer func() { _ = c.Close() }()
 	addr, ok := target()
+	for deadline := time.Now().Add(relayWait); !ok && time.Now().Before(deadline); addr, ok = target() {
+		time.Sleep(20 * time.Millisecond)
+	}
 	if !ok {
 		return
 	}

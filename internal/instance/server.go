@@ -127,7 +127,7 @@ func (m *Manager) handleRestart(w http.ResponseWriter, r *http.Request) {
 func (m *Manager) handleCheckpoint(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
 	defer cancel()
-	if err := checkpoint(ctx, m.localDSN("postgres")); err != nil {
+	if err := checkpoint(ctx, m.localDSN("postgres"), false); err != nil {
 		writeJSON(w, http.StatusServiceUnavailable, instanceapi.Error{Message: err.Error()})
 		return
 	}
