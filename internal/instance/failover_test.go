@@ -161,6 +161,7 @@ func (lt *leaseTest) transfer(to string) {
 	l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: lt.key.Namespace, Name: lt.key.Name}}
 	lt.env.Update(lt.t, l, func() {
 		l.Spec.HolderIdentity, l.Spec.RenewTime = ptr.To(to), ptr.To(metav1.NewMicroTime(time.Now()))
+		l.Spec.LeaseTransitions = ptr.To(ptr.Deref(l.Spec.LeaseTransitions, 0) + 1)
 	})
 }
 

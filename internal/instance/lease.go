@@ -35,6 +35,17 @@ type Lease interface {
 	// HandOver names to the holder, renewed now, if from holds the lease:
 	// a switchover (asked at request), after from shut down cleanly at lsn.
 	HandOver(ctx context.Context, from, to, lsn, request string) error
+	// View reads the lease once: its holder, a handover's WAL, its last renewal.
+	View(ctx context.Context) (LeaseView, error)
+}
+
+// LeaseView is what one read of the lease says.
+type LeaseView struct {
+	Holder string
+	// HandoverLSN is the WAL a switchover's handover names ("" for none).
+	HandoverLSN string
+	// Renewed is the last renewal, on the renewer's clock (zero: released).
+	Renewed time.Time
 }
 
 // ServedRecord is a Lease that tells whether a primary ever served under
@@ -46,10 +57,12 @@ type ServedRecord interface {
 
 // HolderWatcher is a Lease that reports its holder as it changes.
 type HolderWatcher interface {
-	// WatchHolder calls changed with the holder, and the WAL a handover
-	// named (AnnotationHandoverLSN, "" for none), each time the lease is
-	// seen, until ctx ends.
-	WatchHolder(ctx context.Context, changed func(holder, handoverLSN string))
+	// WatchHolder calls changed with the holder each time the lease is
+	// seen, until ctx ends; moved says the lease was handed on to it by an
+	// update of the same lease that counted a transition and renewed it (a
+	// failover's move or a switchover's handover), not merely listed, nor
+	// made anew (a deleted and re-created lease names its first holder).
+	WatchHolder(ctx context.Context, changed func(holder string, moved bool))
 }
 
 // KubeLease is Lease on a coordination.k8s.io Lease.
@@ -82,18 +95,21 @@ func NewKubeLease(namespace, name string) (*KubeLease, error) {
 }
 
 // WatchHolder implements HolderWatcher with an informer on the one Lease.
-func (k *KubeLease) WatchHolder(ctx context.Context, changed func(holder, handoverLSN string)) {
-	seen := func(obj any) {
-		if l, ok := obj.(*coordinationv1.Lease); ok && l.Spec.HolderIdentity != nil {
-			changed(*l.Spec.HolderIdentity, l.Annotations[instanceapi.AnnotationHandoverLSN])
+func (k *KubeLease) WatchHolder(ctx context.Context, changed func(holder string, moved bool)) {
+	seen := func(old, obj any) {
+		l, ok := obj.(*coordinationv1.Lease)
+		if !ok || l.Spec.HolderIdentity == nil {
+			return
 		}
+		prev, _ := old.(*coordinationv1.Lease)
+		changed(*l.Spec.HolderIdentity, handedOn(prev, l))
 	}
 	_, informer := cache.NewInformerWithOptions(cache.InformerOptions{
 		ListerWatcher: k.Watch,
 		ObjectType:    &coordinationv1.Lease{},
 		Handler: cache.ResourceEventHandlerFuncs{
-			AddFunc:    seen,
-			UpdateFunc: func(_, obj any) { seen(obj) },
+			AddFunc:    func(obj any) { seen(nil, obj) },
+			UpdateFunc: seen,
 		},
 	})
 	informer.RunWithContext(ctx)
@@ -117,6 +133,27 @@ func (k *KubeLease) Holder(ctx context.Context) (string, error) {
 		return "", nil
 	}
 	return *l.Spec.HolderIdentity, nil
+}
+
+// handedOn: the update from prev to l handed the lease on, as a failover's
+// move and a switchover's handover do (a transition counted, a renewal),
+// on the same lease (a re-created one starts from its first holder).
+func handedOn(prev, l *coordinationv1.Lease) bool {
+	return prev != nil && l != nil && prev.UID == l.UID && l.Spec.RenewTime != nil &&
+		ptr.Deref(l.Spec.LeaseTransitions, 0) > ptr.Deref(prev.Spec.LeaseTransitions, 0)
+}
+
+// View implements Lease.
+func (k *KubeLease) View(ctx context.Context) (LeaseView, error) {
+	l, err := k.get(ctx)
+	if err != nil {
+		return LeaseView{}, err
+	}
+	v := LeaseView{Holder: ptr.Deref(l.Spec.HolderIdentity, ""), HandoverLSN: l.Annotations[instanceapi.AnnotationHandoverLSN]}
+	if l.Spec.RenewTime != nil {
+		v.Renewed = l.Spec.RenewTime.Time
+	}
+	return v, nil
 }
 
 // ServedLSN implements ServedRecord.

@@ -428,10 +428,10 @@ func (m *Manager) upstream() (string, int) { return m.cfg.upstream(m.holderName(
 // primary just before promoting it), the managed postgresql.conf is
 // rewritten and reloaded, and the walreceiver connects to the new holder
 // at once, without waiting for the -rw Service to follow. A replica the
-// lease names promotes itself at once (promoteNamed), with the handover's
-// WAL first in a switchover.
+// lease hands on to promotes itself at once (promoteNamed), with the
+// handover's WAL first in a switchover.
 func (m *Manager) followHolder(ctx context.Context, w HolderWatcher) {
-	w.WatchHolder(ctx, func(holder, handoverLSN string) {
+	w.WatchHolder(ctx, func(holder string, moved bool) {
 		m.mu.Lock()
 		changed := holder != m.holder
 		m.holder = holder
@@ -444,9 +444,9 @@ func (m *Manager) followHolder(ctx context.Context, w HolderWatcher) {
 			case m.named <- struct{}{}:
 			default:
 			}
-			if m.Status().Phase == instanceapi.PhaseRunning {
+			if moved && m.Status().Phase == instanceapi.PhaseRunning {
 				// (At a start the role comes from the lease: learnRole.)
-				go m.promoteNamed(ctx, handoverLSN)
+				go m.promoteNamed(ctx)
 			}
 			return
 		}
@@ -727,8 +727,9 @@ func (m *Manager) supervise(ctx context.Context) error {
 		return m.switchOver(d, func() error { return m.shutdown(cmd, exited) })
 	case <-ctx.Done():
 		err := m.shutdown(cmd, exited)
-		if m.role() == instanceapi.RolePrimary && m.lease != nil {
-			m.releaseLease()
+		// A lease not released runs out after the relay's window: nothing
+		// to relay to, and the pod must not look ready meanwhile.
+		if m.role() == instanceapi.RolePrimary && m.lease != nil && m.releaseLease() {
 			m.relayToNextPrimary()
 		}
 		return err

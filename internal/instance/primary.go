@@ -279,18 +279,20 @@ func (m *Manager) restartingInPlace() bool {
 }
 
 // releaseLease lets the lease expire at once after a clean shutdown, so a
-// replica takes over without waiting for it to run out.
-func (m *Manager) releaseLease() {
+// replica takes over without waiting for it to run out. It says whether
+// it did.
+func (m *Manager) releaseLease() bool {
 	if m.lease == nil || m.role() != instanceapi.RolePrimary {
-		return
+		return false
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	if err := m.lease.Release(ctx, m.cfg.Pod); err != nil {
 		m.log.Error(err, "Failed to release the primary lease; a replica takes over once it expires")
-		return
+		return false
 	}
 	m.log.Info("Released the primary lease")
+	return true
 }
 
 // handlePromote promotes this replica once the caller proved it is the
@@ -306,50 +308,61 @@ func (m *Manager) handlePromote(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, code, m.Status())
 }
 
-// promoteNamed promotes this replica on the lease's word: the lease names
-// it, moved by the operator's failover or handed over by a primary that
-// stepped down, and the operator's promote call that follows finds it
-// promoted already. A promotion that cannot go ahead yet (the instance
-// is restarting, say) is left to that call, which the operator retries.
-func (m *Manager) promoteNamed(ctx context.Context, handoverLSN string) {
+// promoteNamed promotes this replica on the lease's word: the lease was
+// handed on to it, moved by the operator's failover or handed over by a
+// primary that stepped down, and the operator's promote call that follows
+// finds it promoted already. A promotion that cannot go ahead yet (the
+// instance is restarting, say) is left to that call, which the operator
+// retries.
+func (m *Manager) promoteNamed(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, promoteTimeout)
 	defer cancel()
-	if code, err := m.promote(ctx, handoverLSN, "named by the primary lease"); err != nil {
+	if code, err := m.promote(ctx, "", "named by the primary lease"); err != nil {
 		m.log.Info("Named by the primary lease but not promoted; the operator's promote call retries", "status", code, "reason", err.Error())
 	}
 }
+
+// promotionWait bounds how long a rejoin waits for its source's promotion
+// before it checkpoints it all the same.
+const promotionWait = 5 * time.Second
 
 // promoteTimeout bounds a promotion, its wait for a handover's WAL included.
 const promoteTimeout = 30 * time.Second
 
 // promote promotes this replica, which the lease must name, once it has
-// received waitLSN (a switchover's handover; "" for none), and answers
-// with an HTTP status. A primary the lease names is promoted already: the
-// operator's call after the instance promoted itself on the lease's word
-// succeeds at once. how says who asked, for the log.
+// received waitLSN and the WAL the lease's handover names (a switchover's;
+// none after a failover), and answers with an HTTP status. A primary the
+// lease names is promoted already: the operator's call after the instance
+// promoted itself on the lease's word succeeds at once. how says who
+// asked, for the log.
 func (m *Manager) promote(ctx context.Context, waitLSN, how string) (int, error) {
 	// One at a time: the lease's naming and the operator's call race.
 	m.promoteMu.Lock()
 	defer m.promoteMu.Unlock()
-	s := m.Status()
-	named := func() bool {
+	ctx, cancel := context.WithTimeout(ctx, promoteTimeout)
+	defer cancel()
+	// view reads the lease afresh: whether it names this instance, what
+	// its handover asks, and when it was last renewed.
+	view := func() (LeaseView, bool) {
 		if m.lease == nil {
-			return true
+			return LeaseView{Holder: m.cfg.Pod}, true
 		}
-		holder, err := m.lease.Holder(ctx)
-		return err == nil && holder == m.cfg.Pod
+		v, err := m.lease.View(ctx)
+		return v, err == nil && v.Holder == m.cfg.Pod
 	}
-	if s.Role == instanceapi.RolePrimary && s.Phase == instanceapi.PhaseRunning && m.lease != nil && named() {
-		return http.StatusOK, nil
+	s := m.Status()
+	if s.Role == instanceapi.RolePrimary && s.Phase == instanceapi.PhaseRunning && m.lease != nil {
+		if _, named := view(); named {
+			return http.StatusOK, nil
+		}
 	}
 	if s.Role != instanceapi.RoleReplica || s.Phase != instanceapi.PhaseRunning {
 		return http.StatusConflict, fmt.Errorf("instance is a %s in phase %s", s.Role, s.Phase)
 	}
-	if !named() {
+	v, named := view()
+	if !named {
 		return http.StatusConflict, errors.New("the primary lease does not name this instance")
 	}
-	ctx, cancel := context.WithTimeout(ctx, promoteTimeout)
-	defer cancel()
 	conn, err := pgx.Connect(ctx, m.localDSN("postgres"))
 	if err != nil {
 		return http.StatusServiceUnavailable, errors.New("postgres does not answer")
@@ -363,10 +376,24 @@ func (m *Manager) promote(ctx context.Context, waitLSN, how string) (int, error)
 	sctx, scancel := context.WithTimeout(ctx, 3*time.Second)
 	m.createPeerSlots(sctx, conn)
 	scancel()
-	if waitLSN != "" {
-		if err := waitReceived(ctx, conn, waitLSN); err != nil {
-			return http.StatusConflict, err
+	// The lease's own handover counts, not only the caller's: a caller's
+	// (or a watch's) may be an older handover's.
+	for _, lsn := range []string{waitLSN, v.HandoverLSN} {
+		if lsn != "" {
+			if err := waitReceived(ctx, conn, lsn); err != nil {
+				return http.StatusConflict, err
+			}
 		}
+	}
+	// Once more just before the promotion: the waits above take seconds,
+	// and the lease may have moved on, or run out, meanwhile.
+	checked := time.Now()
+	if v, named = view(); !named {
+		return http.StatusConflict, errors.New("the primary lease moved to another instance while this one waited to promote")
+	}
+	renewed := checked
+	if !v.Renewed.IsZero() && v.Renewed.Before(checked) {
+		renewed = v.Renewed // its renewer's clock: the fence margin absorbs the skew
 	}
 	// Its own deadline: a cancelled promotion may still finish, and then
 	// this instance must know it is a primary (and renew, or fence).
@@ -377,9 +404,10 @@ func (m *Manager) promote(ctx context.Context, waitLSN, how string) (int, error)
 	}
 	m.setRole(instanceapi.RolePrimary)
 	m.mu.Lock()
-	// The operator renewed the lease as it moved it here, or the old
-	// primary as it handed it over.
-	m.lastRenew, m.lastHeartbeat = time.Now(), time.Now()
+	// The lease runs from its last renewal (the operator's as it moved or
+	// extended it, or the old primary's as it handed it over), not from
+	// now: a promotion that waited long must not count on more.
+	m.lastRenew, m.lastHeartbeat = renewed, time.Now()
 	m.leaseUntil = m.lastRenew.Add(instanceapi.LeaseDuration - instanceapi.LeaseFenceMargin)
 	m.status.InRecovery, m.status.Streaming = false, false
 	m.notStreamingSince, m.streamed, m.streamLost = time.Time{}, false, time.Time{}
@@ -411,10 +439,13 @@ func (m *Manager) authorized(r *http.Request) bool {
 }
 
 // checkpoint runs CHECKPOINT on the server dsn names. With promoted it
-// first waits for that server to leave recovery: a rejoin's source may be
-// promoting still, and a CHECKPOINT then is a restartpoint, which holds
-// up the promotion (0.2 s on this machine, seen in the logs) and leaves
-// the old timeline in the control file pg_rewind reads.
+// first waits a moment (promotionWait at most) for that server to leave
+// recovery: a rejoin's source may be promoting still, and a CHECKPOINT
+// then is a restartpoint, which holds up the promotion (0.2 s on this
+// machine, seen in the logs). Past that it checkpoints all the same, as
+// before: a source that never promotes (a switchover's target that lacks
+// the old primary's WAL) must not keep this instance out of failover's
+// choice, which weighs only instances that run.
 func checkpoint(ctx context.Context, dsn string, promoted bool) error {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
@@ -423,7 +454,7 @@ func checkpoint(ctx context.Context, dsn string, promoted bool) error {
 		return fmt.Errorf("failed to connect to the primary: %w", err)
 	}
 	defer func() { _ = conn.Close(context.Background()) }()
-	for promoted {
+	for deadline := time.Now().Add(promotionWait); promoted && time.Now().Before(deadline); {
 		var inRecovery bool
 		if err := conn.QueryRow(ctx, "SELECT pg_is_in_recovery()").Scan(&inRecovery); err != nil {
 			return fmt.Errorf("failed to ask the primary whether it is promoted: %w", err)
@@ -433,7 +464,7 @@ func checkpoint(ctx context.Context, dsn string, promoted bool) error {
 		}
 		select {
 		case <-ctx.Done():
-			return errors.New("the primary is still in recovery")
+			return ctx.Err()
 		case <-time.After(50 * time.Millisecond):
 		}
 	}

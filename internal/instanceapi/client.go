@@ -23,9 +23,9 @@ type Client struct {
 	HTTP *http.Client
 
 	mu sync.Mutex
-	// transports keeps one HTTPS transport per instance, so its verified
-	// connection serves the next call too: a status poll is then one
-	// request, not a mutual TLS handshake on both busy sides.
+	// transports keeps one HTTPS transport per instance for status polls,
+	// so its verified connection serves the next poll too: one request,
+	// not a mutual TLS handshake on both busy sides.
 	transports map[transportKey]*transport
 	swept      time.Time
 }
@@ -80,7 +80,19 @@ func (c *Client) do(req *http.Request, t Target, timeout time.Duration) (*http.R
 		hc.Timeout = timeout
 	}
 	if t.TLS != nil {
-		hc.Transport = c.transport(t)
+		if req.Method == http.MethodGet {
+			hc.Transport = c.transport(t)
+		} else {
+			// A call that changes the instance gets a connection of its
+			// own: Go does not resend a POST on a kept connection that
+			// the instance closed meanwhile (its manager restarted), and
+			// a demote or promote that failed so is not retried.
+			tr := http.DefaultTransport.(*http.Transport).Clone()
+			tr.TLSClientConfig = t.TLS.Clone()
+			tr.TLSClientConfig.ServerName = t.ServerName
+			tr.DisableKeepAlives = true
+			hc.Transport = tr
+		}
 	}
 	resp, err := hc.Do(req)
 	if err != nil {
