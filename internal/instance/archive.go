@@ -236,7 +236,7 @@ func (m *Manager) archiveHolds(ctx context.Context, name string) bool {
 func (m *Manager) noteStreaming(streaming bool) {
 	switch {
 	case streaming && !m.notStreamingSince.IsZero():
-		m.notStreamingSince = time.Time{}
+		m.notStreamingSince, m.streamLost = time.Time{}, time.Time{}
 		if m.standbyWAL != nil {
 			m.standbyWAL.Clear()
 		}

@@ -125,14 +125,8 @@ func (k *KubeLease) get(ctx context.Context) (*coordinationv1.Lease, error) {
 
 // Holder implements Lease.
 func (k *KubeLease) Holder(ctx context.Context) (string, error) {
-	l, err := k.get(ctx)
-	if err != nil {
-		return "", err
-	}
-	if l.Spec.HolderIdentity == nil {
-		return "", nil
-	}
-	return *l.Spec.HolderIdentity, nil
+	v, err := k.View(ctx)
+	return v.Holder, err
 }
 
 // handedOn: the update from prev to l handed the lease on, as a failover's

@@ -107,7 +107,8 @@ type Manager struct {
 	standbyWAL        *wal.Restorer
 	notStreamingSince time.Time
 	// streamed says the last observation saw this replica streaming, and
-	// streamLost when one then saw it stop (both guarded by mu): a replica
+	// streamLost when one then saw it stop, until it streams again (both
+	// guarded by mu): a replica
 	// that just lost its primary stays ready for streamLossGrace (see ready).
 	streamed   bool
 	streamLost time.Time

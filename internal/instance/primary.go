@@ -315,8 +315,6 @@ func (m *Manager) handlePromote(w http.ResponseWriter, r *http.Request) {
 // instance is restarting, say) is left to that call, which the operator
 // retries.
 func (m *Manager) promoteNamed(ctx context.Context) {
-	ctx, cancel := context.WithTimeout(ctx, promoteTimeout)
-	defer cancel()
 	if code, err := m.promote(ctx, "", "named by the primary lease"); err != nil {
 		m.log.Info("Named by the primary lease but not promoted; the operator's promote call retries", "status", code, "reason", err.Error())
 	}

@@ -85,7 +85,7 @@ const streamLossGrace = 3 * time.Second
 func (m *Manager) streamJustLost() bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return !m.streamLost.IsZero() && m.streamLost.Equal(m.notStreamingSince) && time.Since(m.streamLost) < streamLossGrace
+	return !m.streamLost.IsZero() && time.Since(m.streamLost) < streamLossGrace
 }
 
 // ping checks that postgres answers a query on its socket right now.

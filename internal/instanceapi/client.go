@@ -87,9 +87,7 @@ func (c *Client) do(req *http.Request, t Target, timeout time.Duration) (*http.R
 			// own: Go does not resend a POST on a kept connection that
 			// the instance closed meanwhile (its manager restarted), and
 			// a demote or promote that failed so is not retried.
-			tr := http.DefaultTransport.(*http.Transport).Clone()
-			tr.TLSClientConfig = t.TLS.Clone()
-			tr.TLSClientConfig.ServerName = t.ServerName
+			tr := newTransport(t)
 			tr.DisableKeepAlives = true
 			hc.Transport = tr
 		}
@@ -119,9 +117,7 @@ func (c *Client) transport(t Target) *transport {
 	key := transportKey{ip: t.IP, serverName: t.ServerName, cfg: t.TLS}
 	tr, ok := c.transports[key]
 	if !ok {
-		h := http.DefaultTransport.(*http.Transport).Clone()
-		h.TLSClientConfig = t.TLS.Clone()
-		h.TLSClientConfig.ServerName = t.ServerName
+		h := newTransport(t)
 		h.MaxIdleConnsPerHost = 2
 		tr = &transport{Transport: h}
 		if c.transports == nil {
@@ -130,6 +126,15 @@ func (c *Client) transport(t Target) *transport {
 		c.transports[key] = tr
 	}
 	tr.used = now
+	return tr
+}
+
+// newTransport verifies t's certificate by t's CA and name, and presents
+// the operator's client certificate.
+func newTransport(t Target) *http.Transport {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.TLSClientConfig = t.TLS.Clone()
+	tr.TLSClientConfig.ServerName = t.ServerName
 	return tr
 }
 

@@ -20,6 +20,11 @@ import (
 // serve answers the instance API's status path on 127.0.0.1 at the
 // contract's port on its own loopback address, as a pod would.
 func serve(t *testing.T, h http.HandlerFunc) string {
+	return serveOn(t, h, nil)
+}
+
+// serveOn is serve with the listener wrapped (TLS), when wrap is set.
+func serveOn(t *testing.T, h http.HandlerFunc, wrap func(net.Listener) net.Listener) string {
 	t.Helper()
 	// Any 127.x address: the client always dials the contract's port.
 	for i := 2; i < 250; i++ {
@@ -27,6 +32,9 @@ func serve(t *testing.T, h http.HandlerFunc) string {
 		l, err := net.Listen("tcp", net.JoinHostPort(ip, strconv.Itoa(instanceapi.Port)))
 		if err != nil {
 			continue
+		}
+		if wrap != nil {
+			l = wrap(l)
 		}
 		srv := &http.Server{Handler: h, ReadHeaderTimeout: time.Second}
 		go func() { _ = srv.Serve(l) }()
@@ -87,19 +95,8 @@ func serveTLS(t *testing.T, name string, h http.HandlerFunc) (ip string, roots *
 	handshakes = &atomic.Int32{}
 	cfg := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS13,
 		VerifyConnection: func(tls.ConnectionState) error { handshakes.Add(1); return nil }}
-	for i := 2; i < 250; i++ {
-		ip = fmt.Sprintf("127.0.0.%d", i)
-		l, err := net.Listen("tcp", net.JoinHostPort(ip, strconv.Itoa(instanceapi.Port)))
-		if err != nil {
-			continue
-		}
-		srv := &http.Server{Handler: h, ReadHeaderTimeout: time.Second}
-		go func() { _ = srv.Serve(tls.NewListener(l, cfg)) }()
-		t.Cleanup(func() { _ = srv.Close() })
-		return ip, roots, handshakes
-	}
-	t.Fatal("no free loopback address for the instance API port")
-	return "", nil, nil
+	ip = serveOn(t, h, func(l net.Listener) net.Listener { return tls.NewListener(l, cfg) })
+	return ip, roots, handshakes
 }
 
 // Status polls reuse one verified connection per instance: a mutual TLS
