@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -26,6 +27,7 @@ import (
 
 	"github.com/daytwo-dev/daytwo/internal/backup"
 	"github.com/daytwo-dev/daytwo/internal/instanceapi"
+	"github.com/daytwo-dev/daytwo/internal/postgres"
 	"github.com/daytwo-dev/daytwo/internal/testenv"
 	"github.com/daytwo-dev/daytwo/internal/testpg"
 	"github.com/daytwo-dev/daytwo/internal/wal"
@@ -1094,6 +1096,13 @@ func TestReplicasFollowTheLeaseHolder(t *testing.T) {
 	if !a.readyz() {
 		t.Error("the deleted primary is not ready between its release and the lease's move")
 	}
+	// The release records a's last WAL, and b, asked for positions read
+	// now, already holds it all: failover can weigh it at once.
+	releasedAt := lt.get().Annotations[instanceapi.AnnotationLeaseLSN]
+	fresh := b.freshStatus()
+	if want, ok := postgres.ParseLSN(releasedAt); !ok || !fresh.PositionsReadNow || !lsnAtLeast(fresh.ReceivedLSN, want) {
+		t.Errorf("after a's release at %q, b's status with positions read now: %+v", releasedAt, fresh)
+	}
 	lt.transfer("orders-1")
 	start := time.Now()
 	if code := promote(t, b, apiToken); code != http.StatusOK {
@@ -1126,6 +1135,20 @@ func TestReplicasFollowTheLeaseHolder(t *testing.T) {
 		t.Logf("the deleted primary exited %s after SIGTERM", time.Since(deleted).Round(time.Millisecond))
 	case <-time.After(30 * time.Second):
 		t.Fatal("the deleted primary did not exit within 30 s")
+	}
+	// What the release recorded is a's shutdown checkpoint.
+	out, err := exec.Command(filepath.Join(testpg.BinDir(t), "pg_controldata"), filepath.Join(a.root, "data")).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkpoint := ""
+	for line := range strings.Lines(string(out)) {
+		if k, v, ok := strings.Cut(line, ":"); ok && k == "Latest checkpoint location" {
+			checkpoint = strings.TrimSpace(v)
+		}
+	}
+	if checkpoint == "" || checkpoint != releasedAt {
+		t.Errorf("the release recorded %s; a's shutdown checkpoint is %q", releasedAt, checkpoint)
 	}
 	if got := b.superuser("SELECT string_agg(application_name || ':' || state || ':' || sync_state, ',') FROM pg_stat_replication"); got != "orders-2:streaming:quorum" {
 		t.Fatalf("the new primary's standbys: %s", got)

@@ -195,9 +195,29 @@ func (in *instance) tryStatus() (instanceapi.Status, bool) {
 	return s, err == nil
 }
 
+// freshStatus is the status with WAL positions read for the answer.
+func (in *instance) freshStatus() instanceapi.Status {
+	in.t.Helper()
+	s, err := in.getStatusAt(instanceapi.PathStatus + "?" + instanceapi.QueryFresh + "=true")
+	if err != nil {
+		in.t.Fatalf("GET /status?fresh: %v", err)
+	}
+	return s
+}
+
+// lsnAtLeast: lsn parses and is at least want.
+func lsnAtLeast(lsn string, want uint64) bool {
+	got, ok := postgres.ParseLSN(lsn)
+	return ok && got >= want
+}
+
 func (in *instance) getStatus() (instanceapi.Status, error) {
+	return in.getStatusAt(instanceapi.PathStatus)
+}
+
+func (in *instance) getStatusAt(path string) (instanceapi.Status, error) {
 	var s instanceapi.Status
-	resp, err := in.client().Get(in.url(instanceapi.PathStatus))
+	resp, err := in.client().Get(in.url(path))
 	if err != nil {
 		return s, err
 	}

@@ -29,9 +29,10 @@ type Lease interface {
 	// replication in force (instanceapi.AnnotationSync). It fails with
 	// ErrLeaseLost when the lease names another instance.
 	Renew(ctx context.Context, pod, lsn, sync string) error
-	// Release lets the lease expire now if pod holds it (a clean shutdown),
-	// so failover need not wait for it to run out.
-	Release(ctx context.Context, pod string) error
+	// Release lets the lease expire now if pod holds it, so failover need
+	// not wait for it to run out. lsn is a clean shutdown's checkpoint,
+	// recorded as the holder's last WAL; "" after one that was not clean.
+	Release(ctx context.Context, pod, lsn string) error
 	// HandOver names to the holder, renewed now, if from holds the lease:
 	// a switchover (asked at request), after from shut down cleanly at lsn.
 	HandOver(ctx context.Context, from, to, lsn, request string) error
@@ -46,6 +47,8 @@ type LeaseView struct {
 	HandoverLSN string
 	// Renewed is the last renewal, on the renewer's clock (zero: released).
 	Renewed time.Time
+	// Duration is the term a renewal gives (zero: none recorded).
+	Duration time.Duration
 }
 
 // ServedRecord is a Lease that tells whether a primary ever served under
@@ -147,6 +150,9 @@ func (k *KubeLease) View(ctx context.Context) (LeaseView, error) {
 	if l.Spec.RenewTime != nil {
 		v.Renewed = l.Spec.RenewTime.Time
 	}
+	if l.Spec.LeaseDurationSeconds != nil {
+		v.Duration = time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second
+	}
 	return v, nil
 }
 
@@ -190,8 +196,9 @@ func (k *KubeLease) Renew(ctx context.Context, pod, lsn, sync string) error {
 	return nil
 }
 
-// Release implements Lease: the holder stays, the renewal goes.
-func (k *KubeLease) Release(ctx context.Context, pod string) error {
+// Release implements Lease: the holder stays, the renewal goes, and a
+// clean shutdown's checkpoint is recorded as the holder's last WAL.
+func (k *KubeLease) Release(ctx context.Context, pod, lsn string) error {
 	l, err := k.get(ctx)
 	if err != nil {
 		return err
@@ -200,6 +207,12 @@ func (k *KubeLease) Release(ctx context.Context, pod string) error {
 		return nil
 	}
 	l.Spec.RenewTime = nil
+	if lsn != "" {
+		if l.Annotations == nil {
+			l.Annotations = map[string]string{}
+		}
+		l.Annotations[instanceapi.AnnotationLeaseLSN] = lsn
+	}
 	if _, err := k.Client.Update(ctx, l, metav1.UpdateOptions{}); err != nil {
 		return fmt.Errorf("failed to release Lease %s: %w", k.Name, err)
 	}

@@ -894,6 +894,11 @@ func (m *Manager) reloadConfig(ctx context.Context, conn *pgx.Conn) {
 	time.Sleep(200 * time.Millisecond)
 }
 
+// walPositions selects Status.LSN (replayed on a replica, written on a
+// primary) and Status.ReceivedLSN, "" for none.
+const walPositions = `COALESCE(CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() ELSE pg_current_wal_lsn() END::text, ''),
+		COALESCE(pg_last_wal_receive_lsn()::text, '')`
+
 // observe refreshes the status from the running server.
 func (m *Manager) observe(ctx context.Context, conn *pgx.Conn, hash string) {
 	qctx, cancel := context.WithTimeout(ctx, 3*time.Second)
@@ -901,9 +906,7 @@ func (m *Manager) observe(ctx context.Context, conn *pgx.Conn, hash string) {
 	var version, lsn, received string
 	var inRecovery bool
 	var timeline, receiver int
-	err := conn.QueryRow(qctx, `SELECT current_setting('server_version'), pg_is_in_recovery(),
-		COALESCE(CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() ELSE pg_current_wal_lsn() END::text, ''),
-		COALESCE(pg_last_wal_receive_lsn()::text, ''),
+	err := conn.QueryRow(qctx, `SELECT current_setting('server_version'), pg_is_in_recovery(), `+walPositions+`,
 		COALESCE((SELECT pid FROM pg_stat_wal_receiver WHERE status = 'streaming'), 0),
 		CASE WHEN pg_is_in_recovery() THEN COALESCE(GREATEST((SELECT received_tli FROM pg_stat_wal_receiver),
 			(SELECT timeline_id FROM pg_control_checkpoint()), (SELECT min_recovery_end_timeline FROM pg_control_recovery())), 0)

@@ -285,13 +285,17 @@ func (m *Manager) releaseLease() bool {
 	if m.lease == nil || m.role() != instanceapi.RolePrimary {
 		return false
 	}
+	// A clean shutdown's checkpoint is the last WAL this primary wrote:
+	// failover measures the replicas against it. After one that was not
+	// clean there is none to give.
+	lsn, _ := m.shutdownCheckpoint()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	if err := m.lease.Release(ctx, m.cfg.Pod); err != nil {
+	if err := m.lease.Release(ctx, m.cfg.Pod, lsn); err != nil {
 		m.log.Error(err, "Failed to release the primary lease; a replica takes over once it expires")
 		return false
 	}
-	m.log.Info("Released the primary lease")
+	m.log.Info("Released the primary lease", "lsn", lsn)
 	return true
 }
 
@@ -327,6 +331,21 @@ const promotionWait = 5 * time.Second
 // promoteTimeout bounds a promotion, its wait for a handover's WAL included.
 const promoteTimeout = 30 * time.Second
 
+// reread is how old promote's lease read may be and still count, when it
+// waited for no WAL: far below any lease's term.
+const reread = 500 * time.Millisecond
+
+// stillNamed: a lease read at read that named this instance still does at
+// now, with no need to read it again. Only an expired lease is moved, so
+// one read under reread ago, renewed and well within its term, has not
+// been. A promotion that waited for WAL (seconds, perhaps) reads it again
+// whatever this says; a failover's waits for nothing and saves the read,
+// 0.1 to 0.25 s on a loaded node.
+func stillNamed(v LeaseView, read, now time.Time) bool {
+	return !v.Renewed.IsZero() && v.Duration > 0 && now.Sub(read) <= reread &&
+		now.Before(v.Renewed.Add(min(v.Duration, instanceapi.LeaseDuration)-instanceapi.LeaseFenceMargin))
+}
+
 // promote promotes this replica, which the lease must name, once it has
 // received waitLSN and the WAL the lease's handover names (a switchover's;
 // none after a failover), and answers with an HTTP status. A primary the
@@ -361,6 +380,7 @@ func (m *Manager) promote(ctx context.Context, waitLSN, how string) (int, error)
 	if !named {
 		return http.StatusConflict, errors.New("the primary lease does not name this instance")
 	}
+	read := time.Now()
 	conn, err := pgx.Connect(ctx, m.localDSN("postgres"))
 	if err != nil {
 		return http.StatusServiceUnavailable, errors.New("postgres does not answer")
@@ -376,18 +396,21 @@ func (m *Manager) promote(ctx context.Context, waitLSN, how string) (int, error)
 	scancel()
 	// The lease's own handover counts, not only the caller's: a caller's
 	// (or a watch's) may be an older handover's.
+	waited := false
 	for _, lsn := range []string{waitLSN, v.HandoverLSN} {
 		if lsn != "" {
+			waited = true
 			if err := waitReceived(ctx, conn, lsn); err != nil {
 				return http.StatusConflict, err
 			}
 		}
 	}
-	// Once more just before the promotion: the waits above take seconds,
-	// and the lease may have moved on, or run out, meanwhile.
+	// Once more just before the promotion, unless the first read still counts.
 	checked := time.Now()
-	if v, named = view(); !named {
-		return http.StatusConflict, errors.New("the primary lease moved to another instance while this one waited to promote")
+	if waited || !stillNamed(v, read, checked) {
+		if v, named = view(); !named {
+			return http.StatusConflict, errors.New("the primary lease moved to another instance while this one waited to promote")
+		}
 	}
 	renewed := checked
 	if !v.Renewed.IsZero() && v.Renewed.Before(checked) {

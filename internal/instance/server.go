@@ -32,7 +32,16 @@ func (m *Manager) Handler() http.Handler {
 	// certificate (with TLS), and every call that changes the instance its
 	// token too.
 	mux.HandleFunc("GET "+instanceapi.PathStatus, m.withClientCertificate(func(w http.ResponseWriter, r *http.Request) {
+		var now positions
+		if r.URL.Query().Get(instanceapi.QueryFresh) == "true" {
+			now = m.readPositions(r.Context())
+		}
 		s := m.Status()
+		// Only for the server read: a promotion or a stop meanwhile
+		// changes what the positions mean.
+		if now.read && s.Phase == instanceapi.PhaseRunning && s.InRecovery == now.inRecovery {
+			s.LSN, s.ReceivedLSN, s.PositionsReadNow = now.lsn, now.received, true
+		}
 		s.Ready = m.ready(r.Context(), s)
 		writeJSON(w, http.StatusOK, s)
 	}))
@@ -132,4 +141,36 @@ func (m *Manager) handleCheckpoint(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, m.Status())
+}
+
+// freshWait bounds readPositions: past it the answer keeps the last
+// observation's positions.
+const freshWait = 500 * time.Millisecond
+
+// positions are a running server's WAL positions, as Status has them.
+type positions struct {
+	read          bool
+	inRecovery    bool
+	lsn, received string
+}
+
+// readPositions reads the running server's WAL positions now, on a
+// connection of its own, for an answer that must postdate a primary's stop
+// (see instanceapi.PathStatus). An instance that is not running, or a
+// server that does not answer in time, reads none.
+func (m *Manager) readPositions(ctx context.Context) positions {
+	var p positions
+	if m.Status().Phase != instanceapi.PhaseRunning {
+		return p
+	}
+	ctx, cancel := context.WithTimeout(ctx, freshWait)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, m.localDSN("postgres"))
+	if err != nil {
+		return p
+	}
+	defer func() { _ = conn.Close(context.Background()) }()
+	err = conn.QueryRow(ctx, "SELECT pg_is_in_recovery(), "+walPositions).Scan(&p.inRecovery, &p.lsn, &p.received)
+	p.read = err == nil
+	return p
 }

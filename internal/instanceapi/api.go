@@ -19,8 +19,14 @@ const (
 	// PathReadyz answers 200 when PostgreSQL accepts connections and the
 	// instance finished bootstrapping (readiness: Services and rollouts gate on it).
 	PathReadyz = "/readyz"
-	// PathStatus answers a Status document.
+	// PathStatus answers a Status document. With ?fresh=true (QueryFresh)
+	// a running instance reads its WAL positions from postgres for the
+	// answer, instead of giving the last observation's (up to a second
+	// old): failover weighs replicas the moment a primary released its
+	// lease. Managers from before it answer as without.
 	PathStatus = "/status"
+	// QueryFresh asks PathStatus for positions read now.
+	QueryFresh = "fresh"
 	// PathPromote (POST, authenticated) turns a replica into the primary.
 	// The instance refuses unless the primary lease names it. The body, a
 	// PromoteRequest, is optional.
@@ -132,6 +138,9 @@ type Status struct {
 	// primary's higher values instead of its file's, until it replays the
 	// primary's change and restarts by itself (the manager's floors).
 	RaisedSettings []string `json:"raisedSettings,omitempty"`
+	// PositionsReadNow: LSN and ReceivedLSN were read from postgres for
+	// this answer (QueryFresh), not taken from the last observation.
+	PositionsReadNow bool `json:"positionsReadNow,omitempty"`
 	// Standbys, on a running primary, names the replicas that stream from
 	// this run of its server (pg_stat_replication), by pod.
 	Standbys []string `json:"standbys,omitempty"`

@@ -140,7 +140,17 @@ func newTransport(t Target) *http.Transport {
 
 // Status asks the instance manager at t for its status.
 func (c *Client) Status(ctx context.Context, t Target) (Status, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, t.url(PathStatus), nil)
+	return c.status(ctx, t, PathStatus)
+}
+
+// FreshStatus asks the instance manager at t for its status with its WAL
+// positions read now (QueryFresh).
+func (c *Client) FreshStatus(ctx context.Context, t Target) (Status, error) {
+	return c.status(ctx, t, PathStatus+"?"+QueryFresh+"=true")
+}
+
+func (c *Client) status(ctx context.Context, t Target, path string) (Status, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, t.url(path), nil)
 	if err != nil {
 		return Status{}, err
 	}

@@ -132,7 +132,8 @@ const (
 	// the lease like a dead pod.
 	HeartbeatDeadline = 1500 * time.Millisecond
 	// AnnotationLeaseLSN on the Lease is the holder's WAL position at its
-	// last renewal; failover measures a candidate's lag against it.
+	// last renewal, or its shutdown checkpoint when it released the lease
+	// after a clean shutdown; failover measures a candidate's lag against it.
 	AnnotationLeaseLSN = "daytwo.dev/lsn"
 	// AnnotationHandoverLSN on the Lease, written by a switchover's
 	// handover and dropped by the new holder's first renewal, is the old

@@ -209,12 +209,9 @@ func (r *Reconciler) observe(ctx context.Context, db *v1alpha1.Database, obs *ob
 	if err == nil {
 		obs.sts = sts
 	}
-	pods := &corev1.PodList{}
-	if err := r.Client.List(ctx, pods, client.InNamespace(db.Namespace), client.MatchingLabels(selectorLabels(db))); err != nil {
-		return fmt.Errorf("failed to list pods: %w", err)
+	if obs.pods, err = r.listPods(ctx, db); err != nil {
+		return err
 	}
-	obs.pods = pods.Items
-	slices.SortFunc(obs.pods, func(a, b corev1.Pod) int { return ordinal(a.Name) - ordinal(b.Name) })
 	if err := r.readUpgradeObjects(ctx, db, obs); err != nil {
 		return err
 	}
@@ -228,8 +225,18 @@ func (r *Reconciler) observe(ctx context.Context, db *v1alpha1.Database, obs *ob
 			expired = st.holder
 		}
 	}
-	obs.instanceStatuses, obs.instances = r.askInstances(ctx, db, obs.pods, expired)
+	obs.instanceStatuses, obs.instances = r.askInstances(ctx, db, obs.pods, expired, false)
 	return nil
+}
+
+// listPods lists db's pods from the cache, by ordinal.
+func (r *Reconciler) listPods(ctx context.Context, db *v1alpha1.Database) ([]corev1.Pod, error) {
+	pods := &corev1.PodList{}
+	if err := r.Client.List(ctx, pods, client.InNamespace(db.Namespace), client.MatchingLabels(selectorLabels(db))); err != nil {
+		return nil, fmt.Errorf("failed to list pods: %w", err)
+	}
+	slices.SortFunc(pods.Items, func(a, b corev1.Pod) int { return ordinal(a.Name) - ordinal(b.Name) })
+	return pods.Items, nil
 }
 
 // restoring says whether pod's restore init container runs: its instance
@@ -244,9 +251,14 @@ func restoring(pod *corev1.Pod) bool {
 }
 
 // askInstances gets the status of every ready instance but skip from its
-// instance manager, in parallel. An instance that does not answer is
-// listed with the error; it never fails the reconcile.
-func (r *Reconciler) askInstances(ctx context.Context, db *v1alpha1.Database, pods []corev1.Pod, skip string) ([]v1alpha1.InstanceStatus, map[string]instanceapi.Status) {
+// instance manager, in parallel, with positions read for the answer when
+// fresh. An instance that does not answer is listed with the error; it
+// never fails the reconcile.
+func (r *Reconciler) askInstances(ctx context.Context, db *v1alpha1.Database, pods []corev1.Pod, skip string, fresh bool) ([]v1alpha1.InstanceStatus, map[string]instanceapi.Status) {
+	ask := r.Instances.Status
+	if fresh {
+		ask = r.Instances.FreshStatus
+	}
 	out := make([]v1alpha1.InstanceStatus, len(pods))
 	answers := make([]*instanceapi.Status, len(pods))
 	var wg sync.WaitGroup
@@ -268,7 +280,7 @@ func (r *Reconciler) askInstances(ctx context.Context, db *v1alpha1.Database, po
 			continue
 		}
 		wg.Go(func() {
-			s, err := r.Instances.Status(ctx, t)
+			s, err := ask(ctx, t)
 			if err != nil {
 				out[i].Error = "the instance manager did not answer"
 				return

@@ -126,7 +126,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (_ re
 // Database as the API server has it, which the status write at the end
 // patches.
 func (r *Reconciler) reconcileNormal(ctx context.Context, db, written *v1alpha1.Database) (reconcile.Result, error) {
-	obs := &observation{plan: newPlan(db), written: written, now: r.Clock.Now()}
+	obs := &observation{plan: newPlan(db), written: written, now: r.Clock.Now(), started: time.Now()}
 	defer func() { setStatus(db, obs) }()
 
 	if obs.invalid = validate(db, obs.plan); obs.invalid != "" {

@@ -1,7 +1,25 @@
 package database
 
+import (
+	"context"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+
+	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
+)
+
 // Exported for the envtest suite, which runs as package database_test.
 var (
 	LabelRoles = (*Reconciler).labelRoles
 	LabelRole  = labelRole
 )
+
+// AwaitRelease runs failover's wait for holder's release, among pods, and
+// returns the time waited and the lease it ended with.
+func AwaitRelease(r *Reconciler, ctx context.Context, db *v1alpha1.Database, lease *coordinationv1.Lease, pods []corev1.Pod, holder string) (time.Duration, *coordinationv1.Lease) {
+	obs := &observation{lease: lease, pods: pods}
+	waited := r.awaitRelease(ctx, db, obs, holder)
+	return waited, obs.lease
+}

@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -89,6 +90,12 @@ func (r *Reconciler) failover(ctx context.Context, db *v1alpha1.Database, obs *o
 		}
 		st = leaseStateOf(obs.lease)
 	}
+	waited := time.Duration(0)
+	if !st.expired(now) && !holderIsReplica(obs, st.holder) {
+		if waited = r.awaitRelease(ctx, db, obs, st.holder); waited > 0 {
+			st, now = leaseStateOf(obs.lease), r.Clock.Now()
+		}
+	}
 	if !st.expired(now) {
 		if holderIsReplica(obs, st.holder) {
 			// A switchover's handover names the WAL the holder must have first.
@@ -112,7 +119,9 @@ func (r *Reconciler) failover(ctx context.Context, db *v1alpha1.Database, obs *o
 	}
 	l := obs.lease.DeepCopy()
 	t := metav1.NewMicroTime(now)
+	// The term too: a lease made anew records none until its holder renews.
 	l.Spec.HolderIdentity, l.Spec.RenewTime, l.Spec.AcquireTime = ptr.To(d.promote), &t, &t
+	l.Spec.LeaseDurationSeconds = ptr.To(int32(instanceapi.LeaseDuration / time.Second))
 	l.Spec.LeaseTransitions = ptr.To(ptr.Deref(l.Spec.LeaseTransitions, 0) + 1)
 	// A failover accepts what the chosen replica lacks (lagBytes): an
 	// earlier handover's LSN must not block its promotion.
@@ -122,6 +131,8 @@ func (r *Reconciler) failover(ctx context.Context, db *v1alpha1.Database, obs *o
 		return reconcile.Result{}, fmt.Errorf("failed to move Lease %s to %s: %w", l.Name, d.promote, err)
 	}
 	obs.lease, obs.primary = l, d.promote
+	logf.FromContext(ctx).Info("Moved the primary lease", "from", st.holder, "to", d.promote, "reason", reason,
+		"sinceReconcileStart", time.Since(obs.started).Round(time.Millisecond).String(), "waitedForRelease", waited.Round(time.Millisecond).String())
 	fenced := now
 	if !st.expires.IsZero() {
 		fenced = st.expires.Add(-instanceapi.LeaseFenceMargin)
@@ -159,6 +170,109 @@ func (r *Reconciler) failover(ctx context.Context, db *v1alpha1.Database, obs *o
 	}
 	r.recordPromoted(ctx, db, d.promote, a.at)
 	return reconcile.Result{}, err
+}
+
+// releaseWait bounds how long after a primary's pod was deleted failover
+// waits, within a reconcile, for its lease's release. The instance manager
+// releases it once postgres stops (a fast shutdown: well under a second
+// here). Waiting for it in the reconcile that sees the pod being deleted
+// (usually the one the deletion started), rather than for the release's
+// own event and a reconcile of its own, takes the work queue and the
+// reconcile's other steps out of the failover's way.
+const releaseWait = 3 * time.Second
+
+// releasePoll is how often that wait reads the cached lease.
+const releasePoll = 10 * time.Millisecond
+
+// settleWait bounds how long failover then asks the replicas again for
+// positions read after the primary stopped. Instances from before
+// instanceapi.QueryFresh answer with their last observation, which is at
+// most a second old (the instance's observation period): past settleWait
+// it postdates the stop.
+const settleWait = 1500 * time.Millisecond
+
+// awaitRelease waits, when holder's pod is being deleted, until the lease
+// no longer names holder within its term (released, expired or moved), and
+// says how long it waited; zero means it did not, and obs is as it was.
+// When it did, obs holds the lease read; after a release or an expiry also
+// the pods listed again and the instances' statuses asked again until
+// positionsSettled: what the replicas said before the primary stopped is
+// not what failover weighs.
+func (r *Reconciler) awaitRelease(ctx context.Context, db *v1alpha1.Database, obs *observation, holder string) time.Duration {
+	p := podNamed(obs, holder)
+	if p == nil || p.DeletionTimestamp.IsZero() || len(obs.pods) < 2 {
+		return 0 // not being deleted, or no one to fail over to
+	}
+	// Real time, not r.Clock: this bounds a wait, not a lease. The bound
+	// runs from the deletion, so the reconciles that follow it wait
+	// releaseWait in all, not each (a frozen primary never releases).
+	start := time.Now()
+	asked := p.DeletionTimestamp.Time
+	if g := p.DeletionGracePeriodSeconds; g != nil {
+		asked = asked.Add(-time.Duration(*g) * time.Second) // the deletion timestamp is the end of the grace period
+	}
+	deadline := start.Add(releaseWait)
+	if d := asked.Add(releaseWait); d.Before(deadline) {
+		deadline = d
+	}
+	key := client.ObjectKeyFromObject(obs.lease)
+	tick := time.NewTicker(releasePoll)
+	defer tick.Stop()
+	for {
+		if !time.Now().Before(deadline) {
+			return 0
+		}
+		select {
+		case <-ctx.Done():
+			return 0
+		case <-tick.C:
+		}
+		l := &coordinationv1.Lease{}
+		if err := r.Client.Get(ctx, key, l); err != nil || l.UID != obs.lease.UID {
+			return 0 // gone or made anew: the next reconcile sees to it
+		}
+		st := leaseStateOf(l)
+		if st.holder == holder && !st.expired(r.Clock.Now()) {
+			continue
+		}
+		obs.lease, obs.primary = l, st.holder
+		if st.holder != holder {
+			return time.Since(start) // handed over: nothing to weigh
+		}
+		break
+	}
+	released := time.Now()
+	pods, err := r.listPods(ctx, db)
+	if err != nil {
+		return time.Since(start) // failover weighs what it asked before
+	}
+	obs.pods = pods
+	for {
+		obs.instanceStatuses, obs.instances = r.askInstances(ctx, db, obs.pods, "", true)
+		if positionsSettled(obs.instances, time.Since(released)) || ctx.Err() != nil {
+			return time.Since(start)
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// positionsSettled: the replicas' answers postdate the primary's stop, so
+// failover may weigh them. Every replica that reported WAL positions read
+// them for the answer (instanceapi.QueryFresh), or since, settleWait
+// passed, past any instance's observation period.
+func positionsSettled(answers map[string]instanceapi.Status, since time.Duration) bool {
+	if since >= settleWait {
+		return true
+	}
+	for _, s := range answers {
+		if s.Role == instanceapi.RoleReplica && (s.LSN != "" || s.ReceivedLSN != "") && !s.PositionsReadNow {
+			return false
+		}
+	}
+	return true
 }
 
 // HandoverPatience is how long a switchover's target keeps a lease it has

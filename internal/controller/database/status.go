@@ -24,6 +24,8 @@ type observation struct {
 	plan    plan
 	invalid string
 	now     time.Time
+	// started is when the reconcile began, on the real clock (for the log).
+	started time.Time
 
 	sts           *appsv1.StatefulSet
 	pods          []corev1.Pod

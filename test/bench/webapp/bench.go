@@ -441,22 +441,39 @@ func (b *bench) watchConvergence(ctx context.Context, ns string, n int) (wait fu
 		ok, gone   bool
 	}
 	ch := make(chan seen, 1024)
+	// A watch the API server ends (its timeout, or a client it finds too
+	// slow, as at N=10,000) is started again. A watch from no resource
+	// version begins with every object as added, which restates what the
+	// state below already holds; an object deleted in the gap does not
+	// happen here, where nothing is deleted while the watches run.
 	follow := func(list client.ObjectList, kind string, ok func(runtime.Object) bool) error {
 		w, err := b.c.Watch(ctx, list, client.InNamespace(ns))
 		if err != nil {
 			return err
 		}
 		go func() {
-			defer w.Stop()
-			for ev := range w.ResultChan() {
-				o, isObj := ev.Object.(client.Object)
-				if !isObj {
-					continue
+			for {
+				for ev := range w.ResultChan() {
+					o, isObj := ev.Object.(client.Object)
+					if !isObj {
+						continue
+					}
+					select {
+					case ch <- seen{kind, o.GetName(), ok(ev.Object), ev.Type == watch.Deleted}:
+					case <-ctx.Done():
+						w.Stop()
+						return
+					}
 				}
-				select {
-				case ch <- seen{kind, o.GetName(), ok(ev.Object), ev.Type == watch.Deleted}:
-				case <-ctx.Done():
-					return
+				w.Stop()
+				for {
+					if ctx.Err() != nil {
+						return
+					}
+					if w, err = b.c.Watch(ctx, list, client.InNamespace(ns)); err == nil {
+						break
+					}
+					time.Sleep(time.Second)
 				}
 			}
 		}()
