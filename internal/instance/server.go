@@ -154,15 +154,12 @@ type positions struct {
 	lsn, received string
 }
 
-// readPositions reads the running server's WAL positions now, on a
-// connection of its own, for an answer that must postdate a primary's stop
-// (see instanceapi.PathStatus). An instance that is not running, or a
-// server that does not answer in time, reads none.
+// readPositions reads the server's WAL positions now, on a connection of
+// its own, for an answer that must postdate a primary's stop (see
+// instanceapi.PathStatus). A server that does not answer in time (or does
+// not run) reads none; the handler keeps them only for a running instance.
 func (m *Manager) readPositions(ctx context.Context) positions {
 	var p positions
-	if m.Status().Phase != instanceapi.PhaseRunning {
-		return p
-	}
 	ctx, cancel := context.WithTimeout(ctx, freshWait)
 	defer cancel()
 	conn, err := pgx.Connect(ctx, m.localDSN("postgres"))

@@ -191,70 +191,93 @@ const releasePoll = 10 * time.Millisecond
 // it postdates the stop.
 const settleWait = 1500 * time.Millisecond
 
+// settlePoll is how often failover asks the replicas again while their
+// positions have not settled.
+const settlePoll = 100 * time.Millisecond
+
 // awaitRelease waits, when holder's pod is being deleted, until the lease
 // no longer names holder within its term (released, expired or moved), and
 // says how long it waited; zero means it did not, and obs is as it was.
 // When it did, obs holds the lease read; after a release or an expiry also
-// the pods listed again and the instances' statuses asked again until
-// positionsSettled: what the replicas said before the primary stopped is
-// not what failover weighs.
+// the pods listed again and the instances' statuses asked again
+// (askAfterStop): what the replicas said before the primary stopped is not
+// what failover weighs.
 func (r *Reconciler) awaitRelease(ctx context.Context, db *v1alpha1.Database, obs *observation, holder string) time.Duration {
 	p := podNamed(obs, holder)
 	if p == nil || p.DeletionTimestamp.IsZero() || len(obs.pods) < 2 {
 		return 0 // not being deleted, or no one to fail over to
 	}
-	// Real time, not r.Clock: this bounds a wait, not a lease. The bound
-	// runs from the deletion, so the reconciles that follow it wait
-	// releaseWait in all, not each (a frozen primary never releases).
+	// Real time, not r.Clock: this bounds a wait, not a lease.
 	start := time.Now()
+	l := r.pollRelease(ctx, obs.lease, holder, releaseDeadline(p, start))
+	if l == nil {
+		return 0
+	}
+	obs.lease, obs.primary = l, leaseStateOf(l).holder
+	if obs.primary == holder {
+		r.askAfterStop(ctx, db, obs)
+	} // else handed over: nothing to weigh
+	return max(time.Since(start), time.Nanosecond)
+}
+
+// releaseDeadline is when awaitRelease gives up on p's release: releaseWait
+// from its deletion, so the reconciles that follow it wait releaseWait in
+// all, not each (a frozen primary never releases), and never past
+// releaseWait from now.
+func releaseDeadline(p *corev1.Pod, now time.Time) time.Time {
 	asked := p.DeletionTimestamp.Time
 	if g := p.DeletionGracePeriodSeconds; g != nil {
 		asked = asked.Add(-time.Duration(*g) * time.Second) // the deletion timestamp is the end of the grace period
 	}
-	deadline := start.Add(releaseWait)
-	if d := asked.Add(releaseWait); d.Before(deadline) {
-		deadline = d
+	if d := asked.Add(releaseWait); d.Before(now.Add(releaseWait)) {
+		return d
 	}
-	key := client.ObjectKeyFromObject(obs.lease)
+	return now.Add(releaseWait)
+}
+
+// pollRelease reads the cached lease every releasePoll until it no longer
+// names holder within its term, and returns it; nil once deadline passed,
+// ctx ended, or the lease is gone or made anew (the next reconcile sees to
+// those).
+func (r *Reconciler) pollRelease(ctx context.Context, lease *coordinationv1.Lease, holder string, deadline time.Time) *coordinationv1.Lease {
 	tick := time.NewTicker(releasePoll)
 	defer tick.Stop()
-	for {
-		if !time.Now().Before(deadline) {
-			return 0
-		}
+	for time.Now().Before(deadline) {
 		select {
 		case <-ctx.Done():
-			return 0
+			return nil
 		case <-tick.C:
 		}
 		l := &coordinationv1.Lease{}
-		if err := r.Client.Get(ctx, key, l); err != nil || l.UID != obs.lease.UID {
-			return 0 // gone or made anew: the next reconcile sees to it
+		if err := r.Client.Get(ctx, client.ObjectKeyFromObject(lease), l); err != nil || l.UID != lease.UID {
+			return nil
 		}
-		st := leaseStateOf(l)
-		if st.holder == holder && !st.expired(r.Clock.Now()) {
-			continue
+		if st := leaseStateOf(l); st.holder != holder || st.expired(r.Clock.Now()) {
+			return l
 		}
-		obs.lease, obs.primary = l, st.holder
-		if st.holder != holder {
-			return time.Since(start) // handed over: nothing to weigh
-		}
-		break
 	}
-	released := time.Now()
+	return nil
+}
+
+// askAfterStop lists the pods again and asks the instances, with positions
+// read for the answer, until positionsSettled. If the pods cannot be
+// listed, failover weighs what it asked before.
+func (r *Reconciler) askAfterStop(ctx context.Context, db *v1alpha1.Database, obs *observation) {
+	stopped := time.Now()
 	pods, err := r.listPods(ctx, db)
 	if err != nil {
-		return time.Since(start) // failover weighs what it asked before
+		return
 	}
 	obs.pods = pods
 	for {
 		obs.instanceStatuses, obs.instances = r.askInstances(ctx, db, obs.pods, "", true)
-		if positionsSettled(obs.instances, time.Since(released)) || ctx.Err() != nil {
-			return time.Since(start)
+		if positionsSettled(obs.instances, time.Since(stopped)) {
+			return
 		}
 		select {
 		case <-ctx.Done():
-		case <-time.After(100 * time.Millisecond):
+			return
+		case <-time.After(settlePoll):
 		}
 	}
 }
