@@ -705,6 +705,78 @@ func promoteAfter(t *testing.T, in *instance, waitLSN string) int {
 	return post(t, in, instanceapi.PathPromote, apiToken, instanceapi.PromoteRequest{WaitLSN: waitLSN}, nil)
 }
 
+// A promotion that waited for WAL reads the lease again before it promotes:
+// the lease may have moved on meanwhile (another failover decided while
+// this replica caught up), and then this replica stays one. The primary
+// holds a lease of its own here, so moving the replica's does not fence
+// it: the WAL the replica waits for still streams once the link heals.
+func TestPromotionRereadsTheLeaseAfterWaitingForWAL(t *testing.T) {
+	ctx := context.Background()
+	lt := newLeaseTest(t, "orders-0")
+	own := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: lt.key.Namespace, Name: "orders-source"},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("orders-0")}}
+	if err := lt.env.Client.Create(ctx, own); err != nil {
+		t.Fatal(err)
+	}
+	prim, repl, link := lt.linkedPairWith(nil, func(prim, _ *instance) { prim.extraFlags[1] = own.Name })
+
+	link.partition()
+	prim.exec(ctx, "INSERT INTO items SELECT g, 'cut off' FROM generate_series(101, 200) g")
+	target := prim.query(ctx, "SELECT pg_current_wal_insert_lsn()::text")
+	// Named, with a handover the replica cannot hold yet: the lease's own
+	// naming and the operator's call both wait for target.
+	l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: lt.key.Namespace, Name: lt.key.Name}}
+	lt.env.Update(t, l, func() {
+		l.Spec.HolderIdentity, l.Spec.RenewTime = ptr.To("orders-1"), ptr.To(metav1.NewMicroTime(time.Now()))
+		l.Spec.LeaseDurationSeconds = ptr.To(int32(instanceapi.LeaseDuration / time.Second))
+		if l.Annotations == nil {
+			l.Annotations = map[string]string{}
+		}
+		l.Annotations[instanceapi.AnnotationHandoverLSN] = target
+	})
+	type answer struct {
+		code int
+		err  instanceapi.Error
+	}
+	called := make(chan answer, 1)
+	go func() {
+		var a answer
+		a.code = post(t, repl, instanceapi.PathPromote, apiToken, instanceapi.PromoteRequest{WaitLSN: target}, &a.err)
+		called <- a
+	}()
+	time.Sleep(2 * time.Second) // both are waiting for target by now
+	select {
+	case a := <-called:
+		t.Fatalf("promote answered %d (%s) before the replica could hold %s", a.code, a.err.Message, target)
+	default:
+	}
+	lt.transfer("orders-2")
+	link.heal()
+
+	eventually(t, 30*time.Second, func() bool {
+		return repl.query(ctx, "SELECT (pg_last_wal_receive_lsn() >= '"+target+"'::pg_lsn)::text") == "true"
+	}, "the replica to receive the WAL it waited for")
+	select {
+	case a := <-called:
+		if a.code != http.StatusConflict {
+			t.Fatalf("promote after the lease moved away = %d (%s), want 409", a.code, a.err.Message)
+		}
+		t.Logf("the operator's call: %d %s", a.code, a.err.Message)
+	case <-time.After(15 * time.Second):
+		t.Fatal("promote did not answer once the replica held the WAL it waited for")
+	}
+	// Neither the call nor the lease's naming promoted it, then or later.
+	for range 3 {
+		if got := repl.query(ctx, "SELECT pg_is_in_recovery()::text"); got != "true" {
+			t.Fatalf("the replica promoted after the lease moved to orders-2 (pg_is_in_recovery = %s)", got)
+		}
+		if s := repl.status(); s.Role != instanceapi.RoleReplica {
+			t.Fatalf("the replica reports role %s after the lease moved to orders-2", s.Role)
+		}
+		time.Sleep(time.Second)
+	}
+}
+
 // A switchover on real PostgreSQL and a real API server, under a writer
 // that records every acknowledged write it sent to the old primary's port:
 // the primary shuts down cleanly and hands the lease over with its shutdown
