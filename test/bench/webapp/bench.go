@@ -92,13 +92,15 @@ func (b *bench) serverWrites(ctx context.Context) (map[string]float64, error) {
 		for _, p := range m.GetLabel() {
 			l[p.GetName()] = p.GetValue()
 		}
+		key := l["verb"] + " " + l["resource"]
+		if l["subresource"] != "" {
+			key += "/" + l["subresource"]
+		}
 		switch l["verb"] {
 		case "POST", "PUT", "PATCH", "APPLY", "DELETE", "CREATE", "UPDATE":
-			key := l["verb"] + " " + l["resource"]
-			if l["subresource"] != "" {
-				key += "/" + l["subresource"]
-			}
 			out[key] += m.GetCounter().GetValue()
+		case "GET", "LIST":
+			out[readPrefix+key] += m.GetCounter().GetValue()
 		}
 	}
 	return out, nil
@@ -110,6 +112,9 @@ const serverCPU = "cpu"
 // durationPrefix marks the API server's request seconds in serverWrites.
 const durationPrefix = "seconds "
 
+// readPrefix marks the API server's reads (GET, LIST) in serverWrites.
+const readPrefix = "read "
+
 // printWrites prints the API server's writes between two serverWrites
 // readings, per WebApp, most first.
 func printWrites(phase string, before, after map[string]float64, n int) {
@@ -120,7 +125,7 @@ func printWrites(phase string, before, after map[string]float64, n int) {
 	var rows []row
 	total := 0.0
 	for k, v := range after {
-		if d := v - before[k]; d > 0 && k != serverCPU && !strings.HasPrefix(k, durationPrefix) {
+		if d := v - before[k]; d > 0 && k != serverCPU && !strings.HasPrefix(k, durationPrefix) && !strings.HasPrefix(k, readPrefix) {
 			rows = append(rows, row{k, d})
 			total += d
 		}
@@ -140,6 +145,18 @@ func printWrites(phase string, before, after map[string]float64, n int) {
 		}
 	}
 	slices.SortFunc(slow, func(a, b row) int { return cmp.Compare(b.v, a.v) })
+	var reads []row
+	for k, v := range after {
+		if name, ok := strings.CutPrefix(k, readPrefix); ok && v-before[k] > 0 {
+			reads = append(reads, row{name, v - before[k]})
+		}
+	}
+	slices.SortFunc(reads, func(a, b row) int { return cmp.Compare(b.v, a.v) })
+	fmt.Printf("  reads per WebApp:")
+	for _, r := range reads[:min(6, len(reads))] {
+		fmt.Printf(" %s %.2f;", r.key, r.v/float64(n))
+	}
+	fmt.Println()
 	fmt.Printf("  request seconds by verb and resource:")
 	for _, r := range slow[:min(8, len(slow))] {
 		fmt.Printf(" %s %.1f;", r.key, r.v)
