@@ -175,6 +175,16 @@ func promote(t *testing.T, in *instance, token string) int {
 // none) and decodes the answer into out (nil: ignored).
 func post(t *testing.T, in *instance, path, token string, body, out any) int {
 	t.Helper()
+	code, err := tryPost(in, path, token, body, out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return code
+}
+
+// tryPost is post for a goroutine other than the test's: it returns the
+// error a test would fail on.
+func tryPost(in *instance, path, token string, body, out any) (int, error) {
 	var r io.Reader
 	if body != nil {
 		data, _ := json.Marshal(body)
@@ -186,13 +196,13 @@ func post(t *testing.T, in *instance, path, token string, body, out any) int {
 	}
 	resp, err := in.client().Do(req)
 	if err != nil {
-		t.Fatal(err)
+		return 0, err
 	}
 	defer func() { _ = resp.Body.Close() }()
 	if out != nil {
 		_ = json.NewDecoder(resp.Body).Decode(out)
 	}
-	return resp.StatusCode
+	return resp.StatusCode, nil
 }
 
 // The failover protocol on real PostgreSQL and a real API server: a
@@ -723,8 +733,10 @@ func TestPromotionRereadsTheLeaseAfterWaitingForWAL(t *testing.T) {
 	link.partition()
 	prim.exec(ctx, "INSERT INTO items SELECT g, 'cut off' FROM generate_series(101, 200) g")
 	target := prim.query(ctx, "SELECT pg_current_wal_insert_lsn()::text")
-	// Named, with a handover the replica cannot hold yet: the lease's own
-	// naming and the operator's call both wait for target.
+	// Named with a handover the replica cannot hold yet, and no new
+	// transition: the instance does not promote itself on the lease's word
+	// (that path takes the same promote), so the operator's call is the
+	// one that waits for target.
 	l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: lt.key.Namespace, Name: lt.key.Name}}
 	lt.env.Update(t, l, func() {
 		l.Spec.HolderIdentity, l.Spec.RenewTime = ptr.To("orders-1"), ptr.To(metav1.NewMicroTime(time.Now()))
@@ -736,36 +748,37 @@ func TestPromotionRereadsTheLeaseAfterWaitingForWAL(t *testing.T) {
 	})
 	type answer struct {
 		code int
-		err  instanceapi.Error
+		err  error
+		body instanceapi.Error
 	}
 	called := make(chan answer, 1)
 	go func() {
 		var a answer
-		a.code = post(t, repl, instanceapi.PathPromote, apiToken, instanceapi.PromoteRequest{WaitLSN: target}, &a.err)
+		a.code, a.err = tryPost(repl, instanceapi.PathPromote, apiToken, instanceapi.PromoteRequest{WaitLSN: target}, &a.body)
 		called <- a
 	}()
-	time.Sleep(2 * time.Second) // both are waiting for target by now
-	select {
-	case a := <-called:
-		t.Fatalf("promote answered %d (%s) before the replica could hold %s", a.code, a.err.Message, target)
-	default:
-	}
+	// The call is past its first lease read once it polls for target.
+	eventually(t, 10*time.Second, func() bool {
+		return repl.superuser("SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%pg_last_wal_receive_lsn() >= $1%' AND pid <> pg_backend_pid()") != "0"
+	}, "the promote call to wait for "+target)
 	lt.transfer("orders-2")
 	link.heal()
 
-	eventually(t, 30*time.Second, func() bool {
-		return repl.query(ctx, "SELECT (pg_last_wal_receive_lsn() >= '"+target+"'::pg_lsn)::text") == "true"
-	}, "the replica to receive the WAL it waited for")
 	select {
 	case a := <-called:
-		if a.code != http.StatusConflict {
-			t.Fatalf("promote after the lease moved away = %d (%s), want 409", a.code, a.err.Message)
+		if a.err != nil {
+			t.Fatal(a.err)
 		}
-		t.Logf("the operator's call: %d %s", a.code, a.err.Message)
-	case <-time.After(15 * time.Second):
-		t.Fatal("promote did not answer once the replica held the WAL it waited for")
+		if a.code != http.StatusConflict || !strings.Contains(a.body.Message, "moved to another instance while this one waited") {
+			t.Fatalf("promote after the lease moved away = %d (%s), want 409 for the lease moving while it waited", a.code, a.body.Message)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("promote did not answer once the link healed")
 	}
-	// Neither the call nor the lease's naming promoted it, then or later.
+	if got := repl.query(ctx, "SELECT (pg_last_wal_receive_lsn() >= '"+target+"'::pg_lsn)::text"); got != "true" {
+		t.Fatalf("promote answered before the replica held %s", target)
+	}
+	// Not promoted, then or later.
 	for range 3 {
 		if got := repl.query(ctx, "SELECT pg_is_in_recovery()::text"); got != "true" {
 			t.Fatalf("the replica promoted after the lease moved to orders-2 (pg_is_in_recovery = %s)", got)

@@ -409,6 +409,12 @@ func (m *Manager) promote(ctx context.Context, waitLSN, how string) (int, error)
 	checked := time.Now()
 	if waited || !stillNamed(v, read, checked) {
 		if v, named = view(); !named {
+			if v.Holder != "" {
+				// This promotion named itself the holder above, over a
+				// watch event for the new one, perhaps: follow the new
+				// one now (the event, if still to come, finds it done).
+				m.holderIs(ctx, v.Holder, false)
+			}
 			return http.StatusConflict, errors.New("the primary lease moved to another instance while this one waited to promote")
 		}
 	}

@@ -64,8 +64,10 @@ func newBench(cfg config) (*bench, error) {
 }
 
 // serverWrites counts the API server's mutating requests so far by
-// "verb resource" (every client's: the operator's, the bench's, the
-// controller manager's and kwok's).
+// "verb resource", its reads (GET, LIST) under readPrefix, its request
+// seconds under durationPrefix and its CPU seconds under serverCPU: every
+// client's, the operator's, the bench's, the controller manager's and
+// kwok's.
 func (b *bench) serverWrites(ctx context.Context) (map[string]float64, error) {
 	body, err := b.raw.Get().AbsPath("/metrics").DoRaw(ctx)
 	if err != nil {
