@@ -34,6 +34,10 @@ up() {
   if ! kwokctl get clusters 2>/dev/null | grep -qx "$NAME"; then
     log "creating cluster $NAME (kwok nodes, runtime binary)"
     start=$(date +%s%N)
+    # KWOK_APISERVER_ARGS: more kube-apiserver flags, name=value separated
+    # by spaces (contention-profiling=true, say, for a block profile).
+    extra=()
+    for a in ${KWOK_APISERVER_ARGS:-}; do extra+=(--extra-args "kube-apiserver=$a"); done
     kwokctl create cluster --name "$NAME" --runtime binary \
       --etcd-binary "$BIN/etcd" \
       --kube-apiserver-binary "$BIN/kube-apiserver" \
@@ -41,7 +45,7 @@ up() {
       --kube-scheduler-binary "$BIN/kube-scheduler" \
       --kwok-controller-binary "$BIN/kwok" \
       --kubeconfig "$KUBECONFIG_OUT" \
-      --extra-args kube-apiserver=service-cluster-ip-range=10.0.0.0/16 \
+      --extra-args kube-apiserver=service-cluster-ip-range=10.0.0.0/16 "${extra[@]}" \
       --disable-qps-limits \
       --wait 2m >/dev/null 2>>"$KLOG"
     log "control plane up in $(( ($(date +%s%N) - start) / 1000000 ))ms"
