@@ -728,6 +728,7 @@ func TestPromotionRereadsTheLeaseAfterWaitingForWAL(t *testing.T) {
 	if err := lt.env.Client.Create(ctx, own); err != nil {
 		t.Fatal(err)
 	}
+	// extraFlags[1] is the value of --lease (lt.instance).
 	prim, repl, link := lt.linkedPairWith(nil, func(prim, _ *instance) { prim.extraFlags[1] = own.Name })
 
 	link.partition()

@@ -27,7 +27,9 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
+	watchtools "k8s.io/client-go/tools/watch"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -460,39 +462,23 @@ func (b *bench) watchConvergence(ctx context.Context, ns string, n int) (wait fu
 		ok, gone   bool
 	}
 	ch := make(chan seen, 1024)
-	// A watch the API server ends (its timeout, or a client it finds too
-	// slow, as at N=10,000) is started again. A watch from no resource
-	// version begins with every object as added, which restates what the
-	// state below already holds; an object deleted in the gap does not
-	// happen here, where nothing is deleted while the watches run.
 	follow := func(list client.ObjectList, kind string, ok func(runtime.Object) bool) error {
-		w, err := b.c.Watch(ctx, list, client.InNamespace(ns))
+		w, err := b.watchFrom(ctx, list, ns)
 		if err != nil {
 			return err
 		}
 		go func() {
-			for {
-				for ev := range w.ResultChan() {
-					o, isObj := ev.Object.(client.Object)
-					if !isObj {
-						continue
-					}
-					select {
-					case ch <- seen{kind, o.GetName(), ok(ev.Object), ev.Type == watch.Deleted}:
-					case <-ctx.Done():
-						w.Stop()
-						return
-					}
+			defer w.Stop()
+			for ev := range w.ResultChan() {
+				o, isObj := ev.Object.(client.Object)
+				if !isObj {
+					fmt.Printf("  the watch of %ss ended: %v\n", kind, ev.Object)
+					continue
 				}
-				w.Stop()
-				for {
-					if ctx.Err() != nil {
-						return
-					}
-					if w, err = b.c.Watch(ctx, list, client.InNamespace(ns)); err == nil {
-						break
-					}
-					time.Sleep(time.Second)
+				select {
+				case ch <- seen{kind, o.GetName(), ok(ev.Object), ev.Type == watch.Deleted}:
+				case <-ctx.Done():
+					return
 				}
 			}
 		}()
@@ -566,26 +552,32 @@ func (b *bench) watchConvergence(ctx context.Context, ns string, n int) (wait fu
 	}, nil
 }
 
+// watchFrom watches list's kind in ns from now on, started again where it
+// was whenever the API server ends it (its timeout, or a client it finds
+// too slow, as at N=10,000): client-go's RetryWatcher, from the resource
+// version of a one-item list. A watch from no resource version would begin
+// with every object as added.
+func (b *bench) watchFrom(ctx context.Context, list client.ObjectList, ns string) (watch.Interface, error) {
+	if err := b.c.List(ctx, list, client.InNamespace(ns), client.Limit(1)); err != nil {
+		return nil, err
+	}
+	return watchtools.NewRetryWatcherWithContext(ctx, list.GetResourceVersion(), &cache.ListWatch{
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			return b.c.Watch(ctx, list, client.InNamespace(ns), &client.ListOptions{Raw: &o})
+		}})
+}
+
 // latency changes BENCH_RATE specs a second for the configured duration and
 // returns each change's time from write to status observed.
 func (b *bench) latency(ctx context.Context, ns string) ([]time.Duration, error) {
 	// From now on, not from every WebApp as added: at N=10,000 that first
 	// burst got the watch ended by the API server, and 419 of 600 changes
-	// went unobserved. A watch that ends starts again where it was.
-	list := &v1alpha1.WebAppList{}
-	if err := b.c.List(ctx, list, client.InNamespace(ns), client.Limit(1)); err != nil {
-		return nil, err
-	}
-	rv := list.ResourceVersion
-	from := func() (watch.Interface, error) {
-		return b.c.Watch(ctx, &v1alpha1.WebAppList{}, client.InNamespace(ns), &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: rv}})
-	}
-	w, err := from()
+	// went unobserved.
+	w, err := b.watchFrom(ctx, &v1alpha1.WebAppList{}, ns)
 	if err != nil {
 		return nil, err
 	}
-	var wmu sync.Mutex
-	defer func() { wmu.Lock(); w.Stop(); wmu.Unlock() }()
+	defer w.Stop()
 	type pending struct {
 		gen int64
 		at  time.Time
@@ -594,46 +586,19 @@ func (b *bench) latency(ctx context.Context, ns string) ([]time.Duration, error)
 	waiting := map[string]pending{}
 	var out []time.Duration
 	done := make(chan struct{})
-	stopped := make(chan struct{})
 	go func() {
 		defer close(done)
-		for {
-			wmu.Lock()
-			ch := w.ResultChan()
-			wmu.Unlock()
-			for ev := range ch {
-				a, ok := ev.Object.(*v1alpha1.WebApp)
-				if !ok || ev.Type == watch.Deleted {
-					continue
-				}
-				rv = a.ResourceVersion
-				mu.Lock()
-				if p, ok := waiting[a.Name]; ok && a.Status.ObservedGeneration >= p.gen {
-					out = append(out, time.Since(p.at))
-					delete(waiting, a.Name)
-				}
-				mu.Unlock()
-			}
-			select {
-			case <-stopped:
-				return
-			default:
-			}
-			next, err := from()
-			if err != nil {
-				time.Sleep(100 * time.Millisecond)
+		for ev := range w.ResultChan() {
+			a, ok := ev.Object.(*v1alpha1.WebApp)
+			if !ok || ev.Type == watch.Deleted {
 				continue
 			}
-			wmu.Lock()
-			select {
-			case <-stopped: // stopped while it started again: stop this one too
-				next.Stop()
-				wmu.Unlock()
-				return
-			default:
+			mu.Lock()
+			if p, ok := waiting[a.Name]; ok && a.Status.ObservedGeneration >= p.gen {
+				out = append(out, time.Since(p.at))
+				delete(waiting, a.Name)
 			}
-			w = next
-			wmu.Unlock()
+			mu.Unlock()
 		}
 	}()
 	tick := time.NewTicker(time.Second / time.Duration(b.cfg.rate))
@@ -655,10 +620,7 @@ func (b *bench) latency(ctx context.Context, ns string) ([]time.Duration, error)
 		mu.Unlock()
 	}
 	time.Sleep(5 * time.Second) // the last changes settle
-	close(stopped)
-	wmu.Lock()
 	w.Stop()
-	wmu.Unlock()
 	<-done
 	mu.Lock()
 	defer mu.Unlock()
