@@ -71,7 +71,16 @@ func Unchanged[O client.Object, AC runtime.ApplyConfiguration](live O, desired A
 // daytwo's managed-fields entry covers, taken when the watch delivered the
 // object (see operator.CacheOptions). The cache then drops the managed
 // fields, which are often the largest part of a child.
-const CachedOwnedFingerprint = "cache.daytwo.dev/owned-fingerprint"
+const CachedOwnedFingerprint = CachePrefix + "owned-fingerprint"
+
+// CachePrefix begins every annotation only the informer cache's copies
+// carry; the cache drops any the server holds.
+const CachePrefix = "cache.daytwo.dev/"
+
+// CachedImagePrefix and a container's name are the pod template annotation
+// that holds the container's image in the cache's copy of a Deployment,
+// which keeps no pod spec.
+const CachedImagePrefix = CachePrefix + "image."
 
 // Fingerprint identifies an apply configuration by content: two that are
 // equal field for field marshal to the same JSON (map keys sorted, lists

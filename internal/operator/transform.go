@@ -17,6 +17,7 @@ import (
 	policyv1ac "k8s.io/client-go/applyconfigurations/policy/v1"
 	rbacv1ac "k8s.io/client-go/applyconfigurations/rbac/v1"
 
+	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
 	"github.com/daytwo-dev/daytwo/internal/controller"
 )
 
@@ -24,22 +25,31 @@ import (
 // from the cache (controller.ApplyIfChanged) keeps the fingerprint of
 // daytwo's part in place of its managed fields; any other object keeps
 // daytwo's own managed-fields entry only. A Deployment also loses the pod
-// template's spec, all but each container's name and image: the WebApp
-// controller reads the full template from the API server in the rare
-// moments it needs it (a rollback), and a template is most of a
-// Deployment's size. A Service keeps its metadata only. A StatefulSet keeps daytwo's entry: the Database
-// controller compares templates field by field (keepInstanceManager), and
-// Databases are few.
+// template's spec (each container's image stays, as an annotation), its
+// labels and the selector daytwo gives every WebApp: the WebApp controller
+// reads the full template from the API server in the rare moments it needs
+// it (a rollback), and a template is most of a Deployment's size. A
+// Service keeps its metadata only, without labels. A StatefulSet keeps
+// daytwo's entry: the Database controller compares templates field by
+// field (keepInstanceManager), and Databases are few. WebApps, Deployments
+// and Services share the strings they repeat (compact.go).
 func transform(in any) (any, error) {
 	switch o := in.(type) {
 	case *appsv1.Deployment:
-		fingerprint(o, appsv1ac.ExtractDeployment)
+		if fingerprint(o, appsv1ac.ExtractDeployment) {
+			dropCacheAnnotations(o.Spec.Template.Annotations)
+		}
 		slimDeployment(o)
 	case *corev1.Service:
 		fingerprint(o, corev1ac.ExtractService)
 		// No controller reads a Service beyond its metadata: whether it
 		// exists, who controls it and the fingerprint of daytwo's part.
-		o.Spec, o.Status = corev1.ServiceSpec{}, corev1.ServiceStatus{}
+		compactService(o)
+	case *v1alpha1.WebApp:
+		if _, err := keepOwnManagedFields(in); err != nil {
+			return nil, err
+		}
+		compactWebApp(o)
 	case *corev1.ServiceAccount:
 		fingerprint(o, corev1ac.ExtractServiceAccount)
 	case *autoscalingv2.HorizontalPodAutoscaler:
@@ -59,18 +69,17 @@ func transform(in any) (any, error) {
 }
 
 // fingerprint replaces obj's managed fields with the fingerprint of what
-// daytwo's entry covers, when it has one.
-func fingerprint[O metav1.Object, AC any](obj O, extract func(O, string) (AC, error)) {
+// daytwo's entry covers, when it has one, and says whether obj came from
+// the server (had managed fields).
+func fingerprint[O metav1.Object, AC any](obj O, extract func(O, string) (AC, error)) bool {
 	// The informer may hand an object it already transformed back to the
 	// transform (a resync): with no managed fields left, it is done.
 	if len(obj.GetManagedFields()) == 0 {
-		return
+		return false
 	}
-	// Only the cache sets the annotation: one the server holds (a user's)
-	// must not pass for daytwo's part.
-	if a := obj.GetAnnotations(); a != nil {
-		delete(a, controller.CachedOwnedFingerprint)
-	}
+	// Only the cache sets its annotations: one the server holds (a
+	// user's) must not pass for daytwo's part.
+	dropCacheAnnotations(obj.GetAnnotations())
 	owned := slices.ContainsFunc(obj.GetManagedFields(), func(e metav1.ManagedFieldsEntry) bool {
 		return e.Manager == controller.FieldOwner && e.Operation == metav1.ManagedFieldsOperationApply && e.Subresource == ""
 	})
@@ -85,22 +94,18 @@ func fingerprint[O metav1.Object, AC any](obj O, extract func(O, string) (AC, er
 		}
 	}
 	obj.SetManagedFields(nil)
+	return true
 }
 
 // slimDeployment keeps of a pod template its annotations (the template
-// hash) and each container's name and image, and of the status conditions
-// all but their messages, which no controller reads.
+// hash) and each container's image, and of the status conditions all but
+// their messages, which no controller reads.
 func slimDeployment(d *appsv1.Deployment) {
-	t := &d.Spec.Template
-	containers := make([]corev1.Container, len(t.Spec.Containers))
-	for i, c := range t.Spec.Containers {
-		containers[i] = corev1.Container{Name: c.Name, Image: c.Image}
-	}
-	t.Spec = corev1.PodSpec{Containers: containers}
-	t.Labels = nil
+	d.Spec.Template.Labels = nil
 	for i := range d.Status.Conditions {
 		d.Status.Conditions[i].Message = ""
 	}
+	compactDeployment(d)
 }
 
 func keepOwnManagedFields(in any) (any, error) {
@@ -109,9 +114,13 @@ func keepOwnManagedFields(in any) (any, error) {
 		return in, nil
 	}
 	if mf := obj.GetManagedFields(); len(mf) > 0 {
-		obj.SetManagedFields(slices.DeleteFunc(mf, func(e metav1.ManagedFieldsEntry) bool {
+		mf = slices.DeleteFunc(mf, func(e metav1.ManagedFieldsEntry) bool {
 			return e.Manager != controller.FieldOwner || e.Subresource != ""
-		}))
+		})
+		if len(mf) == 0 {
+			mf = nil // and the backing array goes with the filtered entries
+		}
+		obj.SetManagedFields(mf)
 	}
 	return in, nil
 }

@@ -1,14 +1,20 @@
 package operator
 
 import (
+	"maps"
+	"strings"
 	"testing"
+	"unsafe"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	appsv1ac "k8s.io/client-go/applyconfigurations/apps/v1"
 
+	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
 	"github.com/daytwo-dev/daytwo/internal/controller"
+	"github.com/daytwo-dev/daytwo/internal/controller/webapp"
 )
 
 // The transform runs again on objects it already transformed (an
@@ -39,11 +45,11 @@ func TestTransformIsIdempotentAndTrustsOnlyItself(t *testing.T) {
 			t.Fatalf("fingerprint %q, want %q", got, want)
 		}
 	}
-	if len(d.ManagedFields) != 0 || len(d.Spec.Template.Spec.Containers[0].Args) != 0 || d.Spec.Template.Labels != nil ||
+	if len(d.ManagedFields) != 0 || len(d.Spec.Template.Spec.Containers) != 0 || d.Spec.Template.Labels != nil ||
 		d.Status.Conditions[0].Message != "" {
 		t.Fatalf("the cached Deployment kept more than it should: %+v", d)
 	}
-	if d.Spec.Template.Spec.Containers[0].Image != "shop:1" || d.Spec.Template.Annotations["daytwo.dev/template-hash"] != "abc" ||
+	if d.Spec.Template.Annotations[controller.CachedImagePrefix+"app"] != "shop:1" || d.Spec.Template.Annotations["daytwo.dev/template-hash"] != "abc" ||
 		d.Status.Conditions[0].Reason != "NewReplicaSetAvailable" || *d.Spec.Replicas != 3 {
 		t.Fatalf("the cached Deployment lost what the WebApp controller reads: %+v", d)
 	}
@@ -61,10 +67,82 @@ func TestTransformIsIdempotentAndTrustsOnlyItself(t *testing.T) {
 
 	forged := served(map[string]string{controller.CachedOwnedFingerprint: want})
 	forged.ManagedFields[0].Manager = "someone"
+	forged.Spec.Template.Annotations[controller.CachedImagePrefix+"sidecar"] = "forged:1"
 	if _, err := transform(forged); err != nil {
 		t.Fatal(err)
 	}
 	if _, ok := forged.Annotations[controller.CachedOwnedFingerprint]; ok {
 		t.Fatal("a fingerprint annotation from the server survived the transform")
 	}
+	if _, ok := forged.Spec.Template.Annotations[controller.CachedImagePrefix+"sidecar"]; ok {
+		t.Fatal("an image annotation from the server survived the transform")
+	}
+}
+
+// The cache keeps one copy of the strings thousands of children repeat,
+// and drops what the controllers do not read from it; what they read stays.
+func TestTransformCompactsWhatRepeats(t *testing.T) {
+	owner := func(name string) []metav1.OwnerReference {
+		return []metav1.OwnerReference{{APIVersion: "daytwo.dev/v1alpha1", Kind: "WebApp", Name: strings.Clone(name), UID: "u-" + types.UID(name), Controller: new(true)}}
+	}
+	dep := func(name string, sel map[string]string) *appsv1.Deployment {
+		// Every string built apart, as a decoder would.
+		return &appsv1.Deployment{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: strings.Clone("shop"), OwnerReferences: owner(name),
+				Labels:        map[string]string{strings.Clone("app.kubernetes.io/managed-by"): "daytwo"},
+				Annotations:   map[string]string{strings.Clone("deployment.kubernetes.io/revision"): "1"},
+				ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kube-controller-manager", Operation: metav1.ManagedFieldsOperationUpdate}}},
+			Spec: appsv1.DeploymentSpec{Selector: &metav1.LabelSelector{MatchLabels: sel}, Template: corev1.PodTemplateSpec{
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: strings.Clone("shop:1")}}}}},
+			Status: appsv1.DeploymentStatus{Conditions: []appsv1.DeploymentCondition{{Type: appsv1.DeploymentAvailable,
+				Status: corev1.ConditionTrue, Reason: strings.Clone("MinimumReplicasAvailable")}}},
+		}
+	}
+	a, b := dep("a", map[string]string{"daytwo.dev/webapp": "a"}), dep("b", map[string]string{"daytwo.dev/webapp": "other"})
+	for _, d := range []*appsv1.Deployment{a, b} {
+		if _, err := transform(d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	same := func(what, x, y string) {
+		t.Helper()
+		if x != y || unsafe.StringData(x) != unsafe.StringData(y) {
+			t.Errorf("%s: %q and %q are not one shared string", what, x, y)
+		}
+	}
+	same("namespace", a.Namespace, b.Namespace)
+	same("owner kind", a.OwnerReferences[0].Kind, b.OwnerReferences[0].Kind)
+	same("owner name and object name", a.OwnerReferences[0].Name, a.Name)
+	same("condition reason", a.Status.Conditions[0].Reason, b.Status.Conditions[0].Reason)
+	same("image", a.Spec.Template.Annotations[controller.CachedImagePrefix+"app"], b.Spec.Template.Annotations[controller.CachedImagePrefix+"app"])
+	for k := range a.Annotations {
+		for l := range b.Annotations {
+			same("annotation key", k, l)
+		}
+	}
+	if a.Labels != nil || a.ManagedFields != nil || a.Annotations["deployment.kubernetes.io/revision"] != "1" {
+		t.Errorf("cached metadata: labels %v, managed fields %v, annotations %v", a.Labels, a.ManagedFields, a.Annotations)
+	}
+	// The selector daytwo gives every WebApp goes, and comes back; any other stays.
+	if a.Spec.Selector != nil || b.Spec.Selector == nil {
+		t.Fatalf("selectors after the transform: %v and %v, want nil and kept", a.Spec.Selector, b.Spec.Selector)
+	}
+	if got := webapp.SelectorOf(a); !maps.Equal(got, map[string]string{"daytwo.dev/webapp": "a"}) {
+		t.Errorf("SelectorOf the cached Deployment = %v", got)
+	}
+	if got := webapp.SelectorOf(b); !maps.Equal(got, map[string]string{"daytwo.dev/webapp": "other"}) {
+		t.Errorf("SelectorOf a Deployment with its own selector = %v", got)
+	}
+
+	app := &v1alpha1.WebApp{ObjectMeta: metav1.ObjectMeta{Name: "a", Namespace: "shop", ManagedFields: []metav1.ManagedFieldsEntry{
+		{Manager: "kubectl", Operation: metav1.ManagedFieldsOperationApply}, {Manager: controller.FieldOwner, Subresource: "status"}}},
+		Status: v1alpha1.WebAppStatus{URL: "http://a.shop.svc:80", ServiceURL: strings.Clone("http://a.shop.svc:80"),
+			Conditions: append(make([]metav1.Condition, 0, 4), metav1.Condition{Type: "Ready", Message: "1 of 1 replicas available"})}}
+	if _, err := transform(app); err != nil {
+		t.Fatal(err)
+	}
+	if app.ManagedFields != nil || cap(app.Status.Conditions) != 1 || app.Status.Conditions[0].Message != "1 of 1 replicas available" {
+		t.Errorf("cached WebApp: managed fields %v, conditions %d of room %d", app.ManagedFields, len(app.Status.Conditions), cap(app.Status.Conditions))
+	}
+	same("url and serviceURL", app.Status.URL, app.Status.ServiceURL)
 }

@@ -160,7 +160,7 @@ func (r *Reconciler) runCanary(ctx context.Context, app *v1alpha1.WebApp, in pod
 // generation, and its status would lag behind each step.
 func (r *Reconciler) canarySignals(ctx context.Context, app *v1alpha1.WebApp, cd *appsv1.Deployment, hash string, st canaryState) (string, int32, int32, error) {
 	pods := &corev1.PodList{}
-	if err := r.APIReader.List(ctx, pods, client.InNamespace(app.Namespace), client.MatchingLabels(cd.Spec.Selector.MatchLabels)); err != nil {
+	if err := r.APIReader.List(ctx, pods, client.InNamespace(app.Namespace), client.MatchingLabels(SelectorOf(cd))); err != nil {
 		return "", 0, 0, fmt.Errorf("failed to list the canary's pods: %w", err)
 	}
 	key := client.ObjectKeyFromObject(app)

@@ -341,7 +341,7 @@ func deadlineExceeded(d *appsv1.Deployment) bool {
 func (r *Reconciler) previousTemplate(ctx context.Context, d *appsv1.Deployment) (*corev1.PodTemplateSpec, error) {
 	current, _ := strconv.Atoi(d.Annotations[revisionAnnotation])
 	rss := &appsv1.ReplicaSetList{}
-	if err := r.APIReader.List(ctx, rss, client.InNamespace(d.Namespace), client.MatchingLabels(d.Spec.Selector.MatchLabels)); err != nil {
+	if err := r.APIReader.List(ctx, rss, client.InNamespace(d.Namespace), client.MatchingLabels(SelectorOf(d))); err != nil {
 		return nil, fmt.Errorf("failed to list ReplicaSets: %w", err)
 	}
 	var best *appsv1.ReplicaSet
@@ -370,7 +370,34 @@ func imageOf(t *corev1.PodTemplateSpec) string {
 			return c.Image
 		}
 	}
-	return ""
+	// The cache's copy keeps no pod spec, only the images.
+	return t.Annotations[controller.CachedImagePrefix+containerName]
+}
+
+// SelectorOf is d's pod selector. The cache's copy of a Deployment has
+// none when it is the one daytwo gives every WebApp's Deployment
+// (DefaultSelector): that one is put back from the controlling WebApp's name.
+func SelectorOf(d *appsv1.Deployment) map[string]string {
+	if d.Spec.Selector != nil {
+		return d.Spec.Selector.MatchLabels
+	}
+	if owner := metav1.GetControllerOf(d); owner != nil && owner.Kind == "WebApp" {
+		return map[string]string{labelWebApp: owner.Name}
+	}
+	// Never an empty selector, which would select every pod.
+	return map[string]string{labelWebApp: d.Name}
+}
+
+// DefaultSelector says whether d selects its pods exactly as daytwo does
+// for the WebApp that controls it.
+func DefaultSelector(d *appsv1.Deployment) bool {
+	s := d.Spec.Selector
+	if s == nil || len(s.MatchExpressions) > 0 || len(s.MatchLabels) != 1 {
+		return false
+	}
+	owner := metav1.GetControllerOf(d)
+	v, ok := s.MatchLabels[labelWebApp]
+	return ok && owner != nil && owner.Kind == "WebApp" && v == owner.Name
 }
 
 func (r *Reconciler) applyService(ctx context.Context, app *v1alpha1.WebApp, sel map[string]string) error {

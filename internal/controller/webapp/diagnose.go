@@ -91,7 +91,7 @@ func (r *Reconciler) diagnosePods(ctx context.Context, app *v1alpha1.WebApp, d *
 	}
 	r.unsettled.Store(key, unsettled{since: u.since})
 	pods := &corev1.PodList{}
-	if err := r.APIReader.List(ctx, pods, client.InNamespace(d.Namespace), client.MatchingLabels(d.Spec.Selector.MatchLabels)); err != nil {
+	if err := r.APIReader.List(ctx, pods, client.InNamespace(d.Namespace), client.MatchingLabels(SelectorOf(d))); err != nil {
 		return nil, 0, fmt.Errorf("failed to list the pods of Deployment %s: %w", d.Name, err)
 	}
 	return diagnose(pods.Items, d.Spec.Template.Annotations[annotationTemplateHash]), diagnoseEvery, nil

@@ -1,0 +1,176 @@
+package operator
+
+import (
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
+	"github.com/daytwo-dev/daytwo/internal/controller"
+	"github.com/daytwo-dev/daytwo/internal/controller/webapp"
+)
+
+// The informer cache holds one object per WebApp, Deployment and Service,
+// and a decoder allocates every string of each apart: the namespace, each
+// label and annotation key, the owner's kind and API version, each
+// condition's type, status and reason. compact makes the cached objects
+// share one copy of each such string, which repeats across thousands of
+// objects, and drops what no controller reads from the cache.
+
+// interner keeps one copy of each string it is given, up to maxInterned
+// strings of at most maxInternedLen bytes; past that it hands strings back
+// as they are. Only strings that repeat across objects are given to it
+// (never names or UIDs), so the bound is reached only by a cluster of
+// unusually many namespaces or images, and then costs nothing but the
+// sharing. (The standard library's unique package drops a value once no
+// Handle to it is left, and cached objects hold plain strings, not Handles.)
+type interner struct {
+	mu sync.Mutex
+	m  map[string]string
+}
+
+const (
+	maxInterned    = 1 << 13
+	maxInternedLen = 256
+)
+
+var shared = &interner{m: map[string]string{}}
+
+func (in *interner) str(s string) string {
+	if s == "" || len(s) > maxInternedLen {
+		return s
+	}
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if v, ok := in.m[s]; ok {
+		return v
+	}
+	if len(in.m) >= maxInterned {
+		return s
+	}
+	s = strings.Clone(s)
+	in.m[s] = s
+	return s
+}
+
+func (in *interner) at(s *string) { *s = in.str(*s) }
+
+// keys returns m with its keys shared (a new map: a key cannot be replaced
+// in place), and nil for an empty map.
+func (in *interner) keys(m map[string]string) map[string]string {
+	if len(m) == 0 {
+		return nil
+	}
+	out := make(map[string]string, len(m))
+	for k, v := range m {
+		out[in.str(k)] = v
+	}
+	return out
+}
+
+// compactMeta shares meta's repeated strings. An owner reference's name
+// that is the object's own (a WebApp's children are named after it) shares
+// the object's name.
+func compactMeta(meta *metav1.ObjectMeta) {
+	shared.at(&meta.Namespace)
+	meta.Labels = shared.keys(meta.Labels)
+	meta.Annotations = shared.keys(meta.Annotations)
+	for i := range meta.OwnerReferences {
+		o := &meta.OwnerReferences[i]
+		shared.at(&o.APIVersion)
+		shared.at(&o.Kind)
+		if o.Name == meta.Name {
+			o.Name = meta.Name
+		}
+	}
+	if len(meta.ManagedFields) == 0 {
+		meta.ManagedFields = nil // no backing array left behind by a filter
+	}
+	meta.Finalizers = sharedSlice(meta.Finalizers)
+}
+
+func sharedSlice(s []string) []string {
+	if len(s) == 0 {
+		return nil
+	}
+	for i := range s {
+		shared.at(&s[i])
+	}
+	return s
+}
+
+// compactDeployment is slimDeployment's second half: besides the template
+// spec it drops the labels (the cache selects daytwo's Deployments on the
+// server, and no controller reads them from the cache), keeps each
+// container's image as a template annotation (controller.CachedImagePrefix),
+// and drops the pod selector when it is the one daytwo gives every WebApp
+// (webapp.SelectorOf puts it back).
+func compactDeployment(d *appsv1.Deployment) {
+	d.Labels = nil
+	t := &d.Spec.Template
+	if len(t.Spec.Containers) > 0 {
+		if t.Annotations == nil {
+			t.Annotations = make(map[string]string, len(t.Spec.Containers))
+		}
+		for _, c := range t.Spec.Containers {
+			t.Annotations[shared.str(controller.CachedImagePrefix+c.Name)] = shared.str(c.Image)
+		}
+	}
+	t.Spec = corev1.PodSpec{}
+	if webapp.DefaultSelector(d) {
+		d.Spec.Selector = nil
+	}
+	compactMeta(&d.ObjectMeta)
+	compactMeta(&t.ObjectMeta)
+	shared.at((*string)(&d.Spec.Strategy.Type))
+	for i := range d.Status.Conditions {
+		c := &d.Status.Conditions[i]
+		shared.at((*string)(&c.Type))
+		shared.at((*string)(&c.Status))
+		shared.at(&c.Reason)
+	}
+}
+
+// compactService keeps a Service's metadata without its labels.
+func compactService(s *corev1.Service) {
+	s.Spec, s.Status = corev1.ServiceSpec{}, corev1.ServiceStatus{}
+	s.Labels = nil
+	compactMeta(&s.ObjectMeta)
+}
+
+// compactWebApp shares a WebApp's repeated strings: those of its spec that
+// name images and policies, and its conditions' type, status, reason and
+// message (messages such as "1 of 1 replicas available" repeat too).
+func compactWebApp(w *v1alpha1.WebApp) {
+	compactMeta(&w.ObjectMeta)
+	shared.at(&w.Spec.Image)
+	shared.at((*string)(&w.Spec.ImagePullPolicy))
+	shared.at((*string)(&w.Spec.DeletionPolicy))
+	shared.at(&w.Status.CurrentImage)
+	if w.Status.URL == w.Status.ServiceURL {
+		w.Status.URL = w.Status.ServiceURL
+	}
+	// A decoder grows a list by doubling: three conditions sit in room for four.
+	if cap(w.Status.Conditions) > len(w.Status.Conditions) {
+		w.Status.Conditions = slices.Clone(w.Status.Conditions)
+	}
+	for i := range w.Status.Conditions {
+		c := &w.Status.Conditions[i]
+		shared.at(&c.Type)
+		shared.at((*string)(&c.Status))
+		shared.at(&c.Reason)
+		shared.at(&c.Message)
+	}
+}
+
+// dropCacheAnnotations removes, from an object the watch delivered, every
+// annotation only the cache may set: one the server holds (a user's) must
+// not pass for the cache's.
+func dropCacheAnnotations(m map[string]string) {
+	maps.DeleteFunc(m, func(k, _ string) bool { return strings.HasPrefix(k, controller.CachePrefix) })
+}
