@@ -77,10 +77,14 @@ const CachedOwnedFingerprint = CachePrefix + "owned-fingerprint"
 // carry; the cache drops any the server holds.
 const CachePrefix = "cache.daytwo.dev/"
 
-// CachedImagePrefix and a container's name are the pod template annotation
-// that holds the container's image in the cache's copy of a Deployment,
-// which keeps no pod spec.
-const CachedImagePrefix = CachePrefix + "image."
+// The cache's copy of a Deployment keeps no pod template, only its
+// annotations and each container's image, among the Deployment's own
+// annotations: CachedTemplatePrefix and the template annotation's key,
+// CachedImagePrefix and the container's name.
+const (
+	CachedTemplatePrefix = CachePrefix + "template."
+	CachedImagePrefix    = CachePrefix + "image."
+)
 
 // Fingerprint identifies an apply configuration by content: two that are
 // equal field for field marshal to the same JSON (map keys sorted, lists

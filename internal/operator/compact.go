@@ -104,29 +104,33 @@ func sharedSlice(s []string) []string {
 	return s
 }
 
-// compactDeployment is slimDeployment's second half: besides the template
-// spec it drops the labels (the cache selects daytwo's Deployments on the
-// server, and no controller reads them from the cache), keeps each
-// container's image as a template annotation (controller.CachedImagePrefix),
-// and drops the pod selector when it is the one daytwo gives every WebApp
+// compactDeployment is slimDeployment's second half. A Deployment keeps
+// no pod template: the template's annotations (its hash) and each
+// container's image go among the Deployment's own annotations
+// (controller.CachedTemplatePrefix, controller.CachedImagePrefix), one map
+// instead of two. It also drops the labels (the cache selects daytwo's
+// Deployments on the server, and no controller reads them from the cache)
+// and the pod selector when it is the one daytwo gives every WebApp
 // (webapp.SelectorOf puts it back).
 func compactDeployment(d *appsv1.Deployment) {
 	d.Labels = nil
 	t := &d.Spec.Template
-	if len(t.Spec.Containers) > 0 {
-		if t.Annotations == nil {
-			t.Annotations = make(map[string]string, len(t.Spec.Containers))
+	if len(t.Annotations) > 0 || len(t.Spec.Containers) > 0 {
+		a := make(map[string]string, len(d.Annotations)+len(t.Annotations)+len(t.Spec.Containers))
+		maps.Copy(a, d.Annotations)
+		for k, v := range t.Annotations {
+			a[controller.CachedTemplatePrefix+k] = v
 		}
 		for _, c := range t.Spec.Containers {
-			t.Annotations[shared.str(controller.CachedImagePrefix+c.Name)] = shared.str(c.Image)
+			a[controller.CachedImagePrefix+c.Name] = shared.str(c.Image)
 		}
+		d.Annotations = a
 	}
-	t.Spec = corev1.PodSpec{}
+	d.Spec.Template = corev1.PodTemplateSpec{}
 	if webapp.DefaultSelector(d) {
 		d.Spec.Selector = nil
 	}
 	compactMeta(&d.ObjectMeta)
-	compactMeta(&t.ObjectMeta)
 	shared.at((*string)(&d.Spec.Strategy.Type))
 	for i := range d.Status.Conditions {
 		c := &d.Status.Conditions[i]

@@ -24,9 +24,10 @@ import (
 // transform is every cached object's transform. A kind daytwo applies
 // from the cache (controller.ApplyIfChanged) keeps the fingerprint of
 // daytwo's part in place of its managed fields; any other object keeps
-// daytwo's own managed-fields entry only. A Deployment also loses the pod
-// template's spec (each container's image stays, as an annotation), its
-// labels and the selector daytwo gives every WebApp: the WebApp controller
+// daytwo's own managed-fields entry only. A Deployment also loses its pod
+// template (the template's annotations and each container's image stay,
+// among its own annotations), its labels and the selector daytwo gives
+// every WebApp: the WebApp controller
 // reads the full template from the API server in the rare moments it needs
 // it (a rollback), and a template is most of a Deployment's size. A
 // Service keeps its metadata only, without labels. A StatefulSet keeps
@@ -36,9 +37,7 @@ import (
 func transform(in any) (any, error) {
 	switch o := in.(type) {
 	case *appsv1.Deployment:
-		if fingerprint(o, appsv1ac.ExtractDeployment) {
-			dropCacheAnnotations(o.Spec.Template.Annotations)
-		}
+		fingerprint(o, appsv1ac.ExtractDeployment)
 		slimDeployment(o)
 	case *corev1.Service:
 		fingerprint(o, corev1ac.ExtractService)
@@ -101,7 +100,6 @@ func fingerprint[O metav1.Object, AC any](obj O, extract func(O, string) (AC, er
 // hash) and each container's image, and of the status conditions all but
 // their messages, which no controller reads.
 func slimDeployment(d *appsv1.Deployment) {
-	d.Spec.Template.Labels = nil
 	for i := range d.Status.Conditions {
 		d.Status.Conditions[i].Message = ""
 	}

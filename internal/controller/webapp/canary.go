@@ -99,7 +99,7 @@ func (r *Reconciler) runCanary(ctx context.Context, app *v1alpha1.WebApp, in pod
 	if r.cacheBehind(cdKey, cd, exists, now) {
 		return canaryReport{}, errCacheBehind
 	}
-	current := exists && cd.Spec.Template.Annotations[annotationTemplateHash] == hash
+	current := exists && templateAnnotation(cd, annotationTemplateHash) == hash
 	in2 := canaryInput{steps: steps, hold: in.databaseHold, now: now,
 		state: canaryState{started: now.Truncate(time.Second), total: ptr.Deref(desiredReplicas(app), ptr.Deref(live.Spec.Replicas, 1))}}
 	in2.promoteRequested, in2.abortRequested = requestTime(app, v1alpha1.AnnotationPromoteRequested), requestTime(app, v1alpha1.AnnotationAbortRequested)
@@ -112,7 +112,7 @@ func (r *Reconciler) runCanary(ctx context.Context, app *v1alpha1.WebApp, in pod
 		// A canary of an earlier revision stays as it is until the hold
 		// ends; the new revision's does not start meanwhile.
 		rep.reason, rep.message = v1alpha1.ReasonDatabaseUnavailable, "Paused before the canary starts: "+in.databaseHold
-		rep.canaryReplicas, rep.canaryImage = ptr.Deref(cd.Spec.Replicas, 0), imageOf(&cd.Spec.Template)
+		rep.canaryReplicas, rep.canaryImage = ptr.Deref(cd.Spec.Replicas, 0), templateImage(cd)
 		return rep, nil
 	}
 	d := decideCanary(in2)
@@ -273,8 +273,8 @@ func (r *Reconciler) settleCanary(ctx context.Context, app *v1alpha1.WebApp, liv
 	if err := r.Client.Get(ctx, client.ObjectKeyFromObject(cd), cd); err != nil {
 		return nil, client.IgnoreNotFound(err)
 	}
-	promoted := cd.Spec.Template.Annotations[annotationTemplateHash] == desiredHash &&
-		live.Spec.Template.Annotations[annotationTemplateHash] == desiredHash
+	promoted := templateAnnotation(cd, annotationTemplateHash) == desiredHash &&
+		templateAnnotation(live, annotationTemplateHash) == desiredHash
 	if isCanary(app) && promoted && !rolledOut(live) {
 		steps := int32(len(canarySteps(app)))
 		return &canaryReport{reason: v1alpha1.ReasonCanaryPromoting, step: steps + 1, steps: steps, canaryImage: app.Spec.Image,

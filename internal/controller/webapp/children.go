@@ -192,7 +192,7 @@ func (r *Reconciler) applyDeployment(ctx context.Context, app *v1alpha1.WebApp, 
 	if ro.forbidden != "" && !exists {
 		return ro, nil // nothing runs yet; the condition says why nothing will
 	}
-	changed := exists && live.Spec.Template.Annotations[annotationTemplateHash] != desiredHash
+	changed := exists && templateAnnotation(live, annotationTemplateHash) != desiredHash
 	held := failure{revision: live.Annotations[annotationFailedTemplate], signal: live.Annotations[annotationCanaryAborted]}
 	template, failed, paused := desired, failure{}, false
 	// The event describing this apply is recorded only once the apply succeeded.
@@ -210,7 +210,7 @@ func (r *Reconciler) applyDeployment(ctx context.Context, app *v1alpha1.WebApp, 
 		if template, err = r.liveTemplate(ctx, live); err != nil {
 			return rollout{}, err
 		}
-		failed, ro.failedHash, ro.abortSignal, ro.restoredImage = held, revision, held.signal, imageOf(&live.Spec.Template)
+		failed, ro.failedHash, ro.abortSignal, ro.restoredImage = held, revision, held.signal, templateImage(live)
 	case changed && isCanary(app):
 		if template, failed, event, err = r.canaryRollout(ctx, app, in, live, desired, revision, &ro); err != nil {
 			return rollout{}, err
@@ -370,8 +370,26 @@ func imageOf(t *corev1.PodTemplateSpec) string {
 			return c.Image
 		}
 	}
-	// The cache's copy keeps no pod spec, only the images.
-	return t.Annotations[controller.CachedImagePrefix+containerName]
+	return ""
+}
+
+// templateImage is the image of d's app container. The cache's copy of a
+// Deployment keeps no pod spec, only the images, among its annotations.
+func templateImage(d *appsv1.Deployment) string {
+	if len(d.Spec.Template.Spec.Containers) > 0 {
+		return imageOf(&d.Spec.Template)
+	}
+	return d.Annotations[controller.CachedImagePrefix+containerName]
+}
+
+// templateAnnotation is one annotation of d's pod template. The cache's
+// copy of a Deployment keeps them among its own annotations, under
+// controller.CachedTemplatePrefix.
+func templateAnnotation(d *appsv1.Deployment, key string) string {
+	if v, ok := d.Spec.Template.Annotations[key]; ok {
+		return v
+	}
+	return d.Annotations[controller.CachedTemplatePrefix+key]
 }
 
 // SelectorOf is d's pod selector. The cache's copy of a Deployment has

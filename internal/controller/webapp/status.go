@@ -174,10 +174,6 @@ func canaryStatus(c *canaryReport, d *appsv1.Deployment) *v1alpha1.WebAppCanaryS
 	return st
 }
 
-func templateImage(d *appsv1.Deployment) string {
-	return imageOf(&d.Spec.Template)
-}
-
 func ingressURL(in *v1alpha1.WebAppIngress) string {
 	scheme := "http"
 	if in.TLSSecretName != "" {
