@@ -84,6 +84,7 @@ func compactMeta(meta *metav1.ObjectMeta) {
 		o := &meta.OwnerReferences[i]
 		shared.at(&o.APIVersion)
 		shared.at(&o.Kind)
+		o.Controller, o.BlockOwnerDeletion = sharedBool(o.Controller), sharedBool(o.BlockOwnerDeletion)
 		if o.Name == meta.Name {
 			o.Name = meta.Name
 		}
@@ -92,6 +93,21 @@ func compactMeta(meta *metav1.ObjectMeta) {
 		meta.ManagedFields = nil // no backing array left behind by a filter
 	}
 	meta.Finalizers = sharedSlice(meta.Finalizers)
+}
+
+// yes and no are every cached owner reference's Controller and
+// BlockOwnerDeletion: one allocation each, not two per object.
+var yes, no = true, false
+
+func sharedBool(b *bool) *bool {
+	switch {
+	case b == nil:
+		return nil
+	case *b:
+		return &yes
+	default:
+		return &no
+	}
 }
 
 func sharedSlice(s []string) []string {
@@ -127,6 +143,9 @@ func compactDeployment(d *appsv1.Deployment) {
 		d.Annotations = a
 	}
 	d.Spec.Template = corev1.PodTemplateSpec{}
+	// Nor does a controller read its strategy or limits from the cache:
+	// they are applied, and compared by fingerprint.
+	d.Spec.Strategy, d.Spec.RevisionHistoryLimit, d.Spec.ProgressDeadlineSeconds = appsv1.DeploymentStrategy{}, nil, nil
 	if webapp.DefaultSelector(d) {
 		d.Spec.Selector = nil
 	}

@@ -27,13 +27,13 @@ import (
 // daytwo's own managed-fields entry only. A Deployment also loses its pod
 // template (the template's annotations and each container's image stay,
 // among its own annotations), its labels and the selector daytwo gives
-// every WebApp: the WebApp controller
-// reads the full template from the API server in the rare moments it needs
-// it (a rollback), and a template is most of a Deployment's size. A
-// Service keeps its metadata only, without labels. A StatefulSet keeps
-// daytwo's entry: the Database controller compares templates field by
-// field (keepInstanceManager), and Databases are few. WebApps, Deployments
-// and Services share the strings they repeat (compact.go).
+// every WebApp: the WebApp controller reads the full template from the API
+// server in the rare moments it needs it (a rollback), and a template is
+// most of a Deployment's size. A Service keeps its metadata only, without
+// labels. A StatefulSet keeps daytwo's entry: the Database controller
+// compares templates field by field (keepInstanceManager), and Databases
+// are few. WebApps, Deployments and Services share the strings they repeat
+// (compact.go).
 func transform(in any) (any, error) {
 	switch o := in.(type) {
 	case *appsv1.Deployment:
@@ -68,13 +68,12 @@ func transform(in any) (any, error) {
 }
 
 // fingerprint replaces obj's managed fields with the fingerprint of what
-// daytwo's entry covers, when it has one, and says whether obj came from
-// the server (had managed fields).
-func fingerprint[O metav1.Object, AC any](obj O, extract func(O, string) (AC, error)) bool {
+// daytwo's entry covers, when it has one.
+func fingerprint[O metav1.Object, AC any](obj O, extract func(O, string) (AC, error)) {
 	// The informer may hand an object it already transformed back to the
 	// transform (a resync): with no managed fields left, it is done.
 	if len(obj.GetManagedFields()) == 0 {
-		return false
+		return
 	}
 	// Only the cache sets its annotations: one the server holds (a
 	// user's) must not pass for daytwo's part.
@@ -93,7 +92,6 @@ func fingerprint[O metav1.Object, AC any](obj O, extract func(O, string) (AC, er
 		}
 	}
 	obj.SetManagedFields(nil)
-	return true
 }
 
 // slimDeployment keeps of a pod template its annotations (the template

@@ -122,6 +122,9 @@ func TestTransformCompactsWhatRepeats(t *testing.T) {
 			}
 		}
 	}
+	if !*a.OwnerReferences[0].Controller || a.OwnerReferences[0].Controller != b.OwnerReferences[0].Controller {
+		t.Errorf("owner references' Controller: %v and %v, want one shared true", a.OwnerReferences[0].Controller, b.OwnerReferences[0].Controller)
+	}
 	if a.Labels != nil || a.ManagedFields != nil || a.Annotations["deployment.kubernetes.io/revision"] != "1" {
 		t.Errorf("cached metadata: labels %v, managed fields %v, annotations %v", a.Labels, a.ManagedFields, a.Annotations)
 	}
