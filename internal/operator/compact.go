@@ -22,12 +22,14 @@ import (
 // share one copy of each such string, which repeats across thousands of
 // objects, and drops what no controller reads from the cache.
 
-// interner keeps one copy of each string it is given, up to maxInterned
-// strings of at most maxInternedLen bytes; past that it hands strings back
-// as they are. Only strings that repeat across objects are given to it
-// (never names or UIDs), so the bound is reached only by a cluster of
-// unusually many namespaces or images, and then costs nothing but the
-// sharing. (The standard library's unique package drops a value once no
+// interner keeps one copy of each string it is given, of at most
+// maxInternedLen bytes. Only kinds of strings that repeat across objects
+// are given to it (never names or UIDs), but some of them can be one-offs
+// too: a condition message that quotes a pod, an image tag. So the table is
+// generational: once it holds maxInterned strings it starts again empty.
+// Strings handed out before stay valid (the objects that hold them keep
+// them); those still in use are shared again as the next objects bring
+// them. (The standard library's unique package drops a value once no
 // Handle to it is left, and cached objects hold plain strings, not Handles.)
 type interner struct {
 	mu sync.Mutex
@@ -35,7 +37,7 @@ type interner struct {
 }
 
 const (
-	maxInterned    = 1 << 13
+	maxInterned    = 1 << 12
 	maxInternedLen = 256
 )
 
@@ -51,7 +53,7 @@ func (in *interner) str(s string) string {
 		return v
 	}
 	if len(in.m) >= maxInterned {
-		return s
+		in.m = make(map[string]string, len(in.m))
 	}
 	s = strings.Clone(s)
 	in.m[s] = s
@@ -96,7 +98,11 @@ func compactMeta(meta *metav1.ObjectMeta) {
 }
 
 // yes and no are every cached owner reference's Controller and
-// BlockOwnerDeletion: one allocation each, not two per object.
+// BlockOwnerDeletion: one allocation each, not two per object. Like the
+// shared strings they rely on what controller-runtime promises: cached
+// objects are read-only, Get and List hand out deep copies (never turn on
+// UnsafeDisableDeepCopy), and event handlers do not write to the objects
+// they are given.
 var yes, no = true, false
 
 func sharedBool(b *bool) *bool {
@@ -131,16 +137,15 @@ func sharedSlice(s []string) []string {
 func compactDeployment(d *appsv1.Deployment) {
 	d.Labels = nil
 	t := &d.Spec.Template
-	if len(t.Annotations) > 0 || len(t.Spec.Containers) > 0 {
-		a := make(map[string]string, len(d.Annotations)+len(t.Annotations)+len(t.Spec.Containers))
-		maps.Copy(a, d.Annotations)
-		for k, v := range t.Annotations {
-			a[controller.CachedTemplatePrefix+k] = v
-		}
-		for _, c := range t.Spec.Containers {
-			a[controller.CachedImagePrefix+c.Name] = shared.str(c.Image)
-		}
-		d.Annotations = a
+	// Into the decoded map, which compactMeta copies once with shared keys.
+	if d.Annotations == nil {
+		d.Annotations = make(map[string]string, len(t.Annotations)+len(t.Spec.Containers))
+	}
+	for k, v := range t.Annotations {
+		d.Annotations[controller.CachedTemplatePrefix+k] = v
+	}
+	for _, c := range t.Spec.Containers {
+		d.Annotations[controller.CachedImagePrefix+c.Name] = shared.str(c.Image)
 	}
 	d.Spec.Template = corev1.PodTemplateSpec{}
 	// Nor does a controller read its strategy or limits from the cache:
@@ -150,7 +155,6 @@ func compactDeployment(d *appsv1.Deployment) {
 		d.Spec.Selector = nil
 	}
 	compactMeta(&d.ObjectMeta)
-	shared.at((*string)(&d.Spec.Strategy.Type))
 	for i := range d.Status.Conditions {
 		c := &d.Status.Conditions[i]
 		shared.at((*string)(&c.Type))

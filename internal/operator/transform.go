@@ -37,9 +37,17 @@ import (
 func transform(in any) (any, error) {
 	switch o := in.(type) {
 	case *appsv1.Deployment:
+		if len(o.Spec.Template.Spec.Containers) == 0 {
+			return in, nil // the cache's copy already: the API server requires a container
+		}
+		dropCacheAnnotations(o.Annotations)
 		fingerprint(o, appsv1ac.ExtractDeployment)
 		slimDeployment(o)
 	case *corev1.Service:
+		if o.Spec.Type == "" {
+			return in, nil // the cache's copy already: the API server always sets a type
+		}
+		dropCacheAnnotations(o.Annotations)
 		fingerprint(o, corev1ac.ExtractService)
 		// No controller reads a Service beyond its metadata: whether it
 		// exists, who controls it and the fingerprint of daytwo's part.
@@ -113,8 +121,11 @@ func keepOwnManagedFields(in any) (any, error) {
 		mf = slices.DeleteFunc(mf, func(e metav1.ManagedFieldsEntry) bool {
 			return e.Manager != controller.FieldOwner || e.Subresource != ""
 		})
-		if len(mf) == 0 {
+		switch {
+		case len(mf) == 0:
 			mf = nil // and the backing array goes with the filtered entries
+		case len(mf) < cap(mf):
+			mf = slices.Clone(mf)
 		}
 		obj.SetManagedFields(mf)
 	}

@@ -1,6 +1,7 @@
 package operator
 
 import (
+	"fmt"
 	"maps"
 	"strings"
 	"testing"
@@ -17,9 +18,10 @@ import (
 	"github.com/daytwo-dev/daytwo/internal/controller/webapp"
 )
 
-// The transform runs again on objects it already transformed (an
-// informer's resync hands them back): the fingerprint must survive, and one
-// the server holds must not pass for daytwo's.
+// The transform may see an object it already transformed (client-go's
+// informers do not hand them back today, but nothing promises it): the
+// fingerprint must survive, and one the server holds must not pass for
+// daytwo's, even on an object whose managed fields were stripped.
 func TestTransformIsIdempotentAndTrustsOnlyItself(t *testing.T) {
 	fields := `{"f:spec":{"f:replicas":{}}}`
 	served := func(annotations map[string]string) *appsv1.Deployment {
@@ -57,7 +59,7 @@ func TestTransformIsIdempotentAndTrustsOnlyItself(t *testing.T) {
 	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "ns", ManagedFields: []metav1.ManagedFieldsEntry{{
 		Manager: controller.FieldOwner, Operation: metav1.ManagedFieldsOperationApply, APIVersion: "v1", FieldsType: "FieldsV1",
 		FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:spec":{"f:selector":{}}}`)}}}},
-		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "web"}, ClusterIP: "10.0.0.1"}}
+		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "web"}, ClusterIP: "10.0.0.1", Type: corev1.ServiceTypeClusterIP}}
 	if _, err := transform(svc); err != nil {
 		t.Fatal(err)
 	}
@@ -76,6 +78,38 @@ func TestTransformIsIdempotentAndTrustsOnlyItself(t *testing.T) {
 	}
 	if _, ok := forged.Annotations[controller.CachedImagePrefix+"sidecar"]; ok {
 		t.Fatal("an image annotation from the server survived the transform")
+	}
+
+	// A user can strip an object's managed fields; its annotations are
+	// still the server's, not the cache's.
+	stripped := served(map[string]string{controller.CachedOwnedFingerprint: want})
+	stripped.ManagedFields = nil
+	if _, err := transform(stripped); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := stripped.Annotations[controller.CachedOwnedFingerprint]; ok {
+		t.Fatal("a fingerprint annotation from the server survived on an object without managed fields")
+	}
+}
+
+// The string table starts again once full: strings handed out before stay
+// as they were, and those that repeat are shared again.
+func TestInternerStartsAgainWhenFull(t *testing.T) {
+	in := &interner{m: map[string]string{}}
+	first := in.str(strings.Clone("shop"))
+	for i := range maxInterned {
+		in.str(fmt.Sprintf("one-off %d", i))
+	}
+	if len(in.m) > maxInterned {
+		t.Fatalf("the table holds %d strings, bound %d", len(in.m), maxInterned)
+	}
+	// A string first seen after the table filled is shared all the same.
+	again, once := in.str(strings.Clone("newcomer")), in.str(strings.Clone("newcomer"))
+	if first != "shop" || unsafe.StringData(again) != unsafe.StringData(once) {
+		t.Fatalf("once the table filled, %q is not shared", again)
+	}
+	if long := strings.Repeat("x", maxInternedLen+1); unsafe.StringData(in.str(long)) != unsafe.StringData(long) {
+		t.Fatal("a string over the length bound went into the table")
 	}
 }
 
@@ -137,6 +171,26 @@ func TestTransformCompactsWhatRepeats(t *testing.T) {
 	}
 	if got := webapp.SelectorOf(b); !maps.Equal(got, map[string]string{"daytwo.dev/webapp": "other"}) {
 		t.Errorf("SelectorOf a Deployment with its own selector = %v", got)
+	}
+	// A canary's selector (two labels), one with expressions, and one whose
+	// WebApp owner is not its controller all stay.
+	for name, d := range map[string]*appsv1.Deployment{
+		"canary":      dep("c", map[string]string{"daytwo.dev/webapp": "c", "daytwo.dev/track": "canary"}),
+		"expressions": dep("e", map[string]string{"daytwo.dev/webapp": "e"}),
+		"no control":  dep("n", map[string]string{"daytwo.dev/webapp": "n"}),
+	} {
+		switch name {
+		case "expressions":
+			d.Spec.Selector.MatchExpressions = []metav1.LabelSelectorRequirement{{Key: "tier", Operator: metav1.LabelSelectorOpExists}}
+		case "no control":
+			d.OwnerReferences[0].Controller = nil
+		}
+		if _, err := transform(d); err != nil {
+			t.Fatal(err)
+		}
+		if d.Spec.Selector == nil {
+			t.Errorf("%s: the cache dropped a selector daytwo did not give", name)
+		}
 	}
 
 	app := &v1alpha1.WebApp{ObjectMeta: metav1.ObjectMeta{Name: "a", Namespace: "shop", ManagedFields: []metav1.ManagedFieldsEntry{

@@ -311,7 +311,8 @@ func (r *Reconciler) canaryRollout(ctx context.Context, app *v1alpha1.WebApp, in
 }
 
 // liveTemplate is d's pod template as the API server holds it: the cache
-// keeps only each container's name and image (see operator.CacheOptions).
+// keeps only its annotations and each container's image (see
+// operator.CacheOptions).
 func (r *Reconciler) liveTemplate(ctx context.Context, d *appsv1.Deployment) (*corev1ac.PodTemplateSpecApplyConfiguration, error) {
 	full := &appsv1.Deployment{}
 	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(d), full); err != nil {
