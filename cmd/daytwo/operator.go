@@ -58,7 +58,7 @@ func newOperatorCommand() *cobra.Command {
 		Short: "Run the daytwo controller manager",
 		Long: "Run the daytwo controller manager.\n\nUnless GOGC is set in its environment, it runs Go's garbage collector at GOGC=" +
 			strconv.Itoa(operatorGOGC) + ": its heap is mostly the informer cache, and a lower target keeps the heap in use near the live objects for a little CPU.",
-		Args:  cobra.NoArgs,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runOperator(cmd, o)
 		},
