@@ -329,6 +329,58 @@ func (b *bench) freshCluster(ctx context.Context) error {
 	return nil
 }
 
+// crdFloorRun times, on a fresh cluster, a bare client doing the least any
+// operator of a WebApp kind must have done for each WebApp: the WebApp
+// created, its Deployment and Service created (as children: owner
+// references, so the garbage collector tracks them), and one status written.
+// Creates, not server-side applies, and no reads or watches: a floor.
+func (b *bench) crdFloorRun(ctx context.Context) (time.Duration, error) {
+	if err := b.freshCluster(ctx); err != nil {
+		return 0, err
+	}
+	const ns = "bench-crd"
+	if err := b.namespace(ctx, ns); err != nil {
+		return 0, err
+	}
+	w0, err := b.serverWrites(ctx)
+	if err != nil {
+		return 0, err
+	}
+	start := time.Now()
+	if err := parallel(b.cfg.n, b.cfg.parallel, func(i int) error {
+		app := benchApp(ns, i)
+		if err := b.c.Create(ctx, app); err != nil {
+			return err
+		}
+		d, s := bareObjects(ns, i)
+		owner := []metav1.OwnerReference{*metav1.NewControllerRef(app, v1alpha1.GroupVersion.WithKind("WebApp"))}
+		d.OwnerReferences, s.OwnerReferences = owner, owner
+		if err := cmpErr(b.c.Create(ctx, d), b.c.Create(ctx, s)); err != nil {
+			return err
+		}
+		base := app.DeepCopy()
+		app.Status = v1alpha1.WebAppStatus{ObservedGeneration: app.Generation, Replicas: 1, Selector: "daytwo.dev/webapp=" + app.Name,
+			ServiceURL: fmt.Sprintf("http://%s.%s.svc.cluster.local:%d", app.Name, ns, app.Spec.Port), CurrentImage: app.Spec.Image}
+		app.Status.URL = app.Status.ServiceURL
+		now := metav1.Now()
+		for _, c := range []string{"Ready", "Progressing", "Degraded"} {
+			app.Status.Conditions = append(app.Status.Conditions, metav1.Condition{Type: c, Status: metav1.ConditionFalse,
+				Reason: "Floor", Message: "written by the floor client", ObservedGeneration: app.Generation, LastTransitionTime: now})
+		}
+		return b.c.Status().Patch(ctx, app, client.MergeFrom(base))
+	}); err != nil {
+		return 0, fmt.Errorf("floor with the WebApp kind: %w", err)
+	}
+	took := time.Since(start)
+	fmt.Printf("floor with the WebApp kind: %d WebApps, Deployments, Services and statuses in %.2fs\n", b.cfg.n, took.Seconds())
+	w1, err := b.serverWrites(ctx)
+	if err != nil {
+		return 0, err
+	}
+	printWrites("the floor's run with the WebApp kind", w0, w1, b.cfg.n)
+	return took, nil
+}
+
 // limit is a wait's time limit at n WebApps, given the limit at 1000.
 func limit(n int, at1000 time.Duration) time.Duration {
 	return max(at1000, at1000*time.Duration(n)/1000)
@@ -663,6 +715,12 @@ func (b *bench) run(ctx context.Context) error {
 		return err
 	}
 	printWrites("the bare client's run", w0, w1, n)
+	var crdFloor time.Duration
+	if b.cfg.crdFloor {
+		if crdFloor, err = b.crdFloorRun(ctx); err != nil {
+			return err
+		}
+	}
 
 	// The operator gets a cluster as empty as the bare client had: on the
 	// same one it would pay for the bare client's objects (a Service's
@@ -774,6 +832,10 @@ func (b *bench) run(ctx context.Context) error {
 	fmt.Printf("latency: %d spec changes, p50 %dms p99 %dms\n", len(lat), p50.Milliseconds(), p99.Milliseconds())
 
 	ratio := op.Seconds() / bare.Seconds()
+	if crdFloor > 0 {
+		fmt.Printf("floor with the WebApp kind: %.2fs, %.2f x the bare client; the operator took %.2f x that floor\n",
+			crdFloor.Seconds(), crdFloor.Seconds()/bare.Seconds(), op.Seconds()/crdFloor.Seconds())
+	}
 	fmt.Println()
 	fmt.Println("| measure                     | value        | goal     |")
 	fmt.Println("|-----------------------------|--------------|----------|")
@@ -786,7 +848,7 @@ func (b *bench) run(ctx context.Context) error {
 	fmt.Printf("| spec-to-status p50          | %9d ms |          |\n", p50.Milliseconds())
 	fmt.Printf("| spec-to-status p99          | %9d ms | < 500 ms |\n", p99.Milliseconds())
 	fmt.Println(strings.Repeat("-", 58))
-	fmt.Printf("BENCH webapp n=%d operator_s=%.2f bare_s=%.2f ratio=%.2f noop_writes=%.0f bytes_per_object=%.0f live_bytes_per_object=%.0f p99_ms=%d\n",
-		n, op.Seconds(), bare.Seconds(), ratio, noop, perObject, livePerObject, p99.Milliseconds())
+	fmt.Printf("BENCH webapp n=%d operator_s=%.2f bare_s=%.2f ratio=%.2f noop_writes=%.0f bytes_per_object=%.0f live_bytes_per_object=%.0f p99_ms=%d crd_floor_s=%.2f\n",
+		n, op.Seconds(), bare.Seconds(), ratio, noop, perObject, livePerObject, p99.Milliseconds(), crdFloor.Seconds())
 	return nil
 }

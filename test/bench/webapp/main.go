@@ -6,6 +6,9 @@
 //     and a current status, against a bare client creating the same
 //     Deployments and Services with the same parallelism (the floor);
 //   - no-op cost: the writes a restarted operator sends while it resyncs all N;
+//   - with BENCH_CRD_FLOOR=1, a second floor: a bare client that also
+//     creates each WebApp and writes its status, the least any operator of
+//     a WebApp kind asks of the API server;
 //   - memory: operator heap before and after N WebApps, per WebApp;
 //   - latency: spec changes at a fixed rate, from write to status observed.
 //
@@ -40,6 +43,7 @@ type config struct {
 	rate        int
 	duration    time.Duration
 	bin         string
+	crdFloor    bool
 }
 
 func run(ctx context.Context) error {
@@ -49,6 +53,7 @@ func run(ctx context.Context) error {
 		rate:     envInt("BENCH_RATE", 20),
 		duration: time.Duration(envInt("BENCH_LATENCY_SECONDS", 60)) * time.Second,
 		bin:      os.Getenv("DAYTWO_BIN"),
+		crdFloor: os.Getenv("BENCH_CRD_FLOOR") == "1",
 	}
 	b, err := newBench(cfg)
 	if err != nil {
