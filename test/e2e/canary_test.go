@@ -5,6 +5,8 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"maps"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -182,4 +184,68 @@ func abortEvent(t *testing.T, app *v1alpha1.WebApp, image string) {
 		}
 	}
 	t.Errorf("no CanaryAborted Warning event naming %s", image)
+}
+
+// watchedUntil is the end of a canary step's window in its message.
+var watchedUntil = regexp.MustCompile(`watching \d+ canary pods until (\S+)$`)
+
+// startCanaryOn creates a 2-pod canary WebApp "front" on Database db and
+// changes its image, returning once its one canary pod is watched at step
+// 1 (a 30 s window), with the end of that window and every pod's state.
+func startCanaryOn(t *testing.T, ns, db string) (app *v1alpha1.WebApp, windowEnd string, pods map[string]int32) {
+	t.Helper()
+	app = demoApp(ns, "front", 2)
+	app.Spec.DatabaseRef = &v1alpha1.LocalObjectReference{Name: db}
+	app.Spec.Rollout = &v1alpha1.WebAppRollout{Strategy: v1alpha1.RolloutCanary, Canary: &v1alpha1.WebAppCanary{
+		Steps: []v1alpha1.WebAppCanaryStep{{Replicas: ptr.To[int32](1), AnalysisSeconds: ptr.To[int32](30)}},
+	}}
+	if err := cluster.Client.Create(context.Background(), app); err != nil {
+		t.Fatal(err)
+	}
+	waitApp(t, app, 2*time.Minute, "Ready with 2 pods", readyWith(2, demoWebImage))
+	updateApp(t, app, func(a *v1alpha1.WebApp) { a.Spec.Image = demoWebImageV2 })
+	waitApp(t, app, 2*time.Minute, "watching its canary pod at step 1", func(a *v1alpha1.WebApp) bool {
+		c := meta.FindStatusCondition(a.Status.Conditions, v1alpha1.ConditionProgressing)
+		return a.Status.Canary != nil && a.Status.Canary.Step == 1 && c != nil &&
+			c.Reason == v1alpha1.ReasonCanaryProgressing && watchedUntil.MatchString(c.Message)
+	})
+	m := watchedUntil.FindStringSubmatch(meta.FindStatusCondition(app.Status.Conditions, v1alpha1.ConditionProgressing).Message)
+	return app, m[1], stablePods(t, app, 3)
+}
+
+// checkCanaryHeld checks, once the Database moved its primary to target,
+// that the canary started by startCanaryOn paused meanwhile (seen by a
+// watch of its statuses), kept the same pods, started its window again
+// and then finished.
+func checkCanaryHeld(t *testing.T, app *v1alpha1.WebApp, seen func() []v1alpha1.WebAppStatus, windowEnd string, pods map[string]int32, target string) {
+	t.Helper()
+	if now := podState(t, app); !maps.Equal(now, pods) {
+		t.Errorf("pods (UID: restarts) %v before the switchover, %v after it: a held canary keeps its pods and the stable ones", pods, now)
+	}
+	waitApp(t, app, 2*time.Minute, "promoted after the switchover", readyWith(2, demoWebImageV2))
+	held, restarted := "", ""
+	var reasons []string
+	for _, s := range seen() {
+		c := meta.FindStatusCondition(s.Conditions, v1alpha1.ConditionProgressing)
+		if c == nil {
+			continue
+		}
+		reasons = append(reasons, c.Reason)
+		switch m := watchedUntil.FindStringSubmatch(c.Message); {
+		case held == "" && c.Reason == v1alpha1.ReasonCanaryPromoting:
+			t.Fatalf("the canary was promoted before any status showed it paused: %v", reasons)
+		case held == "" && c.Reason == v1alpha1.ReasonDatabaseUnavailable:
+			held = c.Message
+		case held != "" && restarted == "" && m != nil:
+			restarted = m[1]
+		}
+	}
+	t.Logf("the canary during the switchover: %q; its window, until %s before, until %s after", held, windowEnd, restarted)
+	if !strings.Contains(held, "Paused at step 1 of 1: Database shop is moving its primary to "+target) {
+		t.Errorf("no status of %s said the canary paused for the switchover to %s; Progressing reasons seen: %v", app.Name, target, reasons)
+	}
+	// RFC 3339 times in UTC with whole seconds compare as strings.
+	if restarted <= windowEnd {
+		t.Errorf("the step's window ends at %q after the pause, %q before it: it should start again", restarted, windowEnd)
+	}
 }

@@ -592,7 +592,10 @@ func TestDatabaseMediumUpgradeAndRollback(t *testing.T) {
 	}
 
 	// Switchover back to the instance that was deleted, by annotation: the
-	// primary steps down cleanly and no row is lost.
+	// primary steps down cleanly and no row is lost. An app on the
+	// Database is in the middle of a canary meanwhile: it pauses.
+	front, windowEnd, frontPods := startCanaryOn(t, ns, "shop")
+	frontStatuses := cluster.WatchWebAppStatuses(t, ns, front.Name)
 	requested := time.Now().UTC().Truncate(time.Second)
 	start = time.Now()
 	statuses := cluster.WatchStatuses(t, ns, "shop")
@@ -612,6 +615,7 @@ func TestDatabaseMediumUpgradeAndRollback(t *testing.T) {
 		t.Fatalf("switchover: %+v", *sw)
 	}
 	t.Logf("switchover to %s: demote and promote took %s (%s)", primaryName, sw.PromotedTime.Sub(sw.StartedTime.Time), sw.Message)
+	checkCanaryHeld(t, front, frontStatuses, windowEnd, frontPods, primaryName)
 	// While it was under way the status said so: the target named, and a
 	// condition, before the old primary stepped down.
 	if !sawTarget(statuses(), primaryName, v1alpha1.ConditionProgressing, v1alpha1.ReasonSwitchingOver) {
