@@ -43,6 +43,8 @@ const (
 	annotationCanarySince    = "daytwo.dev/canary-step-since"
 	annotationCanaryTotal    = "daytwo.dev/canary-total"
 	annotationCanaryBaseline = "daytwo.dev/canary-restart-baseline"
+	annotationCanaryStepAt   = "daytwo.dev/canary-step-started"
+	annotationCanarySteps    = "daytwo.dev/canary-steps"
 	// annotationCanaryAborted on the stable Deployment is the signal that
 	// aborted the canary of annotationFailedTemplate's revision.
 	annotationCanaryAborted = "daytwo.dev/canary-aborted"
@@ -100,8 +102,8 @@ func (r *Reconciler) runCanary(ctx context.Context, app *v1alpha1.WebApp, in pod
 		return canaryReport{}, errCacheBehind
 	}
 	current := exists && templateAnnotation(cd, annotationTemplateHash) == hash
-	in2 := canaryInput{steps: steps, hold: in.databaseHold, now: now,
-		state: canaryState{started: now.Truncate(time.Second), total: ptr.Deref(desiredReplicas(app), ptr.Deref(live.Spec.Replicas, 1))}}
+	in2 := canaryInput{steps: steps, hold: in.databaseHold, now: now, deadline: time.Duration(progressDeadline(app)) * time.Second,
+		state: canaryState{started: now.Truncate(time.Second), total: ptr.Deref(desiredReplicas(app), ptr.Deref(live.Spec.Replicas, 1)), steps: hashOf(steps)}}
 	in2.promoteRequested, in2.abortRequested = requestTime(app, v1alpha1.AnnotationPromoteRequested), requestTime(app, v1alpha1.AnnotationAbortRequested)
 	if current {
 		in2.state = stateOf(cd, in2.state)
@@ -145,7 +147,7 @@ func (r *Reconciler) runCanary(ctx context.Context, app *v1alpha1.WebApp, in pod
 		controller.Event(ctx, r.Recorder, app, live, corev1.EventTypeNormal, v1alpha1.ReasonCanaryProgressing, "CanaryStep",
 			"Canary of image %s at step %d of %d: %d pods", app.Spec.Image, d.state.step+1, len(steps), d.replicas)
 	}
-	ac := canaryDeployment(app, in.selector, desired, d.replicas, d.state)
+	ac := canaryDeployment(app, in.selector, desired, d.replicas, d.state, d.action == canaryHold)
 	if err := controller.ApplyIfChanged(ctx, r.Client, cd, ac, appsv1ac.ExtractDeployment, "canary Deployment"); err != nil {
 		return rep, err
 	}
@@ -168,11 +170,11 @@ func (r *Reconciler) canarySignals(ctx context.Context, app *v1alpha1.WebApp, cd
 	if v, ok := r.canaryReady.Load(key); ok {
 		was = v.(sets.Set[types.UID])
 	}
-	allowed := st.restartBaseline
+	var allowed int32
 	if c := canarySpec(app); c != nil {
-		allowed += c.MaxRestarts
+		allowed = c.MaxRestarts
 	}
-	signal, ready, restarts := canarySignal(pods.Items, hash, allowed, was)
+	signal, ready, restarts := canarySignal(pods.Items, hash, st.restartBaseline, allowed, was)
 	r.canaryReady.Store(key, ready)
 	switch {
 	case signal != "":
@@ -297,7 +299,10 @@ func rolledOut(d *appsv1.Deployment) bool {
 }
 
 // stateOf reads the canary's state from its Deployment; what it lacks
-// (a canary Deployment cut short) comes from fresh.
+// (a canary Deployment cut short) comes from fresh. Steps edited while the
+// canary runs start again from the first (its pods stay): an index into
+// the old steps means nothing in the new ones, and could skip a step that
+// waits for promotion.
 func stateOf(cd *appsv1.Deployment, fresh canaryState) canaryState {
 	a := cd.Annotations
 	st := fresh
@@ -313,6 +318,13 @@ func stateOf(cd *appsv1.Deployment, fresh canaryState) canaryState {
 	}
 	if n, err := strconv.Atoi(a[annotationCanaryBaseline]); err == nil {
 		st.restartBaseline = int32(n)
+	}
+	if t, err := time.Parse(time.RFC3339, a[annotationCanaryStepAt]); err == nil {
+		st.stepStarted = t
+	}
+	// A canary from before the steps were recorded keeps its place.
+	if v, ok := a[annotationCanarySteps]; ok && v != fresh.steps {
+		st.step, st.since, st.stepStarted = 0, time.Time{}, time.Time{}
 	}
 	return st
 }
@@ -340,8 +352,10 @@ func unreadableRequests(app *v1alpha1.WebApp) string {
 
 // canaryDeployment is the desired canary Deployment of app: template with
 // the canary's track label, replicas pods, and st in its annotations.
+// Paused while held, so a hold longer than the progress deadline does not
+// leave the Deployment controller's ProgressDeadlineExceeded behind.
 func canaryDeployment(app *v1alpha1.WebApp, sel map[string]string, template *corev1ac.PodTemplateSpecApplyConfiguration,
-	replicas int32, st canaryState) *appsv1ac.DeploymentApplyConfiguration {
+	replicas int32, st canaryState, paused bool) *appsv1ac.DeploymentApplyConfiguration {
 	canarySel := map[string]string{labelTrack: trackCanary}
 	maps.Copy(canarySel, sel)
 	t := *template
@@ -353,9 +367,13 @@ func canaryDeployment(app *v1alpha1.WebApp, sel map[string]string, template *cor
 		annotationCanaryStarted:  st.started.UTC().Format(time.RFC3339),
 		annotationCanaryTotal:    strconv.Itoa(int(st.total)),
 		annotationCanaryBaseline: strconv.Itoa(int(st.restartBaseline)),
+		annotationCanarySteps:    st.steps,
 	}
 	if !st.since.IsZero() {
 		annotations[annotationCanarySince] = st.since.UTC().Format(time.RFC3339)
+	}
+	if !st.stepStarted.IsZero() {
+		annotations[annotationCanaryStepAt] = st.stepStarted.UTC().Format(time.RFC3339)
 	}
 	return appsv1ac.Deployment(canaryName(app), app.Namespace).
 		WithLabels(labels(app)).WithLabels(map[string]string{labelTrack: trackCanary}).
@@ -363,6 +381,7 @@ func canaryDeployment(app *v1alpha1.WebApp, sel map[string]string, template *cor
 		WithOwnerReferences(ownerReference(app)).
 		WithSpec(appsv1ac.DeploymentSpec().
 			WithReplicas(replicas).
+			WithPaused(paused).
 			WithSelector(metav1ac.LabelSelector().WithMatchLabels(canarySel)).
 			WithRevisionHistoryLimit(2).
 			WithProgressDeadlineSeconds(progressDeadline(app)).

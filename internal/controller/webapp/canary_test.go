@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -97,6 +98,19 @@ func TestDecideCanary(t *testing.T) {
 		{name: "an abort request wins over a hold",
 			mutate: func(in *canaryInput) { in.hold, in.abortRequested = "Database db is not Ready", t0 },
 			action: canaryAbort, replicas: 1, reason: v1alpha1.ReasonCanaryAborted},
+		{name: "a step's pods not available within the deadline abort it",
+			mutate: func(in *canaryInput) {
+				in.state = canaryState{step: 1, started: t0, stepStarted: t0.Add(time.Minute), total: 4}
+				in.available, in.deadline, in.now = 1, 10*time.Minute, t0.Add(11*time.Minute+time.Second)
+			},
+			action: canaryAbort, step: 1, replicas: 2, reason: v1alpha1.ReasonCanaryAborted,
+			message: "ProgressDeadlineExceeded: 1 of the 2 canary pods of step 2 of 3 were available 600 seconds after the step began"},
+		{name: "within the deadline a step's pods may take their time",
+			mutate: func(in *canaryInput) {
+				in.state = canaryState{step: 1, started: t0, stepStarted: t0.Add(time.Minute), total: 4}
+				in.available, in.deadline, in.now = 1, 10*time.Minute, t0.Add(10*time.Minute)
+			},
+			action: canaryRun, step: 1, replicas: 2, message: "Step 2 of 3: 1 of 2 canary pods available"},
 		{name: "weights are of the stable count when the canary started",
 			mutate: func(in *canaryInput) { in.state = canaryState{step: 1, started: t0, total: 10} },
 			action: canaryRun, step: 1, replicas: 5},
@@ -149,11 +163,23 @@ func TestCanarySignal(t *testing.T) {
 			cs.LastTerminationState.Terminated = &corev1.ContainerStateTerminated{Reason: reason, ExitCode: code, Message: msg}
 		}
 	}
+	backOff := func(restarts int32, reason string) func(*corev1.ContainerStatus) {
+		return func(cs *corev1.ContainerStatus) {
+			cs.RestartCount = restarts
+			cs.LastTerminationState.Terminated = &corev1.ContainerStateTerminated{Reason: reason, ExitCode: 1}
+			cs.State.Waiting = &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff"}
+		}
+	}
+	evicted := pod("e", false, func(cs *corev1.ContainerStatus) {
+		cs.State.Terminated = &corev1.ContainerStateTerminated{Reason: "Error", ExitCode: 137}
+	})
+	evicted.Status.Phase, evicted.Status.Reason = corev1.PodFailed, "Evicted"
 	older := pod("old", false, exited("Error", 1, "old revision"))
 	older.Annotations[annotationTemplateHash] = "stable"
 	for _, tt := range []struct {
 		name        string
 		pods        []corev1.Pod
+		baseline    int32
 		maxRestarts int32
 		was         []types.UID
 		want        string
@@ -177,6 +203,17 @@ func TestCanarySignal(t *testing.T) {
 			want: "OOMKilled: Container app of pod shop-canary-a was killed for using more than its memory limit of 64Mi; raise spec.resources.limits.memory"},
 		{name: "a readiness flap", pods: []corev1.Pod{pod("a", false, nil)}, was: []types.UID{"a"},
 			want: "Readiness flap: canary pod shop-canary-a was ready and is not any more"},
+		{name: "a crash loop within maxRestarts is its exits: the back-off aborts nothing",
+			pods: []corev1.Pod{pod("a", false, backOff(2, "Error"))}, maxRestarts: 5},
+		{name: "exits forgiven during a hold, and the back-off they leave, do not count",
+			pods: []corev1.Pod{pod("a", false, backOff(3, "Error"))}, baseline: 3},
+		{name: "an exit after the forgiven ones counts",
+			pods: []corev1.Pod{pod("a", false, backOff(4, "Error"))}, baseline: 3,
+			want: "Restarts: container app of canary pod shop-canary-a exited (1 exits in all, 0 allowed); exit code 1 (Error)"},
+		{name: "a forgiven OOM kill does not count", pods: []corev1.Pod{pod("a", false, exited("OOMKilled", 137, ""))}, baseline: 1},
+		{name: "an OOM kill aborts within maxRestarts", pods: []corev1.Pod{pod("a", false, backOff(1, "OOMKilled"))}, maxRestarts: 3,
+			want: "OOMKilled: Container app of pod shop-canary-a was killed"},
+		{name: "an evicted pod says nothing of its revision", pods: []corev1.Pod{evicted}, was: []types.UID{"e"}},
 		{name: "an image that cannot be pulled",
 			pods: []corev1.Pod{pod("a", false, func(cs *corev1.ContainerStatus) {
 				cs.Image, cs.State.Waiting = "shop:bad", &corev1.ContainerStateWaiting{Reason: "ImagePullBackOff", Message: "not found"}
@@ -184,8 +221,8 @@ func TestCanarySignal(t *testing.T) {
 			want: "ImagePullFailed: Pod shop-canary-a cannot pull image shop:bad (ImagePullBackOff): not found"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			got, ready, _ := canarySignal(tt.pods, "new", tt.maxRestarts, sets.New(tt.was...))
-			if got != tt.want {
+			got, ready, _ := canarySignal(tt.pods, "new", tt.baseline, tt.maxRestarts, sets.New(tt.was...))
+			if got != tt.want && (tt.want == "" || !strings.HasPrefix(got, tt.want)) {
 				t.Errorf("signal = %q\nwant     %q", got, tt.want)
 			}
 			if ready.Len() != tt.ready {
@@ -227,5 +264,43 @@ func TestDatabaseHold(t *testing.T) {
 		if got := databaseHold(db); got != tt.want {
 			t.Errorf("databaseHold(%+v) = %q, want %q", tt.status, got, tt.want)
 		}
+	}
+}
+
+func TestCanaryHoldKeepsLooking(t *testing.T) {
+	t0 := time.Date(2026, 11, 26, 6, 0, 0, 0, time.UTC)
+	in := canaryInput{steps: defaultCanarySteps, now: t0.Add(time.Hour), hold: "Database db is moving its primary to db-1", restarts: 4,
+		state: canaryState{step: 1, started: t0, since: t0, stepStarted: t0, total: 4}}
+	d := decideCanary(in)
+	// Looked at during the hold, the forgiven count is the one at its end;
+	// after it, the step's window and deadline start from then.
+	if d.action != canaryHold || d.requeue != canaryPoll || d.state.restartBaseline != 4 || !d.state.since.IsZero() || !d.state.stepStarted.IsZero() {
+		t.Fatalf("hold = %+v", d)
+	}
+	in.hold, in.state, in.available = "", d.state, 0
+	if d = decideCanary(in); d.action != canaryRun || !d.state.stepStarted.Equal(in.now) {
+		t.Fatalf("after the hold = %+v, want the step started again at %v", d, in.now)
+	}
+}
+
+func TestStateOfEditedSteps(t *testing.T) {
+	t0 := time.Date(2026, 11, 26, 6, 0, 0, 0, time.UTC)
+	stamp := t0.Format(time.RFC3339)
+	cd := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{
+		annotationCanaryStep: "2", annotationCanaryStarted: stamp, annotationCanarySince: stamp, annotationCanaryStepAt: stamp,
+		annotationCanaryTotal: "4", annotationCanaryBaseline: "1", annotationCanarySteps: "old",
+	}}}
+	fresh := canaryState{started: t0.Add(time.Hour), total: 9, steps: "new"}
+	st := stateOf(cd, fresh)
+	if st.step != 0 || !st.since.IsZero() || !st.stepStarted.IsZero() || !st.started.Equal(t0) || st.total != 4 || st.restartBaseline != 1 || st.steps != "new" {
+		t.Errorf("edited steps: state %+v, want step 0 with the canary's start, total and baseline kept", st)
+	}
+	cd.Annotations[annotationCanarySteps] = "new"
+	if st = stateOf(cd, fresh); st.step != 2 || !st.since.Equal(t0) || !st.stepStarted.Equal(t0) {
+		t.Errorf("same steps: state %+v, want step 2 as recorded", st)
+	}
+	delete(cd.Annotations, annotationCanarySteps)
+	if st = stateOf(cd, fresh); st.step != 2 {
+		t.Errorf("a canary from before steps were recorded: step %d, want 2 kept", st.step)
 	}
 }

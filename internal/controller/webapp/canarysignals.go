@@ -1,6 +1,7 @@
 package webapp
 
 import (
+	"cmp"
 	"fmt"
 	"time"
 
@@ -12,21 +13,27 @@ import (
 )
 
 // canarySignal is the first bad signal the canary's pods of template hash
-// show, or "": more container exits than maxRestarts in all (an exit the
-// kubelet has not restarted yet counts: it comes before the restart, and
-// before the readiness it costs), a pod problem the user must fix (an
-// image that cannot be pulled or started, a crash loop, an OOM kill), or
-// a readiness flap (a pod seen ready before, in wasReady, that is not
-// ready now while its container runs). It returns the pods ready now, the
-// next call's wasReady, and the exits counted. It is pure.
-func canarySignal(pods []corev1.Pod, hash string, maxRestarts int32, wasReady sets.Set[types.UID]) (string, sets.Set[types.UID], int32) {
+// show, or "": more container exits than baseline (those forgiven during
+// a hold) plus maxRestarts (an exit the kubelet has not restarted yet
+// counts: it comes before the restart, and before the readiness it
+// costs), an OOM kill among the exits not forgiven, a pod problem the
+// user must fix (an image that cannot be pulled or started), or a
+// readiness flap (a pod seen ready before, in wasReady, that is not ready
+// now while its container runs). A crash loop is its exits, counted as
+// exits: the kubelet's back-off after a second quick exit must not
+// override maxRestarts, nor a back-off from a forgiven exit the hold. A
+// pod in phase Failed (evicted, or stopped by a node shutdown: a
+// Deployment's pods are restarted otherwise) says nothing of its revision.
+// It returns the pods ready now, the next call's wasReady, and the exits
+// counted. It is pure.
+func canarySignal(pods []corev1.Pod, hash string, baseline, maxRestarts int32, wasReady sets.Set[types.UID]) (string, sets.Set[types.UID], int32) {
 	ready := sets.New[types.UID]()
 	var exits int32
 	var latest *corev1.Pod
-	signal := ""
+	signal, oom := "", ""
 	for i := range pods {
 		pod := &pods[i]
-		if pod.Annotations[annotationTemplateHash] != hash || pod.DeletionTimestamp != nil {
+		if pod.Annotations[annotationTemplateHash] != hash || pod.DeletionTimestamp != nil || pod.Status.Phase == corev1.PodFailed {
 			continue
 		}
 		cs := appStatus(pod)
@@ -36,7 +43,11 @@ func canarySignal(pods []corev1.Pod, hash string, maxRestarts int32, wasReady se
 		} else if wasReady.Has(pod.UID) && !exited && signal == "" {
 			signal = fmt.Sprintf("Readiness flap: canary pod %s was ready and is not any more", pod.Name)
 		}
-		if p := diagnosePod(pod); p != nil && p.reason != v1alpha1.ReasonUnschedulable && signal == "" {
+		switch p := diagnosePod(pod); {
+		case p == nil, p.reason == v1alpha1.ReasonUnschedulable, p.reason == v1alpha1.ReasonCrashLoopBackOff:
+		case p.reason == v1alpha1.ReasonOOMKilled:
+			oom = cmp.Or(oom, p.reason+": "+p.message)
+		case signal == "":
 			signal = p.reason + ": " + p.message
 		}
 		if cs == nil {
@@ -53,10 +64,13 @@ func canarySignal(pods []corev1.Pod, hash string, maxRestarts int32, wasReady se
 			}
 		}
 	}
-	if exits > maxRestarts {
+	switch {
+	case exits > baseline+maxRestarts:
 		// An exit is the earliest sign of a crash, and says more than the
 		// flap or the back-off it causes.
-		return exitSignal(latest, exits, maxRestarts), ready, exits
+		return exitSignal(latest, exits-baseline, maxRestarts), ready, exits
+	case oom != "" && exits > baseline:
+		return oom, ready, exits
 	}
 	return signal, ready, exits
 }

@@ -73,6 +73,14 @@ type canaryState struct {
 	// since is when every pod of the current step was first seen
 	// available: the step's analysis window runs from there. Zero before.
 	since time.Time
+	// stepStarted is when the current step began (or began again after a
+	// hold): its pods must be available within the progress deadline
+	// from there. The Deployment controller's own deadline covers only a
+	// new Deployment's first rollout, not a later step's scale-up.
+	stepStarted time.Time
+	// steps identifies the steps the canary runs (hashOf them): a change
+	// starts them again from the first, as a new plan.
+	steps string
 	// total is the stable pods' desired count when the canary started:
 	// the steps' weights are of it, so an HPA scaling the stable pods does
 	// not move a step under way.
@@ -111,7 +119,9 @@ type canaryInput struct {
 	promoteRequested, abortRequested time.Time
 	// hold says why the canary must not move now (the Database), if so.
 	hold string
-	now  time.Time
+	// deadline is how long a step's pods may take to be available.
+	deadline time.Duration
+	now      time.Time
 }
 
 // canaryDecision is what to do, and the state to record.
@@ -136,6 +146,9 @@ func decideCanary(in canaryInput) canaryDecision {
 	st := in.state
 	n := len(in.steps)
 	d := canaryDecision{action: canaryRun, state: st, reason: v1alpha1.ReasonCanaryProgressing, requeue: canaryPoll}
+	if st.stepStarted.IsZero() {
+		d.state.stepStarted = in.now.Truncate(time.Second)
+	}
 	if st.step < n {
 		d.replicas = stepReplicas(in.steps[st.step], st.total)
 	}
@@ -150,10 +163,12 @@ func decideCanary(in canaryInput) canaryDecision {
 		d.message = "Aborted on request (" + v1alpha1.AnnotationAbortRequested + " " + in.abortRequested.UTC().Format(time.RFC3339) + ")"
 		return d
 	case in.hold != "":
-		// The window starts again once the dependency is back, and the
-		// restarts meanwhile are forgiven.
-		d.action, d.reason, d.requeue = canaryHold, v1alpha1.ReasonDatabaseUnavailable, 0
-		d.state.since, d.state.restartBaseline = time.Time{}, in.restarts
+		// The window and the step's deadline start again once the
+		// dependency is back, and the restarts meanwhile are forgiven:
+		// the pods are looked at every canaryPoll during the hold too,
+		// so the forgiven count is the one at its end.
+		d.action, d.reason = canaryHold, v1alpha1.ReasonDatabaseUnavailable
+		d.state.since, d.state.stepStarted, d.state.restartBaseline = time.Time{}, time.Time{}, in.restarts
 		d.message = fmt.Sprintf("Paused at step %d of %d: %s", min(st.step+1, n), n, in.hold)
 		return d
 	case in.signal != "":
@@ -167,6 +182,12 @@ func decideCanary(in canaryInput) canaryDecision {
 	step := in.steps[st.step]
 	if in.available < d.replicas {
 		d.state.since = time.Time{}
+		if in.deadline > 0 && in.now.Sub(d.state.stepStarted) > in.deadline {
+			d.action, d.reason = canaryAbort, v1alpha1.ReasonCanaryAborted
+			d.message = fmt.Sprintf("ProgressDeadlineExceeded: %d of the %d canary pods of step %d of %d were available %d seconds after the step began",
+				in.available, d.replicas, st.step+1, n, int(in.deadline.Seconds()))
+			return d
+		}
 		d.message = fmt.Sprintf("Step %d of %d: %d of %d canary pods available", st.step+1, n, in.available, d.replicas)
 		return d
 	}
@@ -188,6 +209,6 @@ func decideCanary(in canaryInput) canaryDecision {
 	}
 	next := in
 	next.state = st
-	next.state.step, next.state.since = st.step+1, time.Time{}
+	next.state.step, next.state.since, next.state.stepStarted = st.step+1, time.Time{}, time.Time{}
 	return decideCanary(next)
 }

@@ -215,6 +215,9 @@ func (r *Reconciler) applyDeployment(ctx context.Context, app *v1alpha1.WebApp, 
 		if template, failed, event, err = r.canaryRollout(ctx, app, in, live, desired, revision, &ro); err != nil {
 			return rollout{}, err
 		}
+		// The stable pods may still be rolling to an earlier promotion:
+		// that rollout holds too.
+		paused = in.databaseHold != "" && !rolledOut(live)
 	case exists && in.databaseHold != "" && (changed || !rolledOut(live)):
 		// Hold the rollout where it is until the Database is back.
 		if changed {

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -206,7 +207,7 @@ func oomKilled(pod *corev1.Pod, cs corev1.ContainerStatus) *podProblem {
 // lastWords are the end of a termination message (the container's own, or
 // its last log lines): the last three non-empty lines, at most 512 bytes.
 func lastWords(msg string) string {
-	lines := strings.FieldsFunc(msg, func(r rune) bool { return r == '\n' || r == '\r' })
+	lines := strings.FieldsFunc(redact(msg), func(r rune) bool { return r == '\n' || r == '\r' })
 	lines = slices.DeleteFunc(lines, func(l string) bool { return strings.TrimSpace(l) == "" })
 	if len(lines) > 3 {
 		lines = lines[len(lines)-3:]
@@ -216,4 +217,21 @@ func lastWords(msg string) string {
 		out = "..." + out[len(out)-509:]
 	}
 	return strings.ToValidUTF8(out, "")
+}
+
+// What a container says as it dies goes into the WebApp's status, an
+// Event and the operator's log, which more people can read than the
+// app's Secrets: a crash that prints its DATABASE_URL (daytwo puts the
+// password there) must not publish it. redact masks the password of a
+// URL and the value of anything named like a secret.
+var (
+	urlPassword = regexp.MustCompile(`([A-Za-z][A-Za-z0-9+.-]*://[^\s:/@]*):[^\s@/]+@`)
+	secretValue = regexp.MustCompile(`(?i)(\b[\w.-]*(?:password|passwd|pwd|secret|token|api_?key|access_?key)[\w.-]*["']?\s*[=:]\s*)("[^"]*"|'[^']*'|[^\s,;&]+)`)
+)
+
+const redacted = "[REDACTED]"
+
+func redact(msg string) string {
+	msg = urlPassword.ReplaceAllString(msg, "${1}:"+redacted+"@")
+	return secretValue.ReplaceAllString(msg, "${1}"+redacted)
 }

@@ -199,3 +199,26 @@ func TestRevisionIgnoresWhatDoesNotReachThePods(t *testing.T) {
 		}
 	}
 }
+
+func TestRedact(t *testing.T) {
+	for _, tt := range []struct{ in, want string }{
+		{"dial postgres://app:s3cr3t@shop-rw:5432/app failed", "dial postgres://app:[REDACTED]@shop-rw:5432/app failed"},
+		{"DATABASE_URL=postgresql://app:p%40ss@db/app?sslmode=verify-full", "DATABASE_URL=postgresql://app:[REDACTED]@db/app?sslmode=verify-full"},
+		{"PGPASSWORD=hunter2 psql", "PGPASSWORD=[REDACTED] psql"},
+		{`config: {"api_key": "abc123", "port": 80}`, `config: {"api_key": [REDACTED], "port": 80}`},
+		{"token: eyJhbGciOi, user: app", "token: [REDACTED], user: app"},
+		{"AWS_SECRET_ACCESS_KEY='x y z' next", "AWS_SECRET_ACCESS_KEY=[REDACTED] next"},
+		{"password=a&host=b", "password=[REDACTED]&host=b"},
+		// What is no secret stays as it is.
+		{`FATAL:  password authentication failed for user "app"`, `FATAL:  password authentication failed for user "app"`},
+		{"listen tcp :80: bind: permission denied", "listen tcp :80: bind: permission denied"},
+		{"GET http://shop:8080/healthz: 500", "GET http://shop:8080/healthz: 500"},
+	} {
+		if got := redact(tt.in); got != tt.want {
+			t.Errorf("redact(%q)\n  = %q\nwant %q", tt.in, got, tt.want)
+		}
+	}
+	if got := lastWords("starting\npanic: connect postgres://app:pw@db/app: refused"); strings.Contains(got, ":pw@") {
+		t.Errorf("lastWords kept the password: %q", got)
+	}
+}
