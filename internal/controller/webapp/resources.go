@@ -7,7 +7,9 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	appsv1ac "k8s.io/client-go/applyconfigurations/apps/v1"
 	autoscalingv2ac "k8s.io/client-go/applyconfigurations/autoscaling/v2"
@@ -327,7 +329,10 @@ func hpa(app *v1alpha1.WebApp) *autoscalingv2ac.HorizontalPodAutoscalerApplyConf
 }
 
 // pdb keeps all but one pod up during voluntary disruptions, or is nil when
-// app can only ever run one pod (a PDB would then block node drains).
+// app can only ever run one pod (a PDB would then block node drains). A
+// canary's pods are not counted: one that crash-loops would take the one
+// disruption allowed and block every drain. Pods that are not ready may
+// always be evicted, for the same reason.
 func pdb(app *v1alpha1.WebApp, sel map[string]string) *policyv1ac.PodDisruptionBudgetApplyConfiguration {
 	if maxReplicas(app) <= 1 {
 		return nil
@@ -337,7 +342,9 @@ func pdb(app *v1alpha1.WebApp, sel map[string]string) *policyv1ac.PodDisruptionB
 		WithOwnerReferences(ownerReference(app)).
 		WithSpec(policyv1ac.PodDisruptionBudgetSpec().
 			WithMaxUnavailable(intstr.FromInt32(1)).
-			WithSelector(metav1ac.LabelSelector().WithMatchLabels(sel)))
+			WithUnhealthyPodEvictionPolicy(policyv1.AlwaysAllow).
+			WithSelector(metav1ac.LabelSelector().WithMatchLabels(sel).WithMatchExpressions(
+				metav1ac.LabelSelectorRequirement().WithKey(labelTrack).WithOperator(metav1.LabelSelectorOpNotIn).WithValues(trackCanary))))
 }
 
 // ingress routes spec.ingress.host to the Service, or is nil without ingress.

@@ -6,8 +6,10 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8slabels "k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	appsv1ac "k8s.io/client-go/applyconfigurations/apps/v1"
@@ -289,5 +291,24 @@ func TestCacheBehind(t *testing.T) {
 				t.Errorf("record kept = %v, want %v", ok, c.recorded)
 			}
 		})
+	}
+}
+
+func TestPDBLeavesTheCanaryOut(t *testing.T) {
+	sel := map[string]string{"daytwo.dev/webapp": "shop"}
+	ac := pdb(testApp(func(a *v1alpha1.WebApp) { a.Spec.Replicas = ptr.To[int32](3) }), sel)
+	p := convertOne[policyv1.PodDisruptionBudget](ac)
+	s, err := metav1.LabelSelectorAsSelector(p.Spec.Selector)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !s.Matches(k8slabels.Set(sel)) {
+		t.Errorf("PDB selector %s does not select the stable pods", s)
+	}
+	if s.Matches(k8slabels.Set{"daytwo.dev/webapp": "shop", labelTrack: trackCanary}) {
+		t.Errorf("PDB selector %s selects the canary's pods", s)
+	}
+	if p.Spec.UnhealthyPodEvictionPolicy == nil || *p.Spec.UnhealthyPodEvictionPolicy != policyv1.AlwaysAllow {
+		t.Errorf("unhealthyPodEvictionPolicy = %v, want AlwaysAllow", p.Spec.UnhealthyPodEvictionPolicy)
 	}
 }
