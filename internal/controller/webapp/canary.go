@@ -7,6 +7,7 @@ import (
 	"maps"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -45,6 +46,7 @@ const (
 	annotationCanaryBaseline = "daytwo.dev/canary-restart-baseline"
 	annotationCanaryStepAt   = "daytwo.dev/canary-step-started"
 	annotationCanarySteps    = "daytwo.dev/canary-steps"
+	annotationCanaryIgnored  = "daytwo.dev/canary-ignored-requests"
 	// annotationCanaryAborted on the stable Deployment is the signal that
 	// aborted the canary of annotationFailedTemplate's revision.
 	annotationCanaryAborted = "daytwo.dev/canary-aborted"
@@ -119,7 +121,7 @@ func (r *Reconciler) runCanary(ctx context.Context, app *v1alpha1.WebApp, in pod
 	}
 	d := decideCanary(in2)
 	rep.reason, rep.message, rep.requeue = d.reason, d.message, d.requeue
-	if bad := unreadableRequests(app); bad != "" {
+	if bad := unreadableRequests(app, d.state.ignored); bad != "" {
 		rep.message = strings.TrimSpace(rep.message + " " + bad)
 		controller.Event(ctx, r.Recorder, app, live, corev1.EventTypeWarning, "InvalidAnnotation", "ReadRequest", "%s", bad)
 	}
@@ -322,6 +324,11 @@ func stateOf(cd *appsv1.Deployment, fresh canaryState) canaryState {
 	if t, err := time.Parse(time.RFC3339, a[annotationCanaryStepAt]); err == nil {
 		st.stepStarted = t
 	}
+	for _, v := range strings.Split(a[annotationCanaryIgnored], ",") {
+		if t, err := time.Parse(time.RFC3339, v); err == nil {
+			st.ignored = append(st.ignored, t)
+		}
+	}
 	// A canary from before the steps were recorded keeps its place.
 	if v, ok := a[annotationCanarySteps]; ok && v != fresh.steps {
 		st.step, st.since, st.stepStarted = 0, time.Time{}, time.Time{}
@@ -336,12 +343,17 @@ func requestTime(app *v1alpha1.WebApp, annotation string) time.Time {
 }
 
 // unreadableRequests says which of app's promote and abort annotations are
-// set but are not RFC 3339 times (and so are ignored), or "".
-func unreadableRequests(app *v1alpha1.WebApp) string {
+// set but are ignored, or "": not RFC 3339 times, or times the canary
+// ignores (see canaryState.ignored).
+func unreadableRequests(app *v1alpha1.WebApp, ignored []time.Time) string {
 	var out []string
 	for _, a := range []string{v1alpha1.AnnotationPromoteRequested, v1alpha1.AnnotationAbortRequested} {
-		if v, ok := app.Annotations[a]; ok && requestTime(app, a).IsZero() {
+		v, ok := app.Annotations[a]
+		switch t := requestTime(app, a); {
+		case ok && t.IsZero():
 			out = append(out, fmt.Sprintf("annotation %s=%q is not an RFC 3339 time such as 2026-01-02T15:04:05Z and is ignored", a, v))
+		case slices.ContainsFunc(ignored, t.Equal):
+			out = append(out, fmt.Sprintf("annotation %s=%q was more than a minute ahead of the operator's clock and is ignored by this canary (a time zone mistake?)", a, v))
 		}
 	}
 	if len(out) == 0 {
@@ -374,6 +386,13 @@ func canaryDeployment(app *v1alpha1.WebApp, sel map[string]string, template *cor
 	}
 	if !st.stepStarted.IsZero() {
 		annotations[annotationCanaryStepAt] = st.stepStarted.UTC().Format(time.RFC3339)
+	}
+	if len(st.ignored) > 0 {
+		var ts []string
+		for _, t := range st.ignored {
+			ts = append(ts, t.UTC().Format(time.RFC3339))
+		}
+		annotations[annotationCanaryIgnored] = strings.Join(ts, ",")
 	}
 	return appsv1ac.Deployment(canaryName(app), app.Namespace).
 		WithLabels(labels(app)).WithLabels(map[string]string{labelTrack: trackCanary}).

@@ -75,6 +75,11 @@ func TestDecideCanary(t *testing.T) {
 		{name: "a promote request far in the future is ignored (a time left in Git)",
 			mutate: func(in *canaryInput) { in.promoteRequested = t0.Add(time.Hour) },
 			action: canaryRun, replicas: 1},
+		{name: "and stays ignored by this canary when its time comes (a time zone mistake)",
+			mutate: func(in *canaryInput) {
+				in.promoteRequested, in.now, in.state.ignored = t0.Add(time.Hour), t0.Add(time.Hour), []time.Time{t0.Add(time.Hour)}
+			},
+			action: canaryRun, replicas: 1},
 		{name: "a promote request older than the start is for an earlier canary",
 			mutate: func(in *canaryInput) { in.promoteRequested = t0.Add(-time.Second) },
 			action: canaryRun, replicas: 1},
@@ -302,5 +307,31 @@ func TestStateOfEditedSteps(t *testing.T) {
 	delete(cd.Annotations, annotationCanarySteps)
 	if st = stateOf(cd, fresh); st.step != 2 {
 		t.Errorf("a canary from before steps were recorded: step %d, want 2 kept", st.step)
+	}
+}
+
+func TestFutureRequestsAreRecorded(t *testing.T) {
+	t0 := time.Date(2026, 11, 26, 6, 0, 0, 0, time.UTC)
+	in := canaryInput{steps: defaultCanarySteps, now: t0, state: canaryState{started: t0, total: 4},
+		promoteRequested: t0.Add(2 * time.Hour), abortRequested: t0.Add(30 * time.Second)}
+	d := decideCanary(in)
+	// The abort, within the skew allowed, acts; the promotion two hours
+	// ahead is recorded as ignored.
+	if d.action != canaryAbort || len(d.state.ignored) != 1 || !d.state.ignored[0].Equal(t0.Add(2*time.Hour)) {
+		t.Fatalf("decision %+v, want an abort with the promotion ignored", d)
+	}
+	app := &v1alpha1.WebApp{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{
+		v1alpha1.AnnotationPromoteRequested: "2026-11-26T08:00:00Z", v1alpha1.AnnotationAbortRequested: "yesterday"}}}
+	msg := unreadableRequests(app, d.state.ignored)
+	for _, want := range []string{`daytwo.dev/promote-requested="2026-11-26T08:00:00Z" was more than a minute ahead`, `daytwo.dev/abort-requested="yesterday" is not an RFC 3339 time`} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("message %q lacks %q", msg, want)
+		}
+	}
+	// Recorded on the canary Deployment and read back.
+	ac := canaryDeployment(testApp(nil), map[string]string{"daytwo.dev/webapp": "shop"}, podTemplate(testApp(nil), podInputs{}), 1, d.state, false)
+	cd := convertOne[appsv1.Deployment](ac)
+	if st := stateOf(cd, canaryState{}); len(st.ignored) != 1 || !st.ignored[0].Equal(t0.Add(2*time.Hour)) {
+		t.Errorf("read back: ignored %v", st.ignored)
 	}
 }

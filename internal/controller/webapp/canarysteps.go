@@ -2,6 +2,7 @@ package webapp
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"k8s.io/utils/ptr"
@@ -81,6 +82,11 @@ type canaryState struct {
 	// steps identifies the steps the canary runs (hashOf them): a change
 	// starts them again from the first, as a new plan.
 	steps string
+	// ignored are promote and abort request times seen more than
+	// requestSkew ahead of the clock while this canary ran: they never act
+	// on it, or a time zone mistake would wait hours and then act on
+	// whatever canary runs then.
+	ignored []time.Time
 	// total is the stable pods' desired count when the canary started:
 	// the steps' weights are of it, so an HPA scaling the stable pods does
 	// not move a step under way.
@@ -154,8 +160,14 @@ func decideCanary(in canaryInput) canaryDecision {
 	}
 	// Times have whole seconds: a request in the second the canary
 	// started is for it.
+	ahead := func(t time.Time) bool { return t.After(in.now.Add(requestSkew)) }
+	for _, t := range []time.Time{in.promoteRequested, in.abortRequested} {
+		if !t.IsZero() && ahead(t) && !slices.ContainsFunc(d.state.ignored, t.Equal) {
+			d.state.ignored = append(slices.Clone(d.state.ignored), t)
+		}
+	}
 	requested := func(t time.Time) bool {
-		return !t.IsZero() && !t.Before(st.started) && !t.After(in.now.Add(requestSkew))
+		return !t.IsZero() && !t.Before(st.started) && !ahead(t) && !slices.ContainsFunc(d.state.ignored, t.Equal)
 	}
 	switch {
 	case requested(in.abortRequested):
