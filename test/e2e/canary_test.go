@@ -191,13 +191,14 @@ var watchedUntil = regexp.MustCompile(`watching \d+ canary pods until (\S+)$`)
 
 // startCanaryOn creates a 2-pod canary WebApp "front" on Database db and
 // changes its image, returning once its one canary pod is watched at step
-// 1 (a 30 s window), with the end of that window and every pod's state.
+// 1 (a 60 s window, so the switchover begins well within it), with the
+// end of that window and every pod's state.
 func startCanaryOn(t *testing.T, ns, db string) (app *v1alpha1.WebApp, windowEnd string, pods map[string]int32) {
 	t.Helper()
 	app = demoApp(ns, "front", 2)
 	app.Spec.DatabaseRef = &v1alpha1.LocalObjectReference{Name: db}
 	app.Spec.Rollout = &v1alpha1.WebAppRollout{Strategy: v1alpha1.RolloutCanary, Canary: &v1alpha1.WebAppCanary{
-		Steps: []v1alpha1.WebAppCanaryStep{{Replicas: ptr.To[int32](1), AnalysisSeconds: ptr.To[int32](30)}},
+		Steps: []v1alpha1.WebAppCanaryStep{{Replicas: ptr.To[int32](1), AnalysisSeconds: ptr.To[int32](60)}},
 	}}
 	if err := cluster.Client.Create(context.Background(), app); err != nil {
 		t.Fatal(err)

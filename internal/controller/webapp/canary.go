@@ -109,7 +109,7 @@ func (r *Reconciler) runCanary(ctx context.Context, app *v1alpha1.WebApp, in pod
 	in2.promoteRequested, in2.abortRequested = requestTime(app, v1alpha1.AnnotationPromoteRequested), requestTime(app, v1alpha1.AnnotationAbortRequested)
 	if current {
 		in2.state = stateOf(cd, in2.state)
-		if in2.signal, in2.available, in2.restarts, err = r.canarySignals(ctx, app, cd, hash, in2.state); err != nil {
+		if in2.signal, in2.problem, in2.available, in2.restarts, err = r.canarySignals(ctx, app, cd, hash, in2.state); err != nil {
 			return canaryReport{}, err
 		}
 	} else if exists && in.databaseHold != "" {
@@ -123,7 +123,10 @@ func (r *Reconciler) runCanary(ctx context.Context, app *v1alpha1.WebApp, in pod
 	rep.reason, rep.message, rep.requeue = d.reason, d.message, d.requeue
 	if bad := unreadableRequests(app, d.state.ignored); bad != "" {
 		rep.message = strings.TrimSpace(rep.message + " " + bad)
-		controller.Event(ctx, r.Recorder, app, live, corev1.EventTypeWarning, "InvalidAnnotation", "ReadRequest", "%s", bad)
+		// An ignored time is told once, when first seen.
+		if unreadableRequests(app, nil) != "" || len(d.state.ignored) > len(in2.state.ignored) {
+			controller.Event(ctx, r.Recorder, app, live, corev1.EventTypeWarning, "InvalidAnnotation", "ReadRequest", "%s", bad)
+		}
 	}
 	rep.step, rep.canaryReplicas, rep.canaryAvailable = int32(d.state.step)+1, d.replicas, in2.available
 	switch d.action {
@@ -162,10 +165,10 @@ func (r *Reconciler) runCanary(ctx context.Context, app *v1alpha1.WebApp, in pod
 // are ready, and their restarts. The pods are counted rather than the
 // Deployment's status: the state annotations move the Deployment's
 // generation, and its status would lag behind each step.
-func (r *Reconciler) canarySignals(ctx context.Context, app *v1alpha1.WebApp, cd *appsv1.Deployment, hash string, st canaryState) (string, int32, int32, error) {
+func (r *Reconciler) canarySignals(ctx context.Context, app *v1alpha1.WebApp, cd *appsv1.Deployment, hash string, st canaryState) (signal, problem string, available, restarts int32, err error) {
 	pods := &corev1.PodList{}
 	if err := r.APIReader.List(ctx, pods, client.InNamespace(app.Namespace), client.MatchingLabels(SelectorOf(cd))); err != nil {
-		return "", 0, 0, fmt.Errorf("failed to list the canary's pods: %w", err)
+		return "", "", 0, 0, fmt.Errorf("failed to list the canary's pods: %w", err)
 	}
 	key := client.ObjectKeyFromObject(app)
 	was := sets.New[types.UID]()
@@ -176,16 +179,19 @@ func (r *Reconciler) canarySignals(ctx context.Context, app *v1alpha1.WebApp, cd
 	if c := canarySpec(app); c != nil {
 		allowed = c.MaxRestarts
 	}
-	signal, ready, restarts := canarySignal(pods.Items, hash, st.restartBaseline, allowed, was)
+	signal, ready, restarts, problem := canarySignal(pods.Items, hash, st.restartBaseline, allowed, was)
 	r.canaryReady.Store(key, ready)
 	switch {
 	case signal != "":
 	case deadlineExceeded(cd):
 		signal = fmt.Sprintf("ProgressDeadlineExceeded: the canary's pods were not available within %d seconds", progressDeadline(app))
+		if problem != "" {
+			signal += "; " + problem
+		}
 	default:
 		signal = r.httpCheck(ctx, app, pods.Items, hash, st)
 	}
-	return signal, int32(ready.Len()), restarts, nil
+	return signal, problem, int32(ready.Len()), restarts, nil
 }
 
 // httpCheck sends the WebApp's HTTP check to each ready canary pod, once
@@ -394,18 +400,23 @@ func canaryDeployment(app *v1alpha1.WebApp, sel map[string]string, template *cor
 		}
 		annotations[annotationCanaryIgnored] = strings.Join(ts, ",")
 	}
+	spec := appsv1ac.DeploymentSpec().
+		WithReplicas(replicas).
+		WithSelector(metav1ac.LabelSelector().WithMatchLabels(canarySel)).
+		WithRevisionHistoryLimit(2).
+		WithProgressDeadlineSeconds(progressDeadline(app)).
+		WithStrategy(rollingUpdate(app)).
+		WithTemplate(&t)
+	if paused {
+		// Only when true: the extracted live object omits false, and an
+		// apply that states it would never compare unchanged.
+		spec.WithPaused(true)
+	}
 	return appsv1ac.Deployment(canaryName(app), app.Namespace).
 		WithLabels(labels(app)).WithLabels(map[string]string{labelTrack: trackCanary}).
 		WithAnnotations(annotations).
 		WithOwnerReferences(ownerReference(app)).
-		WithSpec(appsv1ac.DeploymentSpec().
-			WithReplicas(replicas).
-			WithPaused(paused).
-			WithSelector(metav1ac.LabelSelector().WithMatchLabels(canarySel)).
-			WithRevisionHistoryLimit(2).
-			WithProgressDeadlineSeconds(progressDeadline(app)).
-			WithStrategy(rollingUpdate(app)).
-			WithTemplate(&t))
+		WithSpec(spec)
 }
 
 // databaseHold says why a rollout must wait for db, or "": while its

@@ -109,7 +109,20 @@ func TestDecideCanary(t *testing.T) {
 				in.available, in.deadline, in.now = 1, 10*time.Minute, t0.Add(11*time.Minute+time.Second)
 			},
 			action: canaryAbort, step: 1, replicas: 2, reason: v1alpha1.ReasonCanaryAborted,
-			message: "ProgressDeadlineExceeded: 1 of the 2 canary pods of step 2 of 3 were available 600 seconds after the step began"},
+			message: "ProgressDeadlineExceeded: 1 of the 2 canary pods of step 2 of 3 available after 600 seconds"},
+		{name: "a missed deadline quotes why the pods do not run",
+			mutate: func(in *canaryInput) {
+				in.state = canaryState{step: 1, started: t0, stepStarted: t0, total: 4}
+				in.deadline, in.now, in.problem = time.Minute, t0.Add(2*time.Minute), "CrashLoopBackOff: Container app of pod p keeps exiting; last exit code 2"
+			},
+			action: canaryAbort, step: 1, replicas: 2, reason: v1alpha1.ReasonCanaryAborted,
+			message: "available after 60 seconds; CrashLoopBackOff: Container app of pod p keeps exiting; last exit code 2"},
+		{name: "a step that loses a pod long after it began gives the replacement the whole deadline",
+			mutate: func(in *canaryInput) {
+				in.state = canaryState{step: 1, started: t0, since: t0.Add(time.Minute), stepStarted: t0, total: 4}
+				in.available, in.deadline, in.now = 1, 10*time.Minute, t0.Add(time.Hour)
+			},
+			action: canaryRun, step: 1, replicas: 2, message: "Step 2 of 3: 1 of 2 canary pods available"},
 		{name: "within the deadline a step's pods may take their time",
 			mutate: func(in *canaryInput) {
 				in.state = canaryState{step: 1, started: t0, stepStarted: t0.Add(time.Minute), total: 4}
@@ -188,6 +201,7 @@ func TestCanarySignal(t *testing.T) {
 		maxRestarts int32
 		was         []types.UID
 		want        string
+		problem     string
 		ready       int
 	}{
 		{name: "healthy pods show nothing", pods: []corev1.Pod{pod("a", true, nil), pod("b", false, nil)}, ready: 1},
@@ -209,15 +223,22 @@ func TestCanarySignal(t *testing.T) {
 		{name: "a readiness flap", pods: []corev1.Pod{pod("a", false, nil)}, was: []types.UID{"a"},
 			want: "Readiness flap: canary pod shop-canary-a was ready and is not any more"},
 		{name: "a crash loop within maxRestarts is its exits: the back-off aborts nothing",
-			pods: []corev1.Pod{pod("a", false, backOff(2, "Error"))}, maxRestarts: 5},
+			pods: []corev1.Pod{pod("a", false, backOff(2, "Error"))}, maxRestarts: 5,
+			problem: "CrashLoopBackOff: Container app of pod shop-canary-a keeps exiting; last exit code 1"},
 		{name: "exits forgiven during a hold, and the back-off they leave, do not count",
-			pods: []corev1.Pod{pod("a", false, backOff(3, "Error"))}, baseline: 3},
+			pods: []corev1.Pod{pod("a", false, backOff(3, "Error"))}, baseline: 3, problem: "CrashLoopBackOff"},
 		{name: "an exit after the forgiven ones counts",
 			pods: []corev1.Pod{pod("a", false, backOff(4, "Error"))}, baseline: 3,
 			want: "Restarts: container app of canary pod shop-canary-a exited (1 exits in all, 0 allowed); exit code 1 (Error)"},
-		{name: "a forgiven OOM kill does not count", pods: []corev1.Pod{pod("a", false, exited("OOMKilled", 137, ""))}, baseline: 1},
+		{name: "a forgiven OOM kill does not count", pods: []corev1.Pod{pod("a", false, exited("OOMKilled", 137, ""))}, baseline: 1, problem: "OOMKilled"},
+		{name: "nor when a later exit, within maxRestarts, is no OOM kill",
+			pods: []corev1.Pod{pod("a", false, exited("OOMKilled", 137, "")), pod("b", true, func(cs *corev1.ContainerStatus) {
+				cs.RestartCount = 1
+				cs.LastTerminationState.Terminated = &corev1.ContainerStateTerminated{Reason: "Error", ExitCode: 1, FinishedAt: metav1.Now()}
+			})},
+			baseline: 1, maxRestarts: 3, ready: 1, problem: "OOMKilled"},
 		{name: "an OOM kill aborts within maxRestarts", pods: []corev1.Pod{pod("a", false, backOff(1, "OOMKilled"))}, maxRestarts: 3,
-			want: "OOMKilled: Container app of pod shop-canary-a was killed"},
+			want: "OOMKilled: Container app of pod shop-canary-a was killed", problem: "OOMKilled"},
 		{name: "an evicted pod says nothing of its revision", pods: []corev1.Pod{evicted}, was: []types.UID{"e"}},
 		{name: "an image that cannot be pulled",
 			pods: []corev1.Pod{pod("a", false, func(cs *corev1.ContainerStatus) {
@@ -226,7 +247,10 @@ func TestCanarySignal(t *testing.T) {
 			want: "ImagePullFailed: Pod shop-canary-a cannot pull image shop:bad (ImagePullBackOff): not found"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			got, ready, _ := canarySignal(tt.pods, "new", tt.baseline, tt.maxRestarts, sets.New(tt.was...))
+			got, ready, _, problem := canarySignal(tt.pods, "new", tt.baseline, tt.maxRestarts, sets.New(tt.was...))
+			if !strings.HasPrefix(problem, tt.problem) {
+				t.Errorf("problem = %q, want %q", problem, tt.problem)
+			}
 			if got != tt.want && (tt.want == "" || !strings.HasPrefix(got, tt.want)) {
 				t.Errorf("signal = %q\nwant     %q", got, tt.want)
 			}

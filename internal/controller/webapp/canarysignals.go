@@ -16,7 +16,7 @@ import (
 // show, or "": more container exits than baseline (those forgiven during
 // a hold) plus maxRestarts (an exit the kubelet has not restarted yet
 // counts: it comes before the restart, and before the readiness it
-// costs), an OOM kill among the exits not forgiven, a pod problem the
+// costs), a latest exit past the forgiven ones that was an OOM kill, a pod problem the
 // user must fix (an image that cannot be pulled or started), or a
 // readiness flap (a pod seen ready before, in wasReady, that is not ready
 // now while its container runs). A crash loop is its exits, counted as
@@ -24,13 +24,12 @@ import (
 // override maxRestarts, nor a back-off from a forgiven exit the hold. A
 // pod in phase Failed (evicted, or stopped by a node shutdown: a
 // Deployment's pods are restarted otherwise) says nothing of its revision.
-// It returns the pods ready now, the next call's wasReady, and the exits
-// counted. It is pure.
-func canarySignal(pods []corev1.Pod, hash string, baseline, maxRestarts int32, wasReady sets.Set[types.UID]) (string, sets.Set[types.UID], int32) {
-	ready := sets.New[types.UID]()
-	var exits int32
+// It returns the pods ready now, the next call's wasReady, the exits
+// counted, and the first problem that is no signal (a crash loop), for a
+// missed deadline to quote. It is pure.
+func canarySignal(pods []corev1.Pod, hash string, baseline, maxRestarts int32, wasReady sets.Set[types.UID]) (signal string, ready sets.Set[types.UID], exits int32, problem string) {
+	ready = sets.New[types.UID]()
 	var latest *corev1.Pod
-	signal, oom := "", ""
 	for i := range pods {
 		pod := &pods[i]
 		if pod.Annotations[annotationTemplateHash] != hash || pod.DeletionTimestamp != nil || pod.Status.Phase == corev1.PodFailed {
@@ -44,9 +43,10 @@ func canarySignal(pods []corev1.Pod, hash string, baseline, maxRestarts int32, w
 			signal = fmt.Sprintf("Readiness flap: canary pod %s was ready and is not any more", pod.Name)
 		}
 		switch p := diagnosePod(pod); {
-		case p == nil, p.reason == v1alpha1.ReasonUnschedulable, p.reason == v1alpha1.ReasonCrashLoopBackOff:
-		case p.reason == v1alpha1.ReasonOOMKilled:
-			oom = cmp.Or(oom, p.reason+": "+p.message)
+		case p == nil:
+		case p.reason == v1alpha1.ReasonUnschedulable, p.reason == v1alpha1.ReasonCrashLoopBackOff, p.reason == v1alpha1.ReasonOOMKilled:
+			// Counted as exits below; the step's deadline covers the rest.
+			problem = cmp.Or(problem, p.reason+": "+p.message)
 		case signal == "":
 			signal = p.reason + ": " + p.message
 		}
@@ -68,32 +68,38 @@ func canarySignal(pods []corev1.Pod, hash string, baseline, maxRestarts int32, w
 	case exits > baseline+maxRestarts:
 		// An exit is the earliest sign of a crash, and says more than the
 		// flap or the back-off it causes.
-		return exitSignal(latest, exits-baseline, maxRestarts), ready, exits
-	case oom != "" && exits > baseline:
-		return oom, ready, exits
+		signal = exitSignal(latest, exits-baseline, maxRestarts)
+	case exits > baseline && lastTermination(appStatus(latest)).Reason == "OOMKilled":
+		signal = "OOMKilled: " + oomKilled(latest, *appStatus(latest)).message
 	}
-	return signal, ready, exits
+	return signal, ready, exits, problem
+}
+
+// lastTermination is how cs last ended: now, or before its restart.
+func lastTermination(cs *corev1.ContainerStatus) corev1.ContainerStateTerminated {
+	if t := cs.State.Terminated; t != nil {
+		return *t
+	}
+	if t := cs.LastTerminationState.Terminated; t != nil {
+		return *t
+	}
+	return corev1.ContainerStateTerminated{}
 }
 
 // exitSignal says which container exited and why, in its own words.
 func exitSignal(pod *corev1.Pod, exits, allowed int32) string {
 	cs := appStatus(pod)
-	t := cs.State.Terminated
-	if t == nil {
-		t = cs.LastTerminationState.Terminated
+	t := lastTermination(cs)
+	if t.Reason == "OOMKilled" {
+		return "OOMKilled: " + oomKilled(pod, *cs).message
 	}
-	msg := fmt.Sprintf("Restarts: container %s of canary pod %s exited (%d exits in all, %d allowed)", cs.Name, pod.Name, exits, allowed)
-	if t != nil {
-		if t.Reason == "OOMKilled" {
-			return "OOMKilled: " + oomKilled(pod, *cs).message
-		}
-		msg += fmt.Sprintf("; exit code %d", t.ExitCode)
-		if t.Reason != "" {
-			msg += " (" + t.Reason + ")"
-		}
-		if words := lastWords(t.Message); words != "" {
-			msg += ": " + words
-		}
+	msg := fmt.Sprintf("Restarts: container %s of canary pod %s exited (%d exits in all, %d allowed); exit code %d",
+		cs.Name, pod.Name, exits, allowed, t.ExitCode)
+	if t.Reason != "" {
+		msg += " (" + t.Reason + ")"
+	}
+	if words := lastWords(t.Message); words != "" {
+		msg += ": " + words
 	}
 	return msg
 }
@@ -108,13 +114,7 @@ func appStatus(pod *corev1.Pod) *corev1.ContainerStatus {
 }
 
 func lastExit(cs *corev1.ContainerStatus) time.Time {
-	if t := cs.State.Terminated; t != nil {
-		return t.FinishedAt.Time
-	}
-	if t := cs.LastTerminationState.Terminated; t != nil {
-		return t.FinishedAt.Time
-	}
-	return time.Time{}
+	return lastTermination(cs).FinishedAt.Time
 }
 
 func podReady(pod *corev1.Pod) bool {

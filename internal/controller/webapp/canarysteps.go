@@ -74,10 +74,11 @@ type canaryState struct {
 	// since is when every pod of the current step was first seen
 	// available: the step's analysis window runs from there. Zero before.
 	since time.Time
-	// stepStarted is when the current step began (or began again after a
-	// hold): its pods must be available within the progress deadline
-	// from there. The Deployment controller's own deadline covers only a
-	// new Deployment's first rollout, not a later step's scale-up.
+	// stepStarted is when the current step began, began again after a
+	// hold, or last lost a pod it had available: its pods must all be
+	// available within the progress deadline from there. The Deployment
+	// controller's own deadline covers only a new Deployment's first
+	// rollout, not a later step's scale-up.
 	stepStarted time.Time
 	// steps identifies the steps the canary runs (hashOf them): a change
 	// starts them again from the first, as a new plan.
@@ -118,9 +119,11 @@ type canaryInput struct {
 	// available is how many pods of the canary's current template are ready.
 	available int32
 	// signal is the first bad signal the canary's pods show, if any, and
-	// restarts their containers' restarts in all.
-	signal   string
-	restarts int32
+	// restarts their containers' restarts in all. problem is what keeps a
+	// pod from running when that is no signal by itself (a crash loop
+	// within maxRestarts): a missed deadline quotes it.
+	signal, problem string
+	restarts        int32
 	// promoteRequested and abortRequested are the WebApp's request times.
 	promoteRequested, abortRequested time.Time
 	// hold says why the canary must not move now (the Database), if so.
@@ -193,11 +196,19 @@ func decideCanary(in canaryInput) canaryDecision {
 	}
 	step := in.steps[st.step]
 	if in.available < d.replicas {
+		if !st.since.IsZero() {
+			// A pod it had is gone (evicted, say): its replacement gets
+			// the whole deadline.
+			d.state.stepStarted = in.now.Truncate(time.Second)
+		}
 		d.state.since = time.Time{}
 		if in.deadline > 0 && in.now.Sub(d.state.stepStarted) > in.deadline {
 			d.action, d.reason = canaryAbort, v1alpha1.ReasonCanaryAborted
-			d.message = fmt.Sprintf("ProgressDeadlineExceeded: %d of the %d canary pods of step %d of %d were available %d seconds after the step began",
+			d.message = fmt.Sprintf("ProgressDeadlineExceeded: %d of the %d canary pods of step %d of %d available after %d seconds",
 				in.available, d.replicas, st.step+1, n, int(in.deadline.Seconds()))
+			if in.problem != "" {
+				d.message += "; " + in.problem
+			}
 			return d
 		}
 		d.message = fmt.Sprintf("Step %d of %d: %d of %d canary pods available", st.step+1, n, in.available, d.replicas)

@@ -223,15 +223,28 @@ func lastWords(msg string) string {
 // Event and the operator's log, which more people can read than the
 // app's Secrets: a crash that prints its DATABASE_URL (daytwo puts the
 // password there) must not publish it. redact masks the password of a
-// URL and the value of anything named like a secret.
+// URL, a bearer or basic credential, and the value given to anything
+// named like a secret (but a *_FILE, *_PATH or *_DIR, which names where
+// one is). A key must start a word: ".../serviceaccount/token: no such
+// file" is a path, not a token.
 var (
 	urlPassword = regexp.MustCompile(`([A-Za-z][A-Za-z0-9+.-]*://[^\s:/@]*):[^\s@/]+@`)
-	secretValue = regexp.MustCompile(`(?i)(\b[\w.-]*(?:password|passwd|pwd|secret|token|api_?key|access_?key)[\w.-]*["']?\s*[=:]\s*)("[^"]*"|'[^']*'|[^\s,;&]+)`)
+	credential  = regexp.MustCompile(`(?i)\b(bearer|basic)[ \t]+[A-Za-z0-9._~+/=-]{8,}`)
+	secretValue = regexp.MustCompile(`(?i)((?:^|[\s"'{(,;&?\\])[\w.-]*(?:password|passwd|pwd|secret|token|api_?key|access_?key)[\w.-]*)` +
+		`(\\?["']?[ \t]*[=:][ \t]*)(\\?"[^"\\\n]*\\?"|'[^'\n]*'|[^\s,;&"'}]+)`)
 )
 
 const redacted = "[REDACTED]"
 
 func redact(msg string) string {
 	msg = urlPassword.ReplaceAllString(msg, "${1}:"+redacted+"@")
-	return secretValue.ReplaceAllString(msg, "${1}"+redacted)
+	msg = credential.ReplaceAllString(msg, "${1} "+redacted)
+	return secretValue.ReplaceAllStringFunc(msg, func(m string) string {
+		sub := secretValue.FindStringSubmatch(m)
+		key := strings.ToUpper(sub[1])
+		if strings.HasSuffix(key, "_FILE") || strings.HasSuffix(key, "_PATH") || strings.HasSuffix(key, "_DIR") {
+			return m
+		}
+		return sub[1] + sub[2] + redacted
+	})
 }

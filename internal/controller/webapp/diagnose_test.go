@@ -209,7 +209,13 @@ func TestRedact(t *testing.T) {
 		{"token: eyJhbGciOi, user: app", "token: [REDACTED], user: app"},
 		{"AWS_SECRET_ACCESS_KEY='x y z' next", "AWS_SECRET_ACCESS_KEY=[REDACTED] next"},
 		{"password=a&host=b", "password=[REDACTED]&host=b"},
+		{"Authorization: Bearer eyJhbGciOiJIUzI1NiJ9.e30.x", "Authorization: Bearer [REDACTED]"},
+		{`body {\"password\":\"x y\"}`, `body {\"password\":[REDACTED]}`},
 		// What is no secret stays as it is.
+		{"open /var/run/secrets/kubernetes.io/serviceaccount/token: no such file or directory",
+			"open /var/run/secrets/kubernetes.io/serviceaccount/token: no such file or directory"},
+		{"POSTGRES_PASSWORD_FILE=/run/secrets/pw is empty", "POSTGRES_PASSWORD_FILE=/run/secrets/pw is empty"},
+		{"missing token:\npanic: boom", "missing token:\npanic: boom"},
 		{`FATAL:  password authentication failed for user "app"`, `FATAL:  password authentication failed for user "app"`},
 		{"listen tcp :80: bind: permission denied", "listen tcp :80: bind: permission denied"},
 		{"GET http://shop:8080/healthz: 500", "GET http://shop:8080/healthz: 500"},
