@@ -275,41 +275,6 @@ func TestRolloutPausesWhileTheDatabaseIsUnavailable(t *testing.T) {
 	update(t, db, func(db *v1alpha1.Database) { db.Finalizers = nil })
 }
 
-// A canary at its step when its Database stops being available holds
-// there: its Deployment keeps its pod and is paused, and the WebApp says
-// why; without the reference it goes on.
-func TestCanaryHoldsWhileTheDatabaseIsUnavailable(t *testing.T) {
-	ns := env.Namespace(t)
-	db := &v1alpha1.Database{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "orders", Finalizers: []string{"test.daytwo.dev/hold"}},
-		Spec: v1alpha1.DatabaseSpec{Version: "17"}}
-	create(t, db)
-	app := canaryApp(ns, "shop")
-	app.Spec.DatabaseRef = &v1alpha1.LocalObjectReference{Name: "orders"}
-	app.Spec.Rollout.Canary.Steps[0].AnalysisSeconds = ptr.To[int32](3600)
-	_, canary := startCanary(t, app)
-	canaryPod(t, canary, "shop-canary-1", nil)
-	condition(t, app, v1alpha1.ConditionProgressing, v1alpha1.ReasonCanaryProgressing)
-
-	// A Database being deleted (held by the test's finalizer) is one that
-	// served and is not Ready now.
-	if err := env.Client.Delete(ctx, db); err != nil {
-		t.Fatal(err)
-	}
-	c := condition(t, app, v1alpha1.ConditionProgressing, v1alpha1.ReasonDatabaseUnavailable)
-	if c.Message != "Paused at step 1 of 2: Database orders is not Ready" {
-		t.Errorf("message = %q", c.Message)
-	}
-	canary = canaryOf(t, app, "paused", func(d *appsv1.Deployment) bool { return d.Spec.Paused })
-	if n := ptr.Deref(canary.Spec.Replicas, 0); n != 1 || canary.Annotations["daytwo.dev/canary-step"] != "0" {
-		t.Errorf("held canary: %d pods at step %s, want 1 at step 0", n, canary.Annotations["daytwo.dev/canary-step"])
-	}
-
-	update(t, app, func(a *v1alpha1.WebApp) { a.Spec.DatabaseRef = nil })
-	canaryOf(t, app, "resumed", func(d *appsv1.Deployment) bool { return !d.Spec.Paused })
-	condition(t, app, v1alpha1.ConditionProgressing, v1alpha1.ReasonCanaryProgressing)
-	update(t, db, func(db *v1alpha1.Database) { db.Finalizers = nil })
-}
-
 // The HTTP check asks each ready canary pod; a local server stands in for
 // the pod (its IP 127.0.0.1 and the WebApp's port), answering 500.
 func TestCanaryAbortsOnAFailingHTTPCheck(t *testing.T) {

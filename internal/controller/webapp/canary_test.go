@@ -359,3 +359,19 @@ func TestFutureRequestsAreRecorded(t *testing.T) {
 		t.Errorf("read back: ignored %v", st.ignored)
 	}
 }
+
+func TestHeldCanaryDeploymentIsPaused(t *testing.T) {
+	app := testApp(nil)
+	st := canaryState{started: time.Date(2026, 11, 26, 6, 0, 0, 0, time.UTC), total: 2, steps: "s"}
+	sel := map[string]string{"daytwo.dev/webapp": "shop"}
+	held := convertOne[appsv1.Deployment](canaryDeployment(app, sel, podTemplate(app, podInputs{}), 1, st, true))
+	if !held.Spec.Paused {
+		t.Error("a held canary's Deployment is not paused: a long hold would leave ProgressDeadlineExceeded behind")
+	}
+	// Not paused, the apply leaves the field out: the live object read back
+	// omits false, and an apply that stated it would never compare unchanged.
+	ac := canaryDeployment(app, sel, podTemplate(app, podInputs{}), 1, st, false)
+	if ac.Spec.Paused != nil {
+		t.Errorf("spec.paused = %v in a running canary's apply, want it left out", *ac.Spec.Paused)
+	}
+}
