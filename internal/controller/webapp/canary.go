@@ -123,8 +123,10 @@ func (r *Reconciler) runCanary(ctx context.Context, app *v1alpha1.WebApp, in pod
 	rep.reason, rep.message, rep.requeue = d.reason, d.message, d.requeue
 	if bad := unreadableRequests(app, d.state.ignored); bad != "" {
 		rep.message = strings.TrimSpace(rep.message + " " + bad)
-		// An ignored time is told once, when first seen.
-		if unreadableRequests(app, nil) != "" || len(d.state.ignored) > len(in2.state.ignored) {
+		// A value that is no time is told each look, as before; a time
+		// the canary ignores, once, when first seen.
+		unparseable, newlyIgnored := unreadableRequests(app, nil) != "", len(d.state.ignored) > len(in2.state.ignored)
+		if unparseable || newlyIgnored {
 			controller.Event(ctx, r.Recorder, app, live, corev1.EventTypeWarning, "InvalidAnnotation", "ReadRequest", "%s", bad)
 		}
 	}
@@ -175,11 +177,11 @@ func (r *Reconciler) canarySignals(ctx context.Context, app *v1alpha1.WebApp, cd
 	if v, ok := r.canaryReady.Load(key); ok {
 		was = v.(sets.Set[types.UID])
 	}
-	var allowed int32
+	var maxRestarts int32
 	if c := canarySpec(app); c != nil {
-		allowed = c.MaxRestarts
+		maxRestarts = c.MaxRestarts
 	}
-	signal, ready, restarts, problem := canarySignal(pods.Items, hash, st.restartBaseline, allowed, was)
+	signal, ready, restarts, problem := canarySignal(pods.Items, hash, st.restartBaseline, maxRestarts, was)
 	r.canaryReady.Store(key, ready)
 	switch {
 	case signal != "":

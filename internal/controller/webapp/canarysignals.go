@@ -16,10 +16,10 @@ import (
 // show, or "": more container exits than baseline (those forgiven during
 // a hold) plus maxRestarts (an exit the kubelet has not restarted yet
 // counts: it comes before the restart, and before the readiness it
-// costs), a latest exit past the forgiven ones that was an OOM kill, a pod problem the
-// user must fix (an image that cannot be pulled or started), or a
-// readiness flap (a pod seen ready before, in wasReady, that is not ready
-// now while its container runs). A crash loop is its exits, counted as
+// costs), a latest exit past the forgiven ones that was an OOM kill, a
+// pod problem the user must fix (an image that cannot be pulled or
+// started), or a readiness flap (a pod seen ready before, in wasReady,
+// that is not ready now while its container runs). A crash loop is its exits, counted as
 // exits: the kubelet's back-off after a second quick exit must not
 // override maxRestarts, nor a back-off from a forgiven exit the hold. A
 // pod in phase Failed (evicted, or stopped by a node shutdown: a

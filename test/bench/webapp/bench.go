@@ -248,22 +248,22 @@ const warmApps = 10
 // the operator's fixed heap, which the benchmark would otherwise count as
 // N WebApps' (a 3 KB difference at N=1000, 0.3 KB at 10,000).
 func (b *bench) warmHeap(ctx context.Context) (heapEmpty, liveEmpty, heapWarm, liveWarm float64, err error) {
-	if heapEmpty, liveEmpty, err = b.heap(); err != nil {
-		return
+	heapEmpty, liveEmpty, err = b.heap()
+	if err != nil {
+		return 0, 0, 0, 0, err
 	}
-	if err = b.namespace(ctx, "bench-warm"); err != nil {
-		return
+	if err := b.namespace(ctx, "bench-warm"); err != nil {
+		return 0, 0, 0, 0, err
 	}
-	if err = parallel(warmApps, warmApps, func(i int) error { return b.c.Create(ctx, benchApp("bench-warm", i)) }); err != nil {
-		err = fmt.Errorf("create the warm-up WebApps: %w", err)
-		return
+	if err := parallel(warmApps, warmApps, func(i int) error { return b.c.Create(ctx, benchApp("bench-warm", i)) }); err != nil {
+		return 0, 0, 0, 0, fmt.Errorf("create the warm-up WebApps: %w", err)
 	}
-	if err = b.waitAllReady(ctx, "bench-warm", warmApps, time.Minute); err != nil {
-		return
+	if err := b.waitAllReady(ctx, "bench-warm", warmApps, time.Minute); err != nil {
+		return 0, 0, 0, 0, err
 	}
 	time.Sleep(3 * time.Second)
 	heapWarm, liveWarm, err = b.heap()
-	return
+	return heapEmpty, liveEmpty, heapWarm, liveWarm, err
 }
 
 // heap is the operator's heap right after a garbage collection, read from
