@@ -37,12 +37,35 @@ type Manifest struct {
 	Owner string `json:"owner,omitempty"`
 	// Roles is the cluster's roles (pg_dumpall --roles-only, without
 	// passwords), so a restore brings back the roles that own objects.
-	Roles         *Part     `json:"roles,omitempty"`
-	Start         time.Time `json:"start"`
-	End           time.Time `json:"end"`
-	Bytes         int64     `json:"bytes"`
-	SHA256        string    `json:"sha256"`
-	DaytwoVersion string    `json:"daytwoVersion"`
+	Roles *Part `json:"roles,omitempty"`
+	// Databases are the other databases of the server (all but the one
+	// the backup connected to, the templates and postgres), each dumped
+	// on its own; a restore brings them back under their names.
+	Databases     []DatabasePart `json:"databases,omitempty"`
+	Start         time.Time      `json:"start"`
+	End           time.Time      `json:"end"`
+	Bytes         int64          `json:"bytes"`
+	SHA256        string         `json:"sha256"`
+	DaytwoVersion string         `json:"daytwoVersion"`
+}
+
+// DatabasePart is one more database of a logical backup.
+type DatabasePart struct {
+	Name  string `json:"name"`
+	Owner string `json:"owner"`
+	Part
+}
+
+// Keys are the stored objects a manifest names besides itself.
+func (m Manifest) Keys() []string {
+	keys := []string{m.DataKey}
+	if m.Roles != nil {
+		keys = append(keys, m.Roles.Key)
+	}
+	for _, d := range m.Databases {
+		keys = append(keys, d.Key)
+	}
+	return keys
 }
 
 // Manifest methods.

@@ -65,11 +65,8 @@ func Prune(ctx context.Context, st Storage, prefix string, s Series, r Retention
 		if err := st.Delete(ctx, manifestKey(prefix, m.ID, s)); err != nil {
 			return keep, pruned, err
 		}
-		if err := st.Delete(ctx, m.DataKey); err != nil {
-			return keep, pruned, err
-		}
-		if m.Roles != nil {
-			if err := st.Delete(ctx, m.Roles.Key); err != nil {
+		for _, k := range m.Keys() {
+			if err := st.Delete(ctx, k); err != nil {
 				return keep, pruned, err
 			}
 		}
@@ -90,9 +87,8 @@ func deleteOrphans(ctx context.Context, st Storage, prefix string, s Series, kee
 	}
 	named := map[string]bool{}
 	for _, m := range keep {
-		named[m.DataKey] = true
-		if m.Roles != nil {
-			named[m.Roles.Key] = true
+		for _, k := range m.Keys() {
+			named[k] = true
 		}
 	}
 	for _, k := range keys {

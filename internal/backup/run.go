@@ -87,8 +87,8 @@ func (o Options) bin(name string) string {
 // ErrChecksum means the stored data does not match its manifest.
 var ErrChecksum = errors.New("checksum mismatch")
 
-// Run streams the roles (`pg_dumpall --roles-only`) and then `pg_dump -Fc`
-// into storage, compressing and hashing them on the way, checks what was
+// Run streams `pg_dump -Fc` of the database it connects to, the roles
+// (`pg_dumpall --roles-only`) and a dump of each other database into storage, compressing and hashing them on the way, checks what was
 // stored, and writes the manifest last. Nothing of the dump touches the
 // local disk. Each attempt writes its own data keys, so a failed attempt
 // deletes only what it wrote; when a manifest for id already exists (an
@@ -122,17 +122,20 @@ func Run(ctx context.Context, o Options, id, daytwoVersion string) (Manifest, er
 	if lockWait == 0 {
 		lockWait = DefaultLockWaitTimeout
 	}
-	err = o.stream(ctx, "pg_dump", []string{"--format=custom", "--compress=0",
-		fmt.Sprintf("--lock-wait-timeout=%d", lockWait.Milliseconds())}, &data, dumpMagic)
+	dumpArgs := []string{"--format=custom", "--compress=0", fmt.Sprintf("--lock-wait-timeout=%d", lockWait.Milliseconds())}
+	err = o.stream(ctx, "pg_dump", dumpArgs, &data, dumpMagic)
 	if err == nil {
 		m.Bytes, m.RawBytes, m.SHA256 = data.Bytes, data.RawBytes, data.SHA256
+		m.Roles = &roles
 		err = o.stream(ctx, "pg_dumpall", []string{"--roles-only", "--no-role-passwords", "--database=" + o.Conn.Database}, &roles, "")
 	}
 	if err == nil {
-		m.Roles = &roles
-		for _, p := range []Part{data, roles} {
-			if size, serr := o.Storage.Size(ctx, p.Key); serr != nil || size != p.Bytes {
-				err = errors.Join(fmt.Errorf("%s is gone from storage before the manifest was written (a prune beside this run?)", p.Key), serr)
+		m.Databases, err = o.dumpOthers(ctx, m.DataKey, dumpArgs)
+	}
+	if err == nil {
+		for _, k := range m.Keys() {
+			if _, serr := o.Storage.Size(ctx, k); serr != nil {
+				err = errors.Join(fmt.Errorf("%s is gone from storage before the manifest was written (a prune beside this run?)", k), serr)
 				break
 			}
 		}
@@ -140,8 +143,9 @@ func Run(ctx context.Context, o Options, id, daytwoVersion string) (Manifest, er
 	if err != nil {
 		cleanupCtx, done := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		defer done()
-		_ = o.Storage.Delete(cleanupCtx, m.DataKey)
-		_ = o.Storage.Delete(cleanupCtx, roles.Key)
+		for _, k := range m.Keys() {
+			_ = o.Storage.Delete(cleanupCtx, k)
+		}
 		return m, err
 	}
 	m.End = time.Now().UTC()
@@ -260,9 +264,11 @@ func (h *headBuffer) Write(p []byte) (int, error) {
 }
 
 // Restore streams the backup id (the newest when empty) into pg_restore,
-// verifying its SHA-256 and size. The restore runs in one transaction, so a
-// failure leaves the target database as it was; a checksum mismatch is
-// reported as ErrChecksum even when pg_restore choked on the bad bytes first.
+// verifying its SHA-256 and size, and then each other database it holds
+// into a new database of its name (restoreOthers). Each database's restore
+// runs in one transaction, so a failure leaves it as it was; a checksum
+// mismatch is reported as ErrChecksum even when pg_restore choked on the
+// bad bytes first.
 //
 // A backup that carries its roles gets them back first (those the target
 // lacks; it takes a superuser connection, else they are skipped), and then
@@ -283,7 +289,7 @@ func Restore(ctx context.Context, o Options, id, role string) (Manifest, error) 
 			return m, err
 		}
 	}
-	args := []string{"--no-password", "--exit-on-error", "--single-transaction", "--dbname=" + o.Conn.Database}
+	args := []string{"--no-password", "--exit-on-error", "--single-transaction"}
 	if !withRoles || (role != "" && role != m.Owner) {
 		args = append(args, "--no-owner")
 		if role != "" {
@@ -293,12 +299,22 @@ func Restore(ctx context.Context, o Options, id, role string) (Manifest, error) 
 	if !withRoles {
 		args = append(args, "--no-privileges")
 	}
-	rc, err := o.Storage.Get(ctx, m.DataKey)
-	if err != nil {
+	if err := restorePart(ctx, o, m.ID, m.Compression, Part{Key: m.DataKey, Bytes: m.Bytes, SHA256: m.SHA256}, args); err != nil {
 		return m, err
 	}
+	return m, restoreOthers(ctx, o, m, args, role)
+}
+
+// restorePart streams one stored dump into pg_restore with args, into
+// o.Conn.Database, verifying its SHA-256 and size; a checksum mismatch is
+// reported as ErrChecksum even when pg_restore choked on the bad bytes first.
+func restorePart(ctx context.Context, o Options, id, compression string, p Part, args []string) error {
+	rc, err := o.Storage.Get(ctx, p.Key)
+	if err != nil {
+		return err
+	}
 	defer func() { _ = rc.Close() }()
-	cmd := exec.CommandContext(ctx, o.bin("pg_restore"), args...)
+	cmd := exec.CommandContext(ctx, o.bin("pg_restore"), append(args, "--dbname="+o.Conn.Database)...)
 	cmd.Env = o.Conn.env()
 	stderr := &tailBuffer{}
 	cmd.Stderr = stderr
@@ -309,15 +325,15 @@ func Restore(ctx context.Context, o Options, id, role string) (Manifest, error) 
 		if _, err := io.Copy(io.Discard, in); err != nil {
 			return fmt.Errorf("failed to read the backup: %w", err)
 		}
-		if sum := hex.EncodeToString(h.Sum(nil)); sum != m.SHA256 || n.N != m.Bytes {
-			return fmt.Errorf("%w: backup %s has sha256 %s and %d bytes, its manifest says %s and %d bytes",
-				ErrChecksum, m.ID, sum, n.N, m.SHA256, m.Bytes)
+		if sum := hex.EncodeToString(h.Sum(nil)); sum != p.SHA256 || n.N != p.Bytes {
+			return fmt.Errorf("%w: backup %s (%s) has sha256 %s and %d bytes, its manifest says %s and %d bytes",
+				ErrChecksum, id, p.Key, sum, n.N, p.SHA256, p.Bytes)
 		}
 		return nil
 	}
-	dump, err := decompress(m.Compression, in)
+	dump, err := decompress(compression, in)
 	if err != nil {
-		return m, err
+		return err
 	}
 	// pg_restore gets the last bytes of the archive only once the whole
 	// backup matched its checksum: it cannot commit a corrupt one.
@@ -325,12 +341,12 @@ func Restore(ctx context.Context, o Options, id, role string) (Manifest, error) 
 	runErr := cmd.Run()
 	_ = dump.Close()
 	if err := verify(); err != nil {
-		return m, err
+		return err
 	}
 	if runErr != nil {
-		return m, fmt.Errorf("pg_restore failed: %w: %s", runErr, Scrub(stderr.String()))
+		return fmt.Errorf("pg_restore failed: %w: %s", runErr, Scrub(stderr.String()))
 	}
-	return m, nil
+	return nil
 }
 
 // holdBack passes on what r reads except its last hold bytes, which it

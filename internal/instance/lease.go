@@ -14,6 +14,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client/config"
 
+	"github.com/daytwo-dev/daytwo/internal/ha"
 	"github.com/daytwo-dev/daytwo/internal/instanceapi"
 )
 
@@ -29,6 +30,11 @@ type Lease interface {
 	// replication in force (instanceapi.AnnotationSync). It fails with
 	// ErrLeaseLost when the lease names another instance.
 	Renew(ctx context.Context, pod, lsn, sync string) error
+	// Extend renews the lease for pod and nothing else: what the last
+	// renewal recorded (its WAL position, the synchronous replication, a
+	// handover's wait) stays. A holder whose server is not serving yet
+	// extends; it fails with ErrLeaseLost when the lease names another.
+	Extend(ctx context.Context, pod string) error
 	// Release lets the lease expire now if pod holds it, so failover need
 	// not wait for it to run out. lsn is a clean shutdown's checkpoint,
 	// recorded as the holder's last WAL; "" after one that was not clean.
@@ -49,6 +55,15 @@ type LeaseView struct {
 	Renewed time.Time
 	// Duration is the term a renewal gives (zero: none recorded).
 	Duration time.Duration
+}
+
+// validUntil is when a holder must have stopped serving under this view's
+// last renewal, on its own clock (ha.ServeUntil). Zero when it was released.
+func (v LeaseView) validUntil() time.Time {
+	if v.Duration <= 0 {
+		return time.Time{}
+	}
+	return ha.ServeUntil(v.Renewed, v.Duration)
 }
 
 // ServedRecord is a Lease that tells whether a primary ever served under
@@ -192,6 +207,28 @@ func (k *KubeLease) Renew(ctx context.Context, pod, lsn, sync string) error {
 	delete(l.Annotations, instanceapi.AnnotationHandoverLSN)
 	if _, err := k.Client.Update(ctx, l, metav1.UpdateOptions{}); err != nil {
 		return fmt.Errorf("failed to renew Lease %s: %w", k.Name, err)
+	}
+	return nil
+}
+
+// Extend implements Lease. Like Renew, it cannot overwrite a change made
+// in between.
+func (k *KubeLease) Extend(ctx context.Context, pod string) error {
+	l, err := k.get(ctx)
+	if err != nil {
+		return err
+	}
+	if l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity != pod {
+		return ErrLeaseLost
+	}
+	now := metav1.NewMicroTime(time.Now())
+	seconds := int32(instanceapi.LeaseDuration / time.Second)
+	l.Spec.RenewTime, l.Spec.LeaseDurationSeconds = &now, &seconds
+	if l.Spec.AcquireTime == nil {
+		l.Spec.AcquireTime = &now
+	}
+	if _, err := k.Client.Update(ctx, l, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("failed to extend Lease %s: %w", k.Name, err)
 	}
 	return nil
 }

@@ -61,9 +61,14 @@ type Manager struct {
 	// lastHeartbeat and lastRenew: the last heartbeat commit and lease
 	// renewal that succeeded (guarded by mu).
 	lastHeartbeat, lastRenew time.Time
-	// leaseUntil is when the lease this instance last renewed runs out,
-	// less the fence margin; unlike lastRenew it outlives a postgres run.
+	// leaseUntil is when the last renewal known to this primary runs out,
+	// less the fence margin: its own, or the one read when it learnt its
+	// role or was promoted. Unlike lastRenew it outlives a postgres run;
+	// a replica has none.
 	leaseUntil time.Time
+	// guardedRun is the postgres run (its context) whose lease guard runs
+	// (see guardLease; guarded by mu).
+	guardedRun context.Context
 	// restarting: postgres crashed, or was asked to restart, and is being
 	// started again in place, with the lease kept (see restartingInPlace).
 	restarting bool
@@ -666,6 +671,9 @@ func (m *Manager) supervise(ctx context.Context) error {
 	runCtx, cancel := context.WithCancel(ctx)
 	monitored := make(chan struct{})
 	fence := make(chan error, 1)
+	// Armed before the server can take a write, whether or not this run
+	// ever renews.
+	m.guardLease(runCtx, fence)
 	go func() {
 		defer close(monitored)
 		m.monitor(runCtx, fence)
@@ -1026,4 +1034,7 @@ func (m *Manager) setRole(r instanceapi.Role) {
 	defer m.mu.Unlock()
 	m.status.Role = r
 	m.cfg.Role = r
+	if r != instanceapi.RolePrimary {
+		m.leaseUntil = time.Time{} // a term handed on is not this instance's to count on
+	}
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/daytwo-dev/daytwo/internal/ha"
 	"github.com/daytwo-dev/daytwo/internal/instanceapi"
 	"github.com/daytwo-dev/daytwo/internal/postgres"
 )
@@ -28,7 +29,8 @@ func (m *Manager) learnRole(ctx context.Context) error {
 		return nil
 	}
 	for {
-		holder, err := m.lease.Holder(ctx)
+		v, err := m.lease.View(ctx)
+		holder := v.Holder
 		if err == nil && holder != "" {
 			role := instanceapi.RoleReplica
 			if holder == m.cfg.Pod {
@@ -37,7 +39,25 @@ func (m *Manager) learnRole(ctx context.Context) error {
 			m.setRole(role)
 			m.mu.Lock()
 			m.holder = holder
+			if role == instanceapi.RolePrimary {
+				// The run about to start serves until this, unless it
+				// renews (guardLease): the last renewal, whoever made it,
+				// counts, not the time of this read.
+				m.leaseUntil = later(m.leaseUntil, v.validUntil())
+			}
+			until := m.leaseUntil
 			m.mu.Unlock()
+			if role == instanceapi.RolePrimary && time.Until(until) < instanceapi.LeaseRenewPeriod {
+				// Released, or about to run out: postgres starts as a
+				// primary only under a lease it can count on.
+				if err = m.extendBefore(ctx, instanceapi.LeaseRenewPeriod); err != nil {
+					m.setMessage("waiting for the Kubernetes API to extend the primary lease: " + err.Error())
+					if !sleepCtx(ctx, time.Second) {
+						return ctx.Err()
+					}
+					continue
+				}
+			}
 			m.log.Info("Role from the primary lease", "role", role, "holder", holder)
 			return nil
 		}
@@ -109,21 +129,33 @@ func (m *Manager) rejoin(ctx context.Context) error {
 }
 
 // startPrimaryDuties starts, once per run of postgres as a primary, the
-// heartbeat commit and the lease renewal that depends on it.
-// It reports whether they run.
+// heartbeat commit that lease renewals depend on, and the lease guard if
+// the run started as a replica (a promotion). It reports whether they run.
 func (m *Manager) startPrimaryDuties(ctx context.Context, fence chan<- error) bool {
 	s := m.Status()
 	if m.lease == nil || s.Role != instanceapi.RolePrimary || s.InRecovery || s.Phase != instanceapi.PhaseRunning {
 		return false
 	}
 	go m.heartbeat(ctx)
-	go m.holdLease(ctx, fence)
+	m.guardLease(ctx, fence)
 	context.AfterFunc(ctx, func() {
 		m.mu.Lock()
 		m.lastHeartbeat, m.lastRenew, m.syncRecorded = time.Time{}, time.Time{}, ""
 		m.mu.Unlock()
 	})
 	return true
+}
+
+// guardLease starts holdLease for the run of postgres that ctx is, once:
+// from the start of a run as a primary (supervise), or at a promotion.
+func (m *Manager) guardLease(ctx context.Context, fence chan<- error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.lease == nil || m.status.Role != instanceapi.RolePrimary || m.guardedRun == ctx {
+		return
+	}
+	m.guardedRun = ctx
+	go m.holdLease(ctx, fence, time.Now())
 }
 
 // heartbeat commits a WAL record three times per HeartbeatDeadline on its
@@ -171,50 +203,115 @@ func (m *Manager) heartbeat(ctx context.Context) {
 	}
 }
 
-// holdLease renews the primary lease while the heartbeat is fresh. It asks
-// for fencing when the lease names another instance, or when the last
-// renewal is about to run out (the API unreachable, or the write path hung).
-func (m *Manager) holdLease(ctx context.Context, fence chan<- error) {
-	tick := time.NewTicker(instanceapi.LeaseRenewPeriod)
-	defer tick.Stop()
+// holdLease renews the primary lease while the heartbeat is fresh, and
+// fences when the lease names another instance or when the last renewal
+// known to this manager (m.leaseUntil: its own, or the one learnRole or a
+// promotion read) runs out, whatever renewed it: armed from the start of
+// the run, not from its first renewal, so a run that never renews still
+// fences in time. Until the server first runs (crash recovery, say),
+// within restartLeaseLimit of started, it extends the lease without a
+// heartbeat (Lease.Extend, which records nothing): nothing writes yet, and
+// a recovery longer than the lease must not be fenced over and over.
+func (m *Manager) holdLease(ctx context.Context, fence chan<- error, started time.Time) {
 	for {
 		m.mu.Lock()
-		beat, renewed, lsn, sync := m.lastHeartbeat, m.lastRenew, m.status.LSN, m.syncRecord
+		beat, until, lsn, sync := m.lastHeartbeat, m.leaseUntil, m.status.LSN, m.syncRecord
+		starting := m.status.Phase != instanceapi.PhaseRunning && time.Since(started) < restartLeaseLimit
 		m.mu.Unlock()
-		if time.Since(beat) < instanceapi.HeartbeatDeadline {
-			start := time.Now()
-			rctx, cancel := context.WithTimeout(ctx, instanceapi.LeaseRenewPeriod)
-			err := m.lease.Renew(rctx, m.cfg.Pod, lsn, sync)
-			cancel()
-			switch {
-			case err == nil:
-				m.mu.Lock()
-				m.lastRenew, m.syncRecorded = start, sync
-				m.leaseUntil = start.Add(instanceapi.LeaseDuration - instanceapi.LeaseFenceMargin)
-				if ctx.Err() == nil {
-					// A renewal that ends after its server was asked to
-					// stop (a restart in place) must not end the restart's
-					// hold on readiness.
-					m.restarting = false
-				}
-				m.mu.Unlock()
-				renewed = start
-			case errors.Is(err, ErrLeaseLost):
-				fence <- err
-				return
-			}
+		var err error
+		switch {
+		case time.Since(beat) < instanceapi.HeartbeatDeadline:
+			err = m.renewBefore(ctx, until, lsn, sync)
+		case starting:
+			err = m.extendBefore(ctx, renewLimit(until))
 		}
-		if !renewed.IsZero() && time.Since(renewed) > instanceapi.LeaseDuration-instanceapi.LeaseFenceMargin {
-			fence <- fmt.Errorf("the primary lease was not renewed for %s (heartbeat %s ago)",
-				time.Since(renewed).Round(time.Millisecond), time.Since(beat).Round(time.Millisecond))
+		if errors.Is(err, ErrLeaseLost) {
+			fence <- err
 			return
 		}
+		m.mu.Lock()
+		until = m.leaseUntil
+		m.mu.Unlock()
+		if !time.Now().Before(until) {
+			fence <- fmt.Errorf("the primary lease ran out at %s, not renewed since (heartbeat %s ago)",
+				until.Add(instanceapi.LeaseFenceMargin).Format(time.StampMilli), time.Since(beat).Round(time.Millisecond))
+			return
+		}
+		// The next renewal, or the fence, whichever is first: a tick
+		// would fence up to a period late, which the margin cannot spare.
+		wait := time.NewTimer(min(instanceapi.LeaseRenewPeriod, time.Until(until)))
 		select {
 		case <-ctx.Done():
+			wait.Stop()
 			return
-		case <-tick.C:
+		case <-wait.C:
 		}
 	}
+}
+
+// renewBefore renews the lease once for a serving primary, giving up at
+// until (renewLimit), and records a success.
+func (m *Manager) renewBefore(ctx context.Context, until time.Time, lsn, sync string) error {
+	start := time.Now()
+	rctx, cancel := context.WithTimeout(ctx, renewLimit(until))
+	err := m.lease.Renew(rctx, m.cfg.Pod, lsn, sync)
+	cancel()
+	if err != nil {
+		return err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.lastRenew, m.syncRecorded = start, sync
+	m.leaseUntil = later(m.leaseUntil, ha.ServeUntil(start, 0))
+	if ctx.Err() == nil {
+		// A renewal that ends after its server was asked to stop (a
+		// restart in place) must not end the restart's hold on readiness.
+		m.restarting = false
+	}
+	return nil
+}
+
+// extendBefore extends the lease (Lease.Extend) for a server that does
+// not serve yet: m.leaseUntil moves on, but not the readiness a serving
+// renewal gives (lastRenew).
+func (m *Manager) extendBefore(ctx context.Context, limit time.Duration) error {
+	start := time.Now()
+	rctx, cancel := context.WithTimeout(ctx, limit)
+	err := m.lease.Extend(rctx, m.cfg.Pod)
+	cancel()
+	if err != nil {
+		return err
+	}
+	m.mu.Lock()
+	m.leaseUntil = later(m.leaseUntil, ha.ServeUntil(start, 0))
+	m.mu.Unlock()
+	return nil
+}
+
+// renewLimit bounds a renewal so that it ends by until, when the fence is
+// due (a renewal period at most).
+func renewLimit(until time.Time) time.Duration {
+	return min(instanceapi.LeaseRenewPeriod, max(time.Until(until), 10*time.Millisecond))
+}
+
+// sleepCtx waits d, or less if ctx ends first; it reports whether it waited d.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// later is the later of two times.
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 // leaseFresh: a primary under a lease serves (is ready) only while its last
@@ -255,7 +352,7 @@ func (m *Manager) keepLeaseWhileRestarting(ctx context.Context, lsn, sync string
 		}
 		if err == nil {
 			m.mu.Lock()
-			m.leaseUntil = start.Add(instanceapi.LeaseDuration - instanceapi.LeaseFenceMargin)
+			m.leaseUntil = later(m.leaseUntil, ha.ServeUntil(start, 0))
 			m.mu.Unlock()
 		}
 		select {
@@ -435,7 +532,7 @@ func (m *Manager) promote(ctx context.Context, waitLSN, how string) (int, error)
 	// extended it, or the old primary's as it handed it over), not from
 	// now: a promotion that waited long must not count on more.
 	m.lastRenew, m.lastHeartbeat = renewed, time.Now()
-	m.leaseUntil = m.lastRenew.Add(instanceapi.LeaseDuration - instanceapi.LeaseFenceMargin)
+	m.leaseUntil = ha.ServeUntil(m.lastRenew, 0)
 	m.status.InRecovery, m.status.Streaming = false, false
 	m.notStreamingSince, m.streamed, m.streamLost = time.Time{}, false, time.Time{}
 	if m.standbyWAL != nil {

@@ -124,9 +124,21 @@ const (
 	// LeaseRenewPeriod is how often the holder renews.
 	LeaseRenewPeriod = time.Second
 	// LeaseFenceMargin: the holder fences itself this long before its last
-	// renewal expires, which absorbs clock skew between the holder's node and
-	// the operator's.
-	LeaseFenceMargin = 2 * time.Second
+	// renewal expires, on its own clock, counting from the renewal's start
+	// (or, for a renewal it did not make, from the renewTime the renewer
+	// wrote). The operator moves the lease no sooner than renewTime plus
+	// LeaseDuration on its clock. With the holder's fence due at a timer
+	// (not a tick) and carried out by SIGKILL, both happen before that
+	// while MaxClockSkew + FenceLatency <= LeaseFenceMargin.
+	LeaseFenceMargin = MaxClockSkew + FenceLatency
+	// MaxClockSkew is the largest difference between any two nodes' clocks
+	// (the operator's, the holder's, a renewer's) under which no two
+	// instances accept writes at once. NTP keeps real clusters within
+	// milliseconds; a node off by more must not run database pods.
+	MaxClockSkew = time.Second
+	// FenceLatency bounds the time from the fence's deadline to the last
+	// postgres process killed: timer lateness, scheduling, SIGKILL.
+	FenceLatency = time.Second
 	// HeartbeatDeadline: the holder renews only while a heartbeat commit
 	// succeeded within this long, so a hung server or a stalled disk loses
 	// the lease like a dead pod.

@@ -3,6 +3,7 @@ package webhook
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -52,30 +53,39 @@ func (backupValidator) ValidateDelete(context.Context, *v1alpha1.DatabaseBackup)
 // ValidateDatabaseBackup checks the schedules with the parser the
 // scheduler uses and the time zone against the tz database.
 func ValidateDatabaseBackup(b *v1alpha1.DatabaseBackup) error {
-	var errs field.ErrorList
 	spec := field.NewPath("spec")
-	tz := ""
-	if b.Spec.TimeZone != nil {
-		tz = *b.Spec.TimeZone
-		if _, err := time.LoadLocation(tz); err != nil {
-			errs = append(errs, field.Invalid(spec.Child("timeZone"), tz, "not a time zone of the tz database"))
-			tz = ""
-		}
-	}
-	if b.Spec.Schedule != "" {
-		if _, err := schedule.Parse(b.Spec.Schedule, tz); err != nil {
-			errs = append(errs, field.Invalid(spec.Child("schedule"), b.Spec.Schedule, err.Error()))
-		}
-	}
-	if v := b.Spec.Verify; v != nil && v.Schedule != "" {
-		if _, err := schedule.Parse(v.Schedule, tz); err != nil {
-			errs = append(errs, field.Invalid(spec.Child("verify", "schedule"), v.Schedule, err.Error()))
-		}
+	tz, errs := validateTimeZone(spec.Child("timeZone"), b.Spec.TimeZone)
+	errs = append(errs, validateSchedule(spec.Child("schedule"), b.Spec.Schedule, tz)...)
+	if v := b.Spec.Verify; v != nil {
+		errs = append(errs, validateSchedule(spec.Child("verify", "schedule"), v.Schedule, tz)...)
 	}
 	if len(errs) == 0 {
 		return nil
 	}
 	return apierrors.NewInvalid(v1alpha1.GroupVersion.WithKind("DatabaseBackup").GroupKind(), b.Name, errs)
+}
+
+// validateTimeZone returns the zone tz names when the tz database has it
+// ("" for UTC or a zone it lacks).
+func validateTimeZone(path *field.Path, tz *string) (string, field.ErrorList) {
+	if tz == nil {
+		return "", nil
+	}
+	if _, err := time.LoadLocation(*tz); err != nil {
+		return "", field.ErrorList{field.Invalid(path, *tz, "not a time zone of the tz database")}
+	}
+	return *tz, nil
+}
+
+// validateSchedule parses a schedule ("" for none) as the scheduler will.
+func validateSchedule(path *field.Path, expr, tz string) field.ErrorList {
+	if expr == "" {
+		return nil
+	}
+	if _, err := schedule.Parse(expr, tz); err != nil {
+		return field.ErrorList{field.Invalid(path, expr, err.Error())}
+	}
+	return nil
 }
 
 type databaseValidator struct{}
@@ -92,17 +102,48 @@ func (databaseValidator) ValidateDelete(context.Context, *v1alpha1.Database) (ad
 	return nil, nil
 }
 
-// ValidateDatabase refuses an image whose tag names another PostgreSQL
-// major than spec.version (an image without a recognisable tag passes:
-// the instance manager refuses a data directory of another major).
+// ValidateDatabase refuses what the API's schema cannot: an image whose
+// tag names another PostgreSQL major than spec.version (an image without a
+// recognisable tag passes: the instance manager refuses a data directory of
+// another major), a backup schedule or time zone the scheduler cannot use
+// (the operator's own DatabaseBackup would be refused later, where nobody
+// looks), and a synchronous_commit that voids required durability.
 func ValidateDatabase(db *v1alpha1.Database) error {
-	if db.Spec.Image == "" {
+	spec := field.NewPath("spec")
+	var errs field.ErrorList
+	if m := postgres.ImageMajor(db.Spec.Image); db.Spec.Image != "" && m != "" && m != db.Spec.Version {
+		errs = append(errs, field.Invalid(spec.Child("image"), db.Spec.Image,
+			fmt.Sprintf("is PostgreSQL %s but spec.version is %s", m, db.Spec.Version)))
+	}
+	if b := db.Spec.Backup; b != nil {
+		tz, tzErrs := validateTimeZone(spec.Child("backup", "timeZone"), b.TimeZone)
+		errs = append(append(errs, tzErrs...), validateSchedule(spec.Child("backup", "schedule"), b.Schedule, tz)...)
+	}
+	errs = append(errs, validateDurability(spec, db)...)
+	if len(errs) == 0 {
 		return nil
 	}
-	if m := postgres.ImageMajor(db.Spec.Image); m != "" && m != db.Spec.Version {
-		return apierrors.NewInvalid(v1alpha1.GroupVersion.WithKind("Database").GroupKind(), db.Name, field.ErrorList{
-			field.Invalid(field.NewPath("spec", "image"), db.Spec.Image,
-				fmt.Sprintf("is PostgreSQL %s but spec.version is %s", m, db.Spec.Version))})
+	return apierrors.NewInvalid(v1alpha1.GroupVersion.WithKind("Database").GroupKind(), db.Name, errs)
+}
+
+// validateDurability refuses synchronous_commit off or local under
+// required durability: a commit would then be acknowledged before any
+// replica has it, and failover, which counts on the replicas holding every
+// acknowledged commit, would lose it.
+func validateDurability(spec *field.Path, db *v1alpha1.Database) field.ErrorList {
+	r := db.Spec.Replication
+	if r == nil || r.Synchronous == nil || r.Synchronous.DataDurability == v1alpha1.DataDurabilityPreferred {
+		return nil
+	}
+	v, ok := db.Spec.Parameters["synchronous_commit"]
+	if !ok {
+		return nil
+	}
+	switch strings.ToLower(strings.Trim(strings.TrimSpace(v), `'"`)) {
+	case "off", "false", "no", "0", "local":
+		return field.ErrorList{field.Invalid(spec.Child("parameters", "synchronous_commit"), v,
+			"commits would be acknowledged before a replica has them, which spec.replication.synchronous.dataDurability required forbids; "+
+				"use on, remote_write or remote_apply, or dataDurability preferred")}
 	}
 	return nil
 }

@@ -29,6 +29,7 @@ import (
 	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
 	"github.com/daytwo-dev/daytwo/internal/controller"
 	"github.com/daytwo-dev/daytwo/internal/controller/databasebackup"
+	"github.com/daytwo-dev/daytwo/internal/ha"
 	"github.com/daytwo-dev/daytwo/internal/instanceapi"
 	"github.com/daytwo-dev/daytwo/internal/postgres"
 )
@@ -221,8 +222,8 @@ func (r *Reconciler) observe(ctx context.Context, db *v1alpha1.Database, obs *ob
 	// timeout. (A switchover's target, holding a handed-over lease, is.)
 	expired := ""
 	if l := obs.lease; l != nil && l.Spec.RenewTime != nil && l.Annotations[instanceapi.AnnotationHandoverLSN] == "" {
-		if st := leaseStateOf(l); st.expired(r.Clock.Now()) {
-			expired = st.holder
+		if st := ha.LeaseStateOf(l); st.Expired(r.Clock.Now()) {
+			expired = st.Holder
 		}
 	}
 	obs.instanceStatuses, obs.instances = r.askInstances(ctx, db, obs.pods, expired, false)

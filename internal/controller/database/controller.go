@@ -130,7 +130,7 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, db, written *v1alpha1.
 	defer func() { setStatus(db, obs) }()
 
 	if obs.invalid = validate(db, obs.plan); obs.invalid != "" {
-		return reconcile.Result{}, nil
+		return r.reconcileAvailability(ctx, db, obs)
 	}
 	if err := r.ensureSecrets(ctx, db, obs); err != nil || obs.conflict != "" {
 		return reconcile.Result{RequeueAfter: conflictRetry}, err
@@ -205,6 +205,41 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, db, written *v1alpha1.
 		res.RequeueAfter = soonest(res.RequeueAfter, instanceRefresh)
 	}
 	return res, err
+}
+
+// reconcileAvailability is what a Database whose spec is invalid still
+// gets: nothing the spec would change (the StatefulSet, its settings, a
+// rollout) until it is valid again, which the Ready condition asks for,
+// but all that keeps the instances it runs available: certificate
+// renewal, the primary lease, failover and the role labels -rw routes by.
+func (r *Reconciler) reconcileAvailability(ctx context.Context, db *v1alpha1.Database, obs *observation) (reconcile.Result, error) {
+	if err := r.checkChildren(ctx, db, obs); err != nil || obs.conflict != "" {
+		return reconcile.Result{RequeueAfter: conflictRetry}, err
+	}
+	renewIn, err := r.reconcileTLS(ctx, db, obs)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	if err := r.ensurePrimaryLease(ctx, db, obs); err != nil {
+		return reconcile.Result{}, err
+	}
+	if err := r.observe(ctx, db, obs); err != nil {
+		return reconcile.Result{}, err
+	}
+	res, err := r.failover(ctx, db, obs)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	if err := r.labelRoles(ctx, obs.pods, obs.primary); err != nil {
+		return reconcile.Result{}, err
+	}
+	if renewIn > 0 {
+		res.RequeueAfter = soonest(res.RequeueAfter, renewIn)
+	}
+	if len(obs.instanceStatuses) > 0 {
+		res.RequeueAfter = soonest(res.RequeueAfter, instanceRefresh)
+	}
+	return res, nil
 }
 
 // primariesOn maps a node to the Databases whose primary runs on it.

@@ -1050,3 +1050,34 @@ func TestFailoverWaitsForATerminatingPrimarysRelease(t *testing.T) {
 		t.Fatalf("saw the release %s after it was written", lag)
 	}
 }
+
+// A spec the controller cannot carry out (here a synchronous number at the
+// instance count, which only the controller checks) stops what it would
+// change, and says so, but never what keeps the Database available: the
+// lease is still followed (the primary's pod labelled, so -rw routes to it),
+// and failover and certificate renewal go on.
+func TestInvalidSpecKeepsHighAvailability(t *testing.T) {
+	ns := env.Namespace(t)
+	db := newDB(ns, "db", func(d *v1alpha1.Database) { d.Spec.Size = v1alpha1.SizeMedium })
+	create(t, db)
+	for i, role := range []string{"primary", "replica"} {
+		create(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("db-%d", i), Namespace: ns,
+			Labels: map[string]string{"daytwo.dev/database": "db", database.LabelRole: role}},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "postgres", Image: "postgres:15"}}}})
+	}
+	lease := &coordinationv1.Lease{}
+	eventually(t, "the primary lease", func() (bool, error) {
+		_, err := get(ns, "db-primary", lease)
+		return err == nil, client.IgnoreNotFound(err)
+	})
+	update(t, db, func(d *v1alpha1.Database) {
+		d.Spec.Replication = &v1alpha1.DatabaseReplication{Synchronous: &v1alpha1.SynchronousReplication{Number: 2}}
+	})
+	waitCondition(t, ns, "db", v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonInvalidSpec)
+	// The lease moves (a failover, or a switchover the instances made).
+	update(t, lease, func(l *coordinationv1.Lease) { l.Spec.HolderIdentity = ptr.To("db-1") })
+	eventually(t, "db-1 labelled the primary under an invalid spec", func() (bool, error) {
+		p, err := get(ns, "db-1", &corev1.Pod{})
+		return err == nil && p.Labels[database.LabelRole] == "primary", err
+	})
+}

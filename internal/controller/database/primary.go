@@ -25,6 +25,7 @@ import (
 	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
 	"github.com/daytwo-dev/daytwo/internal/controller"
 	"github.com/daytwo-dev/daytwo/internal/controller/conditions"
+	"github.com/daytwo-dev/daytwo/internal/ha"
 	"github.com/daytwo-dev/daytwo/internal/instanceapi"
 )
 
@@ -63,7 +64,7 @@ func (r *Reconciler) ensurePrimaryLease(ctx context.Context, db *v1alpha1.Databa
 		return fmt.Errorf("failed to get Lease %s: %w", key.Name, err)
 	}
 	obs.lease = l
-	obs.primary = leaseStateOf(l).holder
+	obs.primary = ha.LeaseStateOf(l).Holder
 	return nil
 }
 
@@ -76,10 +77,10 @@ func (r *Reconciler) failover(ctx context.Context, db *v1alpha1.Database, obs *o
 	if obs.lease == nil {
 		return reconcile.Result{}, nil
 	}
-	st := leaseStateOf(obs.lease)
+	st := ha.LeaseStateOf(obs.lease)
 	now := r.Clock.Now()
 	handover := obs.lease.Annotations[instanceapi.AnnotationHandoverLSN]
-	if st.expired(now) && handover != "" && holderIsReplica(obs, st.holder) && !handoverExpired(obs.lease, now) {
+	if st.Expired(now) && handover != "" && holderIsReplica(obs, st.Holder) && !handoverExpired(obs.lease, now) {
 		// A switchover's target that answers but is not promoted yet (its
 		// promote failed or timed out) keeps the lease for a while: the old
 		// primary stopped cleanly, and the target should hold all of it.
@@ -88,29 +89,29 @@ func (r *Reconciler) failover(ctx context.Context, db *v1alpha1.Database, obs *o
 		if err := r.extendLease(ctx, obs); err != nil {
 			return reconcile.Result{}, err
 		}
-		st = leaseStateOf(obs.lease)
+		st = ha.LeaseStateOf(obs.lease)
 	}
 	waited := time.Duration(0)
-	if !st.expired(now) && !holderIsReplica(obs, st.holder) {
-		if waited = r.awaitRelease(ctx, db, obs, st.holder); waited > 0 {
-			st, now = leaseStateOf(obs.lease), r.Clock.Now()
+	if !st.Expired(now) && !holderIsReplica(obs, st.Holder) {
+		if waited = r.awaitRelease(ctx, db, obs, st.Holder); waited > 0 {
+			st, now = ha.LeaseStateOf(obs.lease), r.Clock.Now()
 		}
 	}
-	if !st.expired(now) {
-		if holderIsReplica(obs, st.holder) {
+	if !st.Expired(now) {
+		if holderIsReplica(obs, st.Holder) {
 			// A switchover's handover names the WAL the holder must have first.
-			return reconcile.Result{}, r.promote(ctx, db, obs, st.holder, obs.lease.Annotations[instanceapi.AnnotationHandoverLSN])
+			return reconcile.Result{}, r.promote(ctx, db, obs, st.Holder, obs.lease.Annotations[instanceapi.AnnotationHandoverLSN])
 		}
-		return reconcile.Result{RequeueAfter: st.expires.Sub(now) + 100*time.Millisecond}, nil
+		return reconcile.Result{RequeueAfter: st.Expires.Sub(now) + 100*time.Millisecond}, nil
 	}
-	d := decideFailover(st, now, obs.instanceStatuses)
-	if d.promote == "" {
+	d := ha.DecideFailover(st, now, obs.instanceStatuses)
+	if d.Promote == "" {
 		// A lease never taken is a Database still bootstrapping; with a
 		// single instance there is no one to fail over to.
 		if obs.lease.Spec.AcquireTime == nil || len(obs.pods) < 2 {
 			return reconcile.Result{}, nil
 		}
-		obs.failoverWaiting = d.waiting
+		obs.failoverWaiting = d.Waiting
 		return reconcile.Result{RequeueAfter: time.Second}, nil
 	}
 	reason := "its lease expired"
@@ -120,7 +121,7 @@ func (r *Reconciler) failover(ctx context.Context, db *v1alpha1.Database, obs *o
 	l := obs.lease.DeepCopy()
 	t := metav1.NewMicroTime(now)
 	// The term too: a lease made anew records none until its holder renews.
-	l.Spec.HolderIdentity, l.Spec.RenewTime, l.Spec.AcquireTime = ptr.To(d.promote), &t, &t
+	l.Spec.HolderIdentity, l.Spec.RenewTime, l.Spec.AcquireTime = ptr.To(d.Promote), &t, &t
 	l.Spec.LeaseDurationSeconds = ptr.To(int32(instanceapi.LeaseDuration / time.Second))
 	l.Spec.LeaseTransitions = ptr.To(ptr.Deref(l.Spec.LeaseTransitions, 0) + 1)
 	// A failover accepts what the chosen replica lacks (lagBytes): an
@@ -128,26 +129,26 @@ func (r *Reconciler) failover(ctx context.Context, db *v1alpha1.Database, obs *o
 	delete(l.Annotations, instanceapi.AnnotationHandoverLSN)
 	// The update carries the resourceVersion read: a renewal in between wins.
 	if err := r.Client.Update(ctx, l); err != nil {
-		return reconcile.Result{}, fmt.Errorf("failed to move Lease %s to %s: %w", l.Name, d.promote, err)
+		return reconcile.Result{}, fmt.Errorf("failed to move Lease %s to %s: %w", l.Name, d.Promote, err)
 	}
-	obs.lease, obs.primary = l, d.promote
-	logf.FromContext(ctx).Info("Moved the primary lease", "from", st.holder, "to", d.promote, "reason", reason,
+	obs.lease, obs.primary = l, d.Promote
+	logf.FromContext(ctx).Info("Moved the primary lease", "from", st.Holder, "to", d.Promote, "reason", reason,
 		"sinceReconcileStart", time.Since(obs.started).Round(time.Millisecond).String(), "waitedForRelease", waited.Round(time.Millisecond).String())
 	fenced := now
-	if !st.expires.IsZero() {
-		fenced = st.expires.Add(-instanceapi.LeaseFenceMargin)
+	if !st.Expires.IsZero() {
+		fenced = st.Expires.Add(-instanceapi.LeaseFenceMargin)
 	}
-	db.Status.LastFailover = &v1alpha1.FailoverRecord{From: st.holder, To: d.promote, Reason: controller.Truncate(reason, 256),
-		FencedTime: ptr.To(metav1.NewTime(fenced)), DetectedTime: ptr.To(metav1.NewTime(now)), LagBytes: d.lagBytes}
+	db.Status.LastFailover = &v1alpha1.FailoverRecord{From: st.Holder, To: d.Promote, Reason: controller.Truncate(reason, 256),
+		FencedTime: ptr.To(metav1.NewTime(fenced)), DetectedTime: ptr.To(metav1.NewTime(now)), LagBytes: d.LagBytes}
 	controller.Event(ctx, r.Recorder, db, l, corev1.EventTypeWarning, v1alpha1.ReasonFailover, "Fence",
 		"The primary %s lost its lease (%s); moved it to %s, which lacked %d bytes of WAL (replicas weighed: %s)",
-		st.holder, reason, d.promote, d.lagBytes, strings.Join(d.weighed, ", "))
+		st.Holder, reason, d.Promote, d.LagBytes, strings.Join(d.Weighed, ", "))
 	countFailover(db)
 	// The promotion goes at once; the status and -rw's labels move
 	// meanwhile, so kube-proxy catches up while the replica promotes.
 	// Neither needs the other: the lease already names the replica, and
 	// until -rw follows, the old primary (if alive) relays to the holder.
-	call, callErr := r.promoteCall(ctx, db, obs, d.promote, "")
+	call, callErr := r.promoteCall(ctx, db, obs, d.Promote, "")
 	if callErr != nil {
 		call = func() error { return callErr }
 	}
@@ -161,14 +162,14 @@ func (r *Reconciler) failover(ctx context.Context, db *v1alpha1.Database, obs *o
 		promoted <- answer{err, r.Clock.Now()} // the promotion's time, not the status write's
 	}()
 	err := errors.Join(
-		r.announce(ctx, db, obs, d.promote, v1alpha1.ConditionReady, v1alpha1.ReasonFailingOver,
-			fmt.Sprintf("Promoting %s: the primary %s lost its lease (%s)", d.promote, st.holder, reason)),
-		r.labelRoles(ctx, obs.pods, d.promote))
+		r.announce(ctx, db, obs, d.Promote, v1alpha1.ConditionReady, v1alpha1.ReasonFailingOver,
+			fmt.Sprintf("Promoting %s: the primary %s lost its lease (%s)", d.Promote, st.Holder, reason)),
+		r.labelRoles(ctx, obs.pods, d.Promote))
 	a := <-promoted
 	if a.err != nil {
 		return reconcile.Result{}, errors.Join(a.err, err)
 	}
-	r.recordPromoted(ctx, db, d.promote, a.at)
+	r.recordPromoted(ctx, db, d.Promote, a.at)
 	return reconcile.Result{}, err
 }
 
@@ -213,7 +214,7 @@ func (r *Reconciler) awaitRelease(ctx context.Context, db *v1alpha1.Database, ob
 	if l == nil {
 		return 0
 	}
-	obs.lease, obs.primary = l, leaseStateOf(l).holder
+	obs.lease, obs.primary = l, ha.LeaseStateOf(l).Holder
 	if obs.primary == holder {
 		r.askAfterStop(ctx, db, obs)
 	} // else handed over: nothing to weigh
@@ -252,7 +253,7 @@ func (r *Reconciler) pollRelease(ctx context.Context, lease *coordinationv1.Leas
 		if err := r.Client.Get(ctx, client.ObjectKeyFromObject(lease), l); err != nil || l.UID != lease.UID {
 			return nil
 		}
-		if st := leaseStateOf(l); st.holder != holder || st.expired(r.Clock.Now()) {
+		if st := ha.LeaseStateOf(l); st.Holder != holder || st.Expired(r.Clock.Now()) {
 			return l
 		}
 	}

@@ -17,6 +17,7 @@ import (
 
 	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
 	"github.com/daytwo-dev/daytwo/internal/controller"
+	"github.com/daytwo-dev/daytwo/internal/ha"
 	"github.com/daytwo-dev/daytwo/internal/instanceapi"
 	"github.com/daytwo-dev/daytwo/internal/postgres"
 )
@@ -68,36 +69,36 @@ type switchoverDecision struct {
 
 // decideSwitchover is pure: a switchover needs a primary that holds a valid
 // lease and answers, and a target replica that streams within
-// MaxFailoverLag of it. It never acts while the lease is not valid, so it
+// ha.MaxFailoverLag of it. It never acts while the lease is not valid, so it
 // cannot fight a failover.
-func decideSwitchover(req switchoverRequest, lease leaseState, now time.Time, pods []string, instances []v1alpha1.InstanceStatus) switchoverDecision {
+func decideSwitchover(req switchoverRequest, lease ha.LeaseState, now time.Time, pods []string, instances []v1alpha1.InstanceStatus) switchoverDecision {
 	if req.to != "" && !slices.Contains(pods, req.to) {
 		return switchoverDecision{refuse: fmt.Sprintf("no instance is named %s", req.to)}
 	}
-	d := switchoverDecision{from: lease.holder}
-	if lease.holder == "" || lease.expired(now) {
+	d := switchoverDecision{from: lease.Holder}
+	if lease.Holder == "" || lease.Expired(now) {
 		d.wait = "no primary holds a valid lease (a failover may be under way)"
 	}
-	if req.to == lease.holder && d.wait == "" {
-		return switchoverDecision{from: lease.holder, to: req.to, alreadyThere: true}
+	if req.to == lease.Holder && d.wait == "" {
+		return switchoverDecision{from: lease.Holder, to: req.to, alreadyThere: true}
 	}
 	var primaryLSN uint64
 	var replicas []v1alpha1.InstanceStatus
 	for _, in := range instances {
 		switch {
-		case in.Name == lease.holder && in.Error == "" && in.Role == string(instanceapi.RolePrimary):
+		case in.Name == lease.Holder && in.Error == "" && in.Role == string(instanceapi.RolePrimary):
 			primaryLSN, _ = postgres.ParseLSN(in.LSN)
-		case in.Name != lease.holder && in.Error == "" && in.Role == string(instanceapi.RoleReplica) && in.Streaming:
+		case in.Name != lease.Holder && in.Error == "" && in.Role == string(instanceapi.RoleReplica) && in.Streaming:
 			replicas = append(replicas, in)
 		}
 	}
 	if d.wait == "" && primaryLSN == 0 {
-		d.wait = fmt.Sprintf("the primary %s does not answer", lease.holder)
+		d.wait = fmt.Sprintf("the primary %s does not answer", lease.Holder)
 	}
 	best, bestLSN := "", uint64(0)
 	for _, in := range replicas {
 		got, ok := postgres.ParseLSN(in.ReceivedLSN)
-		if !ok || (req.to != "" && in.Name != req.to) || (primaryLSN > got && primaryLSN-got > MaxFailoverLag) {
+		if !ok || (req.to != "" && in.Name != req.to) || (primaryLSN > got && primaryLSN-got > ha.MaxFailoverLag) {
 			continue
 		}
 		if best == "" || got > bestLSN {
@@ -107,11 +108,11 @@ func decideSwitchover(req switchoverRequest, lease leaseState, now time.Time, po
 	switch {
 	case best == "" && req.to != "":
 		d.to = req.to
-		d.wait = cmp.Or(d.wait, fmt.Sprintf("%s does not stream from the primary within %d bytes", req.to, MaxFailoverLag))
+		d.wait = cmp.Or(d.wait, fmt.Sprintf("%s does not stream from the primary within %d bytes", req.to, ha.MaxFailoverLag))
 	case best == "" && len(pods) < 2:
 		d.refuse = "a Database with one instance has no replica to switch over to"
 	case best == "":
-		d.wait = cmp.Or(d.wait, fmt.Sprintf("no replica streams from the primary within %d bytes", MaxFailoverLag))
+		d.wait = cmp.Or(d.wait, fmt.Sprintf("no replica streams from the primary within %d bytes", ha.MaxFailoverLag))
 	default:
 		d.to = best
 	}
@@ -140,7 +141,7 @@ func (r *Reconciler) switchover(ctx context.Context, db *v1alpha1.Database, obs 
 		r.answerSwitchover(ctx, db, rec, v1alpha1.SwitchoverRefused, invalid)
 		return reconcile.Result{}, nil
 	}
-	d := decideSwitchover(req, leaseStateOf(obs.lease), r.Clock.Now(), podNames(obs.pods), obs.instanceStatuses)
+	d := decideSwitchover(req, ha.LeaseStateOf(obs.lease), r.Clock.Now(), podNames(obs.pods), obs.instanceStatuses)
 	rec.From, rec.To = d.from, cmp.Or(d.to, req.to)
 	switch {
 	case d.refuse != "":
@@ -228,7 +229,7 @@ func (r *Reconciler) autoSwitchover(ctx context.Context, db *v1alpha1.Database, 
 		return reconcile.Result{RequeueAfter: time.Second}, nil
 	}
 	now := r.Clock.Now()
-	d := decideSwitchover(switchoverRequest{at: now}, leaseStateOf(obs.lease), now, podNames(obs.pods), instances)
+	d := decideSwitchover(switchoverRequest{at: now}, ha.LeaseStateOf(obs.lease), now, podNames(obs.pods), instances)
 	if d.to == "" || d.wait != "" || d.refuse != "" {
 		obs.switchoverWaiting = fmt.Sprintf("%s: %s", why, cmp.Or(d.wait, d.refuse))
 		return reconcile.Result{RequeueAfter: 2 * time.Second}, nil

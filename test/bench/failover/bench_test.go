@@ -168,11 +168,17 @@ type figures struct {
 	gaps, ready map[string][]time.Duration
 	lost        int
 	floor       time.Duration
+	// partitions counts the partition rounds, splitAcks the writes an old
+	// primary acknowledged after the lease named another instance, and
+	// partitionGaps the -rw write gaps of the rounds that failed over.
+	partitions, splitAcks int
+	partitionGaps         []time.Duration
 }
 
 // add is f and g together; the floor is the higher one.
 func (f figures) add(g figures) figures {
-	out := figures{gaps: map[string][]time.Duration{}, ready: map[string][]time.Duration{}, lost: f.lost + g.lost, floor: max(f.floor, g.floor)}
+	out := figures{gaps: map[string][]time.Duration{}, ready: map[string][]time.Duration{}, lost: f.lost + g.lost, floor: max(f.floor, g.floor),
+		partitions: f.partitions + g.partitions, splitAcks: f.splitAcks + g.splitAcks, partitionGaps: append(slices.Clone(f.partitionGaps), g.partitionGaps...)}
 	for _, x := range []figures{f, g} {
 		for k, v := range x.gaps {
 			out.gaps[k] = append(out.gaps[k], v...)
@@ -266,9 +272,14 @@ func TestBenchFailover(t *testing.T) {
 			gaps, gapsMode = syncF, "sync"
 		}
 		p95 := func(name string) float64 { return pct(gaps.gaps[name], 95).Seconds() }
-		fmt.Printf("BENCH failover instances=%d delete_p95_s=%.2f freeze_p95_s=%.2f kill_p95_s=%.2f switchover_p95_s=%.2f restart_p95_s=%.2f upgrade_p95_s=%.2f lost_async=%s lost_sync=%s gaps=%s floor_s=%.2f\n",
+		both := async.add(syncF)
+		split, partitionGap := "n/a", "n/a"
+		if both.partitions > 0 {
+			split, partitionGap = strconv.Itoa(both.splitAcks), fmt.Sprintf("%.2f", pct(both.partitionGaps, 95).Seconds())
+		}
+		fmt.Printf("BENCH failover instances=%d delete_p95_s=%.2f freeze_p95_s=%.2f kill_p95_s=%.2f switchover_p95_s=%.2f restart_p95_s=%.2f upgrade_p95_s=%.2f lost_async=%s lost_sync=%s partition_split_acks=%s partition_gap_s=%s gaps=%s floor_s=%.2f\n",
 			n, p95("delete"), p95("freeze"), p95("kill"), p95("switchover"), p95("restart"), p95("upgrade"),
-			lost(async, hasAsync), lost(syncF, hasSync), gapsMode, gaps.floor.Seconds())
+			lost(async, hasAsync), lost(syncF, hasSync), split, partitionGap, gapsMode, gaps.floor.Seconds())
 	}
 }
 
@@ -382,11 +393,41 @@ func run(t *testing.T, instances int32, sync bool, rounds int, faults []fault) f
 			}
 		}
 	}
+	f = partitionRounds(t, ns, db, instances, w, f)
 	res := w.Stop(t)
 	lost := res.Lost(cluster.ReadIDs(t, ns, "psql", "client", rw, "acks"))
 	f.lost = len(lost)
 	t.Logf("writer: %s; %d acknowledged writes lost %v", res, len(lost), lost)
 	_ = cluster.Client.Delete(ctx, d)
+	return f
+}
+
+// partitionRounds cuts the primary off in each of framework.PartitionShapes,
+// BENCH_PARTITION_ROUNDS times (default 1; 0 for none), with a client that
+// writes to the primary's pod IP directly, and adds what they did to f.
+func partitionRounds(t *testing.T, ns, db string, instances int32, w *framework.Writer, f figures) figures {
+	rounds := 1
+	if n, err := strconv.Atoi(os.Getenv("BENCH_PARTITION_ROUNDS")); err == nil {
+		rounds = n
+	}
+	if rounds <= 0 {
+		return f
+	}
+	cluster.RunPod(t, framework.PSQLPod(ns, "direct", postgresImage, db))
+	for range rounds {
+		for _, s := range framework.PartitionShapes {
+			r := cluster.PartitionRound(t, ns, db, instances, s, w, "direct")
+			f.partitions++
+			f.splitAcks += r.SplitAcks
+			if s.FailsOver {
+				f.partitionGaps = append(f.partitionGaps, r.Gap)
+			}
+			if r.SplitAcks > 0 {
+				// Not a figure: the lease promises this.
+				t.Errorf("%s: %d writes acknowledged by the old primary %s after the lease named %s", s.Name, r.SplitAcks, r.OldPrimary, r.NewPrimary)
+			}
+		}
+	}
 	return f
 }
 

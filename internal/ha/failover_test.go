@@ -1,4 +1,4 @@
-package database
+package ha
 
 import (
 	"strings"
@@ -6,15 +6,14 @@ import (
 	"time"
 
 	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
-	"github.com/daytwo-dev/daytwo/internal/instanceapi"
 )
 
 func TestDecideFailover(t *testing.T) {
 	now := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
-	expired := leaseState{holder: "db-0", expires: now.Add(-time.Second), lsn: "0/5000000"}
-	withSync := func(record string) leaseState {
+	expired := LeaseState{Holder: "db-0", Expires: now.Add(-time.Second), LSN: "0/5000000"}
+	withSync := func(record string) LeaseState {
 		l := expired
-		l.sync = parseSync(record)
+		l.Sync = ParseSync(record)
 		return l
 	}
 	syncLease := withSync(`ANY 1 ("db-1", "db-2")`)
@@ -23,19 +22,19 @@ func TestDecideFailover(t *testing.T) {
 	}
 	tests := []struct {
 		name      string
-		lease     leaseState
+		lease     LeaseState
 		instances []v1alpha1.InstanceStatus
 		want      string
 		lag       int64
 		waiting   string
 	}{
-		{"a valid lease moves nowhere", leaseState{holder: "db-0", expires: now.Add(time.Second)},
+		{"a valid lease moves nowhere", LeaseState{Holder: "db-0", Expires: now.Add(time.Second)},
 			[]v1alpha1.InstanceStatus{replica("db-1", "0/5000000")}, "", 0, ""},
 		{"the replica with the most WAL", expired,
 			[]v1alpha1.InstanceStatus{replica("db-1", "0/4FFF000"), replica("db-2", "0/5000000")}, "db-2", 0, ""},
 		{"the lag against the lease's LSN is recorded", expired,
 			[]v1alpha1.InstanceStatus{replica("db-1", "0/4FFF000")}, "db-1", 0x1000, ""},
-		{"released (never renewed) counts as expired", leaseState{holder: "db-0"},
+		{"released (never renewed) counts as expired", LeaseState{Holder: "db-0"},
 			[]v1alpha1.InstanceStatus{replica("db-1", "0/1")}, "db-1", 0, ""},
 		{"a replica past the bound is never promoted", expired,
 			[]v1alpha1.InstanceStatus{replica("db-1", "0/1000000")}, "", 0, "lags more than"},
@@ -47,7 +46,7 @@ func TestDecideFailover(t *testing.T) {
 		{"the newest timeline wins over a higher LSN on a timeline a failover left behind", expired,
 			[]v1alpha1.InstanceStatus{{Name: "db-1", Role: "replica", ReceivedLSN: "0/4FFF000", Timeline: 3},
 				{Name: "db-2", Role: "replica", ReceivedLSN: "0/5000000", Timeline: 2}}, "db-1", 0x1000, ""},
-		{"LSNs compare as numbers across the slash", leaseState{holder: "db-0"},
+		{"LSNs compare as numbers across the slash", LeaseState{Holder: "db-0"},
 			[]v1alpha1.InstanceStatus{replica("db-1", "1/0"), replica("db-2", "0/FFFFFFFF")}, "db-1", 0, ""},
 		// Synchronous: 3 instances, each commit flushed on ANY 1 of the 2
 		// replicas, so both must answer.
@@ -69,40 +68,13 @@ func TestDecideFailover(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			d := decideFailover(tt.lease, now, tt.instances)
-			if d.promote != tt.want || d.lagBytes != tt.lag {
-				t.Fatalf("promote %q lag %d, want %q lag %d (%s)", d.promote, d.lagBytes, tt.want, tt.lag, d.waiting)
+			d := DecideFailover(tt.lease, now, tt.instances)
+			if d.Promote != tt.want || d.LagBytes != tt.lag {
+				t.Fatalf("promote %q lag %d, want %q lag %d (%s)", d.Promote, d.LagBytes, tt.want, tt.lag, d.Waiting)
 			}
-			if !strings.Contains(d.waiting, tt.waiting) || (tt.waiting == "" && d.waiting != "") {
-				t.Fatalf("waiting %q, want it to say %q", d.waiting, tt.waiting)
+			if !strings.Contains(d.Waiting, tt.waiting) || (tt.waiting == "" && d.Waiting != "") {
+				t.Fatalf("waiting %q, want it to say %q", d.Waiting, tt.waiting)
 			}
 		})
-	}
-}
-
-// Failover weighs the replicas after a release only on positions read
-// after the primary stopped: read for the answer, or once any instance's
-// last observation postdates the stop.
-func TestPositionsSettled(t *testing.T) {
-	replica := func(lsn string, readNow bool) instanceapi.Status {
-		return instanceapi.Status{Role: instanceapi.RoleReplica, Phase: instanceapi.PhaseRunning, LSN: lsn, ReceivedLSN: lsn, PositionsReadNow: readNow}
-	}
-	cases := []struct {
-		name    string
-		answers map[string]instanceapi.Status
-		since   time.Duration
-		want    bool
-	}{
-		{"every replica read now", map[string]instanceapi.Status{"db-1": replica("0/3000060", true), "db-2": replica("0/3000000", true)}, 0, true},
-		{"one from its last observation", map[string]instanceapi.Status{"db-1": replica("0/3000060", true), "db-2": replica("0/3000000", false)}, time.Second, false},
-		{"the last observation postdates the stop", map[string]instanceapi.Status{"db-2": replica("0/3000000", false)}, settleWait, true},
-		{"a replica with no positions is not weighed", map[string]instanceapi.Status{"db-1": replica("0/3000060", true), "db-2": {Role: instanceapi.RoleReplica}}, 0, true},
-		{"the old primary's own answer does not count", map[string]instanceapi.Status{"db-0": {Role: instanceapi.RolePrimary, LSN: "0/3000060"}}, 0, true},
-		{"nobody answered", nil, 0, true},
-	}
-	for _, c := range cases {
-		if got := positionsSettled(c.answers, c.since); got != c.want {
-			t.Errorf("%s: positionsSettled = %v, want %v", c.name, got, c.want)
-		}
 	}
 }

@@ -1,4 +1,4 @@
-package database
+package ha
 
 import (
 	"fmt"
@@ -20,34 +20,34 @@ import (
 // primary instead, with a condition that says so.
 const MaxFailoverLag = 16 << 20
 
-// leaseState is what the primary Lease says.
-type leaseState struct {
-	holder  string
-	expires time.Time // zero: released or never renewed
-	lsn     string    // the holder's WAL position at its last renewal
-	// sync is the synchronous replication the holder recorded: one
+// LeaseState is what the primary Lease says.
+type LeaseState struct {
+	Holder  string
+	Expires time.Time // zero: released or never renewed
+	LSN     string    // the holder's WAL position at its last renewal
+	// Sync is the synchronous replication the holder recorded: one
 	// setting, or the old and the new one while it changes. None:
 	// asynchronous (or an instance manager from before the record).
-	sync []syncSetting
+	Sync []SyncSetting
 }
 
-// syncSetting is a synchronous_standby_names of the form ANY k (names);
+// SyncSetting is a synchronous_standby_names of the form ANY k (names);
 // k 0 is asynchronous.
-type syncSetting struct {
-	k     int
-	names []string
+type SyncSetting struct {
+	K     int
+	Names []string
 }
 
 var anySync = regexp.MustCompile(`^ANY (\d+) \((.*)\)$`)
 
 // parseSync reads the lease's record (instanceapi.AnnotationSync). A value
 // it cannot read counts as asynchronous: the lag bound then applies.
-func parseSync(record string) []syncSetting {
-	var out []syncSetting
+func ParseSync(record string) []SyncSetting {
+	var out []SyncSetting
 	for _, v := range strings.Split(record, instanceapi.SyncSeparator) {
 		m := anySync.FindStringSubmatch(v)
 		if m == nil {
-			out = append(out, syncSetting{})
+			out = append(out, SyncSetting{})
 			continue
 		}
 		k, _ := strconv.Atoi(m[1])
@@ -55,46 +55,46 @@ func parseSync(record string) []syncSetting {
 		for _, n := range strings.Split(m[2], ",") {
 			names = append(names, strings.Trim(strings.TrimSpace(n), `"`))
 		}
-		out = append(out, syncSetting{k: k, names: names})
+		out = append(out, SyncSetting{K: k, Names: names})
 	}
 	return out
 }
 
-func leaseStateOf(l *coordinationv1.Lease) leaseState {
-	var s leaseState
+func LeaseStateOf(l *coordinationv1.Lease) LeaseState {
+	var s LeaseState
 	if l == nil {
 		return s
 	}
 	if l.Spec.HolderIdentity != nil {
-		s.holder = *l.Spec.HolderIdentity
+		s.Holder = *l.Spec.HolderIdentity
 	}
 	if l.Spec.RenewTime != nil && l.Spec.LeaseDurationSeconds != nil {
-		s.expires = l.Spec.RenewTime.Add(time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second)
+		s.Expires = l.Spec.RenewTime.Add(time.Duration(*l.Spec.LeaseDurationSeconds) * time.Second)
 	}
-	s.lsn = l.Annotations[instanceapi.AnnotationLeaseLSN]
+	s.LSN = l.Annotations[instanceapi.AnnotationLeaseLSN]
 	if rec, ok := l.Annotations[instanceapi.AnnotationSync]; ok {
-		s.sync = parseSync(rec)
+		s.Sync = ParseSync(rec)
 	}
 	return s
 }
 
 // expired: nobody may serve writes under this lease now.
-func (s leaseState) expired(now time.Time) bool { return s.expires.IsZero() || !now.Before(s.expires) }
+func (s LeaseState) Expired(now time.Time) bool { return s.Expires.IsZero() || !now.Before(s.Expires) }
 
-// failoverDecision is what to do about the primary lease.
-type failoverDecision struct {
-	// promote names the replica to move the lease to; empty means none.
-	promote string
-	// lagBytes is how far promote was behind the lease's LSN.
-	lagBytes int64
-	// waiting explains why a lease that expired is not moved.
-	waiting string
-	// weighed lists each replica that answered with the WAL position it
+// FailoverDecision is what to do about the primary lease.
+type FailoverDecision struct {
+	// Promote names the replica to move the lease to; empty means none.
+	Promote string
+	// LagBytes is how far Promote was behind the lease's LSN.
+	LagBytes int64
+	// Waiting explains why a lease that expired is not moved.
+	Waiting string
+	// Weighed lists each replica that answered with the WAL position it
 	// was ranked by, for the record.
-	weighed []string
+	Weighed []string
 }
 
-// decideFailover picks the replica to promote once the lease expired: the
+// DecideFailover picks the replica to promote once the lease expired: the
 // one on the newest timeline with the most WAL (received, or replayed when
 // nothing was received since it started) among those that answer. Timeline
 // first: a replica still on a timeline an earlier failover left behind may
@@ -109,19 +109,19 @@ type failoverDecision struct {
 // acknowledged commit, n - k + 1 of them (R + W > N); the one with the most
 // WAL then holds them all, and no lag bound applies, since what it lacks
 // was never acknowledged.
-func decideFailover(lease leaseState, now time.Time, instances []v1alpha1.InstanceStatus) failoverDecision {
-	if lease.holder == "" || !lease.expired(now) {
-		return failoverDecision{}
+func DecideFailover(lease LeaseState, now time.Time, instances []v1alpha1.InstanceStatus) FailoverDecision {
+	if lease.Holder == "" || !lease.Expired(now) {
+		return FailoverDecision{}
 	}
-	quorum := len(lease.sync) > 0
-	for _, s := range lease.sync {
-		quorum = quorum && s.k > 0
+	quorum := len(lease.Sync) > 0
+	for _, s := range lease.Sync {
+		quorum = quorum && s.K > 0
 	}
 	best, bestLSN, bestTimeline := "", uint64(0), int32(0)
 	answering := map[string]bool{}
 	var behind, weighed []string
 	for _, in := range instances {
-		if in.Name == lease.holder || in.Error != "" || in.Role != string(instanceapi.RoleReplica) {
+		if in.Name == lease.Holder || in.Error != "" || in.Role != string(instanceapi.RoleReplica) {
 			continue
 		}
 		got, ok1 := postgres.ParseLSN(in.ReceivedLSN)
@@ -132,7 +132,7 @@ func decideFailover(lease leaseState, now time.Time, instances []v1alpha1.Instan
 		got = max(got, replayed)
 		answering[in.Name] = true
 		weighed = append(weighed, fmt.Sprintf("%s at %s on timeline %d", in.Name, postgres.FormatLSN(got), in.Timeline))
-		if want, ok := postgres.ParseLSN(lease.lsn); !quorum && ok && want > got && want-got > MaxFailoverLag {
+		if want, ok := postgres.ParseLSN(lease.LSN); !quorum && ok && want > got && want-got > MaxFailoverLag {
 			behind = append(behind, fmt.Sprintf("%s (%d bytes behind)", in.Name, want-got))
 			continue
 		}
@@ -141,17 +141,17 @@ func decideFailover(lease leaseState, now time.Time, instances []v1alpha1.Instan
 		}
 	}
 	if quorum {
-		for _, s := range lease.sync {
+		for _, s := range lease.Sync {
 			n := 0
-			for _, name := range s.names {
+			for _, name := range s.Names {
 				if answering[name] {
 					n++
 				}
 			}
-			if need := len(s.names) - s.k + 1; n < need {
-				return failoverDecision{waiting: fmt.Sprintf("The primary %s lost its lease; it committed synchronously on %d of %s, "+
+			if need := len(s.Names) - s.K + 1; n < need {
+				return FailoverDecision{Waiting: fmt.Sprintf("The primary %s lost its lease; it committed synchronously on %d of %s, "+
 					"so %d of them must answer to be sure one holds every acknowledged commit, and %d do; none is promoted",
-					lease.holder, s.k, strings.Join(s.names, ", "), need, n)}
+					lease.Holder, s.K, strings.Join(s.Names, ", "), need, n)}
 			}
 		}
 	}
@@ -160,11 +160,11 @@ func decideFailover(lease leaseState, now time.Time, instances []v1alpha1.Instan
 		if len(behind) > 0 {
 			why = fmt.Sprintf("every replica lags more than %d bytes: %s", MaxFailoverLag, strings.Join(behind, ", "))
 		}
-		return failoverDecision{waiting: fmt.Sprintf("The primary %s lost its lease; %s, so none is promoted", lease.holder, why)}
+		return FailoverDecision{Waiting: fmt.Sprintf("The primary %s lost its lease; %s, so none is promoted", lease.Holder, why)}
 	}
-	d := failoverDecision{promote: best, weighed: weighed}
-	if want, ok := postgres.ParseLSN(lease.lsn); ok && want > bestLSN {
-		d.lagBytes = int64(want - bestLSN)
+	d := FailoverDecision{Promote: best, Weighed: weighed}
+	if want, ok := postgres.ParseLSN(lease.LSN); ok && want > bestLSN {
+		d.LagBytes = int64(want - bestLSN)
 	}
 	return d
 }

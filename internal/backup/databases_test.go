@@ -1,0 +1,69 @@
+package backup_test
+
+import (
+	"testing"
+
+	"github.com/daytwo-dev/daytwo/internal/backup"
+	"github.com/daytwo-dev/daytwo/internal/testpg"
+)
+
+// A logical backup of a Database that holds several databases (an import
+// of shop and audit, say) covers every one, not only the one it connects
+// to, and a restore into a new server brings them all back, each under its
+// owner. Retention deletes every part of a pruned backup.
+func TestLogicalBackupCoversEveryDatabase(t *testing.T) {
+	src := testpg.Start(t)
+	minio := testpg.StartMinIO(t)
+	st := s3(t, minio, "backups")
+	for _, q := range []string{
+		"CREATE ROLE app LOGIN PASSWORD 'app-secret'",
+		"CREATE DATABASE app OWNER app",
+		"CREATE DATABASE shop OWNER app",
+		`CREATE DATABASE "audit log" OWNER app`,
+	} {
+		src.Exec(t, "postgres", q)
+	}
+	for db, rows := range map[string]int{"app": 0, "shop": 5000, "audit log": 300} {
+		src.Exec(t, db, "SET ROLE app; CREATE TABLE t AS SELECT g AS id FROM generate_series(1, $1::int) g", rows)
+	}
+	o := opts(src, "app", st)
+	o.Conn.User, o.Conn.Password = "app", "app-secret"
+	m, err := backup.Run(ctx, o, "20260101T000000Z", "test")
+	if err != nil {
+		t.Fatalf("backup: %v", err)
+	}
+	if len(m.Databases) != 2 {
+		t.Fatalf("the manifest names %d other databases, want 2 (shop, audit log): %+v", len(m.Databases), m.Databases)
+	}
+
+	dst := testpg.Start(t)
+	dst.Exec(t, "postgres", "CREATE ROLE app LOGIN")
+	dst.Exec(t, "postgres", "CREATE DATABASE app OWNER app")
+	if _, err := backup.Restore(ctx, opts(dst, "app", st), m.ID, "app"); err != nil {
+		t.Fatalf("restore: %v", err)
+	}
+	for db, want := range map[string]string{"app": "0", "shop": "5000", "audit log": "300"} {
+		if got := dst.Query(t, db, "SELECT count(*)::text FROM t"); got != want {
+			t.Errorf("%s: %s rows restored, want %s", db, got, want)
+		}
+		if got := dst.Query(t, "postgres", "SELECT pg_get_userbyid(datdba) FROM pg_database WHERE datname = '"+db+"'"); got != "app" {
+			t.Errorf("%s is owned by %q, want app", db, got)
+		}
+	}
+	// A second restore into the same server refuses to overwrite them.
+	if _, err := backup.Restore(ctx, opts(dst, "app", st), m.ID, "app"); err == nil {
+		t.Error("a restore over existing databases succeeded")
+	}
+
+	if _, err := backup.Run(ctx, o, "20260102T000000Z", "test"); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := backup.Prune(ctx, st, o.Prefix, o.Series, backup.Retention{KeepLast: 1}); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range m.Databases {
+		if _, err := st.Size(ctx, p.Key); err == nil {
+			t.Errorf("%s of the pruned backup is still stored", p.Key)
+		}
+	}
+}

@@ -1,0 +1,151 @@
+package instance_test
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/daytwo-dev/daytwo/internal/instanceapi"
+)
+
+// instanceBehindAPIProxy is lt.instance whose Kubernetes API traffic goes
+// through a proxy the test can cut: the node losing the API server.
+func (lt *leaseTest) instanceBehindAPIProxy(primaryPort int) (*instance, *proxy) {
+	in := lt.instance(primaryPort)
+	u, err := url.Parse(lt.env.Config.Host)
+	if err != nil {
+		lt.t.Fatal(err)
+	}
+	port := 0
+	if _, err := fmt.Sscanf(u.Port(), "%d", &port); err != nil {
+		lt.t.Fatalf("API server address %s: %v", lt.env.Config.Host, err)
+	}
+	api := newProxy(lt.t, port)
+	path := filepath.Join(in.root, "kubeconfig")
+	cfg, err := clientcmd.LoadFromFile(path)
+	if err != nil {
+		lt.t.Fatal(err)
+	}
+	for _, c := range cfg.Clusters {
+		c.Server = fmt.Sprintf("https://127.0.0.1:%d", api.port())
+	}
+	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
+		lt.t.Fatal(err)
+	}
+	return in, api
+}
+
+// postmaster is the postgres process below the instance manager, 0 for none.
+func (in *instance) postmaster() int {
+	for pid, p := range procs() {
+		if p.ppid == in.cmd.Process.Pid && p.comm == "postgres" && p.state != "Z" {
+			return pid
+		}
+	}
+	return 0
+}
+
+// ackWriter inserts a row every 20 ms on a new connection and records when
+// each insert was acknowledged.
+type ackWriter struct {
+	mu   sync.Mutex
+	acks []time.Time
+	stop chan struct{}
+	done chan struct{}
+}
+
+func (in *instance) startAckWriter(ctx context.Context, from int) *ackWriter {
+	w := &ackWriter{stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(w.done)
+		for id := from; ; id++ {
+			if err := in.execWithin(ctx, 300*time.Millisecond, fmt.Sprintf("INSERT INTO acks VALUES (%d)", id)); err == nil {
+				w.mu.Lock()
+				w.acks = append(w.acks, time.Now())
+				w.mu.Unlock()
+			}
+			select {
+			case <-w.stop:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}()
+	return w
+}
+
+func (w *ackWriter) halt() []time.Time {
+	close(w.stop)
+	<-w.done
+	return w.acks
+}
+
+// A primary whose postgres started again (a killed postmaster, a restart
+// asked through the API) and whose node then loses the API server before
+// that run's first renewal fences all the same, before the lease it last
+// renewed runs out: past that the operator may promote another instance.
+// No write is acknowledged after the lease's expiry.
+func TestRestartedPrimaryFencesWithoutTheAPIServer(t *testing.T) {
+	ctx := context.Background()
+	lt := newLeaseTest(t, "orders-0")
+	in, api := lt.instanceBehindAPIProxy(1)
+	in.start("orders-0")
+	in.waitReady(90 * time.Second)
+	in.exec(ctx, "CREATE TABLE acks (id int PRIMARY KEY)")
+	for _, r := range []struct {
+		round   string
+		restart func()
+	}{
+		{"a killed postmaster", func() { _ = syscall.Kill(in.postmaster(), syscall.SIGKILL) }},
+		{"a restart asked", func() { post(t, in, instanceapi.PathRestart, apiToken, nil, nil) }},
+	} {
+		round, restart := r.round, r.restart
+		old := in.postmaster()
+		restart()
+		// The new postmaster exists: its run read the lease already.
+		deadline := time.Now().Add(30 * time.Second)
+		for p := in.postmaster(); p == 0 || p == old; p = in.postmaster() {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: no new postmaster within 30 s", round)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		api.partition()
+		cut := time.Now()
+		w := in.startAckWriter(ctx, 1000*len(round))
+		expiry := lt.get().Spec.RenewTime.Add(instanceapi.LeaseDuration)
+		t.Logf("%s: the API server cut; the lease expires in %s", round, time.Until(expiry).Round(time.Millisecond))
+		// Gone twice in a row: a read of /proc can miss a process that runs.
+		for giveUp, gone := expiry.Add(2*time.Second), 0; gone < 2 && time.Now().Before(giveUp); {
+			if gone++; in.postmaster() != 0 {
+				gone = 0
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		fenced := time.Since(cut)
+		acks := w.halt()
+		var late []time.Time
+		for _, a := range acks {
+			if !a.Before(expiry) {
+				late = append(late, a)
+			}
+		}
+		if len(late) > 0 {
+			t.Errorf("%s: %d writes acknowledged after the lease expired at %s (first %s)", round, len(late), expiry.Format(time.StampMilli), late[0].Format(time.StampMilli))
+		}
+		if in.postmaster() != 0 {
+			t.Fatalf("%s: postgres still runs %s after the API server was cut, past the lease's expiry", round, fenced)
+		}
+		t.Logf("%s: fenced %s after the API server was cut, %s before the lease expired; %d writes acknowledged meanwhile",
+			round, fenced.Round(time.Millisecond), time.Until(expiry).Round(time.Millisecond), len(acks))
+		api.heal()
+		in.waitReady(60 * time.Second)
+	}
+}
