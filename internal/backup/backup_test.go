@@ -290,14 +290,16 @@ func TestSeriesSharingALocationStayApart(t *testing.T) {
 			}
 		}
 	}
-	// The same ID restores each series' own data.
-	pg.Exec(t, "postgres", "CREATE DATABASE copy")
-	restore := opts(pg, "copy", st)
+	// The same ID restores each series' own data (into a new server: a
+	// backup holds every database, and a restore overwrites none).
+	dst := testpg.Start(t)
+	dst.Exec(t, "postgres", "CREATE DATABASE copy")
+	restore := opts(dst, "copy", st)
 	restore.Series = other
 	if _, err := backup.Restore(ctx, restore, backup.NewID(time.Date(2026, 1, 1, 2, 0, 0, 0, time.UTC)), ""); err != nil {
 		t.Fatal(err)
 	}
-	if n := pg.Query(t, "copy", "SELECT count(*) FROM t"); n != "7" {
+	if n := dst.Query(t, "copy", "SELECT count(*) FROM t"); n != "7" {
 		t.Fatalf("restored %s rows of billing, want 7", n)
 	}
 }

@@ -1,6 +1,7 @@
 package backup_test
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/daytwo-dev/daytwo/internal/backup"
@@ -19,12 +20,12 @@ func TestLogicalBackupCoversEveryDatabase(t *testing.T) {
 		"CREATE ROLE app LOGIN PASSWORD 'app-secret'",
 		"CREATE DATABASE app OWNER app",
 		"CREATE DATABASE shop OWNER app",
-		`CREATE DATABASE "audit log" OWNER app`,
+		`CREATE DATABASE "audit-log" OWNER app`,
 	} {
 		src.Exec(t, "postgres", q)
 	}
-	for db, rows := range map[string]int{"app": 0, "shop": 5000, "audit log": 300} {
-		src.Exec(t, db, "SET ROLE app; CREATE TABLE t AS SELECT g AS id FROM generate_series(1, $1::int) g", rows)
+	for db, rows := range map[string]int{"app": 0, "shop": 5000, "audit-log": 300} {
+		src.Exec(t, db, fmt.Sprintf("SET ROLE app; CREATE TABLE t AS SELECT g AS id FROM generate_series(1, %d) g", rows))
 	}
 	o := opts(src, "app", st)
 	o.Conn.User, o.Conn.Password = "app", "app-secret"
@@ -33,7 +34,7 @@ func TestLogicalBackupCoversEveryDatabase(t *testing.T) {
 		t.Fatalf("backup: %v", err)
 	}
 	if len(m.Databases) != 2 {
-		t.Fatalf("the manifest names %d other databases, want 2 (shop, audit log): %+v", len(m.Databases), m.Databases)
+		t.Fatalf("the manifest names %d other databases, want 2 (shop, audit-log): %+v", len(m.Databases), m.Databases)
 	}
 
 	dst := testpg.Start(t)
@@ -42,7 +43,7 @@ func TestLogicalBackupCoversEveryDatabase(t *testing.T) {
 	if _, err := backup.Restore(ctx, opts(dst, "app", st), m.ID, "app"); err != nil {
 		t.Fatalf("restore: %v", err)
 	}
-	for db, want := range map[string]string{"app": "0", "shop": "5000", "audit log": "300"} {
+	for db, want := range map[string]string{"app": "0", "shop": "5000", "audit-log": "300"} {
 		if got := dst.Query(t, db, "SELECT count(*)::text FROM t"); got != want {
 			t.Errorf("%s: %s rows restored, want %s", db, got, want)
 		}
