@@ -140,6 +140,14 @@ func (m *Manager) writeStartConfig(ctx context.Context) error {
 	if err := m.writeConfig(m.cfg.PGData); err != nil {
 		return err
 	}
+	if names, err := m.cfg.startingSyncNames(); err == nil {
+		// What renewals record until manageSync looks: the setting the
+		// server starts with, not none (which failover reads as
+		// asynchronous), after a restart of this manager.
+		m.mu.Lock()
+		m.syncRecord = names
+		m.mu.Unlock()
+	}
 	var floors map[string]floor
 	if m.role() == instanceapi.RoleReplica {
 		var err error

@@ -67,8 +67,10 @@ type Manager struct {
 	// a replica has none.
 	leaseUntil time.Time
 	// guardedRun is the postgres run (its context) whose lease guard runs
-	// (see guardLease; guarded by mu).
-	guardedRun context.Context
+	// (see guardLease); run and runFence, the run under way and its fence
+	// (guarded by mu).
+	guardedRun, run context.Context
+	runFence        chan<- error
 	// restarting: postgres crashed, or was asked to restart, and is being
 	// started again in place, with the lease kept (see restartingInPlace).
 	restarting bool
@@ -671,6 +673,9 @@ func (m *Manager) supervise(ctx context.Context) error {
 	runCtx, cancel := context.WithCancel(ctx)
 	monitored := make(chan struct{})
 	fence := make(chan error, 1)
+	m.mu.Lock()
+	m.run, m.runFence = runCtx, fence
+	m.mu.Unlock()
 	// Armed before the server can take a write, whether or not this run
 	// ever renews.
 	m.guardLease(runCtx, fence)

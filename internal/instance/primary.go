@@ -146,6 +146,16 @@ func (m *Manager) startPrimaryDuties(ctx context.Context, fence chan<- error) bo
 	return true
 }
 
+// guardRun starts guardLease for the postgres run under way.
+func (m *Manager) guardRun() {
+	m.mu.Lock()
+	ctx, fence := m.run, m.runFence
+	m.mu.Unlock()
+	if ctx != nil {
+		m.guardLease(ctx, fence)
+	}
+}
+
 // guardLease starts holdLease for the run of postgres that ctx is, once:
 // from the start of a run as a primary (supervise), or at a promotion.
 func (m *Manager) guardLease(ctx context.Context, fence chan<- error) {
@@ -225,27 +235,27 @@ func (m *Manager) holdLease(ctx context.Context, fence chan<- error, started tim
 		case starting:
 			err = m.extendBefore(ctx, renewLimit(until))
 		}
-		if errors.Is(err, ErrLeaseLost) {
-			fence <- err
-			return
-		}
 		m.mu.Lock()
 		until = m.leaseUntil
 		m.mu.Unlock()
-		if !time.Now().Before(until) {
-			fence <- fmt.Errorf("the primary lease ran out at %s, not renewed since (heartbeat %s ago)",
+		lost := errors.Is(err, ErrLeaseLost)
+		if !lost && time.Now().Before(until) {
+			// The next renewal, or the fence, whichever is first: a tick
+			// would fence up to a period late, which the margin cannot spare.
+			if !sleepCtx(ctx, min(instanceapi.LeaseRenewPeriod, time.Until(until))) {
+				return
+			}
+			continue
+		}
+		if !lost {
+			err = fmt.Errorf("the primary lease ran out at %s, not renewed since (heartbeat %s ago)",
 				until.Add(instanceapi.LeaseFenceMargin).Format(time.StampMilli), time.Since(beat).Round(time.Millisecond))
-			return
 		}
-		// The next renewal, or the fence, whichever is first: a tick
-		// would fence up to a period late, which the margin cannot spare.
-		wait := time.NewTimer(min(instanceapi.LeaseRenewPeriod, time.Until(until)))
 		select {
-		case <-ctx.Done():
-			wait.Stop()
-			return
-		case <-wait.C:
+		case fence <- err:
+		case <-ctx.Done(): // the run ended: nothing left to fence
 		}
+		return
 	}
 }
 
@@ -519,6 +529,19 @@ func (m *Manager) promote(ctx context.Context, waitLSN, how string) (int, error)
 	if !v.Renewed.IsZero() && v.Renewed.Before(checked) {
 		renewed = v.Renewed // its renewer's clock: the fence margin absorbs the skew
 	}
+	if time.Until(ha.ServeUntil(renewed, v.Duration)) < instanceapi.LeaseRenewPeriod {
+		// The term the move gave ran out, or nearly, while this replica
+		// could not promote (cut from the API, say): another may be named
+		// by now, or soon. It promotes only under a term of its own.
+		start := time.Now()
+		ectx, ecancel := context.WithTimeout(ctx, instanceapi.LeaseRenewPeriod)
+		err := m.lease.Extend(ectx, m.cfg.Pod)
+		ecancel()
+		if err != nil {
+			return http.StatusConflict, fmt.Errorf("the primary lease's term ran out and could not be extended: %w", err)
+		}
+		renewed = start
+	}
 	// Its own deadline: a cancelled promotion may still finish, and then
 	// this instance must know it is a primary (and renew, or fence).
 	pctx, pcancel := context.WithTimeout(context.Background(), promoteTimeout)
@@ -547,6 +570,7 @@ func (m *Manager) promote(ctx context.Context, waitLSN, how string) (int, error)
 		}
 	}
 	m.dropFloors()
+	m.guardRun() // at once, not at the monitor's next look
 	m.log.Info("Promoted to primary", "how", how)
 	return http.StatusOK, nil
 }

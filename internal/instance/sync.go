@@ -43,37 +43,6 @@ func (c *Config) replication() (instanceapi.Replication, error) {
 	return r, nil
 }
 
-// synchronousStandbyNames is the setting for the primary self given the
-// standbys that stream now. With required durability it names every other
-// instance, whether it streams or not, so a commit waits for as many
-// replicas as asked. Otherwise it asks for no more of them than stream.
-func synchronousStandbyNames(r instanceapi.Replication, self string, streaming []string) string {
-	var others []string
-	for _, name := range r.Instances {
-		if name != self {
-			others = append(others, name)
-		}
-	}
-	n := min(r.Synchronous, len(others))
-	if !r.Required {
-		up := 0
-		for _, name := range others {
-			if slices.Contains(streaming, name) {
-				up++
-			}
-		}
-		n = min(n, up)
-	}
-	if n <= 0 {
-		return ""
-	}
-	quoted := make([]string, len(others))
-	for i, name := range others {
-		quoted[i] = `"` + name + `"` // pod names: lower-case letters, digits and dashes
-	}
-	return fmt.Sprintf("ANY %d (%s)", n, strings.Join(quoted, ", "))
-}
-
 // syncConf is the content of syncFile.
 func syncConf(names string) string {
 	return fmt.Sprintf("# Written by the daytwo instance manager; edits are lost.\nsynchronous_standby_names = '%s'\n", names)
@@ -86,7 +55,7 @@ func (c *Config) startingSyncNames() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return synchronousStandbyNames(r, c.Pod, nil), nil
+	return instanceapi.SynchronousStandbyNames(r, c.Pod, nil), nil
 }
 
 // slotPrefix marks the physical replication slots the instance manager
@@ -209,7 +178,7 @@ func (m *Manager) manageSync(ctx context.Context, conn *pgx.Conn, r instanceapi.
 		m.status.Standbys = slices.Sorted(slices.Values(streaming))
 	}
 	m.mu.Unlock()
-	want := synchronousStandbyNames(r, m.cfg.Pod, streaming)
+	want := instanceapi.SynchronousStandbyNames(r, m.cfg.Pod, streaming)
 	var have string
 	if err := conn.QueryRow(ctx, "SHOW synchronous_standby_names").Scan(&have); err != nil {
 		return

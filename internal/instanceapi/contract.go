@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
+	"slices"
+	"strings"
 	"time"
 )
 
@@ -227,4 +230,38 @@ type ArchiveS3 struct {
 func ParametersHash(content []byte) string {
 	sum := sha256.Sum256(bytes.TrimSpace(content))
 	return hex.EncodeToString(sum[:8])
+}
+
+// SynchronousStandbyNames is the setting for the primary self given the
+// standbys that stream now. With required durability it names every other
+// instance, whether it streams or not, so a commit waits for as many
+// replicas as asked. Otherwise it asks for no more of them than stream.
+// A primary starts with it for no standby streaming, and the operator
+// records that on the lease when it moves the lease to a new holder: it
+// is what the new holder's commits wait for until it renews.
+func SynchronousStandbyNames(r Replication, self string, streaming []string) string {
+	var others []string
+	for _, name := range r.Instances {
+		if name != self {
+			others = append(others, name)
+		}
+	}
+	n := min(r.Synchronous, len(others))
+	if !r.Required {
+		up := 0
+		for _, name := range others {
+			if slices.Contains(streaming, name) {
+				up++
+			}
+		}
+		n = min(n, up)
+	}
+	if n <= 0 {
+		return ""
+	}
+	quoted := make([]string, len(others))
+	for i, name := range others {
+		quoted[i] = `"` + name + `"` // pod names: lower-case letters, digits and dashes
+	}
+	return fmt.Sprintf("ANY %d (%s)", n, strings.Join(quoted, ", "))
 }

@@ -119,12 +119,17 @@ func (p plan) parametersConf() string { return postgres.Render(p.params) }
 
 // replicationConf is the instance managers' instanceapi.ReplicationFile.
 func (p plan) replicationConf(db *v1alpha1.Database) string {
+	b, _ := json.Marshal(p.replication(db)) // a struct of strings, ints and bools always marshals
+	return string(b)
+}
+
+// replication is what replicationConf says.
+func (p plan) replication(db *v1alpha1.Database) instanceapi.Replication {
 	r := instanceapi.Replication{Synchronous: int(p.syncReplicas), Required: p.syncRequired}
 	for i := range p.instances {
 		r.Instances = append(r.Instances, fmt.Sprintf("%s-%d", db.Name, i))
 	}
-	b, _ := json.Marshal(r) // a struct of strings, ints and bools always marshals
-	return string(b)
+	return r
 }
 
 func (p plan) statusParameters() []v1alpha1.EffectiveParameter {

@@ -104,6 +104,12 @@ func (r *Reconciler) failover(ctx context.Context, db *v1alpha1.Database, obs *o
 		}
 		return reconcile.Result{RequeueAfter: st.Expires.Sub(now) + 100*time.Millisecond}, nil
 	}
+	if waited == 0 {
+		// Positions read now, after the expiry, when the old primary
+		// fenced already: what the replicas said before may lack commits
+		// it acknowledged since, and failover must weigh every one.
+		obs.instanceStatuses, obs.instances = r.askInstances(ctx, db, obs.pods, st.Holder, true)
+	}
 	d := ha.DecideFailover(st, now, obs.instanceStatuses)
 	if d.Promote == "" {
 		// A lease never taken is a Database still bootstrapping; with a
@@ -127,6 +133,14 @@ func (r *Reconciler) failover(ctx context.Context, db *v1alpha1.Database, obs *o
 	// A failover accepts what the chosen replica lacks (lagBytes): an
 	// earlier handover's LSN must not block its promotion.
 	delete(l.Annotations, instanceapi.AnnotationHandoverLSN)
+	// The new term's synchronous replication is what the new holder starts
+	// with, not the old holder's (which names the new holder, and which
+	// failover, never counting the holder, could then not satisfy before
+	// the new holder's first renewal records its own).
+	if l.Annotations == nil {
+		l.Annotations = map[string]string{}
+	}
+	l.Annotations[instanceapi.AnnotationSync] = instanceapi.SynchronousStandbyNames(obs.plan.replication(db), d.Promote, nil)
 	// The update carries the resourceVersion read: a renewal in between wins.
 	if err := r.Client.Update(ctx, l); err != nil {
 		return reconcile.Result{}, fmt.Errorf("failed to move Lease %s to %s: %w", l.Name, d.Promote, err)
