@@ -148,7 +148,7 @@ func runBaseBackup(ctx context.Context, sf *storageFlags, id, switchHost string,
 		}
 	}
 	b, err := wal.TakeBase(ctx, src, st, prefix, id)
-	res := backup.Result{ID: id, Bytes: b.Size, SHA256: b.SHA256, End: b.Finished, DurationSeconds: b.Finished.Sub(b.Started).Seconds()}
+	res := backup.Result{ID: id, Bytes: b.Size, SHA256: b.SHA256, End: b.Finished, DurationSeconds: backup.Elapsed(b.Started, b.Finished)}
 	if err != nil {
 		return res, err
 	}
@@ -206,7 +206,7 @@ func runBackup(ctx context.Context, sf *storageFlags, id string, o backup.Option
 	o.Conn, o.Storage, o.Prefix, o.Series = connFromEnv(), st, prefix, sf.series
 	m, err := backup.Run(ctx, o, id, version.Version)
 	res := backup.Result{ID: id, Bytes: m.Bytes, SHA256: m.SHA256, PGVersion: m.PGVersion, End: m.End,
-		DurationSeconds: m.End.Sub(m.Start).Seconds()}
+		DurationSeconds: backup.Elapsed(m.Start, m.End)}
 	if err != nil {
 		return res, err
 	}

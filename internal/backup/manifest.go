@@ -235,6 +235,16 @@ func Summaries(ms []Manifest, n int) []Summary {
 	return out
 }
 
+// Elapsed is the seconds from start to end, 0 unless both are known and
+// in order: a run that failed before it started or ended has no duration
+// (a zero time would report -9223372036.85 s).
+func Elapsed(start, end time.Time) float64 {
+	if start.IsZero() || end.IsZero() || end.Before(start) {
+		return 0
+	}
+	return end.Sub(start).Seconds()
+}
+
 // Result is what a backup Job reports through its termination message (at
 // most 4096 bytes, so the retained list is bounded). It carries no secret.
 type Result struct {

@@ -45,3 +45,20 @@ func TestSelectGrandfatherFatherSon(t *testing.T) {
 		})
 	}
 }
+
+func TestElapsed(t *testing.T) {
+	start := time.Date(2026, 11, 28, 4, 0, 0, 0, time.UTC)
+	for _, c := range []struct {
+		start, end time.Time
+		want       float64
+	}{
+		{start, start.Add(1500 * time.Millisecond), 1.5},
+		{start, time.Time{}, 0}, // failed before it ended
+		{time.Time{}, start, 0}, // failed before it started
+		{start, start.Add(-time.Second), 0},
+	} {
+		if got := Elapsed(c.start, c.end); got != c.want {
+			t.Errorf("Elapsed(%v, %v) = %v, want %v", c.start, c.end, got, c.want)
+		}
+	}
+}
