@@ -119,6 +119,9 @@ type Manager struct {
 	// that just lost its primary stays ready for streamLossGrace (see ready).
 	streamed   bool
 	streamLost time.Time
+	// pinger answers the readiness probe's ping (set up once by ping).
+	pinger   pinger
+	pingOnce sync.Once
 	// receiverPID is the walreceiver the last observation saw streaming
 	// (monitor only; see observe).
 	receiverPID int

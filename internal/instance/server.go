@@ -97,8 +97,15 @@ func (m *Manager) streamJustLost() bool {
 	return !m.streamLost.IsZero() && time.Since(m.streamLost) < streamLossGrace
 }
 
-// ping checks that postgres answers a query on its socket right now.
+// ping checks that postgres answers a query on its socket, at most once
+// per pingFresh whoever asks (pinger).
 func (m *Manager) ping(ctx context.Context) bool {
+	m.pingOnce.Do(func() { m.pinger.check = m.pingNow })
+	return m.pinger.answer(ctx)
+}
+
+// pingNow checks that postgres answers a query on its socket right now.
+func (m *Manager) pingNow(ctx context.Context) bool {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	conn, err := pgx.Connect(ctx, m.localDSN("postgres"))
