@@ -214,6 +214,34 @@ start_control_plane() {
   log "control plane ready"
 }
 
+# supervise_control_plane restarts kube-controller-manager and kube-scheduler
+# when they exit, as a kubelet restarts static pods or systemd a unit:
+# kwokctl's binary runtime starts them once, and both exit when they lose
+# their leader election (an API server paused for 60 s was enough), after
+# which the node created no pod. It records each one's command line and
+# working directory as kwokctl started them, and runs the same again.
+supervise_control_plane() {
+  alive "$R/run/supervisor.pid" && return
+  local comp pid
+  for comp in kube-controller-manager kube-scheduler; do
+    pid=$(pgrep -o -f -- "/$NAME/bin/$comp " || true)
+    [ -n "$pid" ] || { echo "realnode: no $comp process to supervise" >&2; exit 1; }
+    tr '\0' '\n' <"/proc/$pid/cmdline" >"$R/run/$comp.cmd"
+    readlink "/proc/$pid/cwd" >"$R/run/$comp.cwd"
+  done
+  setsid bash -c '
+    R=$1 NAME=$2
+    while sleep 1; do
+      for comp in kube-controller-manager kube-scheduler; do
+        pgrep -f -- "/$NAME/bin/$comp " >/dev/null && continue
+        mapfile -t args <"$R/run/$comp.cmd"
+        echo "$(date -u +%FT%TZ) $comp exited; starting it again" >>"$R/logs/supervisor.log"
+        (cd "$(cat "$R/run/$comp.cwd")" && setsid "${args[@]}" >>"$R/logs/$comp.log" 2>&1 </dev/null &)
+      done
+    done' supervisor "$R" "$NAME" >/dev/null 2>&1 </dev/null &
+  echo $! >"$R/run/supervisor.pid"
+}
+
 start_node() {
   if ! alive "$R/run/kubelet.pid"; then
     setsid kubelet --config="$R/kubelet/config.yaml" --kubeconfig="$KCFG" --root-dir="$R/kubelet/root" \
@@ -254,6 +282,7 @@ up() {
   start_containerd
   load pause busybox coredns local-path-provisioner
   start_control_plane
+  supervise_control_plane
   start_node
   start_addons
   for p in containerd kubelet kube-proxy; do
@@ -295,7 +324,8 @@ down() {
     for c in $("${CTR[@]}" containers ls -q 2>/dev/null); do "${CTR[@]}" containers delete "$c" >/dev/null 2>&1 || true; done
   fi
   stop_pid "$R/run/containerd.pid"
-  # 3. Control plane.
+  # 3. Control plane, its supervisor first.
+  stop_pid "$R/run/supervisor.pid"
   kwokctl delete cluster --name "$NAME" >>"$R/logs/kwokctl.log" 2>&1 || true
   # 4. Host leftovers: mounts, network namespaces, the bridge, CNI and kubelet chains.
   awk '{print $2}' /proc/mounts | grep -E "^($R/|/run/containerd/|/var/run/netns/cni-|/run/netns/cni-)" | sort -r \

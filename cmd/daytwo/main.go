@@ -5,6 +5,9 @@ package main
 import (
 	// Time zones for schedules, in an image without /usr/share/zoneinfo.
 	_ "time/tzdata"
+	// Public CA roots for object stores (S3, GCS, R2), used only where the
+	// system has none: the PostgreSQL images carry no CA certificates.
+	_ "golang.org/x/crypto/x509roots/fallback"
 
 	"fmt"
 	"os"
