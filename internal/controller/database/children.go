@@ -23,6 +23,7 @@ import (
 	appsv1ac "k8s.io/client-go/applyconfigurations/apps/v1"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 	policyv1ac "k8s.io/client-go/applyconfigurations/policy/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
@@ -322,6 +323,11 @@ func (r *Reconciler) applyStatefulSet(ctx context.Context, db *v1alpha1.Database
 		keepInstanceManager(db, obs, live)
 	}
 	desired := statefulSet(db, obs.plan, obs.in)
+	if err == nil {
+		if held := shrinkHold(live, obs.plan, obs.primary); held != nil {
+			desired.Spec.Replicas, obs.shrinkHeld = held, true
+		}
+	}
 	if err != nil || !controller.Unchanged(live, desired, appsv1ac.ExtractStatefulSet) {
 		if err := controller.Apply(ctx, r.Client, desired, "StatefulSet"); err != nil {
 			return err
@@ -331,6 +337,20 @@ func (r *Reconciler) applyStatefulSet(ctx context.Context, db *v1alpha1.Database
 		obs.sts = live
 	}
 	return nil
+}
+
+// shrinkHold is the replica count to keep while a scale-down would remove
+// the primary (the StatefulSet deletes the highest ordinals): the live
+// one, until a switchover moves the primary to an instance that stays
+// (switchoverForScaleDown). nil when the shrink may go ahead.
+func shrinkHold(live *appsv1.StatefulSet, p plan, primary string) *int32 {
+	if live == nil || live.Spec.Replicas == nil || *live.Spec.Replicas <= p.instances || primary == "" {
+		return nil
+	}
+	if ordinal(primary) < int(p.instances) {
+		return nil
+	}
+	return ptr.To(*live.Spec.Replicas)
 }
 
 // keepInstanceManager keeps the instance manager image the pods were made

@@ -182,6 +182,10 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, db, written *v1alpha1.
 	if err != nil {
 		return reconcile.Result{}, err
 	}
+	shrinkRes, err := r.switchoverForScaleDown(ctx, db, obs)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
 	if err := r.labelRoles(ctx, obs.pods, obs.primary); err != nil {
 		return reconcile.Result{}, err
 	}
@@ -198,7 +202,7 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, db, written *v1alpha1.
 	if renewIn > 0 {
 		res.RequeueAfter = soonest(res.RequeueAfter, renewIn)
 	}
-	for _, other := range []reconcile.Result{failoverRes, switchoverRes, drainRes} {
+	for _, other := range []reconcile.Result{failoverRes, switchoverRes, drainRes, shrinkRes} {
 		res.RequeueAfter = soonest(res.RequeueAfter, other.RequeueAfter)
 	}
 	if len(obs.instanceStatuses) > 0 {

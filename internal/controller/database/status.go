@@ -39,6 +39,9 @@ type observation struct {
 	archiveNote      string
 	restoreFailed    string
 	keepStatefulSet  bool
+	// shrinkHeld: a scale-down waits for the primary to move to an
+	// instance that stays (shrinkHold).
+	shrinkHeld bool
 	instanceStatuses []v1alpha1.InstanceStatus
 	// instances are the instance managers' answers by pod.
 	instances map[string]instanceapi.Status

@@ -277,6 +277,20 @@ func (r *Reconciler) switchoverForDrain(ctx context.Context, db *v1alpha1.Databa
 	return r.autoSwitchover(ctx, db, obs, instances, fmt.Sprintf("off the primary's cordoned node %s", node))
 }
 
+// switchoverForScaleDown moves the primary, before a scale-down removes
+// its pod (the highest ordinals go), to the best replica that stays: a
+// planned change is never a failover.
+func (r *Reconciler) switchoverForScaleDown(ctx context.Context, db *v1alpha1.Database, obs *observation) (reconcile.Result, error) {
+	if !obs.shrinkHeld || obs.lease == nil || obs.handedOver {
+		return reconcile.Result{}, nil
+	}
+	instances := slices.DeleteFunc(slices.Clone(obs.instanceStatuses), func(s v1alpha1.InstanceStatus) bool {
+		return ordinal(s.Name) >= int(obs.plan.instances) && s.Name != obs.primary
+	})
+	return r.autoSwitchover(ctx, db, obs, instances,
+		fmt.Sprintf("scaling down to %d instances removes %s, the primary", obs.plan.instances, obs.primary))
+}
+
 func podNames(pods []corev1.Pod) []string {
 	names := make([]string, 0, len(pods))
 	for i := range pods {
