@@ -36,12 +36,12 @@ type observation struct {
 	// tls is the served certificate (see reconcileTLS).
 	tls tlsState
 	// archiveNote says a second Physical DatabaseBackup archives nothing.
-	archiveNote      string
-	restoreFailed    string
-	keepStatefulSet  bool
+	archiveNote     string
+	restoreFailed   string
+	keepStatefulSet bool
 	// shrinkHeld: a scale-down waits for the primary to move to an
 	// instance that stays (shrinkHold).
-	shrinkHeld bool
+	shrinkHeld       bool
 	instanceStatuses []v1alpha1.InstanceStatus
 	// instances are the instance managers' answers by pod.
 	instances map[string]instanceapi.Status
