@@ -197,6 +197,11 @@ func (c *Client) Restart(ctx context.Context, t Target, token string) error {
 
 // post sends an authenticated call that changes an instance and decodes its answer into out.
 func (c *Client) post(ctx context.Context, t Target, path, token string, in, out any, timeout time.Duration) error {
+	if t.TLS == nil {
+		// Whoever answers at that address, without daytwo's certificate,
+		// would get the token in clear.
+		return fmt.Errorf("refusing to send the API token to %s over plain HTTP: the instance serves no TLS", t.IP)
+	}
 	body, err := json.Marshal(in)
 	if err != nil {
 		return err

@@ -131,3 +131,21 @@ func TestStatusKeepsItsVerifiedConnection(t *testing.T) {
 		t.Fatalf("a new configuration made %d handshakes, want 1", n)
 	}
 }
+
+// The API token never travels in clear: a call that carries it to an
+// instance that serves no TLS is refused before anything is sent, so a
+// look-alike pod without daytwo's certificate never sees it.
+func TestTokenIsNeverSentOverPlainHTTP(t *testing.T) {
+	var got atomic.Int32
+	ip := serve(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get(instanceapi.AuthorizationHeader) != "" {
+			got.Add(1)
+		}
+		w.WriteHeader(http.StatusOK)
+		_, _ = w.Write([]byte("{}"))
+	})
+	err := instanceapi.NewClient(5*time.Second).Promote(context.Background(), instanceapi.Target{IP: ip}, "secret-token", "")
+	if err == nil || got.Load() != 0 {
+		t.Fatalf("a promote over plain HTTP: err %v, the server saw the token %d times", err, got.Load())
+	}
+}
