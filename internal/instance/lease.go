@@ -180,40 +180,30 @@ func (k *KubeLease) ServedLSN(ctx context.Context) (string, error) {
 	return l.Annotations[instanceapi.AnnotationLeaseLSN], nil
 }
 
-// Renew implements Lease. The update carries the resourceVersion it read, so
-// it cannot overwrite a transfer the operator made in between.
+// Renew implements Lease.
 func (k *KubeLease) Renew(ctx context.Context, pod, lsn, sync string) error {
-	l, err := k.get(ctx)
-	if err != nil {
-		return err
-	}
-	if l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity != pod {
-		return ErrLeaseLost
-	}
-	now := metav1.NewMicroTime(time.Now())
-	seconds := int32(instanceapi.LeaseDuration / time.Second)
-	l.Spec.RenewTime, l.Spec.LeaseDurationSeconds = &now, &seconds
-	if l.Spec.AcquireTime == nil {
-		l.Spec.AcquireTime = &now
-	}
-	if l.Annotations == nil {
-		l.Annotations = map[string]string{}
-	}
-	if lsn != "" {
-		l.Annotations[instanceapi.AnnotationLeaseLSN] = lsn
-	}
-	l.Annotations[instanceapi.AnnotationSync] = sync
-	// The holder renews as a primary: a handover's wait is over.
-	delete(l.Annotations, instanceapi.AnnotationHandoverLSN)
-	if _, err := k.Client.Update(ctx, l, metav1.UpdateOptions{}); err != nil {
-		return fmt.Errorf("failed to renew Lease %s: %w", k.Name, err)
-	}
-	return nil
+	return k.renew(ctx, pod, "renew", func(l *coordinationv1.Lease) {
+		if l.Annotations == nil {
+			l.Annotations = map[string]string{}
+		}
+		if lsn != "" {
+			l.Annotations[instanceapi.AnnotationLeaseLSN] = lsn
+		}
+		l.Annotations[instanceapi.AnnotationSync] = sync
+		// The holder renews as a primary: a handover's wait is over.
+		delete(l.Annotations, instanceapi.AnnotationHandoverLSN)
+	})
 }
 
-// Extend implements Lease. Like Renew, it cannot overwrite a change made
-// in between.
+// Extend implements Lease.
 func (k *KubeLease) Extend(ctx context.Context, pod string) error {
+	return k.renew(ctx, pod, "extend", func(*coordinationv1.Lease) {})
+}
+
+// renew starts a new term for pod, if the lease names it, with record
+// applied to the lease too. The update carries the resourceVersion it
+// read, so it cannot overwrite a transfer the operator made in between.
+func (k *KubeLease) renew(ctx context.Context, pod, verb string, record func(*coordinationv1.Lease)) error {
 	l, err := k.get(ctx)
 	if err != nil {
 		return err
@@ -227,8 +217,9 @@ func (k *KubeLease) Extend(ctx context.Context, pod string) error {
 	if l.Spec.AcquireTime == nil {
 		l.Spec.AcquireTime = &now
 	}
+	record(l)
 	if _, err := k.Client.Update(ctx, l, metav1.UpdateOptions{}); err != nil {
-		return fmt.Errorf("failed to extend Lease %s: %w", k.Name, err)
+		return fmt.Errorf("failed to %s Lease %s: %w", verb, k.Name, err)
 	}
 	return nil
 }
