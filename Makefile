@@ -141,7 +141,7 @@ bench-cache: tools ## Operator heap with 1000 unrelated Secrets and ConfigMaps v
 	go test -tags bench -count=1 -run TestBenchCache -v ./test/bench/cache/ | grep -E '^(operator heap|BENCH)|FAIL|^ok'
 
 .PHONY: bench-failover
-bench-failover: tools ## Failover benchmark on the real node: write gaps for pod delete, freeze, postgres kill, switchover, planned restart, minor upgrade (BENCH_ROUNDS=5, BENCH_CONFIGS=2,3,3s; 3s:10@delete+freeze = those faults, 10 rounds).
+bench-failover: tools ## Failover benchmark on the real node: write gaps for pod delete, freeze, postgres kill, switchover, planned restart, minor upgrade, real partitions (BENCH_ROUNDS=5, BENCH_CONFIGS=2,3,3s; 3s:10@delete+freeze = those faults, 10 rounds).
 	E2E_PKG=./test/bench/failover E2E_TAGS=e2e,bench E2E_RUN=TestBenchFailover E2E_TIMEOUT=80m hack/e2e.sh
 
 .PHONY: bench-webapp

@@ -71,6 +71,9 @@ type Manager struct {
 	// (guarded by mu).
 	guardedRun, run context.Context
 	runFence        chan<- error
+	// promoting: pg_promote runs; the guard extends the lease meanwhile
+	// (guarded by mu).
+	promoting bool
 	// restarting: postgres crashed, or was asked to restart, and is being
 	// started again in place, with the lease kept (see restartingInPlace).
 	restarting bool

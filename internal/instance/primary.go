@@ -161,7 +161,7 @@ func (m *Manager) guardRun() {
 func (m *Manager) guardLease(ctx context.Context, fence chan<- error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.lease == nil || m.status.Role != instanceapi.RolePrimary || m.guardedRun == ctx {
+	if m.lease == nil || (m.status.Role != instanceapi.RolePrimary && !m.promoting) || m.guardedRun == ctx {
 		return
 	}
 	m.guardedRun = ctx
@@ -218,15 +218,16 @@ func (m *Manager) heartbeat(ctx context.Context) {
 // known to this manager (m.leaseUntil: its own, or the one learnRole or a
 // promotion read) runs out, whatever renewed it: armed from the start of
 // the run, not from its first renewal, so a run that never renews still
-// fences in time. Until the server first runs (crash recovery, say),
-// within restartLeaseLimit of started, it extends the lease without a
-// heartbeat (Lease.Extend, which records nothing): nothing writes yet, and
-// a recovery longer than the lease must not be fenced over and over.
+// fences in time. Until the server first runs (crash recovery, say) or
+// while it promotes, within restartLeaseLimit of started, it extends the
+// lease without a heartbeat (Lease.Extend, which records nothing): nothing
+// writes yet, and a recovery longer than the lease must not be fenced over
+// and over.
 func (m *Manager) holdLease(ctx context.Context, fence chan<- error, started time.Time) {
 	for {
 		m.mu.Lock()
 		beat, until, lsn, sync := m.lastHeartbeat, m.leaseUntil, m.status.LSN, m.syncRecord
-		starting := m.status.Phase != instanceapi.PhaseRunning && time.Since(started) < restartLeaseLimit
+		starting := (m.status.Phase != instanceapi.PhaseRunning || m.promoting) && time.Since(started) < restartLeaseLimit
 		m.mu.Unlock()
 		var err error
 		switch {
@@ -546,16 +547,31 @@ func (m *Manager) promote(ctx context.Context, waitLSN, how string) (int, error)
 	// this instance must know it is a primary (and renew, or fence).
 	pctx, pcancel := context.WithTimeout(context.Background(), promoteTimeout)
 	defer pcancel()
-	if err := promoteNow(pctx, conn); err != nil {
+	// The fence is armed before pg_promote, not after: replay may hold the
+	// promotion for seconds, and the server serves the moment it ends.
+	// While it promotes, the guard extends the term (nothing writes yet),
+	// or fences at its end.
+	m.mu.Lock()
+	m.promoting = true
+	m.leaseUntil = later(m.leaseUntil, ha.ServeUntil(renewed, 0))
+	m.mu.Unlock()
+	m.guardRun()
+	err = promoteNow(pctx, conn)
+	m.mu.Lock()
+	m.promoting = false
+	m.mu.Unlock()
+	if err != nil {
+		// A promotion signalled may still end: the guard, armed for this
+		// run, fences it at the term's end unless it renews as a primary.
 		return http.StatusInternalServerError, err
 	}
 	m.setRole(instanceapi.RolePrimary)
 	m.mu.Lock()
 	// The lease runs from its last renewal (the operator's as it moved or
-	// extended it, or the old primary's as it handed it over), not from
-	// now: a promotion that waited long must not count on more.
+	// extended it, the old primary's as it handed it over, or the guard's
+	// while it promoted), not from now: a promotion that waited long must
+	// not count on more.
 	m.lastRenew, m.lastHeartbeat = renewed, time.Now()
-	m.leaseUntil = ha.ServeUntil(m.lastRenew, 0)
 	m.status.InRecovery, m.status.Streaming = false, false
 	m.notStreamingSince, m.streamed, m.streamLost = time.Time{}, false, time.Time{}
 	if m.standbyWAL != nil {
@@ -570,7 +586,6 @@ func (m *Manager) promote(ctx context.Context, waitLSN, how string) (int, error)
 		}
 	}
 	m.dropFloors()
-	m.guardRun() // at once, not at the monitor's next look
 	m.log.Info("Promoted to primary", "how", how)
 	return http.StatusOK, nil
 }
