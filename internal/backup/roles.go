@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"regexp"
+	"slices"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -79,6 +80,14 @@ func applyRoles(ctx context.Context, conn *pgx.Conn, script string) error {
 	for _, n := range names {
 		existing[n] = true
 	}
+	rows, err = conn.Query(ctx, "SELECT rolname FROM pg_roles WHERE rolsuper")
+	if err != nil {
+		return err
+	}
+	supers, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return err
+	}
 	for _, stmt := range splitStatements(script) {
 		role, ok := roleStatement(stmt)
 		if ok && existing[role] {
@@ -86,6 +95,8 @@ func applyRoles(ctx context.Context, conn *pgx.Conn, script string) error {
 		}
 		if ok {
 			stmt = withoutPowers(stmt)
+		} else if stmt, ok = withoutServerGrants(stmt, supers); !ok {
+			continue
 		}
 		if _, err := conn.Exec(ctx, stmt, pgx.QueryExecModeSimpleProtocol); err != nil {
 			return fmt.Errorf("%q failed: %w", redactPasswords(stmt), err)
@@ -97,7 +108,38 @@ func applyRoles(ctx context.Context, conn *pgx.Conn, script string) error {
 // powerOff turns off the role attributes that reach past one database: a
 // role brought in keeps none of them (only daytwo's postgres is a
 // superuser, reachable on the local socket alone).
-var powerOff = map[string]string{"SUPERUSER": "NOSUPERUSER", "REPLICATION": "NOREPLICATION", "BYPASSRLS": "NOBYPASSRLS"}
+var powerOff = map[string]string{"SUPERUSER": "NOSUPERUSER", "REPLICATION": "NOREPLICATION", "BYPASSRLS": "NOBYPASSRLS",
+	"CREATEROLE": "NOCREATEROLE"}
+
+// serverRoles are the predefined roles whose members reach the server
+// itself: they run programs as it, or read and write its files.
+var serverRoles = []string{"pg_execute_server_program", "pg_read_server_files", "pg_write_server_files"}
+
+// withoutServerGrants drops, from a GRANT of roles (a membership), the
+// roles a restored role may not join: serverRoles and the superusers of
+// this server. It says whether anything is left to run; any other
+// statement passes as it is.
+func withoutServerGrants(stmt string, supers []string) (string, bool) {
+	rest, ok := strings.CutPrefix(stmt, "GRANT ")
+	if !ok {
+		return stmt, true
+	}
+	list, tail, ok := strings.Cut(rest, " TO ")
+	if !ok || strings.Contains(list, " ON ") {
+		return stmt, true // a privilege on an object, not a membership
+	}
+	var keep []string
+	for _, r := range strings.Split(list, ",") {
+		name := identifier(strings.TrimSpace(r))
+		if !slices.Contains(serverRoles, name) && !slices.Contains(supers, name) {
+			keep = append(keep, strings.TrimSpace(r))
+		}
+	}
+	if len(keep) == 0 {
+		return "", false
+	}
+	return "GRANT " + strings.Join(keep, ", ") + " TO " + tail, true
+}
 
 // withoutPowers turns powers off in a CREATE or ALTER ROLE statement, up
 // to its PASSWORD literal (never rewritten).
