@@ -652,6 +652,11 @@ func promoteNow(ctx context.Context, conn *pgx.Conn) error {
 			return nil
 		case signalErr != nil || !signalled:
 			return fmt.Errorf("pg_promote did not signal the promotion: %v", signalErr)
+		case err != nil && conn.IsClosed():
+			// The server went away (a crash, a fence): waiting out the
+			// deadline would hold the operator's promote call, and with it
+			// failover, for nothing.
+			return fmt.Errorf("the server went away while it promoted: %w", err)
 		}
 		select {
 		case <-ctx.Done():

@@ -21,6 +21,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/klauspost/compress/zstd"
 
 	"github.com/daytwo-dev/daytwo/internal/backup"
@@ -46,6 +47,9 @@ type BaseBackup struct {
 	// Size and SHA256 are the stored (compressed) tar's.
 	Size   int64  `json:"size"`
 	SHA256 string `json:"sha256"`
+	// SystemIdentifier is the cluster it copies (IDENTIFY_SYSTEM's
+	// systemid), the one the WAL archive under its prefix must hold.
+	SystemIdentifier string `json:"systemIdentifier"`
 }
 
 // Source is the server a base backup is taken from, over the replication
@@ -87,6 +91,17 @@ var (
 // TakeBase streams a base backup of src to storage as id.
 func TakeBase(ctx context.Context, src Source, st backup.Storage, prefix, id string) (BaseBackup, error) {
 	b := BaseBackup{ID: id, Started: time.Now().UTC()}
+	// Before anything is stored: an archive another cluster claimed (two
+	// Databases given one prefix) must not get this one's base backups,
+	// which its restores and its retention would then take for its own.
+	sysID, err := systemIdentifier(ctx, src)
+	if err != nil {
+		return b, fmt.Errorf("failed to identify the server to back up: %w", err)
+	}
+	b.SystemIdentifier = sysID
+	if err := checkOwner(ctx, st, prefix, b); err != nil {
+		return b, err
+	}
 	bin := "pg_basebackup"
 	if src.BinDir != "" {
 		bin = filepath.Join(src.BinDir, bin)
@@ -171,7 +186,9 @@ func TakeBase(ctx context.Context, src Source, st backup.Storage, prefix, id str
 	} else if b.EndLSN, err = stopLSN(ctx, st, prefix, b); err != nil {
 		return b, err
 	}
-	if err := checkArchived(ctx, st, prefix, b); err != nil {
+	// Once more: the archive is claimed by now (its WAL is there), by the
+	// archiver of the cluster that wrote it.
+	if err := errors.Join(checkArchived(ctx, st, prefix, b), checkOwner(ctx, st, prefix, b)); err != nil {
 		_ = st.Delete(ctx, baseKey(prefix, id, baseData))
 		return b, err
 	}
@@ -212,6 +229,42 @@ func checkArchived(ctx context.Context, st backup.Storage, prefix string, b Base
 		}
 	}
 	return nil
+}
+
+// checkOwner fails with ErrOtherCluster when the WAL archive under prefix
+// holds another cluster than the one base backup b copies (an archive
+// nobody claimed yet holds none).
+func checkOwner(ctx context.Context, st backup.Storage, prefix string, b BaseBackup) error {
+	owner, err := archiveOwner(ctx, st, prefix)
+	if err != nil || owner == "" || owner == b.SystemIdentifier {
+		return err
+	}
+	return fmt.Errorf("%w: base backup %s copies system %q, the WAL archive under %s holds %q (two Databases given one prefix?)",
+		ErrOtherCluster, b.ID, b.SystemIdentifier, prefix, owner)
+}
+
+// systemIdentifier asks src which cluster it serves (IDENTIFY_SYSTEM over
+// the replication protocol, as pg_basebackup connects).
+func systemIdentifier(ctx context.Context, src Source) (string, error) {
+	cfg, err := pgconn.ParseConfig(fmt.Sprintf("host=%s port=%d user=%s dbname=replication replication=true connect_timeout=10",
+		src.Host, src.Port, src.User))
+	if err != nil {
+		return "", err
+	}
+	cfg.Password = src.Password
+	conn, err := pgconn.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return "", err
+	}
+	defer func() { _ = conn.Close(context.Background()) }()
+	res, err := conn.Exec(ctx, "IDENTIFY_SYSTEM").ReadAll()
+	if err != nil {
+		return "", err
+	}
+	if len(res) != 1 || len(res[0].Rows) != 1 || len(res[0].Rows[0]) < 1 {
+		return "", errors.New("IDENTIFY_SYSTEM answered no row")
+	}
+	return string(res[0].Rows[0][0]), nil
 }
 
 // tarFacts are what a base backup's tar says about it.
@@ -286,6 +339,9 @@ var ErrChecksum = errors.New("checksum mismatch")
 // ExtractBase writes base backup b into the empty directory dir, refusing
 // a copy whose checksum does not match the manifest's.
 func ExtractBase(ctx context.Context, st backup.Storage, prefix string, b BaseBackup, dir string) error {
+	if err := checkOwner(ctx, st, prefix, b); err != nil {
+		return err
+	}
 	r, err := st.Get(ctx, baseKey(prefix, b.ID, baseData))
 	if err != nil {
 		return fmt.Errorf("base backup %s: %w", b.ID, err)
@@ -366,11 +422,17 @@ func lastLines(s string, n int) string {
 }
 
 // ListBases returns the base backups under prefix that have a manifest
-// (a backup without one never finished), oldest first.
+// (a backup without one never finished) and copy the cluster whose WAL the
+// archive holds (ClaimArchive), oldest first: another cluster's, stored
+// under the same prefix, is neither restored nor pruned.
 func ListBases(ctx context.Context, st backup.Storage, prefix string) ([]BaseBackup, error) {
 	keys, err := st.List(ctx, prefix+"base/")
 	if err != nil {
 		return nil, fmt.Errorf("failed to list base backups: %w", err)
+	}
+	owner, err := archiveOwner(ctx, st, prefix)
+	if err != nil {
+		return nil, err
 	}
 	var out []BaseBackup
 	for _, k := range keys {
@@ -383,7 +445,9 @@ func ListBases(ctx context.Context, st backup.Storage, prefix string) ([]BaseBac
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, b)
+		if owner == "" || b.SystemIdentifier == owner {
+			out = append(out, b)
+		}
 	}
 	slices.SortFunc(out, func(x, y BaseBackup) int { return x.Finished.Compare(y.Finished) })
 	return out, nil

@@ -131,6 +131,8 @@ func ClaimArchive(ctx context.Context, st backup.Storage, prefix, systemID, by s
 	data, err := fetchPlain(ctx, st, claimKey(prefix))
 	switch {
 	case errors.Is(err, backup.ErrNotFound):
+		// Two first claimants at once can each find none; the later write
+		// wins, and the other's next push or base backup is refused.
 		b, err := json.Marshal(archiveClaim{SystemIdentifier: systemID, ClaimedBy: by, Claimed: time.Now().UTC()})
 		if err != nil {
 			return err
@@ -152,6 +154,23 @@ func ClaimArchive(ctx context.Context, st backup.Storage, prefix, systemID, by s
 			ErrOtherCluster, claimKey(prefix), c.SystemIdentifier, c.ClaimedBy, c.Claimed.Format(time.RFC3339), systemID)
 	}
 	return nil
+}
+
+// archiveOwner is the system identifier the archive under prefix holds
+// ("" before any cluster claimed it).
+func archiveOwner(ctx context.Context, st backup.Storage, prefix string) (string, error) {
+	data, err := fetchPlain(ctx, st, claimKey(prefix))
+	if errors.Is(err, backup.ErrNotFound) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("failed to read which cluster the WAL archive holds: %w", err)
+	}
+	var c archiveClaim
+	if err := json.Unmarshal(data, &c); err != nil {
+		return "", fmt.Errorf("%s is not valid: %w", claimKey(prefix), err)
+	}
+	return c.SystemIdentifier, nil
 }
 
 func fetchPlain(ctx context.Context, st backup.Storage, key string) ([]byte, error) {

@@ -3,6 +3,7 @@ package wal_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -172,5 +173,38 @@ func TestClaimArchive(t *testing.T) {
 	}
 	if err := wal.ClaimArchive(ctx, st, "q/", "7400000000000000002", "orders-0"); err != nil {
 		t.Fatalf("another prefix: %v", err)
+	}
+}
+
+// Two clusters given one prefix keep their base backups apart: a base
+// backup of a cluster other than the one whose WAL the archive holds is
+// refused before anything is stored, and one stored by another cluster
+// all the same is neither listed (for restore or retention) nor extracted.
+func TestBaseBackupsOfAnotherClusterAreRefused(t *testing.T) {
+	ctx := context.Background()
+	pg := testpg.Start(t, "wal_level=replica")
+	st := backup.NewDir(t.TempDir())
+	const other = "7400000000000000001"
+	if err := wal.ClaimArchive(ctx, st, "p/", other, "orders-0"); err != nil {
+		t.Fatal(err)
+	}
+	src := wal.Source{Host: "127.0.0.1", Port: pg.Port, User: "postgres", Password: pg.Password, BinDir: pg.BinDir}
+	if _, err := wal.TakeBase(ctx, src, st, "p/", "20260101T000000Z"); !errors.Is(err, wal.ErrOtherCluster) {
+		t.Fatalf("a base backup into another cluster's archive: %v, want ErrOtherCluster", err)
+	}
+	if keys, _ := st.List(ctx, "p/base/"); len(keys) != 0 {
+		t.Fatalf("the refused base backup stored %v", keys)
+	}
+	// One stored anyway (by an older daytwo, or by hand) does not count.
+	stray := wal.BaseBackup{ID: "20260101T000000Z", SystemIdentifier: "7400000000000000002", Finished: time.Now()}
+	manifest, _ := json.Marshal(stray)
+	if err := st.Put(ctx, "p/base/"+stray.ID+"/backup.json", bytes.NewReader(manifest)); err != nil {
+		t.Fatal(err)
+	}
+	if bases, err := wal.ListBases(ctx, st, "p/"); err != nil || len(bases) != 0 {
+		t.Fatalf("ListBases = %v, %v: want none of another cluster's", bases, err)
+	}
+	if err := wal.ExtractBase(ctx, st, "p/", stray, t.TempDir()); !errors.Is(err, wal.ErrOtherCluster) {
+		t.Fatalf("extracting another cluster's base backup: %v, want ErrOtherCluster", err)
 	}
 }

@@ -1,0 +1,422 @@
+package ha
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/daytwo-dev/daytwo/internal/instanceapi"
+)
+
+// The simulated world: true time advancing in simTick steps, a network of
+// endpoints whose links a fault cuts, and an API server holding the one
+// primary Lease. See sim_test.go for what it checks.
+
+const (
+	simTick = 10 * time.Millisecond
+	// Endpoints: the instances are 0..simNodes-1.
+	simNodes   = 3
+	epAPI      = simNodes
+	epOperator = simNodes + 1
+	epClient   = simNodes + 2
+	simEPs     = simNodes + 3
+)
+
+// simEpoch is true time zero; a clock reads simEpoch + true time + its skew.
+var simEpoch = time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
+
+// simConfig is a family of schedules; the zero value is the protocol as
+// written, asynchronous.
+type simConfig struct {
+	// required: synchronous replication with required durability, ANY 1
+	// of the two other instances.
+	required bool
+	// skew bounds the difference between any two clocks; zero is
+	// instanceapi.MaxClockSkew.
+	skew time.Duration
+	// Mutations that must make the checks fail.
+	noFence   bool // the holder never fences when its lease runs out
+	pickLeast bool // failover promotes the answering replica with the least WAL
+}
+
+type simEvent struct {
+	at  time.Duration
+	seq uint64
+	fn  func()
+}
+
+// simQueue is a min-heap of events by time, then by scheduling order.
+type simQueue []simEvent
+
+func (q simQueue) less(i, j int) bool {
+	return q[i].at < q[j].at || q[i].at == q[j].at && q[i].seq < q[j].seq
+}
+
+func (q *simQueue) push(e simEvent) {
+	*q = append(*q, e)
+	h := *q
+	for i := len(h) - 1; i > 0; {
+		p := (i - 1) / 2
+		if !h.less(i, p) {
+			break
+		}
+		h[i], h[p] = h[p], h[i]
+		i = p
+	}
+}
+
+func (q *simQueue) pop() simEvent {
+	h := *q
+	e := h[0]
+	last := len(h) - 1
+	h[0], h[last] = h[last], simEvent{}
+	h = h[:last]
+	for i := 0; ; {
+		c := 2*i + 1
+		if c >= len(h) {
+			break
+		}
+		if c+1 < len(h) && h.less(c+1, c) {
+			c++
+		}
+		if !h.less(c, i) {
+			break
+		}
+		h[i], h[c] = h[c], h[i]
+		i = c
+	}
+	*q = h
+	return e
+}
+
+type simWorld struct {
+	cfg   simConfig
+	seed  uint64
+	rng   *rand.Rand
+	now   time.Duration
+	seq   uint64
+	queue simQueue
+	// cut counts the faults that cut each link; a link is up at zero.
+	cut [simEPs][simEPs]int
+
+	lease   *coordinationv1.Lease // the API server's
+	rv      int
+	leaseAt time.Duration // when it last changed
+
+	nodes   [simNodes]*simNode
+	op      *simOperator
+	clients []*simClient
+	// rw is the instance the -rw Service sends to; direct, the one the
+	// second client writes to (the primary a fault struck).
+	rw, direct int
+	nextID     int
+	timelines  int
+	stopWrites time.Duration
+	faults     []simFault
+
+	ops  []*simOp
+	acks []simAck
+	runs []simRun
+
+	tracing bool
+	trace   []string
+}
+
+// at runs fn at true time t (at the first tick not before it).
+func (w *simWorld) at(t time.Duration, fn func()) {
+	w.seq++
+	w.queue.push(simEvent{at: max(t, w.now), seq: w.seq, fn: fn})
+}
+
+func (w *simWorld) after(d time.Duration, fn func()) { w.at(w.now+d, fn) }
+
+// between draws a duration in [lo, hi).
+func (w *simWorld) between(lo, hi time.Duration) time.Duration {
+	if hi <= lo {
+		return lo
+	}
+	return lo + time.Duration(w.rng.Int64N(int64(hi-lo)))
+}
+
+func (w *simWorld) chance(p float64) bool { return w.rng.Float64() < p }
+
+// clock is what a clock skewed by skew reads now.
+func (w *simWorld) clock(skew time.Duration) time.Time { return simEpoch.Add(w.now + skew) }
+
+// trueTime is when a clock skewed by skew reads t.
+func trueTime(t time.Time, skew time.Duration) time.Duration { return t.Sub(simEpoch) - skew }
+
+func (w *simWorld) up(a, b int) bool { return w.cut[a][b] == 0 }
+
+func (w *simWorld) cutLink(a, b, by int) {
+	w.cut[a][b] += by
+	w.cut[b][a] += by
+}
+
+func (w *simWorld) logf(format string, args ...any) {
+	if w.tracing {
+		w.trace = append(w.trace, fmt.Sprintf("%8.2fs ", w.now.Seconds())+fmt.Sprintf(format, args...))
+	}
+}
+
+// netLatency is one way between pods; apiLatency one way to the API
+// server, now and then slow.
+func (w *simWorld) netLatency() time.Duration {
+	return w.between(time.Millisecond, 10*time.Millisecond)
+}
+
+func (w *simWorld) apiLatency() time.Duration {
+	if w.chance(0.01) {
+		return w.between(100*time.Millisecond, 1500*time.Millisecond)
+	}
+	return w.between(2*time.Millisecond, 20*time.Millisecond)
+}
+
+// apiCall sends a request from endpoint from to the API server, which
+// carries out op when it arrives; done gets its answer, or false once
+// timeout has passed since the call (the request or the answer lost: op
+// may have been carried out all the same).
+func apiCall[T any](w *simWorld, from int, timeout time.Duration, op func() T, done func(T, bool)) {
+	answered := false
+	answer := func(res T, ok bool) {
+		if !answered {
+			answered = true
+			done(res, ok)
+		}
+	}
+	w.after(timeout, func() {
+		var zero T
+		answer(zero, false)
+	})
+	if !w.up(from, epAPI) {
+		return
+	}
+	w.after(w.apiLatency(), func() {
+		if answered || !w.up(from, epAPI) {
+			return
+		}
+		res := op()
+		w.after(w.apiLatency(), func() {
+			if w.up(from, epAPI) {
+				answer(res, true)
+			}
+		})
+	})
+}
+
+// getLease is a GET of the Lease.
+func (w *simWorld) getLease() *coordinationv1.Lease { return w.lease.DeepCopy() }
+
+// updateLease is an UPDATE of the Lease: it fails on a resourceVersion
+// other than the stored one, as the API server's optimistic concurrency
+// does.
+func (w *simWorld) updateLease(l *coordinationv1.Lease) bool {
+	if l.ResourceVersion != w.lease.ResourceVersion {
+		return false
+	}
+	w.rv++
+	w.lease = l.DeepCopy()
+	w.lease.ResourceVersion = strconv.Itoa(w.rv)
+	w.leaseAt = w.now
+	return true
+}
+
+// syncNames is the synchronous_standby_names a primary named self starts
+// with, and with required durability keeps: ANY 1 of the others, or none.
+func (w *simWorld) syncNames(self string) string {
+	var r instanceapi.Replication
+	for i := range simNodes {
+		r.Instances = append(r.Instances, simName(i))
+	}
+	if w.cfg.required {
+		r.Synchronous, r.Required = 1, true
+	}
+	return instanceapi.SynchronousStandbyNames(r, self, nil)
+}
+
+func simName(i int) string { return "db-" + strconv.Itoa(i) }
+
+func simIndex(name string) int {
+	for i := range simNodes {
+		if simName(i) == name {
+			return i
+		}
+	}
+	return -1
+}
+
+func newSimWorld(seed uint64, cfg simConfig) *simWorld {
+	if cfg.skew == 0 {
+		cfg.skew = instanceapi.MaxClockSkew
+	}
+	w := &simWorld{cfg: cfg, seed: seed, rng: rand.New(rand.NewPCG(seed, 0x5eed))}
+	skew := func() time.Duration { return w.between(-cfg.skew/2, cfg.skew/2+1) }
+	for i := range simNodes {
+		w.nodes[i] = newSimNode(w, i, skew())
+	}
+	w.op = &simOperator{w: w, skew: skew(), lag: w.between(5*time.Millisecond, 100*time.Millisecond)}
+	// db-0 starts as the primary, its lease just renewed, the replicas
+	// streaming from it.
+	p := w.nodes[0]
+	renewed := metav1.NewMicroTime(w.clock(p.skew))
+	w.lease = &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Name: "db-primary", ResourceVersion: "1", Annotations: map[string]string{
+			instanceapi.AnnotationLeaseLSN: simLSN(0), instanceapi.AnnotationSync: w.syncNames(p.name)}},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(p.name), RenewTime: &renewed, AcquireTime: &renewed,
+			LeaseDurationSeconds: ptr.To(int32(instanceapi.LeaseDuration / time.Second)), LeaseTransitions: ptr.To(int32(0))},
+	}
+	w.rv = 1
+	w.timelines = 1
+	for _, n := range w.nodes {
+		n.boot(p)
+	}
+	w.op.cache, w.op.seenRV = w.getLease(), w.rv
+	w.op.schedule()
+	return w
+}
+
+// simFault is one fault episode; target is resolved when it starts.
+type simFault struct {
+	kind      simFaultKind
+	at, until time.Duration
+	target    int
+}
+
+type simFaultKind int
+
+const (
+	faultAPI             simFaultKind = iota // the primary cut from the API server
+	faultIsolate                             // the primary cut from the API, its peers and the operator, not its direct client
+	faultOperator                            // the primary cut from the operator
+	faultCrash                               // the primary's postgres crashes; its manager starts it again
+	faultRestart                             // the primary's container restarts: its manager forgets everything
+	faultReplicaOperator                     // a replica cut from the operator
+	faultReplicaPeers                        // a replica cut from its peers
+	faultReplicaAPI                          // a replica cut from the API server
+	faultReplicaCrash                        // a replica's postgres crashes
+	faultOperatorAPI                         // the operator cut from the API server
+	simFaultKinds
+)
+
+var simFaultNames = [...]string{"primary cut from the API", "primary isolated but for its client", "primary cut from the operator",
+	"primary's postgres crashes", "primary's container restarts", "replica cut from the operator", "replica cut from its peers",
+	"replica cut from the API", "replica's postgres crashes", "operator cut from the API"}
+
+// plan draws the faults of the schedule; each strikes the lease holder
+// (or a replica of it) at its start.
+func (w *simWorld) plan() {
+	healed := 20 * time.Second
+	for range 1 + w.rng.IntN(3) {
+		f := simFault{kind: simFaultKind(w.rng.IntN(int(simFaultKinds))), at: w.between(time.Second, 25*time.Second)}
+		f.until = f.at + w.between(200*time.Millisecond, 14*time.Second)
+		healed = max(healed, f.until)
+		w.faults = append(w.faults, f)
+		w.at(f.at, func() { w.strike(f) })
+	}
+	w.stopWrites = healed + 2*time.Second
+}
+
+func (w *simWorld) strike(f simFault) {
+	holder := simIndex(ptr.Deref(w.lease.Spec.HolderIdentity, ""))
+	f.target = holder
+	who := simName(holder)
+	switch {
+	case f.kind == faultOperatorAPI:
+		who = "operator"
+	case f.kind >= faultReplicaOperator:
+		f.target = (holder + 1 + w.rng.IntN(simNodes-1)) % simNodes
+		who = simName(f.target)
+	default:
+		w.direct = holder
+	}
+	var links [][2]int
+	switch f.kind {
+	case faultAPI:
+		links = [][2]int{{f.target, epAPI}}
+	case faultIsolate:
+		links = [][2]int{{f.target, epAPI}, {f.target, epOperator}}
+		for i := range simNodes {
+			if i != f.target {
+				links = append(links, [2]int{f.target, i})
+			}
+		}
+	case faultOperator, faultReplicaOperator:
+		links = [][2]int{{f.target, epOperator}}
+	case faultReplicaPeers:
+		for i := range simNodes {
+			if i != f.target {
+				links = append(links, [2]int{f.target, i})
+			}
+		}
+	case faultReplicaAPI:
+		links = [][2]int{{f.target, epAPI}}
+	case faultOperatorAPI:
+		links = [][2]int{{epOperator, epAPI}}
+	case faultCrash, faultReplicaCrash:
+		w.logf("%s: postgres crashes", simName(f.target))
+		w.nodes[f.target].crash()
+		return
+	case faultRestart:
+		w.logf("%s: container restarts", simName(f.target))
+		w.nodes[f.target].restartContainer(f.until - f.at)
+		return
+	}
+	w.logf("%s: %s until %.2fs", who, simFaultNames[f.kind], f.until.Seconds())
+	for _, l := range links {
+		w.cutLink(l[0], l[1], 1)
+	}
+	w.at(f.until, func() {
+		w.logf("%s: healed (%s)", who, simFaultNames[f.kind])
+		for _, l := range links {
+			w.cutLink(l[0], l[1], -1)
+		}
+	})
+}
+
+// step advances true time by a tick: the events due, then what flows
+// continuously (watches, streaming, synchronous commits).
+func (w *simWorld) step() {
+	w.now += simTick
+	for len(w.queue) > 0 && w.queue[0].at <= w.now {
+		w.queue.pop().fn()
+	}
+	for _, n := range w.nodes {
+		n.watch()
+	}
+	w.op.watch()
+	for _, n := range w.nodes {
+		n.stream()
+	}
+	for _, n := range w.nodes {
+		n.releaseCommits()
+	}
+}
+
+// settled: every fault healed, no write outstanding, the holder a running
+// primary, every other instance a replica holding exactly its WAL.
+func (w *simWorld) settled() bool {
+	if w.now < w.stopWrites {
+		return false
+	}
+	for _, c := range w.clients {
+		if !c.done {
+			return false
+		}
+	}
+	h := simIndex(ptr.Deref(w.lease.Spec.HolderIdentity, ""))
+	p := w.nodes[h]
+	if !p.accepting() || !p.running || p.guarded != p.run {
+		return false
+	}
+	for _, n := range w.nodes {
+		if n != p && (n.role != string(instanceapi.RoleReplica) || n.pg != pgUp || len(n.wal) != len(p.wal) || !n.follows(p)) {
+			return false
+		}
+	}
+	return true
+}
