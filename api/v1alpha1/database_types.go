@@ -93,8 +93,9 @@ const (
 	ReasonArchiving         = "Archiving"
 	ReasonArchivingStarting = "ArchivingStarting"
 	ReasonArchivingFailed   = "ArchivingFailed"
-	// ConditionStorageResizePending is True while the volumes are smaller or
-	// larger than spec asks and daytwo cannot (yet) make them match.
+	// ConditionStorageResizePending is True while the volumes are smaller
+	// than spec asks and daytwo cannot (yet) grow them; volumes larger than
+	// spec (a shrink) stay so for good, False with reason ShrinkUnsupported.
 	ConditionStorageResizePending = "StorageResizePending"
 
 	// ReasonRestartRequired means changed settings wait for a rolling restart.

@@ -594,7 +594,12 @@ func TestStorageGrowthNeedsAnExpandableClass(t *testing.T) {
 		t.Errorf("message = %q", msg)
 	}
 	update(t, db, func(d *v1alpha1.Database) { d.Spec.Storage.Size = ptr.To(resource.MustParse("512Mi")) })
-	waitCondition(t, ns, "grow", v1alpha1.ConditionStorageResizePending, metav1.ConditionTrue, v1alpha1.ReasonShrinkUnsupported)
+	// A shrink never happens, so nothing is pending (the seed's large to
+	// medium left it True for good): False, and the reason says why.
+	db = waitCondition(t, ns, "grow", v1alpha1.ConditionStorageResizePending, metav1.ConditionFalse, v1alpha1.ReasonShrinkUnsupported)
+	if msg := condition(db, v1alpha1.ConditionStorageResizePending).Message; !strings.Contains(msg, "never shrink") {
+		t.Errorf("message = %q", msg)
+	}
 }
 
 func TestStorageGrowsWhenTheClassAllowsIt(t *testing.T) {

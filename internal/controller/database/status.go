@@ -64,6 +64,9 @@ type observation struct {
 	pendingParams []string
 
 	storageReason, storageMessage string
+	// storageFinal: the volumes differ from spec for good (a shrink), so
+	// nothing is pending.
+	storageFinal bool
 
 	// lease is the primary Lease; primary is its holder.
 	lease             *coordinationv1.Lease
@@ -198,7 +201,7 @@ func setRolloutConditions(db *v1alpha1.Database, obs *observation, set func(stri
 		set(v1alpha1.ConditionProgressing, false, v1alpha1.ReasonRolloutComplete, "Every instance runs "+st.CurrentImage)
 	}
 	if obs.storageReason != "" {
-		set(v1alpha1.ConditionStorageResizePending, true, obs.storageReason, obs.storageMessage)
+		set(v1alpha1.ConditionStorageResizePending, !obs.storageFinal, obs.storageReason, obs.storageMessage)
 	} else {
 		set(v1alpha1.ConditionStorageResizePending, false, v1alpha1.ReasonUpToDate, "Volumes match spec")
 	}

@@ -27,8 +27,9 @@ func (r *Reconciler) reconcileStorage(ctx context.Context, db *v1alpha1.Database
 		cur := pvc.Spec.Resources.Requests[corev1.ResourceStorage]
 		switch want.Cmp(cur) {
 		case -1:
-			obs.storageReason = v1alpha1.ReasonShrinkUnsupported
-			obs.storageMessage = fmt.Sprintf("Volumes are %s and spec asks for %s; volumes never shrink", cur.String(), want.String())
+			obs.storageReason, obs.storageFinal = v1alpha1.ReasonShrinkUnsupported, true
+			obs.storageMessage = fmt.Sprintf("Volumes stay at %s, larger than the %s spec asks for: volumes never shrink, so nothing waits",
+				cur.String(), want.String())
 			return nil
 		case 1:
 			class, err := r.storageClass(ctx, pvc)
