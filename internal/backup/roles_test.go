@@ -8,7 +8,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/daytwo-dev/daytwo/internal/backup"
-	"github.com/daytwo-dev/daytwo/internal/testpg"
 )
 
 // A restored role keeps no power that reaches past its database: not
@@ -16,32 +15,17 @@ import (
 // programs or read and write the server's files. So an imported role
 // cannot run COPY ... TO PROGRAM, which would run code as the server.
 func TestRestoredRolesCannotRunPrograms(t *testing.T) {
-	src := testpg.Start(t)
-	minio := testpg.StartMinIO(t)
-	st := s3(t, minio, "backups")
-	for _, q := range []string{
-		"CREATE ROLE app LOGIN PASSWORD 'app-secret'",
-		"CREATE DATABASE app OWNER app",
+	src, st := appServer(t,
 		"CREATE ROLE intruder LOGIN CREATEROLE",
 		"GRANT pg_execute_server_program, pg_read_server_files, pg_write_server_files TO intruder",
 		"GRANT postgres TO intruder",
 		"CREATE ROLE reporting NOLOGIN",
-		"GRANT reporting TO intruder",
-	} {
-		src.Exec(t, "postgres", q)
-	}
-	o := opts(src, "app", st)
-	o.Conn.User, o.Conn.Password = "app", "app-secret"
-	m, err := backup.Run(ctx, o, "20260101T000000Z", "test")
+		"GRANT reporting TO intruder")
+	m, err := backup.Run(ctx, appOptions(src, st), "20260101T000000Z", "test")
 	if err != nil {
 		t.Fatal(err)
 	}
-	dst := testpg.Start(t)
-	dst.Exec(t, "postgres", "CREATE ROLE app LOGIN")
-	dst.Exec(t, "postgres", "CREATE DATABASE app OWNER app")
-	if _, err := backup.Restore(ctx, opts(dst, "app", st), m.ID, "app"); err != nil {
-		t.Fatalf("restore: %v", err)
-	}
+	dst := restoreApp(t, st, m.ID)
 	checks := map[string]string{
 		"SELECT rolcreaterole::text FROM pg_roles WHERE rolname = 'intruder'":         "false",
 		"SELECT pg_has_role('intruder', 'pg_execute_server_program', 'MEMBER')::text": "false",
