@@ -183,6 +183,12 @@ func (k *KubeLease) ServedLSN(ctx context.Context) (string, error) {
 // Renew implements Lease.
 func (k *KubeLease) Renew(ctx context.Context, pod, lsn, sync string) error {
 	return k.renew(ctx, pod, "renew", func(l *coordinationv1.Lease) {
+		// Acquired at the first renewal as a serving primary: the
+		// operator reads a lease never acquired as a Database still
+		// bootstrapping (Extend, before postgres serves, leaves it).
+		if l.Spec.AcquireTime == nil {
+			l.Spec.AcquireTime = l.Spec.RenewTime
+		}
 		if l.Annotations == nil {
 			l.Annotations = map[string]string{}
 		}
@@ -214,9 +220,6 @@ func (k *KubeLease) renew(ctx context.Context, pod, verb string, record func(*co
 	now := metav1.NewMicroTime(time.Now())
 	seconds := int32(instanceapi.LeaseDuration / time.Second)
 	l.Spec.RenewTime, l.Spec.LeaseDurationSeconds = &now, &seconds
-	if l.Spec.AcquireTime == nil {
-		l.Spec.AcquireTime = &now
-	}
 	record(l)
 	if _, err := k.Client.Update(ctx, l, metav1.UpdateOptions{}); err != nil {
 		return fmt.Errorf("failed to %s Lease %s: %w", verb, k.Name, err)

@@ -74,6 +74,11 @@ type Manager struct {
 	// promoting: pg_promote runs; the guard extends the lease meanwhile
 	// (guarded by mu).
 	promoting bool
+	// startFenced: the guard fenced a run that never served, at
+	// restartLeaseLimit; startUnbounded: the next start, which failover
+	// had a term to pre-empt, extends for as long as it takes (both
+	// guarded by mu; see learnRole).
+	startFenced, startUnbounded bool
 	// restarting: postgres crashed, or was asked to restart, and is being
 	// started again in place, with the lease kept (see restartingInPlace).
 	restarting bool
@@ -664,6 +669,9 @@ func (m *Manager) supervise(ctx context.Context) error {
 	m.status.StartConfigHash = startHash
 	m.startHolder = m.holder
 	m.mu.Unlock()
+	if err := m.extendIfShort(ctx); err != nil {
+		return err
+	}
 	cmd := exec.Command(m.cfg.bin("postgres"), "-D", m.cfg.PGData)
 	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 	m.log.Info("Starting postgres", "role", m.role())

@@ -45,8 +45,25 @@ func (m *Manager) learnRole(ctx context.Context) error {
 				// counts, not the time of this read.
 				m.leaseUntil = later(m.leaseUntil, v.validUntil())
 			}
-			until := m.leaseUntil
+			until, startFenced := m.leaseUntil, m.startFenced
 			m.mu.Unlock()
+			if role == instanceapi.RolePrimary && startFenced && time.Now().Before(until.Add(instanceapi.LeaseFenceMargin+instanceapi.LeaseDuration)) {
+				// The last start ran out of restartLeaseLimit before it
+				// served (a long crash recovery or replay): the lease lapses
+				// for a whole term, so failover may promote another. Only
+				// if none is promoted does this instance start again, and
+				// then with no limit (killing a recovery only restarts it).
+				m.setMessage("the last start took too long; waiting a lease term for failover before starting again")
+				if !sleepCtx(ctx, time.Second) {
+					return ctx.Err()
+				}
+				continue
+			}
+			if role == instanceapi.RolePrimary && startFenced {
+				m.mu.Lock()
+				m.startFenced, m.startUnbounded = false, true
+				m.mu.Unlock()
+			}
 			if role == instanceapi.RolePrimary && time.Until(until) < instanceapi.LeaseRenewPeriod {
 				// Released, or about to run out: postgres starts as a
 				// primary only under a lease it can count on.
@@ -138,6 +155,9 @@ func (m *Manager) startPrimaryDuties(ctx context.Context, fence chan<- error) bo
 	}
 	go m.heartbeat(ctx)
 	m.guardLease(ctx, fence)
+	m.mu.Lock()
+	m.startUnbounded = false
+	m.mu.Unlock()
 	context.AfterFunc(ctx, func() {
 		m.mu.Lock()
 		m.lastHeartbeat, m.lastRenew, m.syncRecorded = time.Time{}, time.Time{}, ""
@@ -227,7 +247,9 @@ func (m *Manager) holdLease(ctx context.Context, fence chan<- error, started tim
 	for {
 		m.mu.Lock()
 		beat, until, lsn, sync := m.lastHeartbeat, m.leaseUntil, m.status.LSN, m.syncRecord
-		starting := (m.status.Phase != instanceapi.PhaseRunning || m.promoting) && time.Since(started) < restartLeaseLimit
+		starting := (m.status.Phase != instanceapi.PhaseRunning || m.promoting) &&
+			(time.Since(started) < restartLeaseLimit || m.startUnbounded)
+		unserved := m.status.Phase != instanceapi.PhaseRunning || m.promoting
 		m.mu.Unlock()
 		var err error
 		switch {
@@ -251,6 +273,11 @@ func (m *Manager) holdLease(ctx context.Context, fence chan<- error, started tim
 		if !lost {
 			err = fmt.Errorf("the primary lease ran out at %s, not renewed since (heartbeat %s ago)",
 				until.Add(instanceapi.LeaseFenceMargin).Format(time.StampMilli), time.Since(beat).Round(time.Millisecond))
+			if unserved {
+				m.mu.Lock()
+				m.startFenced = true // learnRole lets failover have a term first
+				m.mu.Unlock()
+			}
 		}
 		select {
 		case fence <- err:
@@ -303,6 +330,24 @@ func (m *Manager) extendBefore(ctx context.Context, limit time.Duration) error {
 // due (a renewal period at most).
 func renewLimit(until time.Time) time.Duration {
 	return min(instanceapi.LeaseRenewPeriod, max(time.Until(until), 10*time.Millisecond))
+}
+
+// extendIfShort extends the lease right before postgres starts as a
+// primary when less than a renewal period of its term is left: the work
+// between learnRole and the start (a clone, an import, an upgrade) may
+// have taken the rest. A failure is a fence: the run starts again from
+// learnRole.
+func (m *Manager) extendIfShort(ctx context.Context) error {
+	m.mu.Lock()
+	short := m.lease != nil && m.status.Role == instanceapi.RolePrimary && time.Until(m.leaseUntil) < instanceapi.LeaseRenewPeriod
+	m.mu.Unlock()
+	if !short {
+		return nil
+	}
+	if err := m.extendBefore(ctx, instanceapi.LeaseRenewPeriod); err != nil {
+		return fmt.Errorf("%w: the primary lease ran out before postgres started, and could not be extended: %w", errFenced, err)
+	}
+	return nil
 }
 
 // sleepCtx waits d, or less if ctx ends first; it reports whether it waited d.

@@ -104,7 +104,7 @@ func (r *Reconciler) failover(ctx context.Context, db *v1alpha1.Database, obs *o
 		}
 		return reconcile.Result{RequeueAfter: st.Expires.Sub(now) + 100*time.Millisecond}, nil
 	}
-	if waited == 0 {
+	if waited == 0 && len(obs.pods) > 1 {
 		// Positions read now, after the expiry, when the old primary
 		// fenced already: what the replicas said before may lack commits
 		// it acknowledged since, and failover must weigh every one.
