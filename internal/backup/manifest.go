@@ -56,14 +56,28 @@ type DatabasePart struct {
 	Part
 }
 
-// Keys are the stored objects a manifest names besides itself.
-func (m Manifest) Keys() []string {
-	keys := []string{m.DataKey}
+// dataPart is the main database's dump, as a Part.
+func (m Manifest) dataPart() Part {
+	return Part{Key: m.DataKey, Bytes: m.Bytes, RawBytes: m.RawBytes, SHA256: m.SHA256}
+}
+
+// parts are the stored objects a manifest names besides itself.
+func (m Manifest) parts() []Part {
+	parts := []Part{m.dataPart()}
 	if m.Roles != nil {
-		keys = append(keys, m.Roles.Key)
+		parts = append(parts, *m.Roles)
 	}
 	for _, d := range m.Databases {
-		keys = append(keys, d.Key)
+		parts = append(parts, d.Part)
+	}
+	return parts
+}
+
+// keys are the keys of the stored objects a manifest names besides itself.
+func (m Manifest) keys() []string {
+	var keys []string
+	for _, p := range m.parts() {
+		keys = append(keys, p.Key)
 	}
 	return keys
 }

@@ -65,7 +65,7 @@ func Prune(ctx context.Context, st Storage, prefix string, s Series, r Retention
 		if err := st.Delete(ctx, manifestKey(prefix, m.ID, s)); err != nil {
 			return keep, pruned, err
 		}
-		for _, k := range m.Keys() {
+		for _, k := range m.keys() {
 			if err := st.Delete(ctx, k); err != nil {
 				return keep, pruned, err
 			}
@@ -87,7 +87,7 @@ func deleteOrphans(ctx context.Context, st Storage, prefix string, s Series, kee
 	}
 	named := map[string]bool{}
 	for _, m := range keep {
-		for _, k := range m.Keys() {
+		for _, k := range m.keys() {
 			named[k] = true
 		}
 	}

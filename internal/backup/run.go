@@ -88,7 +88,8 @@ func (o Options) bin(name string) string {
 var ErrChecksum = errors.New("checksum mismatch")
 
 // Run streams `pg_dump -Fc` of the database it connects to, the roles
-// (`pg_dumpall --roles-only`) and a dump of each other database into storage, compressing and hashing them on the way, checks what was
+// (`pg_dumpall --roles-only`) and a dump of each other database into
+// storage, compressing and hashing them on the way, checks what was
 // stored, and writes the manifest last. Nothing of the dump touches the
 // local disk. Each attempt writes its own data keys, so a failed attempt
 // deletes only what it wrote; when a manifest for id already exists (an
@@ -133,9 +134,9 @@ func Run(ctx context.Context, o Options, id, daytwoVersion string) (Manifest, er
 		m.Databases, err = o.dumpOthers(ctx, m.DataKey, dumpArgs)
 	}
 	if err == nil {
-		for _, k := range m.Keys() {
-			if _, serr := o.Storage.Size(ctx, k); serr != nil {
-				err = errors.Join(fmt.Errorf("%s is gone from storage before the manifest was written (a prune beside this run?)", k), serr)
+		for _, p := range m.parts() {
+			if size, serr := o.Storage.Size(ctx, p.Key); serr != nil || size != p.Bytes {
+				err = errors.Join(fmt.Errorf("%s is gone from storage before the manifest was written (a prune beside this run?)", p.Key), serr)
 				break
 			}
 		}
@@ -143,7 +144,7 @@ func Run(ctx context.Context, o Options, id, daytwoVersion string) (Manifest, er
 	if err != nil {
 		cleanupCtx, done := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		defer done()
-		for _, k := range m.Keys() {
+		for _, k := range m.keys() {
 			_ = o.Storage.Delete(cleanupCtx, k)
 		}
 		return m, err
@@ -299,7 +300,7 @@ func Restore(ctx context.Context, o Options, id, role string) (Manifest, error) 
 	if !withRoles {
 		args = append(args, "--no-privileges")
 	}
-	if err := restorePart(ctx, o, m.ID, m.Compression, Part{Key: m.DataKey, Bytes: m.Bytes, SHA256: m.SHA256}, args); err != nil {
+	if err := restorePart(ctx, o, m.ID, m.Compression, m.dataPart(), args); err != nil {
 		return m, err
 	}
 	return m, restoreOthers(ctx, o, m, args, role)

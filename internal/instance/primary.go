@@ -39,41 +39,12 @@ func (m *Manager) learnRole(ctx context.Context) error {
 			m.setRole(role)
 			m.mu.Lock()
 			m.holder = holder
-			if role == instanceapi.RolePrimary {
-				// The run about to start serves until this, unless it
-				// renews (guardLease): the last renewal, whoever made it,
-				// counts, not the time of this read.
-				m.leaseUntil = later(m.leaseUntil, v.validUntil())
-			}
-			until, startFenced := m.leaseUntil, m.startFenced
 			m.mu.Unlock()
-			if role == instanceapi.RolePrimary && startFenced && time.Now().Before(until.Add(instanceapi.LeaseFenceMargin+instanceapi.LeaseDuration)) {
-				// The last start ran out of restartLeaseLimit before it
-				// served (a long crash recovery or replay): the lease lapses
-				// for a whole term, so failover may promote another. Only
-				// if none is promoted does this instance start again, and
-				// then with no limit (killing a recovery only restarts it).
-				m.setMessage("the last start took too long; waiting a lease term for failover before starting again")
+			if role == instanceapi.RolePrimary && !m.mayStartAsPrimary(ctx, v) {
 				if !sleepCtx(ctx, time.Second) {
 					return ctx.Err()
 				}
 				continue
-			}
-			if role == instanceapi.RolePrimary && startFenced {
-				m.mu.Lock()
-				m.startFenced, m.startUnbounded = false, true
-				m.mu.Unlock()
-			}
-			if role == instanceapi.RolePrimary && time.Until(until) < instanceapi.LeaseRenewPeriod {
-				// Released, or about to run out: postgres starts as a
-				// primary only under a lease it can count on.
-				if err = m.extendBefore(ctx, instanceapi.LeaseRenewPeriod); err != nil {
-					m.setMessage("waiting for the Kubernetes API to extend the primary lease: " + err.Error())
-					if !sleepCtx(ctx, time.Second) {
-						return ctx.Err()
-					}
-					continue
-				}
 			}
 			m.log.Info("Role from the primary lease", "role", role, "holder", holder)
 			return nil
@@ -89,6 +60,38 @@ func (m *Manager) learnRole(ctx context.Context) error {
 		case <-time.After(time.Second):
 		}
 	}
+}
+
+// mayStartAsPrimary says whether postgres may start as the primary the
+// lease view v names, extending the lease first when less than a renewal
+// period of its term is left; when not, it says why (setMessage), and
+// learnRole reads the lease again. The term counts from the last renewal,
+// whoever made it, not from this read. After a start that ran out of
+// restartLeaseLimit before it served (a long crash recovery or replay),
+// the lease lapses for a whole term first, so failover may promote
+// another; only if none is promoted does this instance start again, then
+// with no limit (killing a recovery only starts it over).
+func (m *Manager) mayStartAsPrimary(ctx context.Context, v LeaseView) bool {
+	m.mu.Lock()
+	m.leaseUntil = later(m.leaseUntil, v.validUntil())
+	until := m.leaseUntil
+	forFailover := m.startFenced && time.Now().Before(until.Add(instanceapi.LeaseFenceMargin+instanceapi.LeaseDuration))
+	if m.startFenced && !forFailover {
+		m.startFenced, m.startUnbounded = false, true
+	}
+	m.mu.Unlock()
+	if forFailover {
+		m.setMessage("the last start took too long; waiting a lease term for failover before starting again")
+		return false
+	}
+	if time.Until(until) >= instanceapi.LeaseRenewPeriod {
+		return true
+	}
+	if err := m.extendBefore(ctx, instanceapi.LeaseRenewPeriod); err != nil {
+		m.setMessage("waiting for the Kubernetes API to extend the primary lease: " + err.Error())
+		return false
+	}
+	return true
 }
 
 // rejoin turns data that last ran as a primary into a replica of the
@@ -580,10 +583,7 @@ func (m *Manager) promote(ctx context.Context, waitLSN, how string) (int, error)
 		// could not promote (cut from the API, say): another may be named
 		// by now, or soon. It promotes only under a term of its own.
 		start := time.Now()
-		ectx, ecancel := context.WithTimeout(ctx, instanceapi.LeaseRenewPeriod)
-		err := m.lease.Extend(ectx, m.cfg.Pod)
-		ecancel()
-		if err != nil {
+		if err := m.extendBefore(ctx, instanceapi.LeaseRenewPeriod); err != nil {
 			return http.StatusConflict, fmt.Errorf("the primary lease's term ran out and could not be extended: %w", err)
 		}
 		renewed = start
