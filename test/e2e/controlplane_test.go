@@ -17,11 +17,16 @@ import (
 	"github.com/daytwo-dev/daytwo/test/e2e/framework"
 )
 
-// controlPlanePIDs are the processes of a control-plane component on this
-// machine (the real node's control plane runs here).
+// realNodeCluster is the real node's kwokctl cluster (NAME in
+// hack/realnode.sh). The kwok e2e's cluster runs its own control plane on
+// this machine too, so a component is matched by its cluster's directory.
+const realNodeCluster = "daytwo-rn"
+
+// controlPlanePIDs are the processes of one of the real node's control-plane
+// components (they run on this machine).
 func controlPlanePIDs(t *testing.T, comp string) []string {
 	t.Helper()
-	out, _ := exec.Command("pgrep", "-f", "--", "/bin/"+comp+" ").Output() // exit 1: none
+	out, _ := exec.Command("pgrep", "-f", "--", "/"+realNodeCluster+"/bin/"+comp+" ").Output() // exit 1: none
 	return strings.Fields(string(out))
 }
 
