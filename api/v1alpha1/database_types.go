@@ -115,6 +115,10 @@ const (
 	// ReasonFailingOver means the primary lease expired and daytwo is
 	// promoting a replica, or waits for one it may promote.
 	ReasonFailingOver = "FailingOver"
+	// ReasonServingOnPromises means the primary cannot renew its lease (it
+	// does not reach the Kubernetes API) and serves on its replicas'
+	// promises not to be promoted meanwhile.
+	ReasonServingOnPromises = "ServingOnPromises"
 	// ReasonFailover is the Event reason of each failover step.
 	ReasonFailover = "Failover"
 	// ReasonSwitchoverPending means a requested switchover waits until the
@@ -510,6 +514,12 @@ type InstanceStatus struct {
 	// +optional
 	// +kubebuilder:validation:MaxItems=64
 	PendingRestart []string `json:"pendingRestart,omitempty"`
+	// promisedTo names the primary this instance promised not to be
+	// promoted over while it lasts: the primary serves on such promises
+	// when it cannot renew its lease (a control-plane outage).
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	PromisedTo string `json:"promisedTo,omitempty"`
 	// error says why the instance could not be asked.
 	// +optional
 	Error string `json:"error,omitempty"`

@@ -36,7 +36,7 @@ func newInstanceRunCommand() *cobra.Command {
 	var physical, upgradeOnly, bootstrapOnly, importRoles bool
 	var imp instance.ImportSource
 	var importDatabases []string
-	var peers string
+	var peers, peerAPIs string
 	var restoreFrom storageFlags
 	cmd := &cobra.Command{
 		Use:   "run",
@@ -55,7 +55,13 @@ func newInstanceRunCommand() *cobra.Command {
 			cfg.Role = instanceapi.Role(role)
 			if cmd.Flags().Changed(instanceapi.FlagPeers) {
 				var err error
-				if cfg.Peers, err = instance.ParsePeers(peers); err != nil {
+				if cfg.Peers, err = instance.ParsePeers(instanceapi.FlagPeers, peers); err != nil {
+					return err
+				}
+			}
+			if cmd.Flags().Changed(instanceapi.FlagPeerAPIs) {
+				var err error
+				if cfg.PeerAPIs, err = instance.ParsePeers(instanceapi.FlagPeerAPIs, peerAPIs); err != nil {
 					return err
 				}
 			}
@@ -152,6 +158,8 @@ func newInstanceRunCommand() *cobra.Command {
 	f.IntVar(&cfg.PrimaryPort, "primary-port", 0, "Port of the primary; defaults to --port.")
 	f.StringVar(&peers, instanceapi.FlagPeers, "", "Other instances' addresses, pod=host:port, for a replica to stream from the lease holder; "+
 		"a holder not listed is reached at --primary-host. Unset: each pod's name under the Database's headless Service.")
+	f.StringVar(&peerAPIs, instanceapi.FlagPeerAPIs, "", "Other instances' API addresses, pod=host:port, where the lease holder asks "+
+		"for promises; a pod not listed is not asked. Unset: each pod's name under the Database's headless Service.")
 	f.StringVar(&cfg.Database, instanceapi.FlagDatabase, "app", "Application database.")
 	f.StringVar(&cfg.Owner, instanceapi.FlagOwner, "app", "Owner role of the application database.")
 	f.BoolVar(&cfg.FromBackup, instanceapi.FlagFromBackup, false, "Bootstrap the primary from a backup instead of initdb.")

@@ -3,6 +3,7 @@ package ha
 import (
 	"fmt"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -29,6 +30,11 @@ type LeaseState struct {
 	// setting, or the old and the new one while it changes. None:
 	// asynchronous (or an instance manager from before the record).
 	Sync []SyncSetting
+	// Vouchers, when HasVouchers, are the instances whose promises the
+	// holder needs to serve past its term (instanceapi.AnnotationVouchers):
+	// only they may be promoted while it may still serve on them.
+	Vouchers    []string
+	HasVouchers bool
 }
 
 // SyncSetting is a synchronous_standby_names of the form ANY k (names);
@@ -75,7 +81,23 @@ func LeaseStateOf(l *coordinationv1.Lease) LeaseState {
 	if rec, ok := l.Annotations[instanceapi.AnnotationSync]; ok {
 		s.Sync = ParseSync(rec)
 	}
+	// A released lease (no renewal) binds nobody to promises: its holder
+	// stopped serving before it released it.
+	if v, ok := l.Annotations[instanceapi.AnnotationVouchers]; ok && l.Spec.RenewTime != nil {
+		s.HasVouchers, s.Vouchers = true, ParseVouchers(v)
+	}
 	return s
+}
+
+// ParseVouchers reads instanceapi.AnnotationVouchers.
+func ParseVouchers(v string) []string {
+	var out []string
+	for _, n := range strings.Split(v, ",") {
+		if n = strings.TrimSpace(n); n != "" {
+			out = append(out, n)
+		}
+	}
+	return out
 }
 
 // expired: nobody may serve writes under this lease now.
@@ -92,6 +114,10 @@ type FailoverDecision struct {
 	// Weighed lists each replica that answered with the WAL position it
 	// was ranked by, for the record.
 	Weighed []string
+	// OnPromises, with no Promote, says the holder may serve on its
+	// replicas' promises (it cannot renew the lease, but reaches them):
+	// no failover is needed.
+	OnPromises string
 }
 
 // DecideFailover picks the replica to promote once the lease expired: the
@@ -119,9 +145,17 @@ func DecideFailover(lease LeaseState, now time.Time, instances []v1alpha1.Instan
 	}
 	best, bestLSN, bestTimeline := "", uint64(0), int32(0)
 	answering := map[string]bool{}
-	var behind, weighed []string
+	var behind, weighed, vouching []string
 	for _, in := range instances {
 		if in.Name == lease.Holder || in.Error != "" || in.Role != string(instanceapi.RoleReplica) {
+			continue
+		}
+		if lease.HasVouchers && !slices.Contains(lease.Vouchers, in.Name) {
+			continue // the holder may serve without its promise
+		}
+		if in.PromisedTo == lease.Holder {
+			// It refuses promotion: the holder serves on its promise.
+			vouching = append(vouching, in.Name)
 			continue
 		}
 		got, ok1 := postgres.ParseLSN(in.ReceivedLSN)
@@ -154,6 +188,10 @@ func DecideFailover(lease LeaseState, now time.Time, instances []v1alpha1.Instan
 					lease.Holder, s.K, strings.Join(s.Names, ", "), need, n)}
 			}
 		}
+	}
+	if best == "" && len(vouching) > 0 {
+		return FailoverDecision{OnPromises: fmt.Sprintf("The primary %s cannot renew its lease; it serves on the promises of %s, "+
+			"so none is promoted", lease.Holder, strings.Join(vouching, ", "))}
 	}
 	if best == "" {
 		why := "no replica answers"

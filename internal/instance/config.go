@@ -48,6 +48,10 @@ type Config struct {
 	// Nil means each instance's instanceapi.PeerHost on Port. An instance
 	// missing from a non-nil map is reached at PrimaryHost.
 	Peers map[string]string
+	// PeerAPIs are the other instances' API addresses (host:port) by pod
+	// name, for a holder to ask for promises (vouch.go). Nil means each
+	// instance's instanceapi.PeerHost on instanceapi.Port.
+	PeerAPIs map[string]string
 	// Database and Owner are the application database and its owner role.
 	Database, Owner string
 	// FromBackup is true when the primary bootstraps from a backup instead of initdb.
@@ -131,8 +135,9 @@ func (c *Config) primaryPort() int {
 	return c.PrimaryPort
 }
 
-// ParsePeers reads Config.Peers from "pod=host:port,...": empty is no peers.
-func ParsePeers(s string) (map[string]string, error) {
+// ParsePeers reads Config.Peers (or PeerAPIs) from "pod=host:port,...",
+// the value of the flag named flag: empty is no peers.
+func ParsePeers(flag, s string) (map[string]string, error) {
 	peers := map[string]string{}
 	for _, entry := range strings.Split(s, ",") {
 		if entry == "" {
@@ -140,7 +145,7 @@ func ParsePeers(s string) (map[string]string, error) {
 		}
 		pod, addr, ok := strings.Cut(entry, "=")
 		if _, port, err := net.SplitHostPort(addr); !ok || pod == "" || err != nil || port == "" {
-			return nil, fmt.Errorf("--%s: %q is not pod=host:port", instanceapi.FlagPeers, entry)
+			return nil, fmt.Errorf("--%s: %q is not pod=host:port", flag, entry)
 		}
 		peers[pod] = addr
 	}

@@ -59,15 +59,15 @@ func TestUpstream(t *testing.T) {
 }
 
 func TestParsePeers(t *testing.T) {
-	got, err := ParsePeers("orders-0=127.0.0.1:7001,orders-1=[::1]:7002")
+	got, err := ParsePeers("peers", "orders-0=127.0.0.1:7001,orders-1=[::1]:7002")
 	if err != nil || len(got) != 2 || got["orders-1"] != "[::1]:7002" {
 		t.Fatalf("ParsePeers = %v, %v", got, err)
 	}
-	if got, err := ParsePeers(""); err != nil || got == nil || len(got) != 0 {
+	if got, err := ParsePeers("peers", ""); err != nil || got == nil || len(got) != 0 {
 		t.Fatalf("ParsePeers(\"\") = %v, %v; want an empty map", got, err)
 	}
 	for _, bad := range []string{"orders-0", "orders-0=127.0.0.1", "=127.0.0.1:1"} {
-		if _, err := ParsePeers(bad); err == nil || !strings.Contains(err.Error(), "--peers") {
+		if _, err := ParsePeers("peers", bad); err == nil || !strings.Contains(err.Error(), "--peers") {
 			t.Errorf("ParsePeers(%q) = %v, want an error naming --peers", bad, err)
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -26,10 +27,12 @@ var ErrLeaseLost = errors.New("the primary lease names another instance")
 type Lease interface {
 	// Holder is the instance the lease names.
 	Holder(ctx context.Context) (string, error)
-	// Renew extends the lease for pod, recording lsn and the synchronous
-	// replication in force (instanceapi.AnnotationSync). It fails with
+	// Renew extends the lease for pod, recording lsn, the synchronous
+	// replication in force (instanceapi.AnnotationSync) and the instances
+	// whose promises it would serve on past the term
+	// (instanceapi.AnnotationVouchers; nil records none). It fails with
 	// ErrLeaseLost when the lease names another instance.
-	Renew(ctx context.Context, pod, lsn, sync string) error
+	Renew(ctx context.Context, pod, lsn, sync string, vouchers []string) error
 	// Extend renews the lease for pod and nothing else: what the last
 	// renewal recorded (its WAL position, the synchronous replication, a
 	// handover's wait) stays. A holder whose server is not serving yet
@@ -55,6 +58,9 @@ type LeaseView struct {
 	Renewed time.Time
 	// Duration is the term a renewal gives (zero: none recorded).
 	Duration time.Duration
+	// ReleasedBy is the holder before this one, when it released the
+	// lease (instanceapi.AnnotationReleasedBy).
+	ReleasedBy string
 }
 
 // validUntil is when a holder must have stopped serving under this view's
@@ -161,7 +167,8 @@ func (k *KubeLease) View(ctx context.Context) (LeaseView, error) {
 	if err != nil {
 		return LeaseView{}, err
 	}
-	v := LeaseView{Holder: ptr.Deref(l.Spec.HolderIdentity, ""), HandoverLSN: l.Annotations[instanceapi.AnnotationHandoverLSN]}
+	v := LeaseView{Holder: ptr.Deref(l.Spec.HolderIdentity, ""), HandoverLSN: l.Annotations[instanceapi.AnnotationHandoverLSN],
+		ReleasedBy: l.Annotations[instanceapi.AnnotationReleasedBy]}
 	if l.Spec.RenewTime != nil {
 		v.Renewed = l.Spec.RenewTime.Time
 	}
@@ -181,7 +188,7 @@ func (k *KubeLease) ServedLSN(ctx context.Context) (string, error) {
 }
 
 // Renew implements Lease.
-func (k *KubeLease) Renew(ctx context.Context, pod, lsn, sync string) error {
+func (k *KubeLease) Renew(ctx context.Context, pod, lsn, sync string, vouchers []string) error {
 	return k.renew(ctx, pod, "renew", func(l *coordinationv1.Lease) {
 		// Acquired at the first renewal as a serving primary: the
 		// operator reads a lease never acquired as a Database still
@@ -196,6 +203,11 @@ func (k *KubeLease) Renew(ctx context.Context, pod, lsn, sync string) error {
 			l.Annotations[instanceapi.AnnotationLeaseLSN] = lsn
 		}
 		l.Annotations[instanceapi.AnnotationSync] = sync
+		if vouchers != nil {
+			l.Annotations[instanceapi.AnnotationVouchers] = strings.Join(vouchers, ",")
+		} else {
+			delete(l.Annotations, instanceapi.AnnotationVouchers)
+		}
 		// The holder renews as a primary: a handover's wait is over.
 		delete(l.Annotations, instanceapi.AnnotationHandoverLSN)
 	})
@@ -269,6 +281,8 @@ func (k *KubeLease) HandOver(ctx context.Context, from, to, lsn, request string)
 	}
 	l.Annotations[instanceapi.AnnotationLeaseLSN] = lsn
 	l.Annotations[instanceapi.AnnotationHandoverLSN] = lsn
+	// The vouchers were the old holder's; the new one records its own.
+	delete(l.Annotations, instanceapi.AnnotationVouchers)
 	if request != "" {
 		l.Annotations[instanceapi.AnnotationSwitchoverRequest] = request
 	}

@@ -133,6 +133,15 @@ type Manager struct {
 	// receiverPID is the walreceiver the last observation saw streaming
 	// (monitor only; see observe).
 	receiverPID int
+	// promise is this instance's promise to a holder not to be promoted,
+	// and vouch the promises it holds as a holder (vouch.go).
+	promise promise
+	vouch   vouchers
+	// peerHTTP asks the other instances for promises; peerCA is the CA it
+	// verifies them against (both guarded by peerMu).
+	peerMu   sync.Mutex
+	peerHTTP *http.Client
+	peerCA   []byte
 }
 
 // UseLease makes the primary lease decide this instance's role: the holder
@@ -160,9 +169,12 @@ const (
 
 // New returns a manager for cfg. restore may be nil.
 func New(cfg *Config, log logr.Logger, restore RestoreFunc) *Manager {
-	return &Manager{cfg: cfg, log: log, restore: restore, reload: make(chan struct{}, 1), named: make(chan struct{}, 1), demote: make(chan demoteRequest),
-		restartReq: make(chan struct{}),
-		status:     instanceapi.Status{Pod: cfg.Pod, Role: cfg.Role, Phase: instanceapi.PhaseBootstrapping}}
+	m := &Manager{cfg: cfg, log: log, restore: restore, reload: make(chan struct{}, 1), named: make(chan struct{}, 1), demote: make(chan demoteRequest),
+		restartReq: make(chan struct{}), promise: promise{path: cfg.promiseFile()},
+		status: instanceapi.Status{Pod: cfg.Pod, Role: cfg.Role, Phase: instanceapi.PhaseBootstrapping}}
+	// A promise the last run made still binds this one.
+	m.promise.load(time.Now())
+	return m
 }
 
 // Reload asks for the parameters file to be re-read.
@@ -1038,6 +1050,11 @@ func (m *Manager) Status() instanceapi.Status {
 		s.Archive = archiveStatus(m.archiver.Stats())
 		m.backlog.fill(s.Archive, filepath.Join(m.cfg.PGData, "pg_wal"), time.Now())
 	}
+	now := time.Now()
+	if h, ok := m.promise.active(now); ok {
+		s.PromisedTo = h
+	}
+	s.ServingOnPromises = s.Role == instanceapi.RolePrimary && m.lease != nil && !now.Before(m.leaseUntil) && m.vouch.covers(now)
 	return s
 }
 
@@ -1055,5 +1072,7 @@ func (m *Manager) setRole(r instanceapi.Role) {
 	m.cfg.Role = r
 	if r != instanceapi.RolePrimary {
 		m.leaseUntil = time.Time{} // a term handed on is not this instance's to count on
+		m.vouch.reset()
+		m.promise.reopen()
 	}
 }

@@ -84,6 +84,10 @@ func (m *Manager) mayStartAsPrimary(ctx context.Context, v LeaseView) bool {
 		m.setMessage("the last start took too long; waiting a lease term for failover before starting again")
 		return false
 	}
+	if err := m.promise.claim(m.cfg.Pod, v.ReleasedBy, v.HandoverLSN != "", time.Now()); err != nil {
+		m.setMessage("waiting to start as the primary: " + err.Error())
+		return false
+	}
 	if time.Until(until) >= instanceapi.LeaseRenewPeriod {
 		return true
 	}
@@ -157,6 +161,7 @@ func (m *Manager) startPrimaryDuties(ctx context.Context, fence chan<- error) bo
 		return false
 	}
 	go m.heartbeat(ctx)
+	go m.vouchLoop(ctx)
 	m.guardLease(ctx, fence)
 	m.mu.Lock()
 	m.startUnbounded = false
@@ -249,7 +254,7 @@ func (m *Manager) heartbeat(ctx context.Context) {
 func (m *Manager) holdLease(ctx context.Context, fence chan<- error, started time.Time) {
 	for {
 		m.mu.Lock()
-		beat, until, lsn, sync := m.lastHeartbeat, m.leaseUntil, m.status.LSN, m.syncRecord
+		beat, lsn, sync := m.lastHeartbeat, m.status.LSN, m.syncRecord
 		starting := (m.status.Phase != instanceapi.PhaseRunning || m.promoting) &&
 			(time.Since(started) < restartLeaseLimit || m.startUnbounded)
 		unserved := m.status.Phase != instanceapi.PhaseRunning || m.promoting
@@ -257,31 +262,31 @@ func (m *Manager) holdLease(ctx context.Context, fence chan<- error, started tim
 		var err error
 		switch {
 		case time.Since(beat) < instanceapi.HeartbeatDeadline:
-			err = m.renewBefore(ctx, until, lsn, sync)
+			err = m.renewBefore(ctx, m.serveDeadline(beat, unserved), lsn, sync)
 		case starting:
-			err = m.extendBefore(ctx, renewLimit(until))
+			err = m.extendBefore(ctx, renewLimit(m.serveDeadline(beat, unserved)))
 		}
-		m.mu.Lock()
-		until = m.leaseUntil
-		m.mu.Unlock()
 		lost := errors.Is(err, ErrLeaseLost)
-		if !lost && time.Now().Before(until) {
+		deadline := m.serveDeadline(beat, unserved)
+		if !lost && time.Now().Before(deadline) {
+			m.noteServingOnPromises()
 			// The next renewal, or the fence, whichever is first: a tick
 			// would fence up to a period late, which the margin cannot spare.
-			if !sleepCtx(ctx, min(instanceapi.LeaseRenewPeriod, time.Until(until))) {
+			if !sleepCtx(ctx, min(instanceapi.LeaseRenewPeriod, time.Until(deadline))) {
 				return
 			}
 			continue
 		}
 		if !lost {
-			err = fmt.Errorf("the primary lease ran out at %s, not renewed since (heartbeat %s ago)",
-				until.Add(instanceapi.LeaseFenceMargin).Format(time.StampMilli), time.Since(beat).Round(time.Millisecond))
+			err = fmt.Errorf("the primary lease ran out at %s, not renewed since (heartbeat %s ago), and no promises of its peers cover it",
+				deadline.Add(instanceapi.LeaseFenceMargin).Format(time.StampMilli), time.Since(beat).Round(time.Millisecond))
 			if unserved {
 				m.mu.Lock()
 				m.startFenced = true // learnRole lets failover have a term first
 				m.mu.Unlock()
 			}
 		}
+		m.vouch.setServing(false)
 		select {
 		case fence <- err:
 		case <-ctx.Done(): // the run ended: nothing left to fence
@@ -290,14 +295,43 @@ func (m *Manager) holdLease(ctx context.Context, fence chan<- error, started tim
 	}
 }
 
+// serveDeadline is when this primary must have stopped serving: the end of
+// its term (m.leaseUntil), or later while it serves, its heartbeat commits
+// and its peers' promises cover it (vouchers): then no other instance can
+// be promoted, and a control-plane outage need not stop its writes.
+func (m *Manager) serveDeadline(beat time.Time, unserved bool) time.Time {
+	m.mu.Lock()
+	until := m.leaseUntil
+	m.mu.Unlock()
+	if unserved || time.Since(beat) >= instanceapi.HeartbeatDeadline {
+		return until
+	}
+	if cover, ok := m.vouch.coveredUntil(time.Now()); ok {
+		return later(until, cover)
+	}
+	return until
+}
+
+// noteServingOnPromises records (and logs, as it begins and ends) whether
+// the primary serves past its term on promises now.
+func (m *Manager) noteServingOnPromises() {
+	m.mu.Lock()
+	past := !time.Now().Before(m.leaseUntil)
+	m.mu.Unlock()
+	if m.vouch.setServing(past) {
+		if past {
+			m.log.Info("Serving past the primary lease's term on the peers' promises: the lease cannot be renewed")
+		} else {
+			m.log.Info("The primary lease is renewed again")
+		}
+	}
+}
+
 // renewBefore renews the lease once for a serving primary, giving up at
 // until (renewLimit), and records a success.
 func (m *Manager) renewBefore(ctx context.Context, until time.Time, lsn, sync string) error {
 	start := time.Now()
-	rctx, cancel := context.WithTimeout(ctx, renewLimit(until))
-	err := m.lease.Renew(rctx, m.cfg.Pod, lsn, sync)
-	cancel()
-	if err != nil {
+	if err := m.renew(ctx, renewLimit(until), lsn, sync); err != nil {
 		return err
 	}
 	m.mu.Lock()
@@ -309,6 +343,20 @@ func (m *Manager) renewBefore(ctx context.Context, until time.Time, lsn, sync st
 		// restart in place) must not end the restart's hold on readiness.
 		m.restarting = false
 	}
+	return nil
+}
+
+// renew renews the lease within limit, recording the vouchers
+// (voucherList) and, once it did, serving on their promises past the term.
+func (m *Manager) renew(ctx context.Context, limit time.Duration, lsn, sync string) error {
+	list := m.voucherList()
+	m.vouch.attempt(list)
+	rctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+	if err := m.lease.Renew(rctx, m.cfg.Pod, lsn, sync, list); err != nil {
+		return err
+	}
+	m.vouch.recordedAs(list)
 	return nil
 }
 
@@ -381,7 +429,10 @@ func (m *Manager) leaseFresh() bool {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return !m.lastRenew.IsZero() && time.Since(m.lastRenew) < instanceapi.LeaseDuration-instanceapi.LeaseFenceMargin
+	fresh := !m.lastRenew.IsZero() && time.Since(m.lastRenew) < instanceapi.LeaseDuration-instanceapi.LeaseFenceMargin
+	// Past the term, the promises that let the guard serve on (its
+	// heartbeat commits, or it fences within HeartbeatDeadline).
+	return fresh || (!m.lastRenew.IsZero() && m.vouch.covers(time.Now()))
 }
 
 // restartLeaseLimit bounds how long a primary restarting in place, as
@@ -403,9 +454,7 @@ func (m *Manager) keepLeaseWhileRestarting(ctx context.Context, lsn, sync string
 			return
 		}
 		start := time.Now()
-		rctx, cancel := context.WithTimeout(ctx, instanceapi.LeaseRenewPeriod)
-		err := m.lease.Renew(rctx, m.cfg.Pod, lsn, sync)
-		cancel()
+		err := m.renew(ctx, instanceapi.LeaseRenewPeriod, lsn, sync)
 		if errors.Is(err, ErrLeaseLost) {
 			return
 		}
@@ -535,6 +584,11 @@ func (m *Manager) promote(ctx context.Context, waitLSN, how string) (int, error)
 	v, named := view()
 	if !named {
 		return http.StatusConflict, errors.New("the primary lease does not name this instance")
+	}
+	// A promise to the last holder binds until it ends, unless that holder
+	// gave the lease up; once past this, this instance promises no more.
+	if err := m.promise.claim(m.cfg.Pod, v.ReleasedBy, v.HandoverLSN != "" || waitLSN != "", time.Now()); err != nil {
+		return http.StatusConflict, err
 	}
 	read := time.Now()
 	conn, err := pgx.Connect(ctx, m.localDSN("postgres"))

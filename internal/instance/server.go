@@ -49,6 +49,9 @@ func (m *Manager) Handler() http.Handler {
 		instanceapi.PathRestart: m.handleRestart, instanceapi.PathCheckpoint: m.handleCheckpoint} {
 		mux.HandleFunc("POST "+path, m.withClientCertificate(m.withToken(h)))
 	}
+	// Another instance asks for a promise, not the operator: no client
+	// certificate (instances have none), the token over TLS.
+	mux.HandleFunc("POST "+instanceapi.PathVouch, m.withToken(m.handleVouch))
 	return mux
 }
 

@@ -45,6 +45,12 @@ const (
 	// stop of a primary (a switchover, a restart in place), so the shutdown
 	// checkpoint has little left to write and writes stop for less time.
 	PathCheckpoint = "/checkpoint"
+	// PathVouch (POST, the token over TLS, a VouchRequest) asks a replica
+	// to promise the lease holder not to become a primary for
+	// PromiseDuration (see VouchPeriod). It answers a VouchResult, or 409
+	// from an instance that is a primary itself. Another instance asks it,
+	// not the operator.
+	PathVouch = "/vouch"
 )
 
 // PromoteRequest is the body of POST /promote.
@@ -141,6 +147,12 @@ type Status struct {
 	// PositionsReadNow: LSN and ReceivedLSN were read from postgres for
 	// this answer (QueryFresh), not taken from the last observation.
 	PositionsReadNow bool `json:"positionsReadNow,omitempty"`
+	// PromisedTo, on an instance that promised a lease holder not to be
+	// promoted (PathVouch), names that holder while the promise lasts.
+	PromisedTo string `json:"promisedTo,omitempty"`
+	// ServingOnPromises, on a primary, is true while it serves past its
+	// lease's term on its peers' promises (it cannot renew the lease).
+	ServingOnPromises bool `json:"servingOnPromises,omitempty"`
 	// Standbys, on a running primary, names the replicas that stream from
 	// this run of its server (pg_stat_replication), by pod.
 	Standbys []string `json:"standbys,omitempty"`

@@ -63,6 +63,7 @@ const (
 	FlagPod             = "pod"
 	FlagPrimaryHost     = "primary-host"
 	FlagPeers           = "peers"
+	FlagPeerAPIs        = "peer-apis"
 	FlagPGData          = "pgdata"
 	FlagRunDir          = "run-dir"
 	FlagShutdownTimeout = "shutdown-timeout"
@@ -168,7 +169,61 @@ const (
 	// acknowledged commits have. Absent or empty: asynchronous.
 	AnnotationSync = "daytwo.dev/synchronous-standby-names"
 	SyncSeparator  = "|"
+	// AnnotationVouchers on the Lease, written by the holder at each
+	// renewal, names (comma-separated) the instances whose promises it
+	// needs to serve past its term (see PromiseDuration). The operator
+	// promotes only an instance it names; "" names none: the holder is
+	// the only instance. Absent (a manager from before promises): the
+	// holder never serves past its term, and any instance may be promoted.
+	AnnotationVouchers = "daytwo.dev/vouchers"
+	// AnnotationReleasedBy on the Lease, written by the operator as it
+	// moves a lease its holder released (a clean shutdown), names that
+	// holder: it serves no more, so the promises made to it do not hold
+	// the promotion up.
+	AnnotationReleasedBy = "daytwo.dev/released-by"
 )
+
+// Serving through a control-plane outage. A holder that cannot renew its
+// lease (the API server is down, or cut from it alone) may serve past its
+// term only while every other instance of the Database has promised not to
+// be promoted: each VouchPeriod, while its heartbeat commits, it asks every
+// instance its last renewal named in AnnotationVouchers (POST PathVouch);
+// an instance that answers refuses to become a primary for PromiseDuration
+// from its answer, on its own clock, unless the lease says the holder
+// released it (AnnotationReleasedBy). The holder counts a promise from the
+// moment it asked, for PromiseDuration less LeaseFenceMargin (clock rate
+// and the fence's own latency), and fences once its term and any promise
+// have both run out; it then serves again only under a renewed lease. The
+// operator promotes only an instance the lease names in
+// AnnotationVouchers, so an instance the holder never asked (one added
+// while it was cut off) is never promoted meanwhile. An instance that
+// starts keeps the promise its last run recorded on the volume
+// (PromiseFile). So when no instance can have been promoted (the whole
+// control plane is down, or the holder reaches every peer), writes go on;
+// when the holder is cut off from the API server and from a peer, it
+// fences as before.
+const (
+	// VouchPeriod is how often a serving holder asks for promises.
+	VouchPeriod = time.Second
+	// PromiseDuration is how long an instance refuses promotion after it
+	// promised a holder.
+	PromiseDuration = 4 * time.Second
+	// PromiseFile, in the data volume next to the data directory, records
+	// until when (wall clock, RFC 3339) an instance promised, for its next run.
+	PromiseFile = "promise"
+)
+
+// VouchRequest is the body of POST PathVouch.
+type VouchRequest struct {
+	// Holder is the lease holder asking.
+	Holder string `json:"holder"`
+}
+
+// VouchResult answers POST PathVouch: the instance refuses promotion for
+// PromiseMillis from its answer.
+type VouchResult struct {
+	PromiseMillis int64 `json:"promiseMillis"`
+}
 
 // LeaseName is the primary lease of the Database named cluster.
 func LeaseName(cluster string) string { return cluster + "-primary" }

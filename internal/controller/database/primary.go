@@ -111,6 +111,10 @@ func (r *Reconciler) failover(ctx context.Context, db *v1alpha1.Database, obs *o
 		obs.instanceStatuses, obs.instances = r.askInstances(ctx, db, obs.pods, st.Holder, true)
 	}
 	d := ha.DecideFailover(st, now, obs.instanceStatuses)
+	if d.OnPromises != "" {
+		obs.servingOnPromises = d.OnPromises
+		return reconcile.Result{RequeueAfter: time.Second}, nil
+	}
 	if d.Promote == "" {
 		// A lease never taken is a Database still bootstrapping; with a
 		// single instance there is no one to fail over to.
@@ -133,6 +137,14 @@ func (r *Reconciler) failover(ctx context.Context, db *v1alpha1.Database, obs *o
 	// A failover accepts what the chosen replica lacks (lagBytes): an
 	// earlier handover's LSN must not block its promotion.
 	delete(l.Annotations, instanceapi.AnnotationHandoverLSN)
+	// The old holder's vouchers bind the old term only; a holder that
+	// released the lease stopped serving, so promises made to it do not
+	// hold the promotion up.
+	delete(l.Annotations, instanceapi.AnnotationVouchers)
+	delete(l.Annotations, instanceapi.AnnotationReleasedBy)
+	if obs.lease.Spec.RenewTime == nil && l.Annotations != nil {
+		l.Annotations[instanceapi.AnnotationReleasedBy] = st.Holder
+	}
 	// The new term's synchronous replication is what the new holder starts
 	// with, not the old holder's (which names the new holder, and which
 	// failover, never counting the holder, could then not satisfy before

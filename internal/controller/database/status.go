@@ -69,9 +69,12 @@ type observation struct {
 	storageFinal bool
 
 	// lease is the primary Lease; primary is its holder.
-	lease             *coordinationv1.Lease
-	primary           string
-	failoverWaiting   string
+	lease           *coordinationv1.Lease
+	primary         string
+	failoverWaiting string
+	// servingOnPromises says why an expired lease is not moved: its
+	// holder serves on its replicas' promises (ha.FailoverDecision.OnPromises).
+	servingOnPromises string
 	switchoverWaiting string
 	// written is the Database as the API server has it (see announce).
 	written *v1alpha1.Database
@@ -147,6 +150,8 @@ func setStatus(db *v1alpha1.Database, obs *observation) {
 	switch reason, msg := primaryError(obs.pods, obs.primary); {
 	case obs.failoverWaiting != "":
 		set(v1alpha1.ConditionReady, false, v1alpha1.ReasonFailingOver, obs.failoverWaiting)
+	case obs.servingOnPromises != "":
+		set(v1alpha1.ConditionReady, true, v1alpha1.ReasonServingOnPromises, obs.servingOnPromises)
 	case primaryReady:
 		set(v1alpha1.ConditionReady, true, v1alpha1.ReasonAvailable,
 			fmt.Sprintf("The primary %s accepts connections; %d of %d instances ready", st.Primary, st.ReadyInstances, st.Instances))
