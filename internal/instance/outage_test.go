@@ -120,4 +120,3 @@ func (w *ackWriter) snapshot() []time.Time {
 	defer w.mu.Unlock()
 	return append([]time.Time(nil), w.acks...)
 }
-
