@@ -153,8 +153,9 @@ func DecideFailover(lease LeaseState, now time.Time, instances []v1alpha1.Instan
 		if lease.HasVouchers && !slices.Contains(lease.Vouchers, in.Name) {
 			continue // the holder may serve without its promise
 		}
-		if in.PromisedTo == lease.Holder {
-			// It refuses promotion: the holder serves on its promise.
+		if in.PromisedTo == lease.Holder && !lease.Expires.IsZero() {
+			// It refuses promotion: the holder may serve on its promise.
+			// (A holder that released the lease serves no more.)
 			vouching = append(vouching, in.Name)
 			continue
 		}
@@ -174,6 +175,12 @@ func DecideFailover(lease LeaseState, now time.Time, instances []v1alpha1.Instan
 			best, bestLSN, bestTimeline = in.Name, got, in.Timeline
 		}
 	}
+	if len(vouching) > 0 {
+		// The holder may serve on them still: nobody is promoted until
+		// they end (within PromiseDuration of its last ask).
+		return FailoverDecision{OnPromises: fmt.Sprintf("The primary %s cannot renew its lease; it serves on the promises of %s, "+
+			"so none is promoted", lease.Holder, strings.Join(vouching, ", "))}
+	}
 	if quorum {
 		for _, s := range lease.Sync {
 			n := 0
@@ -188,10 +195,6 @@ func DecideFailover(lease LeaseState, now time.Time, instances []v1alpha1.Instan
 					lease.Holder, s.K, strings.Join(s.Names, ", "), need, n)}
 			}
 		}
-	}
-	if best == "" && len(vouching) > 0 {
-		return FailoverDecision{OnPromises: fmt.Sprintf("The primary %s cannot renew its lease; it serves on the promises of %s, "+
-			"so none is promoted", lease.Holder, strings.Join(vouching, ", "))}
 	}
 	if best == "" {
 		why := "no replica answers"

@@ -208,8 +208,10 @@ func (k *KubeLease) Renew(ctx context.Context, pod, lsn, sync string, vouchers [
 		} else {
 			delete(l.Annotations, instanceapi.AnnotationVouchers)
 		}
-		// The holder renews as a primary: a handover's wait is over.
+		// The holder renews as a primary: a handover's wait is over, and
+		// so is any word about the holder before it.
 		delete(l.Annotations, instanceapi.AnnotationHandoverLSN)
+		delete(l.Annotations, instanceapi.AnnotationReleasedBy)
 	})
 }
 
@@ -283,6 +285,7 @@ func (k *KubeLease) HandOver(ctx context.Context, from, to, lsn, request string)
 	l.Annotations[instanceapi.AnnotationHandoverLSN] = lsn
 	// The vouchers were the old holder's; the new one records its own.
 	delete(l.Annotations, instanceapi.AnnotationVouchers)
+	delete(l.Annotations, instanceapi.AnnotationReleasedBy)
 	if request != "" {
 		l.Annotations[instanceapi.AnnotationSwitchoverRequest] = request
 	}

@@ -135,8 +135,9 @@ type Manager struct {
 	receiverPID int
 	// promise is this instance's promise to a holder not to be promoted,
 	// and vouch the promises it holds as a holder (vouch.go).
-	promise promise
-	vouch   vouchers
+	promise  promise
+	vouch    vouchers
+	apiWatch apiWatch
 	// peerHTTP asks the other instances for promises; peerCA is the CA it
 	// verifies them against (both guarded by peerMu).
 	peerMu   sync.Mutex
@@ -462,7 +463,10 @@ func (m *Manager) upstream() (string, int) { return m.cfg.upstream(m.holderName(
 // lease hands on to promotes itself at once (promoteNamed), with the
 // handover's WAL first in a switchover.
 func (m *Manager) followHolder(ctx context.Context, w HolderWatcher) {
-	w.WatchHolder(ctx, func(holder string, moved bool) { m.holderIs(ctx, holder, moved) })
+	w.WatchHolder(ctx, func(holder string, moved bool) {
+		m.apiWatch.saw(time.Now())
+		m.holderIs(ctx, holder, moved)
+	})
 }
 
 // holderIs acts on the lease naming holder, as watched (moved: handed on
@@ -1035,6 +1039,9 @@ func (m *Manager) setMessage(msg string) {
 
 // Status returns a copy of the current status.
 func (m *Manager) Status() instanceapi.Status {
+	// Before mu: a promise being given holds its lock over a file write.
+	now := time.Now()
+	promisedTo, promised := m.promise.active(now)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	s := m.status
@@ -1050,11 +1057,11 @@ func (m *Manager) Status() instanceapi.Status {
 		s.Archive = archiveStatus(m.archiver.Stats())
 		m.backlog.fill(s.Archive, filepath.Join(m.cfg.PGData, "pg_wal"), time.Now())
 	}
-	now := time.Now()
-	if h, ok := m.promise.active(now); ok {
-		s.PromisedTo = h
+	if promised {
+		s.PromisedTo = promisedTo
 	}
-	s.ServingOnPromises = s.Role == instanceapi.RolePrimary && m.lease != nil && !now.Before(m.leaseUntil) && m.vouch.covers(now)
+	s.ServingOnPromises = s.Role == instanceapi.RolePrimary && s.Phase == instanceapi.PhaseRunning && m.lease != nil &&
+		!now.Before(m.leaseUntil) && m.vouch.covers(now)
 	return s
 }
 

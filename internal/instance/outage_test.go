@@ -9,17 +9,19 @@ import (
 	"github.com/daytwo-dev/daytwo/internal/instanceapi"
 )
 
-// A primary cut off from the API server serves on past its lease's term
-// while its replica promises not to be promoted (a control-plane outage
-// need not stop writes), and the replica, once the lease names it anyway,
-// refuses to promote until the old primary has fenced: no write is
-// acknowledged by the old primary after the new one promoted.
+// In a control-plane outage (neither instance reaches the API server) the
+// primary serves on past its lease's term while its replica promises not to
+// be promoted, and the replica, once the lease names it anyway, refuses to
+// promote until the old primary has fenced: no write is acknowledged by the
+// old primary after the new one promoted. (A primary cut off alone fences
+// as before, TestRestartedPrimaryFencesWithoutTheAPIServer: its replicas
+// reach the API and promise nothing.)
 func TestPrimaryServesThroughAnAPIOutageOnItsPeersPromises(t *testing.T) {
 	ctx := context.Background()
 	ca := newTestCA(t)
 	lt := newLeaseTest(t, "orders-0")
 	prim, api := lt.instanceBehindAPIProxy(0)
-	rep := lt.instance(prim.pgPort)
+	rep, repAPI := lt.instanceBehindAPIProxy(prim.pgPort)
 	prim.extraFlags = append(prim.extraFlags, "--tls", "--peer-apis", "orders-1=localhost:"+strconv.Itoa(rep.httpPort))
 	rep.extraFlags = append(rep.extraFlags, "--tls", "--primary-host", "localhost")
 	for _, in := range []*instance{prim, rep} {
@@ -36,6 +38,7 @@ func TestPrimaryServesThroughAnAPIOutageOnItsPeersPromises(t *testing.T) {
 	})
 
 	api.partition()
+	repAPI.partition()
 	cut := time.Now()
 	w := prim.startAckWriter(ctx, 1)
 	expiry := lt.get().Spec.RenewTime.Add(instanceapi.LeaseDuration)
@@ -57,8 +60,10 @@ func TestPrimaryServesThroughAnAPIOutageOnItsPeersPromises(t *testing.T) {
 		time.Since(cut).Round(time.Millisecond), time.Since(expiry).Round(time.Millisecond), len(acks), longestGap(acks, cut, time.Now()))
 
 	// The lease moves all the same (no operator would move it while the
-	// replica vouches; the replica's own refusal is the last line).
+	// replica vouches; the replica's own refusal is the last line), and the
+	// replica sees it.
 	lt.transfer("orders-1")
+	repAPI.heal()
 	moved := time.Now()
 	refused := ""
 	var promoted time.Time

@@ -590,6 +590,14 @@ func (m *Manager) promote(ctx context.Context, waitLSN, how string) (int, error)
 	if err := m.promise.claim(m.cfg.Pod, v.ReleasedBy, v.HandoverLSN != "" || waitLSN != "", time.Now()); err != nil {
 		return http.StatusConflict, err
 	}
+	// Until pg_promote is signalled this stays a replica, free to promise
+	// again if the promotion goes no further.
+	signalled := false
+	defer func() {
+		if !signalled {
+			m.promise.reopen()
+		}
+	}()
 	read := time.Now()
 	conn, err := pgx.Connect(ctx, m.localDSN("postgres"))
 	if err != nil {
@@ -655,6 +663,7 @@ func (m *Manager) promote(ctx context.Context, waitLSN, how string) (int, error)
 	m.leaseUntil = later(m.leaseUntil, ha.ServeUntil(renewed, 0))
 	m.mu.Unlock()
 	m.guardRun()
+	signalled = true
 	err = promoteNow(pctx, conn)
 	m.mu.Lock()
 	m.promoting = false

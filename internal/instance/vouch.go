@@ -104,6 +104,54 @@ func (p *promise) reopen() {
 	p.closed = false
 }
 
+// apiWatch is what this instance knows of its own reach to the
+// Kubernetes API: when the lease watch last saw a change (a holder renews
+// each LeaseRenewPeriod), and the last lease read vouching made.
+type apiWatch struct {
+	mu      sync.Mutex
+	seen    time.Time
+	checked time.Time
+	ok      bool
+}
+
+func (a *apiWatch) saw(now time.Time) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.seen = now
+}
+
+// reachesAPI: this instance read the lease lately. A replica promises only
+// while it does not: in a control-plane outage, not when the holder alone
+// is cut off from the API (the operator then fails over, as it should). It
+// reads the lease itself (at most once per VouchPeriod, bounded by half of
+// it) only when the watch saw nothing for two renewal periods.
+func (m *Manager) reachesAPI(ctx context.Context) bool {
+	if m.lease == nil {
+		return false
+	}
+	a := &m.apiWatch
+	a.mu.Lock()
+	now := time.Now()
+	if now.Sub(a.seen) < 2*instanceapi.LeaseRenewPeriod {
+		a.mu.Unlock()
+		return true
+	}
+	if now.Sub(a.checked) < instanceapi.VouchPeriod {
+		ok := a.ok
+		a.mu.Unlock()
+		return ok
+	}
+	a.checked = now
+	a.mu.Unlock()
+	rctx, cancel := context.WithTimeout(ctx, instanceapi.VouchPeriod/2)
+	defer cancel()
+	_, err := m.lease.View(rctx)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.ok = err == nil
+	return a.ok
+}
+
 func (c *Config) promiseFile() string {
 	return filepath.Join(filepath.Dir(filepath.Clean(c.PGData)), instanceapi.PromiseFile)
 }
@@ -113,8 +161,14 @@ func (c *Config) promiseFile() string {
 // another holder.
 func (m *Manager) handleVouch(w http.ResponseWriter, r *http.Request) {
 	var req instanceapi.VouchRequest
-	if err := json.NewDecoder(io.LimitReader(r.Body, 1<<12)).Decode(&req); err != nil || req.Holder == "" {
-		writeJSON(w, http.StatusBadRequest, instanceapi.Error{Message: "holder: a lease holder is required"})
+	if err := json.NewDecoder(io.LimitReader(r.Body, 1<<12)).Decode(&req); err != nil || req.Holder == "" || len(req.Holder) > 253 {
+		writeJSON(w, http.StatusBadRequest, instanceapi.Error{Message: "holder: a lease holder's pod name is required"})
+		return
+	}
+	if m.reachesAPI(r.Context()) {
+		// Then so may the operator, which promotes another once the
+		// holder's lease runs out: the holder must renew it, not ride on.
+		writeJSON(w, http.StatusConflict, instanceapi.Error{Message: "this instance reaches the Kubernetes API"})
 		return
 	}
 	m.mu.Lock()
@@ -155,7 +209,11 @@ type vouchers struct {
 func (v *vouchers) attempt(list []string) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	if v.recorded {
+	if list == nil {
+		// The write deletes the record: if it lands, the operator may
+		// promote anyone.
+		v.recorded, v.demand = false, nil
+	} else if v.recorded {
 		v.demand = union(v.demand, list)
 	}
 }
@@ -353,6 +411,9 @@ func (m *Manager) peerClient() (*http.Client, error) {
 	m.peerHTTP = &http.Client{Transport: &http.Transport{
 		TLSClientConfig: &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12},
 		IdleConnTimeout: time.Minute, MaxIdleConnsPerHost: 1,
-	}}
+	},
+		// A redirect would carry the token on, perhaps in clear.
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
 	return m.peerHTTP, nil
 }

@@ -155,6 +155,12 @@ func TestDatabasesWriteThroughAnAPIServerOutage(t *testing.T) {
 			t.Errorf("%s: the primary moved from %s to %s (last failover %+v) though none had to", db, primaries[db], d.Status.Primary, d.Status.LastFailover)
 		}
 	}
+	if cluster.Mode == framework.ModeReal {
+		framework.Eventually(t, 2*time.Minute, "the operator running again", func(ctx context.Context) (bool, error) {
+			return cluster.OperatorReady(ctx), nil
+		})
+		cluster.AllowOperatorRestarts(t)
+	}
 	// The node makes pods again: the controller manager and the
 	// scheduler, if they exited, run again.
 	serve(t, ns, "after-outage", 1, 8080, corev1.PodSpec{

@@ -429,7 +429,7 @@ func partitionRounds(t *testing.T, ns, db string, instances int32, w *framework.
 			r := cluster.PartitionRound(t, ns, db, instances, s, w, "direct")
 			f.partitions++
 			f.splitAcks += r.SplitAcks
-			if s.FailsOver || s.OnPromises {
+			if s.FailsOver {
 				f.partitionGaps = append(f.partitionGaps, r.Gap)
 			}
 			if r.SplitAcks > 0 {

@@ -44,6 +44,9 @@ type Cluster struct {
 	Config *rest.Config
 	Client client.Client
 	Kube   kubernetes.Interface
+	// operatorRestarts are the operator container's restarts a suite
+	// caused on purpose (AllowOperatorRestarts); CheckOperator allows them.
+	operatorRestarts int32
 }
 
 // Connect reads KUBECONFIG and DAYTWO_E2E_MODE.

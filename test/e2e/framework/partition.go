@@ -14,7 +14,6 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -184,12 +183,9 @@ type PartitionShape struct {
 	// Cut says what to drop, given the addresses of the API server, the
 	// primary's peers, the operator and the direct client.
 	Cut func(api, peers []string, operator, client string) Cut
-	// FailsOver: the primary cannot renew its lease, nor reach its peers
-	// for their promises, so another instance is promoted.
+	// FailsOver: the primary cannot renew its lease, so another instance
+	// is promoted.
 	FailsOver bool
-	// OnPromises: the primary cannot renew its lease but reaches its
-	// peers, so it serves on their promises and none is promoted.
-	OnPromises bool
 }
 
 // PartitionShapes are the shapes the e2e suite and bench-failover cut.
@@ -197,7 +193,7 @@ var PartitionShapes = []PartitionShape{
 	{Name: "isolated but for its client", FailsOver: true, Cut: func(_, _ []string, _, client string) Cut {
 		return Cut{Isolate: true, Keep: []string{client}}
 	}},
-	{Name: "API server only", OnPromises: true, Cut: func(api, _ []string, _, _ string) Cut {
+	{Name: "API server only", FailsOver: true, Cut: func(api, _ []string, _, _ string) Cut {
 		return Cut{Drop: api}
 	}},
 	{Name: "operator only", Cut: func(_, _ []string, operator, _ string) Cut {
@@ -250,25 +246,6 @@ func (c *Cluster) PartitionRound(t *testing.T, ns, db string, instances int32, s
 		Eventually(t, time.Minute, s.Name+": writes through -rw again", func(context.Context) (bool, error) {
 			return w.Read(t).WrittenSince(lease.Spec.AcquireTime.Time), nil
 		})
-	} else if s.OnPromises {
-		// The barrier: the operator saw the lease expire and the replicas
-		// vouch for the primary, and writes go on through -rw after that.
-		var seen time.Time
-		Eventually(t, 2*time.Minute, s.Name+": the primary serving on its replicas' promises", func(ctx context.Context) (bool, error) {
-			d := &v1alpha1.Database{}
-			if err := c.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: db}, d); err != nil {
-				return false, nil
-			}
-			if cond := meta.FindStatusCondition(d.Status.Conditions, v1alpha1.ConditionReady); seen.IsZero() &&
-				cond != nil && cond.Reason == v1alpha1.ReasonServingOnPromises {
-				seen = time.Now()
-				t.Logf("%s: %s", s.Name, cond.Message)
-			}
-			return !seen.IsZero() && w.Read(t).WrittenSince(seen.Add(time.Second)), nil
-		})
-		if err := c.Client.Get(context.Background(), key, lease); err != nil {
-			t.Fatal(err)
-		}
 	} else {
 		// The barrier: a whole lease term renewed by the primary through the
 		// cut, long enough for the operator to have failed over if it would.
