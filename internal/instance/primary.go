@@ -262,12 +262,12 @@ func (m *Manager) holdLease(ctx context.Context, fence chan<- error, started tim
 		var err error
 		switch {
 		case time.Since(beat) < instanceapi.HeartbeatDeadline:
-			err = m.renewBefore(ctx, m.serveDeadline(beat, unserved), lsn, sync)
+			err = m.renewBefore(ctx, m.serveDeadline(unserved), lsn, sync)
 		case starting:
-			err = m.extendBefore(ctx, renewLimit(m.serveDeadline(beat, unserved)))
+			err = m.extendBefore(ctx, renewLimit(m.serveDeadline(unserved)))
 		}
 		lost := errors.Is(err, ErrLeaseLost)
-		deadline := m.serveDeadline(beat, unserved)
+		deadline := m.serveDeadline(unserved)
 		if !lost && time.Now().Before(deadline) {
 			m.noteServingOnPromises()
 			// The next renewal, or the fence, whichever is first: a tick
@@ -296,14 +296,15 @@ func (m *Manager) holdLease(ctx context.Context, fence chan<- error, started tim
 }
 
 // serveDeadline is when this primary must have stopped serving: the end of
-// its term (m.leaseUntil), or later while it serves, its heartbeat commits
-// and its peers' promises cover it (vouchers): then no other instance can
-// be promoted, and a control-plane outage need not stop its writes.
-func (m *Manager) serveDeadline(beat time.Time, unserved bool) time.Time {
+// its term (m.leaseUntil), or later while it serves and its peers'
+// promises and its own heartbeat cover it (vouchers): then no other
+// instance can be promoted, and a control-plane outage need not stop its
+// writes.
+func (m *Manager) serveDeadline(unserved bool) time.Time {
 	m.mu.Lock()
 	until := m.leaseUntil
 	m.mu.Unlock()
-	if unserved || time.Since(beat) >= instanceapi.HeartbeatDeadline {
+	if unserved {
 		return until
 	}
 	if cover, ok := m.vouch.coveredUntil(time.Now()); ok {

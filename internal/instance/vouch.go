@@ -199,6 +199,9 @@ type vouchers struct {
 	recorded bool
 	demand   []string
 	cover    map[string]time.Time
+	// alive is how long the holder's own heartbeat covers it, as a
+	// promise would: vouchLoop counts it each time it asks.
+	alive time.Time
 	// serving: the guard let the server serve past the term on them (for
 	// the log).
 	serving bool
@@ -229,7 +232,17 @@ func (v *vouchers) recordedAs(list []string) {
 func (v *vouchers) reset() {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	v.recorded, v.demand, v.cover, v.serving = false, nil, nil, false
+	v.recorded, v.demand, v.cover, v.serving, v.alive = false, nil, nil, false, time.Time{}
+}
+
+// beat counts the holder's own heartbeat, fresh at asked, like a promise:
+// with no peer to ask (a single instance) it alone covers the holder, and
+// a holder whose writes stall stops being covered as its peers' promises
+// run out.
+func (v *vouchers) beat(asked time.Time) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.alive = later(v.alive, asked.Add(instanceapi.PromiseDuration-instanceapi.LeaseFenceMargin))
 }
 
 // promised counts pod's promise, asked at asked: PromiseDuration from its
@@ -243,21 +256,19 @@ func (v *vouchers) promised(pod string, asked time.Time) {
 	v.cover[pod] = later(v.cover[pod], asked.Add(instanceapi.PromiseDuration-instanceapi.LeaseFenceMargin))
 }
 
-// coveredUntil is until when the promises held cover this holder (the
-// earliest of them), and whether they do at now. With nobody to ask (a
-// single instance) nobody can be promoted: covered for good.
+// coveredUntil is until when the promises held and the holder's own
+// heartbeat cover it (the earliest of them), and whether they do at now.
+// With nobody to ask (a single instance) nobody can be promoted, and the
+// heartbeat alone counts.
 func (v *vouchers) coveredUntil(now time.Time) (time.Time, bool) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if !v.recorded {
 		return time.Time{}, false
 	}
-	if len(v.demand) == 0 {
-		return now.Add(instanceapi.LeaseDuration), true
-	}
-	until := time.Time{}
-	for i, pod := range v.demand {
-		if c := v.cover[pod]; i == 0 || c.Before(until) {
+	until := v.alive
+	for _, pod := range v.demand {
+		if c := v.cover[pod]; c.Before(until) {
 			until = c
 		}
 	}
@@ -313,20 +324,18 @@ func (m *Manager) voucherList() []string {
 	return list
 }
 
-// vouchLoop asks for promises each VouchPeriod while the heartbeat commits,
-// for the run of postgres as a primary that ctx is. Only over TLS: the
-// token never travels in clear.
+// vouchLoop counts the heartbeat and asks for promises each VouchPeriod
+// while the heartbeat commits, for the run of postgres as a primary that
+// ctx is. It asks only over TLS: the token never travels in clear.
 func (m *Manager) vouchLoop(ctx context.Context) {
-	if !m.cfg.TLS {
-		return
-	}
 	tick := time.NewTicker(instanceapi.VouchPeriod)
 	defer tick.Stop()
 	for {
 		m.mu.Lock()
 		beat := m.lastHeartbeat
 		m.mu.Unlock()
-		if time.Since(beat) < instanceapi.HeartbeatDeadline {
+		if asked := time.Now(); asked.Sub(beat) < instanceapi.HeartbeatDeadline {
+			m.vouch.beat(asked)
 			m.askPromises(ctx)
 		}
 		select {
@@ -339,6 +348,10 @@ func (m *Manager) vouchLoop(ctx context.Context) {
 
 // askPromises asks every target once, at the same time.
 func (m *Manager) askPromises(ctx context.Context) {
+	targets := m.vouch.targets(m.voucherList())
+	if len(targets) == 0 || !m.cfg.TLS {
+		return
+	}
 	hc, err := m.peerClient()
 	if err != nil {
 		m.log.V(1).Info("No promises asked", "reason", err.Error())
@@ -350,7 +363,7 @@ func (m *Manager) askPromises(ctx context.Context) {
 	}
 	body, _ := json.Marshal(instanceapi.VouchRequest{Holder: m.cfg.Pod})
 	var wg sync.WaitGroup
-	for _, pod := range m.vouch.targets(m.voucherList()) {
+	for _, pod := range targets {
 		addr := m.cfg.peerAPI(pod)
 		if addr == "" {
 			continue
