@@ -100,6 +100,25 @@ func ParseVouchers(v string) []string {
 	return out
 }
 
+// WithVouchedLSN is s with LSN raised to the newest WAL position the holder
+// gave an instance when it asked for a promise (instanceapi.Status's
+// VouchedFor and VouchedLSN): a holder that served on promises past its
+// term wrote beyond the Lease's record, and a candidate's lag counts from
+// what it wrote.
+func (s LeaseState) WithVouchedLSN(statuses map[string]instanceapi.Status) LeaseState {
+	want, ok := postgres.ParseLSN(s.LSN)
+	for _, st := range statuses {
+		if st.VouchedFor != s.Holder {
+			continue
+		}
+		if l, ok2 := postgres.ParseLSN(st.VouchedLSN); ok2 && (!ok || l > want) {
+			want, ok = l, true
+			s.LSN = postgres.FormatLSN(l)
+		}
+	}
+	return s
+}
+
 // expired: nobody may serve writes under this lease now.
 func (s LeaseState) Expired(now time.Time) bool { return s.Expires.IsZero() || !now.Before(s.Expires) }
 

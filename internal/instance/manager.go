@@ -1042,6 +1042,7 @@ func (m *Manager) Status() instanceapi.Status {
 	// Before mu: a promise being given holds its lock over a file write.
 	now := time.Now()
 	promisedTo, promised := m.promise.active(now)
+	vouchedFor, vouchedLSN := m.promise.vouched()
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	s := m.status
@@ -1060,6 +1061,7 @@ func (m *Manager) Status() instanceapi.Status {
 	if promised {
 		s.PromisedTo = promisedTo
 	}
+	s.VouchedFor, s.VouchedLSN = vouchedFor, vouchedLSN
 	s.ServingOnPromises = s.Role == instanceapi.RolePrimary && s.Phase == instanceapi.PhaseRunning && m.lease != nil &&
 		!now.Before(m.leaseUntil) && m.vouch.covers(now)
 	return s

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/daytwo-dev/daytwo/internal/instanceapi"
+	"github.com/daytwo-dev/daytwo/internal/postgres"
 )
 
 // Serving through a control-plane outage (instanceapi.VouchPeriod has the
@@ -37,6 +38,8 @@ type promise struct {
 	holder string
 	until  time.Time
 	closed bool
+	// lsn is the WAL position holder gave with its last ask.
+	lsn string
 }
 
 // errPromised: the instance promised a holder not to become a primary.
@@ -61,8 +64,8 @@ func (p *promise) load(now time.Time) {
 	p.holder, p.until = holder, until.Round(0).Add(instanceapi.MaxClockSkew)
 }
 
-// give promises holder, recording it first.
-func (p *promise) give(holder string, now time.Time) error {
+// give promises holder, at WAL position lsn, recording it first.
+func (p *promise) give(holder, lsn string, now time.Time) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
@@ -72,8 +75,15 @@ func (p *promise) give(holder string, now time.Time) error {
 	if err := writeFileAtomic(p.path, holder+"\n"+until.UTC().Format(time.RFC3339Nano)+"\n"); err != nil {
 		return err
 	}
-	p.holder, p.until = holder, until
+	p.holder, p.until, p.lsn = holder, until, lsn
 	return nil
+}
+
+// vouched is the last holder promised and the WAL position it gave.
+func (p *promise) vouched() (string, string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.holder, p.lsn
 }
 
 // active is the holder promised, while the promise lasts.
@@ -182,7 +192,10 @@ func (m *Manager) handleVouch(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusConflict, instanceapi.Error{Message: "the primary lease names " + holder})
 		return
 	}
-	if err := m.promise.give(req.Holder, time.Now()); err != nil {
+	if _, ok := postgres.ParseLSN(req.LSN); !ok {
+		req.LSN = ""
+	}
+	if err := m.promise.give(req.Holder, req.LSN, time.Now()); err != nil {
 		writeJSON(w, http.StatusConflict, instanceapi.Error{Message: err.Error()})
 		return
 	}
@@ -361,7 +374,7 @@ func (m *Manager) askPromises(ctx context.Context) {
 	if err != nil || token == "" {
 		return
 	}
-	body, _ := json.Marshal(instanceapi.VouchRequest{Holder: m.cfg.Pod})
+	body, _ := json.Marshal(instanceapi.VouchRequest{Holder: m.cfg.Pod, LSN: m.Status().LSN})
 	var wg sync.WaitGroup
 	for _, pod := range targets {
 		addr := m.cfg.peerAPI(pod)

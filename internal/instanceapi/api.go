@@ -150,6 +150,11 @@ type Status struct {
 	// PromisedTo, on an instance that promised a lease holder not to be
 	// promoted (PathVouch), names that holder while the promise lasts.
 	PromisedTo string `json:"promisedTo,omitempty"`
+	// VouchedFor and VouchedLSN: the last holder that asked this instance
+	// for a promise, and its WAL position then (VouchRequest.LSN), kept
+	// after the promise ends.
+	VouchedFor string `json:"vouchedFor,omitempty"`
+	VouchedLSN string `json:"vouchedLSN,omitempty"`
 	// ServingOnPromises, on a primary, is true while it serves past its
 	// lease's term on its peers' promises (it cannot renew the lease).
 	ServingOnPromises bool `json:"servingOnPromises,omitempty"`

@@ -217,6 +217,10 @@ const (
 type VouchRequest struct {
 	// Holder is the lease holder asking.
 	Holder string `json:"holder"`
+	// LSN is the holder's WAL position as it asks: past its term the
+	// Lease's own record (AnnotationLeaseLSN) ages, and failover measures
+	// a candidate's lag against the newest of the two.
+	LSN string `json:"lsn,omitempty"`
 }
 
 // VouchResult answers POST PathVouch: the instance refuses promotion for

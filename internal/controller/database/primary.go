@@ -110,7 +110,7 @@ func (r *Reconciler) failover(ctx context.Context, db *v1alpha1.Database, obs *o
 		// it acknowledged since, and failover must weigh every one.
 		obs.instanceStatuses, obs.instances = r.askInstances(ctx, db, obs.pods, st.Holder, true)
 	}
-	d := ha.DecideFailover(st, now, obs.instanceStatuses)
+	d := ha.DecideFailover(st.WithVouchedLSN(obs.instances), now, obs.instanceStatuses)
 	if d.OnPromises != "" {
 		obs.servingOnPromises = d.OnPromises
 		return reconcile.Result{RequeueAfter: time.Second}, nil
