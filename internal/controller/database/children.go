@@ -231,14 +231,28 @@ func (r *Reconciler) observe(ctx context.Context, db *v1alpha1.Database, obs *ob
 	return nil
 }
 
-// listPods lists db's pods from the cache, by ordinal.
+// listPods lists db's pods from the cache, by ordinal: those its labels
+// select that db's own StatefulSet controls (by UID), so a look-alike pod
+// with the labels (which anyone who can create pods can make) is never
+// asked, promoted, or sent the API token.
 func (r *Reconciler) listPods(ctx context.Context, db *v1alpha1.Database) ([]corev1.Pod, error) {
+	sts := &appsv1.StatefulSet{}
+	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: db.Name}, sts); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("failed to get StatefulSet: %w", err)
+	}
+	if !metav1.IsControlledBy(sts, db) {
+		return nil, nil
+	}
 	pods := &corev1.PodList{}
 	if err := r.Client.List(ctx, pods, client.InNamespace(db.Namespace), client.MatchingLabels(selectorLabels(db))); err != nil {
 		return nil, fmt.Errorf("failed to list pods: %w", err)
 	}
-	slices.SortFunc(pods.Items, func(a, b corev1.Pod) int { return ordinal(a.Name) - ordinal(b.Name) })
-	return pods.Items, nil
+	owned := slices.DeleteFunc(pods.Items, func(p corev1.Pod) bool { return !metav1.IsControlledBy(&p, sts) })
+	slices.SortFunc(owned, func(a, b corev1.Pod) int { return ordinal(a.Name) - ordinal(b.Name) })
+	return owned, nil
 }
 
 // restoring says whether pod's restore init container runs: its instance

@@ -243,8 +243,9 @@ func fakeStatefulSetController(t *testing.T, ns, name, rev string) {
 		s.Status.Replicas = *s.Spec.Replicas
 	})
 	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name + "-0", Namespace: ns, Labels: map[string]string{}, Annotations: sts.Spec.Template.Annotations},
-		Spec:       *sts.Spec.Template.Spec.DeepCopy(),
+		ObjectMeta: metav1.ObjectMeta{Name: name + "-0", Namespace: ns, Labels: map[string]string{}, Annotations: sts.Spec.Template.Annotations,
+			OwnerReferences: ownedBy(sts)},
+		Spec: *sts.Spec.Template.Spec.DeepCopy(),
 	}
 	for k, v := range sts.Spec.Template.Labels {
 		pod.Labels[k] = v
@@ -256,6 +257,49 @@ func fakeStatefulSetController(t *testing.T, ns, name, rev string) {
 	updateStatus(t, pod, func(p *corev1.Pod) {
 		p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
 	})
+}
+
+// ownedBy is the controller reference the StatefulSet controller gives its pods.
+func ownedBy(sts *appsv1.StatefulSet) []metav1.OwnerReference {
+	return []metav1.OwnerReference{*metav1.NewControllerRef(sts, appsv1.SchemeGroupVersion.WithKind("StatefulSet"))}
+}
+
+// A pod that carries a Database's labels but that its StatefulSet does not
+// control (anyone who can create pods can make one) is no instance: it is
+// neither asked for its status, nor labelled, nor sent the API token.
+func TestLookAlikePodIsNoInstance(t *testing.T) {
+	ns := env.Namespace(t)
+	create(t, newDB(ns, "app"))
+	eventually(t, "the StatefulSet", func() (bool, error) {
+		_, err := get(ns, "app", &appsv1.StatefulSet{})
+		return err == nil, client.IgnoreNotFound(err)
+	})
+	fakeStatefulSetController(t, ns, "app", "rev-1")
+	sts, _ := get(ns, "app", &appsv1.StatefulSet{})
+	fake := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "app-1", Namespace: ns, Labels: sts.Spec.Template.Labels},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "postgres", Image: "postgres:17"}}}}
+	create(t, fake)
+	updateStatus(t, fake, func(p *corev1.Pod) {
+		p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
+	})
+	db, _ := get(ns, "app", &v1alpha1.Database{})
+	update(t, db, func(d *v1alpha1.Database) { d.Spec.Parameters = map[string]string{"work_mem": "8MB"} })
+	eventually(t, "the new generation observed", func() (bool, error) {
+		d, err := get(ns, "app", &v1alpha1.Database{})
+		return err == nil && d.Status.ObservedGeneration == d.Generation, err
+	})
+	d, _ := get(ns, "app", &v1alpha1.Database{})
+	for _, s := range d.Status.InstanceStatuses {
+		if s.Name == "app-1" {
+			t.Errorf("the look-alike pod is listed as an instance: %+v", s)
+		}
+	}
+	if d.Status.ReadyInstances != 1 {
+		t.Errorf("readyInstances %d, want 1 (the look-alike counted)", d.Status.ReadyInstances)
+	}
+	if p, _ := get(ns, "app-1", &corev1.Pod{}); p.Labels[database.LabelRole] != "" {
+		t.Errorf("the look-alike pod was labelled %s", p.Labels[database.LabelRole])
+	}
 }
 
 func TestRestartOnlyChangeRollsThePod(t *testing.T) {
@@ -1065,8 +1109,13 @@ func TestInvalidSpecKeepsHighAvailability(t *testing.T) {
 	ns := env.Namespace(t)
 	db := newDB(ns, "db", func(d *v1alpha1.Database) { d.Spec.Size = v1alpha1.SizeMedium })
 	create(t, db)
+	sts := &appsv1.StatefulSet{}
+	eventually(t, "the StatefulSet", func() (bool, error) {
+		_, err := get(ns, "db", sts)
+		return err == nil, client.IgnoreNotFound(err)
+	})
 	for i, role := range []string{"primary", "replica"} {
-		create(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("db-%d", i), Namespace: ns,
+		create(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("db-%d", i), Namespace: ns, OwnerReferences: ownedBy(sts),
 			Labels: map[string]string{"daytwo.dev/database": "db", database.LabelRole: role}},
 			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "postgres", Image: "postgres:15"}}}})
 	}
