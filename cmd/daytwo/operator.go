@@ -127,8 +127,9 @@ func runOperator(cmd *cobra.Command, o *operatorOptions) error {
 	}
 	cfg.QPS, cfg.Burst = o.qps, o.burst
 	var webhookServer webhook.Server
+	var certs *daytwowebhook.Certs
 	if o.webhook.port != 0 {
-		if webhookServer, err = prepareWebhook(cmd.Context(), cfg, o.webhook); err != nil {
+		if webhookServer, certs, err = prepareWebhook(cmd.Context(), cfg, o.webhook); err != nil {
 			return err
 		}
 	}
@@ -155,6 +156,10 @@ func runOperator(cmd *cobra.Command, o *operatorOptions) error {
 		if err := daytwowebhook.Setup(mgr); err != nil {
 			return err
 		}
+		// Every replica serves the webhook, leader or not.
+		if err := mgr.Add(everyReplica(certs.Run)); err != nil {
+			return fmt.Errorf("failed to add the webhook certificate's renewal: %w", err)
+		}
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return fmt.Errorf("failed to add the health check: %w", err)
@@ -169,20 +174,28 @@ func runOperator(cmd *cobra.Command, o *operatorOptions) error {
 // prepareWebhook puts the webhook's certificate in place (creating or
 // renewing it, and setting the configuration's caBundle) and returns the
 // server that serves it.
-func prepareWebhook(ctx context.Context, cfg *rest.Config, o webhookOptions) (webhook.Server, error) {
+func prepareWebhook(ctx context.Context, cfg *rest.Config, o webhookOptions) (webhook.Server, *daytwowebhook.Certs, error) {
 	ns := os.Getenv("POD_NAMESPACE")
 	if ns == "" {
-		return nil, errors.New("the webhook needs POD_NAMESPACE, the operator's namespace")
+		return nil, nil, errors.New("the webhook needs POD_NAMESPACE, the operator's namespace")
 	}
 	c, err := client.New(cfg, client.Options{Scheme: operator.NewScheme()})
 	if err != nil {
-		return nil, fmt.Errorf("failed to create a client: %w", err)
+		return nil, nil, fmt.Errorf("failed to create a client: %w", err)
 	}
 	certs := &daytwowebhook.Certs{Client: c, Namespace: ns, Service: o.service, Secret: o.secret,
 		Configuration: o.configKey, Dir: o.certDir}
 	if err := certs.Ensure(ctx); err != nil {
-		return nil, fmt.Errorf("failed to prepare the webhook certificate: %w", err)
+		return nil, nil, fmt.Errorf("failed to prepare the webhook certificate: %w", err)
 	}
+	// The server's certificate watcher reloads the files certs.Run renews.
 	return webhook.NewServer(webhook.Options{Port: o.port, CertDir: o.certDir,
-		TLSOpts: []func(*tls.Config){func(c *tls.Config) { c.NextProtos = []string{"http/1.1"} }}}), nil
+		TLSOpts: []func(*tls.Config){func(c *tls.Config) { c.NextProtos = []string{"http/1.1"} }}}), certs, nil
 }
+
+// everyReplica is a manager.Runnable that runs on every replica, not only
+// the leader.
+type everyReplica func(context.Context) error
+
+func (f everyReplica) Start(ctx context.Context) error { return f(ctx) }
+func (everyReplica) NeedLeaderElection() bool          { return false }

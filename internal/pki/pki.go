@@ -147,3 +147,20 @@ func Fingerprint(pemBytes []byte) string {
 	sum := sha256.Sum256(pemBytes)
 	return hex.EncodeToString(sum[:12])
 }
+
+// CANotAfter checks that certPEM and keyPEM are a CA certificate and its
+// key, and returns when the CA expires.
+func CANotAfter(certPEM, keyPEM []byte) (time.Time, error) {
+	pair, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("the CA certificate and key are not a valid pair: %w", err)
+	}
+	ca, err := x509.ParseCertificate(pair.Certificate[0])
+	if err != nil {
+		return time.Time{}, fmt.Errorf("the CA certificate does not parse: %w", err)
+	}
+	if !ca.IsCA {
+		return time.Time{}, errors.New("the certificate is not a CA")
+	}
+	return ca.NotAfter, nil
+}
