@@ -1,0 +1,40 @@
+package database
+
+import (
+	"testing"
+
+	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
+	"github.com/daytwo-dev/daytwo/internal/instanceapi"
+)
+
+// ContinuousArchiving turns True only once the primary runs in archive
+// mode: a first base backup started while it restarts into it failed with
+// pg_basebackup's "connection refused".
+func TestArchivingReportedOnlyOnceThePrimaryRunsInArchiveMode(t *testing.T) {
+	running := instanceapi.Status{Phase: instanceapi.PhaseRunning, Archive: &instanceapi.ArchiveStatus{}}
+	pending := running
+	pending.PendingRestartSettings = []string{"archive_mode"}
+	restarting := running
+	restarting.Phase = instanceapi.PhaseStarting
+	for _, c := range []struct {
+		name string
+		s    instanceapi.Status
+		want bool
+	}{
+		{"archive_mode waits for the restart", pending, false},
+		{"the primary restarts", restarting, false},
+		{"the primary runs in archive mode", running, true},
+	} {
+		obs := &observation{primary: "db-0", instances: map[string]instanceapi.Status{"db-0": c.s}}
+		obs.plan.archive = &archivePlan{backup: "nightly"}
+		got, reason := false, ""
+		setArchiveCondition(&v1alpha1.Database{}, obs, func(typ string, ok bool, r, _ string) {
+			if typ == v1alpha1.ConditionContinuousArchiving {
+				got, reason = ok, r
+			}
+		})
+		if got != c.want {
+			t.Errorf("%s: ContinuousArchiving %v (%s), want %v", c.name, got, reason, c.want)
+		}
+	}
+}
