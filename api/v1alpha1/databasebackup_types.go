@@ -104,12 +104,26 @@ const (
 
 // DatabaseBackupSpec is what a user declares for backups of a Database.
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.method) || !has(self.method) || oldSelf.method == self.method",message="method cannot change: the stored backups are of the method they were taken with; create another DatabaseBackup"
+// +kubebuilder:validation:XValidation:rule="has(oldSelf.series) == has(self.series) && (!has(self.series) || oldSelf.series == self.series)",message="series cannot change: the stored backups are kept under it; create another DatabaseBackup"
 // +kubebuilder:validation:XValidation:rule="!(has(self.compression) || has(self.compressionLevel)) || !has(self.method) || self.method == 'Logical'",message="compression applies to Logical backups; Physical base backups and WAL are always zstd"
 // +kubebuilder:validation:XValidation:rule="!has(self.compressionLevel) || !has(self.compression) || self.compression == 'zstd' || (self.compression == 'gzip' && self.compressionLevel <= 9)",message="compressionLevel: gzip takes 1 to 9, zstd 1 to 22, none takes no level"
 type DatabaseBackupSpec struct {
 	// databaseRef names the Database to back up, in the same namespace.
 	// +required
 	DatabaseRef LocalObjectReference `json:"databaseRef"`
+
+	// series names the series the backups are stored under at the storage
+	// location: by default this DatabaseBackup's own UID, so a re-created
+	// DatabaseBackup (a new cluster, after a disaster) would see none of
+	// the earlier backups. Set it to the earlier DatabaseBackup's
+	// status.series to restore from, and go on with, the backups a lost
+	// cluster left in the bucket. Only one DatabaseBackup may use a series
+	// at a time: two would prune each other's backups. Immutable.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9][A-Za-z0-9._-]*$`
+	Series string `json:"series,omitempty"`
 
 	// schedule is a cron expression (5 fields, or a descriptor such as
 	// @daily or "@every 6h"). Empty means one run now.
@@ -397,6 +411,13 @@ type DatabaseBackupStatus struct {
 	// observedGeneration is the generation the status describes.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// series is the series the backups are stored under (spec.series, or
+	// this DatabaseBackup's UID): record it, to find the backups again
+	// from the bucket alone (spec.series of a new DatabaseBackup).
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	Series string `json:"series,omitempty"`
 
 	// lastScheduleTime is when the latest run was started.
 	// +optional

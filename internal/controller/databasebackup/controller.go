@@ -76,6 +76,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (_ re
 func (r *Reconciler) reconcileNormal(ctx context.Context, b *v1alpha1.DatabaseBackup) (reconcile.Result, error) {
 	now := r.Clock.Now()
 	b.Status.ObservedGeneration = b.Generation
+	b.Status.Series = SeriesID(b)
 	if err := validateSchedule(b); err != nil {
 		setCondition(b, v1alpha1.ConditionReady, false, v1alpha1.ReasonInvalidSpec, err.Error())
 		return reconcile.Result{}, reconcile.TerminalError(err)

@@ -547,3 +547,31 @@ func TestSecondPhysicalBackupTakesNoBaseBackups(t *testing.T) {
 		t.Fatalf("%d Jobs started", n)
 	}
 }
+
+// A DatabaseBackup re-created after its cluster was lost names the series
+// the lost one wrote (its status.series, by default the lost one's UID):
+// its runs, and a restore from it, use that series, so the backups left in
+// the bucket are found from the bucket alone. The series cannot change
+// afterwards. (Before, the series was always the object's own UID.)
+func TestNamedSeriesFindsABucketsBackups(t *testing.T) {
+	const lost = "4b1f9c2e-8d5a-4c33-9e1b-0a7d6f2c5e81"
+	ns, b := setup(t, func(b *v1alpha1.DatabaseBackup) { b.Spec.Series = lost })
+	job := waitJobs(t, ns, 1)[0]
+	if args := strings.Join(job.Spec.Template.Spec.Containers[0].Args, " "); !strings.Contains(args, "--series-uid="+lost) {
+		t.Errorf("args %q do not name the series %s", args, lost)
+	}
+	eventually(t, "status.series", func() (bool, error) { return get(t, b).Status.Series == lost, nil })
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		b = get(t, b)
+		b.Spec.Series = "another"
+		return env.Client.Update(ctx, b)
+	})
+	if err == nil || !strings.Contains(err.Error(), "series cannot change") {
+		t.Errorf("a change of series was not refused: %v", err)
+	}
+	_, own := setup(t, nil)
+	eventually(t, "the default series", func() (bool, error) {
+		got := get(t, own)
+		return got.Status.Series == string(got.UID), nil
+	})
+}

@@ -81,11 +81,19 @@ func Location(b *v1alpha1.DatabaseBackup) string {
 	return ""
 }
 
+// SeriesID is the series b's backups are stored under: spec.series, or its UID.
+func SeriesID(b *v1alpha1.DatabaseBackup) string {
+	if b.Spec.Series != "" {
+		return b.Spec.Series
+	}
+	return string(b.UID)
+}
+
 // StorageArgs are the daytwo flags (with flagPrefix) that select the
 // storage of b, the environment that carries its S3 credentials, and the
 // volume a PVC storage needs.
 func StorageArgs(b *v1alpha1.DatabaseBackup, flagPrefix string) ([]string, []corev1.EnvVar, []corev1.Volume, []corev1.VolumeMount) {
-	args := []string{"--" + flagPrefix + "prefix=" + SeriesPrefix(b), "--" + flagPrefix + "series-uid=" + string(b.UID),
+	args := []string{"--" + flagPrefix + "prefix=" + SeriesPrefix(b), "--" + flagPrefix + "series-uid=" + SeriesID(b),
 		"--" + flagPrefix + "series-name=" + b.Namespace + "/" + b.Name, "--" + flagPrefix + "database-name=" + b.Spec.DatabaseRef.Name}
 	st := b.Spec.Storage
 	if s3 := st.S3; s3 != nil {
