@@ -259,6 +259,17 @@ func fakeStatefulSetController(t *testing.T, ns, name, rev string) {
 	})
 }
 
+// waitStatefulSet waits for the Database's StatefulSet and returns it.
+func waitStatefulSet(t *testing.T, ns, name string) *appsv1.StatefulSet {
+	t.Helper()
+	sts := &appsv1.StatefulSet{}
+	eventually(t, "the StatefulSet", func() (bool, error) {
+		_, err := get(ns, name, sts)
+		return err == nil, client.IgnoreNotFound(err)
+	})
+	return sts
+}
+
 // ownedBy is the controller reference the StatefulSet controller gives its pods.
 func ownedBy(sts *appsv1.StatefulSet) []metav1.OwnerReference {
 	return []metav1.OwnerReference{*metav1.NewControllerRef(sts, appsv1.SchemeGroupVersion.WithKind("StatefulSet"))}
@@ -270,10 +281,7 @@ func ownedBy(sts *appsv1.StatefulSet) []metav1.OwnerReference {
 func TestLookAlikePodIsNoInstance(t *testing.T) {
 	ns := env.Namespace(t)
 	create(t, newDB(ns, "app"))
-	eventually(t, "the StatefulSet", func() (bool, error) {
-		_, err := get(ns, "app", &appsv1.StatefulSet{})
-		return err == nil, client.IgnoreNotFound(err)
-	})
+	waitStatefulSet(t, ns, "app")
 	fakeStatefulSetController(t, ns, "app", "rev-1")
 	sts, _ := get(ns, "app", &appsv1.StatefulSet{})
 	fake := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "app-1", Namespace: ns, Labels: sts.Spec.Template.Labels},
@@ -305,10 +313,7 @@ func TestLookAlikePodIsNoInstance(t *testing.T) {
 func TestRestartOnlyChangeRollsThePod(t *testing.T) {
 	ns := env.Namespace(t)
 	create(t, newDB(ns, "app"))
-	eventually(t, "the StatefulSet", func() (bool, error) {
-		_, err := get(ns, "app", &appsv1.StatefulSet{})
-		return err == nil, client.IgnoreNotFound(err)
-	})
+	waitStatefulSet(t, ns, "app")
 	fakeStatefulSetController(t, ns, "app", "rev-1")
 	db := waitCondition(t, ns, "app", v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonAvailable)
 	eventually(t, "pod 0 labelled primary", func() (bool, error) {
@@ -366,10 +371,7 @@ func TestScaleSubresourceAndBudget(t *testing.T) {
 	ns := env.Namespace(t)
 	db := newDB(ns, "scaled")
 	create(t, db)
-	eventually(t, "the StatefulSet", func() (bool, error) {
-		_, err := get(ns, "scaled", &appsv1.StatefulSet{})
-		return err == nil, client.IgnoreNotFound(err)
-	})
+	waitStatefulSet(t, ns, "scaled")
 	if _, err := get(ns, "scaled-primary", &policyv1.PodDisruptionBudget{}); !apierrors.IsNotFound(err) {
 		t.Errorf("a single instance got the primary's PodDisruptionBudget: %v", err)
 	}
@@ -423,10 +425,7 @@ func TestMajorUpgradeRunsAJobOnTheStoppedPrimary(t *testing.T) {
 	ns := env.Namespace(t)
 	db := newDB(ns, "legacy", func(d *v1alpha1.Database) { d.Spec.Instances = ptr.To[int32](2) })
 	create(t, db)
-	eventually(t, "the StatefulSet", func() (bool, error) {
-		_, err := get(ns, "legacy", &appsv1.StatefulSet{})
-		return err == nil, client.IgnoreNotFound(err)
-	})
+	waitStatefulSet(t, ns, "legacy")
 	update(t, db, func(d *v1alpha1.Database) { d.Spec.Version = "17" })
 
 	// Every instance stops, on the old image, and a Job upgrades the primary's volume.
@@ -503,10 +502,7 @@ func TestMajorUpgradeTakesABackupFirst(t *testing.T) {
 		d.Spec.BackupStorage = &v1alpha1.BackupStorage{PVC: &v1alpha1.PVCStorage{ClaimName: "backups"}}
 	})
 	create(t, db)
-	eventually(t, "the StatefulSet", func() (bool, error) {
-		_, err := get(ns, "careful", &appsv1.StatefulSet{})
-		return err == nil, client.IgnoreNotFound(err)
-	})
+	waitStatefulSet(t, ns, "careful")
 	update(t, db, func(d *v1alpha1.Database) { d.Spec.Version = "17" })
 	var pre *v1alpha1.DatabaseBackup
 	eventually(t, "the pre-upgrade DatabaseBackup", func() (bool, error) {
@@ -565,10 +561,7 @@ func TestMajorUpgradeSucceeds(t *testing.T) {
 	finishJob(t, stale, true)
 	db := newDB(ns, "modern")
 	create(t, db)
-	eventually(t, "the StatefulSet", func() (bool, error) {
-		_, err := get(ns, "modern", &appsv1.StatefulSet{})
-		return err == nil, client.IgnoreNotFound(err)
-	})
+	waitStatefulSet(t, ns, "modern")
 	update(t, db, func(d *v1alpha1.Database) { d.Spec.Version = "17" })
 	var job *batchv1.Job
 	eventually(t, "this attempt's Job, not the stale one", func() (bool, error) {
@@ -1109,11 +1102,7 @@ func TestInvalidSpecKeepsHighAvailability(t *testing.T) {
 	ns := env.Namespace(t)
 	db := newDB(ns, "db", func(d *v1alpha1.Database) { d.Spec.Size = v1alpha1.SizeMedium })
 	create(t, db)
-	sts := &appsv1.StatefulSet{}
-	eventually(t, "the StatefulSet", func() (bool, error) {
-		_, err := get(ns, "db", sts)
-		return err == nil, client.IgnoreNotFound(err)
-	})
+	sts := waitStatefulSet(t, ns, "db")
 	for i, role := range []string{"primary", "replica"} {
 		create(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("db-%d", i), Namespace: ns, OwnerReferences: ownedBy(sts),
 			Labels: map[string]string{"daytwo.dev/database": "db", database.LabelRole: role}},
