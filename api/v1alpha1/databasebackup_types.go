@@ -75,6 +75,9 @@ const (
 	ConditionSharedLocation = "SharedLocation"
 	// ReasonLocationShared names the other DatabaseBackups at the location.
 	ReasonLocationShared = "LocationShared"
+	// ReasonSeriesInUse means an older DatabaseBackup writes the series
+	// spec.series names at the same location: this one takes no backups.
+	ReasonSeriesInUse = "SeriesInUse"
 	// ReasonLocationExclusive means no other DatabaseBackup stores there.
 	ReasonLocationExclusive = "LocationExclusive"
 	// ReasonSuspended means scheduling is suspended.
@@ -122,7 +125,7 @@ type DatabaseBackupSpec struct {
 	// +optional
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=64
-	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9][A-Za-z0-9._-]*$`
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9][A-Za-z0-9_-]*$`
 	Series string `json:"series,omitempty"`
 
 	// schedule is a cron expression (5 fields, or a descriptor such as

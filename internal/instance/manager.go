@@ -477,6 +477,9 @@ func (m *Manager) holderIs(ctx context.Context, holder string, moved bool) {
 	changed := holder != m.holder
 	m.holder = holder
 	m.mu.Unlock()
+	if changed {
+		m.promise.forgetVouched(holder)
+	}
 	if !changed || m.role() != instanceapi.RoleReplica {
 		return
 	}

@@ -79,6 +79,16 @@ func (p *promise) give(holder, lsn string, now time.Time) error {
 	return nil
 }
 
+// forgetVouched drops the WAL position a holder gave, when the lease names
+// another: it measured that holder's writes, not the next one's.
+func (p *promise) forgetVouched(holder string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.holder != holder {
+		p.lsn = ""
+	}
+}
+
 // vouched is the last holder promised and the WAL position it gave.
 func (p *promise) vouched() (string, string) {
 	p.mu.Lock()
@@ -121,7 +131,8 @@ type apiWatch struct {
 	mu      sync.Mutex
 	seen    time.Time
 	checked time.Time
-	ok      bool
+	// failed: the last read failed (and none runs now).
+	failed, reading bool
 }
 
 func (a *apiWatch) saw(now time.Time) {
@@ -146,20 +157,22 @@ func (m *Manager) reachesAPI(ctx context.Context) bool {
 		a.mu.Unlock()
 		return true
 	}
-	if now.Sub(a.checked) < instanceapi.VouchPeriod {
-		ok := a.ok
+	if a.reading || now.Sub(a.checked) < instanceapi.VouchPeriod {
+		// A read under way, or one a moment ago: only its failure says
+		// the API is out of reach.
+		failed := a.failed && !a.reading
 		a.mu.Unlock()
-		return ok
+		return !failed
 	}
-	a.checked = now
+	a.checked, a.reading = now, true
 	a.mu.Unlock()
 	rctx, cancel := context.WithTimeout(ctx, instanceapi.VouchPeriod/2)
 	defer cancel()
 	_, err := m.lease.View(rctx)
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.ok = err == nil
-	return a.ok
+	a.failed, a.reading = err != nil, false
+	return !a.failed
 }
 
 func (c *Config) promiseFile() string {

@@ -148,9 +148,10 @@ func setArchiveCondition(db *v1alpha1.Database, obs *observation, set func(strin
 	}
 	s, ok := obs.instances[obs.primary]
 	switch {
-	case !ok || s.Archive == nil || s.Phase != instanceapi.PhaseRunning || slices.Contains(s.PendingRestartSettings, "archive_mode"):
+	case !ok || s.Archive == nil || s.Archive.LastArchived == "" && (s.Phase != instanceapi.PhaseRunning || slices.Contains(s.PendingRestartSettings, "archive_mode")):
 		// Archiving starts with a restart of the primary: until it runs
-		// in archive mode, a base backup would find it stopping or gone
+		// in archive mode (and has archived once since its manager
+		// started), a base backup would find it stopping or gone
 		// (pg_basebackup: connection refused) and lack its WAL.
 		set(v1alpha1.ConditionContinuousArchiving, false, v1alpha1.ReasonArchivingStarting,
 			"WAL archiving to DatabaseBackup "+a.backup+" starts once the primary restarts with it"+note)

@@ -232,9 +232,10 @@ func (r *Reconciler) observe(ctx context.Context, db *v1alpha1.Database, obs *ob
 }
 
 // listPods lists db's pods from the cache, by ordinal: those its labels
-// select that db's own StatefulSet controls (by UID), so a look-alike pod
-// with the labels (which anyone who can create pods can make) is never
-// asked, promoted, or sent the API token.
+// select, named as its StatefulSet names them, that db's own StatefulSet
+// controls (by UID). A look-alike pod made by mistake (the labels copied)
+// is then never asked, counted or promoted. It is no security boundary:
+// whoever may create pods in the namespace may also mount its Secrets.
 func (r *Reconciler) listPods(ctx context.Context, db *v1alpha1.Database) ([]corev1.Pod, error) {
 	sts := &appsv1.StatefulSet{}
 	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: db.Name}, sts); err != nil {
@@ -250,7 +251,9 @@ func (r *Reconciler) listPods(ctx context.Context, db *v1alpha1.Database) ([]cor
 	if err := r.Client.List(ctx, pods, client.InNamespace(db.Namespace), client.MatchingLabels(selectorLabels(db))); err != nil {
 		return nil, fmt.Errorf("failed to list pods: %w", err)
 	}
-	owned := slices.DeleteFunc(pods.Items, func(p corev1.Pod) bool { return !metav1.IsControlledBy(&p, sts) })
+	owned := slices.DeleteFunc(pods.Items, func(p corev1.Pod) bool {
+		return !metav1.IsControlledBy(&p, sts) || ordinal(p.Name) < 0 || p.Name != podName(db, ordinal(p.Name))
+	})
 	slices.SortFunc(owned, func(a, b corev1.Pod) int { return ordinal(a.Name) - ordinal(b.Name) })
 	return owned, nil
 }

@@ -91,8 +91,14 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, b *v1alpha1.DatabaseBa
 	if err := r.pruneHistory(ctx, b, jobs); err != nil {
 		return reconcile.Result{}, err
 	}
-	if err := r.setSharedLocation(ctx, b); err != nil {
+	inUse, err := r.setSharedLocation(ctx, b)
+	if err != nil {
 		return reconcile.Result{}, err
+	}
+	if inUse != "" {
+		// Two writers of one series would prune each other's backups.
+		setCondition(b, v1alpha1.ConditionReady, false, v1alpha1.ReasonSeriesInUse, inUse)
+		return reconcile.Result{}, nil
 	}
 	requeue := r.setStaleness(b, now)
 	verifyRequeue, err := r.reconcileVerification(ctx, b, now)
@@ -316,27 +322,43 @@ func (r *Reconciler) setStaleness(b *v1alpha1.DatabaseBackup, now time.Time) tim
 // locationIndex indexes DatabaseBackups by Location.
 const locationIndex = "daytwo.dev/location"
 
-// setSharedLocation warns when other DatabaseBackups store where b does.
-func (r *Reconciler) setSharedLocation(ctx context.Context, b *v1alpha1.DatabaseBackup) error {
+// setSharedLocation warns when other DatabaseBackups store where b does,
+// and says why b must not run when an older one writes its series there
+// too (spec.series naming it).
+func (r *Reconciler) setSharedLocation(ctx context.Context, b *v1alpha1.DatabaseBackup) (string, error) {
 	list := &v1alpha1.DatabaseBackupList{}
 	if err := r.Client.List(ctx, list, client.MatchingFields{locationIndex: Location(b)}); err != nil {
-		return fmt.Errorf("failed to list DatabaseBackups at %s: %w", Location(b), err)
+		return "", fmt.Errorf("failed to list DatabaseBackups at %s: %w", Location(b), err)
 	}
 	var others []string
+	inUse := ""
 	for _, o := range list.Items {
-		if o.UID != b.UID {
-			others = append(others, o.Namespace+"/"+o.Name)
+		if o.UID == b.UID {
+			continue
+		}
+		others = append(others, o.Namespace+"/"+o.Name)
+		if SeriesID(&o) == SeriesID(b) && olderThan(&o, b) {
+			inUse = fmt.Sprintf("DatabaseBackup %s/%s, older, writes series %s at %s: this one takes no backups while it does",
+				o.Namespace, o.Name, SeriesID(b), Location(b))
 		}
 	}
 	if len(others) == 0 {
 		setCondition(b, v1alpha1.ConditionSharedLocation, false, v1alpha1.ReasonLocationExclusive, "No other DatabaseBackup stores at "+Location(b))
-		return nil
+		return "", nil
 	}
 	slices.Sort(others)
 	setCondition(b, v1alpha1.ConditionSharedLocation, true, v1alpha1.ReasonLocationShared,
 		fmt.Sprintf("DatabaseBackup %s also stores at %s; each series lists, prunes and restores only its own backups",
 			strings.Join(others, ", "), Location(b)))
-	return nil
+	return inUse, nil
+}
+
+// olderThan: a was created before b (by name when in the same second).
+func olderThan(a, b *v1alpha1.DatabaseBackup) bool {
+	if !a.CreationTimestamp.Equal(&b.CreationTimestamp) {
+		return a.CreationTimestamp.Before(&b.CreationTimestamp)
+	}
+	return a.Namespace+"/"+a.Name < b.Namespace+"/"+b.Name
 }
 
 // SetupWithManager declares every trigger of this controller.

@@ -192,8 +192,9 @@ func finish(t *testing.T, job *batchv1.Job, ok bool, res backup.Result) {
 	t.Helper()
 	msg, _ := json.Marshal(res)
 	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: job.Namespace, Name: job.Name + "-pod", Labels: map[string]string{batchv1.JobNameLabel: job.Name}},
-		Spec:       *job.Spec.Template.Spec.DeepCopy(),
+		ObjectMeta: metav1.ObjectMeta{Namespace: job.Namespace, Name: job.Name + "-pod", Labels: map[string]string{batchv1.JobNameLabel: job.Name},
+			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(job, batchv1.SchemeGroupVersion.WithKind("Job"))}},
+		Spec: *job.Spec.Template.Spec.DeepCopy(),
 	}
 	if err := env.Client.Create(ctx, pod); err != nil {
 		t.Fatal(err)
@@ -555,7 +556,7 @@ func TestSecondPhysicalBackupTakesNoBaseBackups(t *testing.T) {
 // afterwards. (Before, the series was always the object's own UID.)
 func TestNamedSeriesFindsABucketsBackups(t *testing.T) {
 	const lost = "4b1f9c2e-8d5a-4c33-9e1b-0a7d6f2c5e81"
-	ns, b := setup(t, func(b *v1alpha1.DatabaseBackup) { b.Spec.Series = lost })
+	ns, b := setup(t, func(b *v1alpha1.DatabaseBackup) { b.Spec.Series, b.Spec.Storage.S3.Prefix = lost, "orders/" })
 	job := waitJobs(t, ns, 1)[0]
 	if args := strings.Join(job.Spec.Template.Spec.Containers[0].Args, " "); !strings.Contains(args, "--series-uid="+lost) {
 		t.Errorf("args %q do not name the series %s", args, lost)
@@ -568,6 +569,20 @@ func TestNamedSeriesFindsABucketsBackups(t *testing.T) {
 	})
 	if err == nil || !strings.Contains(err.Error(), "series cannot change") {
 		t.Errorf("a change of series was not refused: %v", err)
+	}
+	// A second writer of the series, at the same location, takes no
+	// backups: the two would prune each other's.
+	twin := &v1alpha1.DatabaseBackup{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "twin"}, Spec: *b.Spec.DeepCopy()}
+	twin.Spec.Series = lost
+	if err := env.Client.Create(ctx, twin); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the twin refused", func() (bool, error) {
+		c := meta.FindStatusCondition(get(t, twin).Status.Conditions, v1alpha1.ConditionReady)
+		return c != nil && c.Reason == v1alpha1.ReasonSeriesInUse, nil
+	})
+	if n := len(jobs(t, ns)); n != 1 {
+		t.Errorf("%d backup Jobs, want only the first writer's", n)
 	}
 	_, own := setup(t, nil)
 	eventually(t, "the default series", func() (bool, error) {

@@ -204,8 +204,12 @@ func (r *Reconciler) result(ctx context.Context, job *batchv1.Job, succeeded boo
 	if err := r.APIReader.List(ctx, pods, client.InNamespace(job.Namespace), client.MatchingLabels{batchv1.JobNameLabel: job.Name}); err != nil {
 		return backup.Result{}, fmt.Errorf("failed to list the pods of Job %s: %w", job.Name, err)
 	}
-	slices.SortFunc(pods.Items, func(a, b corev1.Pod) int { return b.CreationTimestamp.Compare(a.CreationTimestamp.Time) })
-	for _, pod := range pods.Items {
+	// Only the Job's own pods: anyone who can create pods can make one
+	// with its label, and its termination message would be taken for the
+	// backup's result.
+	own := slices.DeleteFunc(pods.Items, func(p corev1.Pod) bool { return !metav1.IsControlledBy(&p, job) })
+	slices.SortFunc(own, func(a, b corev1.Pod) int { return b.CreationTimestamp.Compare(a.CreationTimestamp.Time) })
+	for _, pod := range own {
 		if succeeded != (pod.Status.Phase == corev1.PodSucceeded) {
 			continue
 		}
