@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"runtime"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"sync"
@@ -29,6 +30,13 @@ type simRun struct {
 	start time.Duration
 }
 
+// simStop: the instance node, a primary accepting writes, stopped at true
+// time at (a fence, a crash, a container restart).
+type simStop struct {
+	node int
+	at   time.Duration
+}
+
 type simResult struct {
 	seed uint64
 	cfg  simConfig
@@ -50,9 +58,35 @@ type simResult struct {
 	moves         int
 	simulated     time.Duration
 	holder        string
+	// With a long outage of the API server (simConfig.liveness): its kind,
+	// outageStop describing a stop of the holder it struck while it lasted,
+	// and outageGap, the longest stretch of it without an acknowledgement
+	// by that holder.
+	outageKind simFaultKind
+	// outageRecorded: the holder had recorded its vouchers as the outage
+	// began (else it may not serve past its term, and nothing is checked).
+	outageRecorded bool
+	outageStop     string
+	outageGap      time.Duration
+	// promises counts the promises given; pastTerm, the guard's checks
+	// that let a primary serve past its term on them.
+	promises, pastTerm int
 }
 
 func (r simResult) failed() bool { return r.splitAcks > 0 || !r.linearizable || r.stuck }
+
+// simMaxGap bounds outageGap for asynchronous replication, where an
+// acknowledgement waits for nothing but the holder (with required
+// durability it waits for a replica's stream too, whose lag the model
+// varies up to 2 s: the gap is reported, not bounded).
+const simMaxGap = time.Second
+
+// livenessFailed: with a long outage of the API server and no other fault,
+// the holder stopped serving, or (asynchronous) acknowledged nothing for
+// over simMaxGap.
+func (r simResult) livenessFailed() bool {
+	return r.outageStop != "" || !r.cfg.required && r.outageGap > simMaxGap
+}
 
 func (r simResult) String() string {
 	mode := "asynchronous"
@@ -68,6 +102,14 @@ func (r simResult) String() string {
 	}
 	if r.stuck {
 		s += fmt.Sprintf("; did not settle within %s of the last write, every fault healed", simSettle)
+	}
+	if r.cfg.liveness && r.livenessFailed() {
+		s += fmt.Sprintf("; in the outage (%s): ", simFaultNames[r.outageKind])
+		if r.outageStop != "" {
+			s += r.outageStop
+		} else {
+			s += fmt.Sprintf("no write acknowledged for %s", r.outageGap.Round(time.Millisecond))
+		}
 	}
 	return s
 }
@@ -101,7 +143,37 @@ func runSim(seed uint64, cfg simConfig, tracing bool) (simResult, []string) {
 		r.holder = h.name
 		r.linearizable, r.lost = checkDurable(w.ops, h.wal, w.now)
 	}
+	r.promises, r.pastTerm = w.promises, w.pastTerm
+	if o := w.outage; o != nil && cfg.liveness {
+		r.outageKind, r.outageRecorded = o.kind, w.outageRecorded
+		if w.outageRecorded {
+			r.outageStop, r.outageGap = outageLiveness(w.acks, w.stops, *o)
+		}
+	}
 	return r, w.trace
+}
+
+// outageLiveness is the liveness check of an outage o of the API server
+// with no other fault: the holder o struck never stops accepting writes
+// while it lasts, and the longest stretch of it without an
+// acknowledgement by that holder.
+func outageLiveness(acks []simAck, stops []simStop, o simFault) (string, time.Duration) {
+	stop := ""
+	for _, s := range stops {
+		if s.node == o.target && s.at >= o.at && s.at <= o.until {
+			stop = fmt.Sprintf("%s stopped accepting writes at %.2fs, the outage lasting from %.2fs to %.2fs",
+				simName(s.node), s.at.Seconds(), o.at.Seconds(), o.until.Seconds())
+			break
+		}
+	}
+	prev, gap := o.at, time.Duration(0)
+	for _, a := range acks {
+		if a.node != o.target || a.at < o.at || a.at > o.until {
+			continue
+		}
+		gap, prev = max(gap, a.at-prev), a.at
+	}
+	return stop, max(gap, o.until-prev)
 }
 
 // splitAcks is check 1, no two writers: every acknowledgement of term i
@@ -161,7 +233,9 @@ var simSetModel = porcupine.Model{
 			byID[in.id] = append(byID[in.id], op)
 		}
 		read.Input = simInput{read: true}
+		final := map[int]bool{}
 		for _, id := range read.Output.([]int) {
+			final[id] = true
 			if _, ok := byID[id]; !ok {
 				ids = append(ids, id) // read, never written
 			}
@@ -169,7 +243,7 @@ var simSetModel = porcupine.Model{
 		parts := make([][]porcupine.Operation, 0, len(ids))
 		for _, id := range ids {
 			r := read
-			r.Input, r.Output = simInput{read: true, id: id}, slices.Contains(read.Output.([]int), id)
+			r.Input, r.Output = simInput{read: true, id: id}, final[id]
 			parts = append(parts, append(byID[id], r))
 		}
 		return parts
@@ -234,8 +308,11 @@ func commonPrefix(a, b []simEntry) int {
 	return k
 }
 
-// simSweep runs seeds from..to-1 of cfg on every CPU.
+// simSweep runs seeds from..to-1 of cfg on every CPU. Worlds are small
+// and allocate fast: the collector runs less often meanwhile (a quarter
+// of the CPU time otherwise).
 func simSweep(cfg simConfig, from, to uint64) []simResult {
+	defer debug.SetGCPercent(debug.SetGCPercent(400))
 	out := make([]simResult, to-from)
 	seeds := make(chan uint64)
 	var wg sync.WaitGroup

@@ -85,6 +85,13 @@ type simNode struct {
 	waiters               []func(bool) // promote calls waiting for the one under way
 	promoting             bool         // pg_promote runs (Manager.promoting)
 	managers              int          // the manager's starts: a container restart is another
+	// promise is this instance's promise not to be promoted (on its
+	// volume), vouch the promises it holds as a holder (simvouch_test.go).
+	promise  simPromise
+	vouch    simVouch
+	apiWatch simAPIWatch
+	// onPromises: holdLease last found it past its term (for the trace).
+	onPromises bool
 }
 
 type simStatus struct {
@@ -170,6 +177,9 @@ func (n *simNode) servingFrom(run int) {
 
 // stop ends the run of postgres: killed (a fence), crashed, or shut down.
 func (n *simNode) stop() {
+	if n.accepting() {
+		n.w.stops = append(n.w.stops, simStop{node: n.idx, at: n.w.now})
+	}
 	n.run++
 	n.pg, n.running = pgDown, false
 	n.status = simStatus{}
@@ -194,8 +204,14 @@ func (n *simNode) restartContainer(down time.Duration) {
 	n.stop() // a promotion under way fails with its run, its call with the manager
 	n.managerUp, n.managers = false, n.managers+1
 	n.holder, n.leaseUntil, n.syncRecord, n.seenRV, n.promoting = "", time.Time{}, "", 0, false
+	// A new manager's status names no role (no --role with a lease) until
+	// learnRole; it holds no promises, and loads the one it gave.
+	n.role = ""
+	n.vouch.reset()
+	n.apiWatch = simAPIWatch{}
 	n.w.after(down, func() {
 		n.managerUp = true
+		n.promise.load()
 		n.prepare()
 	})
 }
@@ -235,13 +251,23 @@ func (n *simNode) prepare() {
 		n.holder = holder
 		if holder != n.name {
 			n.role = string(instanceapi.RoleReplica)
-			n.leaseUntil = time.Time{}
+			n.leaseUntil = time.Time{} // setRole: a replica again
+			n.vouch.reset()
+			n.promise.reopen()
 			n.prepared(run)
 			return
 		}
 		n.role = string(instanceapi.RolePrimary)
 		n.term = ptr.Deref(l.Spec.LeaseTransitions, 0)
-		n.leaseUntil = later(n.leaseUntil, simView(l).validUntil())
+		v := simView(l)
+		n.leaseUntil = later(n.leaseUntil, v.validUntil())
+		// mayStartAsPrimary: a promise to another holder binds.
+		if !n.promise.claim(n.name, v.releasedBy, v.handoverLSN != "", n.clock(), w.cfg.ignorePromise) {
+			w.logf("%s: waiting to start as the primary: promised %s until %.2fs", n.name, n.promise.holder,
+				trueTime(n.promise.until, n.skew).Seconds())
+			w.after(time.Second, n.prepare)
+			return
+		}
 		if n.leaseUntil.Sub(n.clock()) >= instanceapi.LeaseRenewPeriod {
 			n.prepared(run)
 			return
@@ -325,6 +351,7 @@ func (n *simNode) monitor(run int) {
 			if n.duties != run {
 				n.duties = run
 				n.beat(run)
+				n.vouchLoop(run)
 				n.guardLease(run)
 			}
 		}
@@ -343,7 +370,17 @@ func (n *simNode) answer(fresh bool) v1alpha1.InstanceStatus {
 			s.received = s.lsn
 		}
 	}
-	return v1alpha1.InstanceStatus{Name: n.name, Role: n.role, LSN: s.lsn, ReceivedLSN: s.received, Timeline: s.timeline}
+	out := v1alpha1.InstanceStatus{Name: n.name, Role: n.role, LSN: s.lsn, ReceivedLSN: s.received, Timeline: s.timeline}
+	if h, ok := n.promise.active(n.clock()); ok {
+		out.PromisedTo = h
+	}
+	return out
+}
+
+// vouched is the rest of the answer failover reads (askInstances' map):
+// the last holder that asked for a promise and its WAL position then.
+func (n *simNode) vouched() instanceapi.Status {
+	return instanceapi.Status{VouchedFor: n.promise.holder, VouchedLSN: n.promise.lsn}
 }
 
 // follows: this replica's WAL is a prefix of u's, or u, a replica too,

@@ -1,6 +1,7 @@
 package ha
 
 import (
+	"fmt"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -35,37 +36,54 @@ func (n *simNode) guardLease(run int) {
 
 // holdLease renews while the heartbeat is fresh, extends while the server
 // is not Running yet or promotes (within restartLeaseLimit of the guard's
-// start), and fences when the lease names another or leaseUntil passes,
-// waking for whichever comes first.
+// start), and fences when the lease names another or its serveDeadline
+// passes (leaseUntil, or later while its peers' promises and its own
+// heartbeat cover it), waking for whichever comes first.
 func (n *simNode) holdLease(run int, started time.Duration) {
 	w := n.w
 	if n.run != run {
 		return
 	}
+	beat := n.heartbeat
+	unserved := !n.running || n.promoting
 	check := func(ok, lost bool) {
 		if n.run != run {
 			return
 		}
-		until := n.leaseUntil
-		if lost || !n.clock().Before(until) && !w.cfg.noFence {
+		deadline := n.serveDeadline(unserved)
+		if lost || !n.clock().Before(deadline) && !w.cfg.noFence {
 			why := "the lease ran out"
-			if lost {
+			switch {
+			case lost:
 				why = "the lease names another instance"
+			case w.tracing:
+				cover, _ := n.vouch.coveredUntil(n.clock())
+				why = fmt.Sprintf("the lease ran out at %.2fs, and the promises and its heartbeat covered it until %s",
+					trueTime(n.leaseUntil, n.skew).Seconds(), simAt(cover, n.skew))
 			}
 			n.fence(run, why)
 			return
 		}
+		if past := !n.clock().Before(n.leaseUntil); past != n.onPromises {
+			n.onPromises = past
+			if past {
+				w.logf("%s: serving past its lease's term on its peers' promises", n.name)
+			}
+		}
+		if n.onPromises && n.accepting() {
+			w.pastTerm++
+		}
 		wait := instanceapi.LeaseRenewPeriod
-		if d := until.Sub(n.clock()); d > 0 {
+		if d := deadline.Sub(n.clock()); d > 0 {
 			wait = min(wait, d)
 		}
 		w.after(wait, func() { n.holdLease(run, started) })
 	}
-	limit := renewLimit(n.leaseUntil, n.clock())
+	limit := renewLimit(n.serveDeadline(unserved), n.clock())
 	switch {
-	case !n.heartbeat.IsZero() && n.clock().Sub(n.heartbeat) < instanceapi.HeartbeatDeadline:
+	case !beat.IsZero() && n.clock().Sub(beat) < instanceapi.HeartbeatDeadline:
 		n.renewBefore(run, limit, check)
-	case (!n.running || n.promoting) && w.now-started < 30*time.Second: // restartLeaseLimit
+	case unserved && w.now-started < 30*time.Second: // restartLeaseLimit
 		n.extendBefore(run, limit, check)
 	default:
 		check(false, false)
@@ -79,15 +97,32 @@ func renewLimit(until, now time.Time) time.Duration {
 }
 
 // renewBefore is Renew, for a serving primary: renewTime, the WAL position
-// observed and the synchronous setting recorded.
+// observed, the synchronous setting and the vouchers recorded (renew: the
+// demand widened first, set to the list once written).
 func (n *simNode) renewBefore(run int, limit time.Duration, done func(ok, lost bool)) {
-	lsn, sync := n.status.lsn, n.syncRecord
+	lsn, sync, list := n.status.lsn, n.syncRecord, n.voucherList()
+	n.vouch.attempt(list)
 	n.writeLease(run, limit, func(l *coordinationv1.Lease) {
+		if l.Spec.AcquireTime == nil {
+			l.Spec.AcquireTime = l.Spec.RenewTime
+		}
 		if lsn != "" {
 			l.Annotations[instanceapi.AnnotationLeaseLSN] = lsn
 		}
 		l.Annotations[instanceapi.AnnotationSync] = sync
-	}, n.counted(done))
+		if list != nil {
+			l.Annotations[instanceapi.AnnotationVouchers] = simVouchers(list)
+		} else {
+			delete(l.Annotations, instanceapi.AnnotationVouchers)
+		}
+		delete(l.Annotations, instanceapi.AnnotationHandoverLSN)
+		delete(l.Annotations, instanceapi.AnnotationReleasedBy)
+	}, n.counted(func(ok, lost bool) {
+		if ok {
+			n.vouch.recordedAs(list)
+		}
+		done(ok, lost)
+	}))
 }
 
 // extendBefore is Extend for a server not serving yet: leaseUntil moves
@@ -108,11 +143,11 @@ func (n *simNode) counted(done func(ok, lost bool)) func(ok, lost bool) {
 }
 
 // writeLease is KubeLease.renew, which Renew (record sets what it records)
-// and Extend (record nil: renewTime, and acquireTime if unset, only)
-// share: a GET, then an UPDATE carrying its resourceVersion, renewTime
-// from this clock, given up after limit. done hears whether it succeeded,
-// with the run still under way (the real write's context ends with it),
-// and whether the lease names another instance (ErrLeaseLost).
+// and Extend (record nil: renewTime only) share: a GET, then an UPDATE
+// carrying its resourceVersion, renewTime from this clock, given up after
+// limit. done hears whether it succeeded, with the run still under way
+// (the real write's context ends with it), and whether the lease names
+// another instance (ErrLeaseLost).
 func (n *simNode) writeLease(run int, limit time.Duration, record func(*coordinationv1.Lease), done func(ok, lost bool)) {
 	w := n.w
 	deadline := w.now + limit
@@ -123,9 +158,6 @@ func (n *simNode) writeLease(run int, limit time.Duration, record func(*coordina
 		}
 		now := metav1.NewMicroTime(n.clock())
 		l.Spec.RenewTime, l.Spec.LeaseDurationSeconds = &now, ptr.To(int32(instanceapi.LeaseDuration/time.Second))
-		if l.Spec.AcquireTime == nil {
-			l.Spec.AcquireTime = &now
-		}
 		if record != nil {
 			record(l)
 		}
@@ -149,10 +181,13 @@ type simLeaseView struct {
 	renewed     time.Time
 	duration    time.Duration
 	transitions int32
+	// releasedBy and handoverLSN are the lease's annotations.
+	releasedBy, handoverLSN string
 }
 
 func simView(l *coordinationv1.Lease) simLeaseView {
-	v := simLeaseView{holder: ptr.Deref(l.Spec.HolderIdentity, ""), transitions: ptr.Deref(l.Spec.LeaseTransitions, 0)}
+	v := simLeaseView{holder: ptr.Deref(l.Spec.HolderIdentity, ""), transitions: ptr.Deref(l.Spec.LeaseTransitions, 0),
+		releasedBy: l.Annotations[instanceapi.AnnotationReleasedBy], handoverLSN: l.Annotations[instanceapi.AnnotationHandoverLSN]}
 	if l.Spec.RenewTime != nil {
 		v.renewed = l.Spec.RenewTime.Time
 	}
@@ -179,13 +214,18 @@ func (v simLeaseView) stillNamed(read, now time.Time) bool {
 // a moment after it changed, while the API answers (holderIs).
 func (n *simNode) watch() {
 	w := n.w
-	if n.seenRV == w.rv || !n.managerUp || !w.up(n.idx, epAPI) || w.now < w.leaseAt+n.lag {
+	lag := n.lag
+	if w.cfg.healthy {
+		lag = min(lag, 30*time.Millisecond)
+	}
+	if n.seenRV == w.rv || !n.managerUp || !w.up(n.idx, epAPI) || w.now < w.leaseAt+lag {
 		return
 	}
 	// An informer's first event lists the lease: it moved nothing.
 	holder, transitions := ptr.Deref(w.lease.Spec.HolderIdentity, ""), ptr.Deref(w.lease.Spec.LeaseTransitions, 0)
 	moved := n.seenRV > 0 && transitions > n.seenTransitions
 	n.seenRV, n.seenTransitions = w.rv, transitions
+	n.apiWatch.seen = n.clock()
 	n.holderIs(holder, moved)
 }
 
@@ -252,6 +292,23 @@ func (n *simNode) promote(done func(bool)) {
 			finish(named && primary)
 			return
 		}
+		// A promise to the last holder binds until it ends, unless that
+		// holder gave the lease up; past this, no more promises.
+		if !n.promise.claim(n.name, v.releasedBy, v.handoverLSN != "", n.clock(), w.cfg.ignorePromise) {
+			w.logf("%s: not promoted: promised %s until %.2fs", n.name, n.promise.holder, trueTime(n.promise.until, n.skew).Seconds())
+			finish(false) // 409
+			return
+		}
+		// Until pg_promote is signalled this stays a replica, free to
+		// promise again if the promotion goes no further (the manager's
+		// own deferred reopen: none once it restarted).
+		signalled, manager, claimed := new(bool), n.managers, finish
+		finish := func(ok bool) {
+			if !*signalled && n.managers == manager {
+				n.promise.reopen()
+			}
+			claimed(ok)
+		}
 		read := n.clock()
 		n.holder = n.name
 		w.after(w.between(20*time.Millisecond, 200*time.Millisecond), func() { // connect, peers' slots
@@ -261,7 +318,7 @@ func (n *simNode) promote(done func(bool)) {
 			}
 			checked := n.clock()
 			if v.stillNamed(read, checked) {
-				n.promoteNow(run, v, checked, finish)
+				n.promoteNow(run, v, checked, signalled, finish)
 				return
 			}
 			view(func(v simLeaseView, named bool) {
@@ -272,7 +329,7 @@ func (n *simNode) promote(done func(bool)) {
 					finish(false)
 					return
 				}
-				n.promoteNow(run, v, checked, finish)
+				n.promoteNow(run, v, checked, signalled, finish)
 			})
 		})
 	})
@@ -281,13 +338,13 @@ func (n *simNode) promote(done func(bool)) {
 // promoteNow: the term from the renewal the lease records, or, when that
 // ran out or nearly (a replica that could not promote for a while), from
 // an extension of its own, refused if Extend fails; then pgPromote.
-func (n *simNode) promoteNow(run int, v simLeaseView, checked time.Time, finish func(bool)) {
+func (n *simNode) promoteNow(run int, v simLeaseView, checked time.Time, signalled *bool, finish func(bool)) {
 	renewed := checked
 	if !v.renewed.IsZero() && v.renewed.Before(checked) {
 		renewed = v.renewed
 	}
 	if ServeUntil(renewed, v.duration).Sub(n.clock()) >= instanceapi.LeaseRenewPeriod {
-		n.pgPromote(run, v.transitions, renewed, finish)
+		n.pgPromote(run, v.transitions, renewed, signalled, finish)
 		return
 	}
 	start := n.clock()
@@ -298,7 +355,7 @@ func (n *simNode) promoteNow(run int, v simLeaseView, checked time.Time, finish 
 			return
 		}
 		n.w.logf("%s: the term ran out; extended it to promote", n.name)
-		n.pgPromote(run, v.transitions, start, finish)
+		n.pgPromote(run, v.transitions, start, signalled, finish)
 	})
 }
 
@@ -308,7 +365,7 @@ func (n *simNode) promoteNow(run int, v simLeaseView, checked time.Time, finish 
 // left recovery, the manager records a primary, its term kept. When the
 // run ends first, promoteNow polls a closed connection until its deadline
 // (promoteTimeout), promoting meanwhile, unless the manager restarted.
-func (n *simNode) pgPromote(run int, term int32, renewed time.Time, finish func(bool)) {
+func (n *simNode) pgPromote(run int, term int32, renewed time.Time, signalled *bool, finish func(bool)) {
 	w := n.w
 	d := w.between(20*time.Millisecond, 300*time.Millisecond)
 	if w.chance(0.05) {
@@ -320,6 +377,7 @@ func (n *simNode) pgPromote(run int, term int32, renewed time.Time, finish func(
 	n.promoting = true
 	n.leaseUntil = later(n.leaseUntil, ServeUntil(renewed, 0))
 	n.guardLease(run)
+	*signalled = true
 	deadline, manager := w.now+30*time.Second, n.managers
 	var failed func()
 	failed = func() {

@@ -56,21 +56,23 @@ func (o *simOperator) reconcile() {
 			skip = st.Holder
 		}
 	}
-	o.ask(skip, false, func(statuses []v1alpha1.InstanceStatus) {
+	o.ask(skip, false, func(statuses []v1alpha1.InstanceStatus, _ map[string]instanceapi.Status) {
 		w.after(w.between(10*time.Millisecond, 200*time.Millisecond), func() { o.failover(lease, statuses) })
 	})
 }
 
 // ask is askInstances: every instance but skip, each call given up after
-// a second; fresh asks for positions read now.
-func (o *simOperator) ask(skip string, fresh bool, done func([]v1alpha1.InstanceStatus)) {
+// a second; fresh asks for positions read now. done hears the statuses and,
+// by name, the rest of each answer.
+func (o *simOperator) ask(skip string, fresh bool, done func([]v1alpha1.InstanceStatus, map[string]instanceapi.Status)) {
 	w := o.w
 	out := make([]v1alpha1.InstanceStatus, simNodes)
+	byPod := map[string]instanceapi.Status{}
 	left := simNodes
 	answered := func(i int, s v1alpha1.InstanceStatus) {
 		out[i] = s
 		if left--; left == 0 {
-			done(out)
+			done(out, byPod)
 		}
 	}
 	deadline := w.now + time.Second
@@ -93,12 +95,13 @@ func (o *simOperator) ask(skip string, fresh bool, done func([]v1alpha1.Instance
 				fail("the instance manager did not answer")
 				return
 			}
-			s := n.answer(fresh)
+			s, vouched := n.answer(fresh), n.vouched()
 			w.after(w.netLatency(), func() {
 				if !w.up(epOperator, i) {
 					fail("the instance manager did not answer")
 					return
 				}
+				byPod[n.name] = vouched
 				answered(i, s)
 			})
 		})
@@ -119,16 +122,32 @@ func (o *simOperator) failover(lease *coordinationv1.Lease, statuses []v1alpha1.
 	}
 	// No pod is deleted here, so failover never waited for a release:
 	// it asks again, for positions read after the expiry.
-	o.ask(st.Holder, true, func(fresh []v1alpha1.InstanceStatus) { o.move(lease, st, now, fresh) })
+	o.ask(st.Holder, true, func(fresh []v1alpha1.InstanceStatus, byPod map[string]instanceapi.Status) {
+		o.move(lease, st.WithVouchedLSN(byPod), now, fresh)
+	})
 }
 
 // move is the rest of failover: DecideFailover on the positions read now,
 // the lease moved, the promote call.
 func (o *simOperator) move(lease *coordinationv1.Lease, st LeaseState, now time.Time, statuses []v1alpha1.InstanceStatus) {
 	w := o.w
+	if w.cfg.operatorIgnoresPromises {
+		for i := range statuses {
+			statuses[i].PromisedTo = ""
+		}
+	}
 	d := DecideFailover(st, now, statuses)
 	if d.Promote != "" && w.cfg.pickLeast {
 		d.Promote = simLeast(st.Holder, statuses)
+	}
+	if d.OnPromises != "" {
+		// The holder serves on its replicas' promises: no failover.
+		if d.OnPromises != o.waiting {
+			w.logf("operator: %s", d.OnPromises)
+		}
+		o.waiting = d.OnPromises
+		o.schedule()
+		return
 	}
 	if d.Promote == "" {
 		if d.Waiting != o.waiting {
@@ -144,6 +163,13 @@ func (o *simOperator) move(lease *coordinationv1.Lease, st LeaseState, now time.
 	l.Spec.LeaseDurationSeconds = ptr.To(int32(instanceapi.LeaseDuration / time.Second))
 	l.Spec.LeaseTransitions = ptr.To(ptr.Deref(l.Spec.LeaseTransitions, 0) + 1)
 	delete(l.Annotations, instanceapi.AnnotationHandoverLSN)
+	// The old holder's vouchers bind the old term only; a holder that
+	// released the lease (none does here) stopped serving.
+	delete(l.Annotations, instanceapi.AnnotationVouchers)
+	delete(l.Annotations, instanceapi.AnnotationReleasedBy)
+	if lease.Spec.RenewTime == nil {
+		l.Annotations[instanceapi.AnnotationReleasedBy] = st.Holder
+	}
 	l.Annotations[instanceapi.AnnotationSync] = w.syncNames(d.Promote)
 	apiCall(w, epOperator, 10*time.Second, func() bool { return w.updateLease(l) }, func(moved, ok bool) {
 		if !ok || !moved {

@@ -3,6 +3,7 @@ package ha
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"time"
 
@@ -39,9 +40,42 @@ type simConfig struct {
 	// skew bounds the difference between any two clocks; zero is
 	// instanceapi.MaxClockSkew.
 	skew time.Duration
+	// outages is the share of schedules that, besides their usual faults,
+	// lose the API server for long (control-plane outage for everyone,
+	// or for the holder alone), drawn from the second source (vrng).
+	outages float64
+	// staggered: every such outage is the control plane's and comes back
+	// for one endpoint after another (without it, half the outages are
+	// the control plane's, and half of those come back so).
+	staggered bool
+	// liveness: the schedule's one fault is a long control-plane outage,
+	// and the holder must serve through it (simResult.outageStop,
+	// outageGap).
+	liveness bool
+	// healthy: no message is slow (by default 1 in 100 to the API server
+	// or between instances takes 0.1 to 1.5 s, past a promise ask's
+	// timeout at times), and a lease watch delivers within 30 ms (by
+	// default with its instance's streaming lag, up to 2 s): the liveness
+	// check's "no other fault".
+	healthy bool
 	// Mutations that must make the checks fail.
 	noFence   bool // the holder never fences when its lease runs out
 	pickLeast bool // failover promotes the answering replica with the least WAL
+	// countFromAnswer: the holder counts a promise from the answer's
+	// arrival, for the whole PromiseDuration (no margin).
+	countFromAnswer bool
+	// ignorePromise: a replica's claim to become a primary ignores its
+	// promise (promote, start as primary).
+	ignorePromise bool
+	// operatorIgnoresPromises: failover weighs a replica that promised the
+	// holder like any other (PromisedTo dropped).
+	operatorIgnoresPromises bool
+	// noPromises: the holder never asks for promises (serving past its
+	// term never happens): the liveness check must fail.
+	noPromises bool
+	// promiseReachingAPI: a replica promises though it reaches the API
+	// server (as ead3886 had it: a holder cut off alone serves on).
+	promiseReachingAPI bool
 }
 
 type simEvent struct {
@@ -95,9 +129,12 @@ func (q *simQueue) pop() simEvent {
 }
 
 type simWorld struct {
-	cfg   simConfig
-	seed  uint64
-	rng   *rand.Rand
+	cfg  simConfig
+	seed uint64
+	rng  *rand.Rand
+	// vrng draws what promises added (their messages, the outages), so the
+	// draws of rng, and with them a seed's schedule, stay what they were.
+	vrng  *rand.Rand
 	now   time.Duration
 	seq   uint64
 	queue simQueue
@@ -122,6 +159,18 @@ type simWorld struct {
 	ops  []*simOp
 	acks []simAck
 	runs []simRun
+	// stops: a primary stopped accepting writes (fence, crash, restart).
+	stops []simStop
+	// outage is the long outage of the API server, if the schedule has
+	// one; promises counts the promises given.
+	outage   *simFault
+	promises int
+	// pastTerm counts the guard's checks (about one a second) that let a
+	// primary serve past its term.
+	pastTerm int
+	// outageRecorded: the holder the outage struck had recorded its
+	// vouchers by then (a renewal succeeded): it may serve past its term.
+	outageRecorded bool
 
 	tracing bool
 	trace   []string
@@ -145,11 +194,27 @@ func (w *simWorld) between(lo, hi time.Duration) time.Duration {
 
 func (w *simWorld) chance(p float64) bool { return w.rng.Float64() < p }
 
+// vbetween is between, drawn from vrng.
+func (w *simWorld) vbetween(lo, hi time.Duration) time.Duration {
+	if hi <= lo {
+		return lo
+	}
+	return lo + time.Duration(w.vrng.Int64N(int64(hi-lo)))
+}
+
 // clock is what a clock skewed by skew reads now.
 func (w *simWorld) clock(skew time.Duration) time.Time { return simEpoch.Add(w.now + skew) }
 
 // trueTime is when a clock skewed by skew reads t.
 func trueTime(t time.Time, skew time.Duration) time.Duration { return t.Sub(simEpoch) - skew }
+
+// simAt is trueTime for the trace: "never" for a zero time.
+func simAt(t time.Time, skew time.Duration) string {
+	if t.IsZero() {
+		return "never"
+	}
+	return fmt.Sprintf("%.2fs", trueTime(t, skew).Seconds())
+}
 
 func (w *simWorld) up(a, b int) bool { return w.cut[a][b] == 0 }
 
@@ -171,7 +236,7 @@ func (w *simWorld) netLatency() time.Duration {
 }
 
 func (w *simWorld) apiLatency() time.Duration {
-	if w.chance(0.01) {
+	if w.chance(0.01) && !w.cfg.healthy {
 		return w.between(100*time.Millisecond, 1500*time.Millisecond)
 	}
 	return w.between(2*time.Millisecond, 20*time.Millisecond)
@@ -254,7 +319,7 @@ func newSimWorld(seed uint64, cfg simConfig) *simWorld {
 	if cfg.skew == 0 {
 		cfg.skew = instanceapi.MaxClockSkew
 	}
-	w := &simWorld{cfg: cfg, seed: seed, rng: rand.New(rand.NewPCG(seed, 0x5eed))}
+	w := &simWorld{cfg: cfg, seed: seed, rng: rand.New(rand.NewPCG(seed, 0x5eed)), vrng: rand.New(rand.NewPCG(seed, 0x70c4))}
 	skew := func() time.Duration { return w.between(-cfg.skew/2, cfg.skew/2+1) }
 	for i := range simNodes {
 		w.nodes[i] = newSimNode(w, i, skew())
@@ -285,6 +350,11 @@ type simFault struct {
 	kind      simFaultKind
 	at, until time.Duration
 	target    int
+	// later, for a control-plane outage, is how long after until each
+	// endpoint (by index, the operator's too) gets the API server back
+	// (nil: all at once).
+	later      []time.Duration
+	holderLast time.Duration // when not 0, the holder's later instead
 }
 
 type simFaultKind int
@@ -300,17 +370,28 @@ const (
 	faultReplicaAPI                          // a replica cut from the API server
 	faultReplicaCrash                        // a replica's postgres crashes
 	faultOperatorAPI                         // the operator cut from the API server
-	simFaultKinds
+	simFaultKinds                            // the usual faults are those above
+	// Drawn apart from the usual faults (simConfig.outages): every
+	// instance and the operator cut from the API server; the primary cut
+	// from one replica (its stream and its promises), not from the others.
+	faultControlPlane  = simFaultKinds
+	faultHolderReplica = simFaultKinds + 1
 )
 
 var simFaultNames = [...]string{"primary cut from the API", "primary isolated but for its client", "primary cut from the operator",
 	"primary's postgres crashes", "primary's container restarts", "replica cut from the operator", "replica cut from its peers",
-	"replica cut from the API", "replica's postgres crashes", "operator cut from the API"}
+	"replica cut from the API", "replica's postgres crashes", "operator cut from the API",
+	"control plane down (the API server unreachable for all)", "primary cut from one replica"}
 
 // plan draws the faults of the schedule; each strikes the lease holder
 // (or a replica of it) at its start.
 func (w *simWorld) plan() {
 	healed := 20 * time.Second
+	if w.cfg.liveness {
+		w.planOutage(w.between(4*time.Second, 8*time.Second))
+		w.stopWrites = w.outage.until + 2*time.Second
+		return
+	}
 	for range 1 + w.rng.IntN(3) {
 		f := simFault{kind: simFaultKind(w.rng.IntN(int(simFaultKinds))), at: w.between(time.Second, 25*time.Second)}
 		f.until = f.at + w.between(200*time.Millisecond, 14*time.Second)
@@ -318,7 +399,51 @@ func (w *simWorld) plan() {
 		w.faults = append(w.faults, f)
 		w.at(f.at, func() { w.strike(f) })
 	}
+	if w.vrng.Float64() < w.cfg.outages {
+		w.planOutage(w.vbetween(time.Second, 30*time.Second))
+		healed = max(healed, w.outage.until+slices.Max(append(w.outage.later, w.outage.holderLast)))
+	}
 	w.stopWrites = healed + 2*time.Second
+}
+
+// planOutage adds a long outage of the API server from at, 10 to 30 s:
+// for everyone (the control plane down), or (but in a liveness schedule)
+// for the holder alone.
+func (w *simWorld) planOutage(at time.Duration) {
+	f := simFault{kind: faultControlPlane, at: at}
+	if !w.cfg.liveness && w.vrng.IntN(2) == 0 && !w.cfg.staggered {
+		f.kind = faultAPI
+	}
+	f.until = f.at + w.vbetween(10*time.Second, 30*time.Second)
+	if f.kind == faultControlPlane && !w.cfg.liveness && (w.vrng.IntN(2) == 0 || w.cfg.staggered) {
+		// Half the time it comes back for one after another, within 8 s,
+		// and then half the time for the holder (resolved as it strikes)
+		// 4 to 15 s after the others: from serving on promises it goes on
+		// cut off alone.
+		f.later = make([]time.Duration, simEPs)
+		for _, ep := range []int{0, 1, 2, epOperator} {
+			f.later[ep] = w.vbetween(0, 8*time.Second)
+		}
+		if w.vrng.IntN(2) == 0 {
+			f.holderLast = 8*time.Second + w.vbetween(4*time.Second, 15*time.Second)
+		}
+	}
+	w.outage = &f
+	w.faults = append(w.faults, f)
+	w.at(f.at, func() {
+		h := w.nodes[simIndex(ptr.Deref(w.lease.Spec.HolderIdentity, ""))]
+		w.outage.target, w.outageRecorded = h.idx, h.vouch.recorded
+		w.strike(f)
+	})
+	if w.cfg.liveness || w.vrng.IntN(2) == 0 {
+		return
+	}
+	// Half the time the holder loses one replica meanwhile: the case that
+	// its promises must all cover it for.
+	c := simFault{kind: faultHolderReplica, at: f.at + w.vbetween(0, 6*time.Second)}
+	c.until = c.at + w.vbetween(2*time.Second, 20*time.Second)
+	w.faults = append(w.faults, c)
+	w.at(c.at, func() { w.strike(c) })
 }
 
 func (w *simWorld) strike(f simFault) {
@@ -326,8 +451,13 @@ func (w *simWorld) strike(f simFault) {
 	f.target = holder
 	who := simName(holder)
 	switch {
+	case f.kind == faultControlPlane:
+		who = "everyone"
 	case f.kind == faultOperatorAPI:
 		who = "operator"
+	case f.kind == faultHolderReplica:
+		f.target = (holder + 1 + w.vrng.IntN(simNodes-1)) % simNodes
+		who = simName(holder) + " and " + simName(f.target)
 	case f.kind >= faultReplicaOperator:
 		f.target = (holder + 1 + w.rng.IntN(simNodes-1)) % simNodes
 		who = simName(f.target)
@@ -357,6 +487,13 @@ func (w *simWorld) strike(f simFault) {
 		links = [][2]int{{f.target, epAPI}}
 	case faultOperatorAPI:
 		links = [][2]int{{epOperator, epAPI}}
+	case faultHolderReplica:
+		links = [][2]int{{holder, f.target}}
+	case faultControlPlane:
+		links = [][2]int{{epOperator, epAPI}}
+		for i := range simNodes {
+			links = append(links, [2]int{i, epAPI})
+		}
 	case faultCrash, faultReplicaCrash:
 		w.logf("%s: postgres crashes", simName(f.target))
 		w.nodes[f.target].crash()
@@ -369,6 +506,24 @@ func (w *simWorld) strike(f simFault) {
 	w.logf("%s: %s until %.2fs", who, simFaultNames[f.kind], f.until.Seconds())
 	for _, l := range links {
 		w.cutLink(l[0], l[1], 1)
+	}
+	if f.later != nil {
+		// The control plane comes back for one endpoint after another.
+		if f.holderLast > 0 {
+			f.later[holder] = f.holderLast
+		}
+		for _, l := range links {
+			ep := l[0] // each link is {endpoint, epAPI}
+			w.at(f.until+f.later[ep], func() {
+				who := "operator"
+				if ep < simNodes {
+					who = simName(ep)
+				}
+				w.logf("%s: healed (%s)", who, simFaultNames[f.kind])
+				w.cutLink(l[0], l[1], -1)
+			})
+		}
+		return
 	}
 	w.at(f.until, func() {
 		w.logf("%s: healed (%s)", who, simFaultNames[f.kind])
