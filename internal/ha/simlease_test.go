@@ -235,6 +235,9 @@ func (n *simNode) watch() {
 func (n *simNode) holderIs(holder string, moved bool) {
 	changed := holder != n.holder
 	n.holder = holder
+	if changed {
+		n.promise.forgetVouched(holder)
+	}
 	if !changed || !n.replica() {
 		return
 	}
