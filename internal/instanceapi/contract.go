@@ -187,10 +187,14 @@ const (
 // lease (the API server is down, or cut from it alone) may serve past its
 // term only while every other instance of the Database has promised not to
 // be promoted: each VouchPeriod, while its heartbeat commits, it asks every
-// instance its last renewal named in AnnotationVouchers (POST PathVouch);
-// an instance that answers refuses to become a primary for PromiseDuration
-// from its answer, on its own clock, unless the lease says the holder
-// released it (AnnotationReleasedBy). The holder counts a promise from the
+// instance its last renewal named in AnnotationVouchers (POST PathVouch).
+// An instance promises only while it does not reach the API server itself
+// (its lease watch silent for two renewal periods, and a read of the lease
+// failing): when the holder alone is cut off, its peers refuse and the
+// operator fails over as before. One that promises refuses to become a
+// primary for PromiseDuration from its answer, on its own clock, unless the
+// lease says the holder released it (AnnotationReleasedBy) or handed it
+// over; and it promises nothing more once it claimed to become one. The holder counts a promise from the
 // moment it asked, for PromiseDuration less LeaseFenceMargin (clock rate
 // and the fence's own latency), and fences once its term and any promise
 // have both run out; it then serves again only under a renewed lease. The
@@ -198,13 +202,14 @@ const (
 // AnnotationVouchers, so an instance the holder never asked (one added
 // while it was cut off) is never promoted meanwhile. An instance that
 // starts keeps the promise its last run recorded on the volume
-// (PromiseFile). So when no instance can have been promoted (the whole
-// control plane is down, or the holder reaches every peer), writes go on;
-// when the holder is cut off from the API server and from a peer, it
-// fences as before.
+// (PromiseFile). So when the whole control plane is down, writes go on;
+// when the holder is cut off from the API server and its peers are not,
+// or it cannot reach a peer, it fences as before. The holder's own
+// heartbeat counts like a promise, so a single instance serves while its
+// writes commit.
 const (
 	// VouchPeriod is how often a serving holder asks for promises.
-	VouchPeriod = time.Second
+	VouchPeriod = 500 * time.Millisecond
 	// PromiseDuration is how long an instance refuses promotion after it
 	// promised a holder.
 	PromiseDuration = 4 * time.Second
