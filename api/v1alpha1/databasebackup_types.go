@@ -281,6 +281,26 @@ type S3Storage struct {
 	// insecure uses plain HTTP instead of HTTPS.
 	// +optional
 	Insecure bool `json:"insecure,omitempty"`
+
+	// caSecretRef names a Secret key holding the PEM certificates of a
+	// private CA the endpoint's certificate chains to (a MinIO or Ceph of
+	// your own). Without it, the public CAs daytwo embeds are trusted.
+	// +optional
+	CASecretRef *SecretKeyRef `json:"caSecretRef,omitempty"`
+}
+
+// SecretKeyRef names one key of a Secret in the same namespace.
+type SecretKeyRef struct {
+	// name of the Secret.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+	// key in the Secret; defaults to ca.crt.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[-._a-zA-Z0-9]+$`
+	Key string `json:"key,omitempty"`
 }
 
 // S3CredentialsSecretRef names the Secret and keys holding S3 credentials.

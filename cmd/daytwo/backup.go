@@ -24,6 +24,7 @@ import (
 // environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY), never from flags.
 type storageFlags struct {
 	endpoint, bucket, region, path, prefix string
+	caFile                                 string
 	insecure                               bool
 	series                                 backup.Series
 	// keys are the S3 credentials, taken from the environment once.
@@ -35,6 +36,7 @@ func (s *storageFlags) bind(f *pflag.FlagSet, prefix string) {
 	f.StringVar(&s.bucket, prefix+"s3-bucket", "", "S3 bucket.")
 	f.StringVar(&s.region, prefix+"s3-region", "", "S3 region.")
 	f.BoolVar(&s.insecure, prefix+"s3-insecure", false, "Talk plain HTTP to the S3 endpoint.")
+	f.StringVar(&s.caFile, prefix+"s3-ca-file", "", "PEM certificates of a private CA the S3 endpoint's certificate chains to, trusted besides the public ones.")
 	f.StringVar(&s.path, prefix+"path", "", "Directory on a mounted volume, instead of S3.")
 	f.StringVar(&s.prefix, prefix+"prefix", "", "Key prefix (directory) of this backup series.")
 	f.StringVar(&s.series.UID, prefix+"series-uid", "", "UID of the DatabaseBackup whose series this is; other series at the same location are never touched.")
@@ -61,7 +63,7 @@ func (s *storageFlags) open() (backup.Storage, string, error) {
 			_ = os.Unsetenv("AWS_SECRET_ACCESS_KEY")
 		}
 		st, err := backup.NewS3(backup.S3Config{Endpoint: s.endpoint, Bucket: s.bucket, Region: s.region, Insecure: s.insecure,
-			AccessKeyID: s.keys[0], SecretAccessKey: s.keys[1]})
+			AccessKeyID: s.keys[0], SecretAccessKey: s.keys[1], CAFile: s.caFile})
 		return st, prefix, err
 	default:
 		return nil, "", errors.New("no storage: set a path, or an S3 endpoint and bucket")

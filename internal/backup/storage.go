@@ -2,10 +2,12 @@ package backup
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -35,6 +37,10 @@ type S3Config struct {
 	Endpoint, Bucket, Region     string
 	AccessKeyID, SecretAccessKey string
 	Insecure                     bool
+	// CAFile, when set, holds PEM certificates trusted besides the
+	// system's (or, in images without any, the roots the binary embeds):
+	// a private CA's.
+	CAFile string
 	// PartSize bounds the memory of an upload of unknown length: PartSize
 	// times Parallel bytes are buffered, and an object can hold at most
 	// 10,000 parts.
@@ -59,15 +65,45 @@ func NewS3(cfg S3Config) (Storage, error) {
 		cfg.Parallel = 2
 	}
 	endpoint := strings.TrimPrefix(strings.TrimPrefix(cfg.Endpoint, "https://"), "http://")
-	c, err := minio.New(endpoint, &minio.Options{
+	opts := &minio.Options{
 		Creds:  credentials.NewStaticV4(cfg.AccessKeyID, cfg.SecretAccessKey, ""),
 		Secure: !cfg.Insecure && !strings.HasPrefix(cfg.Endpoint, "http://"),
 		Region: cfg.Region,
-	})
+	}
+	if cfg.CAFile != "" {
+		t, err := caTransport(cfg.CAFile)
+		if err != nil {
+			return nil, err
+		}
+		opts.Transport = t
+	}
+	c, err := minio.New(endpoint, opts)
 	if err != nil {
 		return nil, fmt.Errorf("invalid S3 endpoint %q: %w", cfg.Endpoint, err)
 	}
 	return &s3Storage{client: c, cfg: cfg}, nil
+}
+
+// caTransport is minio-go's default transport, trusting the certificates
+// in caFile besides the system's roots.
+func caTransport(caFile string) (*http.Transport, error) {
+	pem, err := os.ReadFile(caFile)
+	if err != nil {
+		return nil, fmt.Errorf("failed to read the S3 CA file: %w", err)
+	}
+	roots, err := x509.SystemCertPool()
+	if err != nil || roots == nil {
+		roots = x509.NewCertPool()
+	}
+	if !roots.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("the S3 CA file %s holds no PEM certificate", caFile)
+	}
+	t, err := minio.DefaultTransport(true)
+	if err != nil {
+		return nil, err
+	}
+	t.TLSClientConfig.RootCAs = roots
+	return t, nil
 }
 
 func (s *s3Storage) Put(ctx context.Context, key string, r io.Reader) error {

@@ -81,8 +81,12 @@ func (c *Config) archiveStorage(a *instanceapi.Archive) (backup.Storage, error) 
 	if err != nil {
 		return nil, err
 	}
+	ca := filepath.Join(c.SecretsDir, instanceapi.SecretArchiveCA)
+	if _, err := os.Stat(ca); err != nil {
+		ca = ""
+	}
 	return backup.NewS3(backup.S3Config{Endpoint: a.S3.Endpoint, Bucket: a.S3.Bucket, Region: a.S3.Region,
-		Insecure: a.S3.Insecure, AccessKeyID: id, SecretAccessKey: key})
+		Insecure: a.S3.Insecure, AccessKeyID: id, SecretAccessKey: key, CAFile: ca})
 }
 
 // archivingSelf is this binary's path, for the commands postgres runs to

@@ -44,6 +44,9 @@ const (
 	// credentials WAL archiving uses, in SecretsDir.
 	SecretArchiveAccessKeyID     = "archive-access-key-id"
 	SecretArchiveSecretAccessKey = "archive-secret-access-key"
+	// SecretArchiveCA, when projected, holds a private CA the archive's S3
+	// endpoint chains to.
+	SecretArchiveCA = "archive-ca.crt"
 	// SecretTLSCert, SecretTLSKey and SecretTLSCA, in SecretsDir with
 	// FlagTLS, are the server certificate the instance serves, its key, and
 	// the CA it verifies other instances with.

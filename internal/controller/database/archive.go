@@ -41,8 +41,10 @@ type archivePlan struct {
 	// backup is the Physical DatabaseBackup's name, location its storage.
 	backup, location string
 	conf             instanceapi.Archive
-	// s3Secret, idKey and secretKey: the S3 credentials to project.
+	// s3Secret, idKey and secretKey: the S3 credentials to project; ca, a
+	// private CA's Secret key (S3Storage.caSecretRef), or nil.
 	s3Secret, idKey, secretKey string
+	ca                         *v1alpha1.SecretKeyRef
 	// claim is the volume archive's PersistentVolumeClaim.
 	claim string
 }
@@ -72,6 +74,7 @@ func (r *Reconciler) resolveArchive(ctx context.Context, db *v1alpha1.Database, 
 		a.conf.S3 = &instanceapi.ArchiveS3{Endpoint: s3.Endpoint, Bucket: s3.Bucket, Region: s3.Region, Insecure: s3.Insecure}
 		ref := s3.CredentialsSecretRef
 		a.s3Secret, a.idKey, a.secretKey = ref.Name, orDefault(ref.AccessKeyIDKey, "AWS_ACCESS_KEY_ID"), orDefault(ref.SecretAccessKeyKey, "AWS_SECRET_ACCESS_KEY")
+		a.ca = s3.CASecretRef
 	} else {
 		a.claim = b.Spec.Storage.PVC.ClaimName
 		a.conf.Directory = strings.TrimSuffix(archiveMount+"/"+b.Spec.Storage.PVC.Path, "/")
@@ -104,9 +107,14 @@ func archiveSecrets(p plan) []*corev1ac.VolumeProjectionApplyConfiguration {
 	if a == nil || a.s3Secret == "" {
 		return nil
 	}
-	return []*corev1ac.VolumeProjectionApplyConfiguration{corev1ac.VolumeProjection().WithSecret(corev1ac.SecretProjection().WithName(a.s3Secret).
+	out := []*corev1ac.VolumeProjectionApplyConfiguration{corev1ac.VolumeProjection().WithSecret(corev1ac.SecretProjection().WithName(a.s3Secret).
 		WithItems(corev1ac.KeyToPath().WithKey(a.idKey).WithPath(instanceapi.SecretArchiveAccessKeyID),
 			corev1ac.KeyToPath().WithKey(a.secretKey).WithPath(instanceapi.SecretArchiveSecretAccessKey)))}
+	if a.ca != nil {
+		out = append(out, corev1ac.VolumeProjection().WithSecret(corev1ac.SecretProjection().WithName(a.ca.Name).
+			WithItems(corev1ac.KeyToPath().WithKey(orDefault(a.ca.Key, "ca.crt")).WithPath(instanceapi.SecretArchiveCA))))
+	}
+	return out
 }
 
 // archiveVolumes and archiveMounts give a volume archive to the instances.

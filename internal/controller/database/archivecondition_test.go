@@ -38,3 +38,18 @@ func TestArchivingReportedOnlyOnceThePrimaryRunsInArchiveMode(t *testing.T) {
 		}
 	}
 }
+
+// The archive's private CA is projected beside its credentials, under the
+// name the instance manager reads.
+func TestArchiveProjectsAPrivateCA(t *testing.T) {
+	p := plan{archive: &archivePlan{s3Secret: "s3", idKey: "id", secretKey: "key"}}
+	if n := len(archiveSecrets(p)); n != 1 {
+		t.Fatalf("%d projections without a CA, want 1", n)
+	}
+	p.archive.ca = &v1alpha1.SecretKeyRef{Name: "minio-ca"}
+	got := archiveSecrets(p)
+	if len(got) != 2 || *got[1].Secret.Name != "minio-ca" || *got[1].Secret.Items[0].Key != "ca.crt" ||
+		*got[1].Secret.Items[0].Path != instanceapi.SecretArchiveCA {
+		t.Fatalf("projections %+v", got)
+	}
+}

@@ -590,3 +590,28 @@ func TestNamedSeriesFindsABucketsBackups(t *testing.T) {
 		return got.Status.Series == string(got.UID), nil
 	})
 }
+
+// A private CA of the S3 endpoint reaches the backup Job as a file its
+// --s3-ca-file names, from the Secret key caSecretRef names.
+func TestPrivateS3CAReachesTheJob(t *testing.T) {
+	ns, _ := setup(t, func(b *v1alpha1.DatabaseBackup) {
+		b.Spec.Storage.S3.CASecretRef = &v1alpha1.SecretKeyRef{Name: "minio-ca", Key: "root.pem"}
+	})
+	pod := waitJobs(t, ns, 1)[0].Spec.Template.Spec
+	if args := strings.Join(pod.Containers[0].Args, " "); !strings.Contains(args, "--s3-ca-file=/etc/daytwo/s3-ca/ca.crt") {
+		t.Errorf("args %q lack the CA file", args)
+	}
+	found := false
+	for _, v := range pod.Volumes {
+		if s := v.Secret; s != nil && s.SecretName == "minio-ca" && len(s.Items) == 1 && s.Items[0].Key == "root.pem" && s.Items[0].Path == "ca.crt" {
+			found = true
+		}
+	}
+	mounted := false
+	for _, m := range pod.Containers[0].VolumeMounts {
+		mounted = mounted || m.MountPath == "/etc/daytwo/s3-ca"
+	}
+	if !found || !mounted {
+		t.Errorf("the CA Secret is not mounted: volumes %+v, mounts %+v", pod.Volumes, pod.Containers[0].VolumeMounts)
+	}
+}

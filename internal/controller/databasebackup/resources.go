@@ -109,6 +109,14 @@ func StorageArgs(b *v1alpha1.DatabaseBackup, flagPrefix string) ([]string, []cor
 			secretEnv("AWS_ACCESS_KEY_ID", ref.Name, orDefault(ref.AccessKeyIDKey, "AWS_ACCESS_KEY_ID")),
 			secretEnv("AWS_SECRET_ACCESS_KEY", ref.Name, orDefault(ref.SecretAccessKeyKey, "AWS_SECRET_ACCESS_KEY")),
 		}
+		if ca := s3.CASecretRef; ca != nil {
+			// A volume of its own per storage (a restore's beside a run's).
+			name, dir := flagPrefix+"s3-ca", s3CAMount+"/"+flagPrefix+"s3-ca"
+			args = append(args, "--"+flagPrefix+"s3-ca-file="+dir+"/ca.crt")
+			vol := corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: ca.Name,
+				Items: []corev1.KeyToPath{{Key: orDefault(ca.Key, "ca.crt"), Path: "ca.crt"}}}}}
+			return args, env, []corev1.Volume{vol}, []corev1.VolumeMount{{Name: name, MountPath: dir, ReadOnly: true}}
+		}
 		return args, env, nil, nil
 	}
 	path := backupVolumeMount
@@ -133,6 +141,9 @@ func PhysicalOf(backups []v1alpha1.DatabaseBackup, db string) []v1alpha1.Databas
 	})
 	return out
 }
+
+// s3CAMount holds a private CA of the S3 endpoint (S3Storage.caSecretRef).
+const s3CAMount = "/etc/daytwo"
 
 // caMount holds the Database's CA (the credentials Secret's ca.crt) in a
 // backup Job.
