@@ -62,8 +62,15 @@ func (s *storageFlags) open() (backup.Storage, string, error) {
 			_ = os.Unsetenv("AWS_ACCESS_KEY_ID")
 			_ = os.Unsetenv("AWS_SECRET_ACCESS_KEY")
 		}
+		ca := s.caFile
+		if _, err := os.Stat(ca); ca != "" && os.IsNotExist(err) {
+			// A restore's CA Secret may be gone once the data is there
+			// (its volume is optional); a restore that needs it fails on
+			// the certificate, saying so.
+			ca = ""
+		}
 		st, err := backup.NewS3(backup.S3Config{Endpoint: s.endpoint, Bucket: s.bucket, Region: s.region, Insecure: s.insecure,
-			AccessKeyID: s.keys[0], SecretAccessKey: s.keys[1], CAFile: s.caFile})
+			AccessKeyID: s.keys[0], SecretAccessKey: s.keys[1], CAFile: ca})
 		return st, prefix, err
 	default:
 		return nil, "", errors.New("no storage: set a path, or an S3 endpoint and bucket")

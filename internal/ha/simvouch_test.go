@@ -286,7 +286,7 @@ func (n *simNode) reachesAPI(done func(bool)) {
 	}
 	a.checked, a.reading = now, true
 	managers := n.managers
-	apiCall(w, n.idx, instanceapi.VouchPeriod/2, w.getLease, func(_ *coordinationv1.Lease, ok bool) {
+	apiCall(w, n.idx, instanceapi.VouchReadLimit, w.getLease, func(_ *coordinationv1.Lease, ok bool) {
 		if n.managers != managers {
 			return
 		}

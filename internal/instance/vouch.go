@@ -144,8 +144,8 @@ func (a *apiWatch) saw(now time.Time) {
 // reachesAPI: this instance read the lease lately. A replica promises only
 // while it does not: in a control-plane outage, not when the holder alone
 // is cut off from the API (the operator then fails over, as it should). It
-// reads the lease itself (at most once per VouchPeriod, bounded by half of
-// it) only when the watch saw nothing for two renewal periods.
+// reads the lease itself (at most once per VouchPeriod, bounded by
+// VouchReadLimit) only when the watch saw nothing for two renewal periods.
 func (m *Manager) reachesAPI(ctx context.Context) bool {
 	if m.lease == nil {
 		return false
@@ -166,7 +166,7 @@ func (m *Manager) reachesAPI(ctx context.Context) bool {
 	}
 	a.checked, a.reading = now, true
 	a.mu.Unlock()
-	rctx, cancel := context.WithTimeout(ctx, instanceapi.VouchPeriod/2)
+	rctx, cancel := context.WithTimeout(ctx, instanceapi.VouchReadLimit)
 	defer cancel()
 	_, err := m.lease.View(rctx)
 	a.mu.Lock()

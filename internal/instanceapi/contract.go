@@ -211,8 +211,13 @@ const (
 // heartbeat counts like a promise, so a single instance serves while its
 // writes commit.
 const (
-	// VouchPeriod is how often a serving holder asks for promises.
+	// VouchPeriod is how often a serving holder asks for promises, and how
+	// long an ask may take.
 	VouchPeriod = 500 * time.Millisecond
+	// VouchReadLimit bounds the lease read by which an asked instance
+	// learns whether it reaches the API server (at most one per
+	// VouchPeriod): a slower read counts as out of reach.
+	VouchReadLimit = 400 * time.Millisecond
 	// PromiseDuration is how long an instance refuses promotion after it
 	// promised a holder.
 	PromiseDuration = 4 * time.Second

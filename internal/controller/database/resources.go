@@ -423,11 +423,23 @@ func restoreEnv(r *restoreSource) []*corev1ac.EnvVarApplyConfiguration {
 	return out
 }
 
+// restoreVolumes are the restore storage's volumes: its claim, or the
+// Secret of its S3 endpoint's private CA. The Secret is optional, like the
+// credentials (restoreEnv): once restored, the pod must start without it.
 func restoreVolumes(r *restoreSource) []*corev1ac.VolumeApplyConfiguration {
 	var out []*corev1ac.VolumeApplyConfiguration
 	for _, v := range restoreOrEmpty(r).volumes {
-		out = append(out, corev1ac.Volume().WithName(v.Name).WithPersistentVolumeClaim(
-			corev1ac.PersistentVolumeClaimVolumeSource().WithClaimName(v.PersistentVolumeClaim.ClaimName).WithReadOnly(true)))
+		switch {
+		case v.PersistentVolumeClaim != nil:
+			out = append(out, corev1ac.Volume().WithName(v.Name).WithPersistentVolumeClaim(
+				corev1ac.PersistentVolumeClaimVolumeSource().WithClaimName(v.PersistentVolumeClaim.ClaimName).WithReadOnly(true)))
+		case v.Secret != nil:
+			src := corev1ac.SecretVolumeSource().WithSecretName(v.Secret.SecretName).WithOptional(true)
+			for _, it := range v.Secret.Items {
+				src.WithItems(corev1ac.KeyToPath().WithKey(it.Key).WithPath(it.Path))
+			}
+			out = append(out, corev1ac.Volume().WithName(v.Name).WithSecret(src))
+		}
 	}
 	return out
 }

@@ -14,6 +14,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
+	"github.com/daytwo-dev/daytwo/internal/controller/databasebackup"
 	"github.com/daytwo-dev/daytwo/internal/instanceapi"
 	"github.com/daytwo-dev/daytwo/internal/postgres"
 )
@@ -397,5 +398,27 @@ func TestCertificateCurrent(t *testing.T) {
 		if !slices.Contains(names, want) {
 			t.Errorf("server names lack %s: %v", want, names)
 		}
+	}
+}
+
+// A restore from S3 storage with a private CA mounts the CA's Secret in
+// the pod, optional (the pod starts once restored even without it); the
+// template was built for claims alone and panicked on it.
+func TestRestoreWithAPrivateS3CA(t *testing.T) {
+	db := newDB(func(*v1alpha1.Database) {})
+	b := &v1alpha1.DatabaseBackup{ObjectMeta: metav1.ObjectMeta{Name: "nightly", Namespace: "shop", UID: "uid-b"},
+		Spec: v1alpha1.DatabaseBackupSpec{DatabaseRef: v1alpha1.LocalObjectReference{Name: "orders"}, Storage: v1alpha1.BackupStorage{
+			S3: &v1alpha1.S3Storage{Endpoint: "minio:9000", Bucket: "b", CASecretRef: &v1alpha1.SecretKeyRef{Name: "minio-ca"}}}}}
+	args, env, vols, mounts := databasebackup.StorageArgs(b, "restore-")
+	sts := statefulSet(db, newPlan(db), stsInputs{instanceImage: "localhost/daytwo:dev", image: "postgres:15", major: "15",
+		restore: &restoreSource{args: args, env: env, volumes: vols, mounts: mounts}})
+	found := false
+	for _, v := range sts.Spec.Template.Spec.Volumes {
+		if v.Secret != nil && *v.Secret.SecretName == "minio-ca" {
+			found = *v.Secret.Optional && *v.Secret.Items[0].Path == "ca.crt"
+		}
+	}
+	if !found {
+		t.Errorf("the CA Secret is not an optional volume of the pod: %+v", sts.Spec.Template.Spec.Volumes)
 	}
 }
