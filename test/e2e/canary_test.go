@@ -192,7 +192,7 @@ var watchedUntil = regexp.MustCompile(`watching \d+ canary pods until (\S+)$`)
 // startCanaryOn creates a 2-pod canary WebApp "front" on Database db and
 // changes its image, returning once its one canary pod is watched at step
 // 1 (a 60 s window, so the switchover begins well within it), with the
-// end of that window and every pod's state.
+// end of that window and every pod's state, once the window is 2 s old.
 func startCanaryOn(t *testing.T, ns, db string) (app *v1alpha1.WebApp, windowEnd string, pods map[string]int32) {
 	t.Helper()
 	app = demoApp(ns, "front", 2)
@@ -211,6 +211,15 @@ func startCanaryOn(t *testing.T, ns, db string) (app *v1alpha1.WebApp, windowEnd
 			c.Reason == v1alpha1.ReasonCanaryProgressing && watchedUntil.MatchString(c.Message)
 	})
 	m := watchedUntil.FindStringSubmatch(meta.FindStatusCondition(app.Status.Conditions, v1alpha1.ConditionProgressing).Message)
+	// The window's times have whole seconds: a pause that begins and
+	// ends within the second it started (a switchover of 0.3 s, seen in
+	// CI) would restart it at the same time to the second, and a restart
+	// could not be told from none. So the window is 2 s old first.
+	end, err := time.Parse(time.RFC3339, m[1])
+	if err != nil {
+		t.Fatalf("window end %q: %v", m[1], err)
+	}
+	time.Sleep(time.Until(end.Add(-58 * time.Second)))
 	return app, m[1], stablePods(t, app, 3)
 }
 
