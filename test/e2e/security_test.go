@@ -28,6 +28,11 @@ import (
 func TestOperatorMetricsNeedAPermittedToken(t *testing.T) {
 	requireRealNode(t)
 	ctx := context.Background()
+	// A suite before may have killed the operator pod: its replacement
+	// alone, and serving (a terminating one refuses connections).
+	framework.Eventually(t, 2*time.Minute, "one ready operator pod", func(ctx context.Context) (bool, error) {
+		return cluster.OperatorReady(ctx), nil
+	})
 	pods, err := cluster.Kube.CoreV1().Pods(framework.OperatorNamespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=operator"})
 	if err != nil || len(pods.Items) == 0 {
 		t.Fatalf("the operator pod: %v", err)
