@@ -60,6 +60,10 @@ type Options struct {
 	Conn    Conn
 	Storage Storage
 	Prefix  string
+	// OnlyConnected backs up the connected database alone, not every
+	// other one: the benchmark's measure against pg_dump of one database.
+	// Backups daytwo takes never set it.
+	OnlyConnected bool
 	// Series is whose backups these are.
 	Series Series
 	// BinDir holds pg_dump and pg_restore; empty means $PATH.
@@ -131,7 +135,9 @@ func Run(ctx context.Context, o Options, id, daytwoVersion string) (Manifest, er
 		err = o.stream(ctx, "pg_dumpall", []string{"--roles-only", "--no-role-passwords", "--database=" + o.Conn.Database}, &roles, "")
 	}
 	if err == nil {
-		m.Databases, err = o.dumpOthers(ctx, m.DataKey, dumpArgs)
+		if !o.OnlyConnected {
+			m.Databases, err = o.dumpOthers(ctx, m.DataKey, dumpArgs)
+		}
 	}
 	if err == nil {
 		for _, p := range m.parts() {
