@@ -599,6 +599,22 @@ type SwitchoverRecord struct {
 	LSN string `json:"lsn,omitempty"`
 }
 
+// WALArchiveStatus is what the primary last archived.
+type WALArchiveStatus struct {
+	// backup is the DatabaseBackup the WAL is archived to.
+	// +kubebuilder:validation:MaxLength=253
+	Backup string `json:"backup"`
+
+	// lastArchivedWAL is the newest WAL file the primary archived.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	LastArchivedWAL string `json:"lastArchivedWAL,omitempty"`
+
+	// lastArchivedTime is when it was archived.
+	// +optional
+	LastArchivedTime *metav1.Time `json:"lastArchivedTime,omitempty"`
+}
+
 // RecoveryProgress is how far a point-in-time recovery has replayed.
 type RecoveryProgress struct {
 	// baseBackup is the base backup the recovery started from.
@@ -696,6 +712,11 @@ type DatabaseStatus struct {
 	// Database bootstraps from a Physical backup.
 	// +optional
 	Recovery *RecoveryProgress `json:"recovery,omitempty"`
+
+	// walArchive is what the primary last archived, while a Physical
+	// DatabaseBackup archives the WAL.
+	// +optional
+	WALArchive *WALArchiveStatus `json:"walArchive,omitempty"`
 
 	// secretName is the name of the credentials Secret.
 	// +optional

@@ -410,6 +410,20 @@ type StoredBackup struct {
 	PGVersion string `json:"pgVersion,omitempty"`
 }
 
+// Recoverability is the span a restore can reach.
+type Recoverability struct {
+	// firstPoint is the oldest point a restore can reach: the end of the
+	// oldest retained backup.
+	FirstPoint metav1.Time `json:"firstPoint"`
+
+	// lastPoint is the newest. For Physical backups it is when the newest
+	// WAL segment was archived (kept current from the Database while it
+	// archives to this DatabaseBackup): transactions committed since are in
+	// the segment being written, archived at most a minute later. For
+	// Logical backups it is the end of the newest backup.
+	LastPoint metav1.Time `json:"lastPoint"`
+}
+
 // BackupVerification is the outcome of the latest verification.
 type BackupVerification struct {
 	// time the verification finished.
@@ -463,6 +477,11 @@ type DatabaseBackupStatus struct {
 	// +listType=atomic
 	// +kubebuilder:validation:MaxItems=16
 	ActiveJobs []string `json:"activeJobs,omitempty"`
+
+	// recoverability is the span a restore from this series can reach
+	// (the point-in-time recovery window of a Physical series).
+	// +optional
+	Recoverability *Recoverability `json:"recoverability,omitempty"`
 
 	// backups are the retained backups, newest first (at most 50 listed).
 	// +optional

@@ -187,6 +187,9 @@ func runBaseBackup(ctx context.Context, sf *storageFlags, id, switchHost string,
 	if _, _, err := wal.PruneArchive(ctx, st, prefix, drop); err != nil {
 		return res, fmt.Errorf("base backup %s is stored, but pruning the WAL archive failed: %w", id, err)
 	}
+	if res.Recoverability, err = wal.Recoverability(ctx, st, prefix, kept); err != nil {
+		return res, fmt.Errorf("base backup %s is stored, but %w", id, err)
+	}
 	return res, nil
 }
 
@@ -220,8 +223,7 @@ func runBackup(ctx context.Context, sf *storageFlags, id string, o backup.Option
 		return res, err
 	}
 	kept, pruned, err := backup.Prune(ctx, st, prefix, sf.series, keep)
-	res.Pruned = pruned
-	res.Retained = backup.Summaries(kept, 10)
+	res.Pruned, res.Retained, res.Recoverability = pruned, backup.Summaries(kept, 10), backup.WindowOf(kept)
 	if err != nil {
 		return res, fmt.Errorf("backup %s is stored, but pruning failed: %w", id, err)
 	}

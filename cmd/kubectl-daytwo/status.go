@@ -85,6 +85,9 @@ func printStatus(w io.Writer, db *v1alpha1.Database, backups []v1alpha1.Database
 	if s := st.LastSwitchover; s != nil {
 		fmt.Fprintf(tw, "Last switchover\t%s to %s: %s %s\n", orDash(s.From), orDash(s.To), s.Result, s.Message)
 	}
+	if a := st.WALArchive; a != nil && a.LastArchivedTime != nil {
+		fmt.Fprintf(tw, "WAL archive\t%s at %s, to DatabaseBackup %s\n", a.LastArchivedWAL, ago(a.LastArchivedTime.Time, now), a.Backup)
+	}
 	_ = tw.Flush()
 
 	fmt.Fprintln(w)
@@ -106,9 +109,9 @@ func printStatus(w io.Writer, db *v1alpha1.Database, backups []v1alpha1.Database
 
 	fmt.Fprintln(w)
 	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "BACKUP\tMETHOD\tSCHEDULE\tLAST BACKUP\tLAST VERIFICATION\tSTATE")
+	fmt.Fprintln(tw, "BACKUP\tMETHOD\tSCHEDULE\tLAST BACKUP\tRECOVERABLE (UTC)\tLAST VERIFICATION\tSTATE")
 	if len(backups) == 0 {
-		fmt.Fprintln(tw, "(none)\t\t\t\t\t")
+		fmt.Fprintln(tw, "(none)\t\t\t\t\t\t")
 	}
 	for _, b := range backups {
 		last, verified := "never", "never"
@@ -118,7 +121,8 @@ func printStatus(w io.Writer, db *v1alpha1.Database, backups []v1alpha1.Database
 		if v := b.Status.LastVerification; v != nil {
 			verified = fmt.Sprintf("%s %s", v.Result, ago(v.Time.Time, now))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", b.Name, orDash(string(b.Spec.Method)), orDash(b.Spec.Schedule), last, verified, backupState(&b))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", b.Name, orDash(string(b.Spec.Method)), orDash(b.Spec.Schedule), last,
+			window(b.Status.Recoverability), verified, backupState(&b))
 	}
 	_ = tw.Flush()
 
@@ -129,6 +133,15 @@ func printStatus(w io.Writer, db *v1alpha1.Database, backups []v1alpha1.Database
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", c.Type, c.Status, c.Reason, c.Message)
 	}
 	_ = tw.Flush()
+}
+
+// window is the span a restore can reach, "-" before the first backup.
+func window(r *v1alpha1.Recoverability) string {
+	if r == nil {
+		return "-"
+	}
+	const layout = "2006-01-02 15:04:05"
+	return r.FirstPoint.UTC().Format(layout) + " to " + r.LastPoint.UTC().Format(layout)
 }
 
 // backupState is the condition of a DatabaseBackup that most needs saying.

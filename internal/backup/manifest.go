@@ -270,5 +270,33 @@ type Result struct {
 	End             time.Time `json:"end"`
 	Pruned          int       `json:"pruned"`
 	Retained        []Summary `json:"retained"`
-	Error           string    `json:"error,omitempty"`
+	// Recoverability is the span a restore from this series can reach.
+	Recoverability *Window `json:"recoverability,omitempty"`
+	Error          string  `json:"error,omitempty"`
+}
+
+// Window is the span a restore can reach: from the end of the oldest
+// retained backup (the first consistent point) to the newest point stored.
+type Window struct {
+	First time.Time `json:"first"`
+	Last  time.Time `json:"last"`
+}
+
+// WindowOf is the window of the retained backups kept (newest first, as
+// List returns them), nil without one. For logical backups it is their
+// ends; a physical series moves Last on to its newest archived WAL.
+func WindowOf(kept []Manifest) *Window {
+	if len(kept) == 0 {
+		return nil
+	}
+	w := &Window{First: kept[0].End, Last: kept[0].End}
+	for _, m := range kept[1:] {
+		if m.End.Before(w.First) {
+			w.First = m.End
+		}
+		if m.End.After(w.Last) {
+			w.Last = m.End
+		}
+	}
+	return w
 }

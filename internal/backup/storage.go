@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
@@ -27,6 +28,8 @@ type Storage interface {
 	Delete(ctx context.Context, key string) error
 	// Size returns the stored size of key, or ErrNotFound.
 	Size(ctx context.Context, key string) (int64, error)
+	// Modified returns when key was stored, or ErrNotFound.
+	Modified(ctx context.Context, key string) (time.Time, error)
 }
 
 // ErrNotFound means a key does not exist.
@@ -152,14 +155,24 @@ func (s *s3Storage) Delete(ctx context.Context, key string) error {
 }
 
 func (s *s3Storage) Size(ctx context.Context, key string) (int64, error) {
+	info, err := s.stat(ctx, key)
+	return info.Size, err
+}
+
+func (s *s3Storage) Modified(ctx context.Context, key string) (time.Time, error) {
+	info, err := s.stat(ctx, key)
+	return info.LastModified, err
+}
+
+func (s *s3Storage) stat(ctx context.Context, key string) (minio.ObjectInfo, error) {
 	info, err := s.client.StatObject(ctx, s.cfg.Bucket, key, minio.StatObjectOptions{})
 	if err != nil {
 		if minio.ToErrorResponse(err).Code == minio.NoSuchKey {
-			return 0, fmt.Errorf("s3://%s/%s: %w", s.cfg.Bucket, key, ErrNotFound)
+			return info, fmt.Errorf("s3://%s/%s: %w", s.cfg.Bucket, key, ErrNotFound)
 		}
-		return 0, fmt.Errorf("failed to stat s3://%s/%s: %w", s.cfg.Bucket, key, err)
+		return info, fmt.Errorf("failed to stat s3://%s/%s: %w", s.cfg.Bucket, key, err)
 	}
-	return info.Size, nil
+	return info, nil
 }
 
 // EnsureBucket creates the bucket when it does not exist (tests and first runs).
@@ -262,18 +275,34 @@ func (d *dirStorage) List(_ context.Context, prefix string) ([]string, error) {
 }
 
 func (d *dirStorage) Size(_ context.Context, key string) (int64, error) {
-	p, err := d.path(key)
+	info, err := d.stat(key)
 	if err != nil {
 		return 0, err
 	}
+	return info.Size(), nil
+}
+
+func (d *dirStorage) Modified(_ context.Context, key string) (time.Time, error) {
+	info, err := d.stat(key)
+	if err != nil {
+		return time.Time{}, err
+	}
+	return info.ModTime(), nil
+}
+
+func (d *dirStorage) stat(key string) (fs.FileInfo, error) {
+	p, err := d.path(key)
+	if err != nil {
+		return nil, err
+	}
 	info, err := os.Stat(p)
 	if errors.Is(err, fs.ErrNotExist) {
-		return 0, fmt.Errorf("%s: %w", key, ErrNotFound)
+		return nil, fmt.Errorf("%s: %w", key, ErrNotFound)
 	}
 	if err != nil {
-		return 0, fmt.Errorf("failed to stat %s: %w", key, err)
+		return nil, fmt.Errorf("failed to stat %s: %w", key, err)
 	}
-	return info.Size(), nil
+	return info, nil
 }
 
 func (d *dirStorage) Delete(_ context.Context, key string) error {

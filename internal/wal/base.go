@@ -481,9 +481,19 @@ func ArchiveEnd(ctx context.Context, st backup.Storage, prefix string, segmentSi
 	if segmentSize <= 0 {
 		segmentSize = 16 << 20
 	}
+	newest, err := newestSegment(ctx, st, prefix)
+	if err != nil || newest == "" {
+		return 0, err
+	}
+	return SegmentStart(newest, segmentSize) + uint64(segmentSize), nil
+}
+
+// newestSegment is the name of the newest WAL segment archived under
+// prefix, on the newest timeline; "" when none is.
+func newestSegment(ctx context.Context, st backup.Storage, prefix string) (string, error) {
 	keys, err := st.List(ctx, prefix+"wal/")
 	if err != nil {
-		return 0, fmt.Errorf("failed to list the WAL archive: %w", err)
+		return "", fmt.Errorf("failed to list the WAL archive: %w", err)
 	}
 	newest := ""
 	for _, k := range keys {
@@ -492,10 +502,32 @@ func ArchiveEnd(ctx context.Context, st backup.Storage, prefix string, segmentSi
 			newest = name
 		}
 	}
-	if newest == "" {
-		return 0, nil
+	return newest, nil
+}
+
+// Recoverability is the window a point-in-time recovery from the base
+// backups kept (newest first) can reach: from the end of the oldest to
+// when the newest WAL segment was stored, if that is later than the newest
+// base backup's end. The archive holds every transaction committed until
+// that segment was completed, a moment before it was stored; later ones
+// are in the segment being written, archived at most archive_timeout on.
+func Recoverability(ctx context.Context, st backup.Storage, prefix string, kept []backup.Manifest) (*backup.Window, error) {
+	w := backup.WindowOf(kept)
+	if w == nil {
+		return nil, nil
 	}
-	return SegmentStart(newest, segmentSize) + uint64(segmentSize), nil
+	newest, err := newestSegment(ctx, st, prefix)
+	if err != nil || newest == "" {
+		return w, err
+	}
+	stored, err := st.Modified(ctx, Key(prefix, newest))
+	if err != nil {
+		return w, fmt.Errorf("failed to read when WAL segment %s was stored: %w", newest, err)
+	}
+	if stored.After(w.Last) {
+		w.Last = stored.UTC()
+	}
+	return w, nil
 }
 
 // SegmentStart is the LSN where segment name begins.

@@ -227,3 +227,51 @@ func TestBaseBackupEndsWhereItsManifestSays(t *testing.T) {
 		t.Fatalf("the refused base backup left %v", keys)
 	}
 }
+
+// A physical series can be restored from the end of its oldest base backup
+// to when its newest WAL segment was stored; a segment older than the
+// newest base backup moves nothing, and with no base backup there is no
+// window at all.
+func TestRecoverabilityWindow(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	st := backup.NewDir(root)
+	t0 := time.Date(2026, 11, 28, 3, 0, 0, 0, time.UTC)
+	kept := []backup.Manifest{{ID: "b2", End: t0.Add(24 * time.Hour)}, {ID: "b1", End: t0}}
+	if w, err := wal.Recoverability(ctx, st, "p/", nil); w != nil || err != nil {
+		t.Fatalf("no base backup: %+v, %v", w, err)
+	}
+	if w, err := wal.Recoverability(ctx, st, "p/", kept); err != nil || !w.First.Equal(t0) || !w.Last.Equal(t0.Add(24*time.Hour)) {
+		t.Fatalf("no WAL: %+v, %v", w, err)
+	}
+	src := t.TempDir()
+	for i, name := range []string{"000000010000000000000009", "00000002000000000000000A", "00000001000000000000000B"} {
+		p := filepath.Join(src, name)
+		if err := os.WriteFile(p, bytes.Repeat([]byte{byte(i)}, 4096), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := wal.Push(ctx, st, "p/", p); err != nil {
+			t.Fatal(err)
+		}
+		// Stored long ago, except the newest (timeline 2's), stored last.
+		stored := t0.Add(-time.Hour)
+		if name == "00000002000000000000000A" {
+			stored = t0.Add(25 * time.Hour)
+		}
+		if err := os.Chtimes(filepath.Join(root, filepath.FromSlash(wal.Key("p/", name))), stored, stored); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w, err := wal.Recoverability(ctx, st, "p/", kept)
+	if err != nil || !w.First.Equal(t0) || !w.Last.Equal(t0.Add(25*time.Hour)) {
+		t.Fatalf("window %+v, %v; want %s to %s", w, err, t0, t0.Add(25*time.Hour))
+	}
+	// A newest segment stored before the newest base backup ended.
+	newest := filepath.Join(root, filepath.FromSlash(wal.Key("p/", "00000002000000000000000A")))
+	if err := os.Chtimes(newest, t0.Add(time.Hour), t0.Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if w, err := wal.Recoverability(ctx, st, "p/", kept); err != nil || !w.Last.Equal(t0.Add(24*time.Hour)) {
+		t.Fatalf("an old newest segment moved the window: %+v, %v", w, err)
+	}
+}

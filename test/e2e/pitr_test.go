@@ -21,9 +21,6 @@ import (
 	"github.com/daytwo-dev/daytwo/test/e2e/framework"
 )
 
-// archivedSegment is the segment named in a ContinuousArchiving message.
-var archivedSegment = regexp.MustCompile(`last archived ([0-9A-F]{24})`)
-
 // Continuous backup, end to end: spec.backup on a running Database of two
 // instances makes a Physical DatabaseBackup, which turns WAL archiving on
 // (the instances roll with it); its first run waits for archiving and then
@@ -119,10 +116,19 @@ func TestContinuousBackupRestoresToATime(t *testing.T) {
 	// minute.
 	segment := sql(t, ns, "psql", "ledger-rw", "SELECT pg_walfile_name(pg_current_wal_lsn())")
 	waitDatabase(t, ns, "ledger", 2*time.Minute, "segment "+segment+" archived", func(db *v1alpha1.Database) bool {
-		c := meta.FindStatusCondition(db.Status.Conditions, v1alpha1.ConditionContinuousArchiving)
-		m := archivedSegment.FindStringSubmatch(c.Message)
-		return m != nil && m[1] >= segment
+		w := db.Status.WALArchive
+		return w != nil && w.Backup == "ledger-backup" && w.LastArchivedWAL >= segment
 	})
+	// The DatabaseBackup's window reaches the target: from the base
+	// backup's end to what the Database archived since.
+	got = waitBackup(t, ns, "ledger-backup", 30*time.Second, "a recoverability window past the target", func(b *v1alpha1.DatabaseBackup) bool {
+		r := b.Status.Recoverability
+		return r != nil && !r.LastPoint.Time.Before(target)
+	})
+	if r := got.Status.Recoverability; r.FirstPoint.Time.After(target) || !r.FirstPoint.Time.Equal(got.Status.Backups[0].Time.Time) {
+		t.Fatalf("recoverability %s to %s; the base backup ended %s, the target is %s", r.FirstPoint.Format(time.RFC3339),
+			r.LastPoint.Format(time.RFC3339), got.Status.Backups[0].Time.Format(time.RFC3339), target.Format(time.RFC3339))
+	}
 
 	start = time.Now()
 	createDatabase(t, ns, "ledger-then", func(db *v1alpha1.Database) {

@@ -148,8 +148,10 @@ func setArchiveCondition(db *v1alpha1.Database, obs *observation, set func(strin
 	a := obs.plan.archive
 	if a == nil {
 		meta.RemoveStatusCondition(&db.Status.Conditions, v1alpha1.ConditionContinuousArchiving)
+		db.Status.WALArchive = nil
 		return
 	}
+	setWALArchive(&db.Status, a.backup, obs.instances[obs.primary].Archive)
 	note := ""
 	if obs.archiveNote != "" {
 		note = "; " + obs.archiveNote
@@ -173,6 +175,24 @@ func setArchiveCondition(db *v1alpha1.Database, obs *observation, set func(strin
 		set(v1alpha1.ConditionContinuousArchiving, true, v1alpha1.ReasonArchiving,
 			"The primary "+obs.primary+" archives WAL to DatabaseBackup "+a.backup+"; last archived "+last+note)
 	}
+}
+
+// setWALArchive records what the primary last archived to backup. A
+// manager that starts again knows of nothing archived yet, and a new
+// primary of nothing its predecessor archived: the record never moves back.
+func setWALArchive(st *v1alpha1.DatabaseStatus, backup string, a *instanceapi.ArchiveStatus) {
+	if st.WALArchive == nil || st.WALArchive.Backup != backup {
+		st.WALArchive = &v1alpha1.WALArchiveStatus{Backup: backup}
+	}
+	w := st.WALArchive
+	if a == nil || a.LastArchived == "" || a.LastArchivedTime == nil {
+		return
+	}
+	at := a.LastArchivedTime.UTC().Truncate(time.Second) // what the status keeps
+	if w.LastArchivedTime != nil && !at.After(w.LastArchivedTime.Time) {
+		return
+	}
+	w.LastArchivedWAL, w.LastArchivedTime = a.LastArchived, &metav1.Time{Time: at}
 }
 
 // recoveryProgress is the primary's point-in-time recovery progress, while

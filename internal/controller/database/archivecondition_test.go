@@ -2,6 +2,7 @@ package database
 
 import (
 	"testing"
+	"time"
 
 	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
 	"github.com/daytwo-dev/daytwo/internal/instanceapi"
@@ -51,5 +52,32 @@ func TestArchiveProjectsAPrivateCA(t *testing.T) {
 	if len(got) != 2 || *got[1].Secret.Name != "minio-ca" || *got[1].Secret.Items[0].Key != "ca.crt" ||
 		*got[1].Secret.Items[0].Path != instanceapi.SecretArchiveCA {
 		t.Fatalf("projections %+v", got)
+	}
+}
+
+// status.walArchive says what the primary last archived, and never moves
+// back: a manager that starts again, or a new primary, knows of nothing
+// archived yet. Another DatabaseBackup starts a new record.
+func TestWALArchiveRecordNeverMovesBack(t *testing.T) {
+	at := func(s int) *time.Time { v := time.Date(2026, 11, 28, 9, 0, s, 500, time.UTC); return &v }
+	st := &v1alpha1.DatabaseStatus{}
+	setWALArchive(st, "nightly", nil)
+	if w := st.WALArchive; w == nil || w.Backup != "nightly" || w.LastArchivedTime != nil {
+		t.Fatalf("before anything is archived: %+v", w)
+	}
+	setWALArchive(st, "nightly", &instanceapi.ArchiveStatus{LastArchived: "000000010000000000000003", LastArchivedTime: at(10)})
+	for _, a := range []*instanceapi.ArchiveStatus{nil, {}, {LastArchived: "000000010000000000000002", LastArchivedTime: at(5)}} {
+		setWALArchive(st, "nightly", a)
+	}
+	if w := st.WALArchive; w.LastArchivedWAL != "000000010000000000000003" || !w.LastArchivedTime.Time.Equal(at(10).Truncate(time.Second)) {
+		t.Fatalf("the record moved back: %+v", w)
+	}
+	setWALArchive(st, "nightly", &instanceapi.ArchiveStatus{LastArchived: "000000020000000000000004", LastArchivedTime: at(20)})
+	if w := st.WALArchive; w.LastArchivedWAL != "000000020000000000000004" {
+		t.Fatalf("a newer archive was not taken: %+v", w)
+	}
+	setWALArchive(st, "weekly", nil)
+	if w := st.WALArchive; w.Backup != "weekly" || w.LastArchivedWAL != "" {
+		t.Fatalf("another DatabaseBackup kept the old record: %+v", w)
 	}
 }

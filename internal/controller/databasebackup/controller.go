@@ -124,6 +124,7 @@ func (r *Reconciler) reconcileSchedule(ctx context.Context, b *v1alpha1.Database
 			fmt.Sprintf("Database %s does not exist", b.Spec.DatabaseRef.Name))
 		return time.Minute, nil
 	}
+	liftLastPoint(b, db)
 	if b.Spec.Suspend {
 		b.Status.NextScheduleTime = nil
 		setCondition(b, v1alpha1.ConditionReady, true, v1alpha1.ReasonSuspended, "Scheduling is suspended")

@@ -261,12 +261,16 @@ func TestOneShotRunsOnceWithTheRightJob(t *testing.T) {
 
 	res := backup.Result{ID: backup.NewID(b.CreationTimestamp.Time), Bytes: 4096, SHA256: strings.Repeat("ab", 32), PGVersion: "15.14",
 		DurationSeconds: 1.5, End: clock.Now().UTC().Truncate(time.Second), Pruned: 2,
-		Retained: []backup.Summary{{ID: "b", End: clock.Now().UTC().Truncate(time.Second), Bytes: 4096, SHA256: strings.Repeat("ab", 32)}, {ID: "a", End: clock.Now().UTC().Add(-time.Hour).Truncate(time.Second), Bytes: 10}}}
+		Retained:       []backup.Summary{{ID: "b", End: clock.Now().UTC().Truncate(time.Second), Bytes: 4096, SHA256: strings.Repeat("ab", 32)}, {ID: "a", End: clock.Now().UTC().Add(-time.Hour).Truncate(time.Second), Bytes: 10}},
+		Recoverability: &backup.Window{First: clock.Now().UTC().Add(-time.Hour).Truncate(time.Second), Last: clock.Now().UTC().Truncate(time.Second)}}
 	finish(t, &job, true, res)
 	got = waitCondition(t, b, v1alpha1.ConditionLastRunFailed, metav1.ConditionFalse, v1alpha1.ReasonBackupSucceeded)
 	if len(got.Status.Backups) != 2 || got.Status.Backups[0].ID != "b" || got.Status.PrunedTotal != 2 || got.Status.LastBackupTime == nil ||
 		len(got.Status.ActiveJobs) != 0 {
 		t.Errorf("status after success: %+v", got.Status)
+	}
+	if r := got.Status.Recoverability; r == nil || !r.FirstPoint.Time.Equal(res.Recoverability.First) || !r.LastPoint.Time.Equal(res.Recoverability.Last) {
+		t.Errorf("recoverability %+v, want %+v", r, res.Recoverability)
 	}
 	if v := metric(t, "daytwo_backup_bytes", ns); v != 4096 {
 		t.Errorf("daytwo_backup_bytes = %v, want 4096", v)

@@ -126,3 +126,30 @@ func TestLogicalJobCompressesAsTheSpecSays(t *testing.T) {
 		t.Errorf("args %v lack gzip level 4", args)
 	}
 }
+
+// Between runs, a Physical series' lastPoint follows what the Database
+// archives to it, and only to it, and only forward.
+func TestLastPointFollowsTheArchive(t *testing.T) {
+	t0 := time.Date(2026, 11, 28, 3, 0, 0, 0, time.UTC)
+	b := &v1alpha1.DatabaseBackup{ObjectMeta: metav1.ObjectMeta{Name: "nightly"}, Spec: v1alpha1.DatabaseBackupSpec{Method: v1alpha1.BackupMethodPhysical}}
+	b.Status.Recoverability = &v1alpha1.Recoverability{FirstPoint: metav1.Time{Time: t0}, LastPoint: metav1.Time{Time: t0.Add(time.Hour)}}
+	db := &v1alpha1.Database{}
+	archived := func(backup string, at time.Time) {
+		db.Status.WALArchive = &v1alpha1.WALArchiveStatus{Backup: backup, LastArchivedWAL: "000000010000000000000009", LastArchivedTime: &metav1.Time{Time: at}}
+		liftLastPoint(b, db)
+	}
+	archived("weekly", t0.Add(3*time.Hour))
+	archived("nightly", t0.Add(30*time.Minute))
+	if got := b.Status.Recoverability.LastPoint.Time; !got.Equal(t0.Add(time.Hour)) {
+		t.Fatalf("lastPoint %s after another backup's archive and an older one", got)
+	}
+	archived("nightly", t0.Add(2*time.Hour))
+	if got := b.Status.Recoverability.LastPoint.Time; !got.Equal(t0.Add(2 * time.Hour)) {
+		t.Fatalf("lastPoint %s, want %s", got, t0.Add(2*time.Hour))
+	}
+	b.Spec.Method = v1alpha1.BackupMethodLogical
+	archived("nightly", t0.Add(5*time.Hour))
+	if got := b.Status.Recoverability.LastPoint.Time; !got.Equal(t0.Add(2 * time.Hour)) {
+		t.Fatalf("a Logical series' lastPoint followed the WAL archive: %s", got)
+	}
+}

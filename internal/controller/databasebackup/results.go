@@ -175,6 +175,10 @@ func applySuccess(b *v1alpha1.DatabaseBackup, job *batchv1.Job, res backup.Resul
 		return
 	}
 	st.LastBackupTime = &metav1.Time{Time: end}
+	st.Recoverability = nil
+	if w := res.Recoverability; w != nil {
+		st.Recoverability = &v1alpha1.Recoverability{FirstPoint: metav1.Time{Time: w.First}, LastPoint: metav1.Time{Time: w.Last}}
+	}
 	st.Backups = nil
 	for _, s := range res.Retained {
 		st.Backups = append(st.Backups, v1alpha1.StoredBackup{ID: s.ID, Time: metav1.Time{Time: s.End}, SizeBytes: s.Bytes,
@@ -265,3 +269,16 @@ func limit(p *int32, def int) int {
 }
 
 func short(s string) string { return s[:min(12, len(s))] }
+
+// liftLastPoint moves a Physical series' lastPoint on to what the Database
+// last archived to b, between runs: a run sees the archive only when it
+// ends, the Database every segment.
+func liftLastPoint(b *v1alpha1.DatabaseBackup, db *v1alpha1.Database) {
+	w, r := db.Status.WALArchive, b.Status.Recoverability
+	if b.Spec.Method != v1alpha1.BackupMethodPhysical || w == nil || w.Backup != b.Name || w.LastArchivedTime == nil || r == nil {
+		return
+	}
+	if w.LastArchivedTime.After(r.LastPoint.Time) {
+		r.LastPoint = *w.LastArchivedTime.DeepCopy()
+	}
+}
