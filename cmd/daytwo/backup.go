@@ -99,13 +99,14 @@ func newBackupRunCommand() *cobra.Command {
 	var lockWait time.Duration
 	var keep backup.Retention
 	var physical bool
-	var switchHost string
+	var switchHost, rolesUser string
 	var comp backup.Compression
 	cmd := &cobra.Command{
 		Use:   "run",
 		Short: "Stream pg_dump (or, with --physical, a base backup) into storage, write the manifest, prune by retention",
 		Long: "Connects with the libpq environment (PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE; with --physical\n" +
-			"a replication user); S3 credentials come from AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY.",
+			"a replication user); S3 credentials come from AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY. With\n" +
+			"--roles-user, the roles' passwords are read as that user, its password from " + backup.RolesPasswordEnv + ".",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
@@ -115,7 +116,13 @@ func newBackupRunCommand() *cobra.Command {
 			if physical {
 				res, err = runBaseBackup(ctx, &sf, id, switchHost, keep)
 			} else {
-				res, err = runBackup(ctx, &sf, id, backup.Options{LockWaitTimeout: lockWait, Compression: comp}, keep)
+				o := backup.Options{LockWaitTimeout: lockWait, Compression: comp}
+				if rolesUser != "" {
+					roles := connFromEnv()
+					roles.User, roles.Password = rolesUser, os.Getenv(backup.RolesPasswordEnv)
+					o.Roles = &roles
+				}
+				res, err = runBackup(ctx, &sf, id, o, keep)
 			}
 			if err != nil {
 				res.Error = err.Error()
@@ -136,6 +143,7 @@ func newBackupRunCommand() *cobra.Command {
 	f.StringVar(&comp.Algorithm, "compression", backup.DefaultCompression.Algorithm, "Compression of a logical backup: none, gzip or zstd, done on the stream pg_dump writes.")
 	f.IntVar(&comp.Level, "compression-level", 0, "Compression level (gzip 1-9, zstd 1-22); 0 means the algorithm's default.")
 	f.BoolVar(&physical, "physical", false, "Take a base backup with pg_basebackup (the Database archives its WAL to the same storage).")
+	f.StringVar(&rolesUser, "roles-user", "", "A logical backup reads the roles with their password verifiers as this user (one that may read pg_authid in database postgres); without it, or if it cannot, they are backed up without passwords.")
 	f.StringVar(&switchHost, "switch-wal-host", "", "With --physical from a standby (PGHOST): its primary, asked to finish WAL segments so the backup can end.")
 	return cmd
 }

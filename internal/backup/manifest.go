@@ -35,9 +35,11 @@ type Manifest struct {
 	// Owner is the role that took a logical backup: the owner of the
 	// application database. A restore for another owner hands it the objects.
 	Owner string `json:"owner,omitempty"`
-	// Roles is the cluster's roles (pg_dumpall --roles-only, without
-	// passwords), so a restore brings back the roles that own objects.
-	Roles *Part `json:"roles,omitempty"`
+	// Roles is the cluster's roles (pg_dumpall --roles-only), so a restore
+	// brings back the roles that own objects; RolePasswords says whether
+	// their password verifiers are in it (backups before it have none).
+	Roles         *Part `json:"roles,omitempty"`
+	RolePasswords bool  `json:"rolePasswords,omitempty"`
 	// Databases are the other databases of the server (all but the one
 	// the backup connected to, the templates and postgres), each dumped
 	// on its own; a restore brings them back under their names.

@@ -55,3 +55,48 @@ func TestRestoredRolesCannotRunPrograms(t *testing.T) {
 		t.Fatal("a restored role ran COPY ... TO PROGRAM")
 	}
 }
+
+// A logical backup keeps the roles' password verifiers, so a restored login
+// role logs in with the password it had (the roles were dumped without
+// passwords, and every restored login role was locked out). The verifiers
+// are read as daytwo's replication role, which may read pg_authid; a
+// connection that may not (the application owner) backs the roles up
+// without them, and the manifest says so.
+func TestLogicalBackupKeepsRolePasswords(t *testing.T) {
+	src, st := appServer(t, "CREATE ROLE reporter LOGIN PASSWORD 'report-secret'",
+		"CREATE ROLE streaming_replica LOGIN REPLICATION PASSWORD 'repl-secret'",
+		"GRANT SELECT ON pg_catalog.pg_authid TO streaming_replica")
+	verifier := "SELECT coalesce(rolpassword, '') FROM pg_authid WHERE rolname = 'reporter'"
+	o := appOptions(src, st)
+	replication := o.Conn
+	replication.User, replication.Password = "streaming_replica", "repl-secret"
+	o.Roles = &replication
+	m, err := backup.Run(ctx, o, "20260101T000000Z", "test")
+	if err != nil || !m.RolePasswords {
+		t.Fatalf("backup: role passwords %v, %v", m.RolePasswords, err)
+	}
+	dst := restoreApp(t, st, m.ID)
+	if got, want := dst.Query(t, "postgres", verifier), src.Query(t, "postgres", verifier); got != want || want == "" {
+		t.Fatalf("restored verifier %q, the source's %q", got, want)
+	}
+	cfg, err := pgx.ParseConfig(fmt.Sprintf("host=127.0.0.1 port=%d user=reporter dbname=app sslmode=disable", dst.Port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Password = "report-secret"
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		t.Fatalf("the restored role cannot log in with its password: %v", err)
+	}
+	_ = conn.Close(ctx)
+
+	owner := o.Conn
+	o.Roles = &owner
+	m, err = backup.Run(ctx, o, "20260102T000000Z", "test")
+	if err != nil || m.RolePasswords {
+		t.Fatalf("a backup whose roles connection cannot read pg_authid: role passwords %v, %v", m.RolePasswords, err)
+	}
+	if got := restoreApp(t, st, m.ID).Query(t, "postgres", verifier); got != "" {
+		t.Fatalf("a backup without passwords restored verifier %q", got)
+	}
+}

@@ -73,7 +73,16 @@ type Options struct {
 	LockWaitTimeout time.Duration
 	// Compression of what Run stores; zero means DefaultCompression.
 	Compression Compression
+	// Roles, when set, reads the roles with their password verifiers
+	// (pg_authid): daytwo's replication role may, the application owner
+	// may not. Without it, or when it cannot, the roles are backed up
+	// without passwords, and the manifest says so.
+	Roles *Conn
 }
+
+// RolesPasswordEnv is the variable a backup Job reads the password of
+// Options.Roles from.
+const RolesPasswordEnv = "DAYTWO_ROLES_PASSWORD"
 
 // DefaultLockWaitTimeout is how long a backup waits for a table lock.
 const DefaultLockWaitTimeout = 5 * time.Minute
@@ -132,7 +141,7 @@ func Run(ctx context.Context, o Options, id, daytwoVersion string) (Manifest, er
 	if err == nil {
 		m.Bytes, m.RawBytes, m.SHA256 = data.Bytes, data.RawBytes, data.SHA256
 		m.Roles = &roles
-		err = o.stream(ctx, "pg_dumpall", []string{"--roles-only", "--no-role-passwords", "--database=" + o.Conn.Database}, &roles, "")
+		m.RolePasswords, err = o.dumpRoles(ctx, &roles)
 	}
 	if err == nil {
 		if !o.OnlyConnected {
@@ -160,6 +169,27 @@ func Run(ctx context.Context, o Options, id, daytwoVersion string) (Manifest, er
 		return m, fmt.Errorf("failed to write the manifest: %w", err)
 	}
 	return m, nil
+}
+
+// dumpRoles stores the roles into p, with their password verifiers when
+// o.Roles can read them, and says whether it did.
+// The grant that lets a role read pg_authid lives in one database (a
+// shared catalog's privileges are kept per database): daytwo makes it in
+// postgres, so the roles are read there.
+func (o Options) dumpRoles(ctx context.Context, p *Part) (bool, error) {
+	if o.Roles != nil {
+		withPasswords := o
+		withPasswords.Conn = *o.Roles
+		withPasswords.Conn.Database = "postgres"
+		err := withPasswords.stream(ctx, "pg_dumpall", []string{"--roles-only", "--database=postgres"}, p, "")
+		if err == nil {
+			return true, nil
+		}
+		if ctx.Err() != nil {
+			return false, err
+		}
+	}
+	return false, o.stream(ctx, "pg_dumpall", []string{"--roles-only", "--no-role-passwords", "--database=" + o.Conn.Database}, p, "")
 }
 
 // Part is one stored object of a backup besides its main data.

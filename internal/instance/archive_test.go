@@ -154,6 +154,11 @@ func TestArchiveHasNoGapAfterAFailover(t *testing.T) {
 	if _, err := wal.TakeBase(ctx, src, st, "orders/", "before-failover"); err != nil {
 		t.Fatal(err)
 	}
+	// Logical backups read the roles' password verifiers as the
+	// replication role, in database postgres.
+	if _, err := backup.Check(ctx, primary, "SELECT count(rolpassword) FROM pg_authid"); err != nil {
+		t.Fatalf("the replication role cannot read pg_authid: %v", err)
+	}
 
 	prim.stop()
 	lt.transfer("orders-1")

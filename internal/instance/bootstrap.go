@@ -122,6 +122,13 @@ func (m *Manager) ensureRoles(ctx context.Context, conn *pgx.Conn) error {
 	if _, err := conn.Exec(ctx, "GRANT EXECUTE ON FUNCTION pg_catalog.pg_switch_wal() TO "+replicationUser); err != nil {
 		return fmt.Errorf("failed to grant pg_switch_wal to %s: %w", replicationUser, err)
 	}
+	// A logical backup reads the roles' password verifiers as the
+	// replication role, in this database (a shared catalog's privileges
+	// are kept per database). It gains nothing it lacked: it reads every
+	// file of the server through a base backup already.
+	if _, err := conn.Exec(ctx, "GRANT SELECT ON pg_catalog.pg_authid TO "+replicationUser); err != nil {
+		return fmt.Errorf("failed to grant reading pg_authid to %s: %w", replicationUser, err)
+	}
 	var exists bool
 	if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)", m.cfg.Database).Scan(&exists); err != nil {
 		return fmt.Errorf("failed to look up database %s: %w", m.cfg.Database, err)

@@ -229,7 +229,7 @@ func TestOneShotRunsOnceWithTheRightJob(t *testing.T) {
 	c := pod.Containers[0]
 	args := strings.Join(c.Args, " ")
 	for _, want := range []string{"backup run", "--prefix=" + ns + "/nightly/", "--s3-endpoint=minio:9000", "--s3-bucket=backups",
-		"--s3-insecure", "--keep-last=7", "--database-name=orders", "--id=" + backup.NewID(b.CreationTimestamp.Time)} {
+		"--s3-insecure", "--keep-last=7", "--database-name=orders", "--id=" + backup.NewID(b.CreationTimestamp.Time), "--roles-user=streaming_replica"} {
 		if !strings.Contains(args, want) {
 			t.Errorf("args %q lack %q", args, want)
 		}
@@ -243,7 +243,8 @@ func TestOneShotRunsOnceWithTheRightJob(t *testing.T) {
 			envFrom[e.Name] = e.ValueFrom.SecretKeyRef.Name + "/" + e.ValueFrom.SecretKeyRef.Key
 		}
 	}
-	if envFrom["PGPASSWORD"] != "orders-credentials/password" || envFrom["AWS_SECRET_ACCESS_KEY"] != "s3/AWS_SECRET_ACCESS_KEY" {
+	if envFrom["PGPASSWORD"] != "orders-credentials/password" || envFrom["AWS_SECRET_ACCESS_KEY"] != "s3/AWS_SECRET_ACCESS_KEY" ||
+		envFrom[backup.RolesPasswordEnv] != "orders-replication/password" {
 		t.Errorf("secret env: %v", envFrom)
 	}
 	if pod.RestartPolicy != corev1.RestartPolicyNever || *job.Spec.BackoffLimit != 2 || !*c.SecurityContext.ReadOnlyRootFilesystem ||

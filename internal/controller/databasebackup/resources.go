@@ -183,6 +183,11 @@ func backupJob(b *v1alpha1.DatabaseBackup, in jobInputs, t time.Time) *batchv1.J
 			args = append(args, fmt.Sprintf("--compression-level=%d", *l))
 		}
 		env = append(libpqEnv(in.credentials), env...)
+		if in.replication != "" {
+			// The roles' password verifiers, which the owner may not read.
+			args = append(args, "--roles-user="+instanceapi.ReplicationUser)
+			env = append(env, secretEnv(backup.RolesPasswordEnv, in.replication, v1alpha1.CredentialsPassword))
+		}
 	}
 	// Both verify the server: TLS with its name, against the Database's CA.
 	env = append(env, corev1.EnvVar{Name: "PGSSLMODE", Value: "verify-full"},
