@@ -78,6 +78,9 @@ const (
 	// ReasonSeriesInUse means an older DatabaseBackup writes the series
 	// spec.series names at the same location: this one takes no backups.
 	ReasonSeriesInUse = "SeriesInUse"
+	// ReasonSeriesKeyNotFound: spec.seriesKeySecretRef names a Secret
+	// that does not exist; nothing runs until it does.
+	ReasonSeriesKeyNotFound = "SeriesKeyNotFound"
 	// ReasonLocationExclusive means no other DatabaseBackup stores there.
 	ReasonLocationExclusive = "LocationExclusive"
 	// ReasonSuspended means scheduling is suspended.
@@ -127,6 +130,19 @@ type DatabaseBackupSpec struct {
 	// +kubebuilder:validation:MaxLength=64
 	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9][A-Za-z0-9_-]*$`
 	Series string `json:"series,omitempty"`
+
+	// seriesKeySecretRef names the Secret key (default key: key) holding
+	// the series key, at least 32 bytes used as they are (openssl rand
+	// -hex 32 makes one). daytwo authenticates every manifest it writes
+	// with it (HMAC-SHA256), and a restore uses only manifests that
+	// verify, and a backup only once all of it matches: whoever can write
+	// the bucket cannot change what a restore runs. Without it, daytwo
+	// creates Secret <name>-series-key and never deletes it: keep it with
+	// status.series, since a restore from the bucket alone needs both. An
+	// empty key turns authentication off (to restore backups taken before
+	// series keys).
+	// +optional
+	SeriesKeySecretRef *SecretKeyRef `json:"seriesKeySecretRef,omitempty"`
 
 	// schedule is a cron expression (5 fields, or a descriptor such as
 	// @daily or "@every 6h"). Empty means one run now.
@@ -284,7 +300,8 @@ type S3Storage struct {
 
 	// caSecretRef names a Secret key holding the PEM certificates of a
 	// private CA the endpoint's certificate chains to (a MinIO or Ceph of
-	// your own). Without it, the public CAs daytwo embeds are trusted.
+	// your own; default key: ca.crt). Without it, the public CAs daytwo
+	// embeds are trusted.
 	// +optional
 	CASecretRef *SecretKeyRef `json:"caSecretRef,omitempty"`
 }
@@ -296,7 +313,7 @@ type SecretKeyRef struct {
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
 	Name string `json:"name"`
-	// key in the Secret; defaults to ca.crt.
+	// key in the Secret; the field that names the Secret says its default.
 	// +optional
 	// +kubebuilder:validation:MaxLength=253
 	// +kubebuilder:validation:Pattern=`^[-._a-zA-Z0-9]+$`

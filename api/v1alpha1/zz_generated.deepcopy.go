@@ -294,6 +294,11 @@ func (in *DatabaseBackupPolicy) DeepCopy() *DatabaseBackupPolicy {
 func (in *DatabaseBackupSpec) DeepCopyInto(out *DatabaseBackupSpec) {
 	*out = *in
 	out.DatabaseRef = in.DatabaseRef
+	if in.SeriesKeySecretRef != nil {
+		in, out := &in.SeriesKeySecretRef, &out.SeriesKeySecretRef
+		*out = new(SecretKeyRef)
+		**out = **in
+	}
 	if in.TimeZone != nil {
 		in, out := &in.TimeZone, &out.TimeZone
 		*out = new(string)

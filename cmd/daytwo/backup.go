@@ -48,6 +48,14 @@ func (s *storageFlags) set() bool { return s.bucket != "" || s.path != "" }
 
 func (s *storageFlags) open() (backup.Storage, string, error) {
 	prefix := backup.NormalizePrefix(s.prefix)
+	if s.series.Key == nil {
+		// Like the S3 keys: read once, and not passed on.
+		s.series.Key = []byte(os.Getenv(backup.SeriesKeyEnv))
+		_ = os.Unsetenv(backup.SeriesKeyEnv)
+	}
+	if err := backup.CheckKey(s.series.Key); err != nil {
+		return nil, "", err
+	}
 	switch {
 	case s.path != "" && s.bucket != "":
 		return nil, "", errors.New("set either a path or an S3 bucket, not both")

@@ -16,6 +16,9 @@ import (
 // Manifest describes one complete backup. It is written last: a backup
 // without a manifest does not exist for listing, retention or restore.
 type Manifest struct {
+	// MAC authenticates the rest under the series key (seal.go); empty
+	// without one.
+	MAC      string `json:"mac,omitempty"`
 	ID       string `json:"id"`
 	Database string `json:"database"`
 	// Series is the UID of the DatabaseBackup that took the backup, and
@@ -113,6 +116,8 @@ type Series struct {
 	Name string
 	// Database is the name of the Database the series backs up.
 	Database string
+	// Key, when set, authenticates the series' manifests (seal.go).
+	Key []byte
 }
 
 // tag is what a series adds to its keys.
@@ -160,28 +165,36 @@ func NormalizePrefix(p string) string {
 // stored (a physical base backup): from then on it counts for listing,
 // retention and status like any other.
 func Record(ctx context.Context, st Storage, prefix string, s Series, m Manifest) error {
-	return writeManifest(ctx, st, prefix, s, m)
+	_, err := writeManifest(ctx, st, prefix, s, m)
+	return err
 }
 
-func writeManifest(ctx context.Context, st Storage, prefix string, s Series, m Manifest) error {
+// writeManifest stores m sealed with s's key, and returns what it stored.
+func writeManifest(ctx context.Context, st Storage, prefix string, s Series, m Manifest) (Manifest, error) {
+	m, err := s.seal(m)
+	if err != nil {
+		return m, err
+	}
 	b, err := json.MarshalIndent(m, "", "  ")
 	if err != nil {
-		return err
+		return m, err
 	}
-	return st.Put(ctx, manifestKey(prefix, m.ID, s), strings.NewReader(string(b)))
+	return m, st.Put(ctx, manifestKey(prefix, m.ID, s), strings.NewReader(string(b)))
 }
 
 // List returns the complete backups of series s under prefix, newest first.
 func List(ctx context.Context, st Storage, prefix string, s Series) ([]Manifest, error) {
-	return list(ctx, st, prefix, s, false)
+	out, _, err := list(ctx, st, prefix, s, false)
+	return out, err
 }
 
-func list(ctx context.Context, st Storage, prefix string, s Series, strict bool) ([]Manifest, error) {
+// list returns the complete backups of s under prefix, newest first, and
+// those of its manifests it does not trust (without a MAC, under a key).
+func list(ctx context.Context, st Storage, prefix string, s Series, strict bool) (out, untrusted []Manifest, err error) {
 	keys, err := st.List(ctx, prefix)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	var out []Manifest
 	for _, k := range keys {
 		rest := strings.TrimPrefix(k, prefix)
 		if !strings.HasSuffix(rest, manifestSuffix) || strings.Contains(rest, "/") {
@@ -189,14 +202,22 @@ func list(ctx context.Context, st Storage, prefix string, s Series, strict bool)
 		}
 		m, err := readManifest(ctx, st, k)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		if s.owns(m, strict) {
+		if !s.owns(m, strict) {
+			continue
+		}
+		switch ok, err := s.trusted(m, k); {
+		case err != nil:
+			return nil, nil, err
+		case ok:
 			out = append(out, m)
+		default:
+			untrusted = append(untrusted, m)
 		}
 	}
 	slices.SortFunc(out, func(a, b Manifest) int { return strings.Compare(b.ID, a.ID) })
-	return out, nil
+	return out, untrusted, nil
 }
 
 func readManifest(ctx context.Context, st Storage, key string) (Manifest, error) {

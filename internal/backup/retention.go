@@ -3,6 +3,7 @@ package backup
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 )
@@ -56,7 +57,7 @@ func Select(backups []Manifest, r Retention) (keep, prune []Manifest) {
 // never a manifest without data. Data that no manifest names (an attempt
 // that died before its manifest) goes too once a newer backup is complete.
 func Prune(ctx context.Context, st Storage, prefix string, s Series, r Retention) (keep []Manifest, pruned int, err error) {
-	all, err := list(ctx, st, prefix, s, true)
+	all, untrusted, err := list(ctx, st, prefix, s, true)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -73,20 +74,22 @@ func Prune(ctx context.Context, st Storage, prefix string, s Series, r Retention
 		pruned++
 	}
 	if len(keep) > 0 && s.UID != "" {
-		err = deleteOrphans(ctx, st, prefix, s, keep)
+		err = deleteOrphans(ctx, st, prefix, s, keep, untrusted)
 	}
 	return keep, pruned, err
 }
 
 // deleteOrphans removes series s's data keys older than its newest backup
-// that no kept manifest names.
-func deleteOrphans(ctx context.Context, st Storage, prefix string, s Series, keep []Manifest) error {
+// that no kept manifest names. What a manifest it does not trust names
+// stays too (a backup from before its series key: not restorable with
+// the key, and not daytwo's to delete either).
+func deleteOrphans(ctx context.Context, st Storage, prefix string, s Series, keep, untrusted []Manifest) error {
 	keys, err := st.List(ctx, prefix)
 	if err != nil {
 		return err
 	}
 	named := map[string]bool{}
-	for _, m := range keep {
+	for _, m := range append(slices.Clone(keep), untrusted...) {
 		for _, k := range m.keys() {
 			named[k] = true
 		}

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"io"
 	"regexp"
@@ -35,9 +34,10 @@ func restoreRoles(ctx context.Context, o Options, m Manifest) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("failed to read the roles of backup %s: %w", m.ID, err)
 	}
-	if sum := sha256.Sum256(stored); hex.EncodeToString(sum[:]) != p.SHA256 || int64(len(stored)) != p.Bytes {
-		return false, fmt.Errorf("%w: the roles of backup %s have sha256 %s and %d bytes, its manifest says %s and %d bytes",
-			ErrChecksum, m.ID, hex.EncodeToString(sum[:]), len(stored), p.SHA256, p.Bytes)
+	h := sha256.New()
+	h.Write(stored)
+	if err := p.check(m.ID, h, int64(len(stored))); err != nil {
+		return false, err
 	}
 	r, err := decompress(m.Compression, bytes.NewReader(stored))
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"os"
 	"os/exec"
@@ -111,7 +112,14 @@ func Run(ctx context.Context, o Options, id, daytwoVersion string) (Manifest, er
 	earlier := manifestKey(o.Prefix, id, o.Series)
 	switch _, err := o.Storage.Size(ctx, earlier); {
 	case err == nil:
-		return readManifest(ctx, o.Storage, earlier)
+		m, err := readManifest(ctx, o.Storage, earlier)
+		if err != nil {
+			return m, err
+		}
+		if ok, err := o.Series.trusted(m, earlier); err != nil || !ok {
+			return m, errors.Join(fmt.Errorf("an earlier attempt's manifest %s is not trusted", earlier), err)
+		}
+		return m, nil
 	case !errors.Is(err, ErrNotFound):
 		return Manifest{}, fmt.Errorf("failed to look for an earlier attempt's manifest: %w", err)
 	}
@@ -165,7 +173,7 @@ func Run(ctx context.Context, o Options, id, daytwoVersion string) (Manifest, er
 		return m, err
 	}
 	m.End = time.Now().UTC()
-	if err := writeManifest(ctx, o.Storage, o.Prefix, o.Series, m); err != nil {
+	if m, err = writeManifest(ctx, o.Storage, o.Prefix, o.Series, m); err != nil {
 		return m, fmt.Errorf("failed to write the manifest: %w", err)
 	}
 	return m, nil
@@ -351,6 +359,11 @@ func restorePart(ctx context.Context, o Options, id, compression string, p Part,
 		return err
 	}
 	defer func() { _ = rc.Close() }()
+	if len(o.Series.Key) > 0 {
+		if err := checkWhole(rc, id, p); err != nil {
+			return err
+		}
+	}
 	cmd := exec.CommandContext(ctx, o.bin("pg_restore"), append(args, "--dbname="+o.Conn.Database)...)
 	cmd.Env = o.Conn.env()
 	stderr := &tailBuffer{}
@@ -362,11 +375,7 @@ func restorePart(ctx context.Context, o Options, id, compression string, p Part,
 		if _, err := io.Copy(io.Discard, in); err != nil {
 			return fmt.Errorf("failed to read the backup: %w", err)
 		}
-		if sum := hex.EncodeToString(h.Sum(nil)); sum != p.SHA256 || n.N != p.Bytes {
-			return fmt.Errorf("%w: backup %s (%s) has sha256 %s and %d bytes, its manifest says %s and %d bytes",
-				ErrChecksum, id, p.Key, sum, n.N, p.SHA256, p.Bytes)
-		}
-		return nil
+		return p.check(id, h, n.N)
 	}
 	dump, err := decompress(compression, in)
 	if err != nil {
@@ -382,6 +391,42 @@ func restorePart(ctx context.Context, o Options, id, compression string, p Part,
 	}
 	if runErr != nil {
 		return fmt.Errorf("pg_restore failed: %w: %s", runErr, Scrub(stderr.String()))
+	}
+	return nil
+}
+
+// check compares what was read of part p of backup id (its hash h and
+// size n) with the manifest.
+func (p Part) check(id string, h hash.Hash, n int64) error {
+	if sum := hex.EncodeToString(h.Sum(nil)); sum != p.SHA256 || n != p.Bytes {
+		return fmt.Errorf("%w: backup %s (%s) has sha256 %s and %d bytes, its manifest says %s and %d bytes",
+			ErrChecksum, id, p.Key, sum, n, p.SHA256, p.Bytes)
+	}
+	return nil
+}
+
+// checkWhole reads all of part p of backup id and checks it against the
+// (authenticated) manifest, then rewinds rc to its start. pg_restore runs
+// what an archive holds as it reads it, and some of it (COPY ... TO
+// PROGRAM, a sequence's value) a rollback does not undo: with a series
+// key, not one byte reaches it before the whole part is proven daytwo's.
+// The second read is of the same object: a file stays open, and minio-go
+// asks for the ETag it read first (If-Match) when it reads again.
+func checkWhole(rc io.ReadCloser, id string, p Part) error {
+	rs, ok := rc.(io.ReadSeeker)
+	if !ok {
+		return fmt.Errorf("backup %s: the storage cannot read %s twice", id, p.Key)
+	}
+	h := sha256.New()
+	n, err := io.Copy(h, rs)
+	if err != nil {
+		return fmt.Errorf("failed to read backup %s (%s): %w", id, p.Key, err)
+	}
+	if err := p.check(id, h, n); err != nil {
+		return err
+	}
+	if _, err := rs.Seek(0, io.SeekStart); err != nil {
+		return fmt.Errorf("failed to read backup %s (%s) again: %w", id, p.Key, err)
 	}
 	return nil
 }

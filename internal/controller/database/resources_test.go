@@ -14,6 +14,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
+	"github.com/daytwo-dev/daytwo/internal/backup"
 	"github.com/daytwo-dev/daytwo/internal/controller/databasebackup"
 	"github.com/daytwo-dev/daytwo/internal/instanceapi"
 	"github.com/daytwo-dev/daytwo/internal/postgres"
@@ -420,5 +421,17 @@ func TestRestoreWithAPrivateS3CA(t *testing.T) {
 	}
 	if !found {
 		t.Errorf("the CA Secret is not an optional volume of the pod: %+v", sts.Spec.Template.Spec.Volumes)
+	}
+	// The restore checks what it restores with the series key.
+	keyed := 0
+	for _, c := range append(sts.Spec.Template.Spec.InitContainers, sts.Spec.Template.Spec.Containers...) {
+		for _, e := range c.Env {
+			if *e.Name == backup.SeriesKeyEnv && *e.ValueFrom.SecretKeyRef.Name == "nightly-series-key" {
+				keyed++
+			}
+		}
+	}
+	if keyed != 1 {
+		t.Errorf("%d containers get the series key, want the restore's alone", keyed)
 	}
 }

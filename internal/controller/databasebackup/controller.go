@@ -48,6 +48,7 @@ type Reconciler struct {
 // +kubebuilder:rbac:groups=daytwo.dev,resources=databases,verbs=get;list;watch;create;delete
 // +kubebuilder:rbac:groups=batch,resources=jobs,verbs=get;list;watch;create;patch;delete
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // Reconcile brings one DatabaseBackup towards its spec and reports what it observed.
@@ -80,6 +81,14 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, b *v1alpha1.DatabaseBa
 	if err := validateSchedule(b); err != nil {
 		setCondition(b, v1alpha1.ConditionReady, false, v1alpha1.ReasonInvalidSpec, err.Error())
 		return reconcile.Result{}, reconcile.TerminalError(err)
+	}
+	if missing, err := r.ensureSeriesKey(ctx, b); err != nil || missing != "" {
+		if missing != "" {
+			// No watch on Secrets here: look again.
+			setCondition(b, v1alpha1.ConditionReady, false, v1alpha1.ReasonSeriesKeyNotFound, missing)
+			return reconcile.Result{RequeueAfter: archivingPoll}, nil
+		}
+		return reconcile.Result{}, err
 	}
 	jobs, err := r.ownedJobs(ctx, b)
 	if err != nil {

@@ -244,12 +244,20 @@ func TestOneShotRunsOnceWithTheRightJob(t *testing.T) {
 		}
 	}
 	if envFrom["PGPASSWORD"] != "orders-credentials/password" || envFrom["AWS_SECRET_ACCESS_KEY"] != "s3/AWS_SECRET_ACCESS_KEY" ||
-		envFrom[backup.RolesPasswordEnv] != "orders-replication/password" {
+		envFrom[backup.RolesPasswordEnv] != "orders-replication/password" || envFrom[backup.SeriesKeyEnv] != "nightly-series-key/key" {
 		t.Errorf("secret env: %v", envFrom)
 	}
 	if pod.RestartPolicy != corev1.RestartPolicyNever || *job.Spec.BackoffLimit != 2 || !*c.SecurityContext.ReadOnlyRootFilesystem ||
 		*pod.SecurityContext.RunAsUser != 999 || *pod.AutomountServiceAccountToken {
 		t.Errorf("Job spec not as expected: %+v", job.Spec)
+	}
+	// The series key: random, kept when the DatabaseBackup goes.
+	key := &corev1.Secret{}
+	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "nightly-series-key"}, key); err != nil {
+		t.Fatal(err)
+	}
+	if len(key.Data["key"]) != 64 || len(key.OwnerReferences) != 0 {
+		t.Errorf("series key Secret: %d bytes, owners %v", len(key.Data["key"]), key.OwnerReferences)
 	}
 	var got *v1alpha1.DatabaseBackup
 	eventually(t, "the Job listed as active", func() (bool, error) {
@@ -618,5 +626,34 @@ func TestPrivateS3CAReachesTheJob(t *testing.T) {
 	}
 	if !found || !mounted {
 		t.Errorf("the CA Secret is not mounted: volumes %+v, mounts %+v", pod.Volumes, pod.Containers[0].VolumeMounts)
+	}
+}
+
+// A series key the spec names must exist: until it does nothing runs, and
+// the condition names the field.
+func TestNamedSeriesKeyMustExist(t *testing.T) {
+	ns, b := setup(t, func(b *v1alpha1.DatabaseBackup) {
+		b.Spec.SeriesKeySecretRef = &v1alpha1.SecretKeyRef{Name: "dr-key", Key: "series.key"}
+	})
+	got := waitCondition(t, b, v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonSeriesKeyNotFound)
+	if c := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionReady); !strings.Contains(c.Message, "spec.seriesKeySecretRef: Secret dr-key") {
+		t.Errorf("Ready: %s", c.Message)
+	}
+	if n := len(jobs(t, ns)); n != 0 {
+		t.Fatalf("%d Jobs started without the series key", n)
+	}
+	if err := env.Client.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "dr-key"},
+		Data: map[string][]byte{"series.key": []byte(strings.Repeat("k", 32))}}); err != nil {
+		t.Fatal(err)
+	}
+	poke(t, b)
+	job := waitJobs(t, ns, 1)[0]
+	for _, e := range job.Spec.Template.Spec.Containers[0].Env {
+		if e.Name == backup.SeriesKeyEnv && (e.ValueFrom.SecretKeyRef.Name != "dr-key" || e.ValueFrom.SecretKeyRef.Key != "series.key") {
+			t.Errorf("series key from %+v", e.ValueFrom.SecretKeyRef)
+		}
+	}
+	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "nightly-series-key"}, &corev1.Secret{}); err == nil {
+		t.Error("daytwo made a series key beside the one the spec names")
 	}
 }

@@ -89,12 +89,25 @@ func SeriesID(b *v1alpha1.DatabaseBackup) string {
 	return string(b.UID)
 }
 
+// SeriesKeySecret is the Secret and key holding b's series key.
+func SeriesKeySecret(b *v1alpha1.DatabaseBackup) (string, string) {
+	if ref := b.Spec.SeriesKeySecretRef; ref != nil {
+		return ref.Name, orDefault(ref.Key, seriesKeyKey)
+	}
+	return b.Name + "-series-key", seriesKeyKey
+}
+
+// seriesKeyKey is the Secret key of a series key by default.
+const seriesKeyKey = "key"
+
 // StorageArgs are the daytwo flags (with flagPrefix) that select the
-// storage of b, the environment that carries its S3 credentials, and the
-// volume a PVC storage needs.
+// storage of b, the environment that carries its series key and S3
+// credentials, and the volume a PVC storage needs.
 func StorageArgs(b *v1alpha1.DatabaseBackup, flagPrefix string) ([]string, []corev1.EnvVar, []corev1.Volume, []corev1.VolumeMount) {
 	args := []string{"--" + flagPrefix + "prefix=" + SeriesPrefix(b), "--" + flagPrefix + "series-uid=" + SeriesID(b),
 		"--" + flagPrefix + "series-name=" + b.Namespace + "/" + b.Name, "--" + flagPrefix + "database-name=" + b.Spec.DatabaseRef.Name}
+	keySecret, keyKey := SeriesKeySecret(b)
+	env := []corev1.EnvVar{secretEnv(backup.SeriesKeyEnv, keySecret, keyKey)}
 	st := b.Spec.Storage
 	if s3 := st.S3; s3 != nil {
 		args = append(args, "--"+flagPrefix+"s3-endpoint="+s3.Endpoint, "--"+flagPrefix+"s3-bucket="+s3.Bucket)
@@ -105,10 +118,10 @@ func StorageArgs(b *v1alpha1.DatabaseBackup, flagPrefix string) ([]string, []cor
 			args = append(args, "--"+flagPrefix+"s3-insecure")
 		}
 		ref := s3.CredentialsSecretRef
-		env := []corev1.EnvVar{
+		env = append(env,
 			secretEnv("AWS_ACCESS_KEY_ID", ref.Name, orDefault(ref.AccessKeyIDKey, "AWS_ACCESS_KEY_ID")),
 			secretEnv("AWS_SECRET_ACCESS_KEY", ref.Name, orDefault(ref.SecretAccessKeyKey, "AWS_SECRET_ACCESS_KEY")),
-		}
+		)
 		if ca := s3.CASecretRef; ca != nil {
 			// A volume of its own per storage (a restore's beside a run's).
 			name, dir := flagPrefix+"s3-ca", s3CAMount+"/"+flagPrefix+"s3-ca"
@@ -126,7 +139,7 @@ func StorageArgs(b *v1alpha1.DatabaseBackup, flagPrefix string) ([]string, []cor
 	args = append(args, "--"+flagPrefix+"path="+path)
 	vol := corev1.Volume{Name: "backups", VolumeSource: corev1.VolumeSource{
 		PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: st.PVC.ClaimName}}}
-	return args, nil, []corev1.Volume{vol}, []corev1.VolumeMount{{Name: "backups", MountPath: backupVolumeMount}}
+	return args, env, []corev1.Volume{vol}, []corev1.VolumeMount{{Name: "backups", MountPath: backupVolumeMount}}
 }
 
 // PhysicalOf returns the Physical DatabaseBackups of the Database named
