@@ -9,6 +9,7 @@ import (
 	"os/signal"
 	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -50,7 +51,7 @@ func (s *storageFlags) open() (backup.Storage, string, error) {
 	prefix := backup.NormalizePrefix(s.prefix)
 	if s.series.Key == nil {
 		// Like the S3 keys: read once, and not passed on.
-		s.series.Key = []byte(os.Getenv(backup.SeriesKeyEnv))
+		s.series.Key = []byte(strings.TrimSpace(os.Getenv(backup.SeriesKeyEnv)))
 		_ = os.Unsetenv(backup.SeriesKeyEnv)
 	}
 	if err := backup.CheckKey(s.series.Key); err != nil {
@@ -172,7 +173,7 @@ func runBaseBackup(ctx context.Context, sf *storageFlags, id, switchHost string,
 			return err
 		}
 	}
-	b, err := wal.TakeBase(ctx, src, st, prefix, id)
+	b, err := wal.TakeBase(ctx, src, st, prefix, id, sf.series.Key)
 	res := backup.Result{ID: id, Bytes: b.Size, SHA256: b.SHA256, End: b.Finished, DurationSeconds: backup.Elapsed(b.Started, b.Finished)}
 	if err != nil {
 		return res, err

@@ -3,6 +3,7 @@ package backup
 import (
 	"crypto/hmac"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -23,7 +24,8 @@ var ErrUnauthenticated = errors.New("fails authentication with the series key")
 
 // SeriesKeyEnv is the variable a backup Job, or a restore, reads the
 // series key from: at least MinKeyBytes bytes (openssl rand -hex 32 makes
-// one), used as they are.
+// one), used as they are once surrounding white space is trimmed (as the
+// instance manager trims the same key read from a file).
 const SeriesKeyEnv = "DAYTWO_SERIES_KEY"
 
 // MinKeyBytes is the shortest series key taken.
@@ -38,19 +40,41 @@ func CheckKey(key []byte) error {
 	return nil
 }
 
-// macOf is the MAC of m's content (its MAC field empty) under key: a
-// domain-separated HMAC-SHA256.
-func macOf(key []byte, m Manifest) ([]byte, error) {
-	m.MAC = ""
-	b, err := json.Marshal(m)
-	if err != nil {
-		return nil, err
-	}
+// MAC is the HMAC-SHA256 under key of parts, each length-prefixed, after
+// domain, which says what is authenticated (so a MAC of one kind of object
+// never passes for another's).
+func MAC(key []byte, domain string, parts ...[]byte) []byte {
 	h := hmac.New(sha256.New, key)
-	h.Write([]byte("daytwo manifest v1\n"))
-	h.Write(b)
-	return h.Sum(nil), nil
+	var n [8]byte
+	for _, p := range append([][]byte{[]byte(domain)}, parts...) {
+		binary.BigEndian.PutUint64(n[:], uint64(len(p)))
+		h.Write(n[:])
+		h.Write(p)
+	}
+	return h.Sum(nil)
 }
+
+// SignJSON is the hex MAC of v's JSON (v's own MAC field left empty by
+// the caller) under key, for domain.
+func SignJSON(key []byte, domain string, v any) (string, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(MAC(key, domain, b)), nil
+}
+
+// VerifyJSON says whether mac is v's SignJSON under key.
+func VerifyJSON(key []byte, domain string, v any, mac string) (bool, error) {
+	want, err := SignJSON(key, domain, v)
+	if err != nil {
+		return false, err
+	}
+	return hmac.Equal([]byte(want), []byte(mac)), nil
+}
+
+// manifestDomain is what a manifest's MAC authenticates.
+const manifestDomain = "daytwo manifest v1"
 
 // seal sets m's MAC under s's key (none without a key).
 func (s Series) seal(m Manifest) (Manifest, error) {
@@ -58,8 +82,8 @@ func (s Series) seal(m Manifest) (Manifest, error) {
 	if len(s.Key) == 0 {
 		return m, nil
 	}
-	mac, err := macOf(s.Key, m)
-	m.MAC = hex.EncodeToString(mac)
+	mac, err := SignJSON(s.Key, manifestDomain, m)
+	m.MAC = mac
 	return m, err
 }
 
@@ -74,12 +98,10 @@ func (s Series) trusted(m Manifest, key string) (bool, error) {
 	if m.MAC == "" {
 		return false, nil
 	}
-	want, err := macOf(s.Key, m)
-	if err != nil {
-		return false, err
-	}
-	if got, err := hex.DecodeString(m.MAC); err != nil || !hmac.Equal(got, want) {
-		return false, fmt.Errorf("manifest %s %w: changed in the bucket, or written with another key", key, ErrUnauthenticated)
+	mac := m.MAC
+	m.MAC = ""
+	if ok, err := VerifyJSON(s.Key, manifestDomain, m, mac); err != nil || !ok {
+		return false, errors.Join(fmt.Errorf("manifest %s %w: changed in the bucket, or written with another key", key, ErrUnauthenticated), err)
 	}
 	return true, nil
 }

@@ -89,6 +89,16 @@ func (c *Config) archiveStorage(a *instanceapi.Archive) (backup.Storage, error) 
 		Insecure: a.S3.Insecure, AccessKeyID: id, SecretAccessKey: key, CAFile: ca})
 }
 
+// archiveKey is the series key the archive's files are sealed with: none
+// when the operator projects none (the files are then stored unsealed).
+func (c *Config) archiveKey() []byte {
+	k, err := c.secret(instanceapi.SecretArchiveSeriesKey)
+	if err != nil {
+		return nil
+	}
+	return []byte(k)
+}
+
 // archivingSelf is this binary's path, for the commands postgres runs to
 // reach the manager, when the operator asks for WAL archiving.
 func (c *Config) archivingSelf() (string, bool) {
@@ -130,7 +140,8 @@ func (m *Manager) startWAL(ctx context.Context, archive bool) error {
 		if err != nil {
 			return fmt.Errorf("failed to start archiving WAL: %w", err)
 		}
-		archiver = &wal.Archiver{Storage: st, Prefix: a.Prefix, WALDir: filepath.Join(m.cfg.PGData, "pg_wal"),
+		key := m.cfg.archiveKey()
+		archiver = &wal.Archiver{Storage: st, Prefix: a.Prefix, Key: key, WALDir: filepath.Join(m.cfg.PGData, "pg_wal"),
 			Parallel: cmp.Or(a.Parallel, 4), Log: m.log.WithName("wal"),
 			Replica: func() bool { return m.role() == instanceapi.RoleReplica }}
 		archiver.Claim = func(ctx context.Context) error {
@@ -144,7 +155,7 @@ func (m *Manager) startWAL(ctx context.Context, archive bool) error {
 		m.archiver = archiver
 		// One try per file: a replica that cannot reach the archive
 		// streams or waits, it never stalls on storage.
-		m.standbyWAL = &wal.Restorer{Storage: st, Prefix: a.Prefix, Dir: filepath.Clean(m.cfg.PGData) + ".standby-wal",
+		m.standbyWAL = &wal.Restorer{Storage: st, Prefix: a.Prefix, Key: key, Dir: filepath.Clean(m.cfg.PGData) + ".standby-wal",
 			Ahead: 4, Retry: time.Millisecond}
 		m.mu.Unlock()
 	}

@@ -56,7 +56,7 @@ func TestPrimaryArchivesWALThroughItsManager(t *testing.T) {
 	st := backup.NewDir(archive)
 	for _, name := range switched {
 		dest := filepath.Join(t.TempDir(), name)
-		if err := wal.Fetch(ctx, st, "orders/", name, dest); err != nil {
+		if err := wal.Fetch(ctx, st, "orders/", name, dest, nil); err != nil {
 			t.Fatalf("segment %s: %v", name, err)
 		}
 		if fi, err := os.Stat(dest); err != nil || fi.Size() != 16<<20 {
@@ -151,7 +151,7 @@ func TestArchiveHasNoGapAfterAFailover(t *testing.T) {
 			_, err := backup.Check(ctx, primary, "SELECT pg_switch_wal()")
 			return err
 		}}
-	if _, err := wal.TakeBase(ctx, src, st, "orders/", "before-failover"); err != nil {
+	if _, err := wal.TakeBase(ctx, src, st, "orders/", "before-failover", nil); err != nil {
 		t.Fatal(err)
 	}
 	// Logical backups read the roles' password verifiers as the
@@ -176,7 +176,7 @@ func TestArchiveHasNoGapAfterAFailover(t *testing.T) {
 	}
 	eventually(t, 30*time.Second, archived("00000002.history", next), "the new primary archiving its timeline's history and "+next)
 	for _, name := range append(old, "00000002.history", next) {
-		if err := wal.Fetch(ctx, st, "orders/", name, filepath.Join(t.TempDir(), "f")); err != nil {
+		if err := wal.Fetch(ctx, st, "orders/", name, filepath.Join(t.TempDir(), "f"), nil); err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
 	}
@@ -221,7 +221,7 @@ func TestBaseBackupAndArchiveRecoverToATime(t *testing.T) {
 	in.exec(ctx, "CREATE TABLE events (id int PRIMARY KEY, at timestamptz NOT NULL DEFAULT clock_timestamp())")
 	in.exec(ctx, "INSERT INTO events (id) SELECT generate_series(1, 100)")
 	src := wal.Source{Host: "127.0.0.1", Port: in.pgPort, User: "streaming_replica", Password: "repl-secret", BinDir: testpg.BinDir(t)}
-	took, err := wal.TakeBase(ctx, src, st, "orders/", "b1")
+	took, err := wal.TakeBase(ctx, src, st, "orders/", "b1", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -250,7 +250,7 @@ func TestBaseBackupAndArchiveRecoverToATime(t *testing.T) {
 		_, err := st.Size(ctx, wal.Key("orders/", last))
 		return err == nil
 	}, last+" archived")
-	if b, err := wal.FindBase(ctx, st, "orders/", "b1"); err != nil || b != took {
+	if b, err := wal.FindBase(ctx, st, "orders/", "b1", nil); err != nil || b != took {
 		t.Fatalf("FindBase = %+v, %v; want %+v", b, err, took)
 	}
 
@@ -320,7 +320,7 @@ func TestBaseBackupAndArchiveRecoverToATime(t *testing.T) {
 
 	// Retention: a second base backup, more rows, then b1 pruned with the
 	// WAL only it needed. The base backup left restores to the archive's end.
-	if _, err := wal.TakeBase(ctx, src, st, "orders/", "b2"); err != nil {
+	if _, err := wal.TakeBase(ctx, src, st, "orders/", "b2", nil); err != nil {
 		t.Fatal(err)
 	}
 	in.exec(ctx, "INSERT INTO events (id) SELECT generate_series(301, 400)")
@@ -348,7 +348,7 @@ func TestBaseBackupAndArchiveRecoverToATime(t *testing.T) {
 
 	// A flipped byte in the stored base backup is refused.
 	blob := filepath.Join(root, "orders", "base", "b2", "base.tar.zst")
-	b2, err := wal.FindBase(ctx, st, "orders/", "b2")
+	b2, err := wal.FindBase(ctx, st, "orders/", "b2", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -422,7 +422,7 @@ func TestArchivingCatchesUpAfterAStorageOutage(t *testing.T) {
 	}
 	src := wal.Source{Host: "127.0.0.1", Port: in.pgPort, User: "streaming_replica", Password: "repl-secret", BinDir: testpg.BinDir(t)}
 	in.exec(ctx, "CREATE TABLE events (id int PRIMARY KEY)")
-	if _, err := wal.TakeBase(ctx, src, st, "orders/", "b1"); err != nil {
+	if _, err := wal.TakeBase(ctx, src, st, "orders/", "b1", nil); err != nil {
 		t.Fatal(err)
 	}
 	first := in.superuser("SELECT pg_walfile_name(pg_current_wal_lsn())")
@@ -531,7 +531,7 @@ func TestBaseBackupFromAReplica(t *testing.T) {
 			return err
 		}}
 	start := time.Now()
-	b, err := wal.TakeBase(ctx, src, st, "orders/", "from-replica")
+	b, err := wal.TakeBase(ctx, src, st, "orders/", "from-replica", nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,6 +25,9 @@ import (
 type Recovery struct {
 	Storage backup.Storage
 	Prefix  string
+	// Key is the series key the base backup's manifest and every WAL file
+	// must verify under; none when empty.
+	Key []byte
 	// BackupID names the base backup; empty picks the newest one that is
 	// consistent before the target.
 	BackupID string
@@ -93,7 +96,7 @@ func (m *Manager) recoverFromArchive(ctx context.Context, dir string) (err error
 	progress.EndLSN = postgres.FormatLSN(end)
 
 	prefetch := filepath.Clean(m.cfg.PGData) + ".prefetch"
-	restorer := &wal.Restorer{Storage: r.Storage, Prefix: r.Prefix, Dir: prefetch, Ahead: cmp.Or(r.Ahead, 8), SegmentSize: segSize}
+	restorer := &wal.Restorer{Storage: r.Storage, Prefix: r.Prefix, Key: r.Key, Dir: prefetch, Ahead: cmp.Or(r.Ahead, 8), SegmentSize: segSize}
 	start, _ := postgres.ParseLSN(b.StartLSN)
 	run := &replay{restorer: restorer, base: *progress, start: start, end: end, segSize: segSize, began: time.Now()}
 	m.mu.Lock()
@@ -185,9 +188,9 @@ func (m *Manager) recoverFromArchive(ctx context.Context, dir string) (err error
 func (m *Manager) chooseBase(ctx context.Context) (wal.BaseBackup, error) {
 	r := m.recovery
 	if r.BackupID != "" {
-		return wal.FindBase(ctx, r.Storage, r.Prefix, r.BackupID)
+		return wal.FindBase(ctx, r.Storage, r.Prefix, r.BackupID, r.Key)
 	}
-	bases, err := wal.ListBases(ctx, r.Storage, r.Prefix)
+	bases, err := wal.ListBases(ctx, r.Storage, r.Prefix, r.Key)
 	if err != nil {
 		return wal.BaseBackup{}, err
 	}

@@ -47,6 +47,9 @@ const (
 	// SecretArchiveCA, when projected, holds a private CA the archive's S3
 	// endpoint chains to.
 	SecretArchiveCA = "archive-ca.crt"
+	// SecretArchiveSeriesKey, when projected, is the series key the WAL
+	// archive's files are sealed with (the Physical DatabaseBackup's).
+	SecretArchiveSeriesKey = "archive-series-key"
 	// SecretTLSCert, SecretTLSKey and SecretTLSCA, in SecretsDir with
 	// FlagTLS, are the server certificate the instance serves, its key, and
 	// the CA it verifies other instances with.

@@ -23,6 +23,9 @@ import (
 type Archiver struct {
 	Storage backup.Storage
 	Prefix  string
+	// Key is the series key each stored file is sealed with; none when
+	// empty.
+	Key []byte
 	// WALDir is the data directory's pg_wal.
 	WALDir   string
 	Parallel int
@@ -171,7 +174,7 @@ func (a *Archiver) start(ctx context.Context, name string) *job {
 		// Bounded, so that a hung upload cannot hold a slot for good.
 		pctx, cancel := context.WithTimeout(ctx, PushTimeout)
 		if j.err = a.claim(pctx); j.err == nil {
-			j.err = push(pctx, a.Storage, a.Prefix, filepath.Join(a.WALDir, name))
+			j.err = push(pctx, a.Storage, a.Prefix, filepath.Join(a.WALDir, name), a.Key)
 		}
 		cancel()
 		<-a.slots

@@ -50,6 +50,41 @@ type BaseBackup struct {
 	// SystemIdentifier is the cluster it copies (IDENTIFY_SYSTEM's
 	// systemid), the one the WAL archive under its prefix must hold.
 	SystemIdentifier string `json:"systemIdentifier"`
+	// MAC authenticates the rest under the series key; empty without one.
+	MAC string `json:"mac,omitempty"`
+}
+
+// baseDomain is what a base backup manifest's MAC authenticates.
+const baseDomain = "daytwo base backup v1"
+
+// sealed is b with its MAC under key (none without a key).
+func (b BaseBackup) sealed(key []byte) (BaseBackup, error) {
+	b.MAC = ""
+	if len(key) == 0 {
+		return b, nil
+	}
+	mac, err := backup.SignJSON(key, baseDomain, b)
+	b.MAC = mac
+	return b, err
+}
+
+// trusted says whether b may be restored with key: always without one;
+// with one, when its MAC verifies. A MAC that fails is an error; a
+// manifest without one (taken before the series had a key) is not trusted.
+func (b BaseBackup) trusted(key []byte) (bool, error) {
+	if len(key) == 0 {
+		return true, nil
+	}
+	if b.MAC == "" {
+		return false, nil
+	}
+	mac := b.MAC
+	b.MAC = ""
+	if ok, err := backup.VerifyJSON(key, baseDomain, b, mac); err != nil || !ok {
+		return false, errors.Join(fmt.Errorf("base backup %s's manifest %w: changed in the bucket, or written with another key",
+			b.ID, backup.ErrUnauthenticated), err)
+	}
+	return true, nil
 }
 
 // Source is the server a base backup is taken from, over the replication
@@ -88,8 +123,9 @@ var (
 	stopPoint     = regexp.MustCompile(`STOP WAL LOCATION: ([0-9A-F]+/[0-9A-F]+) `)
 )
 
-// TakeBase streams a base backup of src to storage as id.
-func TakeBase(ctx context.Context, src Source, st backup.Storage, prefix, id string) (BaseBackup, error) {
+// TakeBase streams a base backup of src to storage as id, its manifest
+// sealed with the series key (none when empty).
+func TakeBase(ctx context.Context, src Source, st backup.Storage, prefix, id string, key []byte) (BaseBackup, error) {
 	b := BaseBackup{ID: id, Started: time.Now().UTC()}
 	// Before anything is stored: an archive another cluster claimed (two
 	// Databases given one prefix) must not get this one's base backups,
@@ -183,7 +219,7 @@ func TakeBase(ctx context.Context, src Source, st backup.Storage, prefix, id str
 	// before pg_basebackup returned says it.
 	if facts.endLSN != "" {
 		b.EndLSN = facts.endLSN
-	} else if b.EndLSN, err = stopLSN(ctx, st, prefix, b); err != nil {
+	} else if b.EndLSN, err = stopLSN(ctx, st, prefix, b, key); err != nil {
 		return b, err
 	}
 	// Once more: the archive is claimed by now (its WAL is there), by the
@@ -193,6 +229,9 @@ func TakeBase(ctx context.Context, src Source, st backup.Storage, prefix, id str
 		return b, err
 	}
 	b.Finished, b.Size, b.SHA256 = time.Now().UTC(), size.N, hex.EncodeToString(sum.Sum(nil))
+	if b, err = b.sealed(key); err != nil {
+		return b, err
+	}
 	data, err := json.Marshal(b)
 	if err != nil {
 		return b, err
@@ -302,13 +341,13 @@ func readFacts(r io.Reader) tarFacts {
 
 // stopLSN reads where base backup b ends from the backup history file the
 // server archived (<start segment>.<offset>.backup).
-func stopLSN(ctx context.Context, st backup.Storage, prefix string, b BaseBackup) (string, error) {
+func stopLSN(ctx context.Context, st backup.Storage, prefix string, b BaseBackup, key []byte) (string, error) {
 	var hi, lo uint64
 	if _, err := fmt.Sscanf(b.StartLSN, "%X/%X", &hi, &lo); err != nil {
 		return "", fmt.Errorf("invalid start LSN %q", b.StartLSN)
 	}
 	name := fmt.Sprintf("%s.%08X.backup", b.StartWAL, lo%(16<<20))
-	data, err := fetch(ctx, st, Key(prefix, name))
+	data, err := fetch(ctx, st, name, Key(prefix, name), key)
 	if err != nil {
 		return "", fmt.Errorf("base backup %s: its history file %s is not in the archive: %w", b.ID, name, err)
 	}
@@ -319,15 +358,30 @@ func stopLSN(ctx context.Context, st backup.Storage, prefix string, b BaseBackup
 	return m[1], nil
 }
 
-// FindBase reads base backup id's manifest.
-func FindBase(ctx context.Context, st backup.Storage, prefix, id string) (BaseBackup, error) {
+// FindBase reads base backup id's manifest, which must verify under the
+// series key (when set).
+func FindBase(ctx context.Context, st backup.Storage, prefix, id string, key []byte) (BaseBackup, error) {
+	b, err := readBase(ctx, st, prefix, id)
+	if err != nil {
+		return b, err
+	}
+	switch ok, err := b.trusted(key); {
+	case err != nil:
+		return b, err
+	case !ok:
+		return b, fmt.Errorf("base backup %s has no MAC: %w (taken before the series had a key)", id, backup.ErrUnauthenticated)
+	}
+	return b, nil
+}
+
+func readBase(ctx context.Context, st backup.Storage, prefix, id string) (BaseBackup, error) {
 	var b BaseBackup
 	r, err := st.Get(ctx, baseKey(prefix, id, baseManifest))
 	if err != nil {
 		return b, fmt.Errorf("base backup %s: %w", id, err)
 	}
 	defer func() { _ = r.Close() }()
-	if err := json.NewDecoder(r).Decode(&b); err != nil {
+	if err := json.NewDecoder(io.LimitReader(r, 1<<20)).Decode(&b); err != nil {
 		return b, fmt.Errorf("base backup %s has an unreadable manifest: %w", id, err)
 	}
 	return b, nil
@@ -424,8 +478,10 @@ func lastLines(s string, n int) string {
 // ListBases returns the base backups under prefix that have a manifest
 // (a backup without one never finished) and copy the cluster whose WAL the
 // archive holds (ClaimArchive), oldest first: another cluster's, stored
-// under the same prefix, is neither restored nor pruned.
-func ListBases(ctx context.Context, st backup.Storage, prefix string) ([]BaseBackup, error) {
+// under the same prefix, is neither restored nor pruned. With a series
+// key, only those whose manifest verifies under it; one that fails is an
+// error. Without a key, all of them.
+func ListBases(ctx context.Context, st backup.Storage, prefix string, key []byte) ([]BaseBackup, error) {
 	keys, err := st.List(ctx, prefix+"base/")
 	if err != nil {
 		return nil, fmt.Errorf("failed to list base backups: %w", err)
@@ -441,11 +497,15 @@ func ListBases(ctx context.Context, st backup.Storage, prefix string) ([]BaseBac
 		if !ok || file != baseManifest {
 			continue
 		}
-		b, err := FindBase(ctx, st, prefix, id)
+		b, err := readBase(ctx, st, prefix, id)
 		if err != nil {
 			return nil, err
 		}
-		if owner == "" || b.SystemIdentifier == owner {
+		trusted, err := b.trusted(key)
+		if err != nil {
+			return nil, err
+		}
+		if trusted && (owner == "" || b.SystemIdentifier == owner) {
 			out = append(out, b)
 		}
 	}
@@ -547,7 +607,9 @@ func BaseDataKey(prefix, id string) string { return baseKey(prefix, id, baseData
 // they are small, and recovery reads them to find its way across
 // failovers. With no base backup left it deletes no WAL.
 func PruneArchive(ctx context.Context, st backup.Storage, prefix string, drop []string) (bases, segments int, err error) {
-	all, err := ListBases(ctx, st, prefix)
+	// Every base backup, trusted or not: the WAL one needs is not
+	// retention's to delete.
+	all, err := ListBases(ctx, st, prefix, nil)
 	if err != nil {
 		return 0, 0, err
 	}

@@ -9,7 +9,9 @@ package wal
 import (
 	"bytes"
 	"context"
+	"crypto/hmac"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -52,22 +54,23 @@ func Key(prefix, name string) string {
 // two servers wrote the same timeline, and the archive keeps the first.
 var ErrDifferent = errors.New("the archive already holds a different file by that name")
 
-// Push stores the file at path under prefix as its base name. A file
-// already stored with the same content is success (PostgreSQL archives a
-// file again after a crash); different content is ErrDifferent.
-func Push(ctx context.Context, st backup.Storage, prefix, path string) error {
-	return push(ctx, st, prefix, path, false)
+// Push stores the file at path under prefix as its base name, sealed with
+// the series key (none without one; see seal). A file already stored with
+// the same content is success (PostgreSQL archives a file again after a
+// crash); different content is ErrDifferent.
+func Push(ctx context.Context, st backup.Storage, prefix, path string, key []byte) error {
+	return push(ctx, st, prefix, path, key, false)
 }
 
 // PushCopy is Push for a replica's copy of its primary's WAL: a file
 // already stored counts as archived, unread. A completed segment or a
 // history file streamed from the primary is the primary's own, so reading
 // it back to compare would only cost a download per file and replica.
-func PushCopy(ctx context.Context, st backup.Storage, prefix, path string) error {
-	return push(ctx, st, prefix, path, true)
+func PushCopy(ctx context.Context, st backup.Storage, prefix, path string, key []byte) error {
+	return push(ctx, st, prefix, path, key, true)
 }
 
-func push(ctx context.Context, st backup.Storage, prefix, path string, trustStored bool) error {
+func push(ctx context.Context, st backup.Storage, prefix, path string, sealKey []byte, trustStored bool) error {
 	name := filepath.Base(path)
 	if !ValidName(name) {
 		return fmt.Errorf("%q is not a WAL file name", name)
@@ -81,7 +84,9 @@ func push(ctx context.Context, st backup.Storage, prefix, path string, trustStor
 		if trustStored {
 			return nil
 		}
-		stored, err := fetch(ctx, st, key)
+		// The content is compared, not its seal: a copy stored before the
+		// series had a key is the same file.
+		stored, err := fetch(ctx, st, name, key, nil)
 		if err != nil {
 			return fmt.Errorf("failed to compare %s with the stored copy: %w", name, err)
 		}
@@ -97,7 +102,7 @@ func push(ctx context.Context, st backup.Storage, prefix, path string, trustStor
 		return err
 	}
 	defer func() { _ = enc.Close() }()
-	if err := st.Put(ctx, key, bytes.NewReader(enc.EncodeAll(data, make([]byte, 0, len(data)/4)))); err != nil {
+	if err := st.Put(ctx, key, bytes.NewReader(seal(sealKey, name, enc.EncodeAll(data, make([]byte, 0, len(data)/4))))); err != nil {
 		return fmt.Errorf("failed to archive %s: %w", name, err)
 	}
 	return nil
@@ -187,8 +192,9 @@ func fetchPlain(ctx context.Context, st backup.Storage, key string) ([]byte, err
 var ErrNotArchived = errors.New("not in the archive")
 
 // Fetch writes the archived file name to dest, atomically: restore_command
-// must never leave PostgreSQL a partial file.
-func Fetch(ctx context.Context, st backup.Storage, prefix, name, dest string) error {
+// must never leave PostgreSQL a partial file. With a series key, a file
+// whose seal does not verify is refused (ErrUnauthenticated).
+func Fetch(ctx context.Context, st backup.Storage, prefix, name, dest string, sealKey []byte) error {
 	if !ValidName(name) {
 		return fmt.Errorf("%q is not a WAL file name", name)
 	}
@@ -198,30 +204,89 @@ func Fetch(ctx context.Context, st backup.Storage, prefix, name, dest string) er
 	} else if err != nil {
 		return fmt.Errorf("failed to look for %s in the archive: %w", name, err)
 	}
-	data, err := fetch(ctx, st, key)
+	data, err := fetch(ctx, st, name, key, sealKey)
 	if err != nil {
 		return fmt.Errorf("failed to fetch %s: %w", name, err)
 	}
 	return writeAtomic(dest, data)
 }
 
-// fetch reads and decompresses key, refusing a copy whose checksum fails.
-func fetch(ctx context.Context, st backup.Storage, key string) ([]byte, error) {
+// maxStored bounds what fetch reads of one stored file: a segment is at
+// most 1 GiB (wal_segment_size), and zstd does not make it larger.
+const maxStored = 1<<30 + 1<<20
+
+// fetch reads the file name stored at key, checks its seal with sealKey
+// (when set), and decompresses it, refusing a copy whose checksum fails.
+func fetch(ctx context.Context, st backup.Storage, name, key string, sealKey []byte) ([]byte, error) {
 	r, err := st.Get(ctx, key)
 	if err != nil {
 		return nil, err
 	}
-	defer func() { _ = r.Close() }()
-	dec, err := zstd.NewReader(r, zstd.WithDecoderConcurrency(1))
+	stored, err := io.ReadAll(io.LimitReader(r, maxStored))
+	_ = r.Close()
 	if err != nil {
-		return nil, fmt.Errorf("%s is not a zstd stream: %w", key, err)
+		return nil, fmt.Errorf("failed to read %s: %w", key, err)
+	}
+	frame, err := unseal(sealKey, name, stored)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", key, err)
+	}
+	dec, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(1))
+	if err != nil {
+		return nil, err
 	}
 	defer dec.Close()
-	data, err := io.ReadAll(dec)
+	data, err := dec.DecodeAll(frame, nil)
 	if err != nil {
 		return nil, fmt.Errorf("%s is corrupt: %w", key, err)
 	}
 	return data, nil
+}
+
+// A sealed WAL file is its zstd frame followed by a zstd skippable frame
+// (which decoders pass over, so a reader without the key reads it as
+// before) holding sealTag and the HMAC-SHA256, under the series key, of
+// the file's name and the frame before it: a file changed, or put in
+// another's place, fails.
+const sealMagic = 0x184D2A5E
+
+var sealTag = []byte("daytwo-wal-mac-v1")
+
+// sealDomain is what a WAL file's MAC authenticates.
+const sealDomain = "daytwo wal v1"
+
+// sealLen is the size of a seal: the skippable frame's header, the tag
+// and the MAC.
+var sealLen = 8 + len(sealTag) + sha256.Size
+
+// seal appends the seal of name's frame under key (nothing without one).
+func seal(key []byte, name string, frame []byte) []byte {
+	if len(key) == 0 {
+		return frame
+	}
+	out := binary.LittleEndian.AppendUint32(frame, sealMagic)
+	out = binary.LittleEndian.AppendUint32(out, uint32(len(sealTag)+sha256.Size))
+	out = append(out, sealTag...)
+	return append(out, backup.MAC(key, sealDomain, []byte(name), frame)...)
+}
+
+// unseal returns the frame of name's stored copy, once its seal verifies
+// under key; without a key, what is stored (a decoder skips the seal).
+func unseal(key []byte, name string, stored []byte) ([]byte, error) {
+	if len(key) == 0 {
+		return stored, nil
+	}
+	n := len(stored) - sealLen
+	if n < 0 || binary.LittleEndian.Uint32(stored[n:]) != sealMagic ||
+		binary.LittleEndian.Uint32(stored[n+4:]) != uint32(len(sealTag)+sha256.Size) ||
+		!bytes.Equal(stored[n+8:n+8+len(sealTag)], sealTag) {
+		return nil, fmt.Errorf("no seal: %w (stored before the series had a key, or stripped)", backup.ErrUnauthenticated)
+	}
+	frame := stored[:n]
+	if !hmac.Equal(stored[n+8+len(sealTag):], backup.MAC(key, sealDomain, []byte(name), frame)) {
+		return nil, fmt.Errorf("the seal does not verify: %w (changed in the bucket, or sealed with another key)", backup.ErrUnauthenticated)
+	}
+	return frame, nil
 }
 
 func writeAtomic(dest string, data []byte) error {

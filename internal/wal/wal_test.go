@@ -91,7 +91,7 @@ func TestArchiverShipsEverySegmentToMinIO(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := wal.Fetch(ctx, st, "orders/", name, filepath.Join(out, "RECOVERYXLOG")); err != nil {
+		if err := wal.Fetch(ctx, st, "orders/", name, filepath.Join(out, "RECOVERYXLOG"), nil); err != nil {
 			t.Fatalf("Fetch(%s): %v", name, err)
 		}
 		got, err := os.ReadFile(filepath.Join(out, "RECOVERYXLOG"))
@@ -105,7 +105,7 @@ func TestArchiverShipsEverySegmentToMinIO(t *testing.T) {
 	if size, err := st.Size(ctx, wal.Key("orders/", ready[0])); err != nil || size >= 16<<20/2 {
 		t.Fatalf("stored size of a mostly empty 16 MiB segment = %d (%v), want it compressed", size, err)
 	}
-	if err := wal.Fetch(ctx, st, "orders/", "0000000100000000000000FF", filepath.Join(out, "x")); !errors.Is(err, wal.ErrNotArchived) {
+	if err := wal.Fetch(ctx, st, "orders/", "0000000100000000000000FF", filepath.Join(out, "x"), nil); !errors.Is(err, wal.ErrNotArchived) {
 		t.Fatalf("Fetch of a segment never archived = %v, want ErrNotArchived", err)
 	}
 }
@@ -120,25 +120,25 @@ func TestArchiveRefusesOverwritesAndCorruption(t *testing.T) {
 	root := t.TempDir()
 	st := backup.NewDir(root)
 	src := filepath.Join(pg.Dir, "data", "pg_wal", ready[0])
-	if err := wal.Push(ctx, st, "", src); err != nil {
+	if err := wal.Push(ctx, st, "", src, nil); err != nil {
 		t.Fatal(err)
 	}
-	if err := wal.Push(ctx, st, "", src); err != nil {
+	if err := wal.Push(ctx, st, "", src, nil); err != nil {
 		t.Fatalf("pushing the same segment again: %v", err)
 	}
 	other := filepath.Join(t.TempDir(), ready[0])
 	testpg.FlipByte(t, src, other)
-	if err := wal.Push(ctx, st, "", other); !errors.Is(err, wal.ErrDifferent) {
+	if err := wal.Push(ctx, st, "", other, nil); !errors.Is(err, wal.ErrDifferent) {
 		t.Fatalf("pushing different content under the same name = %v, want ErrDifferent", err)
 	}
 
 	stored := filepath.Join(root, wal.Key("", ready[0]))
 	testpg.FlipByte(t, stored, stored)
-	err := wal.Fetch(ctx, st, "", ready[0], filepath.Join(t.TempDir(), "RECOVERYXLOG"))
+	err := wal.Fetch(ctx, st, "", ready[0], filepath.Join(t.TempDir(), "RECOVERYXLOG"), nil)
 	if err == nil || !strings.Contains(err.Error(), "corrupt") {
 		t.Fatalf("Fetch of a corrupted copy = %v, want it refused as corrupt", err)
 	}
-	if err := wal.Push(ctx, st, "", "/tmp/not-a-wal-file"); err == nil {
+	if err := wal.Push(ctx, st, "", "/tmp/not-a-wal-file", nil); err == nil {
 		t.Fatal("a file that is not WAL was archived")
 	}
 }
@@ -189,7 +189,7 @@ func TestBaseBackupsOfAnotherClusterAreRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	src := wal.Source{Host: "127.0.0.1", Port: pg.Port, User: "postgres", Password: pg.Password, BinDir: pg.BinDir}
-	if _, err := wal.TakeBase(ctx, src, st, "p/", "20260101T000000Z"); !errors.Is(err, wal.ErrOtherCluster) {
+	if _, err := wal.TakeBase(ctx, src, st, "p/", "20260101T000000Z", nil); !errors.Is(err, wal.ErrOtherCluster) {
 		t.Fatalf("a base backup into another cluster's archive: %v, want ErrOtherCluster", err)
 	}
 	if keys, _ := st.List(ctx, "p/base/"); len(keys) != 0 {
@@ -201,10 +201,82 @@ func TestBaseBackupsOfAnotherClusterAreRefused(t *testing.T) {
 	if err := st.Put(ctx, "p/base/"+stray.ID+"/backup.json", bytes.NewReader(manifest)); err != nil {
 		t.Fatal(err)
 	}
-	if bases, err := wal.ListBases(ctx, st, "p/"); err != nil || len(bases) != 0 {
+	if bases, err := wal.ListBases(ctx, st, "p/", nil); err != nil || len(bases) != 0 {
 		t.Fatalf("ListBases = %v, %v: want none of another cluster's", bases, err)
 	}
 	if err := wal.ExtractBase(ctx, st, "p/", stray, t.TempDir()); !errors.Is(err, wal.ErrOtherCluster) {
 		t.Fatalf("extracting another cluster's base backup: %v, want ErrOtherCluster", err)
+	}
+}
+
+// With a series key, each archived file is sealed: a copy changed in the
+// bucket, one put in another file's place, one sealed with another key or
+// stored without a seal is refused, before recovery could replay it. A
+// reader without the key reads a sealed file as before (a zstd decoder
+// passes over the seal), and pushing a file the archive holds unsealed
+// (from before the key) compares content, not seals.
+func TestSealedWALRefusesWhatTheKeyDidNotSeal(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	st := backup.NewDir(root)
+	key, other := []byte(strings.Repeat("k", 32)), []byte(strings.Repeat("o", 32))
+	src := t.TempDir()
+	names := []string{"000000010000000000000001", "000000010000000000000002", "000000010000000000000003"}
+	content := map[string][]byte{}
+	for i, n := range names {
+		content[n] = bytes.Repeat([]byte{byte(i + 1)}, 64<<10)
+		if err := os.WriteFile(filepath.Join(src, n), content[n], 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := wal.Push(ctx, st, "p/", filepath.Join(src, names[0]), key); err != nil {
+		t.Fatal(err)
+	}
+	if err := wal.Push(ctx, st, "p/", filepath.Join(src, names[1]), key); err != nil {
+		t.Fatal(err)
+	}
+	if err := wal.Push(ctx, st, "p/", filepath.Join(src, names[2]), nil); err != nil { // before the key
+		t.Fatal(err)
+	}
+	fetch := func(name string, k []byte) ([]byte, error) {
+		dest := filepath.Join(t.TempDir(), "RECOVERYXLOG")
+		if err := wal.Fetch(ctx, st, "p/", name, dest, k); err != nil {
+			return nil, err
+		}
+		return os.ReadFile(dest)
+	}
+	if got, err := fetch(names[0], key); err != nil || !bytes.Equal(got, content[names[0]]) {
+		t.Fatalf("a sealed file with its key: %d bytes, %v", len(got), err)
+	}
+	if got, err := fetch(names[0], nil); err != nil || !bytes.Equal(got, content[names[0]]) {
+		t.Fatalf("a sealed file without a key: %d bytes, %v", len(got), err)
+	}
+	if _, err := fetch(names[0], other); !errors.Is(err, backup.ErrUnauthenticated) {
+		t.Fatalf("a file sealed with another key: %v", err)
+	}
+	if _, err := fetch(names[2], key); !errors.Is(err, backup.ErrUnauthenticated) {
+		t.Fatalf("an unsealed file under a key: %v", err)
+	}
+	if err := wal.Push(ctx, st, "p/", filepath.Join(src, names[2]), key); err != nil {
+		t.Fatalf("pushing again a file the archive holds unsealed: %v", err)
+	}
+	// Segment 2's stored copy in segment 1's place.
+	two, err := os.ReadFile(filepath.Join(root, wal.Key("p/", names[1])))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, wal.Key("p/", names[0])), two, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fetch(names[0], key); !errors.Is(err, backup.ErrUnauthenticated) {
+		t.Fatalf("a sealed file in another's place: %v", err)
+	}
+	// One byte of the frame changed.
+	two[len(two)/2] ^= 1
+	if err := os.WriteFile(filepath.Join(root, wal.Key("p/", names[1])), two, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fetch(names[1], key); !errors.Is(err, backup.ErrUnauthenticated) {
+		t.Fatalf("a changed file: %v", err)
 	}
 }

@@ -45,6 +45,8 @@ type archivePlan struct {
 	// private CA's Secret key (S3Storage.caSecretRef), or nil.
 	s3Secret, idKey, secretKey string
 	ca                         *v1alpha1.SecretKeyRef
+	// keySecret and keyKey: the series key the WAL is sealed with.
+	keySecret, keyKey string
 	// claim is the volume archive's PersistentVolumeClaim.
 	claim string
 }
@@ -70,6 +72,7 @@ func (r *Reconciler) resolveArchive(ctx context.Context, db *v1alpha1.Database, 
 	b := &backups[0]
 	a := &archivePlan{backup: b.Name, location: databasebackup.Location(b),
 		conf: instanceapi.Archive{Prefix: databasebackup.SeriesPrefix(b)}}
+	a.keySecret, a.keyKey = databasebackup.SeriesKeySecret(b)
 	if s3 := b.Spec.Storage.S3; s3 != nil {
 		a.conf.S3 = &instanceapi.ArchiveS3{Endpoint: s3.Endpoint, Bucket: s3.Bucket, Region: s3.Region, Insecure: s3.Insecure}
 		ref := s3.CredentialsSecretRef
@@ -104,12 +107,19 @@ func (p plan) archiveConf() string {
 // manager reads.
 func archiveSecrets(p plan) []*corev1ac.VolumeProjectionApplyConfiguration {
 	a := p.archive
-	if a == nil || a.s3Secret == "" {
+	if a == nil {
 		return nil
 	}
-	out := []*corev1ac.VolumeProjectionApplyConfiguration{corev1ac.VolumeProjection().WithSecret(corev1ac.SecretProjection().WithName(a.s3Secret).
+	// The series key, S3 or volume: the pod starts once its Secret exists
+	// (the DatabaseBackup makes its own at once).
+	out := []*corev1ac.VolumeProjectionApplyConfiguration{corev1ac.VolumeProjection().WithSecret(corev1ac.SecretProjection().WithName(a.keySecret).
+		WithItems(corev1ac.KeyToPath().WithKey(a.keyKey).WithPath(instanceapi.SecretArchiveSeriesKey)))}
+	if a.s3Secret == "" {
+		return out
+	}
+	out = append(out, corev1ac.VolumeProjection().WithSecret(corev1ac.SecretProjection().WithName(a.s3Secret).
 		WithItems(corev1ac.KeyToPath().WithKey(a.idKey).WithPath(instanceapi.SecretArchiveAccessKeyID),
-			corev1ac.KeyToPath().WithKey(a.secretKey).WithPath(instanceapi.SecretArchiveSecretAccessKey)))}
+			corev1ac.KeyToPath().WithKey(a.secretKey).WithPath(instanceapi.SecretArchiveSecretAccessKey))))
 	if a.ca != nil {
 		out = append(out, corev1ac.VolumeProjection().WithSecret(corev1ac.SecretProjection().WithName(a.ca.Name).
 			WithItems(corev1ac.KeyToPath().WithKey(orDefault(a.ca.Key, "ca.crt")).WithPath(instanceapi.SecretArchiveCA))))

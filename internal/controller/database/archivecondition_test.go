@@ -40,17 +40,23 @@ func TestArchivingReportedOnlyOnceThePrimaryRunsInArchiveMode(t *testing.T) {
 	}
 }
 
-// The archive's private CA is projected beside its credentials, under the
-// name the instance manager reads.
-func TestArchiveProjectsAPrivateCA(t *testing.T) {
-	p := plan{archive: &archivePlan{s3Secret: "s3", idKey: "id", secretKey: "key"}}
-	if n := len(archiveSecrets(p)); n != 1 {
-		t.Fatalf("%d projections without a CA, want 1", n)
+// The archive's series key is projected for S3 and volume archives alike,
+// and a private CA beside the S3 credentials, under the names the instance
+// manager reads.
+func TestArchiveProjectsItsKeyAndAPrivateCA(t *testing.T) {
+	volume := plan{archive: &archivePlan{claim: "archive", keySecret: "nightly-series-key", keyKey: "key"}}
+	if got := archiveSecrets(volume); len(got) != 1 || *got[0].Secret.Name != "nightly-series-key" ||
+		*got[0].Secret.Items[0].Path != instanceapi.SecretArchiveSeriesKey {
+		t.Fatalf("volume archive projections %+v", got)
+	}
+	p := plan{archive: &archivePlan{s3Secret: "s3", idKey: "id", secretKey: "key", keySecret: "nightly-series-key", keyKey: "key"}}
+	if n := len(archiveSecrets(p)); n != 2 {
+		t.Fatalf("%d projections without a CA, want 2", n)
 	}
 	p.archive.ca = &v1alpha1.SecretKeyRef{Name: "minio-ca"}
 	got := archiveSecrets(p)
-	if len(got) != 2 || *got[1].Secret.Name != "minio-ca" || *got[1].Secret.Items[0].Key != "ca.crt" ||
-		*got[1].Secret.Items[0].Path != instanceapi.SecretArchiveCA {
+	if len(got) != 3 || *got[2].Secret.Name != "minio-ca" || *got[2].Secret.Items[0].Key != "ca.crt" ||
+		*got[2].Secret.Items[0].Path != instanceapi.SecretArchiveCA {
 		t.Fatalf("projections %+v", got)
 	}
 }

@@ -126,7 +126,7 @@ func TestBenchBackup(t *testing.T) {
 			return cmd.Run()
 		}))
 		daytwoBase = best(daytwoBase, timed(t, fmt.Sprintf("daytwo base backup to MinIO (%d)", round), func() error {
-			base, err = wal.TakeBase(ctx, src, st, "physical/", fmt.Sprintf("base-%d", round))
+			base, err = wal.TakeBase(ctx, src, st, "physical/", fmt.Sprintf("base-%d", round), nil)
 			return err
 		}))
 		dir := filepath.Join(t.TempDir(), "data")
