@@ -78,9 +78,10 @@ const (
 	// ReasonSeriesInUse means an older DatabaseBackup writes the series
 	// spec.series names at the same location: this one takes no backups.
 	ReasonSeriesInUse = "SeriesInUse"
-	// ReasonSeriesKeyNotFound: spec.seriesKeySecretRef names a Secret
-	// that does not exist; nothing runs until it does.
-	ReasonSeriesKeyNotFound = "SeriesKeyNotFound"
+	// ReasonSeriesKeyUnusable: the series key's Secret does not exist
+	// (or daytwo's own is gone after backups were taken), or holds no key
+	// of a usable size; nothing runs until it does.
+	ReasonSeriesKeyUnusable = "SeriesKeyUnusable"
 	// ReasonLocationExclusive means no other DatabaseBackup stores there.
 	ReasonLocationExclusive = "LocationExclusive"
 	// ReasonSuspended means scheduling is suspended.
@@ -429,15 +430,20 @@ type StoredBackup struct {
 
 // Recoverability is the span a restore can reach.
 type Recoverability struct {
-	// firstPoint is the oldest point a restore can reach: the end of the
-	// oldest retained backup.
+	// firstPoint is the oldest point a restore can reach: where the oldest
+	// retained backup restores to (a Logical backup's start, when pg_dump
+	// took its snapshot; a Physical base backup's end, when it became
+	// consistent).
 	FirstPoint metav1.Time `json:"firstPoint"`
 
-	// lastPoint is the newest. For Physical backups it is when the newest
-	// WAL segment was archived (kept current from the Database while it
-	// archives to this DatabaseBackup): transactions committed since are in
-	// the segment being written, archived at most a minute later. For
-	// Logical backups it is the end of the newest backup.
+	// lastPoint is the newest. For Logical backups it is the newest
+	// backup's start. For Physical backups it is when the newest WAL
+	// segment was archived (kept current from the Database while it
+	// archives to this DatabaseBackup): transactions committed since are
+	// in the segment being written, archived at most a minute later. It is
+	// an upload time: while archiving catches up on a backlog (the
+	// Database's ContinuousArchiving condition counts the files waiting),
+	// the WAL archived is older than it.
 	LastPoint metav1.Time `json:"lastPoint"`
 }
 

@@ -26,7 +26,7 @@ import (
 type storageFlags struct {
 	endpoint, bucket, region, path, prefix string
 	caFile                                 string
-	insecure                               bool
+	insecure, keyRequired                  bool
 	series                                 backup.Series
 	// keys are the S3 credentials, taken from the environment once.
 	keys *[2]string
@@ -43,6 +43,7 @@ func (s *storageFlags) bind(f *pflag.FlagSet, prefix string) {
 	f.StringVar(&s.series.UID, prefix+"series-uid", "", "UID of the DatabaseBackup whose series this is; other series at the same location are never touched.")
 	f.StringVar(&s.series.Name, prefix+"series-name", "", "namespace/name of that DatabaseBackup, recorded in manifests.")
 	f.StringVar(&s.series.Database, prefix+"database-name", "", "Name of the Database the series backs up.")
+	f.BoolVar(&s.keyRequired, prefix+"series-key-required", false, "Trust nothing stored unless "+backup.SeriesKeyEnv+" is set (empty turns authentication off).")
 }
 
 func (s *storageFlags) set() bool { return s.bucket != "" || s.path != "" }
@@ -50,8 +51,10 @@ func (s *storageFlags) set() bool { return s.bucket != "" || s.path != "" }
 func (s *storageFlags) open() (backup.Storage, string, error) {
 	prefix := backup.NormalizePrefix(s.prefix)
 	if s.series.Key == nil {
-		// Like the S3 keys: read once, and not passed on.
-		s.series.Key = []byte(strings.TrimSpace(os.Getenv(backup.SeriesKeyEnv)))
+		// Like the S3 keys: read once, and not passed on. Set but empty
+		// turns authentication off; unset, when required, trusts nothing.
+		v, set := os.LookupEnv(backup.SeriesKeyEnv)
+		s.series.Key, s.series.KeyMissing = []byte(strings.TrimSpace(v)), s.keyRequired && !set
 		_ = os.Unsetenv(backup.SeriesKeyEnv)
 	}
 	if err := backup.CheckKey(s.series.Key); err != nil {
@@ -129,6 +132,7 @@ func newBackupRunCommand() *cobra.Command {
 				if rolesUser != "" {
 					roles := connFromEnv()
 					roles.User, roles.Password = rolesUser, os.Getenv(backup.RolesPasswordEnv)
+					_ = os.Unsetenv(backup.RolesPasswordEnv) // pg_dump and pg_dumpall need not see it
 					o.Roles = &roles
 				}
 				res, err = runBackup(ctx, &sf, id, o, keep)

@@ -117,7 +117,11 @@ type Series struct {
 	// Database is the name of the Database the series backs up.
 	Database string
 	// Key, when set, authenticates the series' manifests (seal.go).
-	Key []byte
+	// KeyMissing says a key was required and none was given: then nothing
+	// is trusted (a restore whose key Secret is gone must not run
+	// unauthenticated).
+	Key        []byte
+	KeyMissing bool
 }
 
 // tag is what a series adds to its keys.
@@ -184,16 +188,32 @@ func writeManifest(ctx context.Context, st Storage, prefix string, s Series, m M
 
 // List returns the complete backups of series s under prefix, newest first.
 func List(ctx context.Context, st Storage, prefix string, s Series) ([]Manifest, error) {
-	out, _, err := list(ctx, st, prefix, s, false)
-	return out, err
+	l, err := list(ctx, st, prefix, s, false)
+	return l.trusted, err
 }
 
-// list returns the complete backups of s under prefix, newest first, and
-// those of its manifests it does not trust (without a MAC, under a key).
-func list(ctx context.Context, st Storage, prefix string, s Series, strict bool) (out, untrusted []Manifest, err error) {
+// listing is what list found of a series.
+type listing struct {
+	// trusted are the backups, newest first.
+	trusted []Manifest
+	// untrusted are the manifests of the series that are not: without a
+	// MAC under a key, or refused (say why). Nothing they name is
+	// restored, and nothing they name is deleted either.
+	untrusted []Manifest
+	refused   []error
+}
+
+// list reads the manifests of s under prefix. With a series key, a
+// manifest counts only where daytwo stored it (at its own ID's key, its
+// parts under prefix: a copy of a good manifest put at the next run's key
+// or under another prefix would otherwise stand for a backup) and when
+// its MAC verifies; one that fails is refused, not an error, so an object
+// a bucket writer adds cannot stop every restore and prune.
+func list(ctx context.Context, st Storage, prefix string, s Series, strict bool) (listing, error) {
+	var l listing
 	keys, err := st.List(ctx, prefix)
 	if err != nil {
-		return nil, nil, err
+		return l, err
 	}
 	for _, k := range keys {
 		rest := strings.TrimPrefix(k, prefix)
@@ -202,22 +222,40 @@ func list(ctx context.Context, st Storage, prefix string, s Series, strict bool)
 		}
 		m, err := readManifest(ctx, st, k)
 		if err != nil {
-			return nil, nil, err
+			return l, err
 		}
 		if !s.owns(m, strict) {
 			continue
 		}
-		switch ok, err := s.trusted(m, k); {
+		ok, err := s.trusted(m, k)
+		if err == nil && ok && len(s.Key) > 0 && !m.storedAt(prefix, k) {
+			err = fmt.Errorf("manifest %s %w: it names backup %s, stored elsewhere", k, ErrUnauthenticated, m.ID)
+		}
+		switch {
 		case err != nil:
-			return nil, nil, err
+			l.untrusted, l.refused = append(l.untrusted, m), append(l.refused, err)
 		case ok:
-			out = append(out, m)
+			l.trusted = append(l.trusted, m)
 		default:
-			untrusted = append(untrusted, m)
+			l.untrusted = append(l.untrusted, m)
 		}
 	}
-	slices.SortFunc(out, func(a, b Manifest) int { return strings.Compare(b.ID, a.ID) })
-	return out, untrusted, nil
+	slices.SortFunc(l.trusted, func(a, b Manifest) int { return strings.Compare(b.ID, a.ID) })
+	return l, nil
+}
+
+// storedAt says whether m is where daytwo stores it under prefix: at key,
+// its own ID's manifest key, with every part under prefix.
+func (m Manifest) storedAt(prefix, key string) bool {
+	if key != manifestKey(prefix, m.ID, Series{UID: m.Series}) {
+		return false
+	}
+	for _, k := range m.keys() {
+		if !strings.HasPrefix(k, prefix) {
+			return false
+		}
+	}
+	return true
 }
 
 func readManifest(ctx context.Context, st Storage, key string) (Manifest, error) {
@@ -238,20 +276,22 @@ func readManifest(ctx context.Context, st Storage, key string) (Manifest, error)
 }
 
 // Find returns series s's backup with id, or its newest when id is empty.
+// A manifest refused on the way is named in the error when none is found.
 func Find(ctx context.Context, st Storage, prefix string, s Series, id string) (Manifest, error) {
-	all, err := List(ctx, st, prefix, s)
+	l, err := list(ctx, st, prefix, s, false)
 	if err != nil {
 		return Manifest{}, err
 	}
-	for _, m := range all {
+	for _, m := range l.trusted {
 		if id == "" || m.ID == id {
 			return m, nil
 		}
 	}
+	err = ErrNoBackup
 	if id != "" {
-		return Manifest{}, fmt.Errorf("%w with ID %s", ErrNoBackup, id)
+		err = fmt.Errorf("%w with ID %s", ErrNoBackup, id)
 	}
-	return Manifest{}, ErrNoBackup
+	return Manifest{}, errors.Join(append([]error{err}, l.refused...)...)
 }
 
 // Summary is one backup as the status lists it.
@@ -305,20 +345,24 @@ type Window struct {
 	Last  time.Time `json:"last"`
 }
 
-// WindowOf is the window of the retained backups kept (newest first, as
-// List returns them), nil without one. For logical backups it is their
-// ends; a physical series moves Last on to its newest archived WAL.
+// WindowOf is the window of the retained backups kept, nil without one:
+// the points they restore to. A logical backup restores the snapshot
+// pg_dump took as it started; a base backup is consistent once it ended
+// (and a physical series moves Last on to its newest archived WAL).
 func WindowOf(kept []Manifest) *Window {
-	if len(kept) == 0 {
-		return nil
-	}
-	w := &Window{First: kept[0].End, Last: kept[0].End}
-	for _, m := range kept[1:] {
-		if m.End.Before(w.First) {
-			w.First = m.End
+	var w *Window
+	for _, m := range kept {
+		at := m.Start
+		if m.Method == MethodPhysical {
+			at = m.End
 		}
-		if m.End.After(w.Last) {
-			w.Last = m.End
+		switch {
+		case w == nil:
+			w = &Window{First: at, Last: at}
+		case at.Before(w.First):
+			w.First = at
+		case at.After(w.Last):
+			w.Last = at
 		}
 	}
 	return w

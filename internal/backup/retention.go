@@ -57,11 +57,11 @@ func Select(backups []Manifest, r Retention) (keep, prune []Manifest) {
 // never a manifest without data. Data that no manifest names (an attempt
 // that died before its manifest) goes too once a newer backup is complete.
 func Prune(ctx context.Context, st Storage, prefix string, s Series, r Retention) (keep []Manifest, pruned int, err error) {
-	all, untrusted, err := list(ctx, st, prefix, s, true)
+	l, err := list(ctx, st, prefix, s, true)
 	if err != nil {
 		return nil, 0, err
 	}
-	keep, drop := Select(all, r)
+	keep, drop := Select(l.trusted, r)
 	for _, m := range drop {
 		if err := st.Delete(ctx, manifestKey(prefix, m.ID, s)); err != nil {
 			return keep, pruned, err
@@ -74,7 +74,7 @@ func Prune(ctx context.Context, st Storage, prefix string, s Series, r Retention
 		pruned++
 	}
 	if len(keep) > 0 && s.UID != "" {
-		err = deleteOrphans(ctx, st, prefix, s, keep, untrusted)
+		err = deleteOrphans(ctx, st, prefix, s, keep, l.untrusted)
 	}
 	return keep, pruned, err
 }

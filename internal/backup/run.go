@@ -116,8 +116,11 @@ func Run(ctx context.Context, o Options, id, daytwoVersion string) (Manifest, er
 		if err != nil {
 			return m, err
 		}
-		if ok, err := o.Series.trusted(m, earlier); err != nil || !ok {
-			return m, errors.Join(fmt.Errorf("an earlier attempt's manifest %s is not trusted", earlier), err)
+		ok, err := o.Series.trusted(m, earlier)
+		if err != nil || !ok || m.ID != id || !m.storedAt(o.Prefix, earlier) {
+			// A copy of another backup's manifest put at this run's key
+			// would stand for this run, and the next prune would count it.
+			return m, errors.Join(fmt.Errorf("%s holds a manifest that is not this run's: %w", earlier, ErrUnauthenticated), err)
 		}
 		return m, nil
 	case !errors.Is(err, ErrNotFound):

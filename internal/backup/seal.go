@@ -40,6 +40,16 @@ func CheckKey(key []byte) error {
 	return nil
 }
 
+// ErrNoSeriesKey means a series key was required and none was given.
+var ErrNoSeriesKey = errors.New("no series key: " + SeriesKeyEnv + " is not set (its Secret is missing?)")
+
+func (s Series) missing() error {
+	if s.KeyMissing {
+		return ErrNoSeriesKey
+	}
+	return nil
+}
+
 // MAC is the HMAC-SHA256 under key of parts, each length-prefixed, after
 // domain, which says what is authenticated (so a MAC of one kind of object
 // never passes for another's).
@@ -93,7 +103,7 @@ func (s Series) seal(m Manifest) (Manifest, error) {
 // another key.
 func (s Series) trusted(m Manifest, key string) (bool, error) {
 	if len(s.Key) == 0 {
-		return true, nil
+		return !s.KeyMissing, s.missing()
 	}
 	if m.MAC == "" {
 		return false, nil

@@ -119,6 +119,33 @@ func TestBucketWriterCannotChangeWhatARestoreRuns(t *testing.T) {
 	if _, err := st.Size(ctx, old.DataKey); err != nil {
 		t.Fatalf("the keyless backup's data went with a prune: %v", err)
 	}
+
+	// A good manifest copied to the next run's key stands for nothing:
+	// the run takes its own backup, and retention deletes nothing real.
+	// A junk manifest claiming the series blocks no restore.
+	good := "ns/transition/20260102T000000Z." + nightly.UID + ".manifest.json"
+	replay := readJSON(t, st, good)
+	writeJSON(t, st, "ns/transition/20260103T000000Z."+nightly.UID+".manifest.json", replay)
+	writeJSON(t, st, "ns/transition/junk."+nightly.UID+".manifest.json", map[string]any{"series": nightly.UID, "mac": "00"})
+	if _, err := backup.Run(ctx, after, "20260103T000000Z", "test"); !errors.Is(err, backup.ErrUnauthenticated) {
+		t.Fatalf("a run whose key holds a replayed manifest: %v, want it refused", err)
+	}
+	if _, err := backup.Run(ctx, after, "20260104T000000Z", "test"); err != nil {
+		t.Fatal(err)
+	}
+	kept, _, err = backup.Prune(ctx, st, after.Prefix, after.Series, backup.Retention{KeepLast: 2})
+	if err != nil || len(kept) != 2 || kept[0].ID != "20260104T000000Z" || kept[1].ID != "20260102T000000Z" {
+		t.Fatalf("prune beside a replayed and a junk manifest: kept %v, %v", kept, err)
+	}
+	if m, err := backup.Find(ctx, st, after.Prefix, after.Series, "20260102T000000Z"); err != nil || m.DataKey == "" {
+		t.Fatalf("a junk manifest blocked finding a good backup: %v", err)
+	}
+	// A restore whose key was required and not given trusts nothing.
+	missing := after
+	missing.Series.Key, missing.Series.KeyMissing = nil, true
+	if _, err := backup.Find(ctx, st, missing.Prefix, missing.Series, ""); !errors.Is(err, backup.ErrNoSeriesKey) {
+		t.Fatalf("a restore without its required key: %v", err)
+	}
 }
 
 func readJSON(t *testing.T, st backup.Storage, key string) map[string]any {

@@ -26,8 +26,10 @@ type Recovery struct {
 	Storage backup.Storage
 	Prefix  string
 	// Key is the series key the base backup's manifest and every WAL file
-	// must verify under; none when empty.
-	Key []byte
+	// must verify under; none when empty. KeyMissing: one was required
+	// and none given, so nothing is restored.
+	Key        []byte
+	KeyMissing bool
 	// BackupID names the base backup; empty picks the newest one that is
 	// consistent before the target.
 	BackupID string
@@ -187,6 +189,9 @@ func (m *Manager) recoverFromArchive(ctx context.Context, dir string) (err error
 // chooseBase finds the base backup a recovery starts from.
 func (m *Manager) chooseBase(ctx context.Context) (wal.BaseBackup, error) {
 	r := m.recovery
+	if r.KeyMissing {
+		return wal.BaseBackup{}, backup.ErrNoSeriesKey
+	}
 	if r.BackupID != "" {
 		return wal.FindBase(ctx, r.Storage, r.Prefix, r.BackupID, r.Key)
 	}

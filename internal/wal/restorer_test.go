@@ -237,7 +237,7 @@ func TestRecoverabilityWindow(t *testing.T) {
 	root := t.TempDir()
 	st := backup.NewDir(root)
 	t0 := time.Date(2026, 11, 28, 3, 0, 0, 0, time.UTC)
-	kept := []backup.Manifest{{ID: "b2", End: t0.Add(24 * time.Hour)}, {ID: "b1", End: t0}}
+	kept := []backup.Manifest{{ID: "b2", Method: backup.MethodPhysical, End: t0.Add(24 * time.Hour)}, {ID: "b1", Method: backup.MethodPhysical, End: t0}}
 	if w, err := wal.Recoverability(ctx, st, "p/", nil); w != nil || err != nil {
 		t.Fatalf("no base backup: %+v, %v", w, err)
 	}

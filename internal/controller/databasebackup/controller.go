@@ -85,7 +85,7 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, b *v1alpha1.DatabaseBa
 	if missing, err := r.ensureSeriesKey(ctx, b); err != nil || missing != "" {
 		if missing != "" {
 			// No watch on Secrets here: look again.
-			setCondition(b, v1alpha1.ConditionReady, false, v1alpha1.ReasonSeriesKeyNotFound, missing)
+			setCondition(b, v1alpha1.ConditionReady, false, v1alpha1.ReasonSeriesKeyUnusable, missing)
 			return reconcile.Result{RequeueAfter: archivingPoll}, nil
 		}
 		return reconcile.Result{}, err

@@ -16,6 +16,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
@@ -293,6 +294,19 @@ func TestOneShotRunsOnceWithTheRightJob(t *testing.T) {
 	reconciled(t, b)
 	if n := len(jobs(t, ns)); n != 1 {
 		t.Fatalf("%d Jobs after the one-shot finished", n)
+	}
+	// The key goes after a backup was taken: a new one could not verify
+	// it, so daytwo asks for it back instead of making one.
+	if err := env.Client.Delete(ctx, key); err != nil {
+		t.Fatal(err)
+	}
+	reconciled(t, b)
+	got = waitCondition(t, b, v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonSeriesKeyUnusable)
+	if c := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionReady); !strings.Contains(c.Message, "is gone") {
+		t.Errorf("Ready: %s", c.Message)
+	}
+	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(key), &corev1.Secret{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("a new series key was made after backups were taken: %v", err)
 	}
 }
 
@@ -635,15 +649,24 @@ func TestNamedSeriesKeyMustExist(t *testing.T) {
 	ns, b := setup(t, func(b *v1alpha1.DatabaseBackup) {
 		b.Spec.SeriesKeySecretRef = &v1alpha1.SecretKeyRef{Name: "dr-key", Key: "series.key"}
 	})
-	got := waitCondition(t, b, v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonSeriesKeyNotFound)
+	got := waitCondition(t, b, v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonSeriesKeyUnusable)
 	if c := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionReady); !strings.Contains(c.Message, "spec.seriesKeySecretRef: Secret dr-key") {
 		t.Errorf("Ready: %s", c.Message)
 	}
 	if n := len(jobs(t, ns)); n != 0 {
 		t.Fatalf("%d Jobs started without the series key", n)
 	}
-	if err := env.Client.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "dr-key"},
-		Data: map[string][]byte{"series.key": []byte(strings.Repeat("k", 32))}}); err != nil {
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "dr-key"},
+		Data: map[string][]byte{"series.key": []byte("too short\n")}}
+	if err := env.Client.Create(ctx, secret); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "a short key named", func() (bool, error) {
+		c := meta.FindStatusCondition(get(t, b).Status.Conditions, v1alpha1.ConditionReady)
+		return c != nil && strings.Contains(c.Message, `key "series.key" must hold at least 32 bytes`), nil
+	})
+	secret.Data["series.key"] = []byte(strings.Repeat("k", 32) + "\n")
+	if err := env.Client.Update(ctx, secret); err != nil {
 		t.Fatal(err)
 	}
 	poke(t, b)

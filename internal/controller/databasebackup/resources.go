@@ -105,7 +105,8 @@ const seriesKeyKey = "key"
 // credentials, and the volume a PVC storage needs.
 func StorageArgs(b *v1alpha1.DatabaseBackup, flagPrefix string) ([]string, []corev1.EnvVar, []corev1.Volume, []corev1.VolumeMount) {
 	args := []string{"--" + flagPrefix + "prefix=" + SeriesPrefix(b), "--" + flagPrefix + "series-uid=" + SeriesID(b),
-		"--" + flagPrefix + "series-name=" + b.Namespace + "/" + b.Name, "--" + flagPrefix + "database-name=" + b.Spec.DatabaseRef.Name}
+		"--" + flagPrefix + "series-name=" + b.Namespace + "/" + b.Name, "--" + flagPrefix + "database-name=" + b.Spec.DatabaseRef.Name,
+		"--" + flagPrefix + "series-key-required"}
 	keySecret, keyKey := SeriesKeySecret(b)
 	env := []corev1.EnvVar{secretEnv(backup.SeriesKeyEnv, keySecret, keyKey)}
 	st := b.Spec.Storage

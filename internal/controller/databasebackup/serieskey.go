@@ -1,6 +1,7 @@
 package databasebackup
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -12,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
+	"github.com/daytwo-dev/daytwo/internal/backup"
 )
 
 // labelSeriesKeyOf marks a series key Secret daytwo made, with the
@@ -20,22 +22,34 @@ const labelSeriesKeyOf = "daytwo.dev/series-key-of"
 
 // ensureSeriesKey makes b's series key Secret exist: the one spec names
 // must (missing says so when it does not); daytwo's own is created with a
-// random key. daytwo's Secret has no owner: the backups outlive the
-// DatabaseBackup (a Snapshot deletion, a restore from the bucket), and so
-// must the key that authenticates them. The key is read only by the Jobs
-// and restores that use it; the operator checks that the Secret exists.
+// random key, once: when it goes after backups were taken, a new key could
+// not verify them, so missing asks for it back. daytwo's Secret has no
+// owner: the backups outlive the DatabaseBackup (a Snapshot deletion, a
+// restore from the bucket), and so must the key that authenticates them.
+// A key of the wrong size is named too, before a Job fails on it.
 func (r *Reconciler) ensureSeriesKey(ctx context.Context, b *v1alpha1.DatabaseBackup) (missing string, err error) {
 	name, key := SeriesKeySecret(b)
-	meta := &metav1.PartialObjectMetadata{}
-	meta.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Secret"))
-	err = r.Client.Get(ctx, client.ObjectKey{Namespace: b.Namespace, Name: name}, meta)
+	field := "the series key Secret " + name
+	if b.Spec.SeriesKeySecretRef != nil {
+		field = "spec.seriesKeySecretRef: Secret " + name
+	}
+	existing := &corev1.Secret{}
+	err = r.APIReader.Get(ctx, client.ObjectKey{Namespace: b.Namespace, Name: name}, existing)
 	switch {
 	case err == nil:
+		v, ok := existing.Data[key]
+		if n := len(bytes.TrimSpace(v)); !ok || n > 0 && n < backup.MinKeyBytes {
+			return fmt.Sprintf("%s: key %q must hold at least %d bytes (or be empty, to turn authentication off); it holds %d",
+				field, key, backup.MinKeyBytes, n), nil
+		}
 		return "", nil
 	case !apierrors.IsNotFound(err):
 		return "", fmt.Errorf("failed to get Secret %s: %w", name, err)
 	case b.Spec.SeriesKeySecretRef != nil:
-		return fmt.Sprintf("spec.seriesKeySecretRef: Secret %s does not exist", name), nil
+		return field + " does not exist", nil
+	case b.Status.LastBackupTime != nil:
+		return field + " is gone, and the backups taken need its key: create it again from your copy " +
+			"(or name another in spec.seriesKeySecretRef); a new key could not verify them", nil
 	}
 	raw := make([]byte, 32)
 	if _, err := rand.Read(raw); err != nil {
