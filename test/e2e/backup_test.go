@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
+	"github.com/daytwo-dev/daytwo/internal/pki"
 	"github.com/daytwo-dev/daytwo/test/e2e/framework"
 )
 
@@ -26,22 +27,54 @@ const backupChecksum = "SELECT count(*) || ':' || sum(hashtext(v)::bigint) FROM 
 
 // minioInCluster runs MinIO behind Service minio:9000 with credentials in
 // Secret s3 under the keys DatabaseBackups read by default.
-func minioInCluster(t *testing.T, ns string) {
+func minioInCluster(t *testing.T, ns string) { minio(t, ns, false) }
+
+// minioInClusterTLS is minioInCluster over TLS, its certificate from a CA
+// of the test's own, which no image knows: Secret minio-ca holds it
+// (ca.crt), for S3Storage.caSecretRef.
+func minioInClusterTLS(t *testing.T, ns string) { minio(t, ns, true) }
+
+func minio(t *testing.T, ns string, withTLS bool) {
 	t.Helper()
 	secret(t, ns, "s3", map[string]string{"AWS_ACCESS_KEY_ID": "e2e-user", "AWS_SECRET_ACCESS_KEY": "e2e-password-" + ns})
+	args, scheme := []string{"server", "/data", "--address", ":9000"}, corev1.URISchemeHTTP
+	mounts := []corev1.VolumeMount{{Name: "data", MountPath: "/data"}}
+	vols := []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
+	if withTLS {
+		now := time.Now()
+		caCert, caKey, err := pki.NewCA("e2e private CA", now, time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		host := "minio." + ns + ".svc.cluster.local"
+		cert, key, err := pki.Issue(caCert, caKey, host, []string{host, "minio." + ns + ".svc", "minio"}, pki.Server, now, time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		secret(t, ns, "minio-ca", map[string]string{"ca.crt": string(caCert)})
+		// MinIO reads public.crt and private.key, and wants a CAs directory
+		// beside them (it cannot make one on a read-only mount).
+		secret(t, ns, "minio-tls", map[string]string{"public.crt": string(cert), "private.key": string(key), "ca.crt": string(caCert)})
+		args, scheme = append(args, "--certs-dir", "/certs"), corev1.URISchemeHTTPS
+		mounts = append(mounts, corev1.VolumeMount{Name: "certs", MountPath: "/certs", ReadOnly: true})
+		vols = append(vols, corev1.Volume{Name: "certs", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
+			SecretName: "minio-tls", Items: []corev1.KeyToPath{{Key: "public.crt", Path: "public.crt"}, {Key: "private.key", Path: "private.key"},
+				{Key: "ca.crt", Path: "CAs/ca.crt"}}}}})
+	}
 	serve(t, ns, "minio", 1, 9000, corev1.PodSpec{
 		SecurityContext: framework.RestrictedPod(),
 		Containers: []corev1.Container{{
 			Name: "minio", Image: minioImage, ImagePullPolicy: corev1.PullNever,
-			Args: []string{"server", "/data", "--address", ":9000"},
+			Args: args,
 			Env: []corev1.EnvVar{fromSecret("MINIO_ROOT_USER", "s3", "AWS_ACCESS_KEY_ID"),
 				fromSecret("MINIO_ROOT_PASSWORD", "s3", "AWS_SECRET_ACCESS_KEY"), {Name: "HOME", Value: "/tmp"}},
-			Ports:           []corev1.ContainerPort{{ContainerPort: 9000}},
-			ReadinessProbe:  &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/minio/health/ready", Port: intstr.FromInt32(9000)}}, PeriodSeconds: 1},
-			VolumeMounts:    []corev1.VolumeMount{{Name: "data", MountPath: "/data"}},
+			Ports: []corev1.ContainerPort{{ContainerPort: 9000}},
+			ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/minio/health/ready",
+				Port: intstr.FromInt32(9000), Scheme: scheme}}, PeriodSeconds: 1},
+			VolumeMounts:    mounts,
 			SecurityContext: framework.RestrictedContainer(),
 		}},
-		Volumes: []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}},
+		Volumes: vols,
 	})
 }
 
@@ -56,7 +89,9 @@ func waitBackup(t *testing.T, ns, name string, timeout time.Duration, what strin
 func TestBackupScheduleRetentionAndRestore(t *testing.T) {
 	requireRealNode(t)
 	ns := restrictedNamespace(t)
-	minioInCluster(t, ns)
+	// MinIO over TLS with a CA no image knows: every run, verification,
+	// restore and final backup below trusts it through caSecretRef alone.
+	minioInClusterTLS(t, ns)
 	createDatabase(t, ns, "orders", nil)
 	waitDatabase(t, ns, "orders", 3*time.Minute, "Ready", isReady(1, ""))
 	psqlPod(t, ns, "psql", "orders")
@@ -64,17 +99,36 @@ func TestBackupScheduleRetentionAndRestore(t *testing.T) {
 	want := sql(t, ns, "psql", "orders-rw", backupChecksum)
 	wantNightly := want // what orders-s3's backups hold
 
+	// Without the CA, the image trusts no certificate of it: the run fails
+	// on verification, saying so.
+	s3 := v1alpha1.S3Storage{Endpoint: fmt.Sprintf("minio.%s.svc.cluster.local:9000", ns), Bucket: "backups",
+		CredentialsSecretRef: v1alpha1.S3CredentialsSecretRef{Name: "s3"}}
+	untrusting := &v1alpha1.DatabaseBackup{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "no-ca"},
+		Spec: v1alpha1.DatabaseBackupSpec{DatabaseRef: v1alpha1.LocalObjectReference{Name: "orders"}, BackoffLimit: ptr.To[int32](0),
+			Storage: v1alpha1.BackupStorage{S3: s3.DeepCopy()}}}
+	if err := cluster.Client.Create(context.Background(), untrusting); err != nil {
+		t.Fatal(err)
+	}
+	failed := waitBackup(t, ns, "no-ca", 2*time.Minute, "the run failed", func(b *v1alpha1.DatabaseBackup) bool {
+		return meta.IsStatusConditionTrue(b.Status.Conditions, v1alpha1.ConditionLastRunFailed)
+	})
+	if c := meta.FindStatusCondition(failed.Status.Conditions, v1alpha1.ConditionLastRunFailed); !strings.Contains(c.Message, "certificate") {
+		t.Fatalf("the run without the CA failed, but not on the certificate: %s", c.Message)
+	}
+	if err := cluster.Client.Delete(context.Background(), untrusting); err != nil {
+		t.Fatal(err)
+	}
+	s3.CASecretRef = &v1alpha1.SecretKeyRef{Name: "minio-ca"}
+
 	b := &v1alpha1.DatabaseBackup{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "orders-s3"},
 		Spec: v1alpha1.DatabaseBackupSpec{
 			DatabaseRef: v1alpha1.LocalObjectReference{Name: "orders"},
 			Schedule:    "@every 20s",
-			Storage: v1alpha1.BackupStorage{S3: &v1alpha1.S3Storage{
-				Endpoint: fmt.Sprintf("minio.%s.svc.cluster.local:9000", ns), Bucket: "backups", Insecure: true,
-				CredentialsSecretRef: v1alpha1.S3CredentialsSecretRef{Name: "s3"}}},
-			Retention: &v1alpha1.BackupRetention{KeepLast: 2},
-			MaxAge:    &metav1.Duration{Duration: time.Hour},
-			Verify:    &v1alpha1.BackupVerify{EveryNth: ptr.To[int32](2), Query: "SELECT id FROM items WHERE id = 200000"},
+			Storage:     v1alpha1.BackupStorage{S3: &s3},
+			Retention:   &v1alpha1.BackupRetention{KeepLast: 2},
+			MaxAge:      &metav1.Duration{Duration: time.Hour},
+			Verify:      &v1alpha1.BackupVerify{EveryNth: ptr.To[int32](2), Query: "SELECT id FROM items WHERE id = 200000"},
 		},
 	}
 	if err := cluster.Client.Create(context.Background(), b); err != nil {
