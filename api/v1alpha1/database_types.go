@@ -299,6 +299,11 @@ type DatabaseBackupPolicy struct {
 	// +required
 	Storage BackupStorage `json:"storage"`
 
+	// encryption encrypts backups and WAL client-side (see the
+	// DatabaseBackup's spec.encryption).
+	// +optional
+	Encryption *BackupEncryption `json:"encryption,omitempty"`
+
 	// retention says which stored backups to keep.
 	// +optional
 	// +kubebuilder:default={keepLast: 7}

@@ -55,10 +55,16 @@ func (s *storageFlags) open() (backup.Storage, string, error) {
 		// turns authentication off; unset, when required, trusts nothing.
 		v, set := os.LookupEnv(backup.SeriesKeyEnv)
 		s.series.Key, s.series.KeyMissing = []byte(strings.TrimSpace(v)), s.keyRequired && !set
+		s.series.EncryptionKey = []byte(strings.TrimSpace(os.Getenv(backup.EncryptionKeyEnv)))
 		_ = os.Unsetenv(backup.SeriesKeyEnv)
+		_ = os.Unsetenv(backup.EncryptionKeyEnv)
 	}
 	if err := backup.CheckKey(s.series.Key); err != nil {
 		return nil, "", err
+	}
+	if n := len(s.series.EncryptionKey); n > 0 && n < backup.MinKeyBytes {
+		return nil, "", fmt.Errorf("the encryption key (%s, from spec.encryption.keySecretRef) has %d bytes; at least %d are needed",
+			backup.EncryptionKeyEnv, n, backup.MinKeyBytes)
 	}
 	switch {
 	case s.path != "" && s.bucket != "":
@@ -177,7 +183,7 @@ func runBaseBackup(ctx context.Context, sf *storageFlags, id, switchHost string,
 			return err
 		}
 	}
-	b, err := wal.TakeBase(ctx, src, st, prefix, id, sf.series.Key)
+	b, err := wal.TakeBase(ctx, src, st, prefix, id, sf.series.Keys())
 	res := backup.Result{ID: id, Bytes: b.Size, SHA256: b.SHA256, End: b.Finished, DurationSeconds: backup.Elapsed(b.Started, b.Finished)}
 	if err != nil {
 		return res, err

@@ -248,7 +248,7 @@ func recoveryFromFlags(from storageFlags, id, targetTime, targetLSN string) (*in
 	if err != nil {
 		return nil, fmt.Errorf("--%s: %w", instanceapi.FlagRestorePhysical, err)
 	}
-	r := &instance.Recovery{Storage: st, Prefix: prefix, Key: from.series.Key, KeyMissing: from.series.KeyMissing, BackupID: id, TargetLSN: targetLSN}
+	r := &instance.Recovery{Storage: st, Prefix: prefix, Keys: from.series.Keys(), KeyMissing: from.series.KeyMissing, BackupID: id, TargetLSN: targetLSN}
 	if targetTime != "" {
 		if r.TargetTime, err = time.Parse(time.RFC3339Nano, targetTime); err != nil {
 			return nil, fmt.Errorf("--%s: %q is not an RFC 3339 time such as 2026-11-24T07:00:00Z", instanceapi.FlagRecoveryTargetTime, targetTime)

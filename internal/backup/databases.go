@@ -86,7 +86,7 @@ func restoreOthers(ctx context.Context, o Options, m Manifest, args []string, ro
 		}
 		one := o
 		one.Conn.Database = d.Name
-		if err := restorePart(ctx, one, m.ID, m.Compression, d.Part, args); err != nil {
+		if err := restorePart(ctx, one, m, d.Part, args); err != nil {
 			return fmt.Errorf("database %q: %w", d.Name, err)
 		}
 	}

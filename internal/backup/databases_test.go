@@ -76,11 +76,19 @@ func appOptions(src *testpg.Server, st backup.Storage) backup.Options {
 // new server, as daytwo does for a Database bootstrapped from it.
 func restoreApp(t *testing.T, st backup.Storage, id string) *testpg.Server {
 	t.Helper()
-	dst := testpg.Start(t)
-	dst.Exec(t, "postgres", "CREATE ROLE app LOGIN")
-	dst.Exec(t, "postgres", "CREATE DATABASE app OWNER app")
+	dst := freshApp(t)
 	if _, err := backup.Restore(ctx, opts(dst, "app", st), id, "app"); err != nil {
 		t.Fatalf("restore: %v", err)
 	}
+	return dst
+}
+
+// freshApp is a new server with database app owned by app, as daytwo makes
+// a Database it restores into.
+func freshApp(t *testing.T) *testpg.Server {
+	t.Helper()
+	dst := testpg.Start(t)
+	dst.Exec(t, "postgres", "CREATE ROLE app LOGIN")
+	dst.Exec(t, "postgres", "CREATE DATABASE app OWNER app")
 	return dst
 }

@@ -30,6 +30,8 @@ type Manifest struct {
 	Method     string `json:"method"`
 	Format     string `json:"format"`
 	DataKey    string `json:"dataKey"`
+	// Encrypted says the data and roles are encrypted (crypt.go).
+	Encrypted bool `json:"encrypted,omitempty"`
 	// Compression is how the data and roles are compressed in storage
 	// (none, gzip or zstd); empty in backups pg_dump compressed itself.
 	Compression string `json:"compression,omitempty"`
@@ -122,6 +124,8 @@ type Series struct {
 	// unauthenticated).
 	Key        []byte
 	KeyMissing bool
+	// EncryptionKey, when set, encrypts what the series stores (crypt.go).
+	EncryptionKey []byte
 }
 
 // tag is what a series adds to its keys.

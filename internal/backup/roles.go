@@ -39,7 +39,11 @@ func restoreRoles(ctx context.Context, o Options, m Manifest) (bool, error) {
 	if err := p.check(m.ID, h, int64(len(stored))); err != nil {
 		return false, err
 	}
-	r, err := decompress(m.Compression, bytes.NewReader(stored))
+	plain, err := DecryptReader(o.Series.EncryptionKey, bytes.NewReader(stored), m.Encrypted)
+	if err != nil {
+		return false, fmt.Errorf("the roles of backup %s: %w", m.ID, err)
+	}
+	r, err := decompress(m.Compression, plain)
 	if err != nil {
 		return false, err
 	}

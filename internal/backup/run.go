@@ -131,7 +131,7 @@ func Run(ctx context.Context, o Options, id, daytwoVersion string) (Manifest, er
 		return Manifest{}, err
 	}
 	m := Manifest{ID: id, Database: o.Series.Database, Series: o.Series.UID, SeriesName: o.Series.Name,
-		Method: MethodLogical, Format: "pg_dump-custom", Compression: c.Algorithm, Owner: o.Conn.User,
+		Method: MethodLogical, Format: "pg_dump-custom", Compression: c.Algorithm, Encrypted: len(o.Series.EncryptionKey) > 0, Owner: o.Conn.User,
 		DataKey: dataKey(o.Prefix, id, o.Series), Start: time.Now().UTC(), DaytwoVersion: daytwoVersion}
 	var err error
 	if m.PGVersion, err = serverVersion(ctx, o.Conn); err != nil {
@@ -246,10 +246,15 @@ func (o Options) stream(ctx context.Context, program string, args []string, p *P
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		zw, err := o.compression().writer(pw)
+		// Compressed, then encrypted (when the series has a key).
+		ew, err := EncryptWriter(o.Series.EncryptionKey, pw)
+		var zw io.WriteCloser
+		if err == nil {
+			zw, err = o.compression().writer(ew)
+		}
 		if err == nil {
 			_, err = io.Copy(zw, io.TeeReader(out, io.MultiWriter(raw, head)))
-			err = errors.Join(err, zw.Close())
+			err = errors.Join(err, zw.Close(), ew.Close())
 		}
 		if err != nil {
 			cancel() // nothing reads the program's output any more
@@ -347,7 +352,7 @@ func Restore(ctx context.Context, o Options, id, role string) (Manifest, error) 
 	if !withRoles {
 		args = append(args, "--no-privileges")
 	}
-	if err := restorePart(ctx, o, m.ID, m.Compression, m.dataPart(), args); err != nil {
+	if err := restorePart(ctx, o, m, m.dataPart(), args); err != nil {
 		return m, err
 	}
 	return m, restoreOthers(ctx, o, m, args, role)
@@ -356,7 +361,8 @@ func Restore(ctx context.Context, o Options, id, role string) (Manifest, error) 
 // restorePart streams one stored dump into pg_restore with args, into
 // o.Conn.Database, verifying its SHA-256 and size; a checksum mismatch is
 // reported as ErrChecksum even when pg_restore choked on the bad bytes first.
-func restorePart(ctx context.Context, o Options, id, compression string, p Part, args []string) error {
+func restorePart(ctx context.Context, o Options, m Manifest, p Part, args []string) error {
+	id := m.ID
 	rc, err := o.Storage.Get(ctx, p.Key)
 	if err != nil {
 		return err
@@ -380,7 +386,11 @@ func restorePart(ctx context.Context, o Options, id, compression string, p Part,
 		}
 		return p.check(id, h, n.N)
 	}
-	dump, err := decompress(compression, in)
+	plain, err := DecryptReader(o.Series.EncryptionKey, in, m.Encrypted)
+	if err != nil {
+		return fmt.Errorf("backup %s: %w", id, err)
+	}
+	dump, err := decompress(m.Compression, plain)
 	if err != nil {
 		return err
 	}

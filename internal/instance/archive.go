@@ -89,14 +89,18 @@ func (c *Config) archiveStorage(a *instanceapi.Archive) (backup.Storage, error) 
 		Insecure: a.S3.Insecure, AccessKeyID: id, SecretAccessKey: key, CAFile: ca})
 }
 
-// archiveKey is the series key the archive's files are sealed with: none
-// when the operator projects none (the files are then stored unsealed).
-func (c *Config) archiveKey() []byte {
-	k, err := c.secret(instanceapi.SecretArchiveSeriesKey)
-	if err != nil {
-		return nil
+// archiveKeys are the keys the archive's files are sealed and encrypted
+// with: none the operator does not project (files are then stored
+// unsealed, or in clear).
+func (c *Config) archiveKeys() backup.Keys {
+	var keys backup.Keys
+	if k, err := c.secret(instanceapi.SecretArchiveSeriesKey); err == nil {
+		keys.Seal = []byte(k)
 	}
-	return []byte(k)
+	if k, err := c.secret(instanceapi.SecretArchiveEncryptionKey); err == nil {
+		keys.Encrypt = []byte(k)
+	}
+	return keys
 }
 
 // archivingSelf is this binary's path, for the commands postgres runs to
@@ -140,8 +144,8 @@ func (m *Manager) startWAL(ctx context.Context, archive bool) error {
 		if err != nil {
 			return fmt.Errorf("failed to start archiving WAL: %w", err)
 		}
-		key := m.cfg.archiveKey()
-		archiver = &wal.Archiver{Storage: st, Prefix: a.Prefix, Key: key, WALDir: filepath.Join(m.cfg.PGData, "pg_wal"),
+		keys := m.cfg.archiveKeys()
+		archiver = &wal.Archiver{Storage: st, Prefix: a.Prefix, Keys: keys, WALDir: filepath.Join(m.cfg.PGData, "pg_wal"),
 			Parallel: cmp.Or(a.Parallel, 4), Log: m.log.WithName("wal"),
 			Replica: func() bool { return m.role() == instanceapi.RoleReplica }}
 		archiver.Claim = func(ctx context.Context) error {
@@ -155,7 +159,7 @@ func (m *Manager) startWAL(ctx context.Context, archive bool) error {
 		m.archiver = archiver
 		// One try per file: a replica that cannot reach the archive
 		// streams or waits, it never stalls on storage.
-		m.standbyWAL = &wal.Restorer{Storage: st, Prefix: a.Prefix, Key: key, Dir: filepath.Clean(m.cfg.PGData) + ".standby-wal",
+		m.standbyWAL = &wal.Restorer{Storage: st, Prefix: a.Prefix, Keys: keys, Dir: filepath.Clean(m.cfg.PGData) + ".standby-wal",
 			Ahead: 4, Retry: time.Millisecond}
 		m.mu.Unlock()
 	}

@@ -56,7 +56,7 @@ func TestPrimaryArchivesWALThroughItsManager(t *testing.T) {
 	st := backup.NewDir(archive)
 	for _, name := range switched {
 		dest := filepath.Join(t.TempDir(), name)
-		if err := wal.Fetch(ctx, st, "orders/", name, dest, nil); err != nil {
+		if err := wal.Fetch(ctx, st, "orders/", name, dest, backup.Keys{}); err != nil {
 			t.Fatalf("segment %s: %v", name, err)
 		}
 		if fi, err := os.Stat(dest); err != nil || fi.Size() != 16<<20 {
@@ -151,7 +151,7 @@ func TestArchiveHasNoGapAfterAFailover(t *testing.T) {
 			_, err := backup.Check(ctx, primary, "SELECT pg_switch_wal()")
 			return err
 		}}
-	if _, err := wal.TakeBase(ctx, src, st, "orders/", "before-failover", nil); err != nil {
+	if _, err := wal.TakeBase(ctx, src, st, "orders/", "before-failover", backup.Keys{}); err != nil {
 		t.Fatal(err)
 	}
 	// Logical backups read the roles' password verifiers as the
@@ -176,7 +176,7 @@ func TestArchiveHasNoGapAfterAFailover(t *testing.T) {
 	}
 	eventually(t, 30*time.Second, archived("00000002.history", next), "the new primary archiving its timeline's history and "+next)
 	for _, name := range append(old, "00000002.history", next) {
-		if err := wal.Fetch(ctx, st, "orders/", name, filepath.Join(t.TempDir(), "f"), nil); err != nil {
+		if err := wal.Fetch(ctx, st, "orders/", name, filepath.Join(t.TempDir(), "f"), backup.Keys{}); err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
 	}
@@ -204,9 +204,17 @@ func TestArchiveHasNoGapAfterAFailover(t *testing.T) {
 // archive, through its manager's restore_command, to that time: it holds
 // exactly the rows committed before it, and said how far it had come while
 // it replayed. A target past the archive's end is refused, never served.
+//
+// Sealed and encrypted, as daytwo runs it: the manager seals and encrypts
+// every WAL file with the keys projected beside its secrets, the base
+// backup is too, and the restore reads both with the keys from its
+// environment; no stored file shows a zstd frame.
 func TestBaseBackupAndArchiveRecoverToATime(t *testing.T) {
 	ctx := context.Background()
 	in := newInstance(t)
+	keys := backup.Keys{Seal: []byte(strings.Repeat("s", 32)), Encrypt: []byte(strings.Repeat("e", 32))}
+	in.writeFile("secrets/"+instanceapi.SecretArchiveSeriesKey, string(keys.Seal)+"\n")
+	in.writeFile("secrets/"+instanceapi.SecretArchiveEncryptionKey, string(keys.Encrypt)+"\n")
 	root := t.TempDir()
 	// The manager writes WAL as the runner, the test base backups as itself.
 	if err := os.MkdirAll(filepath.Join(root, "orders", "wal"), 0o755); err != nil {
@@ -221,11 +229,14 @@ func TestBaseBackupAndArchiveRecoverToATime(t *testing.T) {
 	in.exec(ctx, "CREATE TABLE events (id int PRIMARY KEY, at timestamptz NOT NULL DEFAULT clock_timestamp())")
 	in.exec(ctx, "INSERT INTO events (id) SELECT generate_series(1, 100)")
 	src := wal.Source{Host: "127.0.0.1", Port: in.pgPort, User: "streaming_replica", Password: "repl-secret", BinDir: testpg.BinDir(t)}
-	took, err := wal.TakeBase(ctx, src, st, "orders/", "b1", nil)
+	took, err := wal.TakeBase(ctx, src, st, "orders/", "b1", keys)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("base backup: %+v", took)
+	if !took.Encrypted || took.MAC == "" {
+		t.Fatalf("the base backup is not encrypted and sealed: %+v", took)
+	}
 	// pgbench writes beside the events from here until after the target,
 	// so replay stops at the target in the middle of a stream of other
 	// transactions.
@@ -250,15 +261,21 @@ func TestBaseBackupAndArchiveRecoverToATime(t *testing.T) {
 		_, err := st.Size(ctx, wal.Key("orders/", last))
 		return err == nil
 	}, last+" archived")
-	if b, err := wal.FindBase(ctx, st, "orders/", "b1", nil); err != nil || b != took {
+	if b, err := wal.FindBase(ctx, st, "orders/", "b1", keys); err != nil || b != took {
 		t.Fatalf("FindBase = %+v, %v; want %+v", b, err, took)
+	}
+	for _, k := range []string{wal.Key("orders/", last), "orders/base/b1/" + "base.tar.zst"} {
+		if b, err := os.ReadFile(filepath.Join(root, k)); err != nil || !backup.IsEncrypted(b) {
+			t.Fatalf("%s is not stored encrypted (%v)", k, err)
+		}
 	}
 
 	testpg.ChownToRunner(t, root)
 	restore := func(t *testing.T, targetFlag, target string) *instance {
 		dst := newInstance(t)
 		dst.extraFlags = []string{"--from-backup", "--restore-physical", "--restore-path", root, "--restore-prefix", "orders",
-			targetFlag, target, "--termination-log", filepath.Join(dst.root, "termination")}
+			"--restore-series-key-required", targetFlag, target, "--termination-log", filepath.Join(dst.root, "termination")}
+		dst.env = append(dst.env, backup.SeriesKeyEnv+"="+string(keys.Seal), backup.EncryptionKeyEnv+"="+string(keys.Encrypt))
 		dst.start("copy-0")
 		return dst
 	}
@@ -320,7 +337,7 @@ func TestBaseBackupAndArchiveRecoverToATime(t *testing.T) {
 
 	// Retention: a second base backup, more rows, then b1 pruned with the
 	// WAL only it needed. The base backup left restores to the archive's end.
-	if _, err := wal.TakeBase(ctx, src, st, "orders/", "b2", nil); err != nil {
+	if _, err := wal.TakeBase(ctx, src, st, "orders/", "b2", keys); err != nil {
 		t.Fatal(err)
 	}
 	in.exec(ctx, "INSERT INTO events (id) SELECT generate_series(301, 400)")
@@ -339,6 +356,7 @@ func TestBaseBackupAndArchiveRecoverToATime(t *testing.T) {
 		dst := newInstance(t)
 		dst.extraFlags = []string{"--from-backup", "--restore-physical", "--restore-path", root, "--restore-prefix", "orders",
 			"--" + instanceapi.FlagRestoreID, "b2"}
+		dst.env = append(dst.env, backup.SeriesKeyEnv+"="+string(keys.Seal), backup.EncryptionKeyEnv+"="+string(keys.Encrypt))
 		dst.start("copy-0")
 		dst.waitReady(90 * time.Second)
 		if got := dst.query(ctx, "SELECT count(*) || ':' || max(id) FROM events"); got != "400:400" {
@@ -348,12 +366,12 @@ func TestBaseBackupAndArchiveRecoverToATime(t *testing.T) {
 
 	// A flipped byte in the stored base backup is refused.
 	blob := filepath.Join(root, "orders", "base", "b2", "base.tar.zst")
-	b2, err := wal.FindBase(ctx, st, "orders/", "b2", nil)
+	b2, err := wal.FindBase(ctx, st, "orders/", "b2", keys)
 	if err != nil {
 		t.Fatal(err)
 	}
 	testpg.FlipByte(t, blob, blob)
-	if err := wal.ExtractBase(ctx, st, "orders/", b2, t.TempDir()); err == nil {
+	if err := wal.ExtractBase(ctx, st, "orders/", b2, t.TempDir(), keys); err == nil {
 		t.Fatal("a corrupted base backup was extracted")
 	} else {
 		t.Logf("corrupted base backup refused: %v", err)
@@ -422,7 +440,7 @@ func TestArchivingCatchesUpAfterAStorageOutage(t *testing.T) {
 	}
 	src := wal.Source{Host: "127.0.0.1", Port: in.pgPort, User: "streaming_replica", Password: "repl-secret", BinDir: testpg.BinDir(t)}
 	in.exec(ctx, "CREATE TABLE events (id int PRIMARY KEY)")
-	if _, err := wal.TakeBase(ctx, src, st, "orders/", "b1", nil); err != nil {
+	if _, err := wal.TakeBase(ctx, src, st, "orders/", "b1", backup.Keys{}); err != nil {
 		t.Fatal(err)
 	}
 	first := in.superuser("SELECT pg_walfile_name(pg_current_wal_lsn())")
@@ -531,7 +549,7 @@ func TestBaseBackupFromAReplica(t *testing.T) {
 			return err
 		}}
 	start := time.Now()
-	b, err := wal.TakeBase(ctx, src, st, "orders/", "from-replica", nil)
+	b, err := wal.TakeBase(ctx, src, st, "orders/", "from-replica", backup.Keys{})
 	if err != nil {
 		t.Fatal(err)
 	}

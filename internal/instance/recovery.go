@@ -25,10 +25,11 @@ import (
 type Recovery struct {
 	Storage backup.Storage
 	Prefix  string
-	// Key is the series key the base backup's manifest and every WAL file
-	// must verify under; none when empty. KeyMissing: one was required
-	// and none given, so nothing is restored.
-	Key        []byte
+	// Keys: the base backup's manifest and every WAL file must verify
+	// under Keys.Seal, and what is encrypted is decrypted with
+	// Keys.Encrypt. KeyMissing: a seal key was required and none given,
+	// so nothing is restored.
+	Keys       backup.Keys
 	KeyMissing bool
 	// BackupID names the base backup; empty picks the newest one that is
 	// consistent before the target.
@@ -74,7 +75,7 @@ func (m *Manager) recoverFromArchive(ctx context.Context, dir string) (err error
 		return err
 	}
 	m.log.Info("Restoring a base backup", "id", b.ID, "endLSN", b.EndLSN, "finished", b.Finished)
-	if err := wal.ExtractBase(ctx, r.Storage, r.Prefix, b, dir); err != nil {
+	if err := wal.ExtractBase(ctx, r.Storage, r.Prefix, b, dir, r.Keys); err != nil {
 		return err
 	}
 	out, err := m.controlData(ctx, dir)
@@ -98,7 +99,7 @@ func (m *Manager) recoverFromArchive(ctx context.Context, dir string) (err error
 	progress.EndLSN = postgres.FormatLSN(end)
 
 	prefetch := filepath.Clean(m.cfg.PGData) + ".prefetch"
-	restorer := &wal.Restorer{Storage: r.Storage, Prefix: r.Prefix, Key: r.Key, Dir: prefetch, Ahead: cmp.Or(r.Ahead, 8), SegmentSize: segSize}
+	restorer := &wal.Restorer{Storage: r.Storage, Prefix: r.Prefix, Keys: r.Keys, Dir: prefetch, Ahead: cmp.Or(r.Ahead, 8), SegmentSize: segSize}
 	start, _ := postgres.ParseLSN(b.StartLSN)
 	run := &replay{restorer: restorer, base: *progress, start: start, end: end, segSize: segSize, began: time.Now()}
 	m.mu.Lock()
@@ -193,9 +194,9 @@ func (m *Manager) chooseBase(ctx context.Context) (wal.BaseBackup, error) {
 		return wal.BaseBackup{}, backup.ErrNoSeriesKey
 	}
 	if r.BackupID != "" {
-		return wal.FindBase(ctx, r.Storage, r.Prefix, r.BackupID, r.Key)
+		return wal.FindBase(ctx, r.Storage, r.Prefix, r.BackupID, r.Keys)
 	}
-	bases, err := wal.ListBases(ctx, r.Storage, r.Prefix, r.Key)
+	bases, err := wal.ListBases(ctx, r.Storage, r.Prefix, r.Keys)
 	if err != nil {
 		return wal.BaseBackup{}, err
 	}

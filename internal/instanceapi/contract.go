@@ -50,6 +50,9 @@ const (
 	// SecretArchiveSeriesKey, when projected, is the series key the WAL
 	// archive's files are sealed with (the Physical DatabaseBackup's).
 	SecretArchiveSeriesKey = "archive-series-key"
+	// SecretArchiveEncryptionKey, when projected, is the key the WAL
+	// archive's files are encrypted with.
+	SecretArchiveEncryptionKey = "archive-encryption-key"
 	// SecretTLSCert, SecretTLSKey and SecretTLSCA, in SecretsDir with
 	// FlagTLS, are the server certificate the instance serves, its key, and
 	// the CA it verifies other instances with.

@@ -23,9 +23,8 @@ import (
 type Archiver struct {
 	Storage backup.Storage
 	Prefix  string
-	// Key is the series key each stored file is sealed with; none when
-	// empty.
-	Key []byte
+	// Keys seal and encrypt each stored file; none when empty.
+	Keys backup.Keys
 	// WALDir is the data directory's pg_wal.
 	WALDir   string
 	Parallel int
@@ -174,7 +173,7 @@ func (a *Archiver) start(ctx context.Context, name string) *job {
 		// Bounded, so that a hung upload cannot hold a slot for good.
 		pctx, cancel := context.WithTimeout(ctx, PushTimeout)
 		if j.err = a.claim(pctx); j.err == nil {
-			j.err = push(pctx, a.Storage, a.Prefix, filepath.Join(a.WALDir, name), a.Key)
+			j.err = push(pctx, a.Storage, a.Prefix, filepath.Join(a.WALDir, name), a.Keys)
 		}
 		cancel()
 		<-a.slots

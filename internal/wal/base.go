@@ -50,6 +50,8 @@ type BaseBackup struct {
 	// SystemIdentifier is the cluster it copies (IDENTIFY_SYSTEM's
 	// systemid), the one the WAL archive under its prefix must hold.
 	SystemIdentifier string `json:"systemIdentifier"`
+	// Encrypted says the data is encrypted (backup.EncryptWriter).
+	Encrypted bool `json:"encrypted,omitempty"`
 	// MAC authenticates the rest under the series key; empty without one.
 	MAC string `json:"mac,omitempty"`
 }
@@ -125,8 +127,8 @@ var (
 
 // TakeBase streams a base backup of src to storage as id, its manifest
 // sealed with the series key (none when empty).
-func TakeBase(ctx context.Context, src Source, st backup.Storage, prefix, id string, key []byte) (BaseBackup, error) {
-	b := BaseBackup{ID: id, Started: time.Now().UTC()}
+func TakeBase(ctx context.Context, src Source, st backup.Storage, prefix, id string, keys backup.Keys) (BaseBackup, error) {
+	b := BaseBackup{ID: id, Started: time.Now().UTC(), Encrypted: len(keys.Encrypt) > 0}
 	// Before anything is stored: an archive another cluster claimed (two
 	// Databases given one prefix) must not get this one's base backups,
 	// which its restores and its retention would then take for its own.
@@ -163,13 +165,16 @@ func TakeBase(ctx context.Context, src Source, st backup.Storage, prefix, id str
 	label := make(chan tarFacts, 1)
 	go func() { label <- readFacts(lr); _, _ = io.Copy(io.Discard, lr) }()
 	go func() {
-		enc, err := zstd.NewWriter(io.MultiWriter(pw, sum, size), zstd.WithEncoderConcurrency(2), zstd.WithEncoderLevel(zstd.SpeedFastest))
+		// Compressed, then encrypted (with an encryption key).
+		ew, err := backup.EncryptWriter(keys.Encrypt, io.MultiWriter(pw, sum, size))
+		var enc *zstd.Encoder
+		if err == nil {
+			enc, err = zstd.NewWriter(ew, zstd.WithEncoderConcurrency(2), zstd.WithEncoderLevel(zstd.SpeedFastest))
+		}
 		if err == nil {
 			// Large reads: every chunk passes two pipes to other goroutines.
 			_, err = io.CopyBuffer(io.MultiWriter(enc, lw), out, make([]byte, 1<<20))
-			if cerr := enc.Close(); err == nil {
-				err = cerr
-			}
+			err = errors.Join(err, enc.Close(), ew.Close())
 		}
 		_ = lw.CloseWithError(err)
 		_ = pw.CloseWithError(err)
@@ -219,7 +224,7 @@ func TakeBase(ctx context.Context, src Source, st backup.Storage, prefix, id str
 	// before pg_basebackup returned says it.
 	if facts.endLSN != "" {
 		b.EndLSN = facts.endLSN
-	} else if b.EndLSN, err = stopLSN(ctx, st, prefix, b, key); err != nil {
+	} else if b.EndLSN, err = stopLSN(ctx, st, prefix, b, keys); err != nil {
 		return b, err
 	}
 	// Once more: the archive is claimed by now (its WAL is there), by the
@@ -229,7 +234,7 @@ func TakeBase(ctx context.Context, src Source, st backup.Storage, prefix, id str
 		return b, err
 	}
 	b.Finished, b.Size, b.SHA256 = time.Now().UTC(), size.N, hex.EncodeToString(sum.Sum(nil))
-	if b, err = b.sealed(key); err != nil {
+	if b, err = b.sealed(keys.Seal); err != nil {
 		return b, err
 	}
 	data, err := json.Marshal(b)
@@ -341,13 +346,13 @@ func readFacts(r io.Reader) tarFacts {
 
 // stopLSN reads where base backup b ends from the backup history file the
 // server archived (<start segment>.<offset>.backup).
-func stopLSN(ctx context.Context, st backup.Storage, prefix string, b BaseBackup, key []byte) (string, error) {
+func stopLSN(ctx context.Context, st backup.Storage, prefix string, b BaseBackup, keys backup.Keys) (string, error) {
 	var hi, lo uint64
 	if _, err := fmt.Sscanf(b.StartLSN, "%X/%X", &hi, &lo); err != nil {
 		return "", fmt.Errorf("invalid start LSN %q", b.StartLSN)
 	}
 	name := fmt.Sprintf("%s.%08X.backup", b.StartWAL, lo%(16<<20))
-	data, err := fetch(ctx, st, name, Key(prefix, name), key)
+	data, err := fetch(ctx, st, name, Key(prefix, name), keys)
 	if err != nil {
 		return "", fmt.Errorf("base backup %s: its history file %s is not in the archive: %w", b.ID, name, err)
 	}
@@ -360,12 +365,12 @@ func stopLSN(ctx context.Context, st backup.Storage, prefix string, b BaseBackup
 
 // FindBase reads base backup id's manifest, which must verify under the
 // series key (when set).
-func FindBase(ctx context.Context, st backup.Storage, prefix, id string, key []byte) (BaseBackup, error) {
+func FindBase(ctx context.Context, st backup.Storage, prefix, id string, keys backup.Keys) (BaseBackup, error) {
 	b, err := readBase(ctx, st, prefix, id)
 	if err != nil {
 		return b, err
 	}
-	switch ok, err := b.trusted(key); {
+	switch ok, err := b.trusted(keys.Seal); {
 	case err != nil:
 		return b, err
 	case !ok:
@@ -392,7 +397,7 @@ var ErrChecksum = errors.New("checksum mismatch")
 
 // ExtractBase writes base backup b into the empty directory dir, refusing
 // a copy whose checksum does not match the manifest's.
-func ExtractBase(ctx context.Context, st backup.Storage, prefix string, b BaseBackup, dir string) error {
+func ExtractBase(ctx context.Context, st backup.Storage, prefix string, b BaseBackup, dir string, keys backup.Keys) error {
 	if err := checkOwner(ctx, st, prefix, b); err != nil {
 		return err
 	}
@@ -402,7 +407,12 @@ func ExtractBase(ctx context.Context, st backup.Storage, prefix string, b BaseBa
 	}
 	defer func() { _ = r.Close() }()
 	sum := sha256.New()
-	dec, err := zstd.NewReader(io.TeeReader(bufio.NewReaderSize(r, 1<<20), sum))
+	stored := io.TeeReader(bufio.NewReaderSize(r, 1<<20), sum)
+	plain, err := backup.DecryptReader(keys.Encrypt, stored, b.Encrypted)
+	if err != nil {
+		return fmt.Errorf("base backup %s: %w", b.ID, err)
+	}
+	dec, err := zstd.NewReader(plain)
 	if err != nil {
 		return err
 	}
@@ -414,6 +424,9 @@ func ExtractBase(ctx context.Context, st backup.Storage, prefix string, b BaseBa
 	// so the checksum covers every stored byte.
 	if _, err := io.Copy(io.Discard, dec); err != nil {
 		return fmt.Errorf("base backup %s is corrupt: %w", b.ID, err)
+	}
+	if _, err := io.Copy(io.Discard, stored); err != nil {
+		return fmt.Errorf("base backup %s: %w", b.ID, err)
 	}
 	if got := hex.EncodeToString(sum.Sum(nil)); got != b.SHA256 {
 		return fmt.Errorf("base backup %s: %w: stored %s, manifest %s", b.ID, ErrChecksum, got, b.SHA256)
@@ -478,11 +491,11 @@ func lastLines(s string, n int) string {
 // ListBases returns the base backups under prefix that have a manifest
 // (a backup without one never finished) and copy the cluster whose WAL the
 // archive holds (ClaimArchive), oldest first: another cluster's, stored
-// under the same prefix, is neither restored nor pruned. With a series
-// key, only those whose manifest verifies under it; one that fails is an
-// error. Without a key, all of them.
-func ListBases(ctx context.Context, st backup.Storage, prefix string, key []byte) ([]BaseBackup, error) {
-	keys, err := st.List(ctx, prefix+"base/")
+// under the same prefix, is neither restored nor pruned. With a seal key,
+// only those whose manifest verifies under it (one a bucket writer added
+// must not stop a recovery from the others); without one, all of them.
+func ListBases(ctx context.Context, st backup.Storage, prefix string, keys backup.Keys) ([]BaseBackup, error) {
+	names, err := st.List(ctx, prefix+"base/")
 	if err != nil {
 		return nil, fmt.Errorf("failed to list base backups: %w", err)
 	}
@@ -491,7 +504,7 @@ func ListBases(ctx context.Context, st backup.Storage, prefix string, key []byte
 		return nil, err
 	}
 	var out []BaseBackup
-	for _, k := range keys {
+	for _, k := range names {
 		rest, ok := strings.CutPrefix(k, prefix+"base/")
 		id, file, _ := strings.Cut(rest, "/")
 		if !ok || file != baseManifest {
@@ -501,11 +514,8 @@ func ListBases(ctx context.Context, st backup.Storage, prefix string, key []byte
 		if err != nil {
 			return nil, err
 		}
-		trusted, err := b.trusted(key)
-		if err != nil {
-			return nil, err
-		}
-		if trusted && (owner == "" || b.SystemIdentifier == owner) {
+		trusted, err := b.trusted(keys.Seal)
+		if err == nil && trusted && (owner == "" || b.SystemIdentifier == owner) {
 			out = append(out, b)
 		}
 	}
@@ -609,7 +619,7 @@ func BaseDataKey(prefix, id string) string { return baseKey(prefix, id, baseData
 func PruneArchive(ctx context.Context, st backup.Storage, prefix string, drop []string) (bases, segments int, err error) {
 	// Every base backup, trusted or not: the WAL one needs is not
 	// retention's to delete.
-	all, err := ListBases(ctx, st, prefix, nil)
+	all, err := ListBases(ctx, st, prefix, backup.Keys{})
 	if err != nil {
 		return 0, 0, err
 	}

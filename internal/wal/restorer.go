@@ -23,10 +23,10 @@ import (
 type Restorer struct {
 	Storage backup.Storage
 	Prefix  string
-	// Key is the series key every file's seal must verify under; none
-	// when empty.
-	Key []byte
-	Dir string
+	// Keys: every file's seal must verify under Keys.Seal, and an
+	// encrypted one is decrypted with Keys.Encrypt.
+	Keys backup.Keys
+	Dir  string
 	// Ahead is how many segments are fetched ahead of recovery's request.
 	Ahead int
 	// SegmentSize is wal_segment_size (16 MiB when 0): it says which
@@ -146,7 +146,7 @@ func (r *Restorer) prefetch(ctx context.Context, name string) {
 			// end, or another timeline): one try, no retries.
 			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), prefetchTimeout)
 			defer cancel()
-			j.err = Fetch(fctx, r.Storage, r.Prefix, name, filepath.Join(r.Dir, name), r.Key)
+			j.err = Fetch(fctx, r.Storage, r.Prefix, name, filepath.Join(r.Dir, name), r.Keys)
 			close(j.done)
 		}(next)
 	}
@@ -195,7 +195,7 @@ func (r *Restorer) fetchRetrying(ctx context.Context, name string) error {
 	deadline := time.Now().Add(cmp.Or(r.Retry, time.Minute))
 	backoff := 200 * time.Millisecond
 	for {
-		err := Fetch(ctx, r.Storage, r.Prefix, name, filepath.Join(r.Dir, name), r.Key)
+		err := Fetch(ctx, r.Storage, r.Prefix, name, filepath.Join(r.Dir, name), r.Keys)
 		if err == nil || errors.Is(err, ErrNotArchived) || time.Now().After(deadline) {
 			return err
 		}

@@ -33,7 +33,7 @@ func TestRestorerFetchesAhead(t *testing.T) {
 		if err := os.WriteFile(p, content[name], 0o600); err != nil {
 			t.Fatal(err)
 		}
-		if err := wal.Push(ctx, st, "p/", p, nil); err != nil {
+		if err := wal.Push(ctx, st, "p/", p, backup.Keys{}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -185,7 +185,7 @@ func TestPruneArchiveKeepsWhatKeptBasesNeed(t *testing.T) {
 	if err != nil || bases != 1 || segments != 4 {
 		t.Fatalf("pruned %d bases, %d WAL files, %v; want 1 and 4", bases, segments, err)
 	}
-	left, _ := wal.ListBases(ctx, st, "p/", nil)
+	left, _ := wal.ListBases(ctx, st, "p/", backup.Keys{})
 	if len(left) != 2 || left[0].ID != "new" || left[1].ID != "other-series" {
 		t.Fatalf("bases left: %+v", left)
 	}
@@ -214,7 +214,7 @@ func TestBaseBackupEndsWhereItsManifestSays(t *testing.T) {
 	pg.Exec(t, "postgres", "CREATE TABLE t AS SELECT generate_series(1, 1000) g")
 	st := backup.NewDir(t.TempDir())
 	src := wal.Source{Host: "127.0.0.1", Port: pg.Port, User: "postgres", Password: pg.Password, BinDir: pg.BinDir}
-	b, err := wal.TakeBase(ctx, src, st, "p/", "b1", nil)
+	b, err := wal.TakeBase(ctx, src, st, "p/", "b1", backup.Keys{})
 	if err == nil || !strings.Contains(err.Error(), "needs WAL segment "+b.StartWAL) {
 		t.Fatalf("a base backup whose WAL was never archived: %v, want a refusal naming segment %s", err, b.StartWAL)
 	}
@@ -250,7 +250,7 @@ func TestRecoverabilityWindow(t *testing.T) {
 		if err := os.WriteFile(p, bytes.Repeat([]byte{byte(i)}, 4096), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		if err := wal.Push(ctx, st, "p/", p, nil); err != nil {
+		if err := wal.Push(ctx, st, "p/", p, backup.Keys{}); err != nil {
 			t.Fatal(err)
 		}
 		// Stored long ago, except the newest (timeline 2's), stored last.

@@ -58,19 +58,19 @@ var ErrDifferent = errors.New("the archive already holds a different file by tha
 // the series key (none without one; see seal). A file already stored with
 // the same content is success (PostgreSQL archives a file again after a
 // crash); different content is ErrDifferent.
-func Push(ctx context.Context, st backup.Storage, prefix, path string, key []byte) error {
-	return push(ctx, st, prefix, path, key, false)
+func Push(ctx context.Context, st backup.Storage, prefix, path string, keys backup.Keys) error {
+	return push(ctx, st, prefix, path, keys, false)
 }
 
 // PushCopy is Push for a replica's copy of its primary's WAL: a file
 // already stored counts as archived, unread. A completed segment or a
 // history file streamed from the primary is the primary's own, so reading
 // it back to compare would only cost a download per file and replica.
-func PushCopy(ctx context.Context, st backup.Storage, prefix, path string, key []byte) error {
-	return push(ctx, st, prefix, path, key, true)
+func PushCopy(ctx context.Context, st backup.Storage, prefix, path string, keys backup.Keys) error {
+	return push(ctx, st, prefix, path, keys, true)
 }
 
-func push(ctx context.Context, st backup.Storage, prefix, path string, sealKey []byte, trustStored bool) error {
+func push(ctx context.Context, st backup.Storage, prefix, path string, keys backup.Keys, trustStored bool) error {
 	name := filepath.Base(path)
 	if !ValidName(name) {
 		return fmt.Errorf("%q is not a WAL file name", name)
@@ -86,7 +86,7 @@ func push(ctx context.Context, st backup.Storage, prefix, path string, sealKey [
 		}
 		// The content is compared, not its seal: a copy stored before the
 		// series had a key is the same file.
-		stored, err := fetch(ctx, st, name, key, nil)
+		stored, err := fetch(ctx, st, name, key, backup.Keys{Encrypt: keys.Encrypt})
 		if err != nil {
 			return fmt.Errorf("failed to compare %s with the stored copy: %w", name, err)
 		}
@@ -102,7 +102,11 @@ func push(ctx context.Context, st backup.Storage, prefix, path string, sealKey [
 		return err
 	}
 	defer func() { _ = enc.Close() }()
-	if err := st.Put(ctx, key, bytes.NewReader(seal(sealKey, name, enc.EncodeAll(data, make([]byte, 0, len(data)/4))))); err != nil {
+	frame, err := backup.Encrypt(keys.Encrypt, enc.EncodeAll(data, make([]byte, 0, len(data)/4)))
+	if err != nil {
+		return fmt.Errorf("failed to encrypt %s: %w", name, err)
+	}
+	if err := st.Put(ctx, key, bytes.NewReader(seal(keys.Seal, name, frame))); err != nil {
 		return fmt.Errorf("failed to archive %s: %w", name, err)
 	}
 	return nil
@@ -194,7 +198,7 @@ var ErrNotArchived = errors.New("not in the archive")
 // Fetch writes the archived file name to dest, atomically: restore_command
 // must never leave PostgreSQL a partial file. With a series key, a file
 // whose seal does not verify is refused (ErrUnauthenticated).
-func Fetch(ctx context.Context, st backup.Storage, prefix, name, dest string, sealKey []byte) error {
+func Fetch(ctx context.Context, st backup.Storage, prefix, name, dest string, keys backup.Keys) error {
 	if !ValidName(name) {
 		return fmt.Errorf("%q is not a WAL file name", name)
 	}
@@ -204,7 +208,7 @@ func Fetch(ctx context.Context, st backup.Storage, prefix, name, dest string, se
 	} else if err != nil {
 		return fmt.Errorf("failed to look for %s in the archive: %w", name, err)
 	}
-	data, err := fetch(ctx, st, name, key, sealKey)
+	data, err := fetch(ctx, st, name, key, keys)
 	if err != nil {
 		return fmt.Errorf("failed to fetch %s: %w", name, err)
 	}
@@ -215,9 +219,10 @@ func Fetch(ctx context.Context, st backup.Storage, prefix, name, dest string, se
 // most 1 GiB (wal_segment_size), and zstd does not make it larger.
 const maxStored = 1<<30 + 1<<20
 
-// fetch reads the file name stored at key, checks its seal with sealKey
-// (when set), and decompresses it, refusing a copy whose checksum fails.
-func fetch(ctx context.Context, st backup.Storage, name, key string, sealKey []byte) ([]byte, error) {
+// fetch reads the file name stored at key, checks its seal (with a seal
+// key), decrypts it (when it is encrypted) and decompresses it, refusing
+// a copy whose checksum fails.
+func fetch(ctx context.Context, st backup.Storage, name, key string, keys backup.Keys) ([]byte, error) {
 	r, err := st.Get(ctx, key)
 	if err != nil {
 		return nil, err
@@ -227,8 +232,11 @@ func fetch(ctx context.Context, st backup.Storage, name, key string, sealKey []b
 	if err != nil {
 		return nil, fmt.Errorf("failed to read %s: %w", key, err)
 	}
-	frame, err := unseal(sealKey, name, stored)
+	frame, err := unseal(keys.Seal, name, stored)
 	if err != nil {
+		return nil, fmt.Errorf("%s: %w", key, err)
+	}
+	if frame, err = backup.Decrypt(keys.Encrypt, frame); err != nil {
 		return nil, fmt.Errorf("%s: %w", key, err)
 	}
 	dec, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(1))
@@ -243,9 +251,9 @@ func fetch(ctx context.Context, st backup.Storage, name, key string, sealKey []b
 	return data, nil
 }
 
-// A sealed WAL file is its zstd frame followed by a zstd skippable frame
-// (which decoders pass over, so a reader without the key reads it as
-// before) holding sealTag and the HMAC-SHA256, under the series key, of
+// A sealed WAL file is its zstd frame (encrypted, with an encryption key)
+// followed by a zstd skippable frame (which decoders pass over, so a
+// reader without the key reads an unencrypted one as before) holding sealTag and the HMAC-SHA256, under the series key, of
 // the file's name and the frame before it: a file changed, or put in
 // another's place, fails.
 const sealMagic = 0x184D2A5E
@@ -271,15 +279,18 @@ func seal(key []byte, name string, frame []byte) []byte {
 }
 
 // unseal returns the frame of name's stored copy, once its seal verifies
-// under key; without a key, what is stored (a decoder skips the seal).
+// under key; without a key, the frame, its seal (if any) unread.
 func unseal(key []byte, name string, stored []byte) ([]byte, error) {
-	if len(key) == 0 {
-		return stored, nil
-	}
 	n := len(stored) - sealLen
-	if n < 0 || binary.LittleEndian.Uint32(stored[n:]) != sealMagic ||
-		binary.LittleEndian.Uint32(stored[n+4:]) != uint32(len(sealTag)+sha256.Size) ||
-		!bytes.Equal(stored[n+8:n+8+len(sealTag)], sealTag) {
+	sealed := n >= 0 && binary.LittleEndian.Uint32(stored[n:]) == sealMagic &&
+		binary.LittleEndian.Uint32(stored[n+4:]) == uint32(len(sealTag)+sha256.Size) &&
+		bytes.Equal(stored[n+8:n+8+len(sealTag)], sealTag)
+	switch {
+	case len(key) == 0 && sealed:
+		return stored[:n], nil
+	case len(key) == 0:
+		return stored, nil
+	case !sealed:
 		return nil, fmt.Errorf("no seal: %w (stored before the series had a key, or stripped)", backup.ErrUnauthenticated)
 	}
 	frame := stored[:n]

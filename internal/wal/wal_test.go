@@ -91,7 +91,7 @@ func TestArchiverShipsEverySegmentToMinIO(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := wal.Fetch(ctx, st, "orders/", name, filepath.Join(out, "RECOVERYXLOG"), nil); err != nil {
+		if err := wal.Fetch(ctx, st, "orders/", name, filepath.Join(out, "RECOVERYXLOG"), backup.Keys{}); err != nil {
 			t.Fatalf("Fetch(%s): %v", name, err)
 		}
 		got, err := os.ReadFile(filepath.Join(out, "RECOVERYXLOG"))
@@ -105,7 +105,7 @@ func TestArchiverShipsEverySegmentToMinIO(t *testing.T) {
 	if size, err := st.Size(ctx, wal.Key("orders/", ready[0])); err != nil || size >= 16<<20/2 {
 		t.Fatalf("stored size of a mostly empty 16 MiB segment = %d (%v), want it compressed", size, err)
 	}
-	if err := wal.Fetch(ctx, st, "orders/", "0000000100000000000000FF", filepath.Join(out, "x"), nil); !errors.Is(err, wal.ErrNotArchived) {
+	if err := wal.Fetch(ctx, st, "orders/", "0000000100000000000000FF", filepath.Join(out, "x"), backup.Keys{}); !errors.Is(err, wal.ErrNotArchived) {
 		t.Fatalf("Fetch of a segment never archived = %v, want ErrNotArchived", err)
 	}
 }
@@ -120,25 +120,25 @@ func TestArchiveRefusesOverwritesAndCorruption(t *testing.T) {
 	root := t.TempDir()
 	st := backup.NewDir(root)
 	src := filepath.Join(pg.Dir, "data", "pg_wal", ready[0])
-	if err := wal.Push(ctx, st, "", src, nil); err != nil {
+	if err := wal.Push(ctx, st, "", src, backup.Keys{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := wal.Push(ctx, st, "", src, nil); err != nil {
+	if err := wal.Push(ctx, st, "", src, backup.Keys{}); err != nil {
 		t.Fatalf("pushing the same segment again: %v", err)
 	}
 	other := filepath.Join(t.TempDir(), ready[0])
 	testpg.FlipByte(t, src, other)
-	if err := wal.Push(ctx, st, "", other, nil); !errors.Is(err, wal.ErrDifferent) {
+	if err := wal.Push(ctx, st, "", other, backup.Keys{}); !errors.Is(err, wal.ErrDifferent) {
 		t.Fatalf("pushing different content under the same name = %v, want ErrDifferent", err)
 	}
 
 	stored := filepath.Join(root, wal.Key("", ready[0]))
 	testpg.FlipByte(t, stored, stored)
-	err := wal.Fetch(ctx, st, "", ready[0], filepath.Join(t.TempDir(), "RECOVERYXLOG"), nil)
+	err := wal.Fetch(ctx, st, "", ready[0], filepath.Join(t.TempDir(), "RECOVERYXLOG"), backup.Keys{})
 	if err == nil || !strings.Contains(err.Error(), "corrupt") {
 		t.Fatalf("Fetch of a corrupted copy = %v, want it refused as corrupt", err)
 	}
-	if err := wal.Push(ctx, st, "", "/tmp/not-a-wal-file", nil); err == nil {
+	if err := wal.Push(ctx, st, "", "/tmp/not-a-wal-file", backup.Keys{}); err == nil {
 		t.Fatal("a file that is not WAL was archived")
 	}
 }
@@ -189,7 +189,7 @@ func TestBaseBackupsOfAnotherClusterAreRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	src := wal.Source{Host: "127.0.0.1", Port: pg.Port, User: "postgres", Password: pg.Password, BinDir: pg.BinDir}
-	if _, err := wal.TakeBase(ctx, src, st, "p/", "20260101T000000Z", nil); !errors.Is(err, wal.ErrOtherCluster) {
+	if _, err := wal.TakeBase(ctx, src, st, "p/", "20260101T000000Z", backup.Keys{}); !errors.Is(err, wal.ErrOtherCluster) {
 		t.Fatalf("a base backup into another cluster's archive: %v, want ErrOtherCluster", err)
 	}
 	if keys, _ := st.List(ctx, "p/base/"); len(keys) != 0 {
@@ -201,10 +201,10 @@ func TestBaseBackupsOfAnotherClusterAreRefused(t *testing.T) {
 	if err := st.Put(ctx, "p/base/"+stray.ID+"/backup.json", bytes.NewReader(manifest)); err != nil {
 		t.Fatal(err)
 	}
-	if bases, err := wal.ListBases(ctx, st, "p/", nil); err != nil || len(bases) != 0 {
+	if bases, err := wal.ListBases(ctx, st, "p/", backup.Keys{}); err != nil || len(bases) != 0 {
 		t.Fatalf("ListBases = %v, %v: want none of another cluster's", bases, err)
 	}
-	if err := wal.ExtractBase(ctx, st, "p/", stray, t.TempDir()); !errors.Is(err, wal.ErrOtherCluster) {
+	if err := wal.ExtractBase(ctx, st, "p/", stray, t.TempDir(), backup.Keys{}); !errors.Is(err, wal.ErrOtherCluster) {
 		t.Fatalf("extracting another cluster's base backup: %v, want ErrOtherCluster", err)
 	}
 }
@@ -229,18 +229,18 @@ func TestSealedWALRefusesWhatTheKeyDidNotSeal(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := wal.Push(ctx, st, "p/", filepath.Join(src, names[0]), key); err != nil {
+	if err := wal.Push(ctx, st, "p/", filepath.Join(src, names[0]), backup.Keys{Seal: key}); err != nil {
 		t.Fatal(err)
 	}
-	if err := wal.Push(ctx, st, "p/", filepath.Join(src, names[1]), key); err != nil {
+	if err := wal.Push(ctx, st, "p/", filepath.Join(src, names[1]), backup.Keys{Seal: key}); err != nil {
 		t.Fatal(err)
 	}
-	if err := wal.Push(ctx, st, "p/", filepath.Join(src, names[2]), nil); err != nil { // before the key
+	if err := wal.Push(ctx, st, "p/", filepath.Join(src, names[2]), backup.Keys{}); err != nil { // before the key
 		t.Fatal(err)
 	}
 	fetch := func(name string, k []byte) ([]byte, error) {
 		dest := filepath.Join(t.TempDir(), "RECOVERYXLOG")
-		if err := wal.Fetch(ctx, st, "p/", name, dest, k); err != nil {
+		if err := wal.Fetch(ctx, st, "p/", name, dest, backup.Keys{Seal: k}); err != nil {
 			return nil, err
 		}
 		return os.ReadFile(dest)
@@ -257,7 +257,7 @@ func TestSealedWALRefusesWhatTheKeyDidNotSeal(t *testing.T) {
 	if _, err := fetch(names[2], key); !errors.Is(err, backup.ErrUnauthenticated) {
 		t.Fatalf("an unsealed file under a key: %v", err)
 	}
-	if err := wal.Push(ctx, st, "p/", filepath.Join(src, names[2]), key); err != nil {
+	if err := wal.Push(ctx, st, "p/", filepath.Join(src, names[2]), backup.Keys{Seal: key}); err != nil {
 		t.Fatalf("pushing again a file the archive holds unsealed: %v", err)
 	}
 	// Segment 2's stored copy in segment 1's place.
@@ -278,5 +278,34 @@ func TestSealedWALRefusesWhatTheKeyDidNotSeal(t *testing.T) {
 	}
 	if _, err := fetch(names[1], key); !errors.Is(err, backup.ErrUnauthenticated) {
 		t.Fatalf("a changed file: %v", err)
+	}
+
+	// Encrypted and sealed: the stored copy shows nothing of the file,
+	// and only the encryption key reads it.
+	keys := backup.Keys{Seal: key, Encrypt: []byte(strings.Repeat("e", 32))}
+	plain := bytes.Repeat([]byte("wal-plaintext-canary "), 4096)
+	name := "000000010000000000000004"
+	if err := os.WriteFile(filepath.Join(src, name), plain, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := wal.Push(ctx, st, "p/", filepath.Join(src, name), keys); err != nil {
+		t.Fatal(err)
+	}
+	if err := wal.Push(ctx, st, "p/", filepath.Join(src, name), keys); err != nil {
+		t.Fatalf("pushing an encrypted file again: %v", err)
+	}
+	stored, err := os.ReadFile(filepath.Join(root, wal.Key("p/", name)))
+	if err != nil || bytes.Contains(stored, []byte("canary")) || bytes.Contains(stored, []byte{0x28, 0xb5, 0x2f, 0xfd}) {
+		t.Fatalf("the stored copy shows the file or its zstd frame (%v)", err)
+	}
+	dest := filepath.Join(t.TempDir(), "RECOVERYXLOG")
+	if err := wal.Fetch(ctx, st, "p/", name, dest, keys); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := os.ReadFile(dest); !bytes.Equal(got, plain) {
+		t.Fatal("the decrypted file differs")
+	}
+	if err := wal.Fetch(ctx, st, "p/", name, dest, backup.Keys{Seal: key}); !errors.Is(err, backup.ErrEncrypted) {
+		t.Fatalf("fetching an encrypted file without its key: %v", err)
 	}
 }

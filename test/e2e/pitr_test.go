@@ -42,12 +42,16 @@ func TestContinuousBackupRestoresToATime(t *testing.T) {
 
 	// The seed's shape: backups declared on the Database, Physical (the
 	// default) with its schedule's first run at once.
+	// Encrypted client-side: the base backup and every WAL file, restored
+	// below (and verified) with the key alone.
+	secret(t, ns, "ledger-encryption", map[string]string{"key": "e2e-encryption-key-of-32-bytes-or-more-" + ns})
 	start := time.Now()
 	updateDatabase(t, ns, "ledger", func(db *v1alpha1.Database) {
 		db.Spec.Backup = &v1alpha1.DatabaseBackupPolicy{Storage: v1alpha1.BackupStorage{S3: &v1alpha1.S3Storage{
 			Endpoint: fmt.Sprintf("minio.%s.svc.cluster.local:9000", ns), Bucket: "wal", Insecure: true,
 			CredentialsSecretRef: v1alpha1.S3CredentialsSecretRef{Name: "s3"}}},
-			Verify: &v1alpha1.BackupVerify{EveryNth: ptr.To[int32](1)}}
+			Encryption: &v1alpha1.BackupEncryption{KeySecretRef: v1alpha1.SecretKeyRef{Name: "ledger-encryption"}},
+			Verify:     &v1alpha1.BackupVerify{EveryNth: ptr.To[int32](1)}}
 		db.Spec.DeletionPolicy = v1alpha1.DatabaseDeletionDelete
 	})
 	db := waitDatabase(t, ns, "ledger", 4*time.Minute, "archiving WAL", func(db *v1alpha1.Database) bool {

@@ -45,8 +45,10 @@ type archivePlan struct {
 	// private CA's Secret key (S3Storage.caSecretRef), or nil.
 	s3Secret, idKey, secretKey string
 	ca                         *v1alpha1.SecretKeyRef
-	// keySecret and keyKey: the series key the WAL is sealed with.
+	// keySecret and keyKey: the series key the WAL is sealed with; enc,
+	// the key it is encrypted with, or nil.
 	keySecret, keyKey string
+	enc               *v1alpha1.SecretKeyRef
 	// claim is the volume archive's PersistentVolumeClaim.
 	claim string
 }
@@ -73,6 +75,9 @@ func (r *Reconciler) resolveArchive(ctx context.Context, db *v1alpha1.Database, 
 	a := &archivePlan{backup: b.Name, location: databasebackup.Location(b),
 		conf: instanceapi.Archive{Prefix: databasebackup.SeriesPrefix(b)}}
 	a.keySecret, a.keyKey = databasebackup.SeriesKeySecret(b)
+	if e := b.Spec.Encryption; e != nil {
+		a.enc = &e.KeySecretRef
+	}
 	if s3 := b.Spec.Storage.S3; s3 != nil {
 		a.conf.S3 = &instanceapi.ArchiveS3{Endpoint: s3.Endpoint, Bucket: s3.Bucket, Region: s3.Region, Insecure: s3.Insecure}
 		ref := s3.CredentialsSecretRef
@@ -114,6 +119,10 @@ func archiveSecrets(p plan) []*corev1ac.VolumeProjectionApplyConfiguration {
 	// (the DatabaseBackup makes its own at once).
 	out := []*corev1ac.VolumeProjectionApplyConfiguration{corev1ac.VolumeProjection().WithSecret(corev1ac.SecretProjection().WithName(a.keySecret).
 		WithItems(corev1ac.KeyToPath().WithKey(a.keyKey).WithPath(instanceapi.SecretArchiveSeriesKey)))}
+	if a.enc != nil {
+		out = append(out, corev1ac.VolumeProjection().WithSecret(corev1ac.SecretProjection().WithName(a.enc.Name).
+			WithItems(corev1ac.KeyToPath().WithKey(orDefault(a.enc.Key, "key")).WithPath(instanceapi.SecretArchiveEncryptionKey))))
+	}
 	if a.s3Secret == "" {
 		return out
 	}

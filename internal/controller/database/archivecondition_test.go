@@ -59,6 +59,12 @@ func TestArchiveProjectsItsKeyAndAPrivateCA(t *testing.T) {
 		*got[2].Secret.Items[0].Path != instanceapi.SecretArchiveCA {
 		t.Fatalf("projections %+v", got)
 	}
+	p.archive.enc = &v1alpha1.SecretKeyRef{Name: "enc-key"}
+	got = archiveSecrets(p)
+	if len(got) != 4 || *got[1].Secret.Name != "enc-key" || *got[1].Secret.Items[0].Key != "key" ||
+		*got[1].Secret.Items[0].Path != instanceapi.SecretArchiveEncryptionKey {
+		t.Fatalf("projections with an encryption key %+v", got)
+	}
 }
 
 // status.walArchive says what the primary last archived, and never moves

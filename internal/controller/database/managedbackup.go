@@ -31,7 +31,7 @@ func applyPolicy(spec *v1alpha1.DatabaseBackupSpec, db *v1alpha1.Database) {
 	spec.DatabaseRef = v1alpha1.LocalObjectReference{Name: db.Name}
 	spec.Schedule, spec.TimeZone, spec.Method, spec.Suspend = p.Schedule, p.TimeZone, p.Method, p.Suspend
 	spec.Compression, spec.CompressionLevel = p.Compression, p.CompressionLevel
-	spec.Storage = *p.Storage.DeepCopy()
+	spec.Storage, spec.Encryption = *p.Storage.DeepCopy(), p.Encryption.DeepCopy()
 	spec.Retention, spec.MaxAge, spec.Verify = p.Retention.DeepCopy(), p.MaxAge.DeepCopy(), p.Verify.DeepCopy()
 }
 

@@ -90,6 +90,13 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, b *v1alpha1.DatabaseBa
 		}
 		return reconcile.Result{}, err
 	}
+	if problem, err := r.encryptionKeyProblem(ctx, b); err != nil || problem != "" {
+		if problem != "" {
+			setCondition(b, v1alpha1.ConditionReady, false, v1alpha1.ReasonEncryptionKeyUnusable, problem)
+			return reconcile.Result{RequeueAfter: archivingPoll}, nil
+		}
+		return reconcile.Result{}, err
+	}
 	jobs, err := r.ownedJobs(ctx, b)
 	if err != nil {
 		return reconcile.Result{}, err

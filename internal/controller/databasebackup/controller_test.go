@@ -648,6 +648,7 @@ func TestPrivateS3CAReachesTheJob(t *testing.T) {
 func TestNamedSeriesKeyMustExist(t *testing.T) {
 	ns, b := setup(t, func(b *v1alpha1.DatabaseBackup) {
 		b.Spec.SeriesKeySecretRef = &v1alpha1.SecretKeyRef{Name: "dr-key", Key: "series.key"}
+		b.Spec.Encryption = &v1alpha1.BackupEncryption{KeySecretRef: v1alpha1.SecretKeyRef{Name: "enc-key"}}
 	})
 	got := waitCondition(t, b, v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonSeriesKeyUnusable)
 	if c := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionReady); !strings.Contains(c.Message, "spec.seriesKeySecretRef: Secret dr-key") {
@@ -669,12 +670,26 @@ func TestNamedSeriesKeyMustExist(t *testing.T) {
 	if err := env.Client.Update(ctx, secret); err != nil {
 		t.Fatal(err)
 	}
-	poke(t, b)
+	// The encryption key next.
+	reconciled(t, b)
+	got = waitCondition(t, b, v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonEncryptionKeyUnusable)
+	if c := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionReady); !strings.Contains(c.Message, "spec.encryption.keySecretRef: Secret enc-key") {
+		t.Errorf("Ready: %s", c.Message)
+	}
+	if err := env.Client.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "enc-key"},
+		Data: map[string][]byte{"key": []byte(strings.Repeat("e", 64))}}); err != nil {
+		t.Fatal(err)
+	}
+	reconciled(t, b)
 	job := waitJobs(t, ns, 1)[0]
+	from := map[string]string{}
 	for _, e := range job.Spec.Template.Spec.Containers[0].Env {
-		if e.Name == backup.SeriesKeyEnv && (e.ValueFrom.SecretKeyRef.Name != "dr-key" || e.ValueFrom.SecretKeyRef.Key != "series.key") {
-			t.Errorf("series key from %+v", e.ValueFrom.SecretKeyRef)
+		if e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil {
+			from[e.Name] = e.ValueFrom.SecretKeyRef.Name + "/" + e.ValueFrom.SecretKeyRef.Key
 		}
+	}
+	if from[backup.SeriesKeyEnv] != "dr-key/series.key" || from[backup.EncryptionKeyEnv] != "enc-key/key" {
+		t.Errorf("keys from %v", from)
 	}
 	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "nightly-series-key"}, &corev1.Secret{}); err == nil {
 		t.Error("daytwo made a series key beside the one the spec names")

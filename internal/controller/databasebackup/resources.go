@@ -109,6 +109,9 @@ func StorageArgs(b *v1alpha1.DatabaseBackup, flagPrefix string) ([]string, []cor
 		"--" + flagPrefix + "series-key-required"}
 	keySecret, keyKey := SeriesKeySecret(b)
 	env := []corev1.EnvVar{secretEnv(backup.SeriesKeyEnv, keySecret, keyKey)}
+	if e := b.Spec.Encryption; e != nil {
+		env = append(env, secretEnv(backup.EncryptionKeyEnv, e.KeySecretRef.Name, orDefault(e.KeySecretRef.Key, seriesKeyKey)))
+	}
 	st := b.Spec.Storage
 	if s3 := st.S3; s3 != nil {
 		args = append(args, "--"+flagPrefix+"s3-endpoint="+s3.Endpoint, "--"+flagPrefix+"s3-bucket="+s3.Bucket)

@@ -37,12 +37,7 @@ func (r *Reconciler) ensureSeriesKey(ctx context.Context, b *v1alpha1.DatabaseBa
 	err = r.APIReader.Get(ctx, client.ObjectKey{Namespace: b.Namespace, Name: name}, existing)
 	switch {
 	case err == nil:
-		v, ok := existing.Data[key]
-		if n := len(bytes.TrimSpace(v)); !ok || n > 0 && n < backup.MinKeyBytes {
-			return fmt.Sprintf("%s: key %q must hold at least %d bytes (or be empty, to turn authentication off); it holds %d",
-				field, key, backup.MinKeyBytes, n), nil
-		}
-		return "", nil
+		return keyProblem(existing, key, field, true), nil
 	case !apierrors.IsNotFound(err):
 		return "", fmt.Errorf("failed to get Secret %s: %w", name, err)
 	case b.Spec.SeriesKeySecretRef != nil:
@@ -65,4 +60,38 @@ func (r *Reconciler) ensureSeriesKey(ctx context.Context, b *v1alpha1.DatabaseBa
 		return "", fmt.Errorf("failed to create the series key Secret %s: %w", name, err)
 	}
 	return "", nil
+}
+
+// keyProblem says what is wrong with key of Secret s as a key of daytwo's
+// ("" when nothing): missing, or shorter than backup.MinKeyBytes (empty
+// is allowed where it turns a feature off).
+func keyProblem(s *corev1.Secret, key, field string, emptyOff bool) string {
+	v, ok := s.Data[key]
+	n := len(bytes.TrimSpace(v))
+	if ok && (n >= backup.MinKeyBytes || n == 0 && emptyOff) {
+		return ""
+	}
+	off := ""
+	if emptyOff {
+		off = " (or be empty, to turn authentication off)"
+	}
+	return fmt.Sprintf("%s: key %q must hold at least %d bytes%s; it holds %d", field, key, backup.MinKeyBytes, off, n)
+}
+
+// encryptionKeyProblem says what is wrong with the encryption key b's
+// spec names ("" when nothing, or when it names none).
+func (r *Reconciler) encryptionKeyProblem(ctx context.Context, b *v1alpha1.DatabaseBackup) (string, error) {
+	e := b.Spec.Encryption
+	if e == nil {
+		return "", nil
+	}
+	field := "spec.encryption.keySecretRef: Secret " + e.KeySecretRef.Name
+	s := &corev1.Secret{}
+	switch err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: b.Namespace, Name: e.KeySecretRef.Name}, s); {
+	case apierrors.IsNotFound(err):
+		return field + " does not exist", nil
+	case err != nil:
+		return "", fmt.Errorf("failed to get Secret %s: %w", e.KeySecretRef.Name, err)
+	}
+	return keyProblem(s, orDefault(e.KeySecretRef.Key, seriesKeyKey), field, false), nil
 }

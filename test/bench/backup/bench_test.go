@@ -126,7 +126,7 @@ func TestBenchBackup(t *testing.T) {
 			return cmd.Run()
 		}))
 		daytwoBase = best(daytwoBase, timed(t, fmt.Sprintf("daytwo base backup to MinIO (%d)", round), func() error {
-			base, err = wal.TakeBase(ctx, src, st, "physical/", fmt.Sprintf("base-%d", round), nil)
+			base, err = wal.TakeBase(ctx, src, st, "physical/", fmt.Sprintf("base-%d", round), backup.Keys{})
 			return err
 		}))
 		dir := filepath.Join(t.TempDir(), "data")
@@ -134,7 +134,7 @@ func TestBenchBackup(t *testing.T) {
 			t.Fatal(err)
 		}
 		daytwoExtract = best(daytwoExtract, timed(t, fmt.Sprintf("daytwo base backup restore (%d)", round), func() error {
-			return wal.ExtractBase(ctx, st, "physical/", base, dir)
+			return wal.ExtractBase(ctx, st, "physical/", base, dir, backup.Keys{})
 		}))
 	}
 	// pgBackRest twice: as installed (one process, gzip level 6), and
