@@ -62,9 +62,8 @@ func (s *storageFlags) open() (backup.Storage, string, error) {
 	if err := backup.CheckKey(s.series.Key); err != nil {
 		return nil, "", err
 	}
-	if n := len(s.series.EncryptionKey); n > 0 && n < backup.MinKeyBytes {
-		return nil, "", fmt.Errorf("the encryption key (%s, from spec.encryption.keySecretRef) has %d bytes; at least %d are needed",
-			backup.EncryptionKeyEnv, n, backup.MinKeyBytes)
+	if err := backup.CheckEncryptionKeys(s.series.Keys()); err != nil {
+		return nil, "", err
 	}
 	switch {
 	case s.path != "" && s.bucket != "":

@@ -31,6 +31,22 @@ type Keys struct {
 // Keys are s's keys.
 func (s Series) Keys() Keys { return Keys{Seal: s.Key, Encrypt: s.EncryptionKey} }
 
+// CheckEncryptionKeys refuses an encryption key too short, or one without
+// a seal key: encryption alone hides data but does not keep it whole (a
+// file replaced by a plain one would be read as plain).
+func CheckEncryptionKeys(k Keys) error {
+	switch n := len(k.Encrypt); {
+	case n == 0:
+		return nil
+	case n < MinKeyBytes:
+		return fmt.Errorf("the encryption key (%s, from spec.encryption.keySecretRef) has %d bytes; at least %d are needed",
+			EncryptionKeyEnv, n, MinKeyBytes)
+	case len(k.Seal) == 0:
+		return fmt.Errorf("an encryption key needs a series key (%s) beside it, to authenticate what it encrypts", SeriesKeyEnv)
+	}
+	return nil
+}
+
 // EncryptionKeyEnv is the variable a backup Job, or a restore, reads the
 // encryption key from: at least MinKeyBytes bytes, white space trimmed.
 const EncryptionKeyEnv = "DAYTWO_ENCRYPTION_KEY"

@@ -145,6 +145,9 @@ func (m *Manager) startWAL(ctx context.Context, archive bool) error {
 			return fmt.Errorf("failed to start archiving WAL: %w", err)
 		}
 		keys := m.cfg.archiveKeys()
+		if err := backup.CheckEncryptionKeys(keys); err != nil {
+			return fmt.Errorf("failed to start archiving WAL: %w", err)
+		}
 		archiver = &wal.Archiver{Storage: st, Prefix: a.Prefix, Keys: keys, WALDir: filepath.Join(m.cfg.PGData, "pg_wal"),
 			Parallel: cmp.Or(a.Parallel, 4), Log: m.log.WithName("wal"),
 			Replica: func() bool { return m.role() == instanceapi.RoleReplica }}

@@ -229,7 +229,7 @@ func TakeBase(ctx context.Context, src Source, st backup.Storage, prefix, id str
 	}
 	// Once more: the archive is claimed by now (its WAL is there), by the
 	// archiver of the cluster that wrote it.
-	if err := errors.Join(checkArchived(ctx, st, prefix, b), checkOwner(ctx, st, prefix, b)); err != nil {
+	if err := errors.Join(checkArchived(ctx, st, prefix, b, keys), checkOwner(ctx, st, prefix, b)); err != nil {
 		_ = st.Delete(ctx, baseKey(prefix, id, baseData))
 		return b, err
 	}
@@ -252,24 +252,31 @@ func TakeBase(ctx context.Context, src Source, st backup.Storage, prefix, id str
 // only for the last one; a standby's backup starts at its last
 // restartpoint, whose segment it may never have archived (it came with the
 // standby's own clone), and such a backup would never restore.
-func checkArchived(ctx context.Context, st backup.Storage, prefix string, b BaseBackup) error {
+// With a seal key, each of them must verify: a segment archived unsealed
+// (by an instance from before the key) would stop the recovery.
+func checkArchived(ctx context.Context, st backup.Storage, prefix string, b BaseBackup, keys backup.Keys) error {
 	var hi, lo uint64
 	if _, err := fmt.Sscanf(b.EndLSN, "%X/%X", &hi, &lo); err != nil {
 		return fmt.Errorf("base backup %s: invalid end LSN %q", b.ID, b.EndLSN)
 	}
 	end := hi<<32 + lo
-	keys, err := st.List(ctx, prefix+"wal/")
+	names, err := st.List(ctx, prefix+"wal/")
 	if err != nil {
 		return fmt.Errorf("failed to list the WAL archive: %w", err)
 	}
 	stored := map[string]bool{}
-	for _, k := range keys {
+	for _, k := range names {
 		stored[strings.TrimSuffix(path.Base(k), suffix)] = true
 	}
 	for seg := b.StartWAL; SegmentStart(seg, 16<<20) < end; seg = NextSegment(seg, 0) {
 		if !stored[seg] {
 			return fmt.Errorf("base backup %s needs WAL segment %s (from %s to %s), which the archive does not hold: "+
 				"the backup would never restore", b.ID, seg, b.StartLSN, b.EndLSN)
+		}
+		if len(keys.Seal) > 0 {
+			if _, err := fetch(ctx, st, seg, Key(prefix, seg), keys); err != nil {
+				return fmt.Errorf("base backup %s needs WAL segment %s, which fails its check: %w", b.ID, seg, err)
+			}
 		}
 	}
 	return nil
@@ -369,6 +376,9 @@ func FindBase(ctx context.Context, st backup.Storage, prefix, id string, keys ba
 	b, err := readBase(ctx, st, prefix, id)
 	if err != nil {
 		return b, err
+	}
+	if b.ID != id {
+		return b, fmt.Errorf("base backup %s's manifest names %s: %w", id, b.ID, backup.ErrUnauthenticated)
 	}
 	switch ok, err := b.trusted(keys.Seal); {
 	case err != nil:
@@ -511,8 +521,8 @@ func ListBases(ctx context.Context, st backup.Storage, prefix string, keys backu
 			continue
 		}
 		b, err := readBase(ctx, st, prefix, id)
-		if err != nil {
-			return nil, err
+		if err != nil || b.ID != id || !segmentName.MatchString(b.StartWAL) {
+			continue // not one daytwo wrote there: it restores nothing, and stops nothing
 		}
 		trusted, err := b.trusted(keys.Seal)
 		if err == nil && trusted && (owner == "" || b.SystemIdentifier == owner) {

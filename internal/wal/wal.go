@@ -85,7 +85,9 @@ func push(ctx context.Context, st backup.Storage, prefix, path string, keys back
 			return nil
 		}
 		// The content is compared, not its seal: a copy stored before the
-		// series had a key is the same file.
+		// series had a key is the same file. It is stored again, sealed
+		// and encrypted as the keys say, unless it already is: a recovery
+		// would refuse it.
 		stored, err := fetch(ctx, st, name, key, backup.Keys{Encrypt: keys.Encrypt})
 		if err != nil {
 			return fmt.Errorf("failed to compare %s with the stored copy: %w", name, err)
@@ -93,7 +95,9 @@ func push(ctx context.Context, st backup.Storage, prefix, path string, keys back
 		if sha256.Sum256(stored) != sha256.Sum256(data) {
 			return fmt.Errorf("%s: %w", name, ErrDifferent)
 		}
-		return nil
+		if ok, err := storedAsKeysSay(ctx, st, name, key, keys); err != nil || ok {
+			return err
+		}
 	} else if !errors.Is(err, backup.ErrNotFound) {
 		return fmt.Errorf("failed to look for %s in the archive: %w", name, err)
 	}
@@ -215,6 +219,33 @@ func Fetch(ctx context.Context, st backup.Storage, prefix, name, dest string, ke
 	return writeAtomic(dest, data)
 }
 
+// storedAsKeysSay says whether the copy of name at key is sealed (with a
+// seal key) and encrypted (with an encryption key) as keys say.
+func storedAsKeysSay(ctx context.Context, st backup.Storage, name, key string, keys backup.Keys) (bool, error) {
+	if len(keys.Seal) == 0 && len(keys.Encrypt) == 0 {
+		return true, nil
+	}
+	raw, err := readStored(ctx, st, key)
+	if err != nil {
+		return false, err
+	}
+	frame, err := unseal(keys.Seal, name, raw)
+	return err == nil && (len(keys.Encrypt) == 0 || backup.IsEncrypted(frame)), nil
+}
+
+func readStored(ctx context.Context, st backup.Storage, key string) ([]byte, error) {
+	r, err := st.Get(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = r.Close() }()
+	stored, err := io.ReadAll(io.LimitReader(r, maxStored))
+	if err != nil {
+		return nil, fmt.Errorf("failed to read %s: %w", key, err)
+	}
+	return stored, nil
+}
+
 // maxStored bounds what fetch reads of one stored file: a segment is at
 // most 1 GiB (wal_segment_size), and zstd does not make it larger.
 const maxStored = 1<<30 + 1<<20
@@ -223,14 +254,9 @@ const maxStored = 1<<30 + 1<<20
 // key), decrypts it (when it is encrypted) and decompresses it, refusing
 // a copy whose checksum fails.
 func fetch(ctx context.Context, st backup.Storage, name, key string, keys backup.Keys) ([]byte, error) {
-	r, err := st.Get(ctx, key)
+	stored, err := readStored(ctx, st, key)
 	if err != nil {
 		return nil, err
-	}
-	stored, err := io.ReadAll(io.LimitReader(r, maxStored))
-	_ = r.Close()
-	if err != nil {
-		return nil, fmt.Errorf("failed to read %s: %w", key, err)
 	}
 	frame, err := unseal(keys.Seal, name, stored)
 	if err != nil {

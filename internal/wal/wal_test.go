@@ -260,6 +260,28 @@ func TestSealedWALRefusesWhatTheKeyDidNotSeal(t *testing.T) {
 	if err := wal.Push(ctx, st, "p/", filepath.Join(src, names[2]), backup.Keys{Seal: key}); err != nil {
 		t.Fatalf("pushing again a file the archive holds unsealed: %v", err)
 	}
+	if got, err := fetch(names[2], key); err != nil || !bytes.Equal(got, content[names[2]]) {
+		t.Fatalf("a file pushed again under a key is not stored sealed: %v", err)
+	}
+	// Manifests a bucket writer adds under base/ stop no listing, no
+	// prune, and a manifest in another's place is not the other.
+	for id, m := range map[string]string{"junk": `{"id":"x"}`, "short": `{"id":"short"}`, "notjson": `{`} {
+		if err := st.Put(ctx, "p/base/"+id+"/backup.json", strings.NewReader(m)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if bases, err := wal.ListBases(ctx, st, "p/", backup.Keys{}); err != nil || len(bases) != 0 {
+		t.Fatalf("listing beside junk manifests: %v, %v", bases, err)
+	}
+	if _, _, err := wal.PruneArchive(ctx, st, "p/", []string{"junk"}); err != nil {
+		t.Fatalf("pruning beside junk manifests: %v", err)
+	}
+	if _, err := wal.FindBase(ctx, st, "p/", "junk", backup.Keys{}); !errors.Is(err, backup.ErrUnauthenticated) {
+		t.Fatalf("a manifest naming another backup: %v", err)
+	}
+	if err := backup.CheckEncryptionKeys(backup.Keys{Encrypt: []byte(strings.Repeat("e", 32))}); err == nil {
+		t.Fatal("an encryption key without a series key was taken")
+	}
 	// Segment 2's stored copy in segment 1's place.
 	two, err := os.ReadFile(filepath.Join(root, wal.Key("p/", names[1])))
 	if err != nil {

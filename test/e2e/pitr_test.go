@@ -5,7 +5,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"regexp"
 	"testing"
 	"time"
 

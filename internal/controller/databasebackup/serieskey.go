@@ -37,7 +37,9 @@ func (r *Reconciler) ensureSeriesKey(ctx context.Context, b *v1alpha1.DatabaseBa
 	err = r.APIReader.Get(ctx, client.ObjectKey{Namespace: b.Namespace, Name: name}, existing)
 	switch {
 	case err == nil:
-		return keyProblem(existing, key, field, true), nil
+		// Encryption alone keeps data secret, not whole: an empty series
+		// key (authentication off) is refused beside it.
+		return keyProblem(existing, key, field, b.Spec.Encryption == nil), nil
 	case !apierrors.IsNotFound(err):
 		return "", fmt.Errorf("failed to get Secret %s: %w", name, err)
 	case b.Spec.SeriesKeySecretRef != nil:
