@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -89,9 +90,37 @@ func nft(t *testing.T, netns, script string, args ...string) {
 	}
 }
 
-// netns is the network namespace of a pod on this machine, as a path: that
-// of a process of its first container.
+// netns is the network namespace of a pod on this machine, as a path that
+// outlives its containers: the pod sandbox's, as the CNI names it under
+// /run/netns, found by the namespace of a process of its first container.
+// That process's own path (/proc/<pid>/ns/net) is gone once the container
+// restarts (a liveness probe that cannot pass an isolated pod kills it),
+// and a heal that found it gone left the pod cut off for good: CI failed
+// on it.
 func (c *Cluster) netns(t *testing.T, ns, pod string) string {
+	t.Helper()
+	proc := c.processNetns(t, ns, pod)
+	var want syscall.Stat_t
+	if err := syscall.Stat(proc, &want); err != nil {
+		t.Fatalf("the network namespace of %s/%s: %v", ns, pod, err)
+	}
+	for _, dir := range []string{"/run/netns", "/var/run/netns"} {
+		entries, _ := os.ReadDir(dir)
+		for _, e := range entries {
+			var st syscall.Stat_t
+			p := filepath.Join(dir, e.Name())
+			if syscall.Stat(p, &st) == nil && st.Ino == want.Ino && st.Dev == want.Dev {
+				return p
+			}
+		}
+	}
+	t.Fatalf("the network namespace of %s/%s (%s) is not under /run/netns", ns, pod, proc)
+	return ""
+}
+
+// processNetns is the network namespace of a process of pod's first
+// container.
+func (c *Cluster) processNetns(t *testing.T, ns, pod string) string {
 	t.Helper()
 	p := &corev1.Pod{}
 	if err := c.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: pod}, p); err != nil {
