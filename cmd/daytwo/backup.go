@@ -59,10 +59,7 @@ func (s *storageFlags) open() (backup.Storage, string, error) {
 		_ = os.Unsetenv(backup.SeriesKeyEnv)
 		_ = os.Unsetenv(backup.EncryptionKeyEnv)
 	}
-	if err := backup.CheckKey(s.series.Key); err != nil {
-		return nil, "", err
-	}
-	if err := backup.CheckEncryptionKeys(s.series.Keys()); err != nil {
+	if err := backup.CheckKeys(s.series.Keys()); err != nil {
 		return nil, "", err
 	}
 	switch {

@@ -31,10 +31,15 @@ type Keys struct {
 // Keys are s's keys.
 func (s Series) Keys() Keys { return Keys{Seal: s.Key, Encrypt: s.EncryptionKey} }
 
-// CheckEncryptionKeys refuses an encryption key too short, or one without
-// a seal key: encryption alone hides data but does not keep it whole (a
-// file replaced by a plain one would be read as plain).
-func CheckEncryptionKeys(k Keys) error {
+// CheckKeys refuses a key too short (a series key may be empty, which
+// turns authentication off), and an encryption key without a seal key:
+// encryption alone hides data but does not keep it whole (a file replaced
+// by a plain one would be read as plain).
+func CheckKeys(k Keys) error {
+	if n := len(k.Seal); n > 0 && n < MinKeyBytes {
+		return fmt.Errorf("the series key (%s, from the DatabaseBackup's series key Secret) has %d bytes; at least %d are needed, or none to turn authentication off",
+			SeriesKeyEnv, n, MinKeyBytes)
+	}
 	switch n := len(k.Encrypt); {
 	case n == 0:
 		return nil

@@ -31,15 +31,6 @@ const SeriesKeyEnv = "DAYTWO_SERIES_KEY"
 // MinKeyBytes is the shortest series key taken.
 const MinKeyBytes = 32
 
-// CheckKey refuses a series key too short to authenticate anything.
-func CheckKey(key []byte) error {
-	if len(key) > 0 && len(key) < MinKeyBytes {
-		return fmt.Errorf("the series key (%s, from the DatabaseBackup's spec.seriesKeySecretRef) has %d bytes; at least %d are needed, or none to turn authentication off",
-			SeriesKeyEnv, len(key), MinKeyBytes)
-	}
-	return nil
-}
-
 // ErrNoSeriesKey means a series key was required and none was given.
 var ErrNoSeriesKey = errors.New("no series key: " + SeriesKeyEnv + " is not set (its Secret is missing?)")
 

@@ -95,7 +95,7 @@ func TestBucketWriterCannotChangeWhatARestoreRuns(t *testing.T) {
 	if _, err := os.Stat(marker); err == nil {
 		t.Fatal("a program ran on the server")
 	}
-	if err := backup.CheckKey([]byte("short")); err == nil {
+	if err := backup.CheckKeys(backup.Keys{Seal: []byte("short")}); err == nil {
 		t.Fatal("a 5-byte series key was taken")
 	}
 

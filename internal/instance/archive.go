@@ -145,7 +145,7 @@ func (m *Manager) startWAL(ctx context.Context, archive bool) error {
 			return fmt.Errorf("failed to start archiving WAL: %w", err)
 		}
 		keys := m.cfg.archiveKeys()
-		if err := backup.CheckEncryptionKeys(keys); err != nil {
+		if err := backup.CheckKeys(keys); err != nil {
 			return fmt.Errorf("failed to start archiving WAL: %w", err)
 		}
 		archiver = &wal.Archiver{Storage: st, Prefix: a.Prefix, Keys: keys, WALDir: filepath.Join(m.cfg.PGData, "pg_wal"),

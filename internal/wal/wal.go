@@ -88,15 +88,19 @@ func push(ctx context.Context, st backup.Storage, prefix, path string, keys back
 		// series had a key is the same file. It is stored again, sealed
 		// and encrypted as the keys say, unless it already is: a recovery
 		// would refuse it.
-		stored, err := fetch(ctx, st, name, key, backup.Keys{Encrypt: keys.Encrypt})
+		stored, err := readStored(ctx, st, key)
+		var content []byte
+		if err == nil {
+			content, err = decode(name, key, stored, backup.Keys{Encrypt: keys.Encrypt})
+		}
 		if err != nil {
 			return fmt.Errorf("failed to compare %s with the stored copy: %w", name, err)
 		}
-		if sha256.Sum256(stored) != sha256.Sum256(data) {
+		if sha256.Sum256(content) != sha256.Sum256(data) {
 			return fmt.Errorf("%s: %w", name, ErrDifferent)
 		}
-		if ok, err := storedAsKeysSay(ctx, st, name, key, keys); err != nil || ok {
-			return err
+		if storedAsKeysSay(name, stored, keys) {
+			return nil
 		}
 	} else if !errors.Is(err, backup.ErrNotFound) {
 		return fmt.Errorf("failed to look for %s in the archive: %w", name, err)
@@ -219,18 +223,11 @@ func Fetch(ctx context.Context, st backup.Storage, prefix, name, dest string, ke
 	return writeAtomic(dest, data)
 }
 
-// storedAsKeysSay says whether the copy of name at key is sealed (with a
-// seal key) and encrypted (with an encryption key) as keys say.
-func storedAsKeysSay(ctx context.Context, st backup.Storage, name, key string, keys backup.Keys) (bool, error) {
-	if len(keys.Seal) == 0 && len(keys.Encrypt) == 0 {
-		return true, nil
-	}
-	raw, err := readStored(ctx, st, key)
-	if err != nil {
-		return false, err
-	}
-	frame, err := unseal(keys.Seal, name, raw)
-	return err == nil && (len(keys.Encrypt) == 0 || backup.IsEncrypted(frame)), nil
+// storedAsKeysSay says whether stored, name's stored copy, is sealed (with
+// a seal key) and encrypted (with an encryption key) as keys say.
+func storedAsKeysSay(name string, stored []byte, keys backup.Keys) bool {
+	frame, err := unseal(keys.Seal, name, stored)
+	return err == nil && (len(keys.Encrypt) == 0 || backup.IsEncrypted(frame))
 }
 
 func readStored(ctx context.Context, st backup.Storage, key string) ([]byte, error) {
@@ -258,6 +255,11 @@ func fetch(ctx context.Context, st backup.Storage, name, key string, keys backup
 	if err != nil {
 		return nil, err
 	}
+	return decode(name, key, stored, keys)
+}
+
+// decode is fetch on the stored bytes of name (at key).
+func decode(name, key string, stored []byte, keys backup.Keys) ([]byte, error) {
 	frame, err := unseal(keys.Seal, name, stored)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", key, err)
@@ -279,9 +281,10 @@ func fetch(ctx context.Context, st backup.Storage, name, key string, keys backup
 
 // A sealed WAL file is its zstd frame (encrypted, with an encryption key)
 // followed by a zstd skippable frame (which decoders pass over, so a
-// reader without the key reads an unencrypted one as before) holding sealTag and the HMAC-SHA256, under the series key, of
-// the file's name and the frame before it: a file changed, or put in
-// another's place, fails.
+// reader without the key reads an unencrypted one as before) holding
+// sealTag and the HMAC-SHA256, under the series key, of the file's name
+// and the frame before it: a file changed, or put in another's place,
+// fails.
 const sealMagic = 0x184D2A5E
 
 var sealTag = []byte("daytwo-wal-mac-v1")

@@ -279,7 +279,7 @@ func TestSealedWALRefusesWhatTheKeyDidNotSeal(t *testing.T) {
 	if _, err := wal.FindBase(ctx, st, "p/", "junk", backup.Keys{}); !errors.Is(err, backup.ErrUnauthenticated) {
 		t.Fatalf("a manifest naming another backup: %v", err)
 	}
-	if err := backup.CheckEncryptionKeys(backup.Keys{Encrypt: []byte(strings.Repeat("e", 32))}); err == nil {
+	if err := backup.CheckKeys(backup.Keys{Encrypt: []byte(strings.Repeat("e", 32))}); err == nil {
 		t.Fatal("an encryption key without a series key was taken")
 	}
 	// Segment 2's stored copy in segment 1's place.

@@ -82,17 +82,10 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, b *v1alpha1.DatabaseBa
 		setCondition(b, v1alpha1.ConditionReady, false, v1alpha1.ReasonInvalidSpec, err.Error())
 		return reconcile.Result{}, reconcile.TerminalError(err)
 	}
-	if missing, err := r.ensureSeriesKey(ctx, b); err != nil || missing != "" {
-		if missing != "" {
-			// No watch on Secrets here: look again.
-			setCondition(b, v1alpha1.ConditionReady, false, v1alpha1.ReasonSeriesKeyUnusable, missing)
-			return reconcile.Result{RequeueAfter: archivingPoll}, nil
-		}
-		return reconcile.Result{}, err
-	}
-	if problem, err := r.encryptionKeyProblem(ctx, b); err != nil || problem != "" {
+	if reason, problem, err := r.ensureKeys(ctx, b); err != nil || problem != "" {
 		if problem != "" {
-			setCondition(b, v1alpha1.ConditionReady, false, v1alpha1.ReasonEncryptionKeyUnusable, problem)
+			// No watch on Secrets here: look again.
+			setCondition(b, v1alpha1.ConditionReady, false, reason, problem)
 			return reconcile.Result{RequeueAfter: archivingPoll}, nil
 		}
 		return reconcile.Result{}, err

@@ -20,6 +20,16 @@ import (
 // DatabaseBackup it made it for.
 const labelSeriesKeyOf = "daytwo.dev/series-key-of"
 
+// ensureKeys makes b's series key exist and checks its encryption key,
+// returning the condition reason and message of the first problem.
+func (r *Reconciler) ensureKeys(ctx context.Context, b *v1alpha1.DatabaseBackup) (reason, problem string, err error) {
+	if problem, err = r.ensureSeriesKey(ctx, b); err != nil || problem != "" {
+		return v1alpha1.ReasonSeriesKeyUnusable, problem, err
+	}
+	problem, err = r.encryptionKeyProblem(ctx, b)
+	return v1alpha1.ReasonEncryptionKeyUnusable, problem, err
+}
+
 // ensureSeriesKey makes b's series key Secret exist: the one spec names
 // must (missing says so when it does not); daytwo's own is created with a
 // random key, once: when it goes after backups were taken, a new key could
