@@ -301,10 +301,7 @@ func TestOneShotRunsOnceWithTheRightJob(t *testing.T) {
 		t.Fatal(err)
 	}
 	reconciled(t, b)
-	got = waitCondition(t, b, v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonSeriesKeyUnusable)
-	if c := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionReady); !strings.Contains(c.Message, "is gone") {
-		t.Errorf("Ready: %s", c.Message)
-	}
+	waitNotReady(t, b, v1alpha1.ReasonSeriesKeyUnusable, "is gone")
 	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(key), &corev1.Secret{}); !apierrors.IsNotFound(err) {
 		t.Fatalf("a new series key was made after backups were taken: %v", err)
 	}
@@ -650,10 +647,7 @@ func TestNamedSeriesKeyMustExist(t *testing.T) {
 		b.Spec.SeriesKeySecretRef = &v1alpha1.SecretKeyRef{Name: "dr-key", Key: "series.key"}
 		b.Spec.Encryption = &v1alpha1.BackupEncryption{KeySecretRef: v1alpha1.SecretKeyRef{Name: "enc-key"}}
 	})
-	got := waitCondition(t, b, v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonSeriesKeyUnusable)
-	if c := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionReady); !strings.Contains(c.Message, "spec.seriesKeySecretRef: Secret dr-key") {
-		t.Errorf("Ready: %s", c.Message)
-	}
+	waitNotReady(t, b, v1alpha1.ReasonSeriesKeyUnusable, "spec.seriesKeySecretRef: Secret dr-key")
 	if n := len(jobs(t, ns)); n != 0 {
 		t.Fatalf("%d Jobs started without the series key", n)
 	}
@@ -672,10 +666,7 @@ func TestNamedSeriesKeyMustExist(t *testing.T) {
 	}
 	// The encryption key next.
 	reconciled(t, b)
-	got = waitCondition(t, b, v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonEncryptionKeyUnusable)
-	if c := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionReady); !strings.Contains(c.Message, "spec.encryption.keySecretRef: Secret enc-key") {
-		t.Errorf("Ready: %s", c.Message)
-	}
+	waitNotReady(t, b, v1alpha1.ReasonEncryptionKeyUnusable, "spec.encryption.keySecretRef: Secret enc-key")
 	if err := env.Client.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "enc-key"},
 		Data: map[string][]byte{"key": []byte(strings.Repeat("e", 64))}}); err != nil {
 		t.Fatal(err)
@@ -693,5 +684,15 @@ func TestNamedSeriesKeyMustExist(t *testing.T) {
 	}
 	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "nightly-series-key"}, &corev1.Secret{}); err == nil {
 		t.Error("daytwo made a series key beside the one the spec names")
+	}
+}
+
+// waitNotReady waits until b is not Ready for reason, with a message that
+// says what.
+func waitNotReady(t *testing.T, b *v1alpha1.DatabaseBackup, reason, what string) {
+	t.Helper()
+	got := waitCondition(t, b, v1alpha1.ConditionReady, metav1.ConditionFalse, reason)
+	if c := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionReady); !strings.Contains(c.Message, what) {
+		t.Errorf("Ready: %s, want it to say %q", c.Message, what)
 	}
 }
