@@ -106,6 +106,9 @@ installer: ## Render dist/install.yaml from config/default.
 PG_MAIN ?= 17
 PG_OTHERS ?= 15 18
 PG_VERSIONED ?= TestPrimaryLifecycle|TestMetricsOfAPrimaryAndItsReplica|TestReplicaWhoseWALIsGoneIsClonedAgain|TestFailoverPromotesFencesAndRejoins|TestDivergedReplicaIsRewound|TestOldPrimaryThatCannotRewindIsClonedAgain|TestReplicaBehindALoweredSettingStarts|TestBaseBackup|TestRestoreFromBackup|TestBackupToMinIORestoresTheSameData|TestLogicalBackupCompressesAndBringsBackRoles|TestCorruptBackupIsRefused|TestNotAnArchiveIsNotABackup|TestRestorerFetchesAhead|TestArchiverShipsEverySegmentToMinIO|TestRenderRoundTripsThroughPostgres
+# Tests that start their own PostgreSQL servers run side by side (t.Parallel):
+# they mostly wait on PostgreSQL, so more of them than cores keeps both busy.
+TEST_PARALLEL ?= 4
 PG_VERSIONED_PKGS ?= ./internal/instance/ ./internal/backup/ ./internal/wal/ ./internal/postgres/
 
 .PHONY: deps
@@ -115,10 +118,10 @@ deps: ## Install what the data-path tests need: PostgreSQL $(PG_MAIN) and $(PG_O
 
 .PHONY: test
 test: tools deps vet verify-generated ## Unit, envtest and real-PostgreSQL integration tests: all on PostgreSQL $(PG_MAIN), the version-sensitive ones on $(PG_OTHERS) too.
-	@start=$$(date +%s); DAYTWO_PG_BINDIR=$$(hack/pgroot.sh $(PG_MAIN)) go test -count=1 -timeout 20m ./... \
+	@start=$$(date +%s); DAYTWO_PG_BINDIR=$$(hack/pgroot.sh $(PG_MAIN)) go test -count=1 -parallel $(TEST_PARALLEL) -timeout 20m ./... \
 	  && echo "=== make test: PostgreSQL $(PG_MAIN), every package: $$(( $$(date +%s) - start ))s"
 	@for v in $(PG_OTHERS); do start=$$(date +%s); \
-	  DAYTWO_PG_BINDIR=$$(hack/pgroot.sh $$v) go test -count=1 -timeout 20m -run '$(PG_VERSIONED)' $(PG_VERSIONED_PKGS) || exit 1; \
+	  DAYTWO_PG_BINDIR=$$(hack/pgroot.sh $$v) go test -count=1 -parallel $(TEST_PARALLEL) -timeout 20m -run '$(PG_VERSIONED)' $(PG_VERSIONED_PKGS) || exit 1; \
 	  echo "=== make test: PostgreSQL $$v, version-sensitive tests: $$(( $$(date +%s) - start ))s"; done
 
 .PHONY: test-e2e

@@ -41,11 +41,13 @@ if [ "$mode" = real ] && [ -z "${E2E_RUN:-}" ]; then
   audit=$(hack/realnode.sh audit-log)
 fi
 # suites [VAR=value...] [go test flags...]
+# The suites that call t.Parallel run together once the serial ones are done
+# (test/e2e/doc.go says which are which): E2E_PARALLEL of them at a time.
 suites() {
   local envs=()
   while [ $# -gt 0 ] && [[ $1 == [A-Z]*=* ]]; do envs+=("$1"); shift; done
   env KUBECONFIG="$kcfg" DAYTWO_E2E_MODE="$mode" DAYTWO_BIN="$root/bin/daytwo" "${envs[@]}" \
-    go test -count=1 -tags "${E2E_TAGS:-e2e}" -timeout "${E2E_TIMEOUT:-30m}" -v "${E2E_PKG:-./test/e2e/...}" "$@"
+    go test -count=1 -tags "${E2E_TAGS:-e2e}" -timeout "${E2E_TIMEOUT:-30m}" -parallel "${E2E_PARALLEL:-16}" -v "${E2E_PKG:-./test/e2e/...}" "$@"
 }
 # E2E_NAMESPACED: auto runs the namespaced install's smoke set after a full
 # run on the real node; only runs that alone; off never.

@@ -68,6 +68,7 @@ func opts(pg *testpg.Server, db string, st backup.Storage) backup.Options {
 }
 
 func TestBackupToMinIORestoresTheSameData(t *testing.T) {
+	t.Parallel()
 	pg := testpg.Start(t)
 	minio := testpg.StartMinIO(t)
 	st := s3(t, minio, "backups")
@@ -126,6 +127,7 @@ func (h *hookReader) Read(p []byte) (int, error) {
 }
 
 func TestMinIODyingMidUploadLeavesNoBackup(t *testing.T) {
+	t.Parallel()
 	pg := testpg.Start(t)
 	minio := testpg.StartMinIO(t)
 	st := s3(t, minio, "backups")
@@ -154,6 +156,7 @@ func TestMinIODyingMidUploadLeavesNoBackup(t *testing.T) {
 }
 
 func TestCorruptBackupIsRefused(t *testing.T) {
+	t.Parallel()
 	pg := testpg.Start(t)
 	minio := testpg.StartMinIO(t)
 	st := s3(t, minio, "backups")
@@ -186,6 +189,7 @@ func TestCorruptBackupIsRefused(t *testing.T) {
 }
 
 func TestRetentionKeepsTheNewestInTheBucket(t *testing.T) {
+	t.Parallel()
 	pg := testpg.Start(t)
 	minio := testpg.StartMinIO(t)
 	st := s3(t, minio, "backups")
@@ -224,6 +228,7 @@ func TestRetentionKeepsTheNewestInTheBucket(t *testing.T) {
 }
 
 func TestDirectoryStorage(t *testing.T) {
+	t.Parallel()
 	pg := testpg.Start(t)
 	pg.Exec(t, "postgres", "CREATE DATABASE small")
 	pg.Exec(t, "small", "CREATE TABLE t AS SELECT g FROM generate_series(1, 1000) g")
@@ -245,6 +250,7 @@ func TestDirectoryStorage(t *testing.T) {
 // same backup IDs), never list, prune or restore each other's backups; nor
 // does a Snapshot deletion's final backup (keepLast 1) beside a nightly series.
 func TestSeriesSharingALocationStayApart(t *testing.T) {
+	t.Parallel()
 	pg := testpg.Start(t)
 	minio := testpg.StartMinIO(t)
 	st := s3(t, minio, "backups")
@@ -319,6 +325,7 @@ func (r rejectingStorage) Put(ctx context.Context, key string, rd io.Reader) err
 // A Job's retry of a backup ID that is stored already only prunes; a failed
 // retry never deletes what an earlier attempt stored.
 func TestRetriedBackupKeepsTheEarlierAttempt(t *testing.T) {
+	t.Parallel()
 	pg := testpg.Start(t)
 	minio := testpg.StartMinIO(t)
 	st := s3(t, minio, "backups")
@@ -347,6 +354,7 @@ func TestRetriedBackupKeepsTheEarlierAttempt(t *testing.T) {
 
 // What pg_dump wrote is checked before a manifest makes it a backup.
 func TestNotAnArchiveIsNotABackup(t *testing.T) {
+	t.Parallel()
 	pg := testpg.Start(t)
 	st := backup.NewDir(t.TempDir())
 	bin := t.TempDir()
@@ -374,6 +382,7 @@ func TestNotAnArchiveIsNotABackup(t *testing.T) {
 // A table lock held by a long migration fails the backup after the lock
 // wait timeout instead of blocking the schedule for good.
 func TestBackupGivesUpOnALockedTable(t *testing.T) {
+	t.Parallel()
 	pg := testpg.Start(t)
 	pg.Exec(t, "postgres", "CREATE DATABASE small")
 	pg.Exec(t, "small", "CREATE TABLE t AS SELECT g FROM generate_series(1, 10) g")

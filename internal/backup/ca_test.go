@@ -14,6 +14,7 @@ import (
 // knows) is reached over verified TLS with S3Config.CAFile, and refused
 // without it: the certificate is verified, not skipped.
 func TestS3WithAPrivateCA(t *testing.T) {
+	t.Parallel()
 	minio, ca := testpg.StartMinIOTLS(t)
 	cfg := backup.S3Config{Endpoint: minio.Endpoint, Bucket: "private-ca", AccessKeyID: minio.AccessKey,
 		SecretAccessKey: minio.SecretKey, PartSize: 5 << 20}

@@ -16,6 +16,7 @@ import (
 // owners and grants come back; under another owner, that owner owns
 // everything and the grants stay. The stored size follows the compression.
 func TestLogicalBackupCompressesAndBringsBackRoles(t *testing.T) {
+	t.Parallel()
 	src := testpg.Start(t)
 	minio := testpg.StartMinIO(t)
 	st := s3(t, minio, "backups")
@@ -102,6 +103,7 @@ func TestLogicalBackupCompressesAndBringsBackRoles(t *testing.T) {
 }
 
 func TestSplitStatements(t *testing.T) {
+	t.Parallel()
 	script := `\restrict abc
 --
 -- Roles

@@ -14,6 +14,7 @@ import (
 // or its roles, and it restores with the key alone: without it, or with
 // another, the restore fails and restores nothing.
 func TestEncryptedBackupShowsNothingAndRestores(t *testing.T) {
+	t.Parallel()
 	src, st := appServer(t, "CREATE ROLE reporter LOGIN PASSWORD 'report-secret'")
 	src.Exec(t, "app", "SET ROLE app; CREATE TABLE secrets AS SELECT 'plaintext-canary-' || g AS v FROM generate_series(1, 5000) g")
 	o := appOptions(src, st)

@@ -13,6 +13,7 @@ import (
 // to, and a restore into a new server brings them all back, each under its
 // owner. Retention deletes every part of a pruned backup.
 func TestLogicalBackupCoversEveryDatabase(t *testing.T) {
+	t.Parallel()
 	src, st := appServer(t, `CREATE DATABASE shop OWNER app`, `CREATE DATABASE "audit-log" OWNER app`)
 	for db, rows := range map[string]int{"app": 0, "shop": 5000, "audit-log": 300} {
 		src.Exec(t, db, fmt.Sprintf("SET ROLE app; CREATE TABLE t AS SELECT g AS id FROM generate_series(1, %d) g", rows))

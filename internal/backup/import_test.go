@@ -19,6 +19,7 @@ const importChecksum = `SELECT md5(
 // A PostgreSQL 15 outside daytwo, imported into this version's server:
 // two databases, the roles with their passwords, owners and grants.
 func TestImportFromAnOlderServer(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	src := testpg.StartWith(t, testpg.BinDirOf(t, "15"))
 	src.Exec(t, "postgres", "CREATE ROLE shopkeeper LOGIN PASSWORD 'kept-secret'")

@@ -7,6 +7,7 @@ import (
 )
 
 func TestSelectGrandfatherFatherSon(t *testing.T) {
+	t.Parallel()
 	// One backup every 12 hours for 70 days, newest first.
 	var all []Manifest
 	end := time.Date(2026, 3, 31, 12, 0, 0, 0, time.UTC)
@@ -47,6 +48,7 @@ func TestSelectGrandfatherFatherSon(t *testing.T) {
 }
 
 func TestElapsed(t *testing.T) {
+	t.Parallel()
 	start := time.Date(2026, 11, 28, 4, 0, 0, 0, time.UTC)
 	for _, c := range []struct {
 		start, end time.Time

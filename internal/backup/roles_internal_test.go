@@ -6,6 +6,7 @@ import (
 )
 
 func TestImportedRolesKeepNoPowersAndErrorsNoPasswords(t *testing.T) {
+	t.Parallel()
 	for _, stmt := range splitStatements(`CREATE ROLE boss;
 ALTER ROLE boss WITH SUPERUSER INHERIT CREATEROLE CREATEDB LOGIN REPLICATION BYPASSRLS PASSWORD 'SCRAM-SHA-256$4096:a SUPERUSER b';
 ALTER ROLE quiet WITH SUPERUSER REPLICATION BYPASSRLS;`) {
@@ -29,6 +30,7 @@ ALTER ROLE quiet WITH SUPERUSER REPLICATION BYPASSRLS;`) {
 }
 
 func TestScrubDropsRowData(t *testing.T) {
+	t.Parallel()
 	stderr := `pg_restore: error: COPY failed for table "users": ERROR:  duplicate key value violates unique constraint "users_pkey"
 DETAIL:  Key (email)=(ann@example.com) already exists.
 CONTEXT:  COPY users, line 1: "1	ann@example.com	s3cret"

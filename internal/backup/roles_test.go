@@ -15,6 +15,7 @@ import (
 // programs or read and write the server's files. So an imported role
 // cannot run COPY ... TO PROGRAM, which would run code as the server.
 func TestRestoredRolesCannotRunPrograms(t *testing.T) {
+	t.Parallel()
 	src, st := appServer(t,
 		"CREATE ROLE intruder LOGIN CREATEROLE",
 		"GRANT pg_execute_server_program, pg_read_server_files, pg_write_server_files TO intruder",
@@ -63,6 +64,7 @@ func TestRestoredRolesCannotRunPrograms(t *testing.T) {
 // connection that may not (the application owner) backs the roles up
 // without them, and the manifest says so.
 func TestLogicalBackupKeepsRolePasswords(t *testing.T) {
+	t.Parallel()
 	src, st := appServer(t, "CREATE ROLE reporter LOGIN PASSWORD 'report-secret'",
 		"CREATE ROLE streaming_replica LOGIN REPLICATION PASSWORD 'repl-secret'",
 		"GRANT SELECT ON pg_catalog.pg_authid TO streaming_replica")

@@ -23,6 +23,7 @@ import (
 // file existed). Now the whole part is checked first. A manifest changed,
 // signed with another key, or stripped of its MAC is refused or ignored.
 func TestBucketWriterCannotChangeWhatARestoreRuns(t *testing.T) {
+	t.Parallel()
 	pg := testpg.Start(t)
 	st := s3(t, testpg.StartMinIO(t), "backups")
 	pad := strings.Repeat("x", 200)

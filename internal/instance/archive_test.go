@@ -25,6 +25,7 @@ import (
 // compressed to the archive, where it reads back whole. The archive is
 // claimed for its cluster: another cluster is refused.
 func TestPrimaryArchivesWALThroughItsManager(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	in := newInstance(t)
 	archive := t.TempDir()
@@ -106,6 +107,7 @@ func TestPrimaryArchivesWALThroughItsManager(t *testing.T) {
 // timeline, history file first. A base backup taken before the failover
 // then recovers to a time after it, across the timeline switch.
 func TestArchiveHasNoGapAfterAFailover(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	lt := newLeaseTest(t, "orders-0")
 	archive := t.TempDir()
@@ -210,6 +212,7 @@ func TestArchiveHasNoGapAfterAFailover(t *testing.T) {
 // backup is too, and the restore reads both with the keys from its
 // environment; no stored file shows a zstd frame.
 func TestBaseBackupAndArchiveRecoverToATime(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	in := newInstance(t)
 	keys := backup.Keys{Seal: []byte(strings.Repeat("s", 32)), Encrypt: []byte(strings.Repeat("e", 32))}
@@ -426,6 +429,7 @@ func pgbenchLoad(t *testing.T, in *instance) (stop func() int) {
 // recovery to the end of the archive that holds every event and every
 // pgbench transaction committed before the last switch.
 func TestArchivingCatchesUpAfterAStorageOutage(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	m := testpg.StartMinIO(t)
 	in := newInstance(t)
@@ -535,6 +539,7 @@ func (lt *leaseTest) archivingPair() (prim, repl *instance, link *proxy, archive
 // primary to finish that segment (asked every few seconds, as the backup
 // Job does), and it restores like one taken from the primary.
 func TestBaseBackupFromAReplica(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	lt := newLeaseTest(t, "orders-0")
 	prim, repl, _, root := lt.archivingPair()

@@ -6,6 +6,7 @@ import (
 )
 
 func TestTimeToFull(t *testing.T) {
+	t.Parallel()
 	at := time.Date(2026, 11, 24, 7, 0, 0, 0, time.UTC)
 	s := func(sec int, bytes int64) backlogSample {
 		return backlogSample{at: at.Add(time.Duration(sec) * time.Second), bytes: bytes}

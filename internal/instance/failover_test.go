@@ -211,6 +211,7 @@ func tryPost(in *instance, path, token string, body, out any) (int, error) {
 // kills its postgres, rewinds its data (throwing away what only it had) and
 // follows the new primary.
 func TestFailoverPromotesFencesAndRejoins(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	lt := newLeaseTest(t, "orders-0")
 	// Each instance streams from the other when it is a replica; orders-1
@@ -378,6 +379,7 @@ func outgrowSlot(t *testing.T, prim *instance) {
 // gone, so pg_rewind has nothing to work from. After the failover it is
 // cloned from the new primary instead, and holds exactly its rows.
 func TestOldPrimaryThatCannotRewindIsClonedAgain(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	lt := newLeaseTest(t, "orders-0")
 	old, repl, link := lt.linkedPair()
@@ -410,6 +412,7 @@ func TestOldPrimaryThatCannotRewindIsClonedAgain(t *testing.T) {
 // the data directory) cannot trust its data: it clones the primary again
 // on its next start instead of running postgres on it.
 func TestUnfinishedRewindIsClonedAgain(t *testing.T) {
+	t.Parallel()
 	lt := newLeaseTest(t, "orders-0")
 	prim, repl, _ := lt.linkedPair()
 	repl.stop()
@@ -439,6 +442,7 @@ func TestUnfinishedRewindIsClonedAgain(t *testing.T) {
 // slot would find it): only the primary's refusal to stream from the
 // replica's position tells.
 func TestReplicaWhoseWALIsGoneIsClonedAgain(t *testing.T) {
+	t.Parallel()
 	for _, remade := range []bool{false, true} {
 		t.Run(map[bool]string{false: "slot lost", true: "slot made again"}[remade], func(t *testing.T) {
 			replicaWhoseWALIsGone(t, remade)
@@ -500,6 +504,7 @@ func replicaWhoseWALIsGone(t *testing.T, remakeSlot bool) {
 // makes its slot again and streams: it is not cloned again. Without the
 // archive it would be (the test above).
 func TestReplicaCatchesUpFromTheArchive(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	lt := newLeaseTest(t, "orders-0")
 	prim, repl, link, archive := lt.archivingPair()
@@ -540,6 +545,7 @@ func TestReplicaCatchesUpFromTheArchive(t *testing.T) {
 // primary's old value instead, and once it has replayed the change it
 // restarts by itself to run its own.
 func TestReplicaBehindALoweredSettingStarts(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	lt := newLeaseTest(t, "orders-0")
 	const name = "max_locks_per_transaction"
@@ -577,6 +583,7 @@ func TestReplicaBehindALoweredSettingStarts(t *testing.T) {
 // Before, its configuration kept the floor, nothing was pending, and the
 // operator waited for ever.
 func TestReplicaPromotedAboveItsSetting(t *testing.T) {
+	t.Parallel()
 	lt := newLeaseTest(t, "orders-0")
 	const name = "max_locks_per_transaction"
 	prim, repl, _ := lt.linkedPairWith(map[string]string{name: "128"})
@@ -641,6 +648,7 @@ func restartWith(t *testing.T, in *instance, setting, value string) {
 // primary. It finds out from the primary's timeline history, stops
 // cleanly, rewinds and streams, holding exactly the new primary's rows.
 func TestDivergedReplicaIsRewound(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	lt := newLeaseTest(t, "orders-0")
 	a, b, c := lt.instance(0), lt.instance(0), lt.instance(0)
@@ -721,6 +729,7 @@ func promoteAfter(t *testing.T, in *instance, waitLSN string) int {
 // holds a lease of its own here, so moving the replica's does not fence
 // it: the WAL the replica waits for still streams once the link heals.
 func TestPromotionRereadsTheLeaseAfterWaitingForWAL(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	lt := newLeaseTest(t, "orders-0")
 	own := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: lt.key.Namespace, Name: "orders-source"},
@@ -798,6 +807,7 @@ func TestPromotionRereadsTheLeaseAfterWaitingForWAL(t *testing.T) {
 // replica is promoted once it holds that WAL; every acknowledged write,
 // before and after, is on the new primary; and the old primary follows it.
 func TestSwitchoverLosesNoAcknowledgedWrite(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	lt := newLeaseTest(t, "orders-0")
 	old, repl := lt.pair()
@@ -899,6 +909,7 @@ func TestSwitchoverLosesNoAcknowledgedWrite(t *testing.T) {
 // dead disk) stops renewing its lease and kills postgres before the lease
 // can run out, then starts again and holds it.
 func TestHungPrimaryStopsRenewing(t *testing.T) {
+	t.Parallel()
 	lt := newLeaseTest(t, "orders-0")
 	in := lt.instance(1)
 	in.start("orders-0")
@@ -993,6 +1004,7 @@ func (in *instance) exec(ctx context.Context, sql string) {
 // waiting for a replica that is gone within a few seconds and waits for it
 // again once it streams.
 func TestSynchronousReplication(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	lt := newLeaseTest(t, "orders-0")
 	primary, repl := lt.pair()
@@ -1071,6 +1083,7 @@ func TestSynchronousReplication(t *testing.T) {
 // restart: the manager stays up, every committed row is there, and the
 // primary keeps its lease. Three kills in a row.
 func TestKilledPostgresRestartsInPlace(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	lt := newLeaseTest(t, "orders-0")
 	in := lt.instance(1)
@@ -1157,6 +1170,7 @@ func TestKilledPostgresRestartsInPlace(t *testing.T) {
 // primary's commits wait for it, so that is when writes come back. The
 // deleted primary relays new connections to the new one meanwhile.
 func TestReplicasFollowTheLeaseHolder(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	lt := newLeaseTest(t, "orders-0")
 	a, b, c := lt.instance(0), lt.instance(0), lt.instance(0)
@@ -1252,6 +1266,7 @@ func TestReplicasFollowTheLeaseHolder(t *testing.T) {
 // an empty database as the latest. It refuses, saying why and how out, and
 // bootstraps only while the lease records no service.
 func TestPrimaryWithoutDataRefusesOnceTheDatabaseServed(t *testing.T) {
+	t.Parallel()
 	lt := newLeaseTest(t, "orders-0")
 	ctx := context.Background()
 	l := &coordinationv1.Lease{}

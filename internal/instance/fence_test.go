@@ -93,6 +93,7 @@ func (w *ackWriter) halt() []time.Time {
 // renewed runs out: past that the operator may promote another instance.
 // No write is acknowledged after the lease's expiry.
 func TestRestartedPrimaryFencesWithoutTheAPIServer(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	lt := newLeaseTest(t, "orders-0")
 	in, api := lt.instanceBehindAPIProxy(1)

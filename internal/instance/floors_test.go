@@ -21,6 +21,7 @@ Maximum data alignment:               8
 `
 
 func TestParseControlSettings(t *testing.T) {
+	t.Parallel()
 	want := map[string]int{"max_connections": 200, "max_worker_processes": 8, "max_wal_senders": 10,
 		"max_prepared_transactions": 0, "max_locks_per_transaction": 128}
 	if got := parseControlSettings([]byte(controlData)); !maps.Equal(got, want) {
@@ -32,6 +33,7 @@ func TestParseControlSettings(t *testing.T) {
 }
 
 func TestFloorSettings(t *testing.T) {
+	t.Parallel()
 	got := floorSettings(map[string]floor{"max_locks_per_transaction": {128, 64}, "max_connections": {200, 100}})
 	if want := "max_connections = 200\nmax_locks_per_transaction = 128\n"; got != want {
 		t.Fatalf("floorSettings = %q, want %q", got, want)

@@ -13,6 +13,7 @@ import (
 )
 
 func TestReplayedPastFork(t *testing.T) {
+	t.Parallel()
 	const history = "1\t0/3000000\tno recovery target specified\n\n2\t0/5030E70\tno recovery target specified\n"
 	for _, tc := range []struct {
 		name     string
@@ -36,6 +37,7 @@ func TestReplayedPastFork(t *testing.T) {
 }
 
 func TestUpstream(t *testing.T) {
+	t.Parallel()
 	inCluster := &Config{Cluster: "orders", Namespace: "shop", Pod: "orders-2", Port: 5432, PrimaryHost: "orders-rw"}
 	listed := &Config{Cluster: "orders", Pod: "orders-2", Port: 5432, PrimaryHost: "127.0.0.1", PrimaryPort: 7000,
 		Peers: map[string]string{"orders-0": "127.0.0.1:7001"}}
@@ -59,6 +61,7 @@ func TestUpstream(t *testing.T) {
 }
 
 func TestParsePeers(t *testing.T) {
+	t.Parallel()
 	got, err := ParsePeers("peers", "orders-0=127.0.0.1:7001,orders-1=[::1]:7002")
 	if err != nil || len(got) != 2 || got["orders-1"] != "[::1]:7002" {
 		t.Fatalf("ParsePeers = %v, %v", got, err)
@@ -77,6 +80,7 @@ func TestParsePeers(t *testing.T) {
 // commands, the checkpoint before a rewind): they must not name a client
 // certificate file pgx would try to load.
 func TestSSLParamsParseWithPgx(t *testing.T) {
+	t.Parallel()
 	c := &Config{TLS: true, RunDir: t.TempDir()}
 	ca, _, err := pki.NewCA("test", time.Now(), time.Hour)
 	if err != nil {
@@ -100,6 +104,7 @@ func TestSSLParamsParseWithPgx(t *testing.T) {
 // before a switch point is on the parent timeline, whose segment file
 // names differ.
 func TestTimelineAt(t *testing.T) {
+	t.Parallel()
 	const history = "1\t0/3000000\tno recovery target specified\n\n2\t0/5030E70\tno recovery target specified\n"
 	for _, tc := range []struct {
 		lsn  uint64

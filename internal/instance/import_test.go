@@ -16,6 +16,7 @@ import (
 // bootstrap.import: a PostgreSQL 15 outside daytwo becomes this primary's
 // data; a wrong password fails the bootstrap, which never serves.
 func TestBootstrapImport(t *testing.T) {
+	t.Parallel()
 	src := testpg.StartWith(t, testpg.BinDirOf(t, "15"))
 	src.Exec(t, "postgres", "CREATE ROLE legacy_app LOGIN PASSWORD 'legacy-pass'")
 	src.Exec(t, "postgres", "CREATE DATABASE shop OWNER legacy_app")

@@ -296,6 +296,7 @@ func (in *instance) show(ctx context.Context, setting string) string {
 }
 
 func TestPrimaryLifecycle(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	in := newInstance(t)
 	in.start("orders-0")
@@ -405,6 +406,7 @@ func TestPrimaryLifecycle(t *testing.T) {
 }
 
 func TestRefusesAnotherMajorVersion(t *testing.T) {
+	t.Parallel()
 	in := newInstance(t)
 	data := filepath.Join(in.root, "data")
 	if err := os.MkdirAll(data, 0o700); err != nil {
@@ -546,6 +548,7 @@ func (w testWriter) Write(p []byte) (int, error) {
 // A Database bootstrapped from a backup: the instance restores it before it
 // ever listens on TCP, and refuses a corrupt one without becoming ready.
 func TestRestoreFromBackup(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	src := newInstance(t)
 	src.start("orders-0")

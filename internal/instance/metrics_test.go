@@ -71,6 +71,7 @@ func (s scrape) get(t *testing.T, name, labels string) float64 {
 // A primary and its replica serve their PostgreSQL's figures: the ones
 // the alerts and the dashboard read, each with a value that can be wrong.
 func TestMetricsOfAPrimaryAndItsReplica(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	lt := newLeaseTest(t, "orders-0")
 	prim, repl, _ := lt.linkedPair()

@@ -17,6 +17,7 @@ import (
 // as before, TestRestartedPrimaryFencesWithoutTheAPIServer: its replicas
 // reach the API and promise nothing.)
 func TestPrimaryServesThroughAnAPIOutageOnItsPeersPromises(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	ca := newTestCA(t)
 	lt := newLeaseTest(t, "orders-0")

@@ -11,6 +11,7 @@ import (
 // A flood of readiness probes opens one connection to postgres, not one per
 // probe: anyone who reaches the pod may call /readyz.
 func TestReadinessProbesShareOnePing(t *testing.T) {
+	t.Parallel()
 	var checks atomic.Int32
 	p := &pinger{check: func(context.Context) bool {
 		checks.Add(1)

@@ -16,6 +16,7 @@ import (
 // stops (a failover's moment, when the next primary must stay in -rw);
 // one that never streamed since it started gets no grace.
 func TestStreamJustLost(t *testing.T) {
+	t.Parallel()
 	m := &Manager{}
 	observe := func(streaming bool) {
 		m.mu.Lock()
@@ -60,6 +61,7 @@ func TestStreamJustLost(t *testing.T) {
 // that counted a transition and renewed it. A listed lease, or one deleted
 // and made anew (which names its first holder, unrenewed), does not.
 func TestHandedOn(t *testing.T) {
+	t.Parallel()
 	lease := func(uid string, transitions int32, renewed bool) *coordinationv1.Lease {
 		l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{UID: k8stypes.UID(uid)},
 			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("orders-1"), LeaseTransitions: ptr.To(transitions)}}
@@ -88,6 +90,7 @@ func TestHandedOn(t *testing.T) {
 // A promotion that waited for no WAL skips its second lease read only while
 // the first is recent and the lease well within its term.
 func TestStillNamed(t *testing.T) {
+	t.Parallel()
 	now := time.Now()
 	cases := []struct {
 		name          string

@@ -14,6 +14,7 @@ import (
 // might) that leave a background process behind; when each ends it must be
 // reaped, not left a zombie, and SIGTERM still stops everything cleanly.
 func TestReapsOrphansAsPID1(t *testing.T) {
+	t.Parallel()
 	if os.Getuid() != 0 {
 		t.Skip("a new PID namespace needs root; CI runs as root")
 	}

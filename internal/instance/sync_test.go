@@ -6,6 +6,7 @@ import (
 )
 
 func TestSlotChanges(t *testing.T) {
+	t.Parallel()
 	three := []string{"db-0", "db-1", "db-2"}
 	tests := []struct {
 		name         string

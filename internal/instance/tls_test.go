@@ -107,6 +107,7 @@ func (ca *testCA) servedSerial(ctx context.Context, in *instance) (string, error
 // plaintext network connection, streams to a replica over verified TLS,
 // and serves a renewed certificate without restarting postgres.
 func TestTLSRequiredVerifiedAndRenewedWithoutRestart(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	ca := newTestCA(t)
 	prim := newInstance(t, "--tls")

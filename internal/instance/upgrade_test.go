@@ -51,6 +51,7 @@ func upgradeSetup(t *testing.T, params map[string]string, beforeStop func(*insta
 }
 
 func TestMajorUpgradeInPlace(t *testing.T) {
+	t.Parallel()
 	// A replica of the 15 primary, stopped with it.
 	var rep *instance
 	in, before, bundle := upgradeSetup(t, map[string]string{}, func(in *instance) {
@@ -110,6 +111,7 @@ func TestMajorUpgradeInPlace(t *testing.T) {
 // pg_upgrade succeeds, the new server cannot start, and the old data comes
 // back as it was.
 func TestMajorUpgradeRollsBackWhenTheNewServerCannotStart(t *testing.T) {
+	t.Parallel()
 	params := map[string]string{"vacuum_defer_cleanup_age": "0"}
 	in, before, bundle := upgradeSetup(t, params, nil)
 	data := filepath.Join(in.root, "data")
@@ -153,6 +155,7 @@ func TestMajorUpgradeRollsBackWhenTheNewServerCannotStart(t *testing.T) {
 // the data directory is missing and the old one waits beside it. The next
 // start puts it back instead of making an empty cluster.
 func TestInterruptedUpgradeSwapPutsTheOldDataBack(t *testing.T) {
+	t.Parallel()
 	in, before, _ := upgradeSetup(t, map[string]string{}, nil)
 	data := filepath.Join(in.root, "data")
 	if err := os.Rename(data, data+".15"); err != nil {
@@ -183,6 +186,7 @@ func TestInterruptedUpgradeSwapPutsTheOldDataBack(t *testing.T) {
 // as the operator's pods do: every server pg_upgrade starts reads the
 // certificate the configuration names.
 func TestUpgradeOnlyAndAnUnservedUpgradeGoesBack(t *testing.T) {
+	t.Parallel()
 	tlsFlag := "--" + instanceapi.FlagTLS
 	in, before, bundle := upgradeSetup(t, map[string]string{}, nil, tlsFlag)
 	data := filepath.Join(in.root, "data")

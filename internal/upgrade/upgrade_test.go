@@ -73,6 +73,7 @@ func untouched(t *testing.T, data, major string) {
 }
 
 func TestUpgradeKeepsEveryRow(t *testing.T) {
+	t.Parallel()
 	for _, v := range [][2]string{{"15", "17"}, {"17", "18"}} {
 		from, to := v[0], v[1]
 		t.Run(from+" to "+to, func(t *testing.T) {
@@ -111,6 +112,7 @@ func TestUpgradeKeepsEveryRow(t *testing.T) {
 }
 
 func TestFailedCheckChangesNothing(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	// pg_upgrade cannot carry reg* columns other than regclass/regtype:
 	// their OIDs do not survive.
@@ -141,6 +143,7 @@ func oldClusterWhole(t *testing.T, p upgrade.Plan, major, before string) {
 }
 
 func TestUpgradeFailingMidCopyLeavesTheOldClusterWhole(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	s, before := oldCluster(t, "15")
 	p := plan(t, s, "15", "17")
@@ -169,6 +172,7 @@ func TestUpgradeFailingMidCopyLeavesTheOldClusterWhole(t *testing.T) {
 // bundled with their own libraries and loader. 15 comes from this host's
 // Debian (bookworm), and the upgrade runs through the bundle.
 func TestUpgradeThroughABundle(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	s, before := oldCluster(t, "15")
 	p := plan(t, s, "15", "17")
@@ -197,6 +201,7 @@ func TestUpgradeThroughABundle(t *testing.T) {
 // A bundle made from another Debian release's file system runs here: its
 // programs load its own C library, not this host's.
 func TestBundleRunsAcrossReleases(t *testing.T) {
+	t.Parallel()
 	newBin := testpg.BinDirOf(t, "17")
 	root := strings.TrimSuffix(newBin, "/usr/lib/postgresql/17/bin")
 	if root == newBin {

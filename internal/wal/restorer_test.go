@@ -22,6 +22,7 @@ import (
 // past the archive's end it answers ErrNotArchived, and a file archived
 // after a fetch ahead missed it is found when recovery asks.
 func TestRestorerFetchesAhead(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	st := backup.NewDir(t.TempDir())
 	src := t.TempDir()
@@ -87,6 +88,7 @@ func TestRestorerFetchesAhead(t *testing.T) {
 }
 
 func TestNextSegment(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		name string
 		size int64
@@ -105,6 +107,7 @@ func TestNextSegment(t *testing.T) {
 }
 
 func TestSegmentName(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		tli  int
 		lsn  uint64
@@ -128,6 +131,7 @@ func TestSegmentName(t *testing.T) {
 }
 
 func TestChooseBase(t *testing.T) {
+	t.Parallel()
 	at := func(m int) time.Time { return time.Date(2026, 11, 24, 7, m, 0, 0, time.UTC) }
 	bases := []wal.BaseBackup{
 		{ID: "a", EndLSN: "0/3000100", Finished: at(0)},
@@ -159,6 +163,7 @@ func TestChooseBase(t *testing.T) {
 // remaining one needs (segments from its first on, of every timeline, and
 // all history files).
 func TestPruneArchiveKeepsWhatKeptBasesNeed(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	root := t.TempDir()
 	st := backup.NewDir(root)
@@ -209,6 +214,7 @@ func TestPruneArchiveKeepsWhatKeptBasesNeed(t *testing.T) {
 // naming the missing segment, and leaves nothing behind: it would never
 // restore. (Base backups that restore: internal/instance's PITR tests.)
 func TestBaseBackupEndsWhereItsManifestSays(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	pg := testpg.Start(t, "archive_mode=on", "archive_command=/bin/true", "wal_level=replica")
 	pg.Exec(t, "postgres", "CREATE TABLE t AS SELECT generate_series(1, 1000) g")
@@ -233,6 +239,7 @@ func TestBaseBackupEndsWhereItsManifestSays(t *testing.T) {
 // newest base backup moves nothing, and with no base backup there is no
 // window at all.
 func TestRecoverabilityWindow(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	root := t.TempDir()
 	st := backup.NewDir(root)

@@ -55,6 +55,7 @@ func startArchiving(t *testing.T) *testpg.Server {
 // The Archiver ships every ready segment of a real PostgreSQL to a real
 // MinIO, several at a time, and each comes back byte for byte.
 func TestArchiverShipsEverySegmentToMinIO(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	pg := startArchiving(t)
@@ -114,6 +115,7 @@ func TestArchiverShipsEverySegmentToMinIO(t *testing.T) {
 // archives again after a crash), different content is refused, and a
 // stored copy with a flipped byte is refused on the way back.
 func TestArchiveRefusesOverwritesAndCorruption(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	pg := startArchiving(t)
 	ready := finishSegments(t, pg, 1)
@@ -144,6 +146,7 @@ func TestArchiveRefusesOverwritesAndCorruption(t *testing.T) {
 }
 
 func TestKey(t *testing.T) {
+	t.Parallel()
 	for name, want := range map[string]string{
 		"000000020000000A000000FE":                 "p/wal/000000020000000A/000000020000000A000000FE.zst",
 		"00000002.history":                         "p/wal/00000002.history.zst",
@@ -159,6 +162,7 @@ func TestKey(t *testing.T) {
 // same cluster (or a restore of it, which keeps the system identifier)
 // passes, another is refused naming both identifiers.
 func TestClaimArchive(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	st := backup.NewDir(t.TempDir())
 	if err := wal.ClaimArchive(ctx, st, "p/", "7400000000000000001", "orders-0"); err != nil {
@@ -181,6 +185,7 @@ func TestClaimArchive(t *testing.T) {
 // refused before anything is stored, and one stored by another cluster
 // all the same is neither listed (for restore or retention) nor extracted.
 func TestBaseBackupsOfAnotherClusterAreRefused(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	pg := testpg.Start(t, "wal_level=replica")
 	st := backup.NewDir(t.TempDir())
@@ -216,6 +221,7 @@ func TestBaseBackupsOfAnotherClusterAreRefused(t *testing.T) {
 // passes over the seal), and pushing a file the archive holds unsealed
 // (from before the key) compares content, not seals.
 func TestSealedWALRefusesWhatTheKeyDidNotSeal(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	root := t.TempDir()
 	st := backup.NewDir(root)

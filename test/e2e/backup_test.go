@@ -87,6 +87,7 @@ func waitBackup(t *testing.T, ns, name string, timeout time.Duration, what strin
 // MinIO from real Jobs, retention prunes the bucket, and a new Database
 // bootstrapped from the newest backup holds the same rows.
 func TestBackupScheduleRetentionAndRestore(t *testing.T) {
+	t.Parallel()
 	requireRealNode(t)
 	ns := restrictedNamespace(t)
 	// MinIO over TLS with a CA no image knows: every run, verification,
@@ -312,6 +313,7 @@ func updateBackup(t *testing.T, ns, name string, mutate func(*v1alpha1.DatabaseB
 // The in-cluster operator serves the validating webhook with the certificate
 // it manages: the API server refuses a schedule that only parsing catches.
 func TestWebhookRefusesAnUnparseableSchedule(t *testing.T) {
+	t.Parallel()
 	requireRealNode(t)
 	ns := restrictedNamespace(t)
 	b := &v1alpha1.DatabaseBackup{

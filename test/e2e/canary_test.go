@@ -31,6 +31,7 @@ const demoWebImageCrash = "localhost/daytwo-demo-web:crash-after-10s"
 // at step 1 with the stable pods never touched; a ConfigMap change that
 // breaks the app breaks one canary pod and is aborted the same way.
 func TestWebAppCanary(t *testing.T) {
+	t.Parallel()
 	requireRealNode(t)
 	ns := cluster.Namespace(t)
 	ctx := context.Background()

@@ -427,6 +427,7 @@ func podUIDOrEmpty(ns, name string) types.UID {
 // image change restarts the replica first, then the primary; an image that
 // cannot run is rolled back without the primary ever being touched.
 func TestDatabaseMediumUpgradeAndRollback(t *testing.T) {
+	t.Parallel()
 	requireRealNode(t)
 	ns := restrictedNamespace(t)
 	start := time.Now()

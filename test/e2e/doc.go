@@ -1,4 +1,14 @@
 // Package e2e holds the end-to-end suites (build tag e2e). They run against a
 // live cluster named by KUBECONFIG: the kwok cluster (control plane only) or
 // the real node (real pods), as DAYTWO_E2E_MODE says.
+//
+// Each suite works in a namespace of its own (Cluster.Namespace), so most
+// call t.Parallel: most of their time is waiting on pods, not CPU. A suite
+// that disturbs the whole cluster stays serial, and Go runs the serial ones
+// first, alone: the API server outage and the control plane's supervision
+// (controlplane_test.go), the operator killed again and again
+// (restart_test.go), the operator upgraded to another image
+// (TestDatabaseSmallLifecycle), and the partitions, whose timing is the
+// point (partition_test.go). A new suite is parallel unless it does one of
+// those.
 package e2e

@@ -114,6 +114,7 @@ func requirePrometheus(t *testing.T) {
 // checks the rule file (every expression parses, every template renders),
 // and every dashboard query parses.
 func TestMonitoringRulesAndDashboardParse(t *testing.T) {
+	t.Parallel()
 	requirePrometheus(t)
 	groups, err := monitoringRules()
 	if err != nil {
@@ -262,6 +263,7 @@ func waitAlert(t *testing.T, timeout time.Duration, name string, match map[strin
 // of two instances serves both, and then every command of the kubectl
 // plugin (plugin_test.go).
 func TestAlertsFireAndResolve(t *testing.T) {
+	t.Parallel()
 	requirePrometheus(t)
 	ctx := context.Background()
 	ns := restrictedNamespace(t)

@@ -54,6 +54,7 @@ func condition(a *v1alpha1.WebApp, typ string) metav1.Condition {
 // override, serving HTTP on port 80; and a namespace that enforces
 // restricted keeps the override from being applied at all.
 func TestSeedNginxWebApp(t *testing.T) {
+	t.Parallel()
 	requireRealNode(t)
 	ns := cluster.Namespace(t)
 	labelPodSecurity(t, ns, "baseline")

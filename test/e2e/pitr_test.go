@@ -30,6 +30,7 @@ import (
 // throwaway Database restored from it through the archive to its end). The
 // managed DatabaseBackup goes with the Database.
 func TestContinuousBackupRestoresToATime(t *testing.T) {
+	t.Parallel()
 	requireRealNode(t)
 	ns := restrictedNamespace(t)
 	minioInCluster(t, ns)

@@ -153,6 +153,7 @@ func plainPostgres(t *testing.T, ns, name, image, db string) {
 }
 
 func TestRealNodeRunsPostgreSQL(t *testing.T) {
+	t.Parallel()
 	requireRealNode(t)
 	ns := cluster.Namespace(t)
 	secret(t, ns, "pg", map[string]string{"password": "e2e-" + ns})
@@ -176,6 +177,7 @@ func TestRealNodeRunsPostgreSQL(t *testing.T) {
 
 // MinIO, built from the module proxy, answers an S3 PUT and GET from a pod.
 func TestRealNodeRunsMinIO(t *testing.T) {
+	t.Parallel()
 	requireRealNode(t)
 	ns := cluster.Namespace(t)
 	minioInCluster(t, ns)

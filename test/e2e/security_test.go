@@ -26,6 +26,7 @@ import (
 // /metrics: none is refused, a ServiceAccount without the grant is
 // forbidden, and one bound to daytwo-metrics-reader reads them.
 func TestOperatorMetricsNeedAPermittedToken(t *testing.T) {
+	t.Parallel()
 	requireRealNode(t)
 	ctx := context.Background()
 	// A suite before may have killed the operator pod: its replacement
@@ -96,6 +97,7 @@ func TestOperatorMetricsNeedAPermittedToken(t *testing.T) {
 // Secret's password in a pod's arguments is found, and named without
 // being printed.
 func TestSecretsScanFindsALeak(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	ns := cluster.Namespace(t)
 	value := "planted-" + ns

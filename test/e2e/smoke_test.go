@@ -21,6 +21,7 @@ import (
 )
 
 func TestCRDsAreInstalledAndEstablished(t *testing.T) {
+	t.Parallel()
 	for _, name := range []string{"webapps.daytwo.dev", "databases.daytwo.dev", "databasebackups.daytwo.dev"} {
 		framework.Eventually(t, 30*time.Second, name+" Established", func(ctx context.Context) (bool, error) {
 			crd := &apiextensionsv1.CustomResourceDefinition{}
@@ -38,6 +39,7 @@ func TestCRDsAreInstalledAndEstablished(t *testing.T) {
 }
 
 func TestSamplesAreAcceptedAndReconciled(t *testing.T) {
+	t.Parallel()
 	ns := cluster.Namespace(t)
 	for _, f := range []string{"webapp.yaml", "database.yaml", "databasebackup.yaml"} {
 		cluster.ApplyFile(t, ns, filepath.Join(framework.RepoRoot(), "config", "samples", f))
@@ -72,6 +74,7 @@ func conditionsOf(obj client.Object) []metav1.Condition {
 // The cluster's own controllers and scheduler work: a Deployment reaches its
 // replica count on the cluster's nodes (simulated ones in kwok mode).
 func TestControlPlaneRunsADeployment(t *testing.T) {
+	t.Parallel()
 	ns := cluster.Namespace(t)
 	labels := map[string]string{"app": "smoke"}
 	dep := &appsv1.Deployment{

@@ -35,6 +35,7 @@ func upgradeEnded(phase v1alpha1.MajorUpgradePhase, image string) func(*v1alpha1
 // retry after the fix upgrades, and both instances run 17 with the same
 // data; then 17 to 18.
 func TestDatabaseMajorUpgrade(t *testing.T) {
+	t.Parallel()
 	requireRealNode(t)
 	ns := restrictedNamespace(t)
 	createDatabase(t, ns, "legacy", func(db *v1alpha1.Database) {
@@ -137,6 +138,7 @@ func TestDatabaseMajorUpgrade(t *testing.T) {
 // is imported into a Database on 17: its role logs in with its old
 // password through the Database's -rw Service and reads the same data.
 func TestDatabaseImportsAPlainPostgreSQL(t *testing.T) {
+	t.Parallel()
 	requireRealNode(t)
 	ns := restrictedNamespace(t)
 	secret(t, ns, "old", map[string]string{"password": "old-" + ns})
