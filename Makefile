@@ -45,6 +45,17 @@ verify-generated: generate manifests ## Fail if generated files are stale.
 fmt: ## gofmt the tree.
 	gofmt -w $$(git ls-files '*.go')
 
+# golangci-lint with kube-api-linter compiled in, built from hack/tools'
+# go.mod once per version (a few minutes on a fresh machine).
+GOLANGCI_LINT := $(DAYTWO_CACHE)/tools/golangci-lint-$(shell sha256sum hack/tools/go.sum | cut -c1-12)
+$(GOLANGCI_LINT):
+	mkdir -p $(dir $@)
+	cd hack/tools && go build -o $@ sigs.k8s.io/kube-api-linter/cmd/golangci-lint-kube-api-linter
+
+.PHONY: lint
+lint: $(GOLANGCI_LINT) ## golangci-lint (.golangci.yml says which linters and why), kube-api-linter on api/.
+	$(GOLANGCI_LINT) run ./...
+
 .PHONY: vet
 vet: ## go vet, including the e2e build tag.
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }

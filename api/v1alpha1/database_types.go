@@ -342,7 +342,7 @@ type SynchronousReplication struct {
 	// +kubebuilder:validation:Maximum=8
 	Number int32 `json:"number"`
 
-	// dataDurability: with required, commits wait for number replicas even
+	// dataDurability is preferred or required. With required, commits wait for number replicas even
 	// when fewer stream (writes stop rather than risk a loss), and a
 	// failover promotes only a replica that holds every acknowledged
 	// commit. With preferred, the primary waits only for the replicas that
@@ -358,7 +358,9 @@ type SynchronousReplication struct {
 type DataDurability string
 
 const (
-	DataDurabilityRequired  DataDurability = "required"
+	// DataDurabilityRequired makes commits wait for the synchronous replicas.
+	DataDurabilityRequired DataDurability = "required"
+	// DataDurabilityPreferred lets commits go on without them when too few stream.
 	DataDurabilityPreferred DataDurability = "preferred"
 )
 
@@ -517,6 +519,7 @@ type InstanceStatus struct {
 	Streaming bool `json:"streaming,omitempty"`
 	// pendingRestart names settings PostgreSQL says wait for a restart.
 	// +optional
+	// +listType=atomic
 	// +kubebuilder:validation:MaxItems=64
 	PendingRestart []string `json:"pendingRestart,omitempty"`
 	// promisedTo names the primary this instance promised not to be
@@ -607,6 +610,7 @@ type SwitchoverRecord struct {
 // WALArchiveStatus is what the primary last archived.
 type WALArchiveStatus struct {
 	// backup is the DatabaseBackup the WAL is archived to.
+	// +required
 	// +kubebuilder:validation:MaxLength=253
 	Backup string `json:"backup"`
 
@@ -623,10 +627,13 @@ type WALArchiveStatus struct {
 // RecoveryProgress is how far a point-in-time recovery has replayed.
 type RecoveryProgress struct {
 	// baseBackup is the base backup the recovery started from.
+	// +required
 	BaseBackup string `json:"baseBackup"`
-	// targetTime or targetLSN is the target; neither means the end of the archive.
+	// targetTime is the target time, when the recovery has one; with
+	// neither target, recovery replays to the end of the archive.
 	// +optional
 	TargetTime *metav1.Time `json:"targetTime,omitempty"`
+	// targetLSN is the target LSN, when the recovery has one.
 	// +optional
 	TargetLSN string `json:"targetLSN,omitempty"`
 	// replayedLSN is how far replay has come (the start of the WAL segment it replays).
@@ -644,11 +651,19 @@ type RecoveryProgress struct {
 	RemainingSeconds int64 `json:"remainingSeconds,omitempty"`
 	// restored counts the WAL files fetched from the archive.
 	// +optional
-	Restored int `json:"restored,omitempty"`
+	Restored int32 `json:"restored,omitempty"`
 }
 
 // DatabaseStatus is what daytwo observed about a Database.
 type DatabaseStatus struct {
+	// conditions are Ready, Progressing, PendingRestart, UpgradeFailed and
+	// the others the operator reports.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	// +kubebuilder:validation:MaxItems=16
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
 	// observedGeneration is the generation the status describes.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
@@ -740,13 +755,6 @@ type DatabaseStatus struct {
 	// +listMapKey=name
 	// +kubebuilder:validation:MaxItems=256
 	Parameters []EffectiveParameter `json:"parameters,omitempty"`
-
-	// conditions: Ready, Progressing, PendingRestart, UpgradeFailed.
-	// +optional
-	// +listType=map
-	// +listMapKey=type
-	// +kubebuilder:validation:MaxItems=16
-	Conditions []metav1.Condition `json:"conditions,omitempty"`
 }
 
 // Database is a PostgreSQL cluster run by daytwo's instance manager.
@@ -765,6 +773,7 @@ type DatabaseStatus struct {
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type Database struct {
 	metav1.TypeMeta `json:",inline"`
+	// metadata is the object's metadata.
 	// +optional
 	metav1.ObjectMeta `json:"metadata,omitempty"`
 
@@ -788,7 +797,7 @@ type DatabaseList struct {
 }
 
 func init() {
-	SchemeBuilder.Register(&Database{}, &DatabaseList{})
+	knownTypes = append(knownTypes, &Database{}, &DatabaseList{})
 }
 
 // Keys of a Database's credentials Secret (status.secretName). WebApps with a
@@ -853,10 +862,14 @@ const (
 // upgrades the primary's data with pg_upgrade, and the instances start on
 // the new version (the replicas clone the primary again).
 type MajorUpgradeStatus struct {
-	// from and to are the major versions.
+	// from is the major version upgraded from.
+	// +required
 	From string `json:"from"`
-	To   string `json:"to"`
+	// to is the major version upgraded to.
+	// +required
+	To string `json:"to"`
 	// phase is where the upgrade stands.
+	// +required
 	Phase MajorUpgradePhase `json:"phase"`
 	// startTime is when the instances were asked to stop: writes are
 	// unavailable from then on.

@@ -454,6 +454,7 @@ type Recoverability struct {
 	// retained backup restores to (a Logical backup's start, when pg_dump
 	// took its snapshot; a Physical base backup's end, when it became
 	// consistent).
+	// +required
 	FirstPoint metav1.Time `json:"firstPoint"`
 
 	// lastPoint is the newest. For Logical backups it is the newest
@@ -464,6 +465,7 @@ type Recoverability struct {
 	// an upload time: while archiving catches up on a backlog (the
 	// Database's ContinuousArchiving condition counts the files waiting),
 	// the WAL archived is older than it.
+	// +required
 	LastPoint metav1.Time `json:"lastPoint"`
 }
 
@@ -488,6 +490,13 @@ type BackupVerification struct {
 
 // DatabaseBackupStatus is what daytwo observed about a DatabaseBackup.
 type DatabaseBackupStatus struct {
+	// conditions are Ready, LastRunFailed, BackupStale and Verified.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	// +kubebuilder:validation:MaxItems=16
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
 	// observedGeneration is the generation the status describes.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
@@ -544,13 +553,6 @@ type DatabaseBackupStatus struct {
 	// lastVerification is the outcome of the latest restore test.
 	// +optional
 	LastVerification *BackupVerification `json:"lastVerification,omitempty"`
-
-	// conditions: Ready, LastRunFailed, BackupStale, Verified.
-	// +optional
-	// +listType=map
-	// +listMapKey=type
-	// +kubebuilder:validation:MaxItems=16
-	Conditions []metav1.Condition `json:"conditions,omitempty"`
 }
 
 // DatabaseBackup schedules logical backups of a Database to S3-compatible
@@ -568,6 +570,7 @@ type DatabaseBackupStatus struct {
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type DatabaseBackup struct {
 	metav1.TypeMeta `json:",inline"`
+	// metadata is the object's metadata.
 	// +optional
 	metav1.ObjectMeta `json:"metadata,omitempty"`
 
@@ -591,5 +594,5 @@ type DatabaseBackupList struct {
 }
 
 func init() {
-	SchemeBuilder.Register(&DatabaseBackup{}, &DatabaseBackupList{})
+	knownTypes = append(knownTypes, &DatabaseBackup{}, &DatabaseBackupList{})
 }

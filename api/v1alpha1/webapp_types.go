@@ -307,7 +307,7 @@ type WebAppCanary struct {
 	// +kubebuilder:validation:Maximum=100
 	MaxRestarts int32 `json:"maxRestarts,omitempty"`
 
-	// httpCheck, when set, has the operator send GET requests to each
+	// httpCheck has the operator send GET requests to each
 	// canary pod while a step is watched, and abort the canary when too
 	// few succeed.
 	// +optional
@@ -425,6 +425,13 @@ type WebAppIngress struct {
 
 // WebAppStatus is what daytwo observed about a WebApp.
 type WebAppStatus struct {
+	// conditions are Ready, Progressing and Degraded.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	// +kubebuilder:validation:MaxItems=16
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
 	// observedGeneration is the generation the status describes.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
@@ -458,13 +465,6 @@ type WebAppStatus struct {
 	// while its revision is held back.
 	// +optional
 	Canary *WebAppCanaryStatus `json:"canary,omitempty"`
-
-	// conditions: Ready, Progressing, Degraded.
-	// +optional
-	// +listType=map
-	// +listMapKey=type
-	// +kubebuilder:validation:MaxItems=16
-	Conditions []metav1.Condition `json:"conditions,omitempty"`
 }
 
 // WebAppCanaryStatus is where a canary stands.
@@ -482,9 +482,10 @@ type WebAppCanaryStatus struct {
 	// stableImage is the image the stable pods run.
 	// +optional
 	StableImage string `json:"stableImage,omitempty"`
-	// canaryReplicas and stableReplicas are the pods each side is asked to run.
+	// canaryReplicas is the pods the canary is asked to run.
 	// +optional
 	CanaryReplicas int32 `json:"canaryReplicas,omitempty"`
+	// stableReplicas is the pods the stable revision is asked to run.
 	// +optional
 	StableReplicas int32 `json:"stableReplicas,omitempty"`
 	// canaryWeight is the canary's share, in percent, of the available
@@ -517,6 +518,7 @@ type WebAppCanaryStatus struct {
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type WebApp struct {
 	metav1.TypeMeta `json:",inline"`
+	// metadata is the object's metadata.
 	// +optional
 	metav1.ObjectMeta `json:"metadata,omitempty"`
 
@@ -540,5 +542,5 @@ type WebAppList struct {
 }
 
 func init() {
-	SchemeBuilder.Register(&WebApp{}, &WebAppList{})
+	knownTypes = append(knownTypes, &WebApp{}, &WebAppList{})
 }

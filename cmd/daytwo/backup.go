@@ -17,44 +17,35 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/daytwo-dev/daytwo/internal/backup"
+	"github.com/daytwo-dev/daytwo/internal/instanceapi"
 	"github.com/daytwo-dev/daytwo/internal/version"
 	"github.com/daytwo-dev/daytwo/internal/wal"
 )
 
-// storageFlags select a backup storage; credentials come from the
-// environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY), never from flags.
+// storageFlags select a backup storage (instanceapi.StorageFlags, the
+// flags the operator renders); credentials come from the environment
+// (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY), never from flags.
 type storageFlags struct {
-	endpoint, bucket, region, path, prefix string
-	caFile                                 string
-	insecure, keyRequired                  bool
-	series                                 backup.Series
+	instanceapi.StorageFlags
+	// series is the series the flags name, with its keys from the
+	// environment once open has run.
+	series backup.Series
 	// keys are the S3 credentials, taken from the environment once.
 	keys *[2]string
 }
 
-func (s *storageFlags) bind(f *pflag.FlagSet, prefix string) {
-	f.StringVar(&s.endpoint, prefix+"s3-endpoint", "", "S3 endpoint (host:port, or an http:// or https:// URL).")
-	f.StringVar(&s.bucket, prefix+"s3-bucket", "", "S3 bucket.")
-	f.StringVar(&s.region, prefix+"s3-region", "", "S3 region.")
-	f.BoolVar(&s.insecure, prefix+"s3-insecure", false, "Talk plain HTTP to the S3 endpoint.")
-	f.StringVar(&s.caFile, prefix+"s3-ca-file", "", "PEM certificates of a private CA the S3 endpoint's certificate chains to, trusted besides the public ones.")
-	f.StringVar(&s.path, prefix+"path", "", "Directory on a mounted volume, instead of S3.")
-	f.StringVar(&s.prefix, prefix+"prefix", "", "Key prefix (directory) of this backup series.")
-	f.StringVar(&s.series.UID, prefix+"series-uid", "", "UID of the DatabaseBackup whose series this is; other series at the same location are never touched.")
-	f.StringVar(&s.series.Name, prefix+"series-name", "", "namespace/name of that DatabaseBackup, recorded in manifests.")
-	f.StringVar(&s.series.Database, prefix+"database-name", "", "Name of the Database the series backs up.")
-	f.BoolVar(&s.keyRequired, prefix+"series-key-required", false, "Trust nothing stored unless "+backup.SeriesKeyEnv+" is set (empty turns authentication off).")
-}
+func (s *storageFlags) bind(f *pflag.FlagSet, prefix string) { s.StorageFlags.Bind(f, prefix) }
 
-func (s *storageFlags) set() bool { return s.bucket != "" || s.path != "" }
+func (s *storageFlags) set() bool { return s.Bucket != "" || s.Path != "" }
 
 func (s *storageFlags) open() (backup.Storage, string, error) {
-	prefix := backup.NormalizePrefix(s.prefix)
+	prefix := backup.NormalizePrefix(s.Prefix)
+	s.series.UID, s.series.Name, s.series.Database = s.SeriesUID, s.SeriesName, s.Database
 	if s.series.Key == nil {
 		// Like the S3 keys: read once, and not passed on. Set but empty
 		// turns authentication off; unset, when required, trusts nothing.
 		v, set := os.LookupEnv(backup.SeriesKeyEnv)
-		s.series.Key, s.series.KeyMissing = []byte(strings.TrimSpace(v)), s.keyRequired && !set
+		s.series.Key, s.series.KeyMissing = []byte(strings.TrimSpace(v)), s.KeyRequired && !set
 		s.series.EncryptionKey = []byte(strings.TrimSpace(os.Getenv(backup.EncryptionKeyEnv)))
 		_ = os.Unsetenv(backup.SeriesKeyEnv)
 		_ = os.Unsetenv(backup.EncryptionKeyEnv)
@@ -63,11 +54,11 @@ func (s *storageFlags) open() (backup.Storage, string, error) {
 		return nil, "", err
 	}
 	switch {
-	case s.path != "" && s.bucket != "":
+	case s.Path != "" && s.Bucket != "":
 		return nil, "", errors.New("set either a path or an S3 bucket, not both")
-	case s.path != "":
-		return backup.NewDir(s.path), prefix, nil
-	case s.bucket != "" && s.endpoint != "":
+	case s.Path != "":
+		return backup.NewDir(s.Path), prefix, nil
+	case s.Bucket != "" && s.Endpoint != "":
 		if s.keys == nil {
 			// Read once (a restore opens its storage twice): postgres,
 			// pg_dump, pg_restore and everything else this process starts
@@ -76,14 +67,14 @@ func (s *storageFlags) open() (backup.Storage, string, error) {
 			_ = os.Unsetenv("AWS_ACCESS_KEY_ID")
 			_ = os.Unsetenv("AWS_SECRET_ACCESS_KEY")
 		}
-		ca := s.caFile
+		ca := s.CAFile
 		if _, err := os.Stat(ca); ca != "" && os.IsNotExist(err) {
 			// A restore's CA Secret may be gone once the data is there
 			// (its volume is optional); a restore that needs it fails on
 			// the certificate, saying so.
 			ca = ""
 		}
-		st, err := backup.NewS3(backup.S3Config{Endpoint: s.endpoint, Bucket: s.bucket, Region: s.region, Insecure: s.insecure,
+		st, err := backup.NewS3(backup.S3Config{Endpoint: s.Endpoint, Bucket: s.Bucket, Region: s.Region, Insecure: s.Insecure,
 			AccessKeyID: s.keys[0], SecretAccessKey: s.keys[1], CAFile: ca})
 		return st, prefix, err
 	default:
@@ -256,13 +247,16 @@ func runBackup(ctx context.Context, sf *storageFlags, id string, o backup.Option
 // report prints the result and writes it where the kubelet reads the
 // termination message. It carries no secret: IDs, sizes, hashes, errors.
 func report(cmd *cobra.Command, path string, v any) {
-	b, _ := json.Marshal(v)
+	b, err := json.Marshal(v)
+	if err != nil {
+		b = []byte(fmt.Sprintf(`{"error":%q}`, "the result did not marshal: "+err.Error()))
+	}
 	fmt.Fprintln(cmd.OutOrStdout(), string(b))
 	if path != "" {
 		if len(b) > 4000 {
 			b = b[:4000]
 		}
-		_ = os.WriteFile(path, b, 0o644)
+		_ = os.WriteFile(path, b, 0o600)
 	}
 }
 

@@ -134,7 +134,7 @@ func newInstanceRunCommand() *cobra.Command {
 			}
 			if err != nil && termLog != "" {
 				// The operator shows it (a failed restore, say) from the pod's status.
-				_ = os.WriteFile(termLog, []byte(err.Error()), 0o644)
+				_ = os.WriteFile(termLog, []byte(err.Error()), 0o600)
 			}
 			return err
 		},

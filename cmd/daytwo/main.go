@@ -1,20 +1,20 @@
-// Command daytwo is the single daytwo binary: the operator, and later the
-// in-pod instance manager and the backup and restore jobs.
+// Command daytwo is the single daytwo binary: the operator, the in-pod
+// instance manager, and the backup and restore jobs.
 package main
 
 import (
-	// Time zones for schedules, in an image without /usr/share/zoneinfo.
-	_ "time/tzdata"
-	// Public CA roots for object stores (S3, GCS, R2), used only where the
-	// system has none: the PostgreSQL images carry no CA certificates.
-	_ "golang.org/x/crypto/x509roots/fallback"
-
 	"fmt"
 	"os"
 
 	"github.com/spf13/cobra"
 
 	"github.com/daytwo-dev/daytwo/internal/version"
+
+	// Public CA roots for object stores (S3, GCS, R2), used only where the
+	// system has none: the PostgreSQL images carry no CA certificates.
+	_ "golang.org/x/crypto/x509roots/fallback"
+	// Time zones for schedules, in an image without /usr/share/zoneinfo.
+	_ "time/tzdata"
 )
 
 func main() {

@@ -85,7 +85,7 @@ func (e *env) backupFor(ctx context.Context, name string) (*v1alpha1.DatabaseBac
 		names = append(names, backups[i].Name)
 	}
 	if len(names) == 0 {
-		return nil, fmt.Errorf("Database %s has no DatabaseBackup: declare spec.backup, or create one", name)
+		return nil, fmt.Errorf("the Database %s has no DatabaseBackup: declare spec.backup, or create one", name)
 	}
-	return nil, fmt.Errorf("Database %s has several DatabaseBackups (%s): name one", name, strings.Join(names, ", "))
+	return nil, fmt.Errorf("the Database %s has several DatabaseBackups (%s): name one", name, strings.Join(names, ", "))
 }

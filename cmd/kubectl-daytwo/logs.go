@@ -37,7 +37,7 @@ func logsCmd(e *env) *cobra.Command {
 				return err
 			}
 			if len(pods.Items) == 0 {
-				return fmt.Errorf("Database %s has no pods", args[0])
+				return fmt.Errorf("the Database %s has no pods", args[0])
 			}
 			opts := &corev1.PodLogOptions{Container: "postgres", Follow: follow}
 			if since > 0 {

@@ -39,7 +39,7 @@ func psqlCmd(e *env) *cobra.Command {
 				}
 			}
 			if target == "" {
-				return fmt.Errorf("Database %s has no %s to connect to (status.primary and status.instanceStatuses)", db.Name,
+				return fmt.Errorf("the Database %s has no %s to connect to (status.primary and status.instanceStatuses)", db.Name,
 					map[bool]string{true: "streaming replica", false: "primary"}[replica])
 			}
 			pod := &corev1.Pod{}

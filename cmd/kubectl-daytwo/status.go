@@ -41,7 +41,7 @@ func statusCmd(e *env) *cobra.Command {
 func (e *env) database(ctx context.Context, name string) (*v1alpha1.Database, error) {
 	db := &v1alpha1.Database{}
 	if err := e.c.Get(ctx, client.ObjectKey{Namespace: e.namespace, Name: name}, db); err != nil {
-		return nil, fmt.Errorf("Database %s in namespace %s: %w", name, e.namespace, err)
+		return nil, fmt.Errorf("the Database %s in namespace %s: %w", name, e.namespace, err)
 	}
 	return db, nil
 }

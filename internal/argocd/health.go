@@ -41,7 +41,7 @@ func Evaluate(script string, obj any) (Health, error) {
 
 // toLua converts decoded JSON to Lua values, arrays as 1-based tables, as
 // Argo CD does.
-func toLua(L *lua.LState, v any) lua.LValue {
+func toLua(L *lua.LState, v any) lua.LValue { //nolint:gocritic // gopher-lua's own name for its state
 	switch v := v.(type) {
 	case nil:
 		return lua.LNil

@@ -114,13 +114,13 @@ func Named[T any, PT interface {
 type Ownership int
 
 const (
-	// Absent: no such object; daytwo creates it.
+	// Absent means no such object: daytwo creates it.
 	Absent Ownership = iota
-	// Owned: owner controls it.
+	// Owned means owner controls it.
 	Owned
-	// Adoptable: nothing controls it and the owner asks for adoption.
+	// Adoptable means nothing controls it and the owner asks for adoption.
 	Adoptable
-	// Conflicting: someone else controls it, or nothing does and adoption
+	// Conflicting means someone else controls it, or nothing does and adoption
 	// was not asked for; daytwo must not write or delete it.
 	Conflicting
 )

@@ -46,7 +46,7 @@ type SyncSetting struct {
 
 var anySync = regexp.MustCompile(`^ANY (\d+) \((.*)\)$`)
 
-// parseSync reads the lease's record (instanceapi.AnnotationSync). A value
+// ParseSync reads the lease's record (instanceapi.AnnotationSync). A value
 // it cannot read counts as asynchronous: the lag bound then applies.
 func ParseSync(record string) []SyncSetting {
 	var out []SyncSetting
@@ -66,6 +66,8 @@ func ParseSync(record string) []SyncSetting {
 	return out
 }
 
+// LeaseStateOf reads the state of l; a nil Lease is the zero state, held
+// by nobody.
 func LeaseStateOf(l *coordinationv1.Lease) LeaseState {
 	var s LeaseState
 	if l == nil {
@@ -119,7 +121,7 @@ func (s LeaseState) WithVouchedLSN(statuses map[string]instanceapi.Status) Lease
 	return s
 }
 
-// expired: nobody may serve writes under this lease now.
+// Expired says nobody may serve writes under this lease now.
 func (s LeaseState) Expired(now time.Time) bool { return s.Expires.IsZero() || !now.Before(s.Expires) }
 
 // FailoverDecision is what to do about the primary lease.

@@ -169,7 +169,7 @@ func (n *simNode) start() {
 
 // servingFrom records that this run accepts writes from now, and under
 // which term.
-func (n *simNode) servingFrom(run int) {
+func (n *simNode) servingFrom(_ int) {
 	n.ranAsPrimary = true
 	n.w.runs = append(n.w.runs, simRun{node: n.idx, term: n.term, start: n.w.now})
 	n.w.logf("%s: primary of term %d, serving until %.2fs", n.name, n.term, trueTime(n.leaseUntil, n.skew).Seconds())

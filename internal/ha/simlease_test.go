@@ -46,7 +46,7 @@ func (n *simNode) holdLease(run int, started time.Duration) {
 	}
 	beat := n.heartbeat
 	unserved := !n.running || n.promoting
-	check := func(ok, lost bool) {
+	check := func(_, lost bool) {
 		if n.run != run {
 			return
 		}

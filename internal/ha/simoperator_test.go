@@ -208,7 +208,7 @@ func (o *simOperator) promote(name string) {
 			o.schedule()
 		default:
 			w.after(w.netLatency(), func() {
-				n.promote(func(ok bool) {
+				n.promote(func(bool) {
 					var back func()
 					back = func() {
 						switch {

@@ -56,7 +56,7 @@ func (m *Manager) cloneFromPrimary(ctx context.Context, dir string) error {
 		cmd.Env = append(append(os.Environ(), "PGPASSFILE="+m.cfg.passFile(), "PGCONNECT_TIMEOUT=5"), m.cfg.sslEnv()...)
 		out, err := cmd.CombinedOutput()
 		if err == nil {
-			return os.Chmod(dir, 0o700)
+			return os.Chmod(dir, 0o700) //nolint:gosec // a directory: 0700 is owner-only
 		}
 		m.setMessage(fmt.Sprintf("waiting to clone the primary %s: %s", host, postgres.LastLines(out, 1)))
 		m.log.Info("Base backup failed; retrying", "primary", host, "output", postgres.LastLines(out, 2))

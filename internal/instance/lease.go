@@ -19,7 +19,7 @@ import (
 	"github.com/daytwo-dev/daytwo/internal/instanceapi"
 )
 
-// ErrLeaseLost: the primary lease names another instance.
+// ErrLeaseLost says the primary lease names another instance.
 var ErrLeaseLost = errors.New("the primary lease names another instance")
 
 // Lease is the per-Database lock a primary must hold to serve writes (see

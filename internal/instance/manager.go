@@ -69,7 +69,7 @@ type Manager struct {
 	// guardedRun is the postgres run (its context) whose lease guard runs
 	// (see guardLease); run and runFence, the run under way and its fence
 	// (guarded by mu).
-	guardedRun, run context.Context
+	guardedRun, run context.Context //nolint:containedctx // the run a fence cancels: held to compare and cancel, not to pass down
 	runFence        chan<- error
 	// promoting: pg_promote runs; the guard extends the lease meanwhile
 	// (guarded by mu).
@@ -748,7 +748,7 @@ func (m *Manager) supervise(ctx context.Context) error {
 
 	select {
 	case err := <-exited:
-		return fmt.Errorf("%w: %v", errCrashed, err)
+		return fmt.Errorf("%w: %v", errCrashed, err) //nolint:errorlint // errCrashed alone decides what the caller does
 	case err := <-fence:
 		return fenced(err)
 	case <-m.restartReq:
@@ -891,7 +891,7 @@ func (m *Manager) stopToRepair(why error, stop chan<- error) {
 func (m *Manager) connect(ctx context.Context) *pgx.Conn {
 	cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
-	conn, err := pgx.Connect(cctx, m.localDSN("postgres"))
+	conn, err := pgx.Connect(cctx, m.localDSN())
 	if err != nil {
 		return nil
 	}
@@ -930,8 +930,8 @@ func (m *Manager) manageReplication(ctx context.Context, conn *pgx.Conn) {
 	}
 }
 
-func (m *Manager) localDSN(db string) string {
-	return fmt.Sprintf("host=%s port=%d user=postgres dbname=%s connect_timeout=3", m.cfg.RunDir, m.cfg.Port, db)
+func (m *Manager) localDSN() string {
+	return fmt.Sprintf("host=%s port=%d user=postgres dbname=postgres connect_timeout=3", m.cfg.RunDir, m.cfg.Port)
 }
 
 func (m *Manager) reloadConfig(ctx context.Context, conn *pgx.Conn) {

@@ -151,10 +151,10 @@ func (c *pgCollector) version(ctx context.Context) (string, int, error) {
 	var version string
 	var num int
 	var err error
-	for attempt := 0; attempt < 2; attempt++ {
+	for range 2 {
 		if c.conn == nil || c.conn.IsClosed() {
 			var conn *pgx.Conn
-			if conn, err = pgx.Connect(ctx, c.m.localDSN("postgres")+" application_name=daytwo-metrics"); err != nil {
+			if conn, err = pgx.Connect(ctx, c.m.localDSN()+" application_name=daytwo-metrics"); err != nil {
 				return "", 0, err
 			}
 			c.conn = conn

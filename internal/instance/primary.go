@@ -160,7 +160,7 @@ func (m *Manager) startPrimaryDuties(ctx context.Context, fence chan<- error) bo
 	if m.lease == nil || s.Role != instanceapi.RolePrimary || s.InRecovery || s.Phase != instanceapi.PhaseRunning {
 		return false
 	}
-	go m.heartbeat(ctx)
+	go m.heartbeat(ctx) //nolint:gosec // G118 misreads: ctx is the run's context, passed on
 	go m.vouchLoop(ctx)
 	m.guardLease(ctx, fence)
 	m.mu.Lock()
@@ -212,7 +212,7 @@ func (m *Manager) heartbeat(ctx context.Context) {
 	for {
 		if conn == nil || conn.IsClosed() {
 			cctx, cancel := context.WithTimeout(ctx, instanceapi.HeartbeatDeadline)
-			conn, _ = pgx.Connect(cctx, m.localDSN("postgres"))
+			conn, _ = pgx.Connect(cctx, m.localDSN())
 			if conn != nil {
 				if _, err := conn.Exec(cctx, "SET synchronous_commit = local"); err != nil {
 					_ = conn.Close(context.Background())
@@ -600,7 +600,7 @@ func (m *Manager) promote(ctx context.Context, waitLSN, how string) (int, error)
 		}
 	}()
 	read := time.Now()
-	conn, err := pgx.Connect(ctx, m.localDSN("postgres"))
+	conn, err := pgx.Connect(ctx, m.localDSN())
 	if err != nil {
 		return http.StatusServiceUnavailable, errors.New("postgres does not answer")
 	}
@@ -760,7 +760,7 @@ func promoteNow(ctx context.Context, conn *pgx.Conn) error {
 		case err == nil && !inRecovery:
 			return nil
 		case signalErr != nil || !signalled:
-			return fmt.Errorf("pg_promote did not signal the promotion: %v", signalErr)
+			return fmt.Errorf("pg_promote did not signal the promotion: %w", signalErr)
 		case err != nil && conn.IsClosed():
 			// The server went away (a crash, a fence): waiting out the
 			// deadline would hold the operator's promote call, and with it

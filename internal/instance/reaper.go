@@ -38,7 +38,7 @@ func RunInit() (int, error) {
 		syscall.SIGUSR1, syscall.SIGUSR2)
 	defer signal.Stop(forward)
 
-	child := exec.Command(self, os.Args[1:]...)
+	child := exec.Command(self, os.Args[1:]...) //nolint:gosec // PID 1 runs its own binary again, with its own arguments
 	child.Env = append(os.Environ(), initChildEnv+"=1")
 	child.Stdin, child.Stdout, child.Stderr = os.Stdin, os.Stdout, os.Stderr
 	if err := child.Start(); err != nil {

@@ -161,7 +161,7 @@ func (m *Manager) recoverFromArchive(ctx context.Context, dir string) (err error
 				return fmt.Errorf("the WAL archive ends before the recovery target (%s): no WAL past it is archived, so the "+
 					"database is not restored; archive more, or choose an earlier target", targetText(r))
 			}
-			return fmt.Errorf("postgres stopped during recovery (%v): %s", exit, postgres.LastLines([]byte(log), 3))
+			return fmt.Errorf("postgres stopped during recovery (%w): %s", exit, postgres.LastLines([]byte(log), 3))
 		case <-tick.C:
 		}
 		if m.recovered(ctx, dir) {
@@ -260,7 +260,7 @@ func (m *Manager) recovered(ctx context.Context, dir string) bool {
 	}
 	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	conn, err := pgx.Connect(cctx, m.localDSN("postgres"))
+	conn, err := pgx.Connect(cctx, m.localDSN())
 	if err != nil {
 		return false
 	}
@@ -276,7 +276,7 @@ func (m *Manager) recovered(ctx context.Context, dir string) bool {
 func (m *Manager) currentLSN(ctx context.Context) (uint64, error) {
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	conn, err := pgx.Connect(cctx, m.localDSN("postgres"))
+	conn, err := pgx.Connect(cctx, m.localDSN())
 	if err != nil {
 		return 0, fmt.Errorf("failed to connect after recovery: %w", err)
 	}

@@ -147,7 +147,7 @@ func (m *Manager) waitLocal(ctx context.Context, timeout time.Duration) (*pgx.Co
 	deadline := time.Now().Add(timeout)
 	for {
 		cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-		conn, err := pgx.Connect(cctx, m.localDSN("postgres"))
+		conn, err := pgx.Connect(cctx, m.localDSN())
 		cancel()
 		if err == nil {
 			return conn, nil

@@ -111,7 +111,7 @@ func (m *Manager) ping(ctx context.Context) bool {
 func (m *Manager) pingNow(ctx context.Context) bool {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	conn, err := pgx.Connect(ctx, m.localDSN("postgres"))
+	conn, err := pgx.Connect(ctx, m.localDSN())
 	if err != nil {
 		return false
 	}
@@ -122,7 +122,7 @@ func (m *Manager) pingNow(ctx context.Context) bool {
 func writeJSON(w http.ResponseWriter, code int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
-	_ = json.NewEncoder(w).Encode(v)
+	_ = json.NewEncoder(w).Encode(v) //nolint:errchkjson // the API's own response types; a failed write means the client left
 }
 
 // handleRestart hands a restart in place to the supervisor and answers 202
@@ -146,7 +146,7 @@ func (m *Manager) handleRestart(w http.ResponseWriter, r *http.Request) {
 func (m *Manager) handleCheckpoint(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
 	defer cancel()
-	if err := checkpoint(ctx, m.localDSN("postgres"), false); err != nil {
+	if err := checkpoint(ctx, m.localDSN(), false); err != nil {
 		writeJSON(w, http.StatusServiceUnavailable, instanceapi.Error{Message: err.Error()})
 		return
 	}
@@ -172,7 +172,7 @@ func (m *Manager) readPositions(ctx context.Context) positions {
 	var p positions
 	ctx, cancel := context.WithTimeout(ctx, freshWait)
 	defer cancel()
-	conn, err := pgx.Connect(ctx, m.localDSN("postgres"))
+	conn, err := pgx.Connect(ctx, m.localDSN())
 	if err != nil {
 		return p
 	}

@@ -83,7 +83,7 @@ func (m *Manager) switchOver(d demoteRequest, stop func() error) error {
 	if err != nil {
 		d.done <- demoteResult{lsn: lsn, err: err}
 		m.log.Error(err, "Switchover failed; starting again as the primary")
-		return fmt.Errorf("%w: the handover to %s failed: %v", errSwitchedOver, d.to, err)
+		return fmt.Errorf("%w: the handover to %s failed: %v", errSwitchedOver, d.to, err) //nolint:errorlint // errSwitchedOver alone decides what the caller does
 	}
 	m.log.Info("Handed the primary lease over", "to", d.to, "lsn", lsn)
 	// Before the answer: the operator promotes the new primary next.

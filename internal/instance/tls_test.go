@@ -183,6 +183,9 @@ func checkAPIClientCertificates(t *testing.T, ca *testCA, in *instance) {
 		t.Errorf("status with the operator's client certificate: %d, %v; want 200", code, err)
 	}
 	resp, err := anonymous.Post(in.url(instanceapi.PathCheckpoint), "application/json", strings.NewReader("{}"))
+	if err == nil {
+		_ = resp.Body.Close()
+	}
 	if err != nil || resp.StatusCode != http.StatusUnauthorized {
 		t.Errorf("checkpoint without a client certificate: %v, %v; want 401", resp, err)
 	}

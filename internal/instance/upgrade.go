@@ -207,7 +207,7 @@ func (m *Manager) upgradeIfOlder(ctx context.Context) error {
 	}
 	if err := m.trialStart(ctx); err != nil {
 		if rerr := m.revertUpgrade(from); rerr != nil {
-			return fmt.Errorf("the new server did not start (%v), and putting the old data back failed: %w", err, rerr)
+			return fmt.Errorf("the new server did not start (%w), and putting the old data back failed: %w", err, rerr)
 		}
 		return upgradeFailed("PostgreSQL %s did not start on the upgraded data, so %s's data is back as it was: %v", to, from, err)
 	}
@@ -227,7 +227,7 @@ func (m *Manager) revertUnserved(dataMajor, binMajor string) (bool, error) {
 	}
 	old := m.cfg.oldData(binMajor)
 	if v, err := upgrade.DataMajor(old); err != nil || v != binMajor {
-		return false, nil
+		return false, nil //nolint:nilerr // no usable old data: nothing to put back
 	}
 	m.log.Info("Putting the pre-upgrade data back: the upgraded data never served and this image runs the old version",
 		"upgraded", dataMajor, "old", binMajor)
@@ -256,10 +256,10 @@ func (m *Manager) shutDownCleanly(ctx context.Context, oldBin string) error {
 	pgctl := filepath.Join(oldBin, "pg_ctl")
 	if out, err := exec.CommandContext(ctx, pgctl, "start", "-w", "-t", "600", "-D", m.cfg.PGData, "-o", opts,
 		"-l", filepath.Join(m.cfg.RunDir, "recovery.log")).CombinedOutput(); err != nil {
-		return fmt.Errorf("the old server's recovery: %v: %s", err, postgres.LastLines(out, 3))
+		return fmt.Errorf("the old server's recovery: %w: %s", err, postgres.LastLines(out, 3))
 	}
 	if out, err := exec.CommandContext(ctx, pgctl, "stop", "-w", "-m", "fast", "-D", m.cfg.PGData).CombinedOutput(); err != nil {
-		return fmt.Errorf("stopping the old server: %v: %s", err, postgres.LastLines(out, 3))
+		return fmt.Errorf("stopping the old server: %w: %s", err, postgres.LastLines(out, 3))
 	}
 	return nil
 }
@@ -341,7 +341,7 @@ func (m *Manager) trialStart(ctx context.Context) error {
 		return fmt.Errorf("%s", strings.TrimSpace(postgres.LastLines(append(out, log...), 3)))
 	}
 	if out, err := exec.CommandContext(ctx, pgctl, "stop", "-w", "-m", "fast", "-D", m.cfg.PGData).CombinedOutput(); err != nil {
-		return fmt.Errorf("stopping the trial server: %v: %s", err, postgres.LastLines(out, 3))
+		return fmt.Errorf("stopping the trial server: %w: %s", err, postgres.LastLines(out, 3))
 	}
 	return nil
 }
@@ -402,7 +402,7 @@ func atoi(s string) int {
 // does not copy), and a tenth more for its own WAL and catalog.
 func enoughSpace(pgdata string) error {
 	var need int64
-	err := filepath.WalkDir(pgdata, func(path string, d fs.DirEntry, err error) error {
+	err := filepath.WalkDir(pgdata, func(_ string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
@@ -424,7 +424,7 @@ func enoughSpace(pgdata string) error {
 	if err := syscall.Statfs(filepath.Dir(filepath.Clean(pgdata)), &st); err != nil {
 		return fmt.Errorf("reading the volume's free space: %w", err)
 	}
-	if free := int64(st.Bavail) * int64(st.Bsize); free < need {
+	if free := int64(st.Bavail) * st.Bsize; free < need {
 		return fmt.Errorf("the volume has %d MiB free and a copy-mode upgrade needs %d MiB: grow spec.storage.size first",
 			free>>20, need>>20)
 	}

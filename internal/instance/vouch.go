@@ -387,7 +387,7 @@ func (m *Manager) askPromises(ctx context.Context) {
 	if err != nil || token == "" {
 		return
 	}
-	body, _ := json.Marshal(instanceapi.VouchRequest{Holder: m.cfg.Pod, LSN: m.Status().LSN})
+	body, _ := json.Marshal(instanceapi.VouchRequest{Holder: m.cfg.Pod, LSN: m.Status().LSN}) //nolint:errchkjson // two strings always marshal
 	var wg sync.WaitGroup
 	for _, pod := range targets {
 		addr := m.cfg.peerAPI(pod)

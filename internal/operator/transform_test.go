@@ -28,7 +28,7 @@ func TestTransformIsIdempotentAndTrustsOnlyItself(t *testing.T) {
 		return &appsv1.Deployment{
 			ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "ns", Annotations: annotations,
 				ManagedFields: []metav1.ManagedFieldsEntry{{Manager: controller.FieldOwner, Operation: metav1.ManagedFieldsOperationApply,
-					APIVersion: "apps/v1", FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(fields)}}}},
+					APIVersion: "apps/v1", FieldsType: "FieldsV1", FieldsV1: metav1.NewFieldsV1(fields)}}},
 			Spec: appsv1.DeploymentSpec{Replicas: new(int32(3)), Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "web"}, Annotations: map[string]string{"daytwo.dev/template-hash": "abc"}},
 				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "shop:1", Args: []string{"--big"}}}}}},
@@ -58,7 +58,7 @@ func TestTransformIsIdempotentAndTrustsOnlyItself(t *testing.T) {
 
 	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "ns", ManagedFields: []metav1.ManagedFieldsEntry{{
 		Manager: controller.FieldOwner, Operation: metav1.ManagedFieldsOperationApply, APIVersion: "v1", FieldsType: "FieldsV1",
-		FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:spec":{"f:selector":{}}}`)}}}},
+		FieldsV1: metav1.NewFieldsV1(`{"f:spec":{"f:selector":{}}}`)}}},
 		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "web"}, ClusterIP: "10.0.0.1", Type: corev1.ServiceTypeClusterIP}}
 	if _, err := transform(svc); err != nil {
 		t.Fatal(err)

@@ -21,11 +21,11 @@ func SCRAMVerifier(password string) (string, error) {
 	if _, err := rand.Read(salt); err != nil {
 		return "", fmt.Errorf("failed to read a salt: %w", err)
 	}
-	return scramVerifier(password, salt, scramIterations)
+	return scramVerifier(password, salt)
 }
 
-func scramVerifier(password string, salt []byte, iterations int) (string, error) {
-	salted, err := pbkdf2.Key(sha256.New, password, salt, iterations, sha256.Size)
+func scramVerifier(password string, salt []byte) (string, error) {
+	salted, err := pbkdf2.Key(sha256.New, password, salt, scramIterations, sha256.Size)
 	if err != nil {
 		return "", fmt.Errorf("failed to derive the salted password: %w", err)
 	}
@@ -33,7 +33,7 @@ func scramVerifier(password string, salt []byte, iterations int) (string, error)
 	storedKey := sha256.Sum256(clientKey)
 	serverKey := hmacSHA256(salted, "Server Key")
 	b64 := base64.StdEncoding.EncodeToString
-	return fmt.Sprintf("SCRAM-SHA-256$%d:%s$%s:%s", iterations, b64(salt), b64(storedKey[:]), b64(serverKey)), nil
+	return fmt.Sprintf("SCRAM-SHA-256$%d:%s$%s:%s", scramIterations, b64(salt), b64(storedKey[:]), b64(serverKey)), nil
 }
 
 func hmacSHA256(key []byte, msg string) []byte {

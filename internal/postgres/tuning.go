@@ -64,7 +64,7 @@ func Tune(r Resources) map[string]string {
 	}
 	// WAL kept past checkpoints, so an old primary can pg_rewind and a
 	// replica that fell behind can catch up instead of being cloned again.
-	keep := int64(512 * miB)
+	keep := 512 * miB
 	if r.StorageBytes > 0 {
 		keep = clamp(r.StorageBytes/20, 64*miB, 512*miB)
 	}

@@ -84,7 +84,7 @@ func (m *MinIO) Start(t testing.TB) {
 	opts := &minio.Options{Creds: credentials.NewStaticV4(m.AccessKey, m.SecretKey, "")}
 	if m.certsDir != "" {
 		opts.Secure = true
-		opts.Transport = &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}} //nolint:gosec // readiness probe of a test server
+		opts.Transport = &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}} // a readiness probe of a test server
 	}
 	c, err := minio.New(m.Endpoint, opts)
 	if err != nil {

@@ -172,7 +172,7 @@ func elfDeps(path string) ([]string, string, error) {
 		}
 		return nil, "", err
 	}
-	defer f.Close()
+	defer f.Close() //nolint:errcheck // opened read-only
 	needed, err := f.ImportedLibraries()
 	if err != nil {
 		return nil, "", err
@@ -217,7 +217,7 @@ func copyTree(src, dst string, skip map[string]bool) error {
 		target := filepath.Join(dst, rel)
 		st, err := os.Stat(path)
 		if err != nil {
-			return nil // a dangling link: nothing PostgreSQL can use
+			return nil //nolint:nilerr // a dangling link: nothing PostgreSQL can use
 		}
 		switch {
 		case st.IsDir() && d.Type()&fs.ModeSymlink != 0:
@@ -236,7 +236,7 @@ func copyFile(src, dst string) error {
 	if err != nil {
 		return err
 	}
-	defer in.Close()
+	defer in.Close() //nolint:errcheck // opened read-only
 	st, err := in.Stat()
 	if err != nil {
 		return err

@@ -102,8 +102,7 @@ func Check(ctx context.Context, p Plan) error {
 		return err
 	}
 	defer func() { _ = os.RemoveAll(p.NewData) }()
-	_, err := p.pgUpgrade(ctx, "check", "--check")
-	return err
+	return p.pgUpgrade(ctx, "check", "--check")
 }
 
 // Run upgrades: a new cluster in NewData holding the old one's data. On
@@ -116,7 +115,7 @@ func Run(ctx context.Context, p Plan) (Result, error) {
 		return Result{}, err
 	}
 	start := time.Now()
-	if _, err := p.pgUpgrade(ctx, "upgrade", "--"+string(p.Mode)); err != nil {
+	if err := p.pgUpgrade(ctx, "upgrade", "--"+string(p.Mode)); err != nil {
 		_ = os.RemoveAll(p.NewData)
 		return Result{}, err
 	}
@@ -168,7 +167,7 @@ func (p Plan) oldChecksums(ctx context.Context) (bool, error) {
 
 // pgUpgrade runs pg_upgrade with extra; a failure's Detail is its
 // explanation and the start of the problem list it points to.
-func (p Plan) pgUpgrade(ctx context.Context, step string, extra ...string) ([]byte, error) {
+func (p Plan) pgUpgrade(ctx context.Context, step string, extra ...string) error {
 	args := []string{"--old-bindir", p.OldBin, "--new-bindir", p.NewBin, "--old-datadir", p.OldData,
 		"--new-datadir", p.NewData, "--username=postgres", "--socketdir", p.WorkDir, "--jobs", strconv.Itoa(max(p.Jobs, 1))}
 	if p.Port > 0 {
@@ -178,9 +177,9 @@ func (p Plan) pgUpgrade(ctx context.Context, step string, extra ...string) ([]by
 	cmd.Dir = p.WorkDir
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		return out, &Error{Step: step, Detail: explain(out), Err: err}
+		return &Error{Step: step, Detail: explain(out), Err: err}
 	}
-	return out, nil
+	return nil
 }
 
 func (p Plan) command(ctx context.Context, bin, prog string, args ...string) *exec.Cmd {

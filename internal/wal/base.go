@@ -204,7 +204,7 @@ func TakeBase(ctx context.Context, src Source, st backup.Storage, prefix, id str
 	}
 	waitErr := cmd.Wait()
 	if waitErr != nil {
-		return b, fmt.Errorf("pg_basebackup failed: %v: %s", waitErr, lastLines(stderr.String(), 5))
+		return b, fmt.Errorf("pg_basebackup failed: %w: %s", waitErr, lastLines(stderr.String(), 5))
 	}
 	if putErr != nil {
 		return b, putErr

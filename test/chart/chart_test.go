@@ -6,6 +6,7 @@ package chart_test
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -48,7 +49,7 @@ func helm(t *testing.T, args ...string) (string, error) {
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	err := cmd.Run()
 	if err != nil {
-		return out.String(), fmt.Errorf("helm %s: %v: %s", strings.Join(args, " "), err, errOut.String())
+		return out.String(), fmt.Errorf("helm %s: %w: %s", strings.Join(args, " "), err, errOut.String())
 	}
 	return out.String(), nil
 }
@@ -71,7 +72,7 @@ func objects(t *testing.T, rendered string) map[string]map[string]any {
 	r := utilyaml.NewYAMLReader(bufio.NewReader(strings.NewReader(rendered)))
 	for {
 		doc, err := r.Read()
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {

@@ -88,6 +88,7 @@ func waitBackup(t *testing.T, ns, name string, timeout time.Duration, what strin
 // bootstrapped from the newest backup holds the same rows.
 func TestBackupScheduleRetentionAndRestore(t *testing.T) {
 	t.Parallel()
+	cluster.ReserveCPU(t, 700)
 	requireRealNode(t)
 	ns := restrictedNamespace(t)
 	// MinIO over TLS with a CA no image knows: every run, verification,

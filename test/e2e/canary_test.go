@@ -32,6 +32,7 @@ const demoWebImageCrash = "localhost/daytwo-demo-web:crash-after-10s"
 // breaks the app breaks one canary pod and is aborted the same way.
 func TestWebAppCanary(t *testing.T) {
 	t.Parallel()
+	cluster.ReserveCPU(t, 500)
 	requireRealNode(t)
 	ns := cluster.Namespace(t)
 	ctx := context.Background()

@@ -428,6 +428,7 @@ func podUIDOrEmpty(ns, name string) types.UID {
 // cannot run is rolled back without the primary ever being touched.
 func TestDatabaseMediumUpgradeAndRollback(t *testing.T) {
 	t.Parallel()
+	cluster.ReserveCPU(t, 1100)
 	requireRealNode(t)
 	ns := restrictedNamespace(t)
 	start := time.Now()

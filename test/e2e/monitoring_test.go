@@ -264,6 +264,7 @@ func waitAlert(t *testing.T, timeout time.Duration, name string, match map[strin
 // plugin (plugin_test.go).
 func TestAlertsFireAndResolve(t *testing.T) {
 	t.Parallel()
+	cluster.ReserveCPU(t, 850)
 	requirePrometheus(t)
 	ctx := context.Background()
 	ns := restrictedNamespace(t)

@@ -55,6 +55,7 @@ func condition(a *v1alpha1.WebApp, typ string) metav1.Condition {
 // restricted keeps the override from being applied at all.
 func TestSeedNginxWebApp(t *testing.T) {
 	t.Parallel()
+	cluster.ReserveCPU(t, 400)
 	requireRealNode(t)
 	ns := cluster.Namespace(t)
 	labelPodSecurity(t, ns, "baseline")

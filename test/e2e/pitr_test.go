@@ -31,6 +31,7 @@ import (
 // managed DatabaseBackup goes with the Database.
 func TestContinuousBackupRestoresToATime(t *testing.T) {
 	t.Parallel()
+	cluster.ReserveCPU(t, 850)
 	requireRealNode(t)
 	ns := restrictedNamespace(t)
 	minioInCluster(t, ns)

@@ -6,6 +6,7 @@ import (
 	"archive/tar"
 	"compress/gzip"
 	"context"
+	"errors"
 	"io"
 	"os"
 	"os/exec"
@@ -34,7 +35,7 @@ var (
 func plugin(t *testing.T, ns string, args ...string) string {
 	t.Helper()
 	pluginOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "daytwo-e2e-plugin-")
+		dir, err := os.MkdirTemp("", "daytwo-e2e-plugin-") //nolint:usetesting // built once for every suite, not one test
 		if err != nil {
 			pluginErr = err
 			return
@@ -160,7 +161,7 @@ func readBundle(t *testing.T, path string) map[string]string {
 	files := map[string]string{}
 	for {
 		h, err := tr.Next()
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			return files
 		}
 		if err != nil {

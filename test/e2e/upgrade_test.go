@@ -36,6 +36,7 @@ func upgradeEnded(phase v1alpha1.MajorUpgradePhase, image string) func(*v1alpha1
 // data; then 17 to 18.
 func TestDatabaseMajorUpgrade(t *testing.T) {
 	t.Parallel()
+	cluster.ReserveCPU(t, 700)
 	requireRealNode(t)
 	ns := restrictedNamespace(t)
 	createDatabase(t, ns, "legacy", func(db *v1alpha1.Database) {
@@ -139,6 +140,7 @@ func TestDatabaseMajorUpgrade(t *testing.T) {
 // password through the Database's -rw Service and reads the same data.
 func TestDatabaseImportsAPlainPostgreSQL(t *testing.T) {
 	t.Parallel()
+	cluster.ReserveCPU(t, 400)
 	requireRealNode(t)
 	ns := restrictedNamespace(t)
 	secret(t, ns, "old", map[string]string{"password": "old-" + ns})

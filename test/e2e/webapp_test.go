@@ -105,6 +105,7 @@ func httpThroughService(t *testing.T, app *v1alpha1.WebApp, name string, n int) 
 // scales, rolls out a new image, and rolls back one that can never start.
 func TestWebAppLifecycleOnARealNode(t *testing.T) {
 	t.Parallel()
+	cluster.ReserveCPU(t, 400)
 	requireRealNode(t)
 	ns := cluster.Namespace(t)
 	app := demoApp(ns, "shop", 2)
@@ -176,6 +177,7 @@ func TestWebAppLifecycleOnARealNode(t *testing.T) {
 // Pods roll when a ConfigMap they read changes.
 func TestWebAppRollsOnConfigChange(t *testing.T) {
 	t.Parallel()
+	cluster.ReserveCPU(t, 200)
 	requireRealNode(t)
 	ns := cluster.Namespace(t)
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "greeting"}, Data: map[string]string{"GREETING": "hello from daytwo"}}
@@ -213,6 +215,7 @@ func podReady(p corev1.Pod) bool {
 // deletionPolicy Delete removes the app's pods; Orphan leaves them serving.
 func TestWebAppDeletionPolicies(t *testing.T) {
 	t.Parallel()
+	cluster.ReserveCPU(t, 200)
 	requireRealNode(t)
 	ns := cluster.Namespace(t)
 	ctx := context.Background()

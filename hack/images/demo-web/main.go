@@ -44,7 +44,7 @@ func main() {
 	if after := os.Getenv("CRASH_AFTER"); after != "" {
 		d, err := time.ParseDuration(after)
 		if err != nil {
-			log.Fatalf("CRASH_AFTER %q: %v", after, err)
+			log.Fatalf("CRASH_AFTER %q: %v", after, err) //nolint:gocritic // nothing to shut down yet
 		}
 		time.AfterFunc(d, func() { log.Fatalf("fatal: crashing as CRASH_AFTER=%s asks", after) })
 	}

@@ -1,6 +1,7 @@
 package database
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -17,7 +18,7 @@ import (
 
 	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
 	"github.com/daytwo-dev/daytwo/internal/controller"
-	"github.com/daytwo-dev/daytwo/internal/controller/databasebackup"
+	"github.com/daytwo-dev/daytwo/internal/controller/series"
 	"github.com/daytwo-dev/daytwo/internal/instanceapi"
 )
 
@@ -54,13 +55,13 @@ type archivePlan struct {
 }
 
 // physicalBackupsOf lists the Physical DatabaseBackups of db, the one that
-// archives first (databasebackup.PhysicalOf).
+// archives first (series.PhysicalOf).
 func (r *Reconciler) physicalBackupsOf(ctx context.Context, db *v1alpha1.Database) ([]v1alpha1.DatabaseBackup, error) {
 	list := &v1alpha1.DatabaseBackupList{}
 	if err := r.Client.List(ctx, list, client.InNamespace(db.Namespace)); err != nil {
 		return nil, fmt.Errorf("failed to list DatabaseBackups: %w", err)
 	}
-	return databasebackup.PhysicalOf(list.Items, db.Name), nil
+	return series.PhysicalOf(list.Items, db.Name), nil
 }
 
 // resolveArchive finds where db archives its WAL: the oldest of its
@@ -72,16 +73,16 @@ func (r *Reconciler) resolveArchive(ctx context.Context, db *v1alpha1.Database, 
 		return err
 	}
 	b := &backups[0]
-	a := &archivePlan{backup: b.Name, location: databasebackup.Location(b),
-		conf: instanceapi.Archive{Prefix: databasebackup.SeriesPrefix(b)}}
-	a.keySecret, a.keyKey = databasebackup.SeriesKeySecret(b)
+	a := &archivePlan{backup: b.Name, location: series.Location(b),
+		conf: instanceapi.Archive{Prefix: series.Prefix(b)}}
+	a.keySecret, a.keyKey = series.KeySecret(b)
 	if e := b.Spec.Encryption; e != nil {
 		a.enc = &e.KeySecretRef
 	}
 	if s3 := b.Spec.Storage.S3; s3 != nil {
 		a.conf.S3 = &instanceapi.ArchiveS3{Endpoint: s3.Endpoint, Bucket: s3.Bucket, Region: s3.Region, Insecure: s3.Insecure}
 		ref := s3.CredentialsSecretRef
-		a.s3Secret, a.idKey, a.secretKey = ref.Name, orDefault(ref.AccessKeyIDKey, "AWS_ACCESS_KEY_ID"), orDefault(ref.SecretAccessKeyKey, "AWS_SECRET_ACCESS_KEY")
+		a.s3Secret, a.idKey, a.secretKey = ref.Name, cmp.Or(ref.AccessKeyIDKey, "AWS_ACCESS_KEY_ID"), cmp.Or(ref.SecretAccessKeyKey, "AWS_SECRET_ACCESS_KEY")
 		a.ca = s3.CASecretRef
 	} else {
 		a.claim = b.Spec.Storage.PVC.ClaimName
@@ -104,7 +105,7 @@ func (p plan) archiveConf() string {
 	if p.archive == nil {
 		return ""
 	}
-	b, _ := json.Marshal(p.archive.conf)
+	b, _ := json.Marshal(p.archive.conf) //nolint:errchkjson // strings and bools always marshal
 	return string(b)
 }
 
@@ -121,7 +122,7 @@ func archiveSecrets(p plan) []*corev1ac.VolumeProjectionApplyConfiguration {
 		WithItems(corev1ac.KeyToPath().WithKey(a.keyKey).WithPath(instanceapi.SecretArchiveSeriesKey)))}
 	if a.enc != nil {
 		out = append(out, corev1ac.VolumeProjection().WithSecret(corev1ac.SecretProjection().WithName(a.enc.Name).
-			WithItems(corev1ac.KeyToPath().WithKey(orDefault(a.enc.Key, "key")).WithPath(instanceapi.SecretArchiveEncryptionKey))))
+			WithItems(corev1ac.KeyToPath().WithKey(cmp.Or(a.enc.Key, "key")).WithPath(instanceapi.SecretArchiveEncryptionKey))))
 	}
 	if a.s3Secret == "" {
 		return out
@@ -131,7 +132,7 @@ func archiveSecrets(p plan) []*corev1ac.VolumeProjectionApplyConfiguration {
 			corev1ac.KeyToPath().WithKey(a.secretKey).WithPath(instanceapi.SecretArchiveSecretAccessKey))))
 	if a.ca != nil {
 		out = append(out, corev1ac.VolumeProjection().WithSecret(corev1ac.SecretProjection().WithName(a.ca.Name).
-			WithItems(corev1ac.KeyToPath().WithKey(orDefault(a.ca.Key, "ca.crt")).WithPath(instanceapi.SecretArchiveCA))))
+			WithItems(corev1ac.KeyToPath().WithKey(cmp.Or(a.ca.Key, "ca.crt")).WithPath(instanceapi.SecretArchiveCA))))
 	}
 	return out
 }
@@ -223,7 +224,7 @@ func recoveryProgress(obs *observation) *v1alpha1.RecoveryProgress {
 	}
 	r := s.Recovery
 	out := &v1alpha1.RecoveryProgress{BaseBackup: r.BaseBackup, TargetLSN: r.TargetLSN, ReplayedLSN: r.ReplayedLSN,
-		EndLSN: r.EndLSN, BytesPerSecond: r.BytesPerSecond, RemainingSeconds: r.RemainingSeconds, Restored: r.Restored}
+		EndLSN: r.EndLSN, BytesPerSecond: r.BytesPerSecond, RemainingSeconds: r.RemainingSeconds, Restored: int32(r.Restored)}
 	if r.TargetTime != nil {
 		out.TargetTime = &metav1.Time{Time: *r.TargetTime}
 	}

@@ -29,7 +29,7 @@ import (
 
 	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
 	"github.com/daytwo-dev/daytwo/internal/controller"
-	"github.com/daytwo-dev/daytwo/internal/controller/databasebackup"
+	"github.com/daytwo-dev/daytwo/internal/controller/series"
 	"github.com/daytwo-dev/daytwo/internal/ha"
 	"github.com/daytwo-dev/daytwo/internal/instanceapi"
 	"github.com/daytwo-dev/daytwo/internal/postgres"
@@ -515,7 +515,7 @@ func (r *Reconciler) resolveRestore(ctx context.Context, db *v1alpha1.Database, 
 	if err != nil {
 		return fmt.Errorf("failed to get DatabaseBackup %s: %w", b.FromBackup.BackupRef.Name, err)
 	}
-	args, env, vols, mounts := databasebackup.StorageArgs(src, "restore-")
+	args, env, vols, mounts := series.StorageArgs(src, "restore-")
 	f := b.FromBackup
 	if src.Spec.Method == v1alpha1.BackupMethodPhysical {
 		args = append(args, "--"+instanceapi.FlagRestorePhysical)

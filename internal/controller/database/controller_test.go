@@ -855,7 +855,7 @@ func TestDeletionPolicies(t *testing.T) {
 			}
 			return false, err
 		})
-		db = waitCondition(t, ns, "snap", v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonDeleting)
+		waitCondition(t, ns, "snap", v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonDeleting)
 		if pvc, err := get(ns, "pgdata-snap-0", &corev1.PersistentVolumeClaim{}); err != nil || !pvc.DeletionTimestamp.IsZero() {
 			t.Fatalf("the volume went before the new final backup: %v", err)
 		}
@@ -1041,13 +1041,13 @@ func TestFailoverWaitsForATerminatingPrimarysRelease(t *testing.T) {
 
 	start := time.Now()
 	running := []corev1.Pod{{ObjectMeta: metav1.ObjectMeta{Name: "db-0"}}, {ObjectMeta: metav1.ObjectMeta{Name: "db-1"}}}
-	if waited, l := database.AwaitRelease(r, ctx, db, lease, running, "db-0"); waited != 0 || l != lease {
+	if waited, l := database.AwaitRelease(ctx, r, db, lease, running, "db-0"); waited != 0 || l != lease {
 		t.Fatalf("waited %s for a primary that is not being deleted", waited)
 	}
-	if waited, _ := database.AwaitRelease(r, ctx, db, lease, deletedAt(time.Now())[:1], "db-0"); waited != 0 {
+	if waited, _ := database.AwaitRelease(ctx, r, db, lease, deletedAt(time.Now())[:1], "db-0"); waited != 0 {
 		t.Fatalf("waited %s for the only instance", waited)
 	}
-	if waited, _ := database.AwaitRelease(r, ctx, db, lease, deletedAt(time.Now().Add(-5*time.Second)), "db-0"); waited != 0 {
+	if waited, _ := database.AwaitRelease(ctx, r, db, lease, deletedAt(time.Now().Add(-5*time.Second)), "db-0"); waited != 0 {
 		t.Fatalf("waited %s for a release 5 s after the deletion", waited)
 	}
 	if time.Since(start) > time.Second {
@@ -1055,7 +1055,7 @@ func TestFailoverWaitsForATerminatingPrimarysRelease(t *testing.T) {
 	}
 
 	start = time.Now()
-	if waited, l := database.AwaitRelease(r, ctx, db, lease, deletedAt(start.Add(-time.Second)), "db-0"); waited != 0 || l.Spec.RenewTime == nil {
+	if waited, l := database.AwaitRelease(ctx, r, db, lease, deletedAt(start.Add(-time.Second)), "db-0"); waited != 0 || l.Spec.RenewTime == nil {
 		t.Fatalf("a lease never released: waited %s, renewTime %v", waited, l.Spec.RenewTime)
 	}
 	if took := time.Since(start); took < 1500*time.Millisecond || took > 3*time.Second {
@@ -1080,7 +1080,7 @@ func TestFailoverWaitsForATerminatingPrimarysRelease(t *testing.T) {
 		released <- release{time.Now(), err}
 	}()
 	start = time.Now()
-	waited, l := database.AwaitRelease(r, ctx, db, lease, deletedAt(start), "db-0")
+	waited, l := database.AwaitRelease(ctx, r, db, lease, deletedAt(start), "db-0")
 	rel := <-released
 	if rel.err != nil {
 		t.Fatal(rel.err)

@@ -18,7 +18,7 @@ var (
 
 // AwaitRelease runs failover's wait for holder's release, among pods, and
 // returns the time waited and the lease it ended with.
-func AwaitRelease(r *Reconciler, ctx context.Context, db *v1alpha1.Database, lease *coordinationv1.Lease, pods []corev1.Pod, holder string) (time.Duration, *coordinationv1.Lease) {
+func AwaitRelease(ctx context.Context, r *Reconciler, db *v1alpha1.Database, lease *coordinationv1.Lease, pods []corev1.Pod, holder string) (time.Duration, *coordinationv1.Lease) {
 	obs := &observation{lease: lease, pods: pods}
 	waited := r.awaitRelease(ctx, db, obs, holder)
 	return waited, obs.lease

@@ -111,7 +111,7 @@ func tuningInput(p plan) postgres.Resources {
 // restartParameters is the JSON of the settings that need a restart; the
 // pod template carries it, so changing one makes a new revision to roll.
 func (p plan) restartParameters() string {
-	b, _ := json.Marshal(postgres.RestartOnly(p.params)) // map keys marshal sorted
+	b, _ := json.Marshal(postgres.RestartOnly(p.params)) //nolint:errchkjson // a map of strings always marshals, keys sorted
 	return string(b)
 }
 
@@ -119,7 +119,7 @@ func (p plan) parametersConf() string { return postgres.Render(p.params) }
 
 // replicationConf is the instance managers' instanceapi.ReplicationFile.
 func (p plan) replicationConf(db *v1alpha1.Database) string {
-	b, _ := json.Marshal(p.replication(db)) // a struct of strings, ints and bools always marshals
+	b, _ := json.Marshal(p.replication(db)) //nolint:errchkjson // a struct of strings, ints and bools always marshals
 	return string(b)
 }
 

@@ -418,7 +418,7 @@ func (r *Reconciler) promoteCall(ctx context.Context, db *v1alpha1.Database, obs
 	}, nil
 }
 
-// recordPromoted notes pod's promotion at at in the failover record under
+// recordPromoted notes pod's promotion (at time at) in the failover record under
 // way, the metric and an Event.
 func (r *Reconciler) recordPromoted(ctx context.Context, db *v1alpha1.Database, pod string, at time.Time) {
 	now := metav1.NewTime(at)

@@ -1,6 +1,7 @@
 package database
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
@@ -307,7 +308,7 @@ func postgresContainer(db *v1alpha1.Database, p plan, in stsInputs) *corev1ac.Co
 		// The storage is the restore init container's (restoreContainer).
 		args = append(args, "--from-backup", "--restore-id="+b.FromBackup.BackupID)
 	} else if b != nil && b.InitDB != nil {
-		args = append(args, "--database="+orDefault(b.InitDB.Database, "app"), "--owner="+orDefault(b.InitDB.Owner, "app"))
+		args = append(args, "--database="+cmp.Or(b.InitDB.Database, "app"), "--owner="+cmp.Or(b.InitDB.Owner, "app"))
 	} else if b != nil && b.Import != nil {
 		args = append(args, f(instanceapi.FlagImportHost, b.Import.Host), f(instanceapi.FlagImportPort, strconv.Itoa(int(b.Import.Port))),
 			f(instanceapi.FlagImportDatabases, strings.Join(b.Import.Databases, ",")),
@@ -601,7 +602,7 @@ func primaryBudgetName(db *v1alpha1.Database) string { return db.Name + "-primar
 func credentialsData(db *v1alpha1.Database, password string) map[string][]byte {
 	database, owner := "app", "app"
 	if b := db.Spec.Bootstrap; b != nil && b.InitDB != nil {
-		database, owner = orDefault(b.InitDB.Database, database), orDefault(b.InitDB.Owner, owner)
+		database, owner = cmp.Or(b.InitDB.Database, database), cmp.Or(b.InitDB.Owner, owner)
 	}
 	host := db.PrimaryHost()
 	port := strconv.Itoa(instanceapi.PostgresPort)
@@ -622,13 +623,6 @@ func connectionURI(user, password, host, port, database string) string {
 	u := url.URL{Scheme: "postgresql", User: url.UserPassword(user, password), Host: net.JoinHostPort(host, port), Path: "/" + database,
 		RawQuery: "sslmode=verify-full"}
 	return u.String()
-}
-
-func orDefault(v, def string) string {
-	if v == "" {
-		return def
-	}
-	return v
 }
 
 // oneShotBackup is a DatabaseBackup without a schedule that stores db's

@@ -15,7 +15,7 @@ import (
 
 	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
 	"github.com/daytwo-dev/daytwo/internal/backup"
-	"github.com/daytwo-dev/daytwo/internal/controller/databasebackup"
+	"github.com/daytwo-dev/daytwo/internal/controller/series"
 	"github.com/daytwo-dev/daytwo/internal/instanceapi"
 	"github.com/daytwo-dev/daytwo/internal/postgres"
 )
@@ -410,7 +410,7 @@ func TestRestoreWithAPrivateS3CA(t *testing.T) {
 	b := &v1alpha1.DatabaseBackup{ObjectMeta: metav1.ObjectMeta{Name: "nightly", Namespace: "shop", UID: "uid-b"},
 		Spec: v1alpha1.DatabaseBackupSpec{DatabaseRef: v1alpha1.LocalObjectReference{Name: "orders"}, Storage: v1alpha1.BackupStorage{
 			S3: &v1alpha1.S3Storage{Endpoint: "minio:9000", Bucket: "b", CASecretRef: &v1alpha1.SecretKeyRef{Name: "minio-ca"}}}}}
-	args, env, vols, mounts := databasebackup.StorageArgs(b, "restore-")
+	args, env, vols, mounts := series.StorageArgs(b, "restore-")
 	sts := statefulSet(db, newPlan(db), stsInputs{instanceImage: "localhost/daytwo:dev", image: "postgres:15", major: "15",
 		restore: &restoreSource{args: args, env: env, volumes: vols, mounts: mounts}})
 	found := false

@@ -2,12 +2,12 @@ package database
 
 import (
 	"fmt"
-	batchv1 "k8s.io/api/batch/v1"
 	"slices"
 	"strings"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -109,7 +109,7 @@ func setStatus(db *v1alpha1.Database, obs *observation) {
 		set(v1alpha1.ConditionReady, false, v1alpha1.ReasonConflictingResource, obs.conflict)
 		return
 	}
-	setCertificateCondition(st, obs, set)
+	setCertificateCondition(obs, set)
 	if obs.tls.problem != "" && obs.sts == nil {
 		st.Phase, st.Ready = v1alpha1.DatabasePhaseCreating, false
 		set(v1alpha1.ConditionReady, false, v1alpha1.ReasonCertificateInvalid, obs.tls.problem)
@@ -288,7 +288,7 @@ func primaryError(pods []corev1.Pod, primary string) (string, string) {
 
 // setCertificateCondition says which certificate the instances serve and
 // until when, or why the one spec.tls names cannot be served.
-func setCertificateCondition(st *v1alpha1.DatabaseStatus, obs *observation, set func(string, bool, string, string)) {
+func setCertificateCondition(obs *observation, set func(string, bool, string, string)) {
 	switch {
 	case obs.tls.problem != "":
 		set(v1alpha1.ConditionServerCertificate, false, v1alpha1.ReasonCertificateInvalid, obs.tls.problem)

@@ -26,6 +26,7 @@ import (
 	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
 	"github.com/daytwo-dev/daytwo/internal/controller"
 	"github.com/daytwo-dev/daytwo/internal/controller/conditions"
+	"github.com/daytwo-dev/daytwo/internal/controller/series"
 	"github.com/daytwo-dev/daytwo/internal/postgres"
 	"github.com/daytwo-dev/daytwo/internal/schedule"
 )
@@ -77,7 +78,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (_ re
 func (r *Reconciler) reconcileNormal(ctx context.Context, b *v1alpha1.DatabaseBackup) (reconcile.Result, error) {
 	now := r.Clock.Now()
 	b.Status.ObservedGeneration = b.Generation
-	b.Status.Series = SeriesID(b)
+	b.Status.Series = series.ID(b)
 	if err := validateSchedule(b); err != nil {
 		setCondition(b, v1alpha1.ConditionReady, false, v1alpha1.ReasonInvalidSpec, err.Error())
 		return reconcile.Result{}, reconcile.TerminalError(err)
@@ -167,7 +168,7 @@ func (r *Reconciler) schedule(ctx context.Context, b *v1alpha1.DatabaseBackup, d
 		if err := r.Client.List(ctx, list, client.InNamespace(b.Namespace)); err != nil {
 			return 0, fmt.Errorf("failed to list DatabaseBackups: %w", err)
 		}
-		if first := PhysicalOf(list.Items, db.Name); len(first) > 0 && first[0].UID != b.UID {
+		if first := series.PhysicalOf(list.Items, db.Name); len(first) > 0 && first[0].UID != b.UID {
 			setCondition(b, v1alpha1.ConditionReady, false, v1alpha1.ReasonWaitingForArchiving,
 				fmt.Sprintf("DatabaseBackup %s archives the WAL of Database %s; this one takes no base backups (they would have no WAL) until it goes",
 					first[0].Name, db.Name))
@@ -337,8 +338,8 @@ const locationIndex = "daytwo.dev/location"
 // too (spec.series naming it).
 func (r *Reconciler) setSharedLocation(ctx context.Context, b *v1alpha1.DatabaseBackup) (string, error) {
 	list := &v1alpha1.DatabaseBackupList{}
-	if err := r.Client.List(ctx, list, client.MatchingFields{locationIndex: Location(b)}); err != nil {
-		return "", fmt.Errorf("failed to list DatabaseBackups at %s: %w", Location(b), err)
+	if err := r.Client.List(ctx, list, client.MatchingFields{locationIndex: series.Location(b)}); err != nil {
+		return "", fmt.Errorf("failed to list DatabaseBackups at %s: %w", series.Location(b), err)
 	}
 	var others []string
 	inUse := ""
@@ -347,19 +348,19 @@ func (r *Reconciler) setSharedLocation(ctx context.Context, b *v1alpha1.Database
 			continue
 		}
 		others = append(others, o.Namespace+"/"+o.Name)
-		if SeriesID(&o) == SeriesID(b) && olderThan(&o, b) {
+		if series.ID(&o) == series.ID(b) && olderThan(&o, b) {
 			inUse = fmt.Sprintf("DatabaseBackup %s/%s, older, writes series %s at %s: this one takes no backups while it does",
-				o.Namespace, o.Name, SeriesID(b), Location(b))
+				o.Namespace, o.Name, series.ID(b), series.Location(b))
 		}
 	}
 	if len(others) == 0 {
-		setCondition(b, v1alpha1.ConditionSharedLocation, false, v1alpha1.ReasonLocationExclusive, "No other DatabaseBackup stores at "+Location(b))
+		setCondition(b, v1alpha1.ConditionSharedLocation, false, v1alpha1.ReasonLocationExclusive, "No other DatabaseBackup stores at "+series.Location(b))
 		return "", nil
 	}
 	slices.Sort(others)
 	setCondition(b, v1alpha1.ConditionSharedLocation, true, v1alpha1.ReasonLocationShared,
 		fmt.Sprintf("DatabaseBackup %s also stores at %s; each series lists, prunes and restores only its own backups",
-			strings.Join(others, ", "), Location(b)))
+			strings.Join(others, ", "), series.Location(b)))
 	return inUse, nil
 }
 
@@ -393,13 +394,13 @@ func (r *Reconciler) SetupWithManager(mgr manager.Manager) error {
 		return out
 	})
 	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &v1alpha1.DatabaseBackup{}, locationIndex,
-		func(obj client.Object) []string { return []string{Location(obj.(*v1alpha1.DatabaseBackup))} }); err != nil {
+		func(obj client.Object) []string { return []string{series.Location(obj.(*v1alpha1.DatabaseBackup))} }); err != nil {
 		return err
 	}
 	// A DatabaseBackup appearing at, or leaving, a location matters to the others there.
 	sameLocation := handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, obj client.Object) []reconcile.Request {
 		list := &v1alpha1.DatabaseBackupList{}
-		if err := mgr.GetClient().List(ctx, list, client.MatchingFields{locationIndex: Location(obj.(*v1alpha1.DatabaseBackup))}); err != nil {
+		if err := mgr.GetClient().List(ctx, list, client.MatchingFields{locationIndex: series.Location(obj.(*v1alpha1.DatabaseBackup))}); err != nil {
 			logf.FromContext(ctx).Error(err, "Failed to list the DatabaseBackups sharing a location", "databaseBackup", klog.KObj(obj))
 			return nil
 		}

@@ -1,13 +1,10 @@
 package databasebackup
 
 import (
-	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
@@ -18,16 +15,16 @@ import (
 
 	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
 	"github.com/daytwo-dev/daytwo/internal/backup"
+	"github.com/daytwo-dev/daytwo/internal/controller/series"
 	"github.com/daytwo-dev/daytwo/internal/instanceapi"
 )
 
 const (
-	labelBackup       = "daytwo.dev/backup"
-	labelScheduled    = "daytwo.dev/scheduled"
-	annScheduledTime  = "daytwo.dev/scheduled-time"
-	containerBackup   = "backup"
-	controllerMount   = "/controller"
-	backupVolumeMount = "/backups"
+	labelBackup      = "daytwo.dev/backup"
+	labelScheduled   = "daytwo.dev/scheduled"
+	annScheduledTime = "daytwo.dev/scheduled-time"
+	containerBackup  = "backup"
+	controllerMount  = "/controller"
 )
 
 // DefaultActiveDeadline bounds a backup run whose spec sets no
@@ -59,109 +56,6 @@ func jobName(b *v1alpha1.DatabaseBackup, scheduled time.Time) string {
 	return name + suffix
 }
 
-// SeriesPrefix is the storage prefix of one DatabaseBackup's backups:
-// spec.storage.s3.prefix, else <namespace>/<name>. Restores use it too.
-func SeriesPrefix(b *v1alpha1.DatabaseBackup) string {
-	if s3 := b.Spec.Storage.S3; s3 != nil && s3.Prefix != "" {
-		return backup.NormalizePrefix(s3.Prefix)
-	}
-	return backup.NormalizePrefix(b.Namespace + "/" + b.Name)
-}
-
-// Location identifies where b stores its backups, across namespaces for
-// S3 (a bucket is global) and within b's namespace for a volume.
-func Location(b *v1alpha1.DatabaseBackup) string {
-	if s3 := b.Spec.Storage.S3; s3 != nil {
-		endpoint := strings.ToLower(strings.TrimPrefix(strings.TrimPrefix(s3.Endpoint, "https://"), "http://"))
-		return "s3://" + endpoint + "/" + s3.Bucket + "/" + SeriesPrefix(b)
-	}
-	if pvc := b.Spec.Storage.PVC; pvc != nil {
-		return "pvc://" + b.Namespace + "/" + pvc.ClaimName + "/" + backup.NormalizePrefix(pvc.Path) + SeriesPrefix(b)
-	}
-	return ""
-}
-
-// SeriesID is the series b's backups are stored under: spec.series, or its UID.
-func SeriesID(b *v1alpha1.DatabaseBackup) string {
-	if b.Spec.Series != "" {
-		return b.Spec.Series
-	}
-	return string(b.UID)
-}
-
-// SeriesKeySecret is the Secret and key holding b's series key.
-func SeriesKeySecret(b *v1alpha1.DatabaseBackup) (string, string) {
-	if ref := b.Spec.SeriesKeySecretRef; ref != nil {
-		return ref.Name, orDefault(ref.Key, seriesKeyKey)
-	}
-	return b.Name + "-series-key", seriesKeyKey
-}
-
-// seriesKeyKey is the Secret key of a series key by default.
-const seriesKeyKey = "key"
-
-// StorageArgs are the daytwo flags (with flagPrefix) that select the
-// storage of b, the environment that carries its series key and S3
-// credentials, and the volume a PVC storage needs.
-func StorageArgs(b *v1alpha1.DatabaseBackup, flagPrefix string) ([]string, []corev1.EnvVar, []corev1.Volume, []corev1.VolumeMount) {
-	args := []string{"--" + flagPrefix + "prefix=" + SeriesPrefix(b), "--" + flagPrefix + "series-uid=" + SeriesID(b),
-		"--" + flagPrefix + "series-name=" + b.Namespace + "/" + b.Name, "--" + flagPrefix + "database-name=" + b.Spec.DatabaseRef.Name,
-		"--" + flagPrefix + "series-key-required"}
-	keySecret, keyKey := SeriesKeySecret(b)
-	env := []corev1.EnvVar{secretEnv(backup.SeriesKeyEnv, keySecret, keyKey)}
-	if e := b.Spec.Encryption; e != nil {
-		env = append(env, secretEnv(backup.EncryptionKeyEnv, e.KeySecretRef.Name, orDefault(e.KeySecretRef.Key, seriesKeyKey)))
-	}
-	st := b.Spec.Storage
-	if s3 := st.S3; s3 != nil {
-		args = append(args, "--"+flagPrefix+"s3-endpoint="+s3.Endpoint, "--"+flagPrefix+"s3-bucket="+s3.Bucket)
-		if s3.Region != "" {
-			args = append(args, "--"+flagPrefix+"s3-region="+s3.Region)
-		}
-		if s3.Insecure {
-			args = append(args, "--"+flagPrefix+"s3-insecure")
-		}
-		ref := s3.CredentialsSecretRef
-		env = append(env,
-			secretEnv("AWS_ACCESS_KEY_ID", ref.Name, orDefault(ref.AccessKeyIDKey, "AWS_ACCESS_KEY_ID")),
-			secretEnv("AWS_SECRET_ACCESS_KEY", ref.Name, orDefault(ref.SecretAccessKeyKey, "AWS_SECRET_ACCESS_KEY")),
-		)
-		if ca := s3.CASecretRef; ca != nil {
-			// A volume of its own per storage (a restore's beside a run's).
-			name, dir := flagPrefix+"s3-ca", s3CAMount+"/"+flagPrefix+"s3-ca"
-			args = append(args, "--"+flagPrefix+"s3-ca-file="+dir+"/ca.crt")
-			vol := corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: ca.Name,
-				Items: []corev1.KeyToPath{{Key: orDefault(ca.Key, "ca.crt"), Path: "ca.crt"}}}}}
-			return args, env, []corev1.Volume{vol}, []corev1.VolumeMount{{Name: name, MountPath: dir, ReadOnly: true}}
-		}
-		return args, env, nil, nil
-	}
-	path := backupVolumeMount
-	if st.PVC.Path != "" {
-		path += "/" + st.PVC.Path
-	}
-	args = append(args, "--"+flagPrefix+"path="+path)
-	vol := corev1.Volume{Name: "backups", VolumeSource: corev1.VolumeSource{
-		PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: st.PVC.ClaimName}}}
-	return args, env, []corev1.Volume{vol}, []corev1.VolumeMount{{Name: "backups", MountPath: backupVolumeMount}}
-}
-
-// PhysicalOf returns the Physical DatabaseBackups of the Database named
-// db among backups, the one that archives its WAL first: the oldest, then
-// by name. The others take no base backups (their storage gets no WAL).
-func PhysicalOf(backups []v1alpha1.DatabaseBackup, db string) []v1alpha1.DatabaseBackup {
-	out := slices.DeleteFunc(slices.Clone(backups), func(b v1alpha1.DatabaseBackup) bool {
-		return b.Spec.Method != v1alpha1.BackupMethodPhysical || b.Spec.DatabaseRef.Name != db || !b.DeletionTimestamp.IsZero()
-	})
-	slices.SortFunc(out, func(a, b v1alpha1.DatabaseBackup) int {
-		return cmp.Or(a.CreationTimestamp.Compare(b.CreationTimestamp.Time), strings.Compare(a.Name, b.Name))
-	})
-	return out
-}
-
-// s3CAMount holds a private CA of the S3 endpoint (S3Storage.caSecretRef).
-const s3CAMount = "/etc/daytwo"
-
 // caMount holds the Database's CA (the credentials Secret's ca.crt) in a
 // backup Job.
 const caMount = "/etc/daytwo/ca"
@@ -180,7 +74,7 @@ type jobInputs struct {
 
 // backupJob is the Job of the run scheduled at t.
 func backupJob(b *v1alpha1.DatabaseBackup, in jobInputs, t time.Time) *batchv1.Job {
-	args, env, vols, mounts := StorageArgs(b, "")
+	args, env, vols, mounts := series.StorageArgs(b, "")
 	args = append([]string{"backup", "run", "--id=" + backup.NewID(t)}, args...)
 	if r := b.Spec.Retention; r != nil {
 		args = append(args, fmt.Sprintf("--keep-last=%d", r.KeepLast), fmt.Sprintf("--keep-daily=%d", r.KeepDaily),
@@ -203,7 +97,7 @@ func backupJob(b *v1alpha1.DatabaseBackup, in jobInputs, t time.Time) *batchv1.J
 		if in.replication != "" {
 			// The roles' password verifiers, which the owner may not read.
 			args = append(args, "--roles-user="+instanceapi.ReplicationUser)
-			env = append(env, secretEnv(backup.RolesPasswordEnv, in.replication, v1alpha1.CredentialsPassword))
+			env = append(env, series.SecretEnv(backup.RolesPasswordEnv, in.replication, v1alpha1.CredentialsPassword))
 		}
 	}
 	// Both verify the server: TLS with its name, against the Database's CA.
@@ -260,11 +154,11 @@ func backupJob(b *v1alpha1.DatabaseBackup, in jobInputs, t time.Time) *batchv1.J
 // libpq variables from Secret references: the password is never in the spec.
 func libpqEnv(credentials string) []corev1.EnvVar {
 	return []corev1.EnvVar{
-		secretEnv("PGHOST", credentials, v1alpha1.CredentialsHost),
-		secretEnv("PGPORT", credentials, v1alpha1.CredentialsPort),
-		secretEnv("PGUSER", credentials, v1alpha1.CredentialsUser),
-		secretEnv("PGPASSWORD", credentials, v1alpha1.CredentialsPassword),
-		secretEnv("PGDATABASE", credentials, v1alpha1.CredentialsDatabase),
+		series.SecretEnv("PGHOST", credentials, v1alpha1.CredentialsHost),
+		series.SecretEnv("PGPORT", credentials, v1alpha1.CredentialsPort),
+		series.SecretEnv("PGUSER", credentials, v1alpha1.CredentialsUser),
+		series.SecretEnv("PGPASSWORD", credentials, v1alpha1.CredentialsPassword),
+		series.SecretEnv("PGDATABASE", credentials, v1alpha1.CredentialsDatabase),
 		{Name: "HOME", Value: "/tmp"},
 	}
 }
@@ -283,7 +177,7 @@ func replicationEnv(in jobInputs) []corev1.EnvVar {
 		{Name: "PGHOST", Value: host},
 		{Name: "PGPORT", Value: strconv.Itoa(instanceapi.PostgresPort)},
 		{Name: "PGUSER", Value: instanceapi.ReplicationUser},
-		secretEnv("PGPASSWORD", in.replication, v1alpha1.CredentialsPassword),
+		series.SecretEnv("PGPASSWORD", in.replication, v1alpha1.CredentialsPassword),
 		{Name: "HOME", Value: "/tmp"},
 	}
 }
@@ -303,16 +197,4 @@ func restricted() *corev1.SecurityContext {
 		Capabilities:   &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
 		SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
 	}
-}
-
-func secretEnv(name, secret, key string) corev1.EnvVar {
-	return corev1.EnvVar{Name: name, ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
-		LocalObjectReference: corev1.LocalObjectReference{Name: secret}, Key: key}}}
-}
-
-func orDefault(v, def string) string {
-	if v == "" {
-		return def
-	}
-	return v
 }

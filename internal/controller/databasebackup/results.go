@@ -112,8 +112,8 @@ func (r *Reconciler) recordFinished(ctx context.Context, b *v1alpha1.DatabaseBac
 	return nil
 }
 
-// statusBehind: the status does not show the outcome of job, which finished
-// at at yet. A success's backup ends after the Job's scheduled time; a
+// statusBehind: the status does not show the outcome of job yet, which
+// finished at time at. A success's backup ends after the Job's scheduled time; a
 // failure is recorded at the time the Job failed (second precision).
 func statusBehind(b *v1alpha1.DatabaseBackup, job *batchv1.Job, at time.Time, ok bool) bool {
 	if ok {

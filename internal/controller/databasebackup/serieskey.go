@@ -2,6 +2,7 @@ package databasebackup
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -14,6 +15,7 @@ import (
 
 	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
 	"github.com/daytwo-dev/daytwo/internal/backup"
+	"github.com/daytwo-dev/daytwo/internal/controller/series"
 )
 
 // labelSeriesKeyOf marks a series key Secret daytwo made, with the
@@ -38,7 +40,7 @@ func (r *Reconciler) ensureKeys(ctx context.Context, b *v1alpha1.DatabaseBackup)
 // restore from the bucket), and so must the key that authenticates them.
 // A key of the wrong size is named too, before a Job fails on it.
 func (r *Reconciler) ensureSeriesKey(ctx context.Context, b *v1alpha1.DatabaseBackup) (missing string, err error) {
-	name, key := SeriesKeySecret(b)
+	name, key := series.KeySecret(b)
 	field := "the series key Secret " + name
 	if b.Spec.SeriesKeySecretRef != nil {
 		field = "spec.seriesKeySecretRef: Secret " + name
@@ -105,5 +107,5 @@ func (r *Reconciler) encryptionKeyProblem(ctx context.Context, b *v1alpha1.Datab
 	case err != nil:
 		return "", fmt.Errorf("failed to get Secret %s: %w", e.KeySecretRef.Name, err)
 	}
-	return keyProblem(s, orDefault(e.KeySecretRef.Key, seriesKeyKey), field, false), nil
+	return keyProblem(s, cmp.Or(e.KeySecretRef.Key, series.KeyKey), field, false), nil
 }

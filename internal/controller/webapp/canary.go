@@ -103,7 +103,7 @@ func (r *Reconciler) runCanary(ctx context.Context, app *v1alpha1.WebApp, in pod
 	if r.cacheBehind(cdKey, cd, exists, now) {
 		return canaryReport{}, errCacheBehind
 	}
-	current := exists && templateAnnotation(cd, annotationTemplateHash) == hash
+	current := exists && templateHash(cd) == hash
 	in2 := canaryInput{steps: steps, hold: in.databaseHold, now: now, deadline: time.Duration(progressDeadline(app)) * time.Second,
 		state: canaryState{started: now.Truncate(time.Second), total: ptr.Deref(desiredReplicas(app), ptr.Deref(live.Spec.Replicas, 1)), steps: hashOf(steps)}}
 	in2.promoteRequested, in2.abortRequested = requestTime(app, v1alpha1.AnnotationPromoteRequested), requestTime(app, v1alpha1.AnnotationAbortRequested)
@@ -285,8 +285,8 @@ func (r *Reconciler) settleCanary(ctx context.Context, app *v1alpha1.WebApp, liv
 	if err := r.Client.Get(ctx, client.ObjectKeyFromObject(cd), cd); err != nil {
 		return nil, client.IgnoreNotFound(err)
 	}
-	promoted := templateAnnotation(cd, annotationTemplateHash) == desiredHash &&
-		templateAnnotation(live, annotationTemplateHash) == desiredHash
+	promoted := templateHash(cd) == desiredHash &&
+		templateHash(live) == desiredHash
 	if isCanary(app) && promoted && !rolledOut(live) {
 		steps := int32(len(canarySteps(app)))
 		return &canaryReport{reason: v1alpha1.ReasonCanaryPromoting, step: steps + 1, steps: steps, canaryImage: app.Spec.Image,
@@ -323,10 +323,10 @@ func stateOf(cd *appsv1.Deployment, fresh canaryState) canaryState {
 	if t, err := time.Parse(time.RFC3339, a[annotationCanarySince]); err == nil {
 		st.since = t
 	}
-	if n, err := strconv.Atoi(a[annotationCanaryTotal]); err == nil {
+	if n, err := strconv.ParseInt(a[annotationCanaryTotal], 10, 32); err == nil {
 		st.total = int32(n)
 	}
-	if n, err := strconv.Atoi(a[annotationCanaryBaseline]); err == nil {
+	if n, err := strconv.ParseInt(a[annotationCanaryBaseline], 10, 32); err == nil {
 		st.restartBaseline = int32(n)
 	}
 	if t, err := time.Parse(time.RFC3339, a[annotationCanaryStepAt]); err == nil {

@@ -94,7 +94,7 @@ func canaryGone(t *testing.T, app *v1alpha1.WebApp) {
 func TestCanaryStepsThenPromotes(t *testing.T) {
 	ns := env.Namespace(t)
 	app := canaryApp(ns, "shop")
-	stable, canary := startCanary(t, app)
+	_, canary := startCanary(t, app)
 
 	// The canary's pods carry the Service's selector and their own track.
 	if l := canary.Spec.Template.Labels; l["daytwo.dev/webapp"] != "shop" || l["daytwo.dev/track"] != "canary" {
@@ -103,7 +103,7 @@ func TestCanaryStepsThenPromotes(t *testing.T) {
 	if s := canary.Spec.Selector.MatchLabels; s["daytwo.dev/track"] != "canary" {
 		t.Errorf("canary selector = %v, want the canary track", s)
 	}
-	stable = deploymentOf(t, app, "read", func(*appsv1.Deployment) bool { return true })
+	stable := deploymentOf(t, app, "read", func(*appsv1.Deployment) bool { return true })
 	if appContainer(stable).Image != "demo:1" || ptr.Deref(stable.Spec.Replicas, 0) != 4 {
 		t.Errorf("stable Deployment = %s x%d during the canary, want demo:1 x4 untouched", appContainer(stable).Image, ptr.Deref(stable.Spec.Replicas, 0))
 	}

@@ -192,7 +192,7 @@ func (r *Reconciler) applyDeployment(ctx context.Context, app *v1alpha1.WebApp, 
 	if ro.forbidden != "" && !exists {
 		return ro, nil // nothing runs yet; the condition says why nothing will
 	}
-	changed := exists && templateAnnotation(live, annotationTemplateHash) != desiredHash
+	changed := exists && templateHash(live) != desiredHash
 	held := failure{revision: live.Annotations[annotationFailedTemplate], signal: live.Annotations[annotationCanaryAborted]}
 	template, failed, paused := desired, failure{}, false
 	// The event describing this apply is recorded only once the apply succeeded.
@@ -389,11 +389,11 @@ func templateImage(d *appsv1.Deployment) string {
 // templateAnnotation is one annotation of d's pod template. The cache's
 // copy of a Deployment keeps them among its own annotations, under
 // controller.CachedTemplatePrefix.
-func templateAnnotation(d *appsv1.Deployment, key string) string {
-	if v, ok := d.Spec.Template.Annotations[key]; ok {
+func templateHash(d *appsv1.Deployment) string {
+	if v, ok := d.Spec.Template.Annotations[annotationTemplateHash]; ok {
 		return v
 	}
-	return d.Annotations[controller.CachedTemplatePrefix+key]
+	return d.Annotations[controller.CachedTemplatePrefix+annotationTemplateHash]
 }
 
 // SelectorOf is d's pod selector. The cache's copy of a Deployment has

@@ -95,7 +95,7 @@ func (r *Reconciler) diagnosePods(ctx context.Context, app *v1alpha1.WebApp, d *
 	if err := r.APIReader.List(ctx, pods, client.InNamespace(d.Namespace), client.MatchingLabels(SelectorOf(d))); err != nil {
 		return nil, 0, fmt.Errorf("failed to list the pods of Deployment %s: %w", d.Name, err)
 	}
-	return diagnose(pods.Items, templateAnnotation(d, annotationTemplateHash)), diagnoseEvery, nil
+	return diagnose(pods.Items, templateHash(d)), diagnoseEvery, nil
 }
 
 // problemReasons are the reasons a podProblem reports under.

@@ -178,7 +178,8 @@ func benchWALRate(t *testing.T, minio *testpg.MinIO) walResult {
 		}
 		done := make(chan error, 1)
 		go func() { done <- cmd.Wait() }()
-		maxLag, endLSN := 0, startLSN
+		maxLag := 0
+		var endLSN int64
 		var took time.Duration
 	sample:
 		for {

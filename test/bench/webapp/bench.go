@@ -628,7 +628,7 @@ func (b *bench) watchConvergence(ctx context.Context, ns string, n int) (wait fu
 			break
 		}
 		if got, err := b.converged(ctx, ns); err != nil || got != n {
-			return fmt.Errorf("the watches saw %d WebApps converge, a list %d (%v)", n, got, err)
+			return fmt.Errorf("the watches saw %d WebApps converge, a list %d (%w)", n, got, err)
 		}
 		return nil
 	}, nil

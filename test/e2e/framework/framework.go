@@ -206,7 +206,7 @@ func (c *Cluster) ApplyYAML(t *testing.T, ns, docs string) []*unstructured.Unstr
 		if ns != "" {
 			u.SetNamespace(ns)
 		}
-		if err := c.Client.Patch(context.Background(), u, client.Apply, client.FieldOwner("daytwo-e2e"), client.ForceOwnership); err != nil {
+		if err := c.Client.Apply(context.Background(), client.ApplyConfigurationFromUnstructured(u), client.FieldOwner("daytwo-e2e"), client.ForceOwnership); err != nil {
 			t.Fatalf("failed to apply %s %s: %v", u.GetKind(), u.GetName(), err)
 		}
 		out = append(out, u)

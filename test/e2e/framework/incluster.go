@@ -100,7 +100,7 @@ func (c *Cluster) CheckOperator(ctx context.Context, p *Process) error {
 	return nil
 }
 
-// OperatorReady: one operator pod runs, every container ready.
+// OperatorReady says one operator pod runs, every container ready.
 func (c *Cluster) OperatorReady(ctx context.Context) bool {
 	pods, err := c.Kube.CoreV1().Pods(OperatorNamespace).List(ctx, metav1.ListOptions{LabelSelector: operatorSelector})
 	if err != nil || len(pods.Items) != 1 {

@@ -70,7 +70,7 @@ func (c *Cluster) StartWriter(t *testing.T, ns, pod, container, conninfo, table 
 func writerBinary(t *testing.T) string {
 	t.Helper()
 	writerBuild.Do(func() {
-		dir, err := os.MkdirTemp("", "e2e-writer")
+		dir, err := os.MkdirTemp("", "e2e-writer") //nolint:usetesting // built once for every suite, not one test
 		if err != nil {
 			writerBuild.err = err
 			return
@@ -80,7 +80,7 @@ func writerBinary(t *testing.T) string {
 		cmd.Dir = RepoRoot()
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := cmd.CombinedOutput(); err != nil {
-			writerBuild.err = fmt.Errorf("building the writer: %v\n%s", err, out)
+			writerBuild.err = fmt.Errorf("building the writer: %w\n%s", err, out)
 		}
 	})
 	if writerBuild.err != nil {
