@@ -168,6 +168,15 @@ bench-webapp: tools build ## WebApp benchmark on the kwok cluster (BENCH_N=1000,
 	  kubectl --kubeconfig $$(hack/kwok-cluster.sh kubeconfig) apply --server-side -k config/crd >/dev/null && \
 	  KUBECONFIG=$$(hack/kwok-cluster.sh kubeconfig) DAYTWO_BIN=$(CURDIR)/bin/daytwo go run ./test/bench/webapp
 
+.PHONY: bench-database
+bench-database: tools build ## Database benchmark on the kwok cluster: heap, no-op writes, reconcile p99 and requests at rest per Database (BENCH_N=500, BENCH_REST_SECONDS=60).
+	@# A fresh cluster, as bench-webapp's.
+	export KWOK_NODES=$${KWOK_NODES:-$$(( $${BENCH_N:-500} / 90 + 2 ))}; \
+	  hack/kwok-cluster.sh down && hack/kwok-cluster.sh up && \
+	  kubectl --kubeconfig $$(hack/kwok-cluster.sh kubeconfig) apply --server-side -k config/crd >/dev/null && \
+	  kubectl --kubeconfig $$(hack/kwok-cluster.sh kubeconfig) wait --for=condition=Established --timeout=60s crd/databases.daytwo.dev >/dev/null && \
+	  KUBECONFIG=$$(hack/kwok-cluster.sh kubeconfig) DAYTWO_BIN=$(CURDIR)/bin/daytwo go run ./test/bench/database
+
 ##@ Local cluster
 
 .PHONY: cluster-up

@@ -759,8 +759,10 @@ func promoteNow(ctx context.Context, conn *pgx.Conn) error {
 		switch {
 		case err == nil && !inRecovery:
 			return nil
-		case signalErr != nil || !signalled:
+		case signalErr != nil:
 			return fmt.Errorf("pg_promote did not signal the promotion: %w", signalErr)
+		case !signalled:
+			return errors.New("pg_promote did not signal the promotion")
 		case err != nil && conn.IsClosed():
 			// The server went away (a crash, a fence): waiting out the
 			// deadline would hold the operator's promote call, and with it

@@ -21,6 +21,9 @@ const maxStatusBytes = 1 << 20
 // Client is the operator's side of the contract.
 type Client struct {
 	HTTP *http.Client
+	// Observe, when set, hears of every call: its method and whether it
+	// failed to get an answer (the operator counts them).
+	Observe func(method string, err error)
 
 	mu sync.Mutex
 	// transports keeps one HTTPS transport per instance for status polls,
@@ -93,6 +96,9 @@ func (c *Client) do(req *http.Request, t Target, timeout time.Duration) (*http.R
 		}
 	}
 	resp, err := hc.Do(req)
+	if c.Observe != nil {
+		c.Observe(req.Method, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("instance %s: %w", t, err)
 	}

@@ -88,9 +88,9 @@ func waitBackup(t *testing.T, ns, name string, timeout time.Duration, what strin
 // bootstrapped from the newest backup holds the same rows.
 func TestBackupScheduleRetentionAndRestore(t *testing.T) {
 	t.Parallel()
-	cluster.ReserveCPU(t, 700)
 	requireRealNode(t)
 	ns := restrictedNamespace(t)
+	cluster.ReserveCPU(t, ns, 300)
 	// MinIO over TLS with a CA no image knows: every run, verification,
 	// restore and final backup below trusts it through caSecretRef alone.
 	minioInClusterTLS(t, ns)

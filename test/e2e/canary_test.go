@@ -32,9 +32,9 @@ const demoWebImageCrash = "localhost/daytwo-demo-web:crash-after-10s"
 // breaks the app breaks one canary pod and is aborted the same way.
 func TestWebAppCanary(t *testing.T) {
 	t.Parallel()
-	cluster.ReserveCPU(t, 500)
 	requireRealNode(t)
 	ns := cluster.Namespace(t)
+	cluster.ReserveCPU(t, ns, 150)
 	ctx := context.Background()
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "shop-config"}, Data: map[string]string{"GREETING": "hello from daytwo"}}
 	if err := cluster.Client.Create(ctx, cm); err != nil {

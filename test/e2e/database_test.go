@@ -46,10 +46,27 @@ func createDatabase(t *testing.T, ns, name string, mutate func(*v1alpha1.Databas
 	if mutate != nil {
 		mutate(db)
 	}
+	if db.Spec.Size == "" && db.Spec.Resources == nil {
+		db.Spec.Resources = leanResources("1", "1Gi")
+	}
 	if err := cluster.Client.Create(context.Background(), db); err != nil {
 		t.Fatalf("create Database %s: %v", name, err)
 	}
 	return db
+}
+
+// leanResources are the limits of a size tier (the small one: what the
+// instance manager tunes PostgreSQL for) with a CPU request of 50m: the
+// real node has 2 CPUs, and the suites that run in parallel would
+// otherwise wait for each other's requests (a small instance asks for
+// 250m) rather than for CPU they use. The suites that check a tier's
+// requests (TestDatabaseSmallLifecycle, TestDatabaseMediumUpgradeAndRollback)
+// name their size and keep them.
+func leanResources(cpu, memory string) *corev1.ResourceRequirements {
+	return &corev1.ResourceRequirements{
+		Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("50m"), corev1.ResourceMemory: resource.MustParse(memory)},
+		Limits:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu), corev1.ResourceMemory: resource.MustParse(memory)},
+	}
 }
 
 func updateDatabase(t *testing.T, ns, name string, mutate func(*v1alpha1.Database)) {
@@ -427,8 +444,6 @@ func podUIDOrEmpty(ns, name string) types.UID {
 // image change restarts the replica first, then the primary; an image that
 // cannot run is rolled back without the primary ever being touched.
 func TestDatabaseMediumUpgradeAndRollback(t *testing.T) {
-	t.Parallel()
-	cluster.ReserveCPU(t, 1100)
 	requireRealNode(t)
 	ns := restrictedNamespace(t)
 	start := time.Now()
@@ -661,6 +676,11 @@ func TestDatabaseMediumUpgradeAndRollback(t *testing.T) {
 		}
 	}
 	cordon(true)
+	t.Cleanup(func() { // the node is the cluster's only one: never left cordoned
+		if node.Spec.Unschedulable {
+			cordon(false)
+		}
+	})
 	evict := func(name string) error { // a dry run: the budgets are checked, nothing is evicted
 		return cluster.Client.SubResource("eviction").Create(context.Background(),
 			&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}},

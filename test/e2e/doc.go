@@ -8,7 +8,10 @@
 // first, alone: the API server outage and the control plane's supervision
 // (controlplane_test.go), the operator killed again and again
 // (restart_test.go), the operator upgraded to another image
-// (TestDatabaseSmallLifecycle), and the partitions, whose timing is the
-// point (partition_test.go). A new suite is parallel unless it does one of
-// those.
+// (TestDatabaseSmallLifecycle), the node cordoned and the operator scaled
+// to zero (TestDatabaseMediumUpgradeAndRollback), the partitions, whose
+// timing is the point (partition_test.go), and the kwok placement, whose
+// volumes another suite's claims could bind (placement_test.go). A new
+// suite is parallel unless it does one of those; a parallel one reserves
+// the CPU its pods request (Cluster.ReserveCPU).
 package e2e

@@ -264,10 +264,10 @@ func waitAlert(t *testing.T, timeout time.Duration, name string, match map[strin
 // plugin (plugin_test.go).
 func TestAlertsFireAndResolve(t *testing.T) {
 	t.Parallel()
-	cluster.ReserveCPU(t, 850)
 	requirePrometheus(t)
 	ctx := context.Background()
 	ns := restrictedNamespace(t)
+	cluster.ReserveCPU(t, ns, 550)
 	minioInCluster(t, ns)
 	createDatabase(t, ns, "watched", func(db *v1alpha1.Database) { db.Spec.Instances = ptr.To[int32](2) })
 	db := waitDatabase(t, ns, "watched", 3*time.Minute, "Ready", isReady(2, ""))

@@ -55,9 +55,9 @@ func condition(a *v1alpha1.WebApp, typ string) metav1.Condition {
 // restricted keeps the override from being applied at all.
 func TestSeedNginxWebApp(t *testing.T) {
 	t.Parallel()
-	cluster.ReserveCPU(t, 400)
 	requireRealNode(t)
 	ns := cluster.Namespace(t)
+	cluster.ReserveCPU(t, ns, 400)
 	labelPodSecurity(t, ns, "baseline")
 	cluster.ApplyYAML(t, ns, seedWebApp)
 	app := &v1alpha1.WebApp{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "nginx"}}

@@ -31,9 +31,9 @@ import (
 // managed DatabaseBackup goes with the Database.
 func TestContinuousBackupRestoresToATime(t *testing.T) {
 	t.Parallel()
-	cluster.ReserveCPU(t, 850)
 	requireRealNode(t)
 	ns := restrictedNamespace(t)
+	cluster.ReserveCPU(t, ns, 300)
 	minioInCluster(t, ns)
 	// Two instances: the base backup streams from the replica.
 	createDatabase(t, ns, "ledger", func(db *v1alpha1.Database) { db.Spec.Instances = ptr.To[int32](2) })

@@ -22,7 +22,6 @@ import (
 // default anti-affinity and zone spread, with the real scheduler. kwok
 // only: the real node is a single node.
 func TestInstancesSpreadAcrossNodes(t *testing.T) {
-	t.Parallel()
 	if cluster.Mode != framework.ModeKwok {
 		t.Skip("needs several nodes: the real node is one; CI runs this on kwok nodes")
 	}

@@ -40,8 +40,8 @@ func TestCRDsAreInstalledAndEstablished(t *testing.T) {
 
 func TestSamplesAreAcceptedAndReconciled(t *testing.T) {
 	t.Parallel()
-	cluster.ReserveCPU(t, 500)
 	ns := cluster.Namespace(t)
+	cluster.ReserveCPU(t, ns, 550)
 	for _, f := range []string{"webapp.yaml", "database.yaml", "databasebackup.yaml"} {
 		cluster.ApplyFile(t, ns, filepath.Join(framework.RepoRoot(), "config", "samples", f))
 	}
@@ -76,8 +76,8 @@ func conditionsOf(obj client.Object) []metav1.Condition {
 // replica count on the cluster's nodes (simulated ones in kwok mode).
 func TestControlPlaneRunsADeployment(t *testing.T) {
 	t.Parallel()
-	cluster.ReserveCPU(t, 300)
 	ns := cluster.Namespace(t)
+	cluster.ReserveCPU(t, ns, 100)
 	labels := map[string]string{"app": "smoke"}
 	dep := &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "smoke"},

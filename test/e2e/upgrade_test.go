@@ -36,9 +36,9 @@ func upgradeEnded(phase v1alpha1.MajorUpgradePhase, image string) func(*v1alpha1
 // data; then 17 to 18.
 func TestDatabaseMajorUpgrade(t *testing.T) {
 	t.Parallel()
-	cluster.ReserveCPU(t, 700)
 	requireRealNode(t)
 	ns := restrictedNamespace(t)
+	cluster.ReserveCPU(t, ns, 250)
 	createDatabase(t, ns, "legacy", func(db *v1alpha1.Database) {
 		db.Spec.Version = "15"
 		db.Spec.Instances = ptr.To[int32](2)
@@ -140,9 +140,9 @@ func TestDatabaseMajorUpgrade(t *testing.T) {
 // password through the Database's -rw Service and reads the same data.
 func TestDatabaseImportsAPlainPostgreSQL(t *testing.T) {
 	t.Parallel()
-	cluster.ReserveCPU(t, 400)
 	requireRealNode(t)
 	ns := restrictedNamespace(t)
+	cluster.ReserveCPU(t, ns, 150)
 	secret(t, ns, "old", map[string]string{"password": "old-" + ns})
 	plainPostgres(t, ns, "old", "docker.io/library/postgres:15", "postgres")
 	client := framework.ClientPod(ns, "psql", postgresImage, fromSecret("PGPASSWORD", "old", "password"))

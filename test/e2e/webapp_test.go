@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
@@ -29,6 +30,12 @@ func demoApp(ns, name string, replicas int32) *v1alpha1.WebApp {
 		Spec: v1alpha1.WebAppSpec{
 			Image: demoWebImage, ImagePullPolicy: corev1.PullNever, Port: 8080, Replicas: ptr.To(replicas),
 			Env: []corev1.EnvVar{{Name: "GREETING", Value: "hello from daytwo"}},
+			// 20m, not the default 100m, for the parallel suites (see
+			// leanResources).
+			Resources: &corev1.ResourceRequirements{
+				Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("20m"), corev1.ResourceMemory: resource.MustParse("128Mi")},
+				Limits:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1"), corev1.ResourceMemory: resource.MustParse("512Mi")},
+			},
 		},
 	}
 }
@@ -105,9 +112,9 @@ func httpThroughService(t *testing.T, app *v1alpha1.WebApp, name string, n int) 
 // scales, rolls out a new image, and rolls back one that can never start.
 func TestWebAppLifecycleOnARealNode(t *testing.T) {
 	t.Parallel()
-	cluster.ReserveCPU(t, 400)
 	requireRealNode(t)
 	ns := cluster.Namespace(t)
+	cluster.ReserveCPU(t, ns, 150)
 	app := demoApp(ns, "shop", 2)
 	if err := cluster.Client.Create(context.Background(), app); err != nil {
 		t.Fatal(err)
@@ -177,9 +184,9 @@ func TestWebAppLifecycleOnARealNode(t *testing.T) {
 // Pods roll when a ConfigMap they read changes.
 func TestWebAppRollsOnConfigChange(t *testing.T) {
 	t.Parallel()
-	cluster.ReserveCPU(t, 200)
 	requireRealNode(t)
 	ns := cluster.Namespace(t)
+	cluster.ReserveCPU(t, ns, 60)
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "greeting"}, Data: map[string]string{"GREETING": "hello from daytwo"}}
 	if err := cluster.Client.Create(context.Background(), cm); err != nil {
 		t.Fatal(err)
@@ -215,9 +222,9 @@ func podReady(p corev1.Pod) bool {
 // deletionPolicy Delete removes the app's pods; Orphan leaves them serving.
 func TestWebAppDeletionPolicies(t *testing.T) {
 	t.Parallel()
-	cluster.ReserveCPU(t, 200)
 	requireRealNode(t)
 	ns := cluster.Namespace(t)
+	cluster.ReserveCPU(t, ns, 60)
 	ctx := context.Background()
 	gone, kept := demoApp(ns, "gone", 1), demoApp(ns, "kept", 1)
 	kept.Spec.DeletionPolicy = v1alpha1.WebAppDeletionOrphan

@@ -199,16 +199,18 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, db, written *v1alpha1.
 	// After the rollout: a DatabaseBackup that cannot be written must not
 	// hold up the instances.
 	err = errors.Join(err, r.applyManagedBackup(ctx, db, obs))
-	if renewIn > 0 {
-		res.RequeueAfter = soonest(res.RequeueAfter, renewIn)
-	}
-	for _, other := range []reconcile.Result{failoverRes, switchoverRes, drainRes, shrinkRes} {
-		res.RequeueAfter = soonest(res.RequeueAfter, other.RequeueAfter)
-	}
-	if len(obs.instanceStatuses) > 0 {
-		res.RequeueAfter = soonest(res.RequeueAfter, instanceRefresh)
-	}
+	res.RequeueAfter = controller.Soonest(res.RequeueAfter, renewIn, failoverRes.RequeueAfter, switchoverRes.RequeueAfter,
+		drainRes.RequeueAfter, shrinkRes.RequeueAfter, refresh(obs))
 	return res, err
+}
+
+// refresh is how soon the instances' status is polled again, when they
+// answered this time.
+func refresh(obs *observation) time.Duration {
+	if len(obs.instanceStatuses) > 0 {
+		return instanceRefresh
+	}
+	return 0
 }
 
 // reconcileAvailability is what a Database whose spec is invalid still
@@ -237,12 +239,7 @@ func (r *Reconciler) reconcileAvailability(ctx context.Context, db *v1alpha1.Dat
 	if err := r.labelRoles(ctx, obs.pods, obs.primary); err != nil {
 		return reconcile.Result{}, err
 	}
-	if renewIn > 0 {
-		res.RequeueAfter = soonest(res.RequeueAfter, renewIn)
-	}
-	if len(obs.instanceStatuses) > 0 {
-		res.RequeueAfter = soonest(res.RequeueAfter, instanceRefresh)
-	}
+	res.RequeueAfter = controller.Soonest(res.RequeueAfter, renewIn, refresh(obs))
 	return res, nil
 }
 
@@ -273,14 +270,6 @@ var cordonChanged = predicate.Funcs{
 	},
 }
 
-// soonest is the earlier of two requeue delays, zero meaning none.
-func soonest(a, b time.Duration) time.Duration {
-	if a == 0 || (b != 0 && b < a) {
-		return b
-	}
-	return a
-}
-
 // SetupWithManager declares every trigger of this controller.
 func (r *Reconciler) SetupWithManager(mgr manager.Manager) error {
 	if r.Clock == nil {
@@ -291,6 +280,7 @@ func (r *Reconciler) SetupWithManager(mgr manager.Manager) error {
 	}
 	if r.Instances == nil {
 		r.Instances = instanceapi.NewClient(time.Second)
+		r.Instances.Observe = countInstanceAPICall
 	}
 	registerMetrics()
 	controller.RegisterMetrics()

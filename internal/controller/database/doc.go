@@ -1,3 +1,39 @@
 // Package database reconciles Databases: the StatefulSet of PostgreSQL pods
-// run by the daytwo instance manager, its Services, Secret and configuration.
+// run by the daytwo instance manager, its Services, Secrets and
+// configuration, and the Day-2 work around them.
+//
+// A reconcile (controller.go, reconcileNormal) is a list of phases, in this
+// order; each file holds one concern:
+//
+//   - children.go: validate the spec, the credentials and replication
+//     Secrets, the children another owner holds (refused, not taken), and
+//     observe, which reads the instances, pods and Lease into the
+//     observation the later phases act on;
+//   - tls.go, apitls.go: the server certificate PostgreSQL serves and the
+//     instance API's mutual TLS;
+//   - lease.go: the primary Lease (created once; its holder is the one fact
+//     failover changes) and the instance managers' RBAC for it;
+//   - archive.go: continuous WAL archiving to the Database's Physical
+//     DatabaseBackup, and a restore's source;
+//   - resources.go, plan.go: what the spec and its size tier render (the
+//     StatefulSet, Services, ConfigMaps, PodDisruptionBudgets);
+//   - status.go: the status, built from the observation at the end;
+//   - majorupgrade.go: a major version upgrade with pg_upgrade, and its
+//     rollback;
+//   - failover.go: the failover actor (the decision, pure, is
+//     ha.DecideFailover): when the primary lost its lease, hand
+//     it to the replica internal/ha picks, promote it, and wait for the old
+//     primary's release; promote.go holds the promotion calls both failover
+//     and switchover make, and the announcements before the primary moves;
+//   - switchover.go: a requested switchover, and those a node drain or a
+//     scale-down starts;
+//   - inplace.go, rollout.go: settings that need a restart, rolled instance
+//     by instance, and image rollouts, replicas first, with rollback;
+//   - storage.go: volume growth;
+//   - managedbackup.go: spec.backup's DatabaseBackup;
+//   - delete.go: deletionPolicy, with the final backup of Snapshot;
+//   - metrics.go: the operator's Database metrics.
+//
+// Each phase may ask to be called again; the reconcile returns the soonest
+// of those delays (controller.Soonest).
 package database

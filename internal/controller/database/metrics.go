@@ -36,12 +36,15 @@ var (
 	walLastArchived = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "daytwo_database_wal_last_archived_timestamp_seconds", Help: "When the primary last archived a WAL file: time() minus it is the archive's age.",
 	}, []string{"namespace", "database"})
+	instanceAPICalls = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "daytwo_instance_api_requests_total", Help: "Calls of the instance managers' API (status polls, promotions...), by method and whether an answer came.",
+	}, []string{"method", "result"})
 	registerOnce sync.Once
 )
 
 func registerMetrics() {
 	registerOnce.Do(func() {
-		crmetrics.Registry.MustRegister(failovers, switchovers, promotionSeconds, walPending, walLastArchived, instances, readyInstances)
+		crmetrics.Registry.MustRegister(failovers, switchovers, promotionSeconds, walPending, walLastArchived, instances, readyInstances, instanceAPICalls)
 	})
 }
 
@@ -72,6 +75,15 @@ func forgetMetrics(key client.ObjectKey) {
 func recordInstanceMetrics(db *v1alpha1.Database) {
 	instances.WithLabelValues(db.Namespace, db.Name).Set(float64(db.Status.Instances))
 	readyInstances.WithLabelValues(db.Namespace, db.Name).Set(float64(db.Status.ReadyInstances))
+}
+
+// countInstanceAPICall counts one call of an instance's API.
+func countInstanceAPICall(method string, err error) {
+	result := "answered"
+	if err != nil {
+		result = "unanswered"
+	}
+	instanceAPICalls.WithLabelValues(method, result).Inc()
 }
 
 func countFailover(db *v1alpha1.Database) { failovers.WithLabelValues(db.Namespace, db.Name).Inc() }

@@ -386,8 +386,8 @@ func templateImage(d *appsv1.Deployment) string {
 	return d.Annotations[controller.CachedImagePrefix+containerName]
 }
 
-// templateAnnotation is one annotation of d's pod template. The cache's
-// copy of a Deployment keeps them among its own annotations, under
+// templateHash is the template-hash annotation of d's pod template. The
+// cache's copy of a Deployment keeps it among its own annotations, under
 // controller.CachedTemplatePrefix.
 func templateHash(d *appsv1.Deployment) string {
 	if v, ok := d.Spec.Template.Annotations[annotationTemplateHash]; ok {

@@ -143,20 +143,12 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, app *v1alpha1.WebApp) 
 		if err != nil {
 			return reconcile.Result{}, err
 		}
-		obs.problem, again = problem, soonest(again, next)
+		obs.problem, again = problem, controller.Soonest(again, next)
 	}
 	if err := r.applyService(ctx, app, in.selector); err != nil {
 		return reconcile.Result{}, err
 	}
 	return reconcile.Result{RequeueAfter: again}, r.applyOptionalChildren(ctx, app, in.selector)
-}
-
-// soonest is the earlier of two requeue delays, where 0 means none.
-func soonest(a, b time.Duration) time.Duration {
-	if a == 0 || (b != 0 && b < a) {
-		return b
-	}
-	return a
 }
 
 // SetupWithManager declares every trigger of this controller.

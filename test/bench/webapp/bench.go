@@ -3,14 +3,10 @@ package main
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
-	"io"
-	"net"
-	"net/http"
 	"os"
-	"os/exec"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -25,44 +21,32 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/clientcmd"
 	watchtools "k8s.io/client-go/tools/watch"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
-	"github.com/daytwo-dev/daytwo/internal/operator"
+	"github.com/daytwo-dev/daytwo/test/bench/kwokop"
 )
 
 type bench struct {
-	cfg     config
-	c       client.WithWatch
-	raw     rest.Interface
-	op      *exec.Cmd
-	metrics string
+	cfg config
+	c   client.WithWatch
+	raw rest.Interface
+	op  *kwokop.Operator
 }
 
 func newBench(cfg config) (*bench, error) {
 	if cfg.bin == "" {
-		return nil, fmt.Errorf("DAYTWO_BIN is not set: run `make bench-webapp`")
+		return nil, errors.New("DAYTWO_BIN is not set: run `make bench-webapp`")
 	}
-	rc, err := clientcmd.BuildConfigFromFlags("", os.Getenv("KUBECONFIG"))
+	c, raw, err := kwokop.Clients()
 	if err != nil {
 		return nil, err
 	}
-	rc.QPS, rc.Burst = 500, 1000
-	c, err := client.NewWithWatch(rc, client.Options{Scheme: operator.NewScheme()})
-	if err != nil {
-		return nil, err
-	}
-	cs, err := kubernetes.NewForConfig(rc)
-	if err != nil {
-		return nil, err
-	}
-	return &bench{cfg: cfg, c: c, raw: cs.Discovery().RESTClient()}, nil
+	return &bench{cfg: cfg, c: c, raw: raw, op: &kwokop.Operator{Bin: cfg.bin, Name: "bench-webapp", Parallel: cfg.parallel}}, nil
 }
 
 // serverWrites counts the API server's mutating requests so far by
@@ -168,74 +152,6 @@ func printWrites(phase string, before, after map[string]float64, n int) {
 	fmt.Println()
 }
 
-// startOperator runs the operator binary with production flags, except that
-// leader election is off so a restart does not wait out a lease.
-func (b *bench) startOperator() error {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return err
-	}
-	b.metrics = l.Addr().String()
-	_ = l.Close()
-	log, err := os.Create(os.TempDir() + "/bench-webapp-operator.log")
-	if err != nil {
-		return err
-	}
-	// The operator gets the bare client's QPS budget and parallelism: as
-	// many WebApps reconciled at once as the bare client has writes in
-	// flight (production runs 4; see --max-concurrent-reconciles).
-	// BENCH_OPERATOR_ARGS adds flags, such as --zap-log-level=debug to see
-	// every write in the log.
-	args := append([]string{"operator", "--metrics-bind-address=" + b.metrics, "--metrics-secure=false", "--health-probe-bind-address=0",
-		"--kube-api-qps=500", "--kube-api-burst=1000", "--enable-pprof", fmt.Sprintf("--max-concurrent-reconciles=%d", b.cfg.parallel)}, strings.Fields(os.Getenv("BENCH_OPERATOR_ARGS"))...)
-	b.op = exec.Command(b.cfg.bin, args...)
-	b.op.Stdout, b.op.Stderr = log, log
-	if g := os.Getenv("BENCH_OPERATOR_GODEBUG"); g != "" {
-		// memprofilerate=1, say: a heap profile that counts every object.
-		b.op.Env = append(os.Environ(), "GODEBUG="+g)
-	}
-	if err := b.op.Start(); err != nil {
-		return err
-	}
-	for range 100 {
-		if _, err := b.scrape(); err == nil {
-			return nil
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	return fmt.Errorf("operator metrics never answered; see %s", log.Name())
-}
-
-func (b *bench) stopOperator() {
-	_ = b.op.Process.Signal(os.Interrupt)
-	_ = b.op.Wait()
-}
-
-// scrape returns the operator's metrics as name{label=value,...} -> value sums.
-func (b *bench) scrape() (map[string]float64, error) {
-	resp, err := http.Get("http://" + b.metrics + "/metrics")
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(resp.Body)
-	if err != nil {
-		return nil, err
-	}
-	out := map[string]float64{}
-	for name, f := range families {
-		for _, m := range f.GetMetric() {
-			v := m.GetCounter().GetValue() + m.GetGauge().GetValue()
-			out[name] += v
-			for _, l := range m.GetLabel() {
-				out[name+"{"+l.GetName()+"="+l.GetValue()+"}"] += v
-			}
-		}
-	}
-	return out, nil
-}
-
 // warmApps is how many WebApps the operator runs before its heap is first
 // measured.
 const warmApps = 10
@@ -248,114 +164,35 @@ const warmApps = 10
 // the operator's fixed heap, which the benchmark would otherwise count as
 // N WebApps' (a 3 KB difference at N=1000, 0.3 KB at 10,000).
 func (b *bench) warmHeap(ctx context.Context) (heapEmpty, liveEmpty, heapWarm, liveWarm float64, err error) {
-	heapEmpty, liveEmpty, err = b.heap()
+	heapEmpty, liveEmpty, err = b.op.Heap()
 	if err != nil {
 		return 0, 0, 0, 0, err
 	}
-	if err := b.namespace(ctx, "bench-warm"); err != nil {
+	if err := kwokop.Namespace(ctx, b.c, "bench-warm"); err != nil {
 		return 0, 0, 0, 0, err
 	}
-	if err := parallel(warmApps, warmApps, func(i int) error { return b.c.Create(ctx, benchApp("bench-warm", i)) }); err != nil {
+	if err := kwokop.Parallel(warmApps, warmApps, func(i int) error { return b.c.Create(ctx, benchApp("bench-warm", i)) }); err != nil {
 		return 0, 0, 0, 0, fmt.Errorf("create the warm-up WebApps: %w", err)
 	}
 	if err := b.waitAllReady(ctx, "bench-warm", warmApps, time.Minute); err != nil {
 		return 0, 0, 0, 0, err
 	}
 	time.Sleep(3 * time.Second)
-	heapWarm, liveWarm, err = b.heap()
+	heapWarm, liveWarm, err = b.op.Heap()
 	return heapEmpty, liveEmpty, heapWarm, liveWarm, err
-}
-
-// heap is the operator's heap right after a garbage collection, read from
-// the heap profile's MemStats (gc=1 collects first): inuse counts whole
-// spans holding live objects (what the process pays, fragmentation
-// included), live only the live objects' bytes.
-func (b *bench) heap() (inuse, live float64, err error) {
-	resp, err := http.Get("http://" + b.metrics + "/debug/pprof/heap?gc=1&debug=1")
-	if err != nil {
-		return 0, 0, err
-	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return 0, 0, err
-	}
-	found := 0
-	for _, line := range strings.Split(string(raw), "\n") {
-		for prefix, v := range map[string]*float64{"# HeapInuse = ": &inuse, "# HeapAlloc = ": &live} {
-			if s, ok := strings.CutPrefix(line, prefix); ok {
-				if *v, err = strconv.ParseFloat(strings.TrimSpace(s), 64); err != nil {
-					return 0, 0, err
-				}
-				found++
-			}
-		}
-	}
-	if found != 2 {
-		return 0, 0, fmt.Errorf("no HeapInuse and HeapAlloc in the heap profile")
-	}
-	return inuse, live, nil
-}
-
-func (b *bench) saveHeapProfile(path string) error {
-	resp, err := http.Get("http://" + b.metrics + "/debug/pprof/heap?gc=1")
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	_, err = io.Copy(f, resp.Body)
-	return err
-}
-
-func (b *bench) writes() (float64, error) {
-	m, err := b.scrape()
-	if err != nil {
-		return 0, err
-	}
-	w := 0.0
-	for _, method := range []string{"POST", "PUT", "PATCH", "DELETE"} {
-		w += m["rest_client_requests_total{method="+method+"}"]
-	}
-	return w, nil
-}
-
-func (b *bench) namespace(ctx context.Context, name string) error {
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
-	_ = b.c.Delete(ctx, ns)
-	for range 600 {
-		if err := b.c.Create(ctx, ns); err == nil {
-			return nil
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	return fmt.Errorf("namespace %s never became creatable", name)
 }
 
 // freshCluster replaces the kwok cluster with an empty one of the same
 // nodes, with daytwo's CRDs, and points the bench's clients at it.
 func (b *bench) freshCluster(ctx context.Context) error {
-	for _, args := range [][]string{{"hack/kwok-cluster.sh", "down"}, {"hack/kwok-cluster.sh", "up"},
-		{"kubectl", "--kubeconfig", os.Getenv("KUBECONFIG"), "apply", "--server-side", "-k", "config/crd"},
-		// Served before the operator starts: its controllers look the
-		// kinds up once.
-		{"kubectl", "--kubeconfig", os.Getenv("KUBECONFIG"), "wait", "--for=condition=Established", "--timeout=60s",
-			"crd/webapps.daytwo.dev", "crd/databases.daytwo.dev", "crd/databasebackups.daytwo.dev"}} {
-		cmd := exec.CommandContext(ctx, args[0], args[1:]...)
-		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
-		if err := cmd.Run(); err != nil {
-			return fmt.Errorf("%s: %w", strings.Join(args, " "), err)
-		}
+	if err := kwokop.FreshCluster(ctx); err != nil {
+		return err
 	}
-	fresh, err := newBench(b.cfg)
+	c, raw, err := kwokop.Clients()
 	if err != nil {
 		return err
 	}
-	b.c, b.raw = fresh.c, fresh.raw
+	b.c, b.raw = c, raw
 	return nil
 }
 
@@ -369,7 +206,7 @@ func (b *bench) crdFloorRun(ctx context.Context) (time.Duration, error) {
 		return 0, err
 	}
 	const ns = "bench-crd"
-	if err := b.namespace(ctx, ns); err != nil {
+	if err := kwokop.Namespace(ctx, b.c, ns); err != nil {
 		return 0, err
 	}
 	w0, err := b.serverWrites(ctx)
@@ -377,7 +214,7 @@ func (b *bench) crdFloorRun(ctx context.Context) (time.Duration, error) {
 		return 0, err
 	}
 	start := time.Now()
-	if err := parallel(b.cfg.n, b.cfg.parallel, func(i int) error {
+	if err := kwokop.Parallel(b.cfg.n, b.cfg.parallel, func(i int) error {
 		app := benchApp(ns, i)
 		if err := b.c.Create(ctx, app); err != nil {
 			return err
@@ -385,7 +222,7 @@ func (b *bench) crdFloorRun(ctx context.Context) (time.Duration, error) {
 		d, s := bareObjects(ns, i)
 		owner := []metav1.OwnerReference{*metav1.NewControllerRef(app, v1alpha1.GroupVersion.WithKind("WebApp"))}
 		d.OwnerReferences, s.OwnerReferences = owner, owner
-		if err := cmpErr(b.c.Create(ctx, d), b.c.Create(ctx, s)); err != nil {
+		if err := cmp.Or(b.c.Create(ctx, d), b.c.Create(ctx, s)); err != nil {
 			return err
 		}
 		base := app.DeepCopy()
@@ -414,40 +251,6 @@ func (b *bench) crdFloorRun(ctx context.Context) (time.Duration, error) {
 // limit is a wait's time limit at n WebApps, given the limit at 1000.
 func limit(n int, at1000 time.Duration) time.Duration {
 	return max(at1000, at1000*time.Duration(n)/1000)
-}
-
-// parallel runs f(i) for i in [0,n) on p workers and returns the first error.
-func parallel(n, p int, f func(int) error) error {
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var first error
-	next := make(chan int)
-	for range p {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range next {
-				if err := f(i); err != nil {
-					mu.Lock()
-					first = cmpErr(first, err)
-					mu.Unlock()
-				}
-			}
-		}()
-	}
-	for i := range n {
-		next <- i
-	}
-	close(next)
-	wg.Wait()
-	return first
-}
-
-func cmpErr(a, b error) error {
-	if a != nil {
-		return a
-	}
-	return b
 }
 
 func benchApp(ns string, i int) *v1alpha1.WebApp {
@@ -628,7 +431,7 @@ func (b *bench) watchConvergence(ctx context.Context, ns string, n int) (wait fu
 			break
 		}
 		if got, err := b.converged(ctx, ns); err != nil || got != n {
-			return fmt.Errorf("the watches saw %d WebApps converge, a list %d (%w)", n, got, err)
+			return fmt.Errorf("the watches saw %d WebApps converge, a list %d (%v)", n, got, err) //nolint:errorlint // err is nil when the counts differ
 		}
 		return nil
 	}, nil
@@ -724,7 +527,7 @@ func (b *bench) run(ctx context.Context) error {
 	n, p := b.cfg.n, b.cfg.parallel
 	fmt.Printf("bench-webapp: N=%d parallelism=%d, latency %d changes/s for %s\n", n, p, b.cfg.rate, b.cfg.duration)
 	// Floor: a bare client writes the same Deployments and Services.
-	if err := b.namespace(ctx, "bench-bare"); err != nil {
+	if err := kwokop.Namespace(ctx, b.c, "bench-bare"); err != nil {
 		return err
 	}
 	w0, err := b.serverWrites(ctx)
@@ -732,9 +535,9 @@ func (b *bench) run(ctx context.Context) error {
 		return err
 	}
 	start := time.Now()
-	if err := parallel(n, p, func(i int) error {
+	if err := kwokop.Parallel(n, p, func(i int) error {
 		d, s := bareObjects("bench-bare", i)
-		return cmpErr(b.c.Create(ctx, d), b.c.Create(ctx, s))
+		return cmp.Or(b.c.Create(ctx, d), b.c.Create(ctx, s))
 	}); err != nil {
 		return fmt.Errorf("bare client: %w", err)
 	}
@@ -758,15 +561,15 @@ func (b *bench) run(ctx context.Context) error {
 	if err := b.freshCluster(ctx); err != nil {
 		return err
 	}
-	if err := b.namespace(ctx, "bench-op"); err != nil {
+	if err := kwokop.Namespace(ctx, b.c, "bench-op"); err != nil {
 		return err
 	}
-	if err := b.startOperator(); err != nil {
+	if err := b.op.Start(); err != nil {
 		return err
 	}
-	defer func() { b.stopOperator() }()
+	defer func() { b.op.Stop() }()
 	time.Sleep(2 * time.Second)
-	m0, err := b.scrape()
+	m0, err := b.op.Scrape()
 	if err != nil {
 		return err
 	}
@@ -779,7 +582,7 @@ func (b *bench) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	cpu0, err := b.scrape()
+	cpu0, err := b.op.Scrape()
 	if err != nil {
 		return err
 	}
@@ -788,7 +591,7 @@ func (b *bench) run(ctx context.Context) error {
 		return err
 	}
 	start = time.Now()
-	if err := parallel(n, p, func(i int) error { return b.c.Create(ctx, benchApp("bench-op", i)) }); err != nil {
+	if err := kwokop.Parallel(n, p, func(i int) error { return b.c.Create(ctx, benchApp("bench-op", i)) }); err != nil {
 		return fmt.Errorf("create WebApps: %w", err)
 	}
 	if err := waitConverged(limit(n, 10*time.Minute)); err != nil {
@@ -801,7 +604,7 @@ func (b *bench) run(ctx context.Context) error {
 		return err
 	}
 	printWrites("the operator's run", w2, w3, n)
-	if cpu1, err := b.scrape(); err == nil {
+	if cpu1, err := b.op.Scrape(); err == nil {
 		used := cpu1["process_cpu_seconds_total"] - cpu0["process_cpu_seconds_total"]
 		fmt.Printf("operator CPU during its run: %.1f s (%.0f%% of one core)\n", used, 100*used/op.Seconds())
 	}
@@ -813,16 +616,16 @@ func (b *bench) run(ctx context.Context) error {
 		return err
 	}
 	time.Sleep(3 * time.Second)
-	m1, err := b.scrape()
+	m1, err := b.op.Scrape()
 	if err != nil {
 		return err
 	}
-	heap1, live1, err := b.heap()
+	heap1, live1, err := b.op.Heap()
 	if err != nil {
 		return err
 	}
 	if path := os.Getenv("BENCH_HEAP_PROFILE"); path != "" {
-		if err := b.saveHeapProfile(path); err != nil {
+		if err := b.op.SaveHeapProfile(path); err != nil {
 			return err
 		}
 	}
@@ -834,13 +637,13 @@ func (b *bench) run(ctx context.Context) error {
 		perObject, livePerObject, (heap1-heapEmpty)/float64(n), (live1-liveEmpty)/float64(n), n)
 
 	// No-op: a restarted operator resyncs every WebApp; unchanged ones must not be written.
-	b.stopOperator()
-	if err := b.startOperator(); err != nil {
+	b.op.Stop()
+	if err := b.op.Start(); err != nil {
 		return err
 	}
 	var reconciled float64
 	for deadline := time.Now().Add(limit(n, time.Minute)); time.Now().Before(deadline); {
-		m, err := b.scrape()
+		m, err := b.op.Scrape()
 		if err == nil {
 			reconciled = m["controller_runtime_reconcile_total{controller=webapp}"]
 			if reconciled >= float64(n+warmApps) {
@@ -850,7 +653,7 @@ func (b *bench) run(ctx context.Context) error {
 		time.Sleep(100 * time.Millisecond)
 	}
 	time.Sleep(2 * time.Second)
-	noop, err := b.writes()
+	noop, err := b.op.Writes()
 	if err != nil {
 		return err
 	}

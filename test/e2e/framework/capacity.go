@@ -17,37 +17,66 @@ import (
 // that run in parallel: the node has 2 CPUs, and the scheduler places a
 // pod only where its requests fit, whatever the CPUs actually do.
 var cpu struct {
-	once sync.Once
+	mu   sync.Mutex
 	sem  *semaphore.Weighted
 	free int64 // millicores, when the first suite asked
 }
 
-// ReserveCPU holds milli millicores of the real node's allocatable CPU
-// for t until it ends: a suite that runs in parallel reserves, before it
-// creates anything, what its pods request at their peak (a small instance
-// 250m, a medium one 500m, a backup Job 100m, a WebApp pod 100m). Without
-// it, parallel suites' pods would wait Pending for each other's CPU and
-// time out. It waits for the CPU, and does nothing on kwok nodes.
-func (c *Cluster) ReserveCPU(t *testing.T, milli int64) {
+// minFree is the least capacity ReserveCPU assumes, so that suites still
+// run one after another when the node looks full (pods of a suite before
+// still terminating) rather than not at all.
+const minFree = 1000
+
+// ReserveCPU holds milli millicores of the real node's allocatable CPU for
+// the suite t, whose namespace is ns, until it ends and the pods of ns are
+// gone: a suite that runs in parallel reserves, before it creates anything,
+// what its pods request at their peak (a small instance 250m, a medium one
+// 500m, a backup Job 100m, a WebApp pod 100m). Without it, parallel suites'
+// pods would wait Pending for each other's CPU and time out. It waits for
+// the CPU, and does nothing on kwok nodes.
+func (c *Cluster) ReserveCPU(t *testing.T, ns string, milli int64) {
 	t.Helper()
 	if c.Mode != ModeReal {
 		return
 	}
-	cpu.once.Do(func() { cpu.free = c.freeCPU(t); cpu.sem = semaphore.NewWeighted(cpu.free) })
-	milli = min(milli, cpu.free)
+	sem, free := c.cpuSemaphore(t)
+	milli = min(milli, free)
 	start := time.Now()
-	if err := cpu.sem.Acquire(context.Background(), milli); err != nil {
+	if err := sem.Acquire(context.Background(), milli); err != nil {
 		t.Fatal(err)
 	}
 	if waited := time.Since(start); waited > time.Second {
 		t.Logf("waited %s for %dm of the node's CPU", waited.Round(time.Second), milli)
 	}
-	t.Cleanup(func() { cpu.sem.Release(milli) })
+	// Cleanups run last in, first out: this one before the namespace's
+	// deletion, whose pods take their grace period to go. The CPU is
+	// released once they have, or after 3 minutes (a namespace the
+	// namespaced install keeps).
+	t.Cleanup(func() {
+		go func() {
+			defer sem.Release(milli)
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+			defer cancel()
+			for ctx.Err() == nil {
+				pods, err := c.Kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+				if err == nil && len(pods.Items) == 0 {
+					return
+				}
+				time.Sleep(2 * time.Second)
+			}
+		}()
+	})
 }
 
-// freeCPU is the node's allocatable CPU less what its running pods
-// (the control plane's add-ons, the operator, Prometheus) request.
-func (c *Cluster) freeCPU(t *testing.T) int64 {
+// cpuSemaphore is the semaphore over the CPU the node had free when the
+// first suite asked: its allocatable CPU less what its pods then requested
+// (the control plane's add-ons, the operator, Prometheus).
+func (c *Cluster) cpuSemaphore(t *testing.T) (*semaphore.Weighted, int64) {
+	cpu.mu.Lock()
+	defer cpu.mu.Unlock()
+	if cpu.sem != nil {
+		return cpu.sem, cpu.free
+	}
 	ctx := context.Background()
 	nodes, err := c.Kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	if err != nil || len(nodes.Items) == 0 {
@@ -62,9 +91,16 @@ func (c *Cluster) freeCPU(t *testing.T) int64 {
 		if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
 			continue
 		}
+		var containers, inits int64
 		for _, ctr := range p.Spec.Containers {
-			free -= ctr.Resources.Requests.Cpu().MilliValue()
+			containers += ctr.Resources.Requests.Cpu().MilliValue()
 		}
+		for _, ctr := range p.Spec.InitContainers {
+			inits = max(inits, ctr.Resources.Requests.Cpu().MilliValue())
+		}
+		free -= max(containers, inits)
 	}
-	return free
+	cpu.free = max(free, minFree)
+	cpu.sem = semaphore.NewWeighted(cpu.free)
+	return cpu.sem, cpu.free
 }

@@ -193,7 +193,7 @@ func (c *Cluster) OperatorPodIP(t *testing.T) string {
 	return ""
 }
 
-// Whole waits for every instance ready, every replica streaming.
+// Whole checks for every instance ready, every replica streaming.
 func Whole(instances int32) func(*v1alpha1.Database) bool {
 	return func(d *v1alpha1.Database) bool {
 		streaming := 0

@@ -206,7 +206,7 @@ func StartPrometheus(binary, kubeconfig, token string, monitors []PodMonitor, gr
 		}
 		if time.Now().After(deadline) {
 			p.Stop()
-			return nil, fmt.Errorf("prometheus not ready after 30s: %w\n%s", err, p.log.String())
+			return nil, fmt.Errorf("prometheus not ready after 30s: %v\n%s", err, p.log.String()) //nolint:errorlint // err is nil after an answer that was not 200
 		}
 		time.Sleep(200 * time.Millisecond)
 	}

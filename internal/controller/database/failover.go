@@ -9,64 +9,17 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
-	rbacv1ac "k8s.io/client-go/applyconfigurations/rbac/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
-	"sigs.k8s.io/controller-runtime/pkg/event"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
-	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
 	"github.com/daytwo-dev/daytwo/internal/controller"
-	"github.com/daytwo-dev/daytwo/internal/controller/conditions"
 	"github.com/daytwo-dev/daytwo/internal/ha"
 	"github.com/daytwo-dev/daytwo/internal/instanceapi"
 )
-
-// ensurePrimaryLease creates the primary Lease once, and lets the instance
-// managers read and renew it. The operator never applies the Lease: its
-// holder is the one fact failover changes.
-func (r *Reconciler) ensurePrimaryLease(ctx context.Context, db *v1alpha1.Database, obs *observation) error {
-	if err := controller.ApplyIfChanged(ctx, r.Client, controller.Named[corev1.ServiceAccount](db.Namespace, instanceAccountName(db)),
-		instanceServiceAccount(db), corev1ac.ExtractServiceAccount, "ServiceAccount"); err != nil {
-		return err
-	}
-	if err := controller.ApplyIfChanged(ctx, r.Client, controller.Named[rbacv1.Role](db.Namespace, instanceAccountName(db)),
-		instanceRole(db), rbacv1ac.ExtractRole, "Role"); err != nil {
-		return err
-	}
-	if err := controller.ApplyIfChanged(ctx, r.Client, controller.Named[rbacv1.RoleBinding](db.Namespace, instanceAccountName(db)),
-		instanceRoleBinding(db), rbacv1ac.ExtractRoleBinding, "RoleBinding"); err != nil {
-		return err
-	}
-	l := &coordinationv1.Lease{}
-	key := client.ObjectKey{Namespace: db.Namespace, Name: leaseName(db)}
-	err := r.Client.Get(ctx, key, l)
-	if apierrors.IsNotFound(err) {
-		// Not in the cache yet, or really missing: the API server decides.
-		if err = r.APIReader.Get(ctx, key, l); apierrors.IsNotFound(err) {
-			l = primaryLease(db)
-			if err := controllerutil.SetControllerReference(db, l, r.Client.Scheme()); err != nil {
-				return err
-			}
-			if err := r.Client.Create(ctx, l); err != nil {
-				return fmt.Errorf("failed to create Lease %s: %w", l.Name, err)
-			}
-		}
-	}
-	if err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("failed to get Lease %s: %w", key.Name, err)
-	}
-	obs.lease = l
-	obs.primary = ha.LeaseStateOf(l).Holder
-	return nil
-}
 
 // failover carries out decideFailover: it moves an expired lease to the
 // best replica and asks it to promote, and promotes a holder still running
@@ -199,29 +152,6 @@ func (r *Reconciler) failover(ctx context.Context, db *v1alpha1.Database, obs *o
 	return reconcile.Result{}, err
 }
 
-// releaseWait bounds how long after a primary's pod was deleted failover
-// waits, within a reconcile, for its lease's release. The instance manager
-// releases it once postgres stops (a fast shutdown: well under a second
-// here). Waiting for it in the reconcile that sees the pod being deleted
-// (usually the one the deletion started), rather than for the release's
-// own event and a reconcile of its own, takes the work queue and the
-// reconcile's other steps out of the failover's way.
-const releaseWait = 3 * time.Second
-
-// releasePoll is how often that wait reads the cached lease.
-const releasePoll = 10 * time.Millisecond
-
-// settleWait bounds how long failover then asks the replicas again for
-// positions read after the primary stopped. Instances from before
-// instanceapi.QueryFresh answer with their last observation, which is at
-// most a second old (the instance's observation period): past settleWait
-// it postdates the stop.
-const settleWait = 1500 * time.Millisecond
-
-// settlePoll is how often failover asks the replicas again while their
-// positions have not settled.
-const settlePoll = 100 * time.Millisecond
-
 // awaitRelease waits, when holder's pod is being deleted, until the lease
 // no longer names holder within its term (released, expired or moved), and
 // says how long it waited; zero means it did not, and obs is as it was.
@@ -323,142 +253,4 @@ func positionsSettled(answers map[string]instanceapi.Status, since time.Duration
 		}
 	}
 	return true
-}
-
-// HandoverPatience is how long a switchover's target keeps a lease it has
-// not been promoted with (it lacks the old primary's last WAL, say) before
-// failover chooses again among all replicas.
-const HandoverPatience = 2 * time.Minute
-
-// handoverExpired: the lease was handed over more than HandoverPatience ago.
-func handoverExpired(l *coordinationv1.Lease, now time.Time) bool {
-	return l.Spec.AcquireTime != nil && now.Sub(l.Spec.AcquireTime.Time) > HandoverPatience
-}
-
-// extendLease renews the lease for its holder, on the operator's side,
-// with the resourceVersion read.
-func (r *Reconciler) extendLease(ctx context.Context, obs *observation) error {
-	l := obs.lease.DeepCopy()
-	t := metav1.NewMicroTime(r.Clock.Now())
-	l.Spec.RenewTime = &t
-	if err := r.Client.Update(ctx, l); err != nil {
-		return fmt.Errorf("failed to extend Lease %s for %s: %w", l.Name, ptr.Deref(l.Spec.HolderIdentity, ""), err)
-	}
-	obs.lease = l
-	return nil
-}
-
-// holderIsReplica: the lease names an instance that still reports itself a
-// replica, so it waits to be promoted.
-func holderIsReplica(obs *observation, holder string) bool {
-	for _, s := range obs.instanceStatuses {
-		if s.Name == holder {
-			return s.Error == "" && s.Role == "replica"
-		}
-	}
-	return false
-}
-
-// announce writes at once, before the primary moves to target, that it
-// does: status.targetPrimary names target and a condition says why. The
-// status write at the end of the reconcile replaces it with what happened.
-func (r *Reconciler) announce(ctx context.Context, db *v1alpha1.Database, obs *observation, target, typ, reason, msg string) error {
-	if obs.written == nil {
-		return nil
-	}
-	next := obs.written.DeepCopy()
-	next.Status.TargetPrimary = target
-	status := metav1.ConditionTrue
-	if typ == v1alpha1.ConditionReady {
-		status = metav1.ConditionFalse
-	}
-	conditions.Set(&next.Status.Conditions, db.Generation, typ, status, reason, msg)
-	if err := controller.PatchStatus(ctx, r.Client, obs.written, next, obs.written.Status, next.Status); err != nil {
-		return err
-	}
-	// The final write patches from what the server now has.
-	*obs.written = *next
-	db.ResourceVersion = next.ResourceVersion
-	return nil
-}
-
-// promote asks the instance manager of pod to promote, with the Database's
-// API token; only the operator can read it. waitLSN, in a switchover, is the
-// WAL the replica must have received first.
-func (r *Reconciler) promote(ctx context.Context, db *v1alpha1.Database, obs *observation, pod, waitLSN string) error {
-	call, err := r.promoteCall(ctx, db, obs, pod, waitLSN)
-	if err != nil {
-		return err
-	}
-	if err := call(); err != nil {
-		return err
-	}
-	r.recordPromoted(ctx, db, pod, r.Clock.Now())
-	return nil
-}
-
-// promoteCall readies promote's call of pod's instance manager: it reads
-// the API token and pod's address first, so the call itself touches
-// neither db nor obs, and failover runs it beside its status and label
-// writes.
-func (r *Reconciler) promoteCall(ctx context.Context, db *v1alpha1.Database, obs *observation, pod, waitLSN string) (func() error, error) {
-	token, err := r.apiToken(ctx, db)
-	if err != nil {
-		return nil, err
-	}
-	t, err := r.targetOf(ctx, db, obs, pod)
-	if err != nil {
-		return nil, fmt.Errorf("cannot promote %s: %w", pod, err)
-	}
-	return func() error {
-		if err := r.Instances.Promote(ctx, t, token, waitLSN); err != nil {
-			return fmt.Errorf("failed to promote %s: %w", pod, err)
-		}
-		return nil
-	}, nil
-}
-
-// recordPromoted notes pod's promotion (at time at) in the failover record under
-// way, the metric and an Event.
-func (r *Reconciler) recordPromoted(ctx context.Context, db *v1alpha1.Database, pod string, at time.Time) {
-	now := metav1.NewTime(at)
-	if f := db.Status.LastFailover; f != nil && f.To == pod && f.PromotedTime == nil {
-		f.PromotedTime = &now
-		if f.DetectedTime != nil {
-			observeFailover(db, now.Sub(f.DetectedTime.Time))
-		}
-	}
-	controller.Event(ctx, r.Recorder, db, nil, corev1.EventTypeNormal, v1alpha1.ReasonFailover, "Promote", "Promoted %s to primary", pod)
-}
-
-// apiToken reads the token instance managers ask of whoever changes them.
-func (r *Reconciler) apiToken(ctx context.Context, db *v1alpha1.Database) (string, error) {
-	s := &corev1.Secret{}
-	if err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: apiSecretName(db)}, s); err != nil {
-		return "", fmt.Errorf("failed to read the instance API token: %w", err)
-	}
-	return string(s.Data[v1alpha1.CredentialsPassword]), nil
-}
-
-// podIP is the address of the named pod's instance manager ("" if it has none).
-func podIP(obs *observation, pod string) string {
-	if p := podNamed(obs, pod); p != nil {
-		return p.Status.PodIP
-	}
-	return ""
-}
-
-// leaseChanged lets through the Lease events failover acts on: a new
-// holder, and a release (renewTime cleared). Renewals, once a second, are
-// not events to reconcile on.
-var leaseChanged = predicate.Funcs{
-	UpdateFunc: func(e event.UpdateEvent) bool {
-		o, ok1 := e.ObjectOld.(*coordinationv1.Lease)
-		n, ok2 := e.ObjectNew.(*coordinationv1.Lease)
-		if !ok1 || !ok2 {
-			return true
-		}
-		return ptr.Deref(o.Spec.HolderIdentity, "") != ptr.Deref(n.Spec.HolderIdentity, "") ||
-			(o.Spec.RenewTime == nil) != (n.Spec.RenewTime == nil)
-	},
 }
