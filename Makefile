@@ -27,7 +27,8 @@ dev-down: ## Stop everything `make dev` started.
 	hack/dev.sh down
 
 .PHONY: generate
-generate: ## Generate deepcopy code.
+generate: ## Generate deepcopy code, and the CRD rule on the settings daytwo manages (v1alpha1.ManagedParameters).
+	go run ./hack/gen-managed-rule
 	$(CONTROLLER_GEN) object paths=./api/...
 
 .PHONY: manifests

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -43,6 +44,13 @@ func validate(db *v1alpha1.Database, p plan) string {
 	if _, ok := p.resources.Limits[corev1.ResourceMemory]; !ok {
 		if _, ok := p.resources.Requests[corev1.ResourceMemory]; !ok {
 			return "spec.resources must set a memory limit or request: PostgreSQL is tuned from it"
+		}
+	}
+	// The CRD refuses these too; a CRD not yet upgraded to a longer list
+	// does not.
+	for _, name := range slices.Sorted(maps.Keys(db.Spec.Parameters)) {
+		if v1alpha1.IsManagedParameter(name) {
+			return fmt.Sprintf("spec.parameters.%s is a setting daytwo manages; remove it", name)
 		}
 	}
 	if p.syncReplicas > 0 && p.syncReplicas >= p.instances {
