@@ -10,6 +10,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 )
 
 // FieldOwner is daytwo's server-side apply field manager.
@@ -64,4 +65,15 @@ func WithMemoryLimit(r *corev1.ResourceRequirements) *corev1.ResourceRequirement
 	}
 	out.Limits[corev1.ResourceMemory] = req
 	return out
+}
+
+// ObservedGeneration is the status.observedGeneration a reconcile of
+// generation gen that returned err leaves: gen once it succeeded (or
+// ended for good, a terminal error: the status says why), else the
+// generation the status described before.
+func ObservedGeneration(before, gen int64, err error) int64 {
+	if err == nil || errors.Is(err, reconcile.TerminalError(nil)) {
+		return gen
+	}
+	return before
 }

@@ -211,7 +211,7 @@ func tryPost(in *instance, path, token string, body, out any) (int, error) {
 // kills its postgres, rewinds its data (throwing away what only it had) and
 // follows the new primary.
 func TestFailoverPromotesFencesAndRejoins(t *testing.T) {
-	t.Parallel()
+	// Serial: its deadlines are the lease's, measured on the wall clock (instance_test.go).
 	ctx := context.Background()
 	lt := newLeaseTest(t, "orders-0")
 	// Each instance streams from the other when it is a replica; orders-1
@@ -729,7 +729,7 @@ func promoteAfter(t *testing.T, in *instance, waitLSN string) int {
 // holds a lease of its own here, so moving the replica's does not fence
 // it: the WAL the replica waits for still streams once the link heals.
 func TestPromotionRereadsTheLeaseAfterWaitingForWAL(t *testing.T) {
-	t.Parallel()
+	// Serial: its deadlines are the lease's, measured on the wall clock (instance_test.go).
 	ctx := context.Background()
 	lt := newLeaseTest(t, "orders-0")
 	own := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: lt.key.Namespace, Name: "orders-source"},
@@ -807,7 +807,7 @@ func TestPromotionRereadsTheLeaseAfterWaitingForWAL(t *testing.T) {
 // replica is promoted once it holds that WAL; every acknowledged write,
 // before and after, is on the new primary; and the old primary follows it.
 func TestSwitchoverLosesNoAcknowledgedWrite(t *testing.T) {
-	t.Parallel()
+	// Serial: its deadlines are the lease's, measured on the wall clock (instance_test.go).
 	ctx := context.Background()
 	lt := newLeaseTest(t, "orders-0")
 	old, repl := lt.pair()
@@ -909,7 +909,7 @@ func TestSwitchoverLosesNoAcknowledgedWrite(t *testing.T) {
 // dead disk) stops renewing its lease and kills postgres before the lease
 // can run out, then starts again and holds it.
 func TestHungPrimaryStopsRenewing(t *testing.T) {
-	t.Parallel()
+	// Serial: its deadlines are the lease's, measured on the wall clock (instance_test.go).
 	lt := newLeaseTest(t, "orders-0")
 	in := lt.instance(1)
 	in.start("orders-0")

@@ -93,7 +93,7 @@ func (w *ackWriter) halt() []time.Time {
 // renewed runs out: past that the operator may promote another instance.
 // No write is acknowledged after the lease's expiry.
 func TestRestartedPrimaryFencesWithoutTheAPIServer(t *testing.T) {
-	t.Parallel()
+	// Serial: its deadlines are the lease's, measured on the wall clock (instance_test.go).
 	ctx := context.Background()
 	lt := newLeaseTest(t, "orders-0")
 	in, api := lt.instanceBehindAPIProxy(1)
@@ -131,6 +131,9 @@ func TestRestartedPrimaryFencesWithoutTheAPIServer(t *testing.T) {
 			time.Sleep(20 * time.Millisecond)
 		}
 		fenced := time.Since(cut)
+		// The writer goes on past the expiry, so a write acknowledged
+		// after it is seen even if the loop above ended early.
+		time.Sleep(time.Until(expiry.Add(200 * time.Millisecond)))
 		acks := w.halt()
 		var late []time.Time
 		for _, a := range acks {
@@ -141,11 +144,16 @@ func TestRestartedPrimaryFencesWithoutTheAPIServer(t *testing.T) {
 		if len(late) > 0 {
 			t.Errorf("%s: %d writes acknowledged after the lease expired at %s (first %s)", round, len(late), expiry.Format(time.StampMilli), late[0].Format(time.StampMilli))
 		}
+		// Sampled again once the lease has expired: under load the first
+		// loop can see a postmaster that is starting or restarting as
+		// gone, and that is no fence.
 		if in.postmaster() != 0 {
-			t.Fatalf("%s: postgres still runs %s after the API server was cut, past the lease's expiry", round, fenced)
+			if time.Sleep(20 * time.Millisecond); in.postmaster() != 0 {
+				t.Fatalf("%s: postgres still runs %s after the API server was cut, past the lease's expiry", round, time.Since(cut).Round(time.Millisecond))
+			}
 		}
 		t.Logf("%s: fenced %s after the API server was cut, %s before the lease expired; %d writes acknowledged meanwhile",
-			round, fenced.Round(time.Millisecond), time.Until(expiry).Round(time.Millisecond), len(acks))
+			round, fenced.Round(time.Millisecond), expiry.Sub(cut.Add(fenced)).Round(time.Millisecond), len(acks))
 		api.heal()
 		in.waitReady(60 * time.Second)
 	}

@@ -31,6 +31,13 @@ import (
 	"github.com/daytwo-dev/daytwo/internal/testpg"
 )
 
+// daytwoBin is the daytwo binary the tests run as instance managers.
+//
+// Tests that start their own servers run side by side (t.Parallel): they
+// mostly wait on PostgreSQL. Those that assert the lease's deadlines on
+// the wall clock (a fence before the lease expires, a switchover or a
+// failover within its bounds) run alone, first, as Go runs serial tests:
+// under the others' load a deadline measures the machine, not the rule.
 var daytwoBin string
 
 func TestMain(m *testing.M) {

@@ -17,7 +17,7 @@ import (
 // as before, TestRestartedPrimaryFencesWithoutTheAPIServer: its replicas
 // reach the API and promise nothing.)
 func TestPrimaryServesThroughAnAPIOutageOnItsPeersPromises(t *testing.T) {
-	t.Parallel()
+	// Serial: its deadlines are the lease's, measured on the wall clock (instance_test.go).
 	ctx := context.Background()
 	ca := newTestCA(t)
 	lt := newLeaseTest(t, "orders-0")

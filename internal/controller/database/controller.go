@@ -125,9 +125,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (_ re
 // revision and rebuilds the status from what it observed. written is the
 // Database as the API server has it, which the status write at the end
 // patches.
-func (r *Reconciler) reconcileNormal(ctx context.Context, db, written *v1alpha1.Database) (reconcile.Result, error) {
+func (r *Reconciler) reconcileNormal(ctx context.Context, db, written *v1alpha1.Database) (_ reconcile.Result, err error) {
 	obs := &observation{plan: newPlan(db), written: written, now: r.Clock.Now(), started: time.Now()}
-	defer func() { setStatus(db, obs) }()
+	defer func() {
+		setStatus(db, obs)
+		db.Status.ObservedGeneration = controller.ObservedGeneration(written.Status.ObservedGeneration, db.Generation, err)
+	}()
 
 	if obs.invalid = validate(db, obs.plan); obs.invalid != "" {
 		return r.reconcileAvailability(ctx, db, obs)

@@ -68,6 +68,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (_ re
 	before := b.DeepCopy()
 	defer func() {
 		observeConditions(b)
+		b.Status.ObservedGeneration = controller.ObservedGeneration(before.Status.ObservedGeneration, b.Generation, err)
 		err = controller.WriteStatus(ctx, r.Client, before, b, before.Status, b.Status, err)
 	}()
 	return r.reconcileNormal(ctx, b)

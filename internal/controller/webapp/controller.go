@@ -116,9 +116,13 @@ func (r *Reconciler) syncFinalizer(ctx context.Context, app *v1alpha1.WebApp) (b
 }
 
 // reconcileNormal applies the children and rebuilds the status from what it observed.
-func (r *Reconciler) reconcileNormal(ctx context.Context, app *v1alpha1.WebApp) (reconcile.Result, error) {
+func (r *Reconciler) reconcileNormal(ctx context.Context, app *v1alpha1.WebApp) (_ reconcile.Result, err error) {
 	obs := observation{}
-	defer func() { setStatus(app, obs) }()
+	before := app.Status.ObservedGeneration
+	defer func() {
+		setStatus(app, obs)
+		app.Status.ObservedGeneration = controller.ObservedGeneration(before, app.Generation, err)
+	}()
 
 	in, missing, err := r.podInputs(ctx, app)
 	if err != nil {

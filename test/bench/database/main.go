@@ -102,10 +102,6 @@ func (b *bench) run(ctx context.Context) error {
 		return err
 	}
 
-	before, err := b.op.Histogram("controller_runtime_reconcile_time_seconds", "controller", "database")
-	if err != nil {
-		return err
-	}
 	half := b.n / 2
 	if err := b.create(ctx, "bench-db", 0, half); err != nil {
 		return err
@@ -114,11 +110,20 @@ func (b *bench) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	before, err := b.op.Histogram("controller_runtime_reconcile_time_seconds", "controller", "database")
+	if err != nil {
+		return err
+	}
 	start := time.Now()
 	if err := b.create(ctx, "bench-db", half, b.n); err != nil {
 		return err
 	}
 	fmt.Printf("created and settled %d Databases in %.1fs\n", b.n-half, time.Since(start).Seconds())
+	if err := b.quiet(); err != nil {
+		return err
+	}
+	// The reconciles of the second half's creation, to the last one it
+	// caused.
 	after, err := b.op.Histogram("controller_runtime_reconcile_time_seconds", "controller", "database")
 	if err != nil {
 		return err
@@ -236,7 +241,9 @@ func (b *bench) settled(ctx context.Context, ns string) (int, error) {
 // restTime, with nothing changing (status polls of the instances, and
 // what requeues send the API server).
 func (b *bench) atRest(dbs int) (float64, error) {
-	time.Sleep(5 * time.Second) // the last creations' follow-up reconciles
+	if err := b.quiet(); err != nil {
+		return 0, err
+	}
 	api0, inst0, err := b.op.Requests()
 	if err != nil {
 		return 0, err
@@ -253,13 +260,14 @@ func (b *bench) atRest(dbs int) (float64, error) {
 }
 
 // resynced waits until the restarted operator has reconciled every
-// Database once, and a little longer for any write that follows.
+// Database (successfully: retries and errors are not a resync) and then
+// gone quiet, so the writes counted are all the resync's.
 func (b *bench) resynced(dbs int) (float64, error) {
 	var reconciled float64
-	for deadline := time.Now().Add(max(time.Minute, time.Duration(dbs)*100*time.Millisecond)); ; {
+	for deadline := time.Now().Add(b.limit(dbs)); ; {
 		m, err := b.op.Scrape()
 		if err == nil {
-			reconciled = m["controller_runtime_reconcile_total{controller=database}"]
+			reconciled = m["controller_runtime_reconcile_total{result=success}"]
 			if reconciled >= float64(dbs) {
 				break
 			}
@@ -269,6 +277,29 @@ func (b *bench) resynced(dbs int) (float64, error) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	time.Sleep(2 * time.Second)
-	return reconciled, nil
+	return reconciled, b.quiet()
+}
+
+// quiet waits until the Database controller has run no reconcile for 5
+// seconds: the work a creation or a restart caused is done.
+func (b *bench) quiet() error {
+	last, since := -1.0, time.Now()
+	for deadline := time.Now().Add(b.limit(b.n + warm)); time.Now().Before(deadline); time.Sleep(500 * time.Millisecond) {
+		m, err := b.op.Scrape()
+		if err != nil {
+			return err
+		}
+		if n := m["controller_runtime_reconcile_total{controller=database}"]; n != last {
+			last, since = n, time.Now()
+		} else if time.Since(since) >= 5*time.Second {
+			return nil
+		}
+	}
+	return errors.New("the Database controller never went quiet: it reconciles without end")
+}
+
+// limit bounds a wait over dbs Databases: a reconcile can take a second
+// (a poll of an instance that never answers), 4 at a time.
+func (b *bench) limit(dbs int) time.Duration {
+	return max(2*time.Minute, time.Duration(dbs)*time.Second/2)
 }

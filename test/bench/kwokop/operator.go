@@ -64,7 +64,10 @@ func (o *Operator) Start() error {
 	if g := os.Getenv("BENCH_OPERATOR_GODEBUG"); g != "" {
 		o.cmd.Env = append(os.Environ(), "GODEBUG="+g)
 	}
-	if err := o.cmd.Start(); err != nil {
+	err = o.cmd.Start()
+	_ = log.Close() // the operator holds its own descriptor
+	if err != nil {
+		o.cmd = nil
 		return err
 	}
 	for range 100 {
@@ -73,13 +76,18 @@ func (o *Operator) Start() error {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+	o.Stop()
 	return fmt.Errorf("operator metrics never answered; see %s", log.Name())
 }
 
 // Stop stops the operator as Kubernetes would, and waits for it.
 func (o *Operator) Stop() {
+	if o.cmd == nil || o.cmd.Process == nil {
+		return
+	}
 	_ = o.cmd.Process.Signal(os.Interrupt)
 	_ = o.cmd.Wait()
+	o.cmd = nil
 }
 
 func (o *Operator) get(path string) ([]byte, error) {
