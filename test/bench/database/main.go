@@ -24,7 +24,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strconv"
 	"strings"
 	"time"
 
@@ -43,13 +42,6 @@ func main() {
 		fmt.Fprintln(os.Stderr, "bench-database:", err)
 		os.Exit(1)
 	}
-}
-
-func envInt(name string, def int) int {
-	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
-		return v
-	}
-	return def
 }
 
 // warm is how many Databases the operator runs before its heap is first
@@ -73,8 +65,8 @@ func run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	b := &bench{c: c, n: envInt("BENCH_N", 500), p: envInt("BENCH_PARALLEL", 16),
-		restTime: time.Duration(envInt("BENCH_REST_SECONDS", 60)) * time.Second}
+	b := &bench{c: c, n: kwokop.EnvInt("BENCH_N", 500), p: kwokop.EnvInt("BENCH_PARALLEL", 16),
+		restTime: time.Duration(kwokop.EnvInt("BENCH_REST_SECONDS", 60)) * time.Second}
 	b.op = &kwokop.Operator{Bin: bin, Name: "bench-database", Parallel: 4}
 	fmt.Printf("bench-database: N=%d, created %d at a time, requests at rest over %s\n", b.n, b.p, b.restTime)
 	for _, ns := range []string{"bench-warm", "bench-db"} {
@@ -129,14 +121,9 @@ func (b *bench) run(ctx context.Context) error {
 		return err
 	}
 	p99 := after.Quantile(before, 0.99)
-	heap1, live1, err := b.op.Heap()
+	heap1, live1, err := b.op.MeasuredHeap()
 	if err != nil {
 		return err
-	}
-	if path := os.Getenv("BENCH_HEAP_PROFILE"); path != "" {
-		if err := b.op.SaveHeapProfile(path); err != nil {
-			return err
-		}
 	}
 	perObject, livePerObject := (heap1-heapWarm)/float64(b.n), (live1-liveWarm)/float64(b.n)
 	fmt.Printf("memory: heap in use after GC %.1f -> (%d warm-up Databases) %.1f -> %.1f MiB; %.0f bytes per Database (%.0f live)\n",

@@ -219,6 +219,26 @@ func (o *Operator) Heap() (inuse, live float64, err error) {
 	return inuse, live, nil
 }
 
+// MeasuredHeap is Heap, and writes the heap profile to BENCH_HEAP_PROFILE
+// when it is set (go tool pprof reads it).
+func (o *Operator) MeasuredHeap() (inuse, live float64, err error) {
+	if inuse, live, err = o.Heap(); err != nil {
+		return 0, 0, err
+	}
+	if path := os.Getenv("BENCH_HEAP_PROFILE"); path != "" {
+		err = o.SaveHeapProfile(path)
+	}
+	return inuse, live, err
+}
+
+// EnvInt is the positive integer in the environment variable name, or def.
+func EnvInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
+		return v
+	}
+	return def
+}
+
 // SaveHeapProfile writes the operator's heap profile to path.
 func (o *Operator) SaveHeapProfile(path string) error {
 	raw, err := o.get("/debug/pprof/heap?gc=1")

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -620,14 +619,9 @@ func (b *bench) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	heap1, live1, err := b.op.Heap()
+	heap1, live1, err := b.op.MeasuredHeap()
 	if err != nil {
 		return err
-	}
-	if path := os.Getenv("BENCH_HEAP_PROFILE"); path != "" {
-		if err := b.op.SaveHeapProfile(path); err != nil {
-			return err
-		}
 	}
 	rss0, rss1 := m0["process_resident_memory_bytes"], m1["process_resident_memory_bytes"]
 	perObject, livePerObject := (heap1-heap0)/float64(n), (live1-live0)/float64(n)

@@ -20,8 +20,9 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"strconv"
 	"time"
+
+	"github.com/daytwo-dev/daytwo/test/bench/kwokop"
 )
 
 func main() {
@@ -29,13 +30,6 @@ func main() {
 		fmt.Fprintln(os.Stderr, "bench-webapp:", err)
 		os.Exit(1)
 	}
-}
-
-func envInt(name string, def int) int {
-	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
-		return v
-	}
-	return def
 }
 
 type config struct {
@@ -48,10 +42,10 @@ type config struct {
 
 func run(ctx context.Context) error {
 	cfg := config{
-		n:        envInt("BENCH_N", 1000),
-		parallel: envInt("BENCH_PARALLEL", 16),
-		rate:     envInt("BENCH_RATE", 20),
-		duration: time.Duration(envInt("BENCH_LATENCY_SECONDS", 60)) * time.Second,
+		n:        kwokop.EnvInt("BENCH_N", 1000),
+		parallel: kwokop.EnvInt("BENCH_PARALLEL", 16),
+		rate:     kwokop.EnvInt("BENCH_RATE", 20),
+		duration: time.Duration(kwokop.EnvInt("BENCH_LATENCY_SECONDS", 60)) * time.Second,
 		bin:      os.Getenv("DAYTWO_BIN"),
 		crdFloor: os.Getenv("BENCH_CRD_FLOOR") == "1",
 	}
