@@ -47,7 +47,7 @@ func createDatabase(t *testing.T, ns, name string, mutate func(*v1alpha1.Databas
 		mutate(db)
 	}
 	if db.Spec.Size == "" && db.Spec.Resources == nil {
-		db.Spec.Resources = leanResources("1", "1Gi")
+		db.Spec.Resources = leanResources()
 	}
 	if err := cluster.Client.Create(context.Background(), db); err != nil {
 		t.Fatalf("create Database %s: %v", name, err)
@@ -62,10 +62,10 @@ func createDatabase(t *testing.T, ns, name string, mutate func(*v1alpha1.Databas
 // 250m) rather than for CPU they use. The suites that check a tier's
 // requests (TestDatabaseSmallLifecycle, TestDatabaseMediumUpgradeAndRollback)
 // name their size and keep them.
-func leanResources(cpu, memory string) *corev1.ResourceRequirements {
+func leanResources() *corev1.ResourceRequirements {
 	return &corev1.ResourceRequirements{
-		Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("50m"), corev1.ResourceMemory: resource.MustParse(memory)},
-		Limits:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu), corev1.ResourceMemory: resource.MustParse(memory)},
+		Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("50m"), corev1.ResourceMemory: resource.MustParse("1Gi")},
+		Limits:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1"), corev1.ResourceMemory: resource.MustParse("1Gi")},
 	}
 }
 

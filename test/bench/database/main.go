@@ -28,6 +28,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
@@ -215,10 +216,8 @@ func (b *bench) settled(ctx context.Context, ns string) (int, error) {
 	}
 	n := 0
 	for _, d := range list.Items {
-		for _, c := range d.Status.Conditions {
-			if c.Type == v1alpha1.ConditionReady && d.Status.ObservedGeneration == d.Generation {
-				n++
-			}
+		if d.Status.ObservedGeneration == d.Generation && meta.FindStatusCondition(d.Status.Conditions, v1alpha1.ConditionReady) != nil {
+			n++
 		}
 	}
 	return n, nil

@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sync/semaphore"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 // The real node's CPU that suites may request, shared between the suites
@@ -55,15 +56,10 @@ func (c *Cluster) ReserveCPU(t *testing.T, ns string, milli int64) {
 	t.Cleanup(func() {
 		go func() {
 			defer sem.Release(milli)
-			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-			defer cancel()
-			for ctx.Err() == nil {
+			_ = wait.PollUntilContextTimeout(context.Background(), 2*time.Second, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
 				pods, err := c.Kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
-				if err == nil && len(pods.Items) == 0 {
-					return
-				}
-				time.Sleep(2 * time.Second)
-			}
+				return err == nil && len(pods.Items) == 0, nil
+			})
 		}()
 	})
 }
