@@ -1,6 +1,7 @@
 package v1alpha1
 
 import (
+	"cmp"
 	"maps"
 
 	corev1 "k8s.io/api/core/v1"
@@ -742,6 +743,12 @@ type DatabaseStatus struct {
 	// +optional
 	SecretName string `json:"secretName,omitempty"`
 
+	// database is the application database: the credentials Secret's
+	// dbname, where `kubectl daytwo psql` connects.
+	// +optional
+	// +kubebuilder:validation:MaxLength=63
+	Database string `json:"database,omitempty"`
+
 	// instanceStatuses is what each instance manager reported (GET /status).
 	// +optional
 	// +listType=map
@@ -819,6 +826,17 @@ const (
 // application credentials; it is fixed so referrers can watch it by name.
 func (d *Database) CredentialsSecretName() string {
 	return d.Name + "-credentials"
+}
+
+// AppDatabase is the application database and its owner: the credentials
+// Secret's, made by the bootstrap (spec.bootstrap.initdb, "app" by
+// default).
+func (d *Database) AppDatabase() (name, owner string) {
+	name, owner = "app", "app"
+	if b := d.Spec.Bootstrap; b != nil && b.InitDB != nil {
+		name, owner = cmp.Or(b.InitDB.Database, name), cmp.Or(b.InitDB.Owner, owner)
+	}
+	return name, owner
 }
 
 // ReplicationSecretName is the Secret holding the replication role's

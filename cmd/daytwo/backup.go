@@ -99,13 +99,7 @@ func newBackupCommand() *cobra.Command {
 }
 
 func newBackupRunCommand() *cobra.Command {
-	var sf storageFlags
-	var id, termLog string
-	var lockWait time.Duration
-	var keep backup.Retention
-	var physical bool
-	var switchHost, rolesUser string
-	var comp backup.Compression
+	var fl backup.RunFlags
 	cmd := &cobra.Command{
 		Use:   "run",
 		Short: "Stream pg_dump (or, with --physical, a base backup) into storage, write the manifest, prune by retention",
@@ -116,41 +110,29 @@ func newBackupRunCommand() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
 			defer stop()
+			sf := &storageFlags{StorageFlags: fl.Storage}
 			var res backup.Result
 			var err error
-			if physical {
-				res, err = runBaseBackup(ctx, &sf, id, switchHost, keep)
+			if fl.Physical {
+				res, err = runBaseBackup(ctx, sf, fl.ID, fl.SwitchWALHost, fl.Retention)
 			} else {
-				o := backup.Options{LockWaitTimeout: lockWait, Compression: comp}
-				if rolesUser != "" {
+				o := backup.Options{LockWaitTimeout: fl.LockWaitTimeout, Compression: fl.Compression}
+				if fl.RolesUser != "" {
 					roles := connFromEnv()
-					roles.User, roles.Password = rolesUser, os.Getenv(backup.RolesPasswordEnv)
+					roles.User, roles.Password = fl.RolesUser, os.Getenv(backup.RolesPasswordEnv)
 					_ = os.Unsetenv(backup.RolesPasswordEnv) // pg_dump and pg_dumpall need not see it
 					o.Roles = &roles
 				}
-				res, err = runBackup(ctx, &sf, id, o, keep)
+				res, err = runBackup(ctx, sf, fl.ID, o, fl.Retention)
 			}
 			if err != nil {
 				res.Error = err.Error()
 			}
-			report(cmd, termLog, res)
+			report(cmd, fl.TerminationLog, res)
 			return err
 		},
 	}
-	f := cmd.Flags()
-	sf.bind(f, "")
-	f.StringVar(&id, "id", "", "Backup ID; defaults to the current UTC time.")
-	f.DurationVar(&lockWait, "lock-wait-timeout", backup.DefaultLockWaitTimeout, "How long pg_dump waits for a table lock before it fails.")
-	f.StringVar(&termLog, "termination-log", "/dev/termination-log", "Where the result goes for the operator; empty for none.")
-	f.IntVar(&keep.KeepLast, "keep-last", 0, "Retention: newest backups to keep.")
-	f.IntVar(&keep.KeepDaily, "keep-daily", 0, "Retention: days to keep one backup of.")
-	f.IntVar(&keep.KeepWeekly, "keep-weekly", 0, "Retention: weeks to keep one backup of.")
-	f.IntVar(&keep.KeepMonthly, "keep-monthly", 0, "Retention: months to keep one backup of.")
-	f.StringVar(&comp.Algorithm, "compression", backup.DefaultCompression.Algorithm, "Compression of a logical backup: none, gzip or zstd, done on the stream pg_dump writes.")
-	f.IntVar(&comp.Level, "compression-level", 0, "Compression level (gzip 1-9, zstd 1-22); 0 means the algorithm's default.")
-	f.BoolVar(&physical, "physical", false, "Take a base backup with pg_basebackup (the Database archives its WAL to the same storage).")
-	f.StringVar(&rolesUser, "roles-user", "", "A logical backup reads the roles with their password verifiers as this user (one that may read pg_authid in database postgres); without it, or if it cannot, they are backed up without passwords.")
-	f.StringVar(&switchHost, "switch-wal-host", "", "With --physical from a standby (PGHOST): its primary, asked to finish WAL segments so the backup can end.")
+	fl.Bind(cmd.Flags())
 	return cmd
 }
 

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/daytwo-dev/daytwo/internal/backup"
@@ -31,13 +32,7 @@ func newInstanceCommand() *cobra.Command {
 }
 
 func newInstanceRunCommand() *cobra.Command {
-	cfg := &instance.Config{}
-	var role, restoreID, termLog, leaseName, targetTime, targetLSN string
-	var physical, upgradeOnly, bootstrapOnly, importRoles bool
-	var imp instance.ImportSource
-	var importDatabases []string
-	var peers, peerAPIs string
-	var restoreFrom storageFlags
+	var fl instanceapi.RunFlags
 	cmd := &cobra.Command{
 		Use:   "run",
 		Short: "Initialise or clone the data directory, then run and supervise postgres",
@@ -52,53 +47,29 @@ func newInstanceRunCommand() *cobra.Command {
 				}
 				os.Exit(code)
 			}
-			cfg.Role = instanceapi.Role(role)
-			if cmd.Flags().Changed(instanceapi.FlagPeers) {
-				var err error
-				if cfg.Peers, err = instance.ParsePeers(instanceapi.FlagPeers, peers); err != nil {
-					return err
-				}
-			}
-			if cmd.Flags().Changed(instanceapi.FlagPeerAPIs) {
-				var err error
-				if cfg.PeerAPIs, err = instance.ParsePeers(instanceapi.FlagPeerAPIs, peerAPIs); err != nil {
-					return err
-				}
+			cfg, err := configFrom(cmd.Flags(), &fl)
+			if err != nil {
+				return err
 			}
 			var lease *instance.KubeLease
-			if leaseName != "" {
-				// The lease decides; until it is read the instance is no primary.
-				cfg.Role = instanceapi.RoleReplica
-				var err error
-				if lease, err = instance.NewKubeLease(cfg.Namespace, leaseName); err != nil {
+			if fl.Lease != "" {
+				if lease, err = instance.NewKubeLease(cfg.Namespace, fl.Lease); err != nil {
 					return err
 				}
-			}
-			if imp.Host != "" {
-				imp.Databases, imp.Roles, imp.Password = importDatabases, importRoles, os.Getenv(instanceapi.EnvImportPassword)
-				// Read once: postgres and everything else this process
-				// starts must not inherit it.
-				_ = os.Unsetenv(instanceapi.EnvImportPassword)
-				if u := os.Getenv(instanceapi.EnvImportUser); u != "" && !cmd.Flags().Changed(instanceapi.FlagImportUser) {
-					imp.User = u
-				}
-				cfg.Import = &imp
-			}
-			if err := cfg.Validate(); err != nil {
-				return err
 			}
 			// SIGTERM (pod deletion) and SIGINT stop postgres fast; SIGHUP re-reads the configuration.
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
 			defer stop()
 			log := zap.New(zap.UseDevMode(false)).WithName("instance")
 			var restore instance.RestoreFunc
+			restoreFrom := storageFlags{StorageFlags: fl.Restore}
 			if restoreFrom.set() {
 				st, prefix, err := restoreFrom.open()
 				if err != nil {
 					return err
 				}
 				restore = func(ctx context.Context, conn backup.Conn, role string) error {
-					got, err := backup.Restore(ctx, backup.Options{Conn: conn, Storage: st, Prefix: prefix, Series: restoreFrom.series, BinDir: cfg.BinDir}, restoreID, role)
+					got, err := backup.Restore(ctx, backup.Options{Conn: conn, Storage: st, Prefix: prefix, Series: restoreFrom.series, BinDir: cfg.BinDir}, fl.RestoreID, role)
 					if err == nil {
 						log.Info("Restored backup", "id", got.ID, "bytes", got.Bytes, "sha256", got.SHA256)
 					}
@@ -106,8 +77,8 @@ func newInstanceRunCommand() *cobra.Command {
 				}
 			}
 			m := instance.New(cfg, log, restore)
-			if physical {
-				r, err := recoveryFromFlags(restoreFrom, restoreID, targetTime, targetLSN)
+			if fl.RestorePhysical {
+				r, err := recoveryFromFlags(restoreFrom, fl.RestoreID, fl.RecoveryTarget)
 				if err != nil {
 					return err
 				}
@@ -123,68 +94,63 @@ func newInstanceRunCommand() *cobra.Command {
 					m.Reload()
 				}
 			}()
-			var err error
 			switch {
-			case upgradeOnly:
+			case fl.UpgradeOnly:
 				err = m.UpgradeOnly(ctx)
-			case bootstrapOnly:
+			case fl.BootstrapOnly:
 				err = m.BootstrapOnly(ctx)
 			default:
 				err = m.Run(ctx)
 			}
-			if err != nil && termLog != "" {
+			if err != nil && fl.TerminationLog != "" {
 				// The operator shows it (a failed restore, say) from the pod's status.
-				_ = os.WriteFile(termLog, []byte(err.Error()), 0o600)
+				_ = os.WriteFile(fl.TerminationLog, []byte(err.Error()), 0o600)
 			}
 			return err
 		},
 	}
-	f := cmd.Flags()
-	f.StringVar(&cfg.PGData, instanceapi.FlagPGData, os.Getenv("PGDATA"), "Data directory.")
-	f.StringVar(&cfg.ParametersFile, "parameters-file", filepath.Join(instanceapi.ConfigDir, instanceapi.ParametersFile), "The operator's rendered settings.")
-	f.StringVar(&cfg.SecretsDir, "secrets-dir", instanceapi.SecretsDir, "Directory with app-password and replication-password.")
-	f.StringVar(&cfg.RunDir, instanceapi.FlagRunDir, instanceapi.RunDir, "Directory for the socket and the password file.")
-	f.StringVar(&cfg.HTTPAddress, "http-address", fmt.Sprintf(":%d", instanceapi.Port), "Address of the instance API.")
-	f.StringVar(&cfg.MetricsAddress, "metrics-address", fmt.Sprintf(":%d", instanceapi.MetricsPort), "Address of /metrics (plain HTTP); empty serves none.")
-	f.IntVar(&cfg.Port, "port", instanceapi.PostgresPort, "PostgreSQL port.")
-	f.StringVar(&cfg.Cluster, instanceapi.FlagCluster, "", "Name of the Database.")
-	f.StringVar(&cfg.Pod, instanceapi.FlagPod, os.Getenv("POD_NAME"), "Name of this pod.")
-	f.StringVar(&role, "role", "", "primary or replica, for an instance without --lease.")
-	f.StringVar(&leaseName, instanceapi.FlagLease, "", "The Database's primary Lease: its holder runs as the primary, the others as replicas.")
-	f.StringVar(&cfg.Namespace, instanceapi.FlagNamespace, os.Getenv("POD_NAMESPACE"), "Namespace of the Database and its Lease.")
-	f.BoolVar(&cfg.TLS, instanceapi.FlagTLS, false, "Serve TLS with the certificate in --secrets-dir (tls.crt, tls.key), require it of network connections, "+
-		"and verify other instances against ca.crt.")
-	f.StringVar(&cfg.PrimaryHost, instanceapi.FlagPrimaryHost, "", "Host a replica clones and streams from.")
-	f.IntVar(&cfg.PrimaryPort, "primary-port", 0, "Port of the primary; defaults to --port.")
-	f.StringVar(&peers, instanceapi.FlagPeers, "", "Other instances' addresses, pod=host:port, for a replica to stream from the lease holder; "+
-		"a holder not listed is reached at --primary-host. Unset: each pod's name under the Database's headless Service.")
-	f.StringVar(&peerAPIs, instanceapi.FlagPeerAPIs, "", "Other instances' API addresses, pod=host:port, where the lease holder asks "+
-		"for promises; a pod not listed is not asked. Unset: each pod's name under the Database's headless Service.")
-	f.StringVar(&cfg.Database, instanceapi.FlagDatabase, "app", "Application database.")
-	f.StringVar(&cfg.Owner, instanceapi.FlagOwner, "app", "Owner role of the application database.")
-	f.BoolVar(&cfg.FromBackup, instanceapi.FlagFromBackup, false, "Bootstrap the primary from a backup instead of initdb.")
-	f.DurationVar(&cfg.ShutdownTimeout, instanceapi.FlagShutdownTimeout, 50*time.Second, "How long a fast shutdown may take before an immediate one.")
-	f.StringVar(&cfg.BinDir, "bin-dir", "", "Directory of the PostgreSQL programs; empty means $PATH.")
-	f.StringVar(&cfg.DatabaseUID, instanceapi.FlagDatabaseUID, "", "metadata.uid of the Database, recorded in the data directory; empty skips the identity check.")
-	f.StringVar(&cfg.BootstrapSource, instanceapi.FlagBootstrapSource, instanceapi.BootstrapInitDB, "How the Database bootstraps: initdb or fromBackup/<DatabaseBackup>.")
-	f.BoolVar(&cfg.ReuseData, instanceapi.FlagReuseData, false, "Run on data another Database made, whatever its bootstrap.")
-	f.StringVar(&cfg.UpgradeFrom, instanceapi.FlagUpgradeFrom, "", "Directory of the old major's bundled programs: a primary whose data is of that major upgrades it with pg_upgrade before it starts.")
-	f.StringVar(&imp.Host, instanceapi.FlagImportHost, "", "Bootstrap the primary by importing from the PostgreSQL at this host (bootstrap.import).")
-	f.IntVar(&imp.Port, instanceapi.FlagImportPort, 5432, "Port of the import source.")
-	f.StringVar(&imp.User, instanceapi.FlagImportUser, "postgres", "User of the import source (or $"+instanceapi.EnvImportUser+"); its password is $"+instanceapi.EnvImportPassword+".")
-	f.StringSliceVar(&importDatabases, instanceapi.FlagImportDatabases, nil, "Databases to import.")
-	f.BoolVar(&importRoles, instanceapi.FlagImportRoles, false, "Import the roles first.")
-	f.BoolVar(&bootstrapOnly, instanceapi.FlagBootstrapOnly, false, "Restore the primary's data from a backup (--"+instanceapi.FlagFromBackup+
-		") when it has none, and exit without serving: the operator's restore init container.")
-	f.BoolVar(&upgradeOnly, instanceapi.FlagUpgradeOnly, false, "Upgrade the data directory (see --"+instanceapi.FlagUpgradeFrom+") and exit without serving: the operator's upgrade Job.")
-	f.DurationVar(&cfg.UpgradeDeadline, "upgrade-deadline", 5*time.Minute, "How long the upgraded server's first start may take before the upgrade is undone.")
-	f.StringVar(&termLog, instanceapi.FlagTerminationLog, "", "Where a fatal error is written for the kubelet (/dev/termination-log in a pod).")
-	restoreFrom.bind(f, "restore-")
-	f.StringVar(&restoreID, instanceapi.FlagRestoreID, "", "Backup to restore with --from-backup; empty means the newest (before the recovery target).")
-	f.BoolVar(&physical, instanceapi.FlagRestorePhysical, false, "Restore a base backup and replay the WAL archive (point-in-time recovery) instead of a logical backup.")
-	f.StringVar(&targetTime, instanceapi.FlagRecoveryTargetTime, "", "With --restore-physical: replay up to this time (RFC 3339); empty means the end of the archive.")
-	f.StringVar(&targetLSN, instanceapi.FlagRecoveryTargetLSN, "", "With --restore-physical: replay up to this LSN.")
+	fl.Bind(cmd.Flags())
 	return cmd
+}
+
+// configFrom is the instance manager's configuration the parsed flags
+// describe; f says which were set.
+func configFrom(f *pflag.FlagSet, fl *instanceapi.RunFlags) (*instance.Config, error) {
+	cfg := &instance.Config{
+		PGData: fl.PGData, ParametersFile: fl.ParametersFile, SecretsDir: fl.SecretsDir, RunDir: fl.RunDir,
+		HTTPAddress: fl.HTTPAddress, MetricsAddress: fl.MetricsAddress, Port: fl.Port,
+		Cluster: fl.Cluster, Namespace: fl.Namespace, TLS: fl.TLS, Pod: fl.Pod, Role: fl.Role,
+		PrimaryHost: fl.PrimaryHost, PrimaryPort: fl.PrimaryPort, Database: fl.Database, Owner: fl.Owner,
+		FromBackup: fl.FromBackup, ShutdownTimeout: fl.ShutdownTimeout, BinDir: fl.BinDir, DatabaseUID: fl.DatabaseUID,
+		BootstrapSource: fl.BootstrapSource, ReuseData: fl.ReuseData, UpgradeFrom: fl.UpgradeFrom, UpgradeDeadline: fl.UpgradeDeadline,
+	}
+	var err error
+	if f.Changed(instanceapi.FlagPeers) {
+		if cfg.Peers, err = instance.ParsePeers(instanceapi.FlagPeers, fl.Peers); err != nil {
+			return nil, err
+		}
+	}
+	if f.Changed(instanceapi.FlagPeerAPIs) {
+		if cfg.PeerAPIs, err = instance.ParsePeers(instanceapi.FlagPeerAPIs, fl.PeerAPIs); err != nil {
+			return nil, err
+		}
+	}
+	if fl.Lease != "" {
+		// The lease decides; until it is read the instance is no primary.
+		cfg.Role = instanceapi.RoleReplica
+	}
+	if fl.ImportHost != "" {
+		imp := &instance.ImportSource{Host: fl.ImportHost, Port: fl.ImportPort, User: fl.ImportUser,
+			Databases: fl.ImportDatabases, Roles: fl.ImportRoles, Password: os.Getenv(instanceapi.EnvImportPassword)}
+		// Read once: postgres and everything else this process starts
+		// must not inherit it.
+		_ = os.Unsetenv(instanceapi.EnvImportPassword)
+		if u := os.Getenv(instanceapi.EnvImportUser); u != "" && !f.Changed(instanceapi.FlagImportUser) {
+			imp.User = u
+		}
+		cfg.Import = imp
+	}
+	return cfg, cfg.Validate()
 }
 
 func newInstanceBootstrapCommand() *cobra.Command {
@@ -243,7 +209,8 @@ func newInstanceWALArchiveCommand() *cobra.Command {
 }
 
 // recoveryFromFlags is the physical restore the flags describe.
-func recoveryFromFlags(from storageFlags, id, targetTime, targetLSN string) (*instance.Recovery, error) {
+func recoveryFromFlags(from storageFlags, id string, target instanceapi.RecoveryTarget) (*instance.Recovery, error) {
+	targetTime, targetLSN := target.Time, target.LSN
 	st, prefix, err := from.open()
 	if err != nil {
 		return nil, fmt.Errorf("--%s: %w", instanceapi.FlagRestorePhysical, err)

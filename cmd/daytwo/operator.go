@@ -25,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/daytwo-dev/daytwo/internal/operator"
+	"github.com/daytwo-dev/daytwo/internal/scheme"
 	"github.com/daytwo-dev/daytwo/internal/version"
 	daytwowebhook "github.com/daytwo-dev/daytwo/internal/webhook"
 )
@@ -135,7 +136,7 @@ func runOperator(cmd *cobra.Command, o *operatorOptions) error {
 	}
 	mgr, err := ctrl.NewManager(cfg, manager.Options{
 		WebhookServer:                 webhookServer,
-		Scheme:                        operator.NewScheme(),
+		Scheme:                        scheme.New(),
 		Cache:                         operator.CacheOptions(o.watchNamespaces...),
 		Controller:                    config.Controller{MaxConcurrentReconciles: o.concurrency},
 		Metrics:                       metricsOpts,
@@ -179,7 +180,7 @@ func prepareWebhook(ctx context.Context, cfg *rest.Config, o webhookOptions) (we
 	if ns == "" {
 		return nil, nil, errors.New("the webhook needs POD_NAMESPACE, the operator's namespace")
 	}
-	c, err := client.New(cfg, client.Options{Scheme: operator.NewScheme()})
+	c, err := client.New(cfg, client.Options{Scheme: scheme.New()})
 	if err != nil {
 		return nil, nil, fmt.Errorf("failed to create a client: %w", err)
 	}

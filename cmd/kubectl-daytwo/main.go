@@ -12,7 +12,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/daytwo-dev/daytwo/internal/operator"
+	"github.com/daytwo-dev/daytwo/internal/scheme"
 )
 
 // env is what every command works with: the cluster and the namespace.
@@ -35,7 +35,7 @@ func (e *env) connect() error {
 	if err != nil {
 		return err
 	}
-	c, err := client.New(cfg, client.Options{Scheme: operator.NewScheme()})
+	c, err := client.New(cfg, client.Options{Scheme: scheme.New()})
 	if err != nil {
 		return err
 	}

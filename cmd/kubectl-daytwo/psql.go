@@ -4,12 +4,9 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"strings"
 
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
-	corev1 "k8s.io/api/core/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/daytwo-dev/daytwo/internal/instanceapi"
 )
@@ -42,15 +39,14 @@ func psqlCmd(e *env) *cobra.Command {
 				return fmt.Errorf("the Database %s has no %s to connect to (status.primary and status.instanceStatuses)", db.Name,
 					map[bool]string{true: "streaming replica", false: "primary"}[replica])
 			}
-			pod := &corev1.Pod{}
-			if err := e.c.Get(ctx, client.ObjectKey{Namespace: e.namespace, Name: target}, pod); err != nil {
-				return err
+			if db.Status.Database == "" {
+				return fmt.Errorf("the Database %s has no application database in its status yet (status.database)", db.Name)
 			}
 			kargs := append(e.kubectlArgs(), "exec", "-i")
 			if term.IsTerminal(int(os.Stdin.Fd())) {
 				kargs = append(kargs, "-t")
 			}
-			kargs = append(kargs, target, "-c", "postgres", "--", "psql", "-h", instanceapi.RunDir, "-U", "postgres", "-d", appDatabase(pod))
+			kargs = append(kargs, target, "-c", "postgres", "--", "psql", "-h", instanceapi.RunDir, "-U", "postgres", "-d", db.Status.Database)
 			kargs = append(kargs, args[1:]...)
 			k := exec.CommandContext(ctx, "kubectl", kargs...)
 			k.Stdin, k.Stdout, k.Stderr = os.Stdin, cmd.OutOrStdout(), cmd.ErrOrStderr()
@@ -61,15 +57,3 @@ func psqlCmd(e *env) *cobra.Command {
 	return cmd
 }
 
-// appDatabase is the application database the pod's instance manager was
-// given (--database), "app" by default.
-func appDatabase(pod *corev1.Pod) string {
-	for _, c := range pod.Spec.Containers {
-		for _, a := range c.Args {
-			if v, ok := strings.CutPrefix(a, "--"+instanceapi.FlagDatabase+"="); ok {
-				return v
-			}
-		}
-	}
-	return "app"
-}

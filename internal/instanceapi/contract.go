@@ -66,7 +66,7 @@ const (
 	SecretAPIClientCA = "api-client-ca.crt"
 )
 
-// Flags of `daytwo instance run` that the pod template sets.
+// Flags of `daytwo instance run` (RunFlags).
 const (
 	FlagCluster         = "cluster"
 	FlagPod             = "pod"
@@ -115,6 +115,16 @@ const (
 	// requires it of every network connection, and verifies other
 	// instances against SecretTLSCA.
 	FlagTLS = "tls"
+	// Flags a pod template leaves at their defaults (tests set them).
+	FlagRole            = "role"
+	FlagSecretsDir      = "secrets-dir"
+	FlagParametersFile  = "parameters-file"
+	FlagBinDir          = "bin-dir"
+	FlagHTTPAddress     = "http-address"
+	FlagMetricsAddress  = "metrics-address"
+	FlagPort            = "port"
+	FlagPrimaryPort     = "primary-port"
+	FlagUpgradeDeadline = "upgrade-deadline"
 )
 
 // ReplicationUser is the role replicas stream as and base backups are

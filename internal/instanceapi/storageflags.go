@@ -39,31 +39,10 @@ const (
 	FlagSeriesKeyRequired = "series-key-required"
 )
 
-// Args renders s as flags named with prefix; unset values are left out.
+// Args renders s as flags named with prefix (ArgsOf); unset values are
+// left out.
 func (s StorageFlags) Args(prefix string) []string {
-	var args []string
-	str := func(name, v string) {
-		if v != "" {
-			args = append(args, "--"+prefix+name+"="+v)
-		}
-	}
-	boolean := func(name string, v bool) {
-		if v {
-			args = append(args, "--"+prefix+name)
-		}
-	}
-	str(FlagStoragePrefix, s.Prefix)
-	str(FlagSeriesUID, s.SeriesUID)
-	str(FlagSeriesName, s.SeriesName)
-	str(FlagSeriesDatabase, s.Database)
-	boolean(FlagSeriesKeyRequired, s.KeyRequired)
-	str(FlagS3Endpoint, s.Endpoint)
-	str(FlagS3Bucket, s.Bucket)
-	str(FlagS3Region, s.Region)
-	boolean(FlagS3Insecure, s.Insecure)
-	str(FlagS3CAFile, s.CAFile)
-	str(FlagStoragePath, s.Path)
-	return args
+	return ArgsOf(s, func(s *StorageFlags, f *pflag.FlagSet) { s.Bind(f, prefix) })
 }
 
 // Bind defines s's flags, named with prefix, on f.

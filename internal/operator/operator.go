@@ -8,29 +8,18 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
-	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
 	"github.com/daytwo-dev/daytwo/internal/controller"
 	"github.com/daytwo-dev/daytwo/internal/controller/database"
 	"github.com/daytwo-dev/daytwo/internal/controller/databasebackup"
 	"github.com/daytwo-dev/daytwo/internal/controller/webapp"
 	"github.com/daytwo-dev/daytwo/internal/version"
 )
-
-// NewScheme returns a scheme with the built-in Kubernetes kinds and daytwo's own.
-func NewScheme() *runtime.Scheme {
-	s := runtime.NewScheme()
-	utilruntime.Must(clientgoscheme.AddToScheme(s))
-	utilruntime.Must(v1alpha1.AddToScheme(s))
-	return s
-}
 
 // CacheOptions are the informer cache settings every daytwo manager uses.
 // Cached objects lose the managed fields of other managers, and children

@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	"github.com/daytwo-dev/daytwo/internal/operator"
+	"github.com/daytwo-dev/daytwo/internal/scheme"
 	daytwowebhook "github.com/daytwo-dev/daytwo/internal/webhook"
 )
 
@@ -78,7 +79,7 @@ func Start() (*Env, error) {
 	if err != nil {
 		return nil, fmt.Errorf("failed to start envtest: %w", err)
 	}
-	c, err := client.New(cfg, client.Options{Scheme: operator.NewScheme()})
+	c, err := client.New(cfg, client.Options{Scheme: scheme.New()})
 	if err != nil {
 		_ = e.Stop()
 		return nil, fmt.Errorf("failed to create a client: %w", err)
@@ -143,7 +144,7 @@ func (e *Env) StartOperator(opts operator.Options) (stop func() error, err error
 	}
 	mgr, err := ctrl.NewManager(e.Config, ctrl.Options{
 		WebhookServer: server,
-		Scheme:        operator.NewScheme(),
+		Scheme:        scheme.New(),
 		Cache:         operator.CacheOptions(),
 		Metrics:       metricsserver.Options{BindAddress: "0"},
 		// Controller names are unique per process, not per manager.

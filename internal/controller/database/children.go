@@ -523,21 +523,20 @@ func (r *Reconciler) resolveRestore(ctx context.Context, db *v1alpha1.Database, 
 	if err != nil {
 		return fmt.Errorf("failed to get DatabaseBackup %s: %w", b.FromBackup.BackupRef.Name, err)
 	}
-	args, env, vols, mounts := series.StorageArgs(src, "restore-")
+	storage, env, vols, mounts := series.Storage(src, instanceapi.RestorePrefix)
+	flags := instanceapi.RunFlags{Restore: storage}
 	f := b.FromBackup
 	if src.Spec.Method == v1alpha1.BackupMethodPhysical {
-		args = append(args, "--"+instanceapi.FlagRestorePhysical)
+		flags.RestorePhysical = true
 		if f.TargetTime != nil {
-			args = append(args, instanceapi.Flag(instanceapi.FlagRecoveryTargetTime, f.TargetTime.UTC().Format(time.RFC3339Nano)))
+			flags.RecoveryTarget.Time = f.TargetTime.UTC().Format(time.RFC3339Nano)
 		}
-		if f.TargetLSN != "" {
-			args = append(args, instanceapi.Flag(instanceapi.FlagRecoveryTargetLSN, f.TargetLSN))
-		}
+		flags.RecoveryTarget.LSN = f.TargetLSN
 	} else if f.TargetTime != nil || f.TargetLSN != "" {
 		obs.restoreFailed = fmt.Sprintf("spec.bootstrap.fromBackup: a recovery target needs a Physical DatabaseBackup; %s takes %s backups, "+
 			"which restore whole", src.Name, cmp.Or(src.Spec.Method, v1alpha1.BackupMethodLogical))
 		return nil
 	}
-	obs.in.restore = &restoreSource{args: args, env: env, volumes: vols, mounts: mounts}
+	obs.in.restore = &restoreSource{flags: flags, env: env, volumes: vols, mounts: mounts}
 	return nil
 }

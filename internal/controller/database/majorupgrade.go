@@ -445,12 +445,9 @@ func upgradeJob(db *v1alpha1.Database, p plan, in stsInputs, oldImage, newImage 
 	spec := tpl.Spec
 	spec.WithRestartPolicy(corev1.RestartPolicyNever)
 	pg := &spec.Containers[0]
-	f := instanceapi.Flag
-	pg.Args = []string{"instance", "run", "--" + instanceapi.FlagUpgradeOnly, "--role", string(instanceapi.RolePrimary),
-		f(instanceapi.FlagTerminationLog, "/dev/termination-log"), f(instanceapi.FlagCluster, db.Name),
-		f(instanceapi.FlagPod, podName(db, 0)), f(instanceapi.FlagPGData, instanceapi.PGData),
-		f(instanceapi.FlagRunDir, instanceapi.RunDir), f(instanceapi.FlagDatabaseUID, string(db.UID)),
-		f(instanceapi.FlagUpgradeFrom, upgradeMount), "--" + instanceapi.FlagTLS}
+	pg.Args = append([]string{"instance", "run"}, instanceapi.RunFlags{UpgradeOnly: true, Role: instanceapi.RolePrimary,
+		TerminationLog: "/dev/termination-log", Cluster: db.Name, Pod: podName(db, 0), PGData: instanceapi.PGData,
+		RunDir: instanceapi.RunDir, DatabaseUID: string(db.UID), UpgradeFrom: upgradeMount, TLS: true}.Args()...)
 	pg.LivenessProbe, pg.ReadinessProbe, pg.StartupProbe, pg.Lifecycle, pg.Ports = nil, nil, nil, nil, nil
 	pg.WithTerminationMessagePolicy(corev1.TerminationMessageFallbackToLogsOnError)
 	pg.WithVolumeMounts(corev1ac.VolumeMount().WithName(volumeUpgrade).WithMountPath(upgradeMount))

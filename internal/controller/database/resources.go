@@ -1,7 +1,6 @@
 package database
 
 import (
-	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
@@ -10,7 +9,7 @@ import (
 	"net/url"
 	"slices"
 	"strconv"
-	"strings"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -184,7 +183,9 @@ func instancePorts(in stsInputs) []*corev1ac.ContainerPortApplyConfiguration {
 // restoreSource is the storage of the DatabaseBackup a Database bootstraps
 // from: daytwo flags, the S3 credentials' environment, a PVC's volume.
 type restoreSource struct {
-	args    []string
+	// flags are the restore's: the storage, and a point-in-time
+	// recovery's target.
+	flags   instanceapi.RunFlags
 	env     []corev1.EnvVar
 	volumes []corev1.Volume
 	mounts  []corev1.VolumeMount
@@ -293,27 +294,27 @@ func podTemplate(db *v1alpha1.Database, p plan, in stsInputs) *corev1ac.PodTempl
 			WithVolumes(append(append(podVolumes(db, p), restoreVolumes(in.restore)...), archiveVolumes(p)...)...))
 }
 
-func postgresContainer(db *v1alpha1.Database, p plan, in stsInputs) *corev1ac.ContainerApplyConfiguration {
-	f := instanceapi.Flag
-	args := []string{"instance", "run", f(instanceapi.FlagTerminationLog, "/dev/termination-log"),
-		f(instanceapi.FlagCluster, db.Name), f(instanceapi.FlagPod, "$(POD_NAME)"), f(instanceapi.FlagPrimaryHost, primaryHost(db)),
-		f(instanceapi.FlagPGData, instanceapi.PGData), f(instanceapi.FlagRunDir, instanceapi.RunDir),
-		f(instanceapi.FlagShutdownTimeout, fmt.Sprintf("%ds", terminationGrace-10)),
-		f(instanceapi.FlagDatabaseUID, string(db.UID)), f(instanceapi.FlagBootstrapSource, bootstrapSource(db)),
-		f(instanceapi.FlagLease, leaseName(db)), f(instanceapi.FlagNamespace, "$(POD_NAMESPACE)"), "--" + instanceapi.FlagTLS}
-	if db.Annotations[v1alpha1.AnnotationReuseData] == "true" {
-		args = append(args, "--reuse-data")
-	}
+// runFlags are the postgres container's `instance run` flags.
+func runFlags(db *v1alpha1.Database, in stsInputs) instanceapi.RunFlags {
+	fl := instanceapi.RunFlags{TerminationLog: "/dev/termination-log", Cluster: db.Name, Pod: "$(POD_NAME)",
+		Namespace: "$(POD_NAMESPACE)", Lease: leaseName(db), PrimaryHost: primaryHost(db),
+		PGData: instanceapi.PGData, RunDir: instanceapi.RunDir, ShutdownTimeout: (terminationGrace - 10) * time.Second,
+		DatabaseUID: string(db.UID), BootstrapSource: bootstrapSource(db), TLS: true,
+		ReuseData: db.Annotations[v1alpha1.AnnotationReuseData] == "true"}
 	if b := db.Spec.Bootstrap; b != nil && b.FromBackup != nil && in.restore != nil {
 		// The storage is the restore init container's (restoreContainer).
-		args = append(args, "--from-backup", "--restore-id="+b.FromBackup.BackupID)
+		fl.FromBackup, fl.RestoreID = true, b.FromBackup.BackupID
 	} else if b != nil && b.InitDB != nil {
-		args = append(args, "--database="+cmp.Or(b.InitDB.Database, "app"), "--owner="+cmp.Or(b.InitDB.Owner, "app"))
+		fl.Database, fl.Owner = db.AppDatabase()
 	} else if b != nil && b.Import != nil {
-		args = append(args, f(instanceapi.FlagImportHost, b.Import.Host), f(instanceapi.FlagImportPort, strconv.Itoa(int(b.Import.Port))),
-			f(instanceapi.FlagImportDatabases, strings.Join(b.Import.Databases, ",")),
-			f(instanceapi.FlagImportRoles, strconv.FormatBool(b.Import.Roles == nil || *b.Import.Roles)))
+		fl.ImportHost, fl.ImportPort, fl.ImportDatabases = b.Import.Host, int(b.Import.Port), b.Import.Databases
+		fl.ImportRoles = b.Import.Roles == nil || *b.Import.Roles
 	}
+	return fl
+}
+
+func postgresContainer(db *v1alpha1.Database, p plan, in stsInputs) *corev1ac.ContainerApplyConfiguration {
+	args := append([]string{"instance", "run"}, runFlags(db, in).Args()...)
 	probe := func(path string, period, failures int32) *corev1ac.ProbeApplyConfiguration {
 		return corev1ac.Probe().
 			WithHTTPGet(corev1ac.HTTPGetAction().WithPath(path).WithPort(intstr.FromString("status")).WithScheme(corev1.URISchemeHTTPS)).
@@ -360,8 +361,11 @@ func postgresContainer(db *v1alpha1.Database, p plan, in stsInputs) *corev1ac.Co
 func restoreContainer(db *v1alpha1.Database, p plan, in stsInputs) *corev1ac.ContainerApplyConfiguration {
 	c := postgresContainer(db, p, in)
 	c.WithName(containerRestore)
-	// "instance", "run", then the postgres container's flags.
-	c.Args = append(append([]string{"instance", "run", "--" + instanceapi.FlagBootstrapOnly}, c.Args[2:]...), in.restore.args...)
+	// The postgres container's flags, and the restore's.
+	fl := runFlags(db, in)
+	fl.BootstrapOnly = true
+	fl.Restore, fl.RestorePhysical, fl.RecoveryTarget = in.restore.flags.Restore, in.restore.flags.RestorePhysical, in.restore.flags.RecoveryTarget
+	c.Args = append([]string{"instance", "run"}, fl.Args()...)
 	c.ReadinessProbe, c.LivenessProbe, c.StartupProbe, c.Lifecycle, c.Ports = nil, nil, nil, nil, nil
 	return c.WithEnv(restoreEnv(in.restore)...).WithVolumeMounts(restoreMounts(in.restore)...)
 }
@@ -600,10 +604,7 @@ func primaryBudgetName(db *v1alpha1.Database) string { return db.Name + "-primar
 // credentialsData is the application Secret's content: what WebApps and
 // users connect with.
 func credentialsData(db *v1alpha1.Database, password string) map[string][]byte {
-	database, owner := "app", "app"
-	if b := db.Spec.Bootstrap; b != nil && b.InitDB != nil {
-		database, owner = cmp.Or(b.InitDB.Database, database), cmp.Or(b.InitDB.Owner, owner)
-	}
+	database, owner := db.AppDatabase()
 	host := db.PrimaryHost()
 	port := strconv.Itoa(instanceapi.PostgresPort)
 	return map[string][]byte{

@@ -410,9 +410,9 @@ func TestRestoreWithAPrivateS3CA(t *testing.T) {
 	b := &v1alpha1.DatabaseBackup{ObjectMeta: metav1.ObjectMeta{Name: "nightly", Namespace: "shop", UID: "uid-b"},
 		Spec: v1alpha1.DatabaseBackupSpec{DatabaseRef: v1alpha1.LocalObjectReference{Name: "orders"}, Storage: v1alpha1.BackupStorage{
 			S3: &v1alpha1.S3Storage{Endpoint: "minio:9000", Bucket: "b", CASecretRef: &v1alpha1.SecretKeyRef{Name: "minio-ca"}}}}}
-	args, env, vols, mounts := series.StorageArgs(b, "restore-")
+	storage, env, vols, mounts := series.Storage(b, instanceapi.RestorePrefix)
 	sts := statefulSet(db, newPlan(db), stsInputs{instanceImage: "localhost/daytwo:dev", image: "postgres:15", major: "15",
-		restore: &restoreSource{args: args, env: env, volumes: vols, mounts: mounts}})
+		restore: &restoreSource{flags: instanceapi.RunFlags{Restore: storage}, env: env, volumes: vols, mounts: mounts}})
 	found := false
 	for _, v := range sts.Spec.Template.Spec.Volumes {
 		if v.Secret != nil && *v.Secret.SecretName == "minio-ca" {

@@ -97,6 +97,7 @@ func setStatus(db *v1alpha1.Database, obs *observation) {
 	st.Selector = metav1.FormatLabelSelector(&metav1.LabelSelector{MatchLabels: selectorLabels(db)})
 	st.Endpoint = endpoint(db)
 	st.SecretName = db.CredentialsSecretName()
+	st.Database, _ = db.AppDatabase()
 	st.Parameters = obs.plan.statusParameters()
 	st.ObservedGeneration = db.Generation
 	if obs.invalid != "" {

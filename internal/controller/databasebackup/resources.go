@@ -3,7 +3,6 @@ package databasebackup
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"fmt"
 	"strconv"
 	"time"
 
@@ -74,29 +73,27 @@ type jobInputs struct {
 
 // backupJob is the Job of the run scheduled at t.
 func backupJob(b *v1alpha1.DatabaseBackup, in jobInputs, t time.Time) *batchv1.Job {
-	args, env, vols, mounts := series.StorageArgs(b, "")
-	args = append([]string{"backup", "run", "--id=" + backup.NewID(t)}, args...)
+	storage, env, vols, mounts := series.Storage(b, "")
+	fl := backup.RunFlags{Storage: storage, ID: backup.NewID(t)}
 	if r := b.Spec.Retention; r != nil {
-		args = append(args, fmt.Sprintf("--keep-last=%d", r.KeepLast), fmt.Sprintf("--keep-daily=%d", r.KeepDaily),
-			fmt.Sprintf("--keep-weekly=%d", r.KeepWeekly), fmt.Sprintf("--keep-monthly=%d", r.KeepMonthly))
+		fl.Retention = backup.Retention{KeepLast: int(r.KeepLast), KeepDaily: int(r.KeepDaily), KeepWeekly: int(r.KeepWeekly),
+			KeepMonthly: int(r.KeepMonthly)}
 	}
 	if b.Spec.Method == v1alpha1.BackupMethodPhysical {
-		args = append(args, "--physical")
+		fl.Physical = true
 		if in.replicas != "" {
-			args = append(args, "--switch-wal-host="+in.primary)
+			fl.SwitchWALHost = in.primary
 		}
 		env = append(replicationEnv(in), env...)
 	} else {
-		if c := b.Spec.Compression; c != "" {
-			args = append(args, "--compression="+string(c))
-		}
+		fl.Compression.Algorithm = string(b.Spec.Compression)
 		if l := b.Spec.CompressionLevel; l != nil {
-			args = append(args, fmt.Sprintf("--compression-level=%d", *l))
+			fl.Compression.Level = int(*l)
 		}
 		env = append(libpqEnv(in.credentials), env...)
 		if in.replication != "" {
 			// The roles' password verifiers, which the owner may not read.
-			args = append(args, "--roles-user="+instanceapi.ReplicationUser)
+			fl.RolesUser = instanceapi.ReplicationUser
 			env = append(env, series.SecretEnv(backup.RolesPasswordEnv, in.replication, v1alpha1.CredentialsPassword))
 		}
 	}
@@ -121,7 +118,7 @@ func backupJob(b *v1alpha1.DatabaseBackup, in jobInputs, t time.Time) *batchv1.J
 		}},
 		Containers: []corev1.Container{{
 			Name: containerBackup, Image: in.image, ImagePullPolicy: corev1.PullIfNotPresent,
-			Command: []string{controllerMount + "/daytwo"}, Args: args, Env: env,
+			Command: []string{controllerMount + "/daytwo"}, Args: append([]string{"backup", "run"}, fl.Args()...), Env: env,
 			SecurityContext:          restricted(),
 			TerminationMessagePolicy: corev1.TerminationMessageReadFile,
 			// Two 64MiB upload parts in flight, pg_dump and the Go runtime.

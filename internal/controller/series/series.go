@@ -63,10 +63,11 @@ func KeySecret(b *v1alpha1.DatabaseBackup) (string, string) {
 // KeyKey is the Secret key of a series key (and of an encryption key) by default.
 const KeyKey = "key"
 
-// StorageArgs are the daytwo flags (with flagPrefix) that select the
-// storage of b, the environment that carries its series key and S3
-// credentials, and the volume a PVC storage needs.
-func StorageArgs(b *v1alpha1.DatabaseBackup, flagPrefix string) ([]string, []corev1.EnvVar, []corev1.Volume, []corev1.VolumeMount) {
+// Storage is what selects the storage of b: the daytwo flags, the
+// environment that carries its series key and S3 credentials, and the
+// volume a PVC storage or a private CA needs (a CA's volume is named with
+// volumePrefix, so a restore's sits beside a run's).
+func Storage(b *v1alpha1.DatabaseBackup, volumePrefix string) (instanceapi.StorageFlags, []corev1.EnvVar, []corev1.Volume, []corev1.VolumeMount) {
 	flags := instanceapi.StorageFlags{Prefix: Prefix(b), SeriesUID: ID(b), SeriesName: b.Namespace + "/" + b.Name,
 		Database: b.Spec.DatabaseRef.Name, KeyRequired: true}
 	keySecret, keyKey := KeySecret(b)
@@ -84,14 +85,14 @@ func StorageArgs(b *v1alpha1.DatabaseBackup, flagPrefix string) ([]string, []cor
 		)
 		ca := s3.CASecretRef
 		if ca == nil {
-			return flags.Args(flagPrefix), env, nil, nil
+			return flags, env, nil, nil
 		}
 		// A volume of its own per storage (a restore's beside a run's).
-		name, dir := flagPrefix+"s3-ca", s3CAMount+"/"+flagPrefix+"s3-ca"
+		name, dir := volumePrefix+"s3-ca", s3CAMount+"/"+volumePrefix+"s3-ca"
 		flags.CAFile = dir + "/ca.crt"
 		vol := corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: ca.Name,
 			Items: []corev1.KeyToPath{{Key: cmp.Or(ca.Key, "ca.crt"), Path: "ca.crt"}}}}}
-		return flags.Args(flagPrefix), env, []corev1.Volume{vol}, []corev1.VolumeMount{{Name: name, MountPath: dir, ReadOnly: true}}
+		return flags, env, []corev1.Volume{vol}, []corev1.VolumeMount{{Name: name, MountPath: dir, ReadOnly: true}}
 	}
 	flags.Path = volumeMount
 	if st.PVC.Path != "" {
@@ -99,7 +100,7 @@ func StorageArgs(b *v1alpha1.DatabaseBackup, flagPrefix string) ([]string, []cor
 	}
 	vol := corev1.Volume{Name: "backups", VolumeSource: corev1.VolumeSource{
 		PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: st.PVC.ClaimName}}}
-	return flags.Args(flagPrefix), env, []corev1.Volume{vol}, []corev1.VolumeMount{{Name: "backups", MountPath: volumeMount}}
+	return flags, env, []corev1.Volume{vol}, []corev1.VolumeMount{{Name: "backups", MountPath: volumeMount}}
 }
 
 // PhysicalOf returns the Physical DatabaseBackups of the Database named

@@ -35,7 +35,8 @@ func TestStorageOfASeries(t *testing.T) {
 	}
 	b.Spec.Storage.S3.CASecretRef = &v1alpha1.SecretKeyRef{Name: "minio-ca"}
 	b.Spec.Encryption = &v1alpha1.BackupEncryption{KeySecretRef: v1alpha1.SecretKeyRef{Name: "enc"}}
-	args, env, vols, mounts := series.StorageArgs(b, "restore-")
+	flags, env, vols, mounts := series.Storage(b, "restore-")
+	args := flags.Args("restore-")
 	for _, want := range []string{"--restore-prefix=ns/nightly/", "--restore-series-uid=uid-1", "--restore-series-name=ns/nightly",
 		"--restore-database-name=orders", "--restore-series-key-required", "--restore-s3-bucket=b",
 		"--restore-s3-ca-file=/etc/daytwo/restore-s3-ca/ca.crt"} {
@@ -59,7 +60,8 @@ func TestStorageOfASeries(t *testing.T) {
 
 	// A volume storage: the claim mounted, the path below it.
 	b.Spec.Storage = v1alpha1.BackupStorage{PVC: &v1alpha1.PVCStorage{ClaimName: "dumps", Path: "pg"}}
-	args, _, vols, _ = series.StorageArgs(b, "")
+	flags, _, vols, _ = series.Storage(b, "")
+	args = flags.Args("")
 	if !slices.Contains(args, "--path=/backups/pg") || strings.Contains(strings.Join(args, " "), "s3-") {
 		t.Errorf("PVC args %q", args)
 	}

@@ -27,7 +27,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/daytwo-dev/daytwo/internal/operator"
+	"github.com/daytwo-dev/daytwo/internal/scheme"
 )
 
 // Operator is the operator binary run on this host against KUBECONFIG.
@@ -256,7 +256,7 @@ func Clients() (client.WithWatch, rest.Interface, error) {
 		return nil, nil, err
 	}
 	rc.QPS, rc.Burst = 500, 1000
-	c, err := client.NewWithWatch(rc, client.Options{Scheme: operator.NewScheme()})
+	c, err := client.NewWithWatch(rc, client.Options{Scheme: scheme.New()})
 	if err != nil {
 		return nil, nil, err
 	}

@@ -25,7 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
-	"github.com/daytwo-dev/daytwo/internal/operator"
+	"github.com/daytwo-dev/daytwo/internal/scheme"
 )
 
 // Mode is the kind of cluster under test.
@@ -63,11 +63,11 @@ func Connect() (*Cluster, error) {
 	// The API server's warnings (a namespace relabelled over pods that
 	// break its new level, say) are part of a suite's output.
 	cfg.WarningHandler = rest.NewWarningWriter(os.Stderr, rest.WarningWriterOptions{Deduplicate: true})
-	scheme := operator.NewScheme()
-	if err := apiextensionsv1.AddToScheme(scheme); err != nil {
+	sch := scheme.New()
+	if err := apiextensionsv1.AddToScheme(sch); err != nil {
 		return nil, err
 	}
-	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	c, err := client.New(cfg, client.Options{Scheme: sch})
 	if err != nil {
 		return nil, err
 	}

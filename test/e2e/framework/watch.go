@@ -11,7 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
-	"github.com/daytwo-dev/daytwo/internal/operator"
+	"github.com/daytwo-dev/daytwo/internal/scheme"
 )
 
 // WatchStatuses records every status a Database shows from now on, each
@@ -36,7 +36,7 @@ func (c *Cluster) WatchWebAppStatuses(t *testing.T, ns, name string) func() []v1
 // what pick takes of every version of it the watch delivers.
 func watchNamed[T client.Object, S any](c *Cluster, t *testing.T, list client.ObjectList, ns, name string, pick func(T) S) func() []S {
 	t.Helper()
-	wc, err := client.NewWithWatch(c.Config, client.Options{Scheme: operator.NewScheme()})
+	wc, err := client.NewWithWatch(c.Config, client.Options{Scheme: scheme.New()})
 	if err != nil {
 		t.Fatal(err)
 	}
