@@ -56,4 +56,3 @@ func psqlCmd(e *env) *cobra.Command {
 	cmd.Flags().BoolVar(&replica, "replica", false, "Connect to a streaming replica instead of the primary.")
 	return cmd
 }
-

@@ -34,29 +34,29 @@ type RunFlags struct {
 	// PrimaryHost and PrimaryPort are where a replica clones and streams
 	// from; Peers and PeerAPIs, pod=host:port lists, where it finds the
 	// lease holder's PostgreSQL and the other instances' APIs.
-	PrimaryHost       string
-	PrimaryPort       int
-	Peers, PeerAPIs   string
-	ShutdownTimeout   time.Duration
-	DatabaseUID       string
-	BootstrapSource   string
-	ReuseData         bool
-	Database, Owner   string
-	TerminationLog    string
-	UpgradeFrom       string
-	UpgradeOnly       bool
-	UpgradeDeadline   time.Duration
-	BootstrapOnly     bool
-	ImportHost        string
-	ImportPort        int
-	ImportUser        string
-	ImportDatabases   []string
-	ImportRoles       bool
-	FromBackup        bool
-	RestoreID         string
-	RestorePhysical   bool
-	RecoveryTarget    RecoveryTarget
-	Restore           StorageFlags
+	PrimaryHost     string
+	PrimaryPort     int
+	Peers, PeerAPIs string
+	ShutdownTimeout time.Duration
+	DatabaseUID     string
+	BootstrapSource string
+	ReuseData       bool
+	Database, Owner string
+	TerminationLog  string
+	UpgradeFrom     string
+	UpgradeOnly     bool
+	UpgradeDeadline time.Duration
+	BootstrapOnly   bool
+	ImportHost      string
+	ImportPort      int
+	ImportUser      string
+	ImportDatabases []string
+	ImportRoles     bool
+	FromBackup      bool
+	RestoreID       string
+	RestorePhysical bool
+	RecoveryTarget  RecoveryTarget
+	Restore         StorageFlags
 }
 
 // RecoveryTarget is where a point-in-time recovery stops: a time (RFC 3339)
