@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -272,4 +274,44 @@ func recordArchiveMetrics(db *v1alpha1.Database, obs *observation) {
 	if s.Archive.LastArchivedTime != nil {
 		walLastArchived.WithLabelValues(db.Namespace, db.Name).Set(float64(s.Archive.LastArchivedTime.Unix()))
 	}
+}
+
+// resolveRestore finds the storage a Database bootstrapped from a backup
+// restores from. Until the DatabaseBackup exists nothing is created; once
+// the instances run, a vanished DatabaseBackup leaves the StatefulSet as it
+// is rather than restarting the instances to drop the restore settings.
+func (r *Reconciler) resolveRestore(ctx context.Context, db *v1alpha1.Database, obs *observation) error {
+	b := db.Spec.Bootstrap
+	if b == nil || b.FromBackup == nil {
+		return nil
+	}
+	src := &v1alpha1.DatabaseBackup{}
+	err := r.Client.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: b.FromBackup.BackupRef.Name}, src)
+	if apierrors.IsNotFound(err) {
+		if obs.sts != nil {
+			obs.keepStatefulSet = true
+			return nil
+		}
+		obs.restoreFailed = fmt.Sprintf("spec.bootstrap.fromBackup.backupRef: DatabaseBackup %s does not exist", b.FromBackup.BackupRef.Name)
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("failed to get DatabaseBackup %s: %w", b.FromBackup.BackupRef.Name, err)
+	}
+	storage, env, vols, mounts := series.Storage(src, instanceapi.RestorePrefix)
+	flags := instanceapi.RunFlags{Restore: storage}
+	f := b.FromBackup
+	if src.Spec.Method == v1alpha1.BackupMethodPhysical {
+		flags.RestorePhysical = true
+		if f.TargetTime != nil {
+			flags.RecoveryTarget.Time = f.TargetTime.UTC().Format(time.RFC3339Nano)
+		}
+		flags.RecoveryTarget.LSN = f.TargetLSN
+	} else if f.TargetTime != nil || f.TargetLSN != "" {
+		obs.restoreFailed = fmt.Sprintf("spec.bootstrap.fromBackup: a recovery target needs a Physical DatabaseBackup; %s takes %s backups, "+
+			"which restore whole", src.Name, cmp.Or(src.Spec.Method, v1alpha1.BackupMethodLogical))
+		return nil
+	}
+	obs.in.restore = &restoreSource{flags: flags, env: env, volumes: vols, mounts: mounts}
+	return nil
 }

@@ -1,6 +1,7 @@
 package database
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -91,5 +92,21 @@ func TestWALArchiveRecordNeverMovesBack(t *testing.T) {
 	setWALArchive(st, "weekly", nil)
 	if w := st.WALArchive; w.Backup != "weekly" || w.LastArchivedWAL != "" {
 		t.Fatalf("another DatabaseBackup kept the old record: %+v", w)
+	}
+}
+
+func TestArchiveFailureSaysWhenTheVolumeFills(t *testing.T) {
+	s := &instanceapi.ArchiveStatus{Failed: 3, LastError: "bucket wal: no such bucket", Pending: 5, PendingBytes: 80 << 20,
+		VolumeFreeBytes: 2 << 30, TimeToFullSeconds: 5400}
+	got := archiveFailure("ledger-0", "ledger-pitr", s)
+	for _, want := range []string{"ledger-0", "ledger-pitr", "3 failures", "no such bucket", "5 files (80 MiB) wait in pg_wal",
+		"2048 MiB free", "fills in about 1h30m0s"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("%q lacks %q", got, want)
+		}
+	}
+	s.TimeToFullSeconds = 0
+	if got := archiveFailure("ledger-0", "ledger-pitr", s); strings.Contains(got, "fills") {
+		t.Errorf("no growth, yet %q", got)
 	}
 }

@@ -1,15 +1,12 @@
 package database
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"maps"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
-	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -17,7 +14,6 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -26,13 +22,9 @@ import (
 	policyv1ac "k8s.io/client-go/applyconfigurations/policy/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
 	"github.com/daytwo-dev/daytwo/internal/controller"
-	"github.com/daytwo-dev/daytwo/internal/controller/series"
-	"github.com/daytwo-dev/daytwo/internal/ha"
-	"github.com/daytwo-dev/daytwo/internal/instanceapi"
 	"github.com/daytwo-dev/daytwo/internal/postgres"
 )
 
@@ -58,94 +50,6 @@ func validate(db *v1alpha1.Database, p plan) string {
 			"it must be below the number of instances, since the primary does not count", p.syncReplicas, p.instances)
 	}
 	return ""
-}
-
-// ensureSecrets creates the credentials and replication Secrets once. They
-// are never regenerated: a Secret kept by deletionPolicy Retain is taken
-// back by a new Database of the same name, so it still opens the kept data.
-func (r *Reconciler) ensureSecrets(ctx context.Context, db *v1alpha1.Database, obs *observation) error {
-	for _, s := range []struct {
-		name string
-		data func(string) map[string][]byte
-	}{
-		{db.CredentialsSecretName(), func(pw string) map[string][]byte { return credentialsData(db, pw) }},
-		{replicationName(db), func(pw string) map[string][]byte { return map[string][]byte{v1alpha1.CredentialsPassword: []byte(pw)} }},
-		// The token the instance API asks of whoever promotes an instance.
-		{apiSecretName(db), func(pw string) map[string][]byte { return map[string][]byte{v1alpha1.CredentialsPassword: []byte(pw)} }},
-	} {
-		msg, err := r.ensureSecret(ctx, db, s.name, s.data)
-		if err != nil || msg != "" {
-			obs.conflict = msg
-			return err
-		}
-	}
-	return nil
-}
-
-func (r *Reconciler) ensureSecret(ctx context.Context, db *v1alpha1.Database, name string, data func(string) map[string][]byte) (string, error) {
-	// Secrets are cached as metadata only: the operator never holds their data.
-	s := metadataOf(corev1.SchemeGroupVersion.WithKind("Secret"), db.Namespace, name)
-	err := r.Client.Get(ctx, client.ObjectKeyFromObject(s), s)
-	if apierrors.IsNotFound(err) {
-		// The cache may not show a Secret created a moment ago: ask the API
-		// before creating one.
-		err = r.APIReader.Get(ctx, client.ObjectKeyFromObject(s), s)
-		if apierrors.IsNotFound(err) {
-			return "", r.createSecret(ctx, db, name, data)
-		}
-	}
-	if err != nil {
-		return "", fmt.Errorf("failed to get Secret %s: %w", name, err)
-	}
-	owner := metav1.GetControllerOf(s)
-	switch {
-	case owner != nil && owner.UID == db.UID:
-		return "", nil
-	case owner == nil && s.Labels[labelDatabase] == db.Name:
-		full := &corev1.Secret{}
-		if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(s), full); err != nil {
-			return "", fmt.Errorf("failed to get Secret %s: %w", name, err)
-		}
-		if len(full.Data[v1alpha1.CredentialsPassword]) == 0 {
-			return fmt.Sprintf("Secret %s exists without a %q key", name, v1alpha1.CredentialsPassword), nil
-		}
-		return "", r.takeBack(ctx, db, s)
-	default:
-		return fmt.Sprintf("Secret %s exists and does not belong to this Database", name), nil
-	}
-}
-
-// takeBack makes db the controller of a Secret that deletionPolicy Retain
-// released from a Database of the same name.
-func (r *Reconciler) takeBack(ctx context.Context, db *v1alpha1.Database, s client.Object) error {
-	base := s.DeepCopyObject().(client.Object)
-	if err := controllerutil.SetControllerReference(db, s, r.Client.Scheme()); err != nil {
-		return err
-	}
-	if err := r.Client.Patch(ctx, s, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
-		return fmt.Errorf("failed to take back Secret %s: %w", s.GetName(), err)
-	}
-	controller.Event(ctx, r.Recorder, db, s, corev1.EventTypeNormal, "Adopted", "Adopt", "Took back the kept Secret %s", s.GetName())
-	return nil
-}
-
-func (r *Reconciler) createSecret(ctx context.Context, db *v1alpha1.Database, name string, data func(string) map[string][]byte) error {
-	pw, err := postgres.Password()
-	if err != nil {
-		return err
-	}
-	s := &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: db.Namespace, Labels: labels(db)},
-		Type:       corev1.SecretTypeOpaque,
-		Data:       data(pw),
-	}
-	if err := controllerutil.SetControllerReference(db, s, r.Client.Scheme()); err != nil {
-		return err
-	}
-	if err := r.Client.Create(ctx, s); err != nil {
-		return fmt.Errorf("failed to create Secret %s: %w", name, err)
-	}
-	return nil
 }
 
 // metadataOf is an object of kind gvk as the metadata-only cache holds it.
@@ -205,133 +109,6 @@ func (r *Reconciler) applyConfigAndServices(ctx context.Context, db *v1alpha1.Da
 		}
 	}
 	return nil
-}
-
-// observe reads the live StatefulSet and pods and decides which image the
-// instances should run.
-func (r *Reconciler) observe(ctx context.Context, db *v1alpha1.Database, obs *observation) error {
-	obs.now = r.Clock.Now()
-	sts := &appsv1.StatefulSet{}
-	err := r.Client.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: db.Name}, sts)
-	if client.IgnoreNotFound(err) != nil {
-		return fmt.Errorf("failed to get StatefulSet: %w", err)
-	}
-	if err == nil {
-		obs.sts = sts
-	}
-	if obs.pods, err = r.listPods(ctx, db); err != nil {
-		return err
-	}
-	if err := r.readUpgradeObjects(ctx, db, obs); err != nil {
-		return err
-	}
-	obs.in = r.decideImage(ctx, db, obs)
-	// A primary whose renewed lease ran out is not asked: failover does not
-	// weigh it, and a frozen one would hold the reconcile for the whole
-	// timeout. (A switchover's target, holding a handed-over lease, is.)
-	expired := ""
-	if l := obs.lease; l != nil && l.Spec.RenewTime != nil && l.Annotations[instanceapi.AnnotationHandoverLSN] == "" {
-		if st := ha.LeaseStateOf(l); st.Expired(r.Clock.Now()) {
-			expired = st.Holder
-		}
-	}
-	obs.instanceStatuses, obs.instances = r.askInstances(ctx, db, obs.pods, expired, false)
-	return nil
-}
-
-// listPods lists db's pods from the cache, by ordinal: those its labels
-// select, named as its StatefulSet names them, that db's own StatefulSet
-// controls (by UID). A look-alike pod made by mistake (the labels copied)
-// is then never asked, counted or promoted. It is no security boundary:
-// whoever may create pods in the namespace may also mount its Secrets.
-func (r *Reconciler) listPods(ctx context.Context, db *v1alpha1.Database) ([]corev1.Pod, error) {
-	sts := &appsv1.StatefulSet{}
-	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: db.Name}, sts); err != nil {
-		if apierrors.IsNotFound(err) {
-			return nil, nil
-		}
-		return nil, fmt.Errorf("failed to get StatefulSet: %w", err)
-	}
-	if !metav1.IsControlledBy(sts, db) {
-		return nil, nil
-	}
-	pods := &corev1.PodList{}
-	if err := r.Client.List(ctx, pods, client.InNamespace(db.Namespace), client.MatchingLabels(selectorLabels(db))); err != nil {
-		return nil, fmt.Errorf("failed to list pods: %w", err)
-	}
-	owned := slices.DeleteFunc(pods.Items, func(p corev1.Pod) bool {
-		return !metav1.IsControlledBy(&p, sts) || ordinal(p.Name) < 0 || p.Name != podName(db, ordinal(p.Name))
-	})
-	slices.SortFunc(owned, func(a, b corev1.Pod) int { return ordinal(a.Name) - ordinal(b.Name) })
-	return owned, nil
-}
-
-// restoring says whether pod's restore init container runs: its instance
-// manager answers the API (a recovery's progress) before the pod runs.
-func restoring(pod *corev1.Pod) bool {
-	for _, cs := range pod.Status.InitContainerStatuses {
-		if cs.Name == containerRestore && cs.State.Running != nil {
-			return true
-		}
-	}
-	return false
-}
-
-// askInstances gets the status of every ready instance but skip from its
-// instance manager, in parallel, with positions read for the answer when
-// fresh. An instance that does not answer is listed with the error; it
-// never fails the reconcile.
-func (r *Reconciler) askInstances(ctx context.Context, db *v1alpha1.Database, pods []corev1.Pod, skip string, fresh bool) ([]v1alpha1.InstanceStatus, map[string]instanceapi.Status) {
-	ask := r.Instances.Status
-	if fresh {
-		ask = r.Instances.FreshStatus
-	}
-	out := make([]v1alpha1.InstanceStatus, len(pods))
-	answers := make([]*instanceapi.Status, len(pods))
-	var wg sync.WaitGroup
-	for i := range pods {
-		pod := &pods[i]
-		out[i].Name = pod.Name
-		if pod.Name == skip {
-			out[i].Error = "its primary lease expired: not asked"
-			continue
-		}
-		// Not only ready pods: a replica that lost its primary stops being
-		// ready, and failover needs to hear from it most.
-		if pod.Status.PodIP == "" || !(pod.Status.Phase == corev1.PodRunning || restoring(pod)) || !pod.DeletionTimestamp.IsZero() {
-			continue
-		}
-		t, err := r.target(ctx, db, pod)
-		if err != nil {
-			out[i].Error = "cannot reach its instance manager: " + err.Error()
-			continue
-		}
-		wg.Go(func() {
-			s, err := ask(ctx, t)
-			if err != nil {
-				out[i].Error = "the instance manager did not answer"
-				return
-			}
-			if s.Pod != pod.Name {
-				// The pod's IP answered for another instance (reused, or
-				// stale): its status is not this pod's.
-				out[i].Error = "another instance answered at its address: " + s.Pod
-				return
-			}
-			answers[i] = &s
-			out[i] = v1alpha1.InstanceStatus{Name: pod.Name, Role: string(s.Role), PostgresVersion: s.PostgresVersion,
-				LSN: s.LSN, ReceivedLSN: s.ReceivedLSN, Timeline: int32(s.Timeline), Streaming: s.Streaming,
-				PendingRestart: s.PendingRestartSettings, PromisedTo: s.PromisedTo}
-		})
-	}
-	wg.Wait()
-	byPod := map[string]instanceapi.Status{}
-	for i, a := range answers {
-		if a != nil {
-			byPod[pods[i].Name] = *a
-		}
-	}
-	return slices.DeleteFunc(out, func(s v1alpha1.InstanceStatus) bool { return s.Role == "" && s.Error == "" }), byPod
 }
 
 func (r *Reconciler) applyStatefulSet(ctx context.Context, db *v1alpha1.Database, obs *observation) error {
@@ -499,44 +276,4 @@ func ordinal(pod string) int {
 		return -1
 	}
 	return n
-}
-
-// resolveRestore finds the storage a Database bootstrapped from a backup
-// restores from. Until the DatabaseBackup exists nothing is created; once
-// the instances run, a vanished DatabaseBackup leaves the StatefulSet as it
-// is rather than restarting the instances to drop the restore settings.
-func (r *Reconciler) resolveRestore(ctx context.Context, db *v1alpha1.Database, obs *observation) error {
-	b := db.Spec.Bootstrap
-	if b == nil || b.FromBackup == nil {
-		return nil
-	}
-	src := &v1alpha1.DatabaseBackup{}
-	err := r.Client.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: b.FromBackup.BackupRef.Name}, src)
-	if apierrors.IsNotFound(err) {
-		if obs.sts != nil {
-			obs.keepStatefulSet = true
-			return nil
-		}
-		obs.restoreFailed = fmt.Sprintf("spec.bootstrap.fromBackup.backupRef: DatabaseBackup %s does not exist", b.FromBackup.BackupRef.Name)
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("failed to get DatabaseBackup %s: %w", b.FromBackup.BackupRef.Name, err)
-	}
-	storage, env, vols, mounts := series.Storage(src, instanceapi.RestorePrefix)
-	flags := instanceapi.RunFlags{Restore: storage}
-	f := b.FromBackup
-	if src.Spec.Method == v1alpha1.BackupMethodPhysical {
-		flags.RestorePhysical = true
-		if f.TargetTime != nil {
-			flags.RecoveryTarget.Time = f.TargetTime.UTC().Format(time.RFC3339Nano)
-		}
-		flags.RecoveryTarget.LSN = f.TargetLSN
-	} else if f.TargetTime != nil || f.TargetLSN != "" {
-		obs.restoreFailed = fmt.Sprintf("spec.bootstrap.fromBackup: a recovery target needs a Physical DatabaseBackup; %s takes %s backups, "+
-			"which restore whole", src.Name, cmp.Or(src.Spec.Method, v1alpha1.BackupMethodLogical))
-		return nil
-	}
-	obs.in.restore = &restoreSource{flags: flags, env: env, volumes: vols, mounts: mounts}
-	return nil
 }

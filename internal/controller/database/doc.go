@@ -5,21 +5,26 @@
 // A reconcile (controller.go, reconcileNormal) is a list of phases, in this
 // order; each file holds one concern:
 //
-//   - children.go: validate the spec, the credentials and replication
-//     Secrets, the children another owner holds (refused, not taken), and
-//     observe, which reads the instances, pods and Lease into the
-//     observation the later phases act on;
+//   - children.go: validate the spec, the children another owner holds
+//     (refused, not taken), and the StatefulSet, budget and role labels
+//     applied; secrets.go: the credentials and replication Secrets;
+//   - observe.go: observe, which reads the instances, pods and Lease into
+//     the observation the later phases act on, and asks each instance
+//     manager for its status;
 //   - tls.go, apitls.go: the server certificate PostgreSQL serves and the
 //     instance API's mutual TLS;
 //   - lease.go: the primary Lease (created once; its holder is the one fact
 //     failover changes) and the instance managers' RBAC for it;
 //   - archive.go: continuous WAL archiving to the Database's Physical
 //     DatabaseBackup, and a restore's source;
-//   - resources.go, plan.go: what the spec and its size tier render (the
-//     StatefulSet, Services, ConfigMaps, PodDisruptionBudgets);
+//   - plan.go, podtemplate.go, resources.go, names.go: what the spec and
+//     its size tier render (the plan; the StatefulSet and its pod
+//     template; the Services, ConfigMaps, PodDisruptionBudgets, RBAC and
+//     credentials; the children's names and labels);
 //   - status.go: the status, built from the observation at the end;
 //   - majorupgrade.go: a major version upgrade with pg_upgrade, and its
-//     rollback;
+//     rollback; upgradejob.go runs pg_upgrade's Job, preupgradebackup.go
+//     takes the backup before it;
 //   - failover.go: the failover actor (the decision, pure, is
 //     ha.DecideFailover): when the primary lost its lease, hand
 //     it to the replica internal/ha picks, promote it, and wait for the old
@@ -27,12 +32,17 @@
 //     and switchover make, and the announcements before the primary moves;
 //   - switchover.go: a requested switchover, and those a node drain or a
 //     scale-down starts;
-//   - inplace.go, rollout.go: settings that need a restart, rolled instance
-//     by instance, and image rollouts, replicas first, with rollback;
+//   - inplace.go, inplacestate.go, rollout.go: settings that need a
+//     restart, rolled instance by instance (and what the operator
+//     remembers of them between reconciles), and image rollouts, replicas
+//     first, with rollback;
 //   - storage.go: volume growth;
 //   - managedbackup.go: spec.backup's DatabaseBackup;
 //   - delete.go: deletionPolicy, with the final backup of Snapshot;
 //   - metrics.go: the operator's Database metrics.
+//
+// Each source file has its test file beside it (_internal_test.go for the
+// package's own tests where an envtest file already takes the name).
 //
 // Each phase may ask to be called again; the reconcile returns the soonest
 // of those delays (controller.Soonest).

@@ -3,7 +3,6 @@ package database
 import (
 	"encoding/json"
 	"testing"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -163,25 +162,5 @@ func TestInPlaceHealthy(t *testing.T) {
 		if got := inPlaceHealthy(tt.obs, "db-2"); got != tt.want {
 			t.Errorf("%s: got %v, want %v", tt.name, got, tt.want)
 		}
-	}
-}
-
-func TestSilentFor(t *testing.T) {
-	var s inPlaceState
-	t0 := time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)
-	if got := s.silentFor("a", false, t0); got != 0 {
-		t.Errorf("first silence: %s, want 0", got)
-	}
-	if got := s.silentFor("a", false, t0.Add(silentPatience)); got != silentPatience {
-		t.Errorf("still silent: %s, want %s", got, silentPatience)
-	}
-	if got := s.silentFor("b", false, t0.Add(silentPatience)); got != 0 {
-		t.Errorf("another pod: %s, want 0", got)
-	}
-	if got := s.silentFor("a", true, t0.Add(silentPatience)); got != 0 {
-		t.Errorf("answered: %s, want 0", got)
-	}
-	if got := s.silentFor("a", false, t0.Add(2*silentPatience)); got != 0 {
-		t.Errorf("silent again after an answer: %s, want 0 (counted anew)", got)
 	}
 }

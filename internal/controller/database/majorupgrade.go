@@ -9,16 +9,11 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	batchv1ac "k8s.io/client-go/applyconfigurations/batch/v1"
-	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	"github.com/daytwo-dev/daytwo/api/v1alpha1"
-	"github.com/daytwo-dev/daytwo/internal/backup"
 	"github.com/daytwo-dev/daytwo/internal/controller"
 	"github.com/daytwo-dev/daytwo/internal/instanceapi"
 	"github.com/daytwo-dev/daytwo/internal/postgres"
@@ -101,25 +96,6 @@ type upgradeFacts struct {
 	backupWhy  string      // why it failed
 }
 
-type backupState int
-
-const (
-	backupNotNeeded backupState = iota // no backup storage configured
-	backupWanted                       // not asked for this attempt yet
-	backupRunning
-	backupDone
-	backupFailed
-)
-
-type jobState int
-
-const (
-	jobNone jobState = iota
-	jobRunning
-	jobSucceeded
-	jobFailed
-)
-
 // decideUpgrade is the major upgrade's state machine; why explains a hold.
 func decideUpgrade(f upgradeFacts) (action upgradeAction, why string) {
 	switch {
@@ -157,27 +133,6 @@ func decideUpgrade(f upgradeFacts) (action upgradeAction, why string) {
 		return upgradeStop, ""
 	}
 }
-
-// jobStateOf reads a Job's outcome.
-func jobStateOf(j *batchv1.Job) jobState {
-	if j == nil {
-		return jobNone
-	}
-	for _, c := range j.Status.Conditions {
-		if c.Status != corev1.ConditionTrue {
-			continue
-		}
-		switch c.Type {
-		case batchv1.JobComplete:
-			return jobSucceeded
-		case batchv1.JobFailed:
-			return jobFailed
-		}
-	}
-	return jobRunning
-}
-
-func upgradeJobName(db *v1alpha1.Database) string { return db.Name + "-upgrade" }
 
 // planMajorUpgrade is decideImage's part for a version change: it sets the
 // StatefulSet's inputs and says what the reconcile must do.
@@ -287,47 +242,6 @@ func (r *Reconciler) upgradeStopping(ctx context.Context, db *v1alpha1.Database,
 		"Upgrading PostgreSQL %s to %s: stopping every instance", from, to)
 }
 
-// runUpgradeJob waits for every instance to stop, then makes this
-// attempt's Job (after removing another attempt's).
-func (r *Reconciler) runUpgradeJob(ctx context.Context, db *v1alpha1.Database, obs *observation) error {
-	u := db.Status.Upgrade
-	if len(obs.pods) > 0 {
-		if u != nil && u.Phase == v1alpha1.MajorUpgradeStopping {
-			u.Message = "stopping every instance; still running: " + strings.Join(podNames(obs.pods), ", ")
-		}
-		return nil
-	}
-	if obs.staleJob {
-		return r.deleteUpgradeJob(ctx, db)
-	}
-	if obs.upgradeJob == nil {
-		if err := controller.Apply(ctx, r.Client, upgradeJob(db, obs.plan, obs.in, obs.templateImage, obs.plan.image), "Job"); err != nil {
-			return err
-		}
-	}
-	if u != nil && u.Phase == v1alpha1.MajorUpgradeStopping {
-		u.Phase, u.Message = v1alpha1.MajorUpgradeUpgrading, "pg_upgrade runs in Job "+upgradeJobName(db)
-	}
-	return nil
-}
-
-// upgradeJobEnded records the Job's outcome: the instances start on the
-// new version, or on the old one with the reason and a Warning Event.
-func (r *Reconciler) upgradeJobEnded(ctx context.Context, db *v1alpha1.Database, obs *observation) {
-	u := db.Status.Upgrade
-	if u == nil {
-		return
-	}
-	u.Phase, u.To = v1alpha1.MajorUpgradeStarting, obs.upgradeTo
-	if obs.upgradeAction == upgradeFinish {
-		u.Message = "the primary's data is upgraded; the instances start on PostgreSQL " + u.To
-		return
-	}
-	u.Message = r.upgradeJobError(ctx, db, obs.upgradeJob)
-	controller.Event(ctx, r.Recorder, db, nil, corev1.EventTypeWarning, v1alpha1.ReasonMajorUpgradeFailed, "Upgrade",
-		"Upgrading PostgreSQL %s to %s failed, starting %s again on the data as it was: %s", u.From, u.To, u.From, u.Message)
-}
-
 // upgradeServed ends status.upgrade once the primary serves again: on the
 // new version (Succeeded) or the old one (Failed), with how long writes
 // were unavailable.
@@ -347,13 +261,6 @@ func (r *Reconciler) upgradeServed(ctx context.Context, db *v1alpha1.Database, o
 	}
 	u.Phase, u.Message = v1alpha1.MajorUpgradeSucceeded, fmt.Sprintf("PostgreSQL %s to %s; writes were unavailable for %ds", u.From, u.To, u.WritesUnavailableSeconds)
 	controller.Event(ctx, r.Recorder, db, nil, corev1.EventTypeNormal, "MajorUpgrade", "Upgrade", "Upgraded PostgreSQL %s to %s", u.From, u.To)
-}
-
-// deleteUpgradeJob removes the upgrade Job and, in the background, its pod.
-func (r *Reconciler) deleteUpgradeJob(ctx context.Context, db *v1alpha1.Database) error {
-	err := r.Client.Delete(ctx, &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: db.Namespace, Name: upgradeJobName(db)}},
-		client.PropagationPolicy(metav1.DeletePropagationBackground))
-	return client.IgnoreNotFound(err)
 }
 
 // primaryServing is false while the lease is being handed over (a
@@ -383,34 +290,6 @@ func primaryServes(obs *observation) bool {
 	return false
 }
 
-// upgradeJobError is why the upgrade Job failed: the instance manager's
-// termination message, or the Job's own condition.
-func (r *Reconciler) upgradeJobError(ctx context.Context, db *v1alpha1.Database, job *batchv1.Job) string {
-	// Read from the API: the cache holds instance pods only.
-	pods := &corev1.PodList{}
-	if err := r.APIReader.List(ctx, pods, client.InNamespace(db.Namespace), client.MatchingLabels{labelUpgrade: db.Name}); err == nil {
-		for _, p := range pods.Items {
-			for _, cs := range append(p.Status.InitContainerStatuses, p.Status.ContainerStatuses...) {
-				if t := cs.State.Terminated; t != nil && t.ExitCode != 0 {
-					msg := strings.TrimSpace(t.Message)
-					if msg == "" {
-						msg = t.Reason
-					}
-					return fmt.Sprintf("container %s: %s", cs.Name, msg)
-				}
-			}
-		}
-	}
-	if job != nil {
-		for _, c := range job.Status.Conditions {
-			if c.Type == batchv1.JobFailed {
-				return c.Reason + ": " + c.Message
-			}
-		}
-	}
-	return "the upgrade Job failed"
-}
-
 // readUpgradeObjects fills obs.upgradeJob and obs.preBackup.
 func (r *Reconciler) readUpgradeObjects(ctx context.Context, db *v1alpha1.Database, o *observation) error {
 	j := &batchv1.Job{}
@@ -427,133 +306,5 @@ func (r *Reconciler) readUpgradeObjects(ctx context.Context, db *v1alpha1.Databa
 	case !apierrors.IsNotFound(err):
 		return fmt.Errorf("failed to get the pre-upgrade DatabaseBackup: %w", err)
 	}
-	return nil
-}
-
-// labelUpgrade marks the upgrade Job's pod (never an instance: it must not
-// match the StatefulSet's selector).
-const labelUpgrade = "daytwo.dev/upgrade-of"
-
-// upgradeJob runs the instance manager's upgrade on the primary's volume:
-// the pod template's volumes and settings, the new image, and an init
-// container of the old image that bundles its programs.
-func upgradeJob(db *v1alpha1.Database, p plan, in stsInputs, oldImage, newImage string) *batchv1ac.JobApplyConfiguration {
-	in.image = newImage
-	// The data exists: nothing to restore, and no storage credentials.
-	in.restore = nil
-	tpl := podTemplate(db, p, in)
-	spec := tpl.Spec
-	spec.WithRestartPolicy(corev1.RestartPolicyNever)
-	pg := &spec.Containers[0]
-	pg.Args = append([]string{"instance", "run"}, instanceapi.RunFlags{UpgradeOnly: true, Role: instanceapi.RolePrimary,
-		TerminationLog: "/dev/termination-log", Cluster: db.Name, Pod: podName(db, 0), PGData: instanceapi.PGData,
-		RunDir: instanceapi.RunDir, DatabaseUID: string(db.UID), UpgradeFrom: upgradeMount, TLS: true}.Args()...)
-	pg.LivenessProbe, pg.ReadinessProbe, pg.StartupProbe, pg.Lifecycle, pg.Ports = nil, nil, nil, nil, nil
-	pg.WithTerminationMessagePolicy(corev1.TerminationMessageFallbackToLogsOnError)
-	pg.WithVolumeMounts(corev1ac.VolumeMount().WithName(volumeUpgrade).WithMountPath(upgradeMount))
-	spec.WithInitContainers(corev1ac.Container().
-		WithName(containerBundle).
-		WithImage(oldImage).
-		WithImagePullPolicy(corev1.PullIfNotPresent).
-		WithCommand(instanceapi.Binary, "instance", "bundle", "--major", in.major, upgradeMount).
-		// Its error, on stderr, is the message status.upgrade shows.
-		WithTerminationMessagePolicy(corev1.TerminationMessageFallbackToLogsOnError).
-		WithSecurityContext(restrictedContainer()).
-		WithVolumeMounts(
-			corev1ac.VolumeMount().WithName("controller").WithMountPath(controllerMount),
-			corev1ac.VolumeMount().WithName(volumeUpgrade).WithMountPath(upgradeMount)))
-	spec.WithVolumes(
-		corev1ac.Volume().WithName(volumeUpgrade).WithEmptyDir(corev1ac.EmptyDirVolumeSource()),
-		corev1ac.Volume().WithName(volumeData).WithPersistentVolumeClaim(
-			corev1ac.PersistentVolumeClaimVolumeSource().WithClaimName(pvcName(db, 0))))
-	l := labels(db)
-	delete(l, labelDatabase)
-	l[labelUpgrade] = db.Name
-	tpl.Labels = nil
-	tpl.WithLabels(l)
-	return batchv1ac.Job(upgradeJobName(db), db.Namespace).
-		WithLabels(l).
-		// The attempt it serves: a Job of another one is never taken for it.
-		WithAnnotations(map[string]string{annUpgrading: in.upgrading}).
-		WithOwnerReferences(ownerReference(db)).
-		WithSpec(batchv1ac.JobSpec().
-			WithBackoffLimit(0).
-			WithActiveDeadlineSeconds(int64(upgradeJobDeadline.Seconds())).
-			WithTemplate(tpl))
-}
-
-// The pre-upgrade backup: when the Database has backup storage (spec.backup
-// or spec.backupStorage), a one-shot DatabaseBackup <name>-pre-upgrade
-// stores a logical backup before the instances stop. Its annotation ties
-// the run to the attempt (the version and the retry annotation), so a
-// retry takes a fresh one. Restore it with bootstrap.fromBackup.
-
-const (
-	labelPreUpgradeOf = "daytwo.dev/pre-upgrade-of"
-	annPreUpgradeFor  = "daytwo.dev/pre-upgrade-for"
-)
-
-func preUpgradeBackupName(db *v1alpha1.Database) string { return db.Name + "-pre-upgrade" }
-
-// preUpgradeAttempt identifies this attempt's backup request.
-func preUpgradeAttempt(db *v1alpha1.Database) string {
-	return db.Spec.Version + "/" + db.Annotations[v1alpha1.AnnotationRetryUpgrade]
-}
-
-// preUpgradeBackupState reads the pre-upgrade DatabaseBackup b (nil when
-// none) for this attempt.
-func preUpgradeBackupState(db *v1alpha1.Database, b *v1alpha1.DatabaseBackup) (backupState, string) {
-	if db.Spec.BackupStorage == nil && db.Spec.Backup == nil {
-		return backupNotNeeded, ""
-	}
-	if b == nil || b.Annotations[annPreUpgradeFor] != preUpgradeAttempt(db) {
-		return backupWanted, ""
-	}
-	at, err := time.Parse(time.RFC3339, b.Annotations[v1alpha1.AnnotationBackupRequested])
-	if err != nil {
-		return backupWanted, ""
-	}
-	if len(b.Status.Backups) > 0 && b.Status.Backups[0].ID == backup.NewID(at) {
-		return backupDone, ""
-	}
-	last := meta.FindStatusCondition(b.Status.Conditions, v1alpha1.ConditionLastRunFailed)
-	if last != nil && last.Status == metav1.ConditionTrue && b.Status.LastFailureTime != nil && !b.Status.LastFailureTime.Time.Before(at) {
-		return backupFailed, last.Message
-	}
-	return backupRunning, ""
-}
-
-// takePreUpgradeBackup creates the pre-upgrade DatabaseBackup, or asks the
-// existing one for a run of this attempt, and reports it in status.upgrade.
-func (r *Reconciler) takePreUpgradeBackup(ctx context.Context, db *v1alpha1.Database, obs *observation, from, to string) error {
-	name := preUpgradeBackupName(db)
-	b := obs.preBackup
-	request := obs.now.UTC().Format(time.RFC3339)
-	switch {
-	case b == nil:
-		b = oneShotBackup(db, name, map[string]string{labelPreUpgradeOf: db.Name},
-			map[string]string{annPreUpgradeFor: preUpgradeAttempt(db), v1alpha1.AnnotationBackupRequested: request})
-		if err := controllerutil.SetControllerReference(db, b, r.Client.Scheme()); err != nil {
-			return err
-		}
-		if err := r.Client.Create(ctx, b); err != nil {
-			return fmt.Errorf("failed to create the pre-upgrade DatabaseBackup: %w", err)
-		}
-	case b.Labels[labelPreUpgradeOf] != db.Name:
-		obs.rolloutWaiting = fmt.Sprintf("Major upgrade waits: DatabaseBackup %s exists and is not this Database's pre-upgrade backup; rename it", name)
-		return nil
-	case b.Annotations[annPreUpgradeFor] != preUpgradeAttempt(db):
-		if err := r.requestRun(ctx, b, map[string]string{annPreUpgradeFor: preUpgradeAttempt(db),
-			v1alpha1.AnnotationBackupRequested: request}); err != nil {
-			return fmt.Errorf("failed to ask DatabaseBackup %s for the pre-upgrade backup: %w", name, err)
-		}
-	default:
-		return nil // asked for; it runs
-	}
-	at, _ := time.Parse(time.RFC3339, request)
-	db.Status.Upgrade = &v1alpha1.MajorUpgradeStatus{From: from, To: to, Phase: v1alpha1.MajorUpgradeBackingUp,
-		BackupID: backup.NewID(at), Message: "taking the pre-upgrade backup with DatabaseBackup " + name}
-	controller.Event(ctx, r.Recorder, db, b, corev1.EventTypeNormal, "MajorUpgrade", "Upgrade",
-		"Upgrading PostgreSQL %s to %s: taking the pre-upgrade backup with DatabaseBackup %s", from, to, name)
 	return nil
 }

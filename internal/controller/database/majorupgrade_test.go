@@ -1,46 +1,71 @@
-package database
+package database_test
 
 import (
-	"strings"
 	"testing"
+
+	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
+	"github.com/daytwo-dev/daytwo/internal/testenv"
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
-func TestDecideUpgrade(t *testing.T) {
-	base := upgradeFacts{from: "15", to: "17", primary: "db-0", primary0: "db-0", primaryServing: true}
-	with := func(change func(*upgradeFacts)) upgradeFacts {
-		f := base
-		change(&f)
-		return f
+// upgradeJobOf waits for the upgrade Job the operator makes once every
+// instance is stopped (envtest runs no pods, so that is at once).
+func upgradeJobOf(t *testing.T, ns, name string) *batchv1.Job {
+	t.Helper()
+	var job *batchv1.Job
+	eventually(t, "the upgrade Job", func() (bool, error) {
+		j, err := get(ns, name+"-upgrade", &batchv1.Job{})
+		job = j
+		return err == nil, client.IgnoreNotFound(err)
+	})
+	return job
+}
+
+// finishJob writes the terminal status the Job controller would.
+func finishJob(t *testing.T, job *batchv1.Job, ok bool) {
+	t.Helper()
+	testenv.FinishJob(job, metav1.Now(), ok)
+	if err := env.Client.Status().Update(ctx, job); err != nil {
+		t.Fatal(err)
 	}
-	for _, c := range []struct {
-		name string
-		f    upgradeFacts
-		want upgradeAction
-		why  string
-	}{
-		{"a new version stops the instances", base, upgradeStop, ""},
-		{"stopped: the Job runs", with(func(f *upgradeFacts) { f.upgrading = true }), upgradeRunJob, ""},
-		{"stopped, Job running", with(func(f *upgradeFacts) { f.upgrading, f.job = true, jobRunning }), upgradeRunJob, ""},
-		{"the Job succeeded", with(func(f *upgradeFacts) { f.upgrading, f.job = true, jobSucceeded }), upgradeFinish, ""},
-		{"the Job failed", with(func(f *upgradeFacts) { f.upgrading, f.job = true, jobFailed }), upgradeAbort, ""},
-		{"a failed version is not tried again", with(func(f *upgradeFacts) { f.failedTo = "17" }), upgradeHold, ""},
-		{"a retry after a failure is", with(func(f *upgradeFacts) { f.failedTo, f.retry = "17", true }), upgradeStop, ""},
-		{"another version after a failure is", with(func(f *upgradeFacts) { f.failedTo, f.to = "17", "18" }), upgradeStop, ""},
-		{"no second Job beside an old one", with(func(f *upgradeFacts) { f.job = jobRunning }), upgradeHold, "still runs"},
-		{"the primary must start first", with(func(f *upgradeFacts) { f.primary = "db-1" }), upgradeHold, "switch over to db-0"},
-		{"the backup first", with(func(f *upgradeFacts) { f.backup = backupWanted }), upgradeBackup, ""},
-		{"the backup runs", with(func(f *upgradeFacts) { f.backup = backupRunning }), upgradeBackup, ""},
-		{"the backup is stored", with(func(f *upgradeFacts) { f.backup = backupDone }), upgradeStop, ""},
-		{"a failed backup holds", with(func(f *upgradeFacts) { f.backup, f.backupWhy = backupFailed, "no space" }), upgradeHold, "no space"},
-		{"not while the primary is promoting", with(func(f *upgradeFacts) { f.primaryServing = false }), upgradeHold, "does not serve"},
-		{"not with a WAL archive", with(func(f *upgradeFacts) { f.archivedBy = "pitr" }), upgradeHold, "Physical DatabaseBackup pitr"},
-		{"no primary known", with(func(f *upgradeFacts) { f.primary = "" }), upgradeHold, "no primary"},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			got, why := decideUpgrade(c.f)
-			if got != c.want || (c.why == "") != (why == "") || c.why != "" && !strings.Contains(why, c.why) {
-				t.Fatalf("decideUpgrade(%+v) = %d %q, want %d %q", c.f, got, why, c.want, c.why)
-			}
-		})
+}
+
+func TestMajorUpgradeSucceeds(t *testing.T) {
+	ns := env.Namespace(t)
+	// A succeeded upgrade Job of an earlier attempt whose deletion failed:
+	// it must never pass for this attempt's.
+	stale := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "modern-upgrade"},
+		Spec: batchv1.JobSpec{Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever,
+			Containers: []corev1.Container{{Name: "c", Image: "busybox"}}}}}}
+	if err := env.Client.Create(ctx, stale); err != nil {
+		t.Fatal(err)
 	}
+	finishJob(t, stale, true)
+	db := newDB(ns, "modern")
+	create(t, db)
+	waitStatefulSet(t, ns, "modern")
+	update(t, db, func(d *v1alpha1.Database) { d.Spec.Version = "17" })
+	var job *batchv1.Job
+	eventually(t, "this attempt's Job, not the stale one", func() (bool, error) {
+		j, err := get(ns, "modern-upgrade", &batchv1.Job{})
+		job = j
+		return err == nil && j.UID != stale.UID && j.Annotations["daytwo.dev/upgrading"] == "15-17", client.IgnoreNotFound(err)
+	})
+	if sts, _ := get(ns, "modern", &appsv1.StatefulSet{}); sts.Annotations["daytwo.dev/major"] != "15" {
+		t.Fatalf("the stale Job finished the upgrade: annotations %v", sts.Annotations)
+	}
+	finishJob(t, job, true)
+	eventually(t, "the instances on the new image", func() (bool, error) {
+		sts, err := get(ns, "modern", &appsv1.StatefulSet{})
+		return err == nil && *sts.Spec.Replicas == 1 && sts.Spec.Template.Spec.Containers[0].Image == "postgres:17" &&
+			sts.Annotations["daytwo.dev/major"] == "17" && sts.Annotations["daytwo.dev/upgrading"] == "", err
+	})
+	eventually(t, "status.upgrade Starting", func() (bool, error) {
+		d, err := get(ns, "modern", &v1alpha1.Database{})
+		return err == nil && d.Status.Upgrade != nil && d.Status.Upgrade.Phase == v1alpha1.MajorUpgradeStarting, err
+	})
 }
