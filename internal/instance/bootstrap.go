@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/daytwo-dev/daytwo/internal/upgrade"
+
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -173,4 +175,92 @@ func ensureRole(ctx context.Context, conn *pgx.Conn, name, options, password str
 func fileExists(path string) bool {
 	_, err := os.Stat(path)
 	return err == nil
+}
+
+// bootstrap makes a complete data directory in staging, records its
+// identity, and swaps it in for PGData.
+func (m *Manager) bootstrap(ctx context.Context) error {
+	if err := m.refuseToReplaceServedData(ctx); err != nil {
+		return err
+	}
+	dir := m.cfg.staging()
+	if err := clearDir(dir); err != nil {
+		return err
+	}
+	var err error
+	switch {
+	case m.cfg.Role == instanceapi.RoleReplica:
+		host, _ := m.upstream()
+		m.log.Info("Cloning the primary", "primary", host)
+		err = m.cloneFromPrimary(ctx, dir)
+	case m.cfg.FromBackup && m.recovery == nil && m.restore == nil:
+		// The restore init container restores; this container has no
+		// storage to restore from. Only a new pod runs it again.
+		err = permanentError{fmt.Errorf("%s: there is no data to serve, and only the restore init container may read the backup storage: "+
+			"delete the pod to restore again", instanceapi.TerminationRestoreFailed)}
+	case m.cfg.FromBackup && m.recovery != nil:
+		m.log.Info("Restoring a base backup and the WAL archive", "prefix", m.recovery.Prefix, "target", targetText(m.recovery))
+		if err = m.recoverFromArchive(ctx, dir); err != nil {
+			err = fmt.Errorf("%s: %w", instanceapi.TerminationRestoreFailed, err)
+		}
+	case m.cfg.Import != nil:
+		m.log.Info("Importing from an existing PostgreSQL", "host", m.cfg.Import.Host, "databases", m.cfg.Import.Databases)
+		if err = m.importFrom(ctx, dir); err != nil {
+			// Not permanent: the source may come back; the kubelet retries
+			// from an empty staging directory.
+			err = fmt.Errorf("%s: %w", instanceapi.TerminationImportFailed, err)
+		}
+	case m.cfg.FromBackup:
+		m.log.Info("Restoring from a backup")
+		if err = m.restoreFromBackup(ctx, dir); err != nil {
+			// Not permanent: storage may come back; the kubelet retries.
+			err = fmt.Errorf("%s: %w", instanceapi.TerminationRestoreFailed, err)
+		}
+	default:
+		m.log.Info("Initialising an empty data directory")
+		err = m.initdb(ctx, dir)
+	}
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		return err
+	}
+	if m.cfg.DatabaseUID != "" {
+		id := Identity{DatabaseUID: m.cfg.DatabaseUID, Bootstrap: m.cfg.BootstrapSource, Created: time.Now().UTC()}
+		if err := writeIdentity(dir, id); err != nil {
+			return err
+		}
+	}
+	if err := os.RemoveAll(m.cfg.PGData); err != nil {
+		return fmt.Errorf("failed to replace %s: %w", m.cfg.PGData, err)
+	}
+	if err := os.Rename(dir, m.cfg.PGData); err != nil {
+		return fmt.Errorf("failed to move the bootstrapped data into place: %w", err)
+	}
+	if err := syncDir(filepath.Dir(m.cfg.PGData)); err != nil {
+		return err
+	}
+	m.bootstrapped = true
+	if err := os.Remove(m.cfg.rewinding()); err != nil && !os.IsNotExist(err) {
+		return fmt.Errorf("failed to remove %s: %w", m.cfg.rewinding(), err)
+	}
+	m.log.Info("Bootstrap complete", "source", m.cfg.BootstrapSource)
+	return nil
+}
+
+// checkVersion refuses a data directory written by another major version:
+// starting it would fail at best. (A primary upgrades instead, see
+// upgradeIfOlder; a replica clones again.)
+func (m *Manager) checkVersion(ctx context.Context) error {
+	data, err := upgrade.DataMajor(m.cfg.PGData)
+	if err != nil {
+		return err
+	}
+	binary, err := upgrade.BinaryMajor(ctx, m.cfg.BinDir)
+	if err != nil {
+		return err
+	}
+	if data != binary {
+		return permanentError{fmt.Errorf("the data directory is PostgreSQL %s but this image runs PostgreSQL %s", data, binary)}
+	}
+	return nil
 }

@@ -282,3 +282,24 @@ type ImportSource struct {
 	Databases []string
 	Roles     bool
 }
+
+// writeConfig writes the managed configuration into dir, streaming from
+// the lease's holder as last seen.
+func (m *Manager) writeConfig(dir string) error {
+	m.confMu.Lock()
+	defer m.confMu.Unlock()
+	return m.cfg.writeConfig(dir, m.role(), m.holderName(), m.floors)
+}
+
+// writeFileAtomic replaces path with content in one rename, so that a
+// reader (postgres at a reload) never sees half of it.
+func writeFileAtomic(path, content string) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(content), 0o600); err != nil {
+		return fmt.Errorf("failed to write %s: %w", filepath.Base(path), err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("failed to replace %s: %w", filepath.Base(path), err)
+	}
+	return nil
+}

@@ -158,3 +158,69 @@ func TestRestartedPrimaryFencesWithoutTheAPIServer(t *testing.T) {
 		in.waitReady(60 * time.Second)
 	}
 }
+
+// A primary whose server hangs (every postgres process stopped, as on a
+// dead disk) stops renewing its lease and kills postgres before the lease
+// can run out, then starts again and holds it.
+func TestHungPrimaryStopsRenewing(t *testing.T) {
+	// Serial: its deadlines are the lease's, measured on the wall clock (instance_test.go).
+	lt := newLeaseTest(t, "orders-0")
+	in := lt.instance(1)
+	in.start("orders-0")
+	in.waitReady(90 * time.Second)
+	pgid := 0 // the postmaster
+	for pid, p := range procs() {
+		if p.ppid == in.cmd.Process.Pid && p.comm == "postgres" {
+			pgid = pid
+		}
+	}
+	if pgid == 0 {
+		t.Fatal("no postmaster below the instance manager")
+	}
+	// Every backend is a session of its own: stop each one.
+	server := append(descendants(pgid, ""), pgid)
+	frozenAt := time.Now()
+	for _, pid := range server {
+		_ = syscall.Kill(pid, syscall.SIGSTOP)
+	}
+	// A scrape of the hung server costs its figures, in bounded time, and
+	// never holds up the readiness probe.
+	readyzTook := make(chan time.Duration, 1)
+	go func() { start := time.Now(); in.readyz(); readyzTook <- time.Since(start) }()
+	scraped, err := in.scrape()
+	if err != nil {
+		t.Fatalf("scraping the hung primary: %v", err)
+	}
+	if scrapeTook := time.Since(frozenAt); scrapeTook > 6*time.Second {
+		t.Errorf("the scrape of the hung primary took %s", scrapeTook)
+	}
+	if up := scraped.get(t, "daytwo_postgres_up", ""); up != 0 {
+		t.Errorf("daytwo_postgres_up = %v on a hung primary, want 0", up)
+	}
+	if took := <-readyzTook; took > 3*time.Second {
+		t.Errorf("/readyz took %s while the scrape waited on the hung server", took)
+	}
+	// While frozen, the lease is not renewed; the manager kills postgres
+	// before the last renewal expires.
+	eventually(t, instanceapi.HeartbeatDeadline+instanceapi.LeaseRenewPeriod+instanceapi.LeaseDuration, func() bool {
+		all := procs()
+		for _, pid := range server {
+			if p, ok := all[pid]; ok && p.state != "Z" {
+				return false
+			}
+		}
+		return true
+	}, fmt.Sprintf("the %d frozen postgres processes to be killed", len(server)))
+	fenced := time.Since(frozenAt)
+	renewed := lt.get().Spec.RenewTime.Time
+	if expiry := renewed.Add(instanceapi.LeaseDuration); !time.Now().Before(expiry) {
+		t.Fatalf("postgres was killed only after the lease expired (%s)", expiry)
+	}
+	t.Logf("frozen postgres killed %s after the freeze; the lease, last renewed %s after the freeze, had %s left",
+		fenced.Round(time.Millisecond), renewed.Sub(frozenAt).Round(time.Millisecond),
+		time.Until(renewed.Add(instanceapi.LeaseDuration)).Round(time.Millisecond))
+	in.waitReady(90 * time.Second)
+	if l := lt.get(); !l.Spec.RenewTime.After(frozenAt) {
+		t.Fatal("the restarted primary does not renew its lease")
+	}
+}

@@ -1,120 +1,59 @@
-package instance
+package instance_test
 
 import (
-	"os"
-	"strings"
+	"context"
+	"net/http"
+	"strconv"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
-
 	"github.com/daytwo-dev/daytwo/internal/instanceapi"
-	"github.com/daytwo-dev/daytwo/internal/pki"
 )
 
-func TestReplayedPastFork(t *testing.T) {
+// A replica ahead of the one promoted: it received WAL of the old
+// timeline past the new timeline's fork, so it cannot follow the new
+// primary. It finds out from the primary's timeline history, stops
+// cleanly, rewinds and streams, holding exactly the new primary's rows.
+func TestDivergedReplicaIsRewound(t *testing.T) {
 	t.Parallel()
-	const history = "1\t0/3000000\tno recovery target specified\n\n2\t0/5030E70\tno recovery target specified\n"
-	for _, tc := range []struct {
-		name     string
-		tli      int
-		replayed uint64
-		want     bool
-	}{
-		{"before the fork off timeline 1", 1, 0x2FFFFFF, false},
-		{"at the fork off timeline 1", 1, 0x3000000, false},
-		{"past the fork off timeline 1", 1, 0x3000001, true},
-		{"timeline 2, behind its fork", 2, 0x5030E70, false},
-		{"timeline 2, 136 bytes past its fork", 2, 0x5030EF8, true},
-		{"a timeline the primary never passed through", 5, 0x1000000, true},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			if got := replayedPastFork(history, tc.tli, tc.replayed); got != tc.want {
-				t.Errorf("replayedPastFork(timeline %d, %X) = %v, want %v", tc.tli, tc.replayed, got, tc.want)
-			}
-		})
+	ctx := context.Background()
+	lt := newLeaseTest(t, "orders-0")
+	a, b, c := lt.instance(0), lt.instance(0), lt.instance(0)
+	linkB, linkC := newProxy(t, a.pgPort), newProxy(t, a.pgPort)
+	a.extraFlags[len(a.extraFlags)-1] = strconv.Itoa(b.pgPort)
+	b.extraFlags[len(b.extraFlags)-1] = strconv.Itoa(linkB.port())
+	c.extraFlags[len(c.extraFlags)-1] = strconv.Itoa(linkC.port())
+	for _, in := range []*instance{a, b, c} {
+		in.writeFile("config/"+instanceapi.ReplicationFile, `{"instances":["orders-0","orders-1","orders-2"]}`)
 	}
-}
+	startTrio(ctx, a, b, c)
+	want := checksum(t, a)
+	eventually(t, 30*time.Second, func() bool { return checksum(t, b) == want && checksum(t, c) == want }, "both replicas caught up")
 
-func TestUpstream(t *testing.T) {
-	t.Parallel()
-	inCluster := &Config{Cluster: "orders", Namespace: "shop", Pod: "orders-2", Port: 5432, PrimaryHost: "orders-rw"}
-	listed := &Config{Cluster: "orders", Pod: "orders-2", Port: 5432, PrimaryHost: "127.0.0.1", PrimaryPort: 7000,
-		Peers: map[string]string{"orders-0": "127.0.0.1:7001"}}
-	for _, tc := range []struct {
-		name   string
-		cfg    *Config
-		holder string
-		host   string
-		port   int
-	}{
-		{"in a pod, the holder's DNS name", inCluster, "orders-1", "orders-1.orders.shop.svc", 5432},
-		{"holder unknown: the -rw Service", inCluster, "", "orders-rw", 5432},
-		{"holder is this instance, about to be promoted", inCluster, "orders-2", "orders-rw", 5432},
-		{"a listed peer", listed, "orders-0", "127.0.0.1", 7001},
-		{"a peer not listed", listed, "orders-1", "127.0.0.1", 7000},
-	} {
-		if host, port := tc.cfg.upstream(tc.holder); host != tc.host || port != tc.port {
-			t.Errorf("%s: upstream = %s:%d, want %s:%d", tc.name, host, port, tc.host, tc.port)
-		}
+	// b is cut off; c gets writes b never sees. Then a stops and b is promoted.
+	linkB.partition()
+	a.exec(ctx, "INSERT INTO items SELECT g, 'only a and c' FROM generate_series(101, 120) g")
+	want = checksum(t, a)
+	eventually(t, 30*time.Second, func() bool { return checksum(t, c) == want }, "c holding what b lacks")
+	a.stop()
+	lt.transfer("orders-1")
+	if code := promote(t, b, apiToken); code != http.StatusOK {
+		t.Fatalf("promote = %d, want 200", code)
 	}
-}
+	b.exec(ctx, "INSERT INTO items SELECT g, 'after' FROM generate_series(121, 130) g")
+	start, dir := time.Now(), c.dataDir()
+	linkC.retarget(b.pgPort)
 
-func TestParsePeers(t *testing.T) {
-	t.Parallel()
-	got, err := ParsePeers("peers", "orders-0=127.0.0.1:7001,orders-1=[::1]:7002")
-	if err != nil || len(got) != 2 || got["orders-1"] != "[::1]:7002" {
-		t.Fatalf("ParsePeers = %v, %v", got, err)
+	want = checksum(t, b)
+	eventually(t, 2*time.Minute, func() bool {
+		s := c.status()
+		return s.Streaming && s.Phase == instanceapi.PhaseRunning && checksum(t, c) == want
+	}, "the diverged replica rewound and streaming from the new primary")
+	t.Logf("c follows b again %s after it was pointed at it", time.Since(start).Round(100*time.Millisecond))
+	if n := c.query(ctx, "SELECT count(*)::text FROM items WHERE v = 'only a and c'"); n != "0" {
+		t.Fatalf("%s rows of the abandoned timeline survived", n)
 	}
-	if got, err := ParsePeers("peers", ""); err != nil || got == nil || len(got) != 0 {
-		t.Fatalf("ParsePeers(\"\") = %v, %v; want an empty map", got, err)
-	}
-	for _, bad := range []string{"orders-0", "orders-0=127.0.0.1", "=127.0.0.1:1"} {
-		if _, err := ParsePeers("peers", bad); err == nil || !strings.Contains(err.Error(), "--peers") {
-			t.Errorf("ParsePeers(%q) = %v, want an error naming --peers", bad, err)
-		}
-	}
-}
-
-// pgx parses the connection strings this instance dials others with (slot
-// commands, the checkpoint before a rewind): they must not name a client
-// certificate file pgx would try to load.
-func TestSSLParamsParseWithPgx(t *testing.T) {
-	t.Parallel()
-	c := &Config{TLS: true, RunDir: t.TempDir()}
-	ca, _, err := pki.NewCA("test", time.Now(), time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.MkdirAll(c.tlsDir(), 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(c.tlsFiles()[instanceapi.SecretTLSCA], ca, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := pgconn.ParseConfig("host=orders-0.orders.shop.svc port=5432 user=streaming_replica" + c.sslParams()); err != nil {
-		t.Fatalf("pgx cannot parse the TLS parameters: %v", err)
-	}
-	if !strings.Contains(c.sslParams(), "sslmode=verify-full") {
-		t.Errorf("the server is not verified: %s", c.sslParams())
-	}
-}
-
-// The probe streams from the timeline that holds the position: a position
-// before a switch point is on the parent timeline, whose segment file
-// names differ.
-func TestTimelineAt(t *testing.T) {
-	t.Parallel()
-	const history = "1\t0/3000000\tno recovery target specified\n\n2\t0/5030E70\tno recovery target specified\n"
-	for _, tc := range []struct {
-		lsn  uint64
-		want int
-	}{{0x2000000, 1}, {0x3000000, 2}, {0x5000000, 2}, {0x5030E70, 3}, {0x6000000, 3}} {
-		if got := timelineAt(history, 3, tc.lsn); got != tc.want {
-			t.Errorf("timelineAt(%X) = %d, want %d", tc.lsn, got, tc.want)
-		}
-	}
-	if got := timelineAt("", 1, 0x9000000); got != 1 {
-		t.Errorf("timelineAt on timeline 1 = %d", got)
+	if c.dataDir() != dir {
+		t.Fatal("the diverged replica was cloned again, not rewound")
 	}
 }

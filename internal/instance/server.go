@@ -2,7 +2,10 @@ package instance
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
+	"fmt"
+	"net"
 	"net/http"
 	"time"
 
@@ -180,4 +183,33 @@ func (m *Manager) readPositions(ctx context.Context) positions {
 	err = conn.QueryRow(ctx, "SELECT pg_is_in_recovery(), "+walPositions).Scan(&p.inRecovery, &p.lsn, &p.received)
 	p.read = err == nil
 	return p
+}
+
+// serveAPI serves the instance API (HTTPS with Config.TLS) until stop.
+func (m *Manager) serveAPI() (<-chan error, func(), error) {
+	var tlsConfig *tls.Config
+	if m.cfg.TLS {
+		tlsConfig = m.cfg.apiTLSConfig()
+	}
+	return serve(m.cfg.HTTPAddress, m.Handler(), tlsConfig)
+}
+
+// serve serves h on addr (over TLS with tlsConfig) until stop; the channel
+// carries the server's end.
+func serve(addr string, h http.Handler, tlsConfig *tls.Config) (<-chan error, func(), error) {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, nil, fmt.Errorf("failed to listen on %s: %w", addr, err)
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, TLSConfig: tlsConfig}
+	if tlsConfig != nil {
+		l = tls.NewListener(l, tlsConfig)
+	}
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(l) }()
+	return serveErr, func() {
+		shutdownCtx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(shutdownCtx)
+	}, nil
 }
