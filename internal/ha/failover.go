@@ -28,7 +28,7 @@ type LeaseState struct {
 	LSN     string    // the holder's WAL position at its last renewal
 	// Sync is the synchronous replication the holder recorded: one
 	// setting, or the old and the new one while it changes. None:
-	// asynchronous (or an instance manager from before the record).
+	// asynchronous (the holder has recorded none yet).
 	Sync []SyncSetting
 	// Vouchers, when HasVouchers, are the instances whose promises the
 	// holder needs to serve past its term (instanceapi.AnnotationVouchers):

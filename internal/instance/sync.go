@@ -27,7 +27,7 @@ func (c *Config) replicationFile() string {
 }
 
 // replication reads what the operator asks for; a missing file (an
-// operator from before synchronous replication) is asynchronous replication.
+// instance run without the operator) is asynchronous replication.
 func (c *Config) replication() (instanceapi.Replication, error) {
 	var r instanceapi.Replication
 	b, err := os.ReadFile(c.replicationFile())
@@ -80,8 +80,8 @@ func slotName(pod string) string {
 // slotChanges is the bookkeeping of the primary self's slots: one per other
 // instance, so a replica that falls behind or restarts finds every WAL
 // segment it needs; none for an instance that is gone. existing are the
-// daytwo slots there now. An empty instance list (an operator from before
-// slots) changes nothing.
+// daytwo slots there now. An empty instance list (an instance run without
+// the operator) changes nothing.
 func slotChanges(instances []string, self string, existing []string) (create, drop []string) {
 	if len(instances) == 0 {
 		return nil, nil

@@ -141,8 +141,8 @@ func union(a, b []string) []string {
 }
 
 // voucherList is what a renewal records as the holder's vouchers: every
-// other instance the operator lists. nil when it lists none (an operator
-// from before the list): no record, and no serving past the term.
+// other instance the operator lists. nil when it lists none (an instance
+// run without the operator): no record, and no serving past the term.
 func (m *Manager) voucherList() []string {
 	r, err := m.cfg.replication()
 	if err != nil || len(r.Instances) == 0 {

@@ -23,7 +23,8 @@ const (
 	// a running instance reads its WAL positions from postgres for the
 	// answer, instead of giving the last observation's (up to a second
 	// old): failover weighs replicas the moment a primary released its
-	// lease. Managers from before it answer as without.
+	// lease. A manager that cannot read them now answers as without
+	// (Status.PositionsReadNow).
 	PathStatus = "/status"
 	// QueryFresh asks PathStatus for positions read now.
 	QueryFresh = "fresh"

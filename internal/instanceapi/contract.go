@@ -192,8 +192,9 @@ const (
 	// renewal, names (comma-separated) the instances whose promises it
 	// needs to serve past its term (see PromiseDuration). The operator
 	// promotes only an instance it names; "" names none: the holder is
-	// the only instance. Absent (a manager from before promises): the
-	// holder never serves past its term, and any instance may be promoted.
+	// the only instance. Absent (no renewal recorded it yet, or the
+	// operator listed no instances): the holder never serves past its
+	// term, and any instance may be promoted.
 	AnnotationVouchers = "daytwo.dev/vouchers"
 	// AnnotationReleasedBy on the Lease, written by the operator as it
 	// moves a lease its holder released (a clean shutdown), names that

@@ -253,7 +253,7 @@ func TakeBase(ctx context.Context, src Source, st backup.Storage, prefix, id str
 // restartpoint, whose segment it may never have archived (it came with the
 // standby's own clone), and such a backup would never restore.
 // With a seal key, each of them must verify: a segment archived unsealed
-// (by an instance from before the key) would stop the recovery.
+// (by an instance not given the key) would stop the recovery.
 func checkArchived(ctx context.Context, st backup.Storage, prefix string, b BaseBackup, keys backup.Keys) error {
 	var hi, lo uint64
 	if _, err := fmt.Sscanf(b.EndLSN, "%X/%X", &hi, &lo); err != nil {

@@ -177,12 +177,8 @@ func keepInstanceManager(db *v1alpha1.Database, obs *observation, live *appsv1.S
 	}
 	in := obs.in
 	in.instanceImage = kept
-	// What an instance manager brought is declared only with it.
-	in.noMetricsPort = !slices.ContainsFunc(live.Spec.Template.Spec.Containers, func(c corev1.Container) bool {
-		return slices.ContainsFunc(c.Ports, func(p corev1.ContainerPort) bool { return p.Name == metricsPortName })
-	})
 	if equality.Semantic.DeepEqual(current.Spec.Template, statefulSet(db, obs.plan, in).Spec.Template) {
-		obs.in.instanceImage, obs.in.noMetricsPort = kept, in.noMetricsPort
+		obs.in.instanceImage = kept
 	}
 }
 

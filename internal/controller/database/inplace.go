@@ -120,9 +120,8 @@ func inPlaceHealthy(obs *observation, victim string) bool {
 		if !ok || s.Phase != instanceapi.PhaseRunning || len(s.RaisedSettings) > 0 || !s.Streaming {
 			return false
 		}
-		// A primary's manager from before Standbys (it reports no start
-		// either) cannot say; its replicas' word stands alone.
-		if primary.StartConfigHash != "" && !slices.Contains(primary.Standbys, name) {
+		// The primary must see it stream too.
+		if !slices.Contains(primary.Standbys, name) {
 			return false
 		}
 	}

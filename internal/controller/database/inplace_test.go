@@ -136,9 +136,9 @@ func TestInPlaceHealthy(t *testing.T) {
 			p.Standbys = nil
 			in["db-0"] = p
 		}), false},
-		{"an old primary manager cannot list them", obs(func(in map[string]instanceapi.Status) {
+		{"a primary that reports neither its start nor its standbys", obs(func(in map[string]instanceapi.Status) {
 			in["db-0"] = instanceapi.Status{Role: instanceapi.RolePrimary, Phase: run}
-		}), true},
+		}), false},
 		{"another replica at its primary's raised values", obs(func(in map[string]instanceapi.Status) {
 			s := in["db-1"]
 			s.RaisedSettings = []string{"max_connections"}

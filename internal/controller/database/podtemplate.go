@@ -32,24 +32,18 @@ type stsInputs struct {
 	// "<from>-<to>"); failedUpgrade is the major whose upgrade failed.
 	stopped                  bool
 	upgrading, failedUpgrade string
-	// noMetricsPort leaves out the metrics port, for pods whose instance
-	// manager is kept from before it served /metrics (keepInstanceManager).
-	noMetricsPort bool
 }
 
 // metricsPortName names the instance manager's /metrics port: the
 // PodMonitor scrapes it.
 const metricsPortName = "metrics"
 
-func instancePorts(in stsInputs) []*corev1ac.ContainerPortApplyConfiguration {
-	ports := []*corev1ac.ContainerPortApplyConfiguration{
+func instancePorts() []*corev1ac.ContainerPortApplyConfiguration {
+	return []*corev1ac.ContainerPortApplyConfiguration{
 		corev1ac.ContainerPort().WithName("postgresql").WithContainerPort(instanceapi.PostgresPort).WithProtocol(corev1.ProtocolTCP),
 		corev1ac.ContainerPort().WithName("status").WithContainerPort(instanceapi.Port).WithProtocol(corev1.ProtocolTCP),
+		corev1ac.ContainerPort().WithName(metricsPortName).WithContainerPort(instanceapi.MetricsPort).WithProtocol(corev1.ProtocolTCP),
 	}
-	if !in.noMetricsPort {
-		ports = append(ports, corev1ac.ContainerPort().WithName(metricsPortName).WithContainerPort(instanceapi.MetricsPort).WithProtocol(corev1.ProtocolTCP))
-	}
-	return ports
 }
 
 // restoreSource is the storage of the DatabaseBackup a Database bootstraps
@@ -205,7 +199,7 @@ func postgresContainer(db *v1alpha1.Database, p plan, in stsInputs) *corev1ac.Co
 				WithFieldRef(corev1ac.ObjectFieldSelector().WithAPIVersion("v1").WithFieldPath("metadata.namespace"))),
 			corev1ac.EnvVar().WithName("PGDATA").WithValue(instanceapi.PGData),
 		}, importEnv(db)...)...).
-		WithPorts(instancePorts(in)...).
+		WithPorts(instancePorts()...).
 		// Readiness moves the -rw Service: probe often, so a failover is
 		// seen within a second of the promotion.
 		WithReadinessProbe(probe(instanceapi.PathReadyz, 1, 2)).

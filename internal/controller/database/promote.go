@@ -31,10 +31,10 @@ const releaseWait = 3 * time.Second
 const releasePoll = 10 * time.Millisecond
 
 // settleWait bounds how long failover then asks the replicas again for
-// positions read after the primary stopped. Instances from before
-// instanceapi.QueryFresh answer with their last observation, which is at
-// most a second old (the instance's observation period): past settleWait
-// it postdates the stop.
+// positions read after the primary stopped. An instance that cannot read
+// them now answers with its last observation, which is at most a second
+// old (the instance's observation period): past settleWait it postdates
+// the stop.
 const settleWait = 1500 * time.Millisecond
 
 // settlePoll is how often failover asks the replicas again while their

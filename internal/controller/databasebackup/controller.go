@@ -313,7 +313,7 @@ func (r *Reconciler) jobInputs(db *v1alpha1.Database) jobInputs {
 // maxAge and returns when it will become stale.
 func (r *Reconciler) setStaleness(b *v1alpha1.DatabaseBackup, now time.Time) time.Duration {
 	if b.Spec.MaxAge == nil {
-		b.Status.Conditions = removeCondition(b.Status.Conditions, v1alpha1.ConditionBackupStale)
+		meta.RemoveStatusCondition(&b.Status.Conditions, v1alpha1.ConditionBackupStale)
 		return 0
 	}
 	ref, what := b.CreationTimestamp.Time, "No backup has succeeded since the DatabaseBackup was created"
@@ -429,16 +429,6 @@ func setCondition(b *v1alpha1.DatabaseBackup, typ string, ok bool, reason, msg s
 		s = metav1.ConditionTrue
 	}
 	conditions.Set(&b.Status.Conditions, b.Generation, typ, s, reason, msg)
-}
-
-func removeCondition(conds []metav1.Condition, typ string) []metav1.Condition {
-	out := conds[:0:0]
-	for _, c := range conds {
-		if c.Type != typ {
-			out = append(out, c)
-		}
-	}
-	return out
 }
 
 func minPositive(a, b time.Duration) time.Duration {

@@ -337,8 +337,8 @@ func stateOf(cd *appsv1.Deployment, fresh canaryState) canaryState {
 			st.ignored = append(st.ignored, t)
 		}
 	}
-	// A canary from before the steps were recorded keeps its place.
-	if v, ok := a[annotationCanarySteps]; ok && v != fresh.steps {
+	// Steps changed under a running canary: it starts over.
+	if a[annotationCanarySteps] != fresh.steps {
 		st.step, st.since, st.stepStarted = 0, time.Time{}, time.Time{}
 	}
 	return st

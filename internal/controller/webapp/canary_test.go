@@ -329,8 +329,8 @@ func TestStateOfEditedSteps(t *testing.T) {
 		t.Errorf("same steps: state %+v, want step 2 as recorded", st)
 	}
 	delete(cd.Annotations, annotationCanarySteps)
-	if st = stateOf(cd, fresh); st.step != 2 {
-		t.Errorf("a canary from before steps were recorded: step %d, want 2 kept", st.step)
+	if st = stateOf(cd, fresh); st.step != 0 {
+		t.Errorf("a canary with no steps recorded: step %d, want 0 (they cannot be known unchanged)", st.step)
 	}
 }
 

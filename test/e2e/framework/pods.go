@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/httpstream" //nolint:staticcheck // client-go's remotecommand still returns these errors; k8s.io/streaming is not in the module graph
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/remotecommand"
+	"k8s.io/utils/ptr"
 )
 
 // Exec runs cmd in a container and returns its stdout and stderr.
@@ -105,7 +106,7 @@ func ClientPod(ns, name, image string, env ...corev1.EnvVar) *corev1.Pod {
 // RestrictedPod is a pod security context that meets the restricted standard.
 func RestrictedPod() *corev1.PodSecurityContext {
 	return &corev1.PodSecurityContext{
-		RunAsNonRoot:   ptrTo(true),
+		RunAsNonRoot:   ptr.To(true),
 		RunAsUser:      ptrTo[int64](65532),
 		SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
 	}
@@ -114,7 +115,7 @@ func RestrictedPod() *corev1.PodSecurityContext {
 // RestrictedContainer is a container security context that meets the restricted standard.
 func RestrictedContainer() *corev1.SecurityContext {
 	return &corev1.SecurityContext{
-		AllowPrivilegeEscalation: ptrTo(false),
+		AllowPrivilegeEscalation: ptr.To(false),
 		Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
 	}
 }
