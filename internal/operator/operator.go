@@ -87,7 +87,7 @@ func SetupControllers(ctx context.Context, mgr manager.Manager, opts Options) er
 	}
 	c := mgr.GetClient()
 	wa := &webapp.Reconciler{Client: c, APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("daytwo"),
-		Namespaces: opts.WatchNamespaces}
+		Namespaces: opts.WatchNamespaces, Clock: opts.Clock}
 	if err := wa.SetupWithManager(ctx, mgr); err != nil {
 		return fmt.Errorf("failed to set up the WebApp controller: %w", err)
 	}

@@ -29,7 +29,11 @@ import (
 type Env struct {
 	Config *rest.Config
 	Client client.Client
-	env    *envtest.Environment
+	// Cache reads the informer cache of the first operator started on e
+	// (the one Main runs): what its controllers see, for a test that must
+	// wait until they can see a change.
+	Cache client.Reader
+	env   *envtest.Environment
 	// webhookServed: one operator serves the webhook at envtest's address.
 	webhookServed bool
 }
@@ -161,6 +165,9 @@ func (e *Env) StartOperator(opts operator.Options) (stop func() error, err error
 	if err != nil {
 		cancel()
 		return nil, fmt.Errorf("failed to set up the operator: %w", err)
+	}
+	if e.Cache == nil {
+		e.Cache = mgr.GetCache()
 	}
 	done := make(chan error, 1)
 	go func() { done <- mgr.Start(ctx) }()

@@ -37,8 +37,9 @@ func TestMajorUpgradeTakesABackupFirst(t *testing.T) {
 		d, err := get(ns, "careful", &v1alpha1.Database{})
 		return err == nil && d.Status.Upgrade != nil && d.Status.Upgrade.Phase == v1alpha1.MajorUpgradeBackingUp, err
 	})
-	// While it runs, every instance keeps serving and no Job exists.
-	time.Sleep(2 * time.Second)
+	// While it runs, every instance keeps serving and no Job exists: the
+	// reconcile that wrote BackingUp decided it with the action
+	// (decideUpgrade), and would have stopped them in the same pass.
 	sts, _ := get(ns, "careful", &appsv1.StatefulSet{})
 	if *sts.Spec.Replicas != 1 {
 		t.Fatalf("instances stopped before the pre-upgrade backup was stored: replicas %d", *sts.Spec.Replicas)

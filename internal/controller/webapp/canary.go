@@ -210,8 +210,8 @@ func (r *Reconciler) httpCheck(ctx context.Context, app *v1alpha1.WebApp, pods [
 	if v, ok := r.httpTallies.Load(key); ok && v.(httpTally).step == step {
 		t = v.(httpTally)
 	}
-	if time.Since(t.last) >= time.Duration(check.IntervalSeconds)*time.Second {
-		t.last = time.Now()
+	if now := r.Clock.Now(); now.Sub(t.last) >= time.Duration(check.IntervalSeconds)*time.Second {
+		t.last = now
 		port := check.Port
 		if port == 0 {
 			port = app.Spec.Port

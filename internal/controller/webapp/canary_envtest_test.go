@@ -175,7 +175,6 @@ func TestCanaryAbortsOnARestartAndHoldsTheRevision(t *testing.T) {
 
 	// Not tried again while the spec stays; a new image is.
 	touch(t, app, "again")
-	time.Sleep(2 * time.Second)
 	if err := env.Client.Get(ctx, key(ns, "api-canary"), &appsv1.Deployment{}); !apierrors.IsNotFound(err) {
 		t.Errorf("the aborted revision was tried again: %v", err)
 	}
@@ -205,8 +204,9 @@ func TestCanaryPromoteAndAbortRequests(t *testing.T) {
 
 	// A request older than the canary is for an earlier one.
 	old := time.Now().Add(-time.Hour).UTC().Format(time.RFC3339)
-	update(t, app, func(a *v1alpha1.WebApp) { a.Annotations = map[string]string{v1alpha1.AnnotationPromoteRequested: old} })
-	time.Sleep(2 * time.Second)
+	settle(t, "an old promote request", func() {
+		update(t, app, func(a *v1alpha1.WebApp) { a.Annotations = map[string]string{v1alpha1.AnnotationPromoteRequested: old} })
+	})
 	if d := deploymentOf(t, app, "read", func(*appsv1.Deployment) bool { return true }); appContainer(d).Image != "demo:1" {
 		t.Fatalf("a promote request older than the canary promoted it")
 	}
@@ -215,11 +215,12 @@ func TestCanaryPromoteAndAbortRequests(t *testing.T) {
 	deploymentOf(t, app, "promoted on request", func(d *appsv1.Deployment) bool { return appContainer(d).Image == "demo:2" })
 
 	// The next canary is aborted on request; the promote request stays,
-	// and is older than it.
+	// and is older than it (the annotations' times are whole seconds: the
+	// canary starts a second after it).
 	time.Sleep(time.Second)
 	update(t, app, func(a *v1alpha1.WebApp) { a.Spec.Image = "demo:3" })
 	canaryOf(t, app, "with demo:3", func(d *appsv1.Deployment) bool { return appContainer(d).Image == "demo:3" })
-	time.Sleep(time.Second)
+	time.Sleep(time.Second) // a whole second after the canary's start
 	later := time.Now().UTC().Format(time.RFC3339)
 	update(t, app, func(a *v1alpha1.WebApp) { a.Annotations[v1alpha1.AnnotationAbortRequested] = later })
 	canaryGone(t, app)
@@ -258,7 +259,11 @@ func TestRolloutPausesWhileTheDatabaseIsUnavailable(t *testing.T) {
 	// The API shows the phase a moment before the operator's cache does;
 	// an image change read against the older Database starts rolling out
 	// (and is then paused where it stands, not kept at demo:2).
-	time.Sleep(2 * time.Second)
+	eventually(t, "the operator's cache holding the phase", func() (bool, error) {
+		cached := &v1alpha1.Database{}
+		err := env.Cache.Get(ctx, key(ns, "orders"), cached)
+		return err == nil && cached.Status.Phase == v1alpha1.DatabasePhaseDeleting, err
+	})
 	update(t, app, func(a *v1alpha1.WebApp) { a.Spec.Image = "demo:3" })
 	c := condition(t, app, v1alpha1.ConditionProgressing, v1alpha1.ReasonDatabaseUnavailable)
 	if c.Message != "Rollout of image demo:3 paused: Database orders is not Ready" {

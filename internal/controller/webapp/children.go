@@ -182,7 +182,7 @@ func (r *Reconciler) applyDeployment(ctx context.Context, app *v1alpha1.WebApp, 
 		return rollout{}, fmt.Errorf("failed to get Deployment: %w", err)
 	}
 	exists := err == nil
-	if r.cacheBehind(key, live, exists, time.Now()) {
+	if r.cacheBehind(key, live, exists, r.Clock.Now()) {
 		return rollout{}, errCacheBehind
 	}
 	ro := rollout{desiredImage: app.Spec.Image}
@@ -255,7 +255,7 @@ func (r *Reconciler) applyDeployment(ctx context.Context, app *v1alpha1.WebApp, 
 	if err := controller.ApplyIfChanged(ctx, r.Client, live, dep, appsv1ac.ExtractDeployment, "Deployment"); err != nil {
 		return rollout{}, err
 	}
-	if r.recordApplied(key, dep, time.Now()) {
+	if r.recordApplied(key, dep, r.Clock.Now()) {
 		// Applied: dep holds the API server's answer, which the cache has
 		// not seen yet. This reconcile goes on with the answer, and later
 		// ones wait until the cache holds it.
@@ -291,7 +291,7 @@ func (r *Reconciler) canaryRollout(ctx context.Context, app *v1alpha1.WebApp, in
 		ro.failedHash, ro.abortSignal, ro.restoredImage = revision, held.signal, imageOf(&full.Spec.Template)
 		return liveTemplate, held, func() {}, nil
 	}
-	cr, err := r.runCanary(ctx, app, in, live, desired, time.Now())
+	cr, err := r.runCanary(ctx, app, in, live, desired, r.Clock.Now())
 	if err != nil {
 		return nil, failure{}, nil, err
 	}

@@ -13,6 +13,7 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -42,6 +43,9 @@ type Reconciler struct {
 	Recorder  events.EventRecorder
 	// Namespaces are those a namespaced install watches; nil means all.
 	Namespaces []string
+	// Clock drives the canary's windows, the rollout diagnosis and the
+	// cache's patience; nil means the real clock.
+	Clock clock.PassiveClock
 	// unsettled holds, per WebApp, when a reconcile first saw its
 	// Deployment with pods unavailable (see diagnosePods); an entry goes
 	// when the pods are back, or the WebApp is.
@@ -143,7 +147,7 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, app *v1alpha1.WebApp) 
 		again = c.requeue
 	}
 	if d := obs.rollout.deployment; d != nil {
-		problem, next, err := r.diagnosePods(ctx, app, d, time.Now())
+		problem, next, err := r.diagnosePods(ctx, app, d, r.Clock.Now())
 		if err != nil {
 			return reconcile.Result{}, err
 		}
@@ -158,6 +162,9 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, app *v1alpha1.WebApp) 
 // SetupWithManager declares every trigger of this controller.
 func (r *Reconciler) SetupWithManager(ctx context.Context, mgr manager.Manager) error {
 	controller.RegisterMetrics()
+	if r.Clock == nil {
+		r.Clock = clock.RealClock{}
+	}
 	if err := mgr.GetFieldIndexer().IndexField(ctx, &v1alpha1.WebApp{}, referenceIndex, func(o client.Object) []string {
 		return indexKeys(o.(*v1alpha1.WebApp))
 	}); err != nil {

@@ -534,10 +534,18 @@ func waitIdle(t *testing.T) {
 // the controller's own metrics are the evidence.
 func touch(t *testing.T, app *v1alpha1.WebApp, value string) {
 	t.Helper()
+	settle(t, "relabelling "+app.Name, func() { update(t, app, func(a *v1alpha1.WebApp) { a.Labels = map[string]string{"touch": value} }) })
+}
+
+// settle runs change, then waits until the controller has finished a
+// reconcile that started after it and is idle again: the barrier before a
+// check that the change did nothing.
+func settle(t *testing.T, what string, change func()) {
+	t.Helper()
 	waitIdle(t)
 	n := reconciles(t)
-	update(t, app, func(a *v1alpha1.WebApp) { a.Labels = map[string]string{"touch": value} })
-	eventually(t, "a reconcile after relabelling "+app.Name, func() (bool, error) { return reconciles(t) > n && idle(t), nil })
+	change()
+	eventually(t, "a reconcile after "+what, func() (bool, error) { return reconciles(t) > n && idle(t), nil })
 }
 
 // A reconcile of an app whose children already match writes nothing.
