@@ -10,14 +10,13 @@ import (
 	"strings"
 	"time"
 
-	"github.com/daytwo-dev/daytwo/internal/upgrade"
-
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/daytwo-dev/daytwo/internal/backup"
 	"github.com/daytwo-dev/daytwo/internal/instanceapi"
 	"github.com/daytwo-dev/daytwo/internal/postgres"
+	"github.com/daytwo-dev/daytwo/internal/upgrade"
 )
 
 // RestoreFunc streams a backup into the database conn reaches; role owns

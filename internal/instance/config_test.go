@@ -6,9 +6,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/daytwo-dev/daytwo/internal/instanceapi"
 	"github.com/daytwo-dev/daytwo/internal/pki"
-	"github.com/jackc/pgx/v5/pgconn"
 )
 
 func TestUpstream(t *testing.T) {

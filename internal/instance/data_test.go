@@ -8,9 +8,10 @@ import (
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
+
 	"github.com/daytwo-dev/daytwo/internal/instanceapi"
 	"github.com/daytwo-dev/daytwo/internal/testpg"
-	coordinationv1 "k8s.io/api/coordination/v1"
 )
 
 // A primary that finds no data (its volume lost) once the Database has

@@ -17,14 +17,14 @@ import (
 	"testing"
 	"time"
 
-	manager "github.com/daytwo-dev/daytwo/internal/instance"
-
-	"github.com/daytwo-dev/daytwo/internal/instanceapi"
-	"github.com/daytwo-dev/daytwo/internal/testenv"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	manager "github.com/daytwo-dev/daytwo/internal/instance"
+	"github.com/daytwo-dev/daytwo/internal/instanceapi"
+	"github.com/daytwo-dev/daytwo/internal/testenv"
 )
 
 const apiToken = "token-for-tests"

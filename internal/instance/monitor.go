@@ -6,9 +6,10 @@ import (
 	"os"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/daytwo-dev/daytwo/internal/instanceapi"
 	"github.com/daytwo-dev/daytwo/internal/postgres"
-	"github.com/jackc/pgx/v5"
 )
 
 // monitor waits for postgres to accept connections, finishes bootstrapping,

@@ -13,9 +13,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/daytwo-dev/daytwo/internal/ha"
 	"github.com/daytwo-dev/daytwo/internal/instanceapi"
-	"github.com/jackc/pgx/v5"
 )
 
 // handlePromote promotes this replica once the caller proved it is the

@@ -7,10 +7,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/daytwo-dev/daytwo/internal/instanceapi"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+
+	"github.com/daytwo-dev/daytwo/internal/instanceapi"
 )
 
 // A promotion that waited for WAL reads the lease again before it promotes:

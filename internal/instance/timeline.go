@@ -8,9 +8,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/daytwo-dev/daytwo/internal/postgres"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/daytwo-dev/daytwo/internal/postgres"
 )
 
 // walSegmentSize is the WAL segment size daytwo's clusters run with

@@ -4,7 +4,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/daytwo-dev/daytwo/internal/controller/database"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -12,6 +11,8 @@ import (
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/daytwo-dev/daytwo/internal/controller/database"
 )
 
 // A primary whose pod is being deleted releases its lease once postgres

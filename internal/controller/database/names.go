@@ -9,10 +9,11 @@ import (
 	"maps"
 	"strconv"
 
+	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
+
 	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
 	"github.com/daytwo-dev/daytwo/internal/controller"
 	"github.com/daytwo-dev/daytwo/internal/instanceapi"
-	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
 )
 
 func selectorLabels(db *v1alpha1.Database) map[string]string {

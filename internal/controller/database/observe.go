@@ -6,14 +6,15 @@ import (
 	"slices"
 	"sync"
 
-	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
-	"github.com/daytwo-dev/daytwo/internal/ha"
-	"github.com/daytwo-dev/daytwo/internal/instanceapi"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
+	"github.com/daytwo-dev/daytwo/internal/ha"
+	"github.com/daytwo-dev/daytwo/internal/instanceapi"
 )
 
 // observe reads the live StatefulSet and pods and decides which image the

@@ -4,15 +4,16 @@ import (
 	"strings"
 	"testing"
 
-	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
-	"github.com/daytwo-dev/daytwo/internal/backup"
-	"github.com/daytwo-dev/daytwo/internal/controller/series"
-	"github.com/daytwo-dev/daytwo/internal/instanceapi"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+
+	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
+	"github.com/daytwo-dev/daytwo/internal/backup"
+	"github.com/daytwo-dev/daytwo/internal/controller/series"
+	"github.com/daytwo-dev/daytwo/internal/instanceapi"
 )
 
 func TestStatefulSetShape(t *testing.T) {

@@ -7,10 +7,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/daytwo-dev/daytwo/internal/controller/database"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/daytwo-dev/daytwo/internal/controller/database"
 )
 
 // When the primary moves, the new primary is labelled before the old one

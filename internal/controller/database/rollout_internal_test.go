@@ -5,10 +5,11 @@ import (
 	"testing"
 	"time"
 
-	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
 )
 
 // pod is ready, or not, for an hour before pickNow.

@@ -3,10 +3,11 @@ package database_test
 import (
 	"testing"
 
-	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
 )
 
 // A Secret or Service of a child's name that someone else made is reported

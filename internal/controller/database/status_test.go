@@ -3,8 +3,9 @@ package database
 import (
 	"testing"
 
-	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
+
+	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
 )
 
 func TestPhase(t *testing.T) {

@@ -4,12 +4,13 @@ import (
 	"strings"
 	"testing"
 
-	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+
+	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
 )
 
 // volume creates a claim as the StatefulSet controller would for pod 0,

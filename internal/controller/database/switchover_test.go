@@ -5,12 +5,13 @@ import (
 	"testing"
 	"time"
 
-	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
 	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
 )
 
 // A scale-down never removes the primary's pod (the StatefulSet deletes
