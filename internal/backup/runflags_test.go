@@ -1,13 +1,11 @@
 package backup_test
 
 import (
-	"reflect"
 	"testing"
 	"time"
 
-	"github.com/spf13/pflag"
-
 	"github.com/daytwo-dev/daytwo/internal/backup"
+	"github.com/daytwo-dev/daytwo/internal/flagtest"
 	"github.com/daytwo-dev/daytwo/internal/instanceapi"
 )
 
@@ -22,24 +20,5 @@ func TestRunFlagsRoundTrip(t *testing.T) {
 		Compression: backup.Compression{Algorithm: backup.CompressionGzip, Level: 6},
 		Physical:    true, RolesUser: "streaming_replica", SwitchWALHost: "orders-rw",
 	}
-	var check func(v reflect.Value, path string)
-	check = func(v reflect.Value, path string) {
-		if v.Kind() == reflect.Struct {
-			for i := range v.NumField() {
-				check(v.Field(i), path+"."+v.Type().Field(i).Name)
-			}
-		} else if v.IsZero() {
-			t.Errorf("%s is zero in the round trip's sample: set it", path)
-		}
-	}
-	check(reflect.ValueOf(want), "RunFlags")
-	var got backup.RunFlags
-	f := pflag.NewFlagSet("t", pflag.ContinueOnError)
-	got.Bind(f)
-	if err := f.Parse(want.Args()); err != nil {
-		t.Fatalf("parsing %q: %v", want.Args(), err)
-	}
-	if !reflect.DeepEqual(got, want) {
-		t.Errorf("%q parsed to\n%+v\nwant\n%+v", want.Args(), got, want)
-	}
+	flagtest.RoundTrip(t, want, backup.RunFlags.Args, (*backup.RunFlags).Bind)
 }

@@ -1,29 +1,14 @@
 package instanceapi_test
 
 import (
-	"reflect"
 	"testing"
 	"time"
 
 	"github.com/spf13/pflag"
 
+	"github.com/daytwo-dev/daytwo/internal/flagtest"
 	"github.com/daytwo-dev/daytwo/internal/instanceapi"
 )
-
-// allSet fails t when a field of v, or of a struct within it, is zero: a
-// round trip proves nothing of a field it leaves out.
-func allSet(t *testing.T, v reflect.Value, path string) {
-	t.Helper()
-	if v.Kind() == reflect.Struct {
-		for i := range v.NumField() {
-			allSet(t, v.Field(i), path+"."+v.Type().Field(i).Name)
-		}
-		return
-	}
-	if v.IsZero() {
-		t.Errorf("%s is zero in the round trip's sample: set it", path)
-	}
-}
 
 // What the operator renders for `instance run`, the daytwo binary parses
 // back to the same values, every flag included.
@@ -42,16 +27,7 @@ func TestRunFlagsRoundTrip(t *testing.T) {
 		Restore: instanceapi.StorageFlags{Endpoint: "minio:9000", Bucket: "b", Region: "r", Insecure: true, CAFile: "/ca",
 			Path: "/backups", Prefix: "p/", SeriesUID: "u", SeriesName: "ns/n", Database: "d", KeyRequired: true},
 	}
-	allSet(t, reflect.ValueOf(want), "RunFlags")
-	var got instanceapi.RunFlags
-	f := pflag.NewFlagSet("t", pflag.ContinueOnError)
-	got.Bind(f)
-	if err := f.Parse(want.Args()); err != nil {
-		t.Fatalf("parsing %q: %v", want.Args(), err)
-	}
-	if !reflect.DeepEqual(got, want) {
-		t.Errorf("%q parsed to\n%+v\nwant\n%+v", want.Args(), got, want)
-	}
+	flagtest.RoundTrip(t, want, instanceapi.RunFlags.Args, (*instanceapi.RunFlags).Bind)
 }
 
 // A zero field is left out, so the binary's default applies.
