@@ -156,11 +156,29 @@ cd "$root"
 rm -f "$OUT/postgres.tar" "$OUT/postgres.stamp"
 want=("$@")
 [ ${#want[@]} -gt 0 ] || want=("${ALL[@]}")
+build() {
+  local name start
+  for name in "$@"; do
+    start=$SECONDS
+    "build_$name"
+    log "$name ${TAG[$name]} ready in $((SECONDS - start))s"
+  done
+}
+# Two lanes: the Debian images wait on the network and the disk
+# (debootstrap), the others on the CPU (go build); run side by side, a
+# fresh machine's images take the longer lane's time, not the sum.
+deb=() cpu=()
 for name in "${want[@]}"; do
   [ -n "${TAG[$name]:-}" ] || { echo "images: unknown image $name" >&2; exit 2; }
-  start=$SECONDS
-  "build_$name"
-  log "$name ${TAG[$name]} ready in $((SECONDS - start))s"
+  case $name in postgres-* | nginx) deb+=("$name") ;; *) cpu+=("$name") ;; esac
 done
+if [ ${#deb[@]} -gt 0 ]; then
+  build "${deb[@]}" &
+  deb_lane=$!
+fi
+build ${cpu[@]+"${cpu[@]}"}
+if [ -n "${deb_lane:-}" ]; then
+  wait "$deb_lane" || { echo "images: a Debian image failed (above)" >&2; exit 1; }
+fi
 # Tags for the loader: one "file tag" line per image.
 for name in "${ALL[@]}"; do [ -f "$OUT/$name.tar" ] && echo "$name.tar ${TAG[$name]}"; done >"$OUT/index"
