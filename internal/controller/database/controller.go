@@ -71,9 +71,11 @@ type Reconciler struct {
 	inPlace inPlaceState
 }
 
-// instanceRefresh is how often a running Database's instances are asked
-// again, so LSNs and streaming state in the status stay current.
-const instanceRefresh = 30 * time.Second
+// InstanceRefresh is how often a running Database's instances are asked
+// again, so LSNs and streaming state in the status stay current: the
+// period of a Database at rest (make bench-database measures over whole
+// periods).
+const InstanceRefresh = 30 * time.Second
 
 // +kubebuilder:rbac:groups=daytwo.dev,resources=databases,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups=daytwo.dev,resources=databases/status,verbs=patch
@@ -211,7 +213,7 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, db, written *v1alpha1.
 // answered this time.
 func refresh(obs *observation) time.Duration {
 	if len(obs.instanceStatuses) > 0 {
-		return instanceRefresh
+		return InstanceRefresh
 	}
 	return 0
 }

@@ -35,6 +35,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
+	"github.com/daytwo-dev/daytwo/internal/controller/database"
 	"github.com/daytwo-dev/daytwo/test/bench/kwokop"
 )
 
@@ -67,7 +68,7 @@ func run(ctx context.Context) error {
 		return err
 	}
 	b := &bench{c: c, n: kwokop.EnvInt("BENCH_N", 500), p: kwokop.EnvInt("BENCH_PARALLEL", 16),
-		restTime: time.Duration(kwokop.EnvInt("BENCH_REST_SECONDS", 60)) * time.Second}
+		restTime: wholePeriods(time.Duration(kwokop.EnvInt("BENCH_REST_SECONDS", 60)) * time.Second)}
 	b.op = &kwokop.Operator{Bin: bin, Name: "bench-database", Parallel: 4}
 	fmt.Printf("bench-database: N=%d, created %d at a time, requests at rest over %s\n", b.n, b.p, b.restTime)
 	for _, ns := range []string{"bench-warm", "bench-db"} {
@@ -221,6 +222,15 @@ func (b *bench) settled(ctx context.Context, ns string) (int, error) {
 		}
 	}
 	return n, nil
+}
+
+// wholePeriods rounds d up to whole periods of a Database at rest
+// (database.InstanceRefresh): a window of a period and a half counts the
+// Databases whose poll falls in it twice and the others once, and
+// Databases made together poll together.
+func wholePeriods(d time.Duration) time.Duration {
+	p := database.InstanceRefresh
+	return max(p, (d+p-1)/p*p)
 }
 
 // atRest is the operator's requests per Database per minute over
