@@ -172,12 +172,12 @@ func setArchiveCondition(db *v1alpha1.Database, obs *observation, set func(strin
 		db.Status.WALArchive = nil
 		return
 	}
-	setWALArchive(&db.Status, a.backup, obs.instances[obs.primary].Archive)
+	setWALArchive(&db.Status, a.backup, obs.Instances[obs.Primary].Archive)
 	note := ""
 	if obs.archiveNote != "" {
 		note = "; " + obs.archiveNote
 	}
-	s, ok := obs.instances[obs.primary]
+	s, ok := obs.Instances[obs.Primary]
 	switch {
 	case !ok || s.Archive == nil || s.Archive.LastArchived == "" && (s.Phase != instanceapi.PhaseRunning || slices.Contains(s.PendingRestartSettings, "archive_mode")):
 		// Archiving starts with a restart of the primary: until it runs
@@ -187,14 +187,14 @@ func setArchiveCondition(db *v1alpha1.Database, obs *observation, set func(strin
 		set(v1alpha1.ConditionContinuousArchiving, false, v1alpha1.ReasonArchivingStarting,
 			"WAL archiving to DatabaseBackup "+a.backup+" starts once the primary restarts with it"+note)
 	case s.Archive.LastError != "": // cleared by the next success
-		set(v1alpha1.ConditionContinuousArchiving, false, v1alpha1.ReasonArchivingFailed, archiveFailure(obs.primary, a.backup, s.Archive)+note)
+		set(v1alpha1.ConditionContinuousArchiving, false, v1alpha1.ReasonArchivingFailed, archiveFailure(obs.Primary, a.backup, s.Archive)+note)
 	default:
 		last := "nothing yet: a segment is archived once it is full, or a minute after a write"
 		if s.Archive.LastArchived != "" && s.Archive.LastArchivedTime != nil {
 			last = s.Archive.LastArchived + " at " + s.Archive.LastArchivedTime.UTC().Format(time.RFC3339)
 		}
 		set(v1alpha1.ConditionContinuousArchiving, true, v1alpha1.ReasonArchiving,
-			"The primary "+obs.primary+" archives WAL to DatabaseBackup "+a.backup+"; last archived "+last+note)
+			"The primary "+obs.Primary+" archives WAL to DatabaseBackup "+a.backup+"; last archived "+last+note)
 	}
 }
 
@@ -219,7 +219,7 @@ func setWALArchive(st *v1alpha1.DatabaseStatus, backup string, a *instanceapi.Ar
 // recoveryProgress is the primary's point-in-time recovery progress, while
 // it bootstraps.
 func recoveryProgress(obs *observation) *v1alpha1.RecoveryProgress {
-	s, ok := obs.instances[obs.primary]
+	s, ok := obs.Instances[obs.Primary]
 	if !ok || s.Recovery == nil {
 		return nil
 	}
@@ -246,7 +246,7 @@ func archiveFailure(primary, backup string, s *instanceapi.ArchiveStatus) string
 // archiveEvent warns once when the primary starts failing to archive: the
 // condition written before this reconcile did not say so yet.
 func (r *Reconciler) archiveEvent(ctx context.Context, db, written *v1alpha1.Database, obs *observation) {
-	s, ok := obs.instances[obs.primary]
+	s, ok := obs.Instances[obs.Primary]
 	if obs.plan.archive == nil || !ok || s.Archive == nil || s.Archive.LastError == "" {
 		return
 	}
@@ -254,13 +254,13 @@ func (r *Reconciler) archiveEvent(ctx context.Context, db, written *v1alpha1.Dat
 		return
 	}
 	controller.Event(ctx, r.Recorder, db, nil, corev1.EventTypeWarning, v1alpha1.ReasonArchivingFailed, "Archive",
-		"%s", archiveFailure(obs.primary, obs.plan.archive.backup, s.Archive))
+		"%s", archiveFailure(obs.Primary, obs.plan.archive.backup, s.Archive))
 }
 
 // recordArchiveMetrics publishes the primary's archive backlog and its last
 // success; without archiving, the series go.
 func recordArchiveMetrics(db *v1alpha1.Database, obs *observation) {
-	s, ok := obs.instances[obs.primary]
+	s, ok := obs.Instances[obs.Primary]
 	if obs.plan.archive == nil {
 		walPending.DeleteLabelValues(db.Namespace, db.Name)
 		walLastArchived.DeleteLabelValues(db.Namespace, db.Name)

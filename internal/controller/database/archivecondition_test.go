@@ -6,6 +6,7 @@ import (
 	"time"
 
 	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
+	"github.com/daytwo-dev/daytwo/internal/ha"
 	"github.com/daytwo-dev/daytwo/internal/instanceapi"
 )
 
@@ -27,7 +28,7 @@ func TestArchivingReportedOnlyOnceThePrimaryRunsInArchiveMode(t *testing.T) {
 		{"the primary restarts", restarting, false},
 		{"the primary runs in archive mode", running, true},
 	} {
-		obs := &observation{primary: "db-0", instances: map[string]instanceapi.Status{"db-0": c.s}}
+		obs := &observation{View: ha.View{Primary: "db-0", Instances: map[string]instanceapi.Status{"db-0": c.s}}}
 		obs.plan.archive = &archivePlan{backup: "nightly"}
 		got, reason := false, ""
 		setArchiveCondition(&v1alpha1.Database{}, obs, func(typ string, ok bool, r, _ string) {

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"strconv"
-	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -25,6 +23,7 @@ import (
 
 	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
 	"github.com/daytwo-dev/daytwo/internal/controller"
+	"github.com/daytwo-dev/daytwo/internal/ha"
 	"github.com/daytwo-dev/daytwo/internal/postgres"
 )
 
@@ -126,8 +125,8 @@ func (r *Reconciler) applyStatefulSet(ctx context.Context, db *v1alpha1.Database
 	}
 	desired := statefulSet(db, obs.plan, obs.in)
 	if err == nil {
-		if held := shrinkHold(live, obs.plan, obs.primary); held != nil {
-			desired.Spec.Replicas, obs.shrinkHeld = held, true
+		if held := shrinkHold(live, obs.plan, obs.Primary); held != nil {
+			desired.Spec.Replicas, obs.ShrinkHeld = held, true
 		}
 	}
 	if err != nil || !controller.Unchanged(live, desired, appsv1ac.ExtractStatefulSet) {
@@ -149,7 +148,7 @@ func shrinkHold(live *appsv1.StatefulSet, p plan, primary string) *int32 {
 	if live == nil || live.Spec.Replicas == nil || *live.Spec.Replicas <= p.instances || primary == "" {
 		return nil
 	}
-	if ordinal(primary) < int(p.instances) {
+	if ha.Ordinal(primary) < int(p.instances) {
 		return nil
 	}
 	return ptr.To(*live.Spec.Replicas)
@@ -262,14 +261,4 @@ func (r *Reconciler) nudgePods(ctx context.Context, pods []corev1.Pod, hash stri
 		}
 	}
 	return nil
-}
-
-// ordinal is a StatefulSet pod's index, from its name.
-func ordinal(pod string) int {
-	i := strings.LastIndex(pod, "-")
-	n, err := strconv.Atoi(pod[i+1:])
-	if err != nil {
-		return -1
-	}
-	return n
 }

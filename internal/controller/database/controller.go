@@ -28,6 +28,7 @@ import (
 
 	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
 	"github.com/daytwo-dev/daytwo/internal/controller"
+	"github.com/daytwo-dev/daytwo/internal/ha"
 	"github.com/daytwo-dev/daytwo/internal/instanceapi"
 )
 
@@ -128,7 +129,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (_ re
 // Database as the API server has it, which the status write at the end
 // patches.
 func (r *Reconciler) reconcileNormal(ctx context.Context, db, written *v1alpha1.Database) (_ reconcile.Result, err error) {
-	obs := &observation{plan: newPlan(db), written: written, now: r.Clock.Now(), started: time.Now()}
+	p := newPlan(db)
+	obs := &observation{plan: p, now: r.Clock.Now(), View: ha.View{Written: written, Started: time.Now(),
+		Replication: p.replication(db), WantInstances: p.instances}}
 	defer func() {
 		setStatus(db, obs)
 		db.Status.ObservedGeneration = controller.ObservedGeneration(written.Status.ObservedGeneration, db.Generation, err)
@@ -175,26 +178,26 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, db, written *v1alpha1.
 		// switches over or rolls out meanwhile.
 		return reconcile.Result{RequeueAfter: upgradePoll}, err
 	}
-	failoverRes, err := r.failover(ctx, db, obs)
+	failoverRes, err := r.actor().Failover(ctx, db, &obs.View)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	switchoverRes, err := r.switchover(ctx, db, obs)
+	switchoverRes, err := r.actor().Switchover(ctx, db, &obs.View)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	drainRes, err := r.switchoverForDrain(ctx, db, obs)
+	drainRes, err := r.actor().SwitchoverForDrain(ctx, db, &obs.View)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	shrinkRes, err := r.switchoverForScaleDown(ctx, db, obs)
+	shrinkRes, err := r.actor().SwitchoverForScaleDown(ctx, db, &obs.View)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	if err := r.labelRoles(ctx, obs.pods, obs.primary); err != nil {
+	if err := r.labelRoles(ctx, obs.Pods, obs.Primary); err != nil {
 		return reconcile.Result{}, err
 	}
-	if err := r.nudgePods(ctx, obs.pods, configHash(db, obs.plan)+"/"+obs.tls.version); err != nil {
+	if err := r.nudgePods(ctx, obs.Pods, configHash(db, obs.plan)+"/"+obs.tls.version); err != nil {
 		return reconcile.Result{}, err
 	}
 	if err := r.reconcileStorage(ctx, db, obs); err != nil {
@@ -212,7 +215,7 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, db, written *v1alpha1.
 // refresh is how soon the instances' status is polled again, when they
 // answered this time.
 func refresh(obs *observation) time.Duration {
-	if len(obs.instanceStatuses) > 0 {
+	if len(obs.InstanceStatuses) > 0 {
 		return InstanceRefresh
 	}
 	return 0
@@ -237,11 +240,11 @@ func (r *Reconciler) reconcileAvailability(ctx context.Context, db *v1alpha1.Dat
 	if err := r.observe(ctx, db, obs); err != nil {
 		return reconcile.Result{}, err
 	}
-	res, err := r.failover(ctx, db, obs)
+	res, err := r.actor().Failover(ctx, db, &obs.View)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	if err := r.labelRoles(ctx, obs.pods, obs.primary); err != nil {
+	if err := r.labelRoles(ctx, obs.Pods, obs.Primary); err != nil {
 		return reconcile.Result{}, err
 	}
 	res.RequeueAfter = controller.Soonest(res.RequeueAfter, renewIn, refresh(obs))

@@ -14,7 +14,8 @@
 //   - tls.go, apitls.go: the server certificate PostgreSQL serves and the
 //     instance API's mutual TLS;
 //   - lease.go: the primary Lease (created once; its holder is the one fact
-//     failover changes) and the instance managers' RBAC for it;
+//     failover changes), the instance managers' RBAC for it, and the Lease
+//     events a reconcile follows;
 //   - archive.go: continuous WAL archiving to the Database's Physical
 //     DatabaseBackup, and a restore's source;
 //   - plan.go, podtemplate.go, resources.go, names.go: what the spec and
@@ -25,13 +26,12 @@
 //   - majorupgrade.go: a major version upgrade with pg_upgrade, and its
 //     rollback; upgradejob.go runs pg_upgrade's Job, preupgradebackup.go
 //     takes the backup before it;
-//   - failover.go: the failover actor (the decision, pure, is
-//     ha.DecideFailover): when the primary lost its lease, hand
-//     it to the replica internal/ha picks, promote it, and wait for the old
-//     primary's release; promote.go holds the promotion calls both failover
-//     and switchover make, and the announcements before the primary moves;
-//   - switchover.go: a requested switchover, and those a node drain or a
-//     scale-down starts;
+//   - high availability lives in internal/ha: its Actor moves the primary
+//     Lease and calls the instance managers (Failover: the primary lost
+//     its lease; Switchover: one requested, or one a node drain, a
+//     scale-down or a rollout of the primary needs), on the observation's
+//     ha.View; hahost.go is this controller's side of it (the pods and the
+//     instance API), lease.go creates the Lease;
 //   - inplace.go, inplacestate.go, rollout.go: settings that need a
 //     restart, rolled instance by instance (and what the operator
 //     remembers of them between reconciles), and image rollouts, replicas

@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
+	"github.com/daytwo-dev/daytwo/internal/ha"
 )
 
 // Exported for the envtest suite, which runs as package database_test.
@@ -19,7 +20,7 @@ var (
 // AwaitRelease runs failover's wait for holder's release, among pods, and
 // returns the time waited and the lease it ended with.
 func AwaitRelease(ctx context.Context, r *Reconciler, db *v1alpha1.Database, lease *coordinationv1.Lease, pods []corev1.Pod, holder string) (time.Duration, *coordinationv1.Lease) {
-	obs := &observation{lease: lease, pods: pods}
-	waited := r.awaitRelease(ctx, db, obs, holder)
-	return waited, obs.lease
+	v := &ha.View{Lease: lease, Pods: pods}
+	waited := r.actor().AwaitRelease(ctx, db, v, holder)
+	return waited, v.Lease
 }

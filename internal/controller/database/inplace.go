@@ -107,16 +107,16 @@ func compareRevisions(a, b []byte) (revisionChange, error) {
 // starts empty with each run of its server, so a replica whose primary just
 // restarted counts only once it is back.
 func inPlaceHealthy(obs *observation, victim string) bool {
-	primary, ok := obs.instances[obs.primary]
+	primary, ok := obs.Instances[obs.Primary]
 	if !ok || primary.Phase != instanceapi.PhaseRunning {
 		return false
 	}
-	for i := range obs.pods {
-		name := obs.pods[i].Name
-		if name == victim || name == obs.primary {
+	for i := range obs.Pods {
+		name := obs.Pods[i].Name
+		if name == victim || name == obs.Primary {
 			continue
 		}
-		s, ok := obs.instances[name]
+		s, ok := obs.Instances[name]
 		if !ok || s.Phase != instanceapi.PhaseRunning || len(s.RaisedSettings) > 0 || !s.Streaming {
 			return false
 		}
@@ -177,7 +177,7 @@ func (r *Reconciler) adoptInPlace(ctx context.Context, obs *observation, outdate
 	want := obs.plan.restartParameters()
 	for _, pod := range outdated {
 		change, err := r.settingsOnlyChange(ctx, pod.Namespace, pod.Labels[appsv1.ControllerRevisionHashLabelKey], revision)
-		s, known := obs.instances[pod.Name]
+		s, known := obs.Instances[pod.Name]
 		// The revision must render the settings this pass rendered: obs.sts
 		// was read before this pass applied the StatefulSet.
 		if err != nil || !change.settingsOnly || change.params != want || decideInPlace(s, known, wantHash, false) != inPlaceDone {
@@ -208,7 +208,7 @@ func (r *Reconciler) restartVictimInPlace(ctx context.Context, db *v1alpha1.Data
 		return reconcile.Result{}, false // broken: replaced
 	}
 	role := "replica"
-	if victim.Name == obs.primary {
+	if victim.Name == obs.Primary {
 		role = "primary"
 	}
 	change, err := r.settingsOnlyChange(ctx, victim.Namespace, victim.Labels[appsv1.ControllerRevisionHashLabelKey], revision)
@@ -225,7 +225,7 @@ func (r *Reconciler) restartVictimInPlace(ctx context.Context, db *v1alpha1.Data
 			role, victim.Name, revision)
 		return reconcile.Result{RequeueAfter: time.Second}, true
 	}
-	s, known := obs.instances[victim.Name]
+	s, known := obs.Instances[victim.Name]
 	if silent := r.inPlace.silentFor(victim.UID, known, r.Clock.Now()); silent >= silentPatience {
 		logf.FromContext(ctx).Info("The instance manager has not answered; replacing the pod instead of restarting postgres in place",
 			"pod", victim.Name, "silentFor", silent.Round(time.Second))
@@ -271,7 +271,7 @@ func (r *Reconciler) restartPostgres(ctx context.Context, db *v1alpha1.Database,
 	if err != nil {
 		return err
 	}
-	if name == obs.primary {
+	if name == obs.Primary {
 		if err := r.Instances.Checkpoint(ctx, ip, token); err != nil {
 			return fmt.Errorf("failed to checkpoint the primary %s before its restart: %w", name, err)
 		}
@@ -295,9 +295,9 @@ func (r *Reconciler) restartAsked(obs *observation, name string) bool {
 }
 
 func podNamed(obs *observation, name string) *corev1.Pod {
-	for i := range obs.pods {
-		if obs.pods[i].Name == name {
-			return &obs.pods[i]
+	for i := range obs.Pods {
+		if obs.Pods[i].Name == name {
+			return &obs.Pods[i]
 		}
 	}
 	return nil

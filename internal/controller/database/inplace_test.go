@@ -10,6 +10,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
+	"github.com/daytwo-dev/daytwo/internal/ha"
 	"github.com/daytwo-dev/daytwo/internal/instanceapi"
 )
 
@@ -113,7 +114,7 @@ func TestInPlaceHealthy(t *testing.T) {
 		if mutate != nil {
 			mutate(in)
 		}
-		return &observation{pods: pods, primary: "db-0", instances: in}
+		return &observation{View: ha.View{Pods: pods, Primary: "db-0", Instances: in}}
 	}
 	tests := []struct {
 		name string

@@ -3,18 +3,18 @@ package database
 import (
 	"context"
 	"fmt"
-	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 	rbacv1ac "k8s.io/client-go/applyconfigurations/rbac/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
 	"github.com/daytwo-dev/daytwo/internal/controller"
@@ -55,41 +55,22 @@ func (r *Reconciler) ensurePrimaryLease(ctx context.Context, db *v1alpha1.Databa
 	if err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("failed to get Lease %s: %w", key.Name, err)
 	}
-	obs.lease = l
-	obs.primary = ha.LeaseStateOf(l).Holder
+	obs.Lease = l
+	obs.Primary = ha.LeaseStateOf(l).Holder
 	return nil
 }
 
-// HandoverPatience is how long a switchover's target keeps a lease it has
-// not been promoted with (it lacks the old primary's last WAL, say) before
-// failover chooses again among all replicas.
-const HandoverPatience = 2 * time.Minute
-
-// handoverExpired: the lease was handed over more than HandoverPatience ago.
-func handoverExpired(l *coordinationv1.Lease, now time.Time) bool {
-	return l.Spec.AcquireTime != nil && now.Sub(l.Spec.AcquireTime.Time) > HandoverPatience
-}
-
-// extendLease renews the lease for its holder, on the operator's side,
-// with the resourceVersion read.
-func (r *Reconciler) extendLease(ctx context.Context, obs *observation) error {
-	l := obs.lease.DeepCopy()
-	t := metav1.NewMicroTime(r.Clock.Now())
-	l.Spec.RenewTime = &t
-	if err := r.Client.Update(ctx, l); err != nil {
-		return fmt.Errorf("failed to extend Lease %s for %s: %w", l.Name, ptr.Deref(l.Spec.HolderIdentity, ""), err)
-	}
-	obs.lease = l
-	return nil
-}
-
-// holderIsReplica: the lease names an instance that still reports itself a
-// replica, so it waits to be promoted.
-func holderIsReplica(obs *observation, holder string) bool {
-	for _, s := range obs.instanceStatuses {
-		if s.Name == holder {
-			return s.Error == "" && s.Role == "replica"
+// leaseChanged lets through the Lease events failover acts on: a new
+// holder, and a release (renewTime cleared). Renewals, once a second, are
+// not events to reconcile on.
+var leaseChanged = predicate.Funcs{
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		o, ok1 := e.ObjectOld.(*coordinationv1.Lease)
+		n, ok2 := e.ObjectNew.(*coordinationv1.Lease)
+		if !ok1 || !ok2 {
+			return true
 		}
-	}
-	return false
+		return ptr.Deref(o.Spec.HolderIdentity, "") != ptr.Deref(n.Spec.HolderIdentity, "") ||
+			(o.Spec.RenewTime == nil) != (n.Spec.RenewTime == nil)
+	},
 }

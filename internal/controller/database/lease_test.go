@@ -6,35 +6,29 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
-	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 )
 
-// A handed-over lease expires HandoverPatience after its acquisition, not
-// at it; one never acquired never does.
-func TestHandoverExpired(t *testing.T) {
-	at := time.Unix(1e9, 0)
-	acquired := metav1.NewMicroTime(at)
-	l := &coordinationv1.Lease{Spec: coordinationv1.LeaseSpec{AcquireTime: &acquired}}
-	if handoverExpired(l, at.Add(HandoverPatience)) {
-		t.Error("expired at HandoverPatience itself")
+// Failover reconciles on a new holder and on a release, not on the
+// renewals every second.
+func TestLeaseChangedLetsThroughHolderAndRelease(t *testing.T) {
+	renewed := metav1.NewMicroTime(time.Unix(1e9, 0))
+	lease := func(holder string, renew *metav1.MicroTime) *coordinationv1.Lease {
+		return &coordinationv1.Lease{Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(holder), RenewTime: renew}}
 	}
-	if !handoverExpired(l, at.Add(HandoverPatience+time.Millisecond)) {
-		t.Error("not expired after HandoverPatience")
-	}
-	if handoverExpired(&coordinationv1.Lease{}, at.Add(time.Hour)) {
-		t.Error("a lease never acquired expired")
-	}
-}
-
-// The holder waits to be promoted only while it answers as a replica.
-func TestHolderIsReplica(t *testing.T) {
-	obs := &observation{instanceStatuses: []v1alpha1.InstanceStatus{
-		{Name: "db-0", Role: "primary"}, {Name: "db-1", Role: "replica"}, {Name: "db-2", Role: "replica", Error: "timeout"},
-	}}
-	for holder, want := range map[string]bool{"db-0": false, "db-1": true, "db-2": false, "db-3": false} {
-		if got := holderIsReplica(obs, holder); got != want {
-			t.Errorf("holderIsReplica(%s) = %v, want %v", holder, got, want)
+	later := metav1.NewMicroTime(renewed.Add(time.Second))
+	for _, c := range []struct {
+		name     string
+		old, new *coordinationv1.Lease
+		want     bool
+	}{
+		{"a renewal", lease("db-0", &renewed), lease("db-0", &later), false},
+		{"a new holder", lease("db-0", &renewed), lease("db-1", &later), true},
+		{"a release", lease("db-0", &renewed), lease("db-0", nil), true},
+	} {
+		if got := leaseChanged.Update(event.UpdateEvent{ObjectOld: c.old, ObjectNew: c.new}); got != c.want {
+			t.Errorf("%s: %v, want %v", c.name, got, c.want)
 		}
 	}
 }

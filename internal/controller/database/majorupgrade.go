@@ -142,7 +142,7 @@ func (r *Reconciler) planMajorUpgrade(db *v1alpha1.Database, obs *observation, i
 	attempt := live.Annotations[annUpgrading]
 	f := upgradeFacts{from: in.major, to: db.Spec.Version, upgrading: attempt != "",
 		failedTo: failed, retry: retryToken != db.Annotations[v1alpha1.AnnotationRetryUpgrade],
-		primary: obs.primary, primary0: podName(db, 0), primaryServing: primaryServing(obs, podName(db, 0)),
+		primary: obs.Primary, primary0: podName(db, 0), primaryServing: primaryServing(obs, podName(db, 0)),
 		job: jobStateOf(obs.upgradeJob)}
 	if f.upgrading && obs.upgradeJob != nil && obs.upgradeJob.Annotations[annUpgrading] != attempt {
 		// A Job of another attempt (its deletion failed once): never take
@@ -268,13 +268,13 @@ func (r *Reconciler) upgradeServed(ctx context.Context, db *v1alpha1.Database, o
 // its instance manager answers it is no primary: its volume must hold the
 // primary's data, cleanly shut down, when the instances stop.
 func primaryServing(obs *observation, pod string) bool {
-	if obs.lease != nil && obs.lease.Annotations[instanceapi.AnnotationHandoverLSN] != "" {
+	if obs.Lease != nil && obs.Lease.Annotations[instanceapi.AnnotationHandoverLSN] != "" {
 		return false
 	}
-	for i := range obs.pods {
-		if obs.pods[i].Name == pod {
-			s, ok := obs.instances[pod]
-			return podReady(&obs.pods[i]) && (!ok || s.Role == instanceapi.RolePrimary)
+	for i := range obs.Pods {
+		if obs.Pods[i].Name == pod {
+			s, ok := obs.Instances[pod]
+			return podReady(&obs.Pods[i]) && (!ok || s.Role == instanceapi.RolePrimary)
 		}
 	}
 	return true // nothing runs (every instance down): its volume is all there is
@@ -282,9 +282,9 @@ func primaryServing(obs *observation, pod string) bool {
 
 // primaryServes: the lease's holder is ready.
 func primaryServes(obs *observation) bool {
-	for i := range obs.pods {
-		if obs.pods[i].Name == obs.primary {
-			return podReady(&obs.pods[i])
+	for i := range obs.Pods {
+		if obs.Pods[i].Name == obs.Primary {
+			return podReady(&obs.Pods[i])
 		}
 	}
 	return false

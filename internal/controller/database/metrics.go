@@ -2,7 +2,6 @@ package database
 
 import (
 	"sync"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -10,20 +9,10 @@ import (
 
 	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
 	"github.com/daytwo-dev/daytwo/internal/controller"
+	"github.com/daytwo-dev/daytwo/internal/ha"
 )
 
 var (
-	failovers = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "daytwo_database_failovers_total", Help: "Failovers: the primary lease moved to a replica after the primary lost it.",
-	}, []string{"namespace", "database"})
-	switchovers = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "daytwo_database_switchovers_total", Help: "Switchover requests answered, by result.",
-	}, []string{"namespace", "database", "result"})
-	promotionSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Name:    "daytwo_database_promotion_seconds",
-		Help:    "From a failover's detection, or a switchover's start, to the new primary's promotion.",
-		Buckets: []float64{0.25, 0.5, 1, 2, 5, 10, 30, 60},
-	}, []string{"namespace", "database", "kind"})
 	walPending = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "daytwo_database_wal_archive_pending_files", Help: "WAL files the primary finished and has not archived yet.",
 	}, []string{"namespace", "database"})
@@ -44,7 +33,7 @@ var (
 
 func registerMetrics() {
 	registerOnce.Do(func() {
-		crmetrics.Registry.MustRegister(failovers, switchovers, promotionSeconds, walPending, walLastArchived, instances, readyInstances, instanceAPICalls)
+		crmetrics.Registry.MustRegister(ha.Failovers, ha.Switchovers, ha.PromotionSeconds, walPending, walLastArchived, instances, readyInstances, instanceAPICalls)
 	})
 }
 
@@ -52,12 +41,12 @@ func registerMetrics() {
 // that increase() sees the first failover (a series born at 1 shows no
 // increase) and the dashboard finds them.
 func initMetrics(db *v1alpha1.Database) {
-	failovers.WithLabelValues(db.Namespace, db.Name)
+	ha.Failovers.WithLabelValues(db.Namespace, db.Name)
 	for _, r := range []v1alpha1.SwitchoverResult{v1alpha1.SwitchoverSucceeded, v1alpha1.SwitchoverRefused, v1alpha1.SwitchoverFailed} {
-		switchovers.WithLabelValues(db.Namespace, db.Name, string(r))
+		ha.Switchovers.WithLabelValues(db.Namespace, db.Name, string(r))
 	}
 	for _, kind := range []string{"failover", "switchover"} {
-		promotionSeconds.WithLabelValues(db.Namespace, db.Name, kind)
+		ha.PromotionSeconds.WithLabelValues(db.Namespace, db.Name, kind)
 	}
 	controller.InitCounts("Database", db, "restart-broken-instance")
 }
@@ -65,7 +54,7 @@ func initMetrics(db *v1alpha1.Database) {
 // forgetMetrics drops the series of a Database that is gone.
 func forgetMetrics(key client.ObjectKey) {
 	controller.ForgetSeries(prometheus.Labels{"namespace": key.Namespace, "database": key.Name},
-		failovers, switchovers, promotionSeconds, walPending, walLastArchived, instances, readyInstances)
+		ha.Failovers, ha.Switchovers, ha.PromotionSeconds, walPending, walLastArchived, instances, readyInstances)
 	controller.ForgetCounts("Database", key)
 }
 
@@ -84,18 +73,4 @@ func countInstanceAPICall(method string, err error) {
 		result = "unanswered"
 	}
 	instanceAPICalls.WithLabelValues(method, result).Inc()
-}
-
-func countFailover(db *v1alpha1.Database) { failovers.WithLabelValues(db.Namespace, db.Name).Inc() }
-
-func observeFailover(db *v1alpha1.Database, d time.Duration) {
-	promotionSeconds.WithLabelValues(db.Namespace, db.Name, "failover").Observe(d.Seconds())
-}
-
-func countSwitchover(db *v1alpha1.Database, result v1alpha1.SwitchoverResult) {
-	switchovers.WithLabelValues(db.Namespace, db.Name, string(result)).Inc()
-}
-
-func observeSwitchover(db *v1alpha1.Database, d time.Duration) {
-	promotionSeconds.WithLabelValues(db.Namespace, db.Name, "switchover").Observe(d.Seconds())
 }

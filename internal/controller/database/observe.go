@@ -29,7 +29,7 @@ func (r *Reconciler) observe(ctx context.Context, db *v1alpha1.Database, obs *ob
 	if err == nil {
 		obs.sts = sts
 	}
-	if obs.pods, err = r.listPods(ctx, db); err != nil {
+	if obs.Pods, err = r.listPods(ctx, db); err != nil {
 		return err
 	}
 	if err := r.readUpgradeObjects(ctx, db, obs); err != nil {
@@ -40,12 +40,12 @@ func (r *Reconciler) observe(ctx context.Context, db *v1alpha1.Database, obs *ob
 	// weigh it, and a frozen one would hold the reconcile for the whole
 	// timeout. (A switchover's target, holding a handed-over lease, is.)
 	expired := ""
-	if l := obs.lease; l != nil && l.Spec.RenewTime != nil && l.Annotations[instanceapi.AnnotationHandoverLSN] == "" {
+	if l := obs.Lease; l != nil && l.Spec.RenewTime != nil && l.Annotations[instanceapi.AnnotationHandoverLSN] == "" {
 		if st := ha.LeaseStateOf(l); st.Expired(r.Clock.Now()) {
 			expired = st.Holder
 		}
 	}
-	obs.instanceStatuses, obs.instances = r.askInstances(ctx, db, obs.pods, expired, false)
+	obs.InstanceStatuses, obs.Instances = r.askInstances(ctx, db, obs.Pods, expired, false)
 	return nil
 }
 
@@ -70,9 +70,9 @@ func (r *Reconciler) listPods(ctx context.Context, db *v1alpha1.Database) ([]cor
 		return nil, fmt.Errorf("failed to list pods: %w", err)
 	}
 	owned := slices.DeleteFunc(pods.Items, func(p corev1.Pod) bool {
-		return !metav1.IsControlledBy(&p, sts) || ordinal(p.Name) < 0 || p.Name != podName(db, ordinal(p.Name))
+		return !metav1.IsControlledBy(&p, sts) || ha.Ordinal(p.Name) < 0 || p.Name != podName(db, ha.Ordinal(p.Name))
 	})
-	slices.SortFunc(owned, func(a, b corev1.Pod) int { return ordinal(a.Name) - ordinal(b.Name) })
+	slices.SortFunc(owned, func(a, b corev1.Pod) int { return ha.Ordinal(a.Name) - ha.Ordinal(b.Name) })
 	return owned, nil
 }
 

@@ -15,6 +15,7 @@ import (
 
 	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
 	"github.com/daytwo-dev/daytwo/internal/controller"
+	"github.com/daytwo-dev/daytwo/internal/ha"
 	"github.com/daytwo-dev/daytwo/internal/instanceapi"
 	"github.com/daytwo-dev/daytwo/internal/postgres"
 )
@@ -48,7 +49,7 @@ func (r *Reconciler) decideImage(ctx context.Context, db *v1alpha1.Database, obs
 	in.goodImage, in.failedImage = live.Annotations[annGoodImage], live.Annotations[annFailedImage]
 	in.runningParams = live.Annotations[annRunningParameters]
 	obs.templateImage = containerImage(&live.Spec.Template.Spec)
-	if rolloutComplete(live, obs.pods) {
+	if rolloutComplete(live, obs.Pods) {
 		in.goodImage = obs.templateImage
 		in.runningParams = live.Spec.Template.Annotations[annRestartParameters]
 	}
@@ -73,8 +74,8 @@ func (r *Reconciler) decideImage(ctx context.Context, db *v1alpha1.Database, obs
 // failing says why an instance on the StatefulSet's current image cannot
 // become ready, or "" while it still may.
 func (r *Reconciler) failing(obs *observation) string {
-	for i := range obs.pods {
-		pod := &obs.pods[i]
+	for i := range obs.Pods {
+		pod := &obs.Pods[i]
 		if containerImage(&pod.Spec) != obs.templateImage || podReady(pod) || !pod.DeletionTimestamp.IsZero() {
 			continue
 		}
@@ -116,9 +117,9 @@ func (r *Reconciler) rollOut(ctx context.Context, db *v1alpha1.Database, obs *ob
 		return reconcile.Result{}, nil // the StatefulSet controller has not caught up; its status update wakes us
 	}
 	var outdated []*corev1.Pod
-	allReady := len(obs.pods) == int(ptrValue(sts.Spec.Replicas))
-	for i := range obs.pods {
-		pod := &obs.pods[i]
+	allReady := len(obs.Pods) == int(ptrValue(sts.Spec.Replicas))
+	for i := range obs.Pods {
+		pod := &obs.Pods[i]
 		allReady = allReady && podReady(pod) && pod.DeletionTimestamp.IsZero()
 		if pod.Labels[appsv1.ControllerRevisionHashLabelKey] != sts.Status.UpdateRevision && pod.DeletionTimestamp.IsZero() {
 			outdated = append(outdated, pod)
@@ -126,7 +127,7 @@ func (r *Reconciler) rollOut(ctx context.Context, db *v1alpha1.Database, obs *ob
 	}
 	obs.outdated = len(outdated)
 	obs.pendingParams = pendingParameters(obs.plan, obs.in.runningParams, outdated)
-	if obs.handedOver {
+	if obs.HandedOver {
 		return reconcile.Result{RequeueAfter: time.Second}, nil // readiness and roles just changed
 	}
 	// Also with nothing outdated: a replica promoted while it ran its old
@@ -143,7 +144,7 @@ func (r *Reconciler) rollOut(ctx context.Context, db *v1alpha1.Database, obs *ob
 	// is not broken: restarting it would start the restore over. A pod
 	// whose restore init container runs says so itself, answer or not.
 	candidates := slices.DeleteFunc(slices.Clone(outdated), func(p *corev1.Pod) bool {
-		return obs.instances[p.Name].Phase == instanceapi.PhaseBootstrapping || restoring(p)
+		return obs.Instances[p.Name].Phase == instanceapi.PhaseBootstrapping || restoring(p)
 	})
 	if len(candidates) == 0 {
 		return r.pollWhileRollingOut(obs), nil
@@ -154,11 +155,11 @@ func (r *Reconciler) rollOut(ctx context.Context, db *v1alpha1.Database, obs *ob
 	} else if moved {
 		return reconcile.Result{RequeueAfter: time.Second}, nil // the cache lags the relabelled pods
 	}
-	victim := pickRestart(candidates, allReady, obs.primary, r.Clock.Now())
+	victim := pickRestart(candidates, allReady, obs.Primary, r.Clock.Now())
 	if victim == nil {
 		return r.pollWhileRollingOut(obs), nil
 	}
-	if victim.Name == obs.primary && podReady(victim) && len(obs.pods) > 1 {
+	if victim.Name == obs.Primary && podReady(victim) && len(obs.Pods) > 1 {
 		// A planned restart of the primary is a switchover first: the old
 		// primary then restarts as a replica, on a later pass.
 		return r.switchoverBeforeRestart(ctx, db, obs, sts.Status.UpdateRevision)
@@ -174,7 +175,7 @@ func (r *Reconciler) rollOut(ctx context.Context, db *v1alpha1.Database, obs *ob
 		return reconcile.Result{}, fmt.Errorf("failed to delete pod %s: %w", victim.Name, err)
 	}
 	role := "replica"
-	if victim.Name == obs.primary {
+	if victim.Name == obs.Primary {
 		role = "primary"
 	}
 	if since, ready := readySince(victim); !ready && r.Clock.Now().Sub(since) >= brokenAfter {
@@ -228,7 +229,7 @@ func pickRestart(outdated []*corev1.Pod, allReady bool, primary string, now time
 	}
 	best := outdated[0]
 	for _, p := range outdated[1:] {
-		if best.Name == primary || (p.Name != primary && ordinal(p.Name) > ordinal(best.Name)) {
+		if best.Name == primary || (p.Name != primary && ha.Ordinal(p.Name) > ha.Ordinal(best.Name)) {
 			best = p
 		}
 	}
@@ -246,8 +247,8 @@ func pickRestart(outdated []*corev1.Pod, allReady bool, primary string, now time
 // raised value could not be promoted until their own restart. It reports
 // whether it acted or holds, so that nothing else restarts meanwhile.
 func (r *Reconciler) lowerOnPrimaryFirst(ctx context.Context, db *v1alpha1.Database, obs *observation) (reconcile.Result, bool, error) {
-	primary, ok := obs.instances[obs.primary]
-	if len(obs.pods) < 2 || !ok || primary.Role != instanceapi.RolePrimary || primary.InRecovery {
+	primary, ok := obs.Instances[obs.Primary]
+	if len(obs.Pods) < 2 || !ok || primary.Role != instanceapi.RolePrimary || primary.InRecovery {
 		return reconcile.Result{}, false, nil
 	}
 	lowered := postgres.Lowered(primary.StandbySettings, obs.plan.params)
@@ -261,25 +262,25 @@ func (r *Reconciler) lowerOnPrimaryFirst(ctx context.Context, db *v1alpha1.Datab
 		return reconcile.Result{}, true, nil
 	}
 	if primary.Phase != instanceapi.PhaseRunning {
-		obs.rolloutWaiting = fmt.Sprintf("Lowering %s: the primary %s restarts first, once it runs", what, obs.primary)
+		obs.rolloutWaiting = fmt.Sprintf("Lowering %s: the primary %s restarts first, once it runs", what, obs.Primary)
 		return reconcile.Result{RequeueAfter: time.Second}, true, nil
 	}
-	if r.restartAsked(obs, obs.primary) {
-		obs.rolloutWaiting = fmt.Sprintf("Lowering %s: the primary %s restarts in place first", what, obs.primary)
+	if r.restartAsked(obs, obs.Primary) {
+		obs.rolloutWaiting = fmt.Sprintf("Lowering %s: the primary %s restarts in place first", what, obs.Primary)
 		return reconcile.Result{RequeueAfter: time.Second}, true, nil
 	}
 	for _, name := range lowered {
 		if !slices.Contains(primary.PendingRestartSettings, name) {
-			obs.rolloutWaiting = fmt.Sprintf("Lowering %s: waiting for the primary %s to read the new settings before it restarts, first", what, obs.primary)
+			obs.rolloutWaiting = fmt.Sprintf("Lowering %s: waiting for the primary %s to read the new settings before it restarts, first", what, obs.Primary)
 			return reconcile.Result{RequeueAfter: 2 * time.Second}, true, nil
 		}
 	}
-	if err := r.restartPostgres(ctx, db, obs, obs.primary); err != nil {
+	if err := r.restartPostgres(ctx, db, obs, obs.Primary); err != nil {
 		return reconcile.Result{}, true, err
 	}
-	obs.rolloutWaiting = fmt.Sprintf("Lowering %s: the primary %s restarts in place first", what, obs.primary)
+	obs.rolloutWaiting = fmt.Sprintf("Lowering %s: the primary %s restarts in place first", what, obs.Primary)
 	controller.Event(ctx, r.Recorder, db, nil, corev1.EventTypeNormal, "Restarting", "Restart",
-		"Restarting the primary %s in place first: the spec lowers %s, which a replica may not run lower than its primary", obs.primary, what)
+		"Restarting the primary %s in place first: the spec lowers %s, which a replica may not run lower than its primary", obs.Primary, what)
 	return reconcile.Result{RequeueAfter: time.Second}, true, nil
 }
 
@@ -288,8 +289,8 @@ func (r *Reconciler) lowerOnPrimaryFirst(ctx context.Context, db *v1alpha1.Datab
 // while no replica streams close enough: restarting the primary then would
 // be a failover to a replica that lacks acknowledged writes.
 func (r *Reconciler) switchoverBeforeRestart(ctx context.Context, db *v1alpha1.Database, obs *observation, revision string) (reconcile.Result, error) {
-	return r.autoSwitchover(ctx, db, obs, obs.instanceStatuses,
-		fmt.Sprintf("before restarting the primary %s to apply revision %s", obs.primary, revision))
+	return r.actor().AutoSwitchover(ctx, db, &obs.View, obs.InstanceStatuses,
+		fmt.Sprintf("before restarting the primary %s to apply revision %s", obs.Primary, revision))
 }
 
 func (r *Reconciler) pollWhileRollingOut(obs *observation) reconcile.Result {
@@ -357,7 +358,7 @@ func ptrValue(p *int32) int32 {
 // restart (pg_settings.pending_restart), which also catches ALTER SYSTEM.
 func reportedPending(obs *observation) []string {
 	var names []string
-	for _, s := range obs.instanceStatuses {
+	for _, s := range obs.InstanceStatuses {
 		names = append(names, s.PendingRestart...)
 	}
 	return names

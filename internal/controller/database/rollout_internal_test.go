@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
+	"github.com/daytwo-dev/daytwo/internal/ha"
 )
 
 // pod is ready, or not, for an hour before pickNow.
@@ -112,7 +113,7 @@ func TestFailing(t *testing.T) {
 		{"a pod on the old image does not count", mk("pg:old", "ErrImagePull", time.Hour), ""},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			obs := &observation{now: now, templateImage: "pg:new", pods: []corev1.Pod{tt.pod}}
+			obs := &observation{now: now, templateImage: "pg:new", View: ha.View{Pods: []corev1.Pod{tt.pod}}}
 			if got := r.failing(obs); got != tt.want {
 				t.Errorf("failing = %q, want %q", got, tt.want)
 			}

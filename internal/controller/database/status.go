@@ -8,27 +8,27 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
-	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
 	"github.com/daytwo-dev/daytwo/internal/controller"
 	"github.com/daytwo-dev/daytwo/internal/controller/conditions"
+	"github.com/daytwo-dev/daytwo/internal/ha"
 	"github.com/daytwo-dev/daytwo/internal/instanceapi"
 )
 
 // observation is what one reconcile saw and decided; the status is built
 // from it alone.
 type observation struct {
+	// View is what the HA phases (internal/ha.Actor) read and change:
+	// the pods, the instances' answers, the Lease and its holder.
+	ha.View
 	plan    plan
 	invalid string
 	now     time.Time
-	// started is when the reconcile began, on the real clock (for the log).
-	started time.Time
 
 	sts           *appsv1.StatefulSet
-	pods          []corev1.Pod
 	in            stsInputs
 	templateImage string
 
@@ -39,12 +39,6 @@ type observation struct {
 	archiveNote     string
 	restoreFailed   string
 	keepStatefulSet bool
-	// shrinkHeld: a scale-down waits for the primary to move to an
-	// instance that stays (shrinkHold).
-	shrinkHeld       bool
-	instanceStatuses []v1alpha1.InstanceStatus
-	// instances are the instance managers' answers by pod.
-	instances map[string]instanceapi.Status
 	// rolloutWaiting says why a rollout holds (Progressing=True).
 	rolloutWaiting string
 
@@ -67,20 +61,6 @@ type observation struct {
 	// storageFinal: the volumes differ from spec for good (a shrink), so
 	// nothing is pending.
 	storageFinal bool
-
-	// lease is the primary Lease; primary is its holder.
-	lease           *coordinationv1.Lease
-	primary         string
-	failoverWaiting string
-	// servingOnPromises says why an expired lease is not moved: its
-	// holder serves on its replicas' promises (ha.FailoverDecision.OnPromises).
-	servingOnPromises string
-	switchoverWaiting string
-	// written is the Database as the API server has it (see announce).
-	written *v1alpha1.Database
-	// handedOver: a switchover moved the primary in this reconcile, so what
-	// was observed (lease, roles, readiness) is stale; nothing else acts on it.
-	handedOver bool
 }
 
 // setStatus rebuilds db's status from obs.
@@ -127,17 +107,17 @@ func setStatus(db *v1alpha1.Database, obs *observation) {
 		st.CurrentImage = obs.in.image
 	}
 	st.FailedImage = obs.in.failedImage
-	st.InstanceStatuses = obs.instanceStatuses
+	st.InstanceStatuses = obs.InstanceStatuses
 	st.Recovery = recoveryProgress(obs)
 	st.ReadyInstances, st.Primary = 0, ""
 	primaryReady, primaryWhy := false, "the primary pod does not exist yet"
-	for i := range obs.pods {
-		pod := &obs.pods[i]
+	for i := range obs.Pods {
+		pod := &obs.Pods[i]
 		ready := podReady(pod) && pod.DeletionTimestamp.IsZero()
 		if ready {
 			st.ReadyInstances++
 		}
-		if pod.Name == obs.primary {
+		if pod.Name == obs.Primary {
 			st.Primary, primaryReady, primaryWhy = pod.Name, ready, notReadyReason(pod)
 		}
 	}
@@ -145,14 +125,14 @@ func setStatus(db *v1alpha1.Database, obs *observation) {
 	// The lease names an instance still running as a replica: it is being
 	// promoted.
 	st.TargetPrimary = ""
-	if holderIsReplica(obs, obs.primary) {
-		st.TargetPrimary = obs.primary
+	if obs.HolderIsReplica(obs.Primary) {
+		st.TargetPrimary = obs.Primary
 	}
-	switch reason, msg := primaryError(obs.pods, obs.primary); {
-	case obs.failoverWaiting != "":
-		set(v1alpha1.ConditionReady, false, v1alpha1.ReasonFailingOver, obs.failoverWaiting)
-	case obs.servingOnPromises != "":
-		set(v1alpha1.ConditionReady, true, v1alpha1.ReasonServingOnPromises, obs.servingOnPromises)
+	switch reason, msg := primaryError(obs.Pods, obs.Primary); {
+	case obs.FailoverWaiting != "":
+		set(v1alpha1.ConditionReady, false, v1alpha1.ReasonFailingOver, obs.FailoverWaiting)
+	case obs.ServingOnPromises != "":
+		set(v1alpha1.ConditionReady, true, v1alpha1.ReasonServingOnPromises, obs.ServingOnPromises)
 	case primaryReady:
 		set(v1alpha1.ConditionReady, true, v1alpha1.ReasonAvailable,
 			fmt.Sprintf("The primary %s accepts connections; %d of %d instances ready", st.Primary, st.ReadyInstances, st.Instances))
@@ -191,8 +171,8 @@ func setRolloutConditions(db *v1alpha1.Database, obs *observation, set func(stri
 		set(v1alpha1.ConditionPendingRestart, false, v1alpha1.ReasonUpToDate, "Every instance runs the current settings")
 	}
 	switch {
-	case obs.switchoverWaiting != "":
-		set(v1alpha1.ConditionProgressing, true, v1alpha1.ReasonSwitchoverPending, "A switchover waits: "+obs.switchoverWaiting)
+	case obs.SwitchoverWaiting != "":
+		set(v1alpha1.ConditionProgressing, true, v1alpha1.ReasonSwitchoverPending, "A switchover waits: "+obs.SwitchoverWaiting)
 	case obs.rolloutWaiting != "":
 		set(v1alpha1.ConditionProgressing, true, v1alpha1.ReasonRollingOut, obs.rolloutWaiting)
 	case obs.outdated > 0:

@@ -6,6 +6,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
+	"github.com/daytwo-dev/daytwo/internal/ha"
 )
 
 func TestPhase(t *testing.T) {
@@ -15,12 +16,12 @@ func TestPhase(t *testing.T) {
 		obs  observation
 		want v1alpha1.DatabasePhase
 	}{
-		{"first start", observation{primary: "orders-0", plan: plan{instances: 1}, pods: []corev1.Pod{*pod("orders-0", "r", false)}}, v1alpha1.DatabasePhaseCreating},
-		{"ready", observation{primary: "orders-0", plan: plan{instances: 1}, pods: []corev1.Pod{ready}, in: stsInputs{goodImage: "pg:1"}, templateImage: "pg:1"}, v1alpha1.DatabasePhaseReady},
-		{"rolling an image", observation{primary: "orders-0", plan: plan{instances: 1}, pods: []corev1.Pod{ready}, in: stsInputs{goodImage: "pg:1"}, templateImage: "pg:2"}, v1alpha1.DatabasePhaseUpgrading},
-		{"restart pending", observation{primary: "orders-0", plan: plan{instances: 1}, pods: []corev1.Pod{ready}, in: stsInputs{goodImage: "pg:1"}, templateImage: "pg:1", outdated: 1}, v1alpha1.DatabasePhaseUpgrading},
-		{"a replica down", observation{primary: "orders-0", plan: plan{instances: 2}, pods: []corev1.Pod{ready}, in: stsInputs{goodImage: "pg:1"}, templateImage: "pg:1"}, v1alpha1.DatabasePhaseDegraded},
-		{"rolled back", observation{primary: "orders-0", plan: plan{instances: 1}, pods: []corev1.Pod{ready}, in: stsInputs{goodImage: "pg:1"}, templateImage: "pg:1", rolledBack: "x"}, v1alpha1.DatabasePhaseDegraded},
+		{"first start", observation{View: ha.View{Primary: "orders-0", Pods: []corev1.Pod{*pod("orders-0", "r", false)}}, plan: plan{instances: 1}}, v1alpha1.DatabasePhaseCreating},
+		{"ready", observation{View: ha.View{Primary: "orders-0", Pods: []corev1.Pod{ready}}, plan: plan{instances: 1}, in: stsInputs{goodImage: "pg:1"}, templateImage: "pg:1"}, v1alpha1.DatabasePhaseReady},
+		{"rolling an image", observation{View: ha.View{Primary: "orders-0", Pods: []corev1.Pod{ready}}, plan: plan{instances: 1}, in: stsInputs{goodImage: "pg:1"}, templateImage: "pg:2"}, v1alpha1.DatabasePhaseUpgrading},
+		{"restart pending", observation{View: ha.View{Primary: "orders-0", Pods: []corev1.Pod{ready}}, plan: plan{instances: 1}, in: stsInputs{goodImage: "pg:1"}, templateImage: "pg:1", outdated: 1}, v1alpha1.DatabasePhaseUpgrading},
+		{"a replica down", observation{View: ha.View{Primary: "orders-0", Pods: []corev1.Pod{ready}}, plan: plan{instances: 2}, in: stsInputs{goodImage: "pg:1"}, templateImage: "pg:1"}, v1alpha1.DatabasePhaseDegraded},
+		{"rolled back", observation{View: ha.View{Primary: "orders-0", Pods: []corev1.Pod{ready}}, plan: plan{instances: 1}, in: stsInputs{goodImage: "pg:1"}, templateImage: "pg:1", rolledBack: "x"}, v1alpha1.DatabasePhaseDegraded},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			db := newDB()

@@ -14,6 +14,7 @@ import (
 
 	"github.com/daytwo-dev/daytwo/api/v1alpha1"
 	"github.com/daytwo-dev/daytwo/internal/controller"
+	"github.com/daytwo-dev/daytwo/internal/ha"
 	"github.com/daytwo-dev/daytwo/internal/instanceapi"
 )
 
@@ -44,9 +45,9 @@ func upgradeJobName(db *v1alpha1.Database) string { return db.Name + "-upgrade" 
 // attempt's Job (after removing another attempt's).
 func (r *Reconciler) runUpgradeJob(ctx context.Context, db *v1alpha1.Database, obs *observation) error {
 	u := db.Status.Upgrade
-	if len(obs.pods) > 0 {
+	if len(obs.Pods) > 0 {
 		if u != nil && u.Phase == v1alpha1.MajorUpgradeStopping {
-			u.Message = "stopping every instance; still running: " + strings.Join(podNames(obs.pods), ", ")
+			u.Message = "stopping every instance; still running: " + strings.Join(ha.PodNames(obs.Pods), ", ")
 		}
 		return nil
 	}

@@ -230,7 +230,8 @@ func (b *bench) settled(ctx context.Context, ns string) (int, error) {
 // Databases made together poll together.
 func wholePeriods(d time.Duration) time.Duration {
 	p := database.InstanceRefresh
-	return max(p, (d+p-1)/p*p)
+	periods := max(1, int64((d+p-1)/p))
+	return time.Duration(periods) * p
 }
 
 // atRest is the operator's requests per Database per minute over

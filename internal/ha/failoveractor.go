@@ -1,4 +1,4 @@
-package database
+package ha
 
 import (
 	"context"
@@ -17,71 +17,70 @@ import (
 
 	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
 	"github.com/daytwo-dev/daytwo/internal/controller"
-	"github.com/daytwo-dev/daytwo/internal/ha"
 	"github.com/daytwo-dev/daytwo/internal/instanceapi"
 )
 
-// failover carries out decideFailover: it moves an expired lease to the
+// Failover carries out DecideFailover: it moves an expired lease to the
 // best replica and asks it to promote, and promotes a holder still running
 // as a replica (a promotion an earlier reconcile could not finish). While
 // the lease is valid it comes back when the lease would expire, since a
 // frozen primary sends no event.
-func (r *Reconciler) failover(ctx context.Context, db *v1alpha1.Database, obs *observation) (reconcile.Result, error) {
-	if obs.lease == nil {
+func (a *Actor) Failover(ctx context.Context, db *v1alpha1.Database, v *View) (reconcile.Result, error) {
+	if v.Lease == nil {
 		return reconcile.Result{}, nil
 	}
-	st := ha.LeaseStateOf(obs.lease)
-	now := r.Clock.Now()
-	handover := obs.lease.Annotations[instanceapi.AnnotationHandoverLSN]
-	if st.Expired(now) && handover != "" && holderIsReplica(obs, st.Holder) && !handoverExpired(obs.lease, now) {
+	st := LeaseStateOf(v.Lease)
+	now := a.Clock.Now()
+	handover := v.Lease.Annotations[instanceapi.AnnotationHandoverLSN]
+	if st.Expired(now) && handover != "" && v.HolderIsReplica(st.Holder) && !handoverExpired(v.Lease, now) {
 		// A switchover's target that answers but is not promoted yet (its
 		// promote failed or timed out) keeps the lease for a while: the old
 		// primary stopped cleanly, and the target should hold all of it.
 		// Past HandoverPatience, failover weighs every replica, the old
 		// primary (a replica now, holding all it wrote) included.
-		if err := r.extendLease(ctx, obs); err != nil {
+		if err := a.extendLease(ctx, v); err != nil {
 			return reconcile.Result{}, err
 		}
-		st = ha.LeaseStateOf(obs.lease)
+		st = LeaseStateOf(v.Lease)
 	}
 	waited := time.Duration(0)
-	if !st.Expired(now) && !holderIsReplica(obs, st.Holder) {
-		if waited = r.awaitRelease(ctx, db, obs, st.Holder); waited > 0 {
-			st, now = ha.LeaseStateOf(obs.lease), r.Clock.Now()
+	if !st.Expired(now) && !v.HolderIsReplica(st.Holder) {
+		if waited = a.AwaitRelease(ctx, db, v, st.Holder); waited > 0 {
+			st, now = LeaseStateOf(v.Lease), a.Clock.Now()
 		}
 	}
 	if !st.Expired(now) {
-		if holderIsReplica(obs, st.Holder) {
+		if v.HolderIsReplica(st.Holder) {
 			// A switchover's handover names the WAL the holder must have first.
-			return reconcile.Result{}, r.promote(ctx, db, obs, st.Holder, obs.lease.Annotations[instanceapi.AnnotationHandoverLSN])
+			return reconcile.Result{}, a.promote(ctx, db, v, st.Holder, v.Lease.Annotations[instanceapi.AnnotationHandoverLSN])
 		}
 		return reconcile.Result{RequeueAfter: st.Expires.Sub(now) + 100*time.Millisecond}, nil
 	}
-	if waited == 0 && len(obs.pods) > 1 {
+	if waited == 0 && len(v.Pods) > 1 {
 		// Positions read now, after the expiry, when the old primary
 		// fenced already: what the replicas said before may lack commits
 		// it acknowledged since, and failover must weigh every one.
-		obs.instanceStatuses, obs.instances = r.askInstances(ctx, db, obs.pods, st.Holder, true)
+		v.InstanceStatuses, v.Instances = a.Host.AskInstances(ctx, db, v.Pods, st.Holder, true)
 	}
-	d := ha.DecideFailover(st.WithVouchedLSN(obs.instances), now, obs.instanceStatuses)
+	d := DecideFailover(st.WithVouchedLSN(v.Instances), now, v.InstanceStatuses)
 	if d.OnPromises != "" {
-		obs.servingOnPromises = d.OnPromises
+		v.ServingOnPromises = d.OnPromises
 		return reconcile.Result{RequeueAfter: time.Second}, nil
 	}
 	if d.Promote == "" {
 		// A lease never taken is a Database still bootstrapping; with a
 		// single instance there is no one to fail over to.
-		if obs.lease.Spec.AcquireTime == nil || len(obs.pods) < 2 {
+		if v.Lease.Spec.AcquireTime == nil || len(v.Pods) < 2 {
 			return reconcile.Result{}, nil
 		}
-		obs.failoverWaiting = d.Waiting
+		v.FailoverWaiting = d.Waiting
 		return reconcile.Result{RequeueAfter: time.Second}, nil
 	}
 	reason := "its lease expired"
-	if obs.lease.Spec.RenewTime == nil {
+	if v.Lease.Spec.RenewTime == nil {
 		reason = "it released its lease (shut down)"
 	}
-	l := obs.lease.DeepCopy()
+	l := v.Lease.DeepCopy()
 	t := metav1.NewMicroTime(now)
 	// The term too: a lease made anew records none until its holder renews.
 	l.Spec.HolderIdentity, l.Spec.RenewTime, l.Spec.AcquireTime = ptr.To(d.Promote), &t, &t
@@ -95,7 +94,7 @@ func (r *Reconciler) failover(ctx context.Context, db *v1alpha1.Database, obs *o
 	// hold the promotion up.
 	delete(l.Annotations, instanceapi.AnnotationVouchers)
 	delete(l.Annotations, instanceapi.AnnotationReleasedBy)
-	if obs.lease.Spec.RenewTime == nil && l.Annotations != nil {
+	if v.Lease.Spec.RenewTime == nil && l.Annotations != nil {
 		l.Annotations[instanceapi.AnnotationReleasedBy] = st.Holder
 	}
 	// The new term's synchronous replication is what the new holder starts
@@ -105,21 +104,21 @@ func (r *Reconciler) failover(ctx context.Context, db *v1alpha1.Database, obs *o
 	if l.Annotations == nil {
 		l.Annotations = map[string]string{}
 	}
-	l.Annotations[instanceapi.AnnotationSync] = instanceapi.SynchronousStandbyNames(obs.plan.replication(db), d.Promote, nil)
+	l.Annotations[instanceapi.AnnotationSync] = instanceapi.SynchronousStandbyNames(v.Replication, d.Promote, nil)
 	// The update carries the resourceVersion read: a renewal in between wins.
-	if err := r.Client.Update(ctx, l); err != nil {
+	if err := a.Client.Update(ctx, l); err != nil {
 		return reconcile.Result{}, fmt.Errorf("failed to move Lease %s to %s: %w", l.Name, d.Promote, err)
 	}
-	obs.lease, obs.primary = l, d.Promote
+	v.Lease, v.Primary = l, d.Promote
 	logf.FromContext(ctx).Info("Moved the primary lease", "from", st.Holder, "to", d.Promote, "reason", reason,
-		"sinceReconcileStart", time.Since(obs.started).Round(time.Millisecond).String(), "waitedForRelease", waited.Round(time.Millisecond).String())
+		"sinceReconcileStart", time.Since(v.Started).Round(time.Millisecond).String(), "waitedForRelease", waited.Round(time.Millisecond).String())
 	fenced := now
 	if !st.Expires.IsZero() {
 		fenced = st.Expires.Add(-instanceapi.LeaseFenceMargin)
 	}
 	db.Status.LastFailover = &v1alpha1.FailoverRecord{From: st.Holder, To: d.Promote, Reason: controller.Truncate(reason, 256),
 		FencedTime: ptr.To(metav1.NewTime(fenced)), DetectedTime: ptr.To(metav1.NewTime(now)), LagBytes: d.LagBytes}
-	controller.Event(ctx, r.Recorder, db, l, corev1.EventTypeWarning, v1alpha1.ReasonFailover, "Fence",
+	controller.Event(ctx, a.Recorder, db, l, corev1.EventTypeWarning, v1alpha1.ReasonFailover, "Fence",
 		"The primary %s lost its lease (%s); moved it to %s, which lacked %d bytes of WAL (replicas weighed: %s)",
 		st.Holder, reason, d.Promote, d.LagBytes, strings.Join(d.Weighed, ", "))
 	countFailover(db)
@@ -127,7 +126,7 @@ func (r *Reconciler) failover(ctx context.Context, db *v1alpha1.Database, obs *o
 	// meanwhile, so kube-proxy catches up while the replica promotes.
 	// Neither needs the other: the lease already names the replica, and
 	// until -rw follows, the old primary (if alive) relays to the holder.
-	call, callErr := r.promoteCall(ctx, db, obs, d.Promote, "")
+	call, callErr := a.promoteCall(ctx, db, v, d.Promote, "")
 	if callErr != nil {
 		call = func() error { return callErr }
 	}
@@ -138,41 +137,41 @@ func (r *Reconciler) failover(ctx context.Context, db *v1alpha1.Database, obs *o
 	promoted := make(chan answer, 1)
 	go func() {
 		err := call()
-		promoted <- answer{err, r.Clock.Now()} // the promotion's time, not the status write's
+		promoted <- answer{err, a.Clock.Now()} // the promotion's time, not the status write's
 	}()
 	err := errors.Join(
-		r.announce(ctx, db, obs, d.Promote, v1alpha1.ConditionReady, v1alpha1.ReasonFailingOver,
+		a.announce(ctx, db, v, d.Promote, v1alpha1.ConditionReady, v1alpha1.ReasonFailingOver,
 			fmt.Sprintf("Promoting %s: the primary %s lost its lease (%s)", d.Promote, st.Holder, reason)),
-		r.labelRoles(ctx, obs.pods, d.Promote))
-	a := <-promoted
-	if a.err != nil {
-		return reconcile.Result{}, errors.Join(a.err, err)
+		a.Host.LabelRoles(ctx, v.Pods, d.Promote))
+	ans := <-promoted
+	if ans.err != nil {
+		return reconcile.Result{}, errors.Join(ans.err, err)
 	}
-	r.recordPromoted(ctx, db, d.Promote, a.at)
+	a.recordPromoted(ctx, db, d.Promote, ans.at)
 	return reconcile.Result{}, err
 }
 
-// awaitRelease waits, when holder's pod is being deleted, until the lease
+// AwaitRelease waits, when holder's pod is being deleted, until the lease
 // no longer names holder within its term (released, expired or moved), and
-// says how long it waited; zero means it did not, and obs is as it was.
-// When it did, obs holds the lease read; after a release or an expiry also
+// says how long it waited; zero means it did not, and v is as it was.
+// When it did, v holds the lease read; after a release or an expiry also
 // the pods listed again and the instances' statuses asked again
 // (askAfterStop): what the replicas said before the primary stopped is not
 // what failover weighs.
-func (r *Reconciler) awaitRelease(ctx context.Context, db *v1alpha1.Database, obs *observation, holder string) time.Duration {
-	p := podNamed(obs, holder)
-	if p == nil || p.DeletionTimestamp.IsZero() || len(obs.pods) < 2 {
+func (a *Actor) AwaitRelease(ctx context.Context, db *v1alpha1.Database, v *View, holder string) time.Duration {
+	p := v.PodNamed(holder)
+	if p == nil || p.DeletionTimestamp.IsZero() || len(v.Pods) < 2 {
 		return 0 // not being deleted, or no one to fail over to
 	}
-	// Real time, not r.Clock: this bounds a wait, not a lease.
+	// Real time, not a.Clock: this bounds a wait, not a lease.
 	start := time.Now()
-	l := r.pollRelease(ctx, obs.lease, holder, releaseDeadline(p, start))
+	l := a.pollRelease(ctx, v.Lease, holder, releaseDeadline(p, start))
 	if l == nil {
 		return 0
 	}
-	obs.lease, obs.primary = l, ha.LeaseStateOf(l).Holder
-	if obs.primary == holder {
-		r.askAfterStop(ctx, db, obs)
+	v.Lease, v.Primary = l, LeaseStateOf(l).Holder
+	if v.Primary == holder {
+		a.askAfterStop(ctx, db, v)
 	} // else handed over: nothing to weigh
 	return max(time.Since(start), time.Nanosecond)
 }
@@ -196,7 +195,7 @@ func releaseDeadline(p *corev1.Pod, now time.Time) time.Time {
 // names holder within its term, and returns it; nil once deadline passed,
 // ctx ended, or the lease is gone or made anew (the next reconcile sees to
 // those).
-func (r *Reconciler) pollRelease(ctx context.Context, lease *coordinationv1.Lease, holder string, deadline time.Time) *coordinationv1.Lease {
+func (a *Actor) pollRelease(ctx context.Context, lease *coordinationv1.Lease, holder string, deadline time.Time) *coordinationv1.Lease {
 	tick := time.NewTicker(releasePoll)
 	defer tick.Stop()
 	for time.Now().Before(deadline) {
@@ -206,10 +205,10 @@ func (r *Reconciler) pollRelease(ctx context.Context, lease *coordinationv1.Leas
 		case <-tick.C:
 		}
 		l := &coordinationv1.Lease{}
-		if err := r.Client.Get(ctx, client.ObjectKeyFromObject(lease), l); err != nil || l.UID != lease.UID {
+		if err := a.Client.Get(ctx, client.ObjectKeyFromObject(lease), l); err != nil || l.UID != lease.UID {
 			return nil
 		}
-		if st := ha.LeaseStateOf(l); st.Holder != holder || st.Expired(r.Clock.Now()) {
+		if st := LeaseStateOf(l); st.Holder != holder || st.Expired(a.Clock.Now()) {
 			return l
 		}
 	}
@@ -219,16 +218,16 @@ func (r *Reconciler) pollRelease(ctx context.Context, lease *coordinationv1.Leas
 // askAfterStop lists the pods again and asks the instances, with positions
 // read for the answer, until positionsSettled. If the pods cannot be
 // listed, failover weighs what it asked before.
-func (r *Reconciler) askAfterStop(ctx context.Context, db *v1alpha1.Database, obs *observation) {
+func (a *Actor) askAfterStop(ctx context.Context, db *v1alpha1.Database, v *View) {
 	stopped := time.Now()
-	pods, err := r.listPods(ctx, db)
+	pods, err := a.Host.ListPods(ctx, db)
 	if err != nil {
 		return
 	}
-	obs.pods = pods
+	v.Pods = pods
 	for {
-		obs.instanceStatuses, obs.instances = r.askInstances(ctx, db, obs.pods, "", true)
-		if positionsSettled(obs.instances, time.Since(stopped)) {
+		v.InstanceStatuses, v.Instances = a.Host.AskInstances(ctx, db, v.Pods, "", true)
+		if positionsSettled(v.Instances, time.Since(stopped)) {
 			return
 		}
 		select {

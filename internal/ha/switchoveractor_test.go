@@ -1,4 +1,4 @@
-package database
+package ha
 
 import (
 	"strings"
@@ -9,13 +9,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
-	"github.com/daytwo-dev/daytwo/internal/ha"
 	"github.com/daytwo-dev/daytwo/internal/instanceapi"
 )
 
 func TestDecideSwitchover(t *testing.T) {
 	now := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
-	valid := ha.LeaseState{Holder: "db-0", Expires: now.Add(5 * time.Second)}
+	valid := LeaseState{Holder: "db-0", Expires: now.Add(5 * time.Second)}
 	primary := v1alpha1.InstanceStatus{Name: "db-0", Role: "primary", LSN: "0/5000000"}
 	streaming := func(name, received string) v1alpha1.InstanceStatus {
 		return v1alpha1.InstanceStatus{Name: name, Role: "replica", ReceivedLSN: received, Streaming: true}
@@ -24,7 +23,7 @@ func TestDecideSwitchover(t *testing.T) {
 	tests := []struct {
 		name      string
 		req       switchoverRequest
-		lease     ha.LeaseState
+		lease     LeaseState
 		pods      []string
 		instances []v1alpha1.InstanceStatus
 		to        string
@@ -41,7 +40,7 @@ func TestDecideSwitchover(t *testing.T) {
 		{"no such instance", switchoverRequest{at: now, to: "db-7"}, valid, three,
 			[]v1alpha1.InstanceStatus{primary}, "", "", "no instance is named db-7", false},
 		{"an expired lease: a failover's turn, never a switchover's", switchoverRequest{at: now},
-			ha.LeaseState{Holder: "db-0", Expires: now.Add(-time.Second)}, three,
+			LeaseState{Holder: "db-0", Expires: now.Add(-time.Second)}, three,
 			[]v1alpha1.InstanceStatus{primary, streaming("db-1", "0/5000000")}, "db-1", "no primary holds a valid lease", "", false},
 		{"a named replica that does not stream waits", switchoverRequest{at: now, to: "db-1"}, valid, three,
 			[]v1alpha1.InstanceStatus{primary, {Name: "db-1", Role: "replica", ReceivedLSN: "0/5000000"}}, "db-1", "db-1 does not stream", "", false},
