@@ -103,7 +103,10 @@ func (e dataConflict) Error() string { return instanceapi.TerminationDataConflic
 // checkIdentity decides whether this Database may run on the data
 // directory it found. The rule:
 //   - data this Database made runs;
-//   - data without an identity predates identity records and is adopted;
+//   - data without an identity was not made by a daytwo bootstrap (every
+//     bootstrap writes one before the data is moved into place): it runs
+//     only when the user asks for it with ReuseData, as data another
+//     Database made;
 //   - data another Database made runs only when both were made by initdb
 //     (deletionPolicy Retain's promise: a Database created again with the
 //     same name continues on the kept data), or when the user asks for it
@@ -121,9 +124,15 @@ func (m *Manager) checkIdentity() error {
 		return err
 	}
 	switch {
-	case !found:
-		m.log.Info("Adopting a data directory without an identity record", "bootstrap", m.cfg.BootstrapSource)
+	case !found && m.cfg.Role == instanceapi.RoleReplica:
+		return errReclone
+	case !found && m.cfg.ReuseData:
+		m.log.Info("Re-using a data directory daytwo did not make, as asked", "bootstrap", m.cfg.BootstrapSource)
 		id = Identity{Bootstrap: m.cfg.BootstrapSource, Created: time.Now().UTC()}
+	case !found:
+		return dataConflict{"the volume holds a data directory no daytwo bootstrap made (it has no " + identityFile + "); " +
+			"delete the PersistentVolumeClaim to bootstrap as the spec says, or set the annotation " +
+			"daytwo.dev/reuse-data=true on the Database to run on it"}
 	case id.DatabaseUID == m.cfg.DatabaseUID:
 		return nil
 	case m.cfg.Role == instanceapi.RoleReplica:
