@@ -2,7 +2,6 @@ package database
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -138,78 +137,9 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, db, written *v1alpha1.
 	}()
 
 	if obs.invalid = validate(db, obs.plan); obs.invalid != "" {
-		return r.reconcileAvailability(ctx, db, obs)
+		return r.runSteps(ctx, db, obs, r.availabilitySteps())
 	}
-	if err := r.ensureSecrets(ctx, db, obs); err != nil || obs.conflict != "" {
-		return reconcile.Result{RequeueAfter: conflictRetry}, err
-	}
-	if err := r.checkChildren(ctx, db, obs); err != nil || obs.conflict != "" {
-		return reconcile.Result{RequeueAfter: conflictRetry}, err
-	}
-	renewIn, err := r.reconcileTLS(ctx, db, obs)
-	if err != nil || obs.conflict != "" || (obs.tls.problem != "" && obs.sts == nil) {
-		return reconcile.Result{RequeueAfter: conflictRetry}, err
-	}
-	if err := r.ensurePrimaryLease(ctx, db, obs); err != nil {
-		return reconcile.Result{}, err
-	}
-	if err := r.resolveArchive(ctx, db, obs); err != nil {
-		return reconcile.Result{}, err
-	}
-	if err := r.applyConfigAndServices(ctx, db, obs.plan); err != nil {
-		return reconcile.Result{}, err
-	}
-	if err := r.observe(ctx, db, obs); err != nil {
-		return reconcile.Result{}, err
-	}
-	r.archiveEvent(ctx, db, written, obs)
-	recordArchiveMetrics(db, obs)
-	if err := r.resolveRestore(ctx, db, obs); err != nil || obs.restoreFailed != "" {
-		return reconcile.Result{RequeueAfter: restoreRetry}, err
-	}
-	if err := r.applyStatefulSet(ctx, db, obs); err != nil {
-		return reconcile.Result{}, err
-	}
-	if err := r.applyDisruptionBudget(ctx, db, obs.plan); err != nil {
-		return reconcile.Result{}, err
-	}
-	if stopped, err := r.reconcileMajorUpgrade(ctx, db, obs); err != nil || stopped {
-		// Every instance stops for the upgrade Job: nothing fails over,
-		// switches over or rolls out meanwhile.
-		return reconcile.Result{RequeueAfter: upgradePoll}, err
-	}
-	failoverRes, err := r.actor().Failover(ctx, db, &obs.View)
-	if err != nil {
-		return reconcile.Result{}, err
-	}
-	switchoverRes, err := r.actor().Switchover(ctx, db, &obs.View)
-	if err != nil {
-		return reconcile.Result{}, err
-	}
-	drainRes, err := r.actor().SwitchoverForDrain(ctx, db, &obs.View)
-	if err != nil {
-		return reconcile.Result{}, err
-	}
-	shrinkRes, err := r.actor().SwitchoverForScaleDown(ctx, db, &obs.View)
-	if err != nil {
-		return reconcile.Result{}, err
-	}
-	if err := r.labelRoles(ctx, obs.Pods, obs.Primary); err != nil {
-		return reconcile.Result{}, err
-	}
-	if err := r.nudgePods(ctx, obs.Pods, configHash(db, obs.plan)+"/"+obs.tls.version); err != nil {
-		return reconcile.Result{}, err
-	}
-	if err := r.reconcileStorage(ctx, db, obs); err != nil {
-		return reconcile.Result{}, err
-	}
-	res, err := r.rollOut(ctx, db, obs)
-	// After the rollout: a DatabaseBackup that cannot be written must not
-	// hold up the instances.
-	err = errors.Join(err, r.applyManagedBackup(ctx, db, obs))
-	res.RequeueAfter = controller.Soonest(res.RequeueAfter, renewIn, failoverRes.RequeueAfter, switchoverRes.RequeueAfter,
-		drainRes.RequeueAfter, shrinkRes.RequeueAfter, refresh(obs))
-	return res, err
+	return r.runSteps(ctx, db, obs, r.steps())
 }
 
 // refresh is how soon the instances' status is polled again, when they
@@ -219,36 +149,6 @@ func refresh(obs *observation) time.Duration {
 		return InstanceRefresh
 	}
 	return 0
-}
-
-// reconcileAvailability is what a Database whose spec is invalid still
-// gets: nothing the spec would change (the StatefulSet, its settings, a
-// rollout) until it is valid again, which the Ready condition asks for,
-// but all that keeps the instances it runs available: certificate
-// renewal, the primary lease, failover and the role labels -rw routes by.
-func (r *Reconciler) reconcileAvailability(ctx context.Context, db *v1alpha1.Database, obs *observation) (reconcile.Result, error) {
-	if err := r.checkChildren(ctx, db, obs); err != nil || obs.conflict != "" {
-		return reconcile.Result{RequeueAfter: conflictRetry}, err
-	}
-	renewIn, err := r.reconcileTLS(ctx, db, obs)
-	if err != nil {
-		return reconcile.Result{}, err
-	}
-	if err := r.ensurePrimaryLease(ctx, db, obs); err != nil {
-		return reconcile.Result{}, err
-	}
-	if err := r.observe(ctx, db, obs); err != nil {
-		return reconcile.Result{}, err
-	}
-	res, err := r.actor().Failover(ctx, db, &obs.View)
-	if err != nil {
-		return reconcile.Result{}, err
-	}
-	if err := r.labelRoles(ctx, obs.Pods, obs.Primary); err != nil {
-		return reconcile.Result{}, err
-	}
-	res.RequeueAfter = controller.Soonest(res.RequeueAfter, renewIn, refresh(obs))
-	return res, nil
 }
 
 // primariesOn maps a node to the Databases whose primary runs on it.

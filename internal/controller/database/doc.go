@@ -2,8 +2,9 @@
 // run by the daytwo instance manager, its Services, Secrets and
 // configuration, and the Day-2 work around them.
 //
-// A reconcile (controller.go, reconcileNormal) is a list of phases, in this
-// order; each file holds one concern:
+// A reconcile (controller.go, reconcileNormal) runs a list of phases
+// (steps.go: steps, and availabilitySteps for a Database whose spec is
+// invalid), in this order; each file holds one concern:
 //
 //   - children.go: validate the spec, the children another owner holds
 //     (refused, not taken), and the StatefulSet, budget and role labels
@@ -44,6 +45,6 @@
 // Each source file has its test file beside it (_internal_test.go for the
 // package's own tests where an envtest file already takes the name).
 //
-// Each phase may ask to be called again; the reconcile returns the soonest
-// of those delays (controller.Soonest).
+// Each phase may ask to be called again, or end the reconcile; runSteps
+// merges what they asked one way: the soonest delay (controller.Soonest).
 package database

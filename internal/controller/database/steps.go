@@ -1,0 +1,180 @@
+package database
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
+	"github.com/daytwo-dev/daytwo/internal/controller"
+	"github.com/daytwo-dev/daytwo/internal/ha"
+)
+
+// step is one phase of a reconcile: it acts on the Database with what the
+// observation holds, and may add to it for the phases after.
+type step struct {
+	name string
+	run  func(ctx context.Context, db *v1alpha1.Database, obs *observation) (stepResult, error)
+}
+
+// stepResult is how soon a step wants the Database again (0: no sooner
+// than an event), and whether the reconcile ends after it.
+type stepResult struct {
+	requeue time.Duration
+	stop    bool
+}
+
+// runSteps runs steps in order. An error ends the reconcile (the work
+// queue retries it with its backoff), and so does a phase that stops it,
+// with its own delay; otherwise the reconcile comes back as soon as any
+// phase asked, or when the instances are polled again (refresh).
+func (r *Reconciler) runSteps(ctx context.Context, db *v1alpha1.Database, obs *observation, steps []step) (reconcile.Result, error) {
+	var delays []time.Duration
+	for _, p := range steps {
+		res, err := p.run(ctx, db, obs)
+		if err != nil {
+			return reconcile.Result{}, err
+		}
+		if res.stop {
+			return reconcile.Result{RequeueAfter: res.requeue}, nil
+		}
+		delays = append(delays, res.requeue)
+	}
+	return reconcile.Result{RequeueAfter: controller.Soonest(append(delays, refresh(obs))...)}, nil
+}
+
+// steps are a valid Database's reconcile, in order (doc.go says where
+// each lives).
+func (r *Reconciler) steps() []step {
+	return []step{
+		{"secrets", stopOnConflict(r.ensureSecrets)},
+		{"children of other owners", stopOnConflict(r.checkChildren)},
+		{"TLS", r.tlsPhase},
+		{"primary lease", just(r.ensurePrimaryLease)},
+		{"WAL archive", just(r.resolveArchive)},
+		{"configuration and Services", just(func(ctx context.Context, db *v1alpha1.Database, obs *observation) error {
+			return r.applyConfigAndServices(ctx, db, obs.plan)
+		})},
+		{"observe", just(r.observe)},
+		{"WAL archive status", just(func(ctx context.Context, db *v1alpha1.Database, obs *observation) error {
+			r.archiveEvent(ctx, db, obs.Written, obs)
+			recordArchiveMetrics(db, obs)
+			return nil
+		})},
+		{"restore source", r.restorePhase},
+		{"StatefulSet", just(r.applyStatefulSet)},
+		{"disruption budgets", just(func(ctx context.Context, db *v1alpha1.Database, obs *observation) error {
+			return r.applyDisruptionBudget(ctx, db, obs.plan)
+		})},
+		{"major upgrade", r.majorUpgradePhase},
+		{"failover", r.haPhase((*haActor).Failover)},
+		{"switchover", r.haPhase((*haActor).Switchover)},
+		{"switchover for a drain", r.haPhase((*haActor).SwitchoverForDrain)},
+		{"switchover for a scale-down", r.haPhase((*haActor).SwitchoverForScaleDown)},
+		{"role labels", just(r.roleLabels)},
+		{"configuration nudge", just(func(ctx context.Context, db *v1alpha1.Database, obs *observation) error {
+			return r.nudgePods(ctx, obs.Pods, configHash(db, obs.plan)+"/"+obs.tls.version)
+		})},
+		{"storage", just(r.reconcileStorage)},
+		{"rollout and spec.backup", r.rolloutPhase},
+	}
+}
+
+// availabilitySteps are what a Database whose spec is invalid still
+// gets: nothing the spec would change (the StatefulSet, its settings, a
+// rollout) until it is valid again, which the Ready condition asks for,
+// but all that keeps the instances it runs available: certificate
+// renewal, the primary lease, failover and the role labels -rw routes by.
+func (r *Reconciler) availabilitySteps() []step {
+	return []step{
+		{"children of other owners", stopOnConflict(r.checkChildren)},
+		{"TLS", func(ctx context.Context, db *v1alpha1.Database, obs *observation) (stepResult, error) {
+			renewIn, err := r.reconcileTLS(ctx, db, obs)
+			return stepResult{requeue: renewIn}, err
+		}},
+		{"primary lease", just(r.ensurePrimaryLease)},
+		{"observe", just(r.observe)},
+		{"failover", r.haPhase((*haActor).Failover)},
+		{"role labels", just(r.roleLabels)},
+	}
+}
+
+// stopIf ends the reconcile when stop holds, to come back after retry.
+func stopIf(stop bool, retry time.Duration) stepResult {
+	if !stop {
+		return stepResult{}
+	}
+	return stepResult{requeue: retry, stop: true}
+}
+
+// just is a phase that only acts (or fails).
+func just(f func(context.Context, *v1alpha1.Database, *observation) error) func(context.Context, *v1alpha1.Database, *observation) (stepResult, error) {
+	return func(ctx context.Context, db *v1alpha1.Database, obs *observation) (stepResult, error) {
+		return stepResult{}, f(ctx, db, obs)
+	}
+}
+
+// stopOnConflict is a phase that ends the reconcile when it found a child
+// another owner holds (obs.conflict), to look again after conflictRetry.
+func stopOnConflict(f func(context.Context, *v1alpha1.Database, *observation) error) func(context.Context, *v1alpha1.Database, *observation) (stepResult, error) {
+	return func(ctx context.Context, db *v1alpha1.Database, obs *observation) (stepResult, error) {
+		if err := f(ctx, db, obs); err != nil {
+			return stepResult{}, err
+		}
+		return stopIf(obs.conflict != "", conflictRetry), nil
+	}
+}
+
+// tlsPhase renews the certificates when due; a conflict, or a certificate
+// problem before the instances exist, ends the reconcile.
+func (r *Reconciler) tlsPhase(ctx context.Context, db *v1alpha1.Database, obs *observation) (stepResult, error) {
+	renewIn, err := r.reconcileTLS(ctx, db, obs)
+	if err != nil {
+		return stepResult{}, err
+	}
+	if obs.conflict != "" || (obs.tls.problem != "" && obs.sts == nil) {
+		return stepResult{requeue: conflictRetry, stop: true}, nil
+	}
+	return stepResult{requeue: renewIn}, nil
+}
+
+// restorePhase finds a restore's source; until it can, nothing is made.
+func (r *Reconciler) restorePhase(ctx context.Context, db *v1alpha1.Database, obs *observation) (stepResult, error) {
+	if err := r.resolveRestore(ctx, db, obs); err != nil {
+		return stepResult{}, err
+	}
+	return stopIf(obs.restoreFailed != "", restoreRetry), nil
+}
+
+// majorUpgradePhase: while every instance stops for the upgrade Job,
+// nothing fails over, switches over or rolls out.
+func (r *Reconciler) majorUpgradePhase(ctx context.Context, db *v1alpha1.Database, obs *observation) (stepResult, error) {
+	stopped, err := r.reconcileMajorUpgrade(ctx, db, obs)
+	return stopIf(stopped, upgradePoll), err
+}
+
+// haActor is the HA actor's type, for the phases it runs.
+type haActor = ha.Actor
+
+// haPhase runs one of the HA actor's steps on the observation's view.
+func (r *Reconciler) haPhase(step func(*haActor, context.Context, *v1alpha1.Database, *ha.View) (reconcile.Result, error)) func(context.Context, *v1alpha1.Database, *observation) (stepResult, error) {
+	return func(ctx context.Context, db *v1alpha1.Database, obs *observation) (stepResult, error) {
+		res, err := step(r.actor(), ctx, db, &obs.View)
+		return stepResult{requeue: res.RequeueAfter}, err
+	}
+}
+
+// roleLabels labels the pods by role, for the -rw and -ro Services.
+func (r *Reconciler) roleLabels(ctx context.Context, _ *v1alpha1.Database, obs *observation) error {
+	return r.labelRoles(ctx, obs.Pods, obs.Primary)
+}
+
+// rolloutPhase rolls the instances; spec.backup's DatabaseBackup comes
+// after it, whatever the rollout did: a DatabaseBackup that cannot be
+// written must not hold up the instances.
+func (r *Reconciler) rolloutPhase(ctx context.Context, db *v1alpha1.Database, obs *observation) (stepResult, error) {
+	res, err := r.rollOut(ctx, db, obs)
+	return stepResult{requeue: res.RequeueAfter}, errors.Join(err, r.applyManagedBackup(ctx, db, obs))
+}
