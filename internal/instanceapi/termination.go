@@ -6,8 +6,8 @@ const (
 	// TerminationRestoreFailed: a bootstrap from a backup failed; the pod
 	// restarts to retry.
 	TerminationRestoreFailed = "restore failed"
-	// TerminationDataConflict: the volume holds data another Database made
-	// and the spec does not allow running on it.
+	// TerminationDataConflict: the volume holds data another Database, or
+	// no daytwo bootstrap, made and the spec does not allow running on it.
 	TerminationDataConflict = "data conflict"
 	// TerminationUpgradeFailed: a major upgrade failed and the old data is
 	// back in place; the operator returns the instances to the old image.

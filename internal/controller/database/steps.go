@@ -3,6 +3,7 @@ package database
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -26,8 +27,8 @@ type stepResult struct {
 	stop    bool
 }
 
-// runSteps runs steps in order. An error ends the reconcile (the work
-// queue retries it with its backoff), and so does a phase that stops it,
+// runSteps runs steps in order. An error ends the reconcile, named by its
+// step (the work queue retries it with its backoff), and so does a phase that stops it,
 // with its own delay; otherwise the reconcile comes back as soon as any
 // phase asked, or when the instances are polled again (refresh).
 func (r *Reconciler) runSteps(ctx context.Context, db *v1alpha1.Database, obs *observation, steps []step) (reconcile.Result, error) {
@@ -35,7 +36,7 @@ func (r *Reconciler) runSteps(ctx context.Context, db *v1alpha1.Database, obs *o
 	for _, p := range steps {
 		res, err := p.run(ctx, db, obs)
 		if err != nil {
-			return reconcile.Result{}, err
+			return reconcile.Result{}, fmt.Errorf("%s: %w", p.name, err)
 		}
 		if res.stop {
 			return reconcile.Result{RequeueAfter: res.requeue}, nil
