@@ -154,10 +154,8 @@ func (r *Reconciler) target(ctx context.Context, db *v1alpha1.Database, pod *cor
 
 // targetOf is target for the pod of that name in obs.
 func (r *Reconciler) targetOf(ctx context.Context, db *v1alpha1.Database, obs *observation, name string) (instanceapi.Target, error) {
-	for i := range obs.Pods {
-		if obs.Pods[i].Name == name {
-			return r.target(ctx, db, &obs.Pods[i])
-		}
+	if p := obs.PodNamed(name); p != nil {
+		return r.target(ctx, db, p)
 	}
 	return instanceapi.Target{}, fmt.Errorf("pod %s does not exist", name)
 }

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -20,10 +21,12 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
+	"github.com/daytwo-dev/daytwo/internal/backup"
 	"github.com/daytwo-dev/daytwo/internal/controller/database"
 	"github.com/daytwo-dev/daytwo/internal/operator"
 	"github.com/daytwo-dev/daytwo/internal/testenv"
@@ -302,4 +305,26 @@ func TestInvalidSpecKeepsHighAvailability(t *testing.T) {
 		p, err := get(ns, "db-1", &corev1.Pod{})
 		return err == nil && p.Labels[database.LabelRole] == "primary", err
 	})
+}
+
+// storeRequestedBackup plays a backup Job's success for b's requested run:
+// the DatabaseBackup's status records it, as its controller would (which
+// writes this status too: retry on conflicts).
+func storeRequestedBackup(t *testing.T, b *v1alpha1.DatabaseBackup) {
+	t.Helper()
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(b), b); err != nil {
+			return err
+		}
+		asked, err := time.Parse(time.RFC3339, b.Annotations[v1alpha1.AnnotationBackupRequested])
+		if err != nil {
+			return err
+		}
+		b.Status.LastBackupTime = &metav1.Time{Time: time.Now()}
+		b.Status.Backups = []v1alpha1.StoredBackup{{ID: backup.NewID(asked), Time: metav1.Now(), SizeBytes: 1, SHA256: "x"}}
+		return env.Client.Status().Update(ctx, b)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 }

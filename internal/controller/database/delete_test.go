@@ -118,22 +118,7 @@ func TestDeletionPolicies(t *testing.T) {
 			t.Errorf("final DatabaseBackup spec %+v owners %v", final.Spec, final.OwnerReferences)
 		}
 		// Play the backup Job's success: the Database then lets go, volumes included.
-		// (The DatabaseBackup controller writes this status too: retry on conflicts.)
-		err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
-			if err := env.Client.Get(ctx, client.ObjectKeyFromObject(final), final); err != nil {
-				return err
-			}
-			final.Status.LastBackupTime = &metav1.Time{Time: time.Now()}
-			asked, err := time.Parse(time.RFC3339, final.Annotations[v1alpha1.AnnotationBackupRequested])
-			if err != nil {
-				return err
-			}
-			final.Status.Backups = []v1alpha1.StoredBackup{{ID: backup.NewID(asked), Time: metav1.Now(), SizeBytes: 1, SHA256: "x"}}
-			return env.Client.Status().Update(ctx, final)
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
+		storeRequestedBackup(t, final)
 		eventually(t, "the Database gone and its volume deleted", func() (bool, error) {
 			_, err := get(ns, "snap", &v1alpha1.Database{})
 			if !apierrors.IsNotFound(err) {

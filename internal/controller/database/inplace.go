@@ -278,7 +278,7 @@ func (r *Reconciler) restartPostgres(ctx context.Context, db *v1alpha1.Database,
 	}
 	// Remembered before it is asked: an answer lost to a timeout may hide
 	// a restart the manager took.
-	if pod := podNamed(obs, name); pod != nil {
+	if pod := obs.PodNamed(name); pod != nil {
 		r.inPlace.ask(pod.UID, r.Clock.Now())
 	}
 	if err := r.Instances.Restart(ctx, ip, token); err != nil {
@@ -290,17 +290,8 @@ func (r *Reconciler) restartPostgres(ctx context.Context, db *v1alpha1.Database,
 // restartAsked: a restart in place of the named instance was asked a
 // moment ago; until it reports the new start it is not asked again.
 func (r *Reconciler) restartAsked(obs *observation, name string) bool {
-	pod := podNamed(obs, name)
+	pod := obs.PodNamed(name)
 	return pod != nil && r.inPlace.askedRecently(pod.UID, r.Clock.Now())
-}
-
-func podNamed(obs *observation, name string) *corev1.Pod {
-	for i := range obs.Pods {
-		if obs.Pods[i].Name == name {
-			return &obs.Pods[i]
-		}
-	}
-	return nil
 }
 
 // wantParametersHash is the ParametersHash of the file the spec renders.

@@ -2,17 +2,13 @@ package database_test
 
 import (
 	"testing"
-	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
-	"github.com/daytwo-dev/daytwo/internal/backup"
 )
 
 // With backup storage, a logical backup is stored before any instance
@@ -49,20 +45,7 @@ func TestMajorUpgradeTakesABackupFirst(t *testing.T) {
 		t.Fatalf("upgrade Job before the backup: %v", err)
 	}
 	// The backup is stored: the upgrade goes on.
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(pre), pre); err != nil {
-			return err
-		}
-		asked, err := time.Parse(time.RFC3339, pre.Annotations[v1alpha1.AnnotationBackupRequested])
-		if err != nil {
-			return err
-		}
-		pre.Status.Backups = []v1alpha1.StoredBackup{{ID: backup.NewID(asked), Time: metav1.Now(), SizeBytes: 1, SHA256: "x"}}
-		return env.Client.Status().Update(ctx, pre)
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	storeRequestedBackup(t, pre)
 	upgradeJobOf(t, ns, "careful")
 	d, _ := get(ns, "careful", &v1alpha1.Database{})
 	if u := d.Status.Upgrade; u == nil || u.BackupID == "" {

@@ -70,10 +70,10 @@ func (r *Reconciler) steps() []step {
 			return r.applyDisruptionBudget(ctx, db, obs.plan)
 		})},
 		{"major upgrade", r.majorUpgradePhase},
-		{"failover", r.haPhase((*haActor).Failover)},
-		{"switchover", r.haPhase((*haActor).Switchover)},
-		{"switchover for a drain", r.haPhase((*haActor).SwitchoverForDrain)},
-		{"switchover for a scale-down", r.haPhase((*haActor).SwitchoverForScaleDown)},
+		{"failover", r.haPhase((*ha.Actor).Failover)},
+		{"switchover", r.haPhase((*ha.Actor).Switchover)},
+		{"switchover for a drain", r.haPhase((*ha.Actor).SwitchoverForDrain)},
+		{"switchover for a scale-down", r.haPhase((*ha.Actor).SwitchoverForScaleDown)},
 		{"role labels", just(r.roleLabels)},
 		{"configuration nudge", just(func(ctx context.Context, db *v1alpha1.Database, obs *observation) error {
 			return r.nudgePods(ctx, obs.Pods, configHash(db, obs.plan)+"/"+obs.tls.version)
@@ -97,7 +97,7 @@ func (r *Reconciler) availabilitySteps() []step {
 		}},
 		{"primary lease", just(r.ensurePrimaryLease)},
 		{"observe", just(r.observe)},
-		{"failover", r.haPhase((*haActor).Failover)},
+		{"failover", r.haPhase((*ha.Actor).Failover)},
 		{"role labels", just(r.roleLabels)},
 	}
 }
@@ -156,11 +156,8 @@ func (r *Reconciler) majorUpgradePhase(ctx context.Context, db *v1alpha1.Databas
 	return stopIf(stopped, upgradePoll), err
 }
 
-// haActor is the HA actor's type, for the phases it runs.
-type haActor = ha.Actor
-
 // haPhase runs one of the HA actor's steps on the observation's view.
-func (r *Reconciler) haPhase(step func(*haActor, context.Context, *v1alpha1.Database, *ha.View) (reconcile.Result, error)) func(context.Context, *v1alpha1.Database, *observation) (stepResult, error) {
+func (r *Reconciler) haPhase(step func(*ha.Actor, context.Context, *v1alpha1.Database, *ha.View) (reconcile.Result, error)) func(context.Context, *v1alpha1.Database, *observation) (stepResult, error) {
 	return func(ctx context.Context, db *v1alpha1.Database, obs *observation) (stepResult, error) {
 		res, err := step(r.actor(), ctx, db, &obs.View)
 		return stepResult{requeue: res.RequeueAfter}, err
