@@ -134,7 +134,7 @@ func (m *Manager) startWAL(ctx context.Context, archive bool) error {
 	if !archive {
 		a = nil
 	}
-	if a == nil && m.recovery == nil {
+	if a == nil && m.shared.recovery == nil {
 		return nil
 	}
 	var archiver *wal.Archiver
@@ -157,13 +157,13 @@ func (m *Manager) startWAL(ctx context.Context, archive bool) error {
 			}
 			return wal.ClaimArchive(ctx, st, a.Prefix, parseControlData(out)["Database system identifier"], m.cfg.Pod)
 		}
-		m.mu.Lock()
-		m.archiver = archiver
+		m.shared.mu.Lock()
+		m.shared.archiver = archiver
 		// One try per file: a replica that cannot reach the archive
 		// streams or waits, it never stalls on storage.
-		m.standbyWAL = &wal.Restorer{Storage: st, Prefix: a.Prefix, Keys: keys, Dir: filepath.Clean(m.cfg.PGData) + ".standby-wal",
+		m.shared.standbyWAL = &wal.Restorer{Storage: st, Prefix: a.Prefix, Keys: keys, Dir: filepath.Clean(m.cfg.PGData) + ".standby-wal",
 			Ahead: 4, Retry: time.Millisecond}
-		m.mu.Unlock()
+		m.shared.mu.Unlock()
 	}
 	if err := os.MkdirAll(m.cfg.RunDir, 0o700); err != nil {
 		return fmt.Errorf("failed to create %s: %w", m.cfg.RunDir, err)

@@ -245,7 +245,7 @@ func TestArchivingCatchesUpAfterAStorageOutage(t *testing.T) {
 	if !reported {
 		t.Fatalf("in %s of outage the status never reported the failing archive and the WAL waiting: %+v", outage(), in.status().Archive)
 	}
-	t.Logf("after %s: %+v; %d pgbench transactions, %s events", time.Since(down).Round(time.Second), *in.status().Archive, loaded, events)
+	t.Logf("after %s: %+v; %d pgbench transactions, %s events", time.Since(down).Round(time.Second), in.status().Archive, loaded, events)
 	m.Start(t)
 
 	took := time.Now()

@@ -192,13 +192,13 @@ func (m *Manager) bootstrap(ctx context.Context) error {
 		host, _ := m.upstream()
 		m.log.Info("Cloning the primary", "primary", host)
 		err = m.cloneFromPrimary(ctx, dir)
-	case m.cfg.FromBackup && m.recovery == nil && m.restore == nil:
+	case m.cfg.FromBackup && m.shared.recovery == nil && m.restore == nil:
 		// The restore init container restores; this container has no
 		// storage to restore from. Only a new pod runs it again.
 		err = permanentError{fmt.Errorf("%s: there is no data to serve, and only the restore init container may read the backup storage: "+
 			"delete the pod to restore again", instanceapi.TerminationRestoreFailed)}
-	case m.cfg.FromBackup && m.recovery != nil:
-		m.log.Info("Restoring a base backup and the WAL archive", "prefix", m.recovery.Prefix, "target", targetText(m.recovery))
+	case m.cfg.FromBackup && m.shared.recovery != nil:
+		m.log.Info("Restoring a base backup and the WAL archive", "prefix", m.shared.recovery.Prefix, "target", targetText(m.shared.recovery))
 		if err = m.recoverFromArchive(ctx, dir); err != nil {
 			err = fmt.Errorf("%s: %w", instanceapi.TerminationRestoreFailed, err)
 		}
@@ -238,7 +238,7 @@ func (m *Manager) bootstrap(ctx context.Context) error {
 	if err := syncDir(filepath.Dir(m.cfg.PGData)); err != nil {
 		return err
 	}
-	m.bootstrapped = true
+	m.sup.bootstrapped = true
 	if err := os.Remove(m.cfg.rewinding()); err != nil && !os.IsNotExist(err) {
 		return fmt.Errorf("failed to remove %s: %w", m.cfg.rewinding(), err)
 	}

@@ -286,9 +286,9 @@ type ImportSource struct {
 // writeConfig writes the managed configuration into dir, streaming from
 // the lease's holder as last seen.
 func (m *Manager) writeConfig(dir string) error {
-	m.confMu.Lock()
-	defer m.confMu.Unlock()
-	return m.cfg.writeConfig(dir, m.role(), m.holderName(), m.floors)
+	m.conf.mu.Lock()
+	defer m.conf.mu.Unlock()
+	return m.cfg.writeConfig(dir, m.role(), m.holderName(), m.conf.floors)
 }
 
 // writeFileAtomic replaces path with content in one rename, so that a

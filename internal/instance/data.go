@@ -130,7 +130,7 @@ func (m *Manager) prepareInPlace(ctx context.Context) error {
 	}
 	// The holder postgres last started under, not the last one seen: the
 	// watch moves that one while postgres runs.
-	if m.role() != role || m.holderName() != m.startHolder {
+	if m.role() != role || m.holderName() != m.sup.startHolder {
 		return m.prepare(ctx)
 	}
 	m.setPhase(instanceapi.PhaseStarting, "")
@@ -147,7 +147,7 @@ func (m *Manager) ensureData(ctx context.Context) error {
 	if err := os.RemoveAll(m.cfg.staging()); err != nil {
 		return fmt.Errorf("failed to remove an interrupted bootstrap: %w", err)
 	}
-	m.bootstrapped = false
+	m.sup.bootstrapped = false
 	if err := m.finishInterruptedSwap(); err != nil {
 		return err
 	}

@@ -7,8 +7,10 @@
 // (_internal_test.go for the package's own tests where a test of the
 // running manager already takes the name):
 //
-//   - the manager and its run: manager.go (Manager, Run), config.go (the
-//     flags' configuration, postgresql.conf), status.go (GET /status);
+//   - the manager and its run: manager.go (Manager, Run, and the state
+//     its goroutines share, under shared.mu, apart from what the
+//     supervisor and the monitor own alone), config.go (the flags'
+//     configuration, postgresql.conf), status.go (GET /status);
 //   - the data directory: data.go (ensure it exists, refuse to replace data
 //     a Database served), bootstrap.go (initdb, clone, import), identity.go
 //     (which Database made it), restore.go and recovery.go (a logical

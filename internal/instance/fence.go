@@ -23,22 +23,22 @@ func (m *Manager) startPrimaryDuties(ctx context.Context, fence chan<- error) bo
 	go m.heartbeat(ctx) //nolint:gosec // G118 misreads: ctx is the run's context, passed on
 	go m.vouchLoop(ctx)
 	m.guardLease(ctx, fence)
-	m.mu.Lock()
-	m.startUnbounded = false
-	m.mu.Unlock()
+	m.shared.mu.Lock()
+	m.shared.startUnbounded = false
+	m.shared.mu.Unlock()
 	context.AfterFunc(ctx, func() {
-		m.mu.Lock()
-		m.lastHeartbeat, m.lastRenew, m.syncRecorded = time.Time{}, time.Time{}, ""
-		m.mu.Unlock()
+		m.shared.mu.Lock()
+		m.shared.lastHeartbeat, m.shared.lastRenew, m.shared.syncRecorded = time.Time{}, time.Time{}, ""
+		m.shared.mu.Unlock()
 	})
 	return true
 }
 
 // guardRun starts guardLease for the postgres run under way.
 func (m *Manager) guardRun() {
-	m.mu.Lock()
-	ctx, fence := m.run, m.runFence
-	m.mu.Unlock()
+	m.shared.mu.Lock()
+	ctx, fence := m.shared.run, m.shared.runFence
+	m.shared.mu.Unlock()
 	if ctx != nil {
 		m.guardLease(ctx, fence)
 	}
@@ -47,12 +47,12 @@ func (m *Manager) guardRun() {
 // guardLease starts holdLease for the run of postgres that ctx is, once:
 // from the start of a run as a primary (supervise), or at a promotion.
 func (m *Manager) guardLease(ctx context.Context, fence chan<- error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.lease == nil || (m.status.Role != instanceapi.RolePrimary && !m.promoting) || m.guardedRun == ctx {
+	m.shared.mu.Lock()
+	defer m.shared.mu.Unlock()
+	if m.lease == nil || (m.shared.status.Role != instanceapi.RolePrimary && !m.shared.promoting) || m.shared.guardedRun == ctx {
 		return
 	}
-	m.guardedRun = ctx
+	m.shared.guardedRun = ctx //nolint:fatcontext // held to compare, not to pass down (see shared)
 	go m.holdLease(ctx, fence, time.Now())
 }
 
@@ -86,9 +86,9 @@ func (m *Manager) heartbeat(ctx context.Context) {
 			_, err := conn.Exec(hctx, "SELECT pg_logical_emit_message(true, 'daytwo-heartbeat', now()::text)")
 			cancel()
 			if err == nil {
-				m.mu.Lock()
-				m.lastHeartbeat = time.Now()
-				m.mu.Unlock()
+				m.shared.mu.Lock()
+				m.shared.lastHeartbeat = time.Now()
+				m.shared.mu.Unlock()
 			} else {
 				_ = conn.Close(context.Background())
 			}
@@ -103,7 +103,7 @@ func (m *Manager) heartbeat(ctx context.Context) {
 
 // holdLease renews the primary lease while the heartbeat is fresh, and
 // fences when the lease names another instance or when the last renewal
-// known to this manager (m.leaseUntil: its own, or the one learnRole or a
+// known to this manager (m.shared.leaseUntil: its own, or the one learnRole or a
 // promotion read) runs out, whatever renewed it: armed from the start of
 // the run, not from its first renewal, so a run that never renews still
 // fences in time. Until the server first runs (crash recovery, say) or
@@ -113,12 +113,12 @@ func (m *Manager) heartbeat(ctx context.Context) {
 // and over.
 func (m *Manager) holdLease(ctx context.Context, fence chan<- error, started time.Time) {
 	for {
-		m.mu.Lock()
-		beat, lsn, sync := m.lastHeartbeat, m.status.LSN, m.syncRecord
-		starting := (m.status.Phase != instanceapi.PhaseRunning || m.promoting) &&
-			(time.Since(started) < restartLeaseLimit || m.startUnbounded)
-		unserved := m.status.Phase != instanceapi.PhaseRunning || m.promoting
-		m.mu.Unlock()
+		m.shared.mu.Lock()
+		beat, lsn, sync := m.shared.lastHeartbeat, m.shared.status.LSN, m.shared.syncRecord
+		starting := (m.shared.status.Phase != instanceapi.PhaseRunning || m.shared.promoting) &&
+			(time.Since(started) < restartLeaseLimit || m.shared.startUnbounded)
+		unserved := m.shared.status.Phase != instanceapi.PhaseRunning || m.shared.promoting
+		m.shared.mu.Unlock()
 		var err error
 		switch {
 		case time.Since(beat) < instanceapi.HeartbeatDeadline:
@@ -141,9 +141,9 @@ func (m *Manager) holdLease(ctx context.Context, fence chan<- error, started tim
 			err = fmt.Errorf("the primary lease ran out at %s, not renewed since (heartbeat %s ago), and no promises of its peers cover it",
 				deadline.Add(instanceapi.LeaseFenceMargin).Format(time.StampMilli), time.Since(beat).Round(time.Millisecond))
 			if unserved {
-				m.mu.Lock()
-				m.startFenced = true // learnRole lets failover have a term first
-				m.mu.Unlock()
+				m.shared.mu.Lock()
+				m.shared.startFenced = true // learnRole lets failover have a term first
+				m.shared.mu.Unlock()
 			}
 		}
 		m.vouch.setServing(false)
@@ -156,14 +156,14 @@ func (m *Manager) holdLease(ctx context.Context, fence chan<- error, started tim
 }
 
 // serveDeadline is when this primary must have stopped serving: the end of
-// its term (m.leaseUntil), or later while it serves and its peers'
+// its term (m.shared.leaseUntil), or later while it serves and its peers'
 // promises and its own heartbeat cover it (vouchers): then no other
 // instance can be promoted, and a control-plane outage need not stop its
 // writes.
 func (m *Manager) serveDeadline(unserved bool) time.Time {
-	m.mu.Lock()
-	until := m.leaseUntil
-	m.mu.Unlock()
+	m.shared.mu.Lock()
+	until := m.shared.leaseUntil
+	m.shared.mu.Unlock()
 	if unserved {
 		return until
 	}
@@ -176,9 +176,9 @@ func (m *Manager) serveDeadline(unserved bool) time.Time {
 // noteServingOnPromises records (and logs, as it begins and ends) whether
 // the primary serves past its term on promises now.
 func (m *Manager) noteServingOnPromises() {
-	m.mu.Lock()
-	past := !time.Now().Before(m.leaseUntil)
-	m.mu.Unlock()
+	m.shared.mu.Lock()
+	past := !time.Now().Before(m.shared.leaseUntil)
+	m.shared.mu.Unlock()
 	if m.vouch.setServing(past) {
 		if past {
 			m.log.Info("Serving past the primary lease's term on the peers' promises: the lease cannot be renewed")
@@ -195,14 +195,14 @@ func (m *Manager) renewBefore(ctx context.Context, until time.Time, lsn, sync st
 	if err := m.renew(ctx, renewLimit(until), lsn, sync); err != nil {
 		return err
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.lastRenew, m.syncRecorded = start, sync
-	m.leaseUntil = later(m.leaseUntil, ha.ServeUntil(start, 0))
+	m.shared.mu.Lock()
+	defer m.shared.mu.Unlock()
+	m.shared.lastRenew, m.shared.syncRecorded = start, sync
+	m.shared.leaseUntil = later(m.shared.leaseUntil, ha.ServeUntil(start, 0))
 	if ctx.Err() == nil {
 		// A renewal that ends after its server was asked to stop (a
 		// restart in place) must not end the restart's hold on readiness.
-		m.restarting = false
+		m.shared.restarting = false
 	}
 	return nil
 }
@@ -222,7 +222,7 @@ func (m *Manager) renew(ctx context.Context, limit time.Duration, lsn, sync stri
 }
 
 // extendBefore extends the lease (Lease.Extend) for a server that does
-// not serve yet: m.leaseUntil moves on, but not the readiness a serving
+// not serve yet: m.shared.leaseUntil moves on, but not the readiness a serving
 // renewal gives (lastRenew).
 func (m *Manager) extendBefore(ctx context.Context, limit time.Duration) error {
 	start := time.Now()
@@ -232,9 +232,9 @@ func (m *Manager) extendBefore(ctx context.Context, limit time.Duration) error {
 	if err != nil {
 		return err
 	}
-	m.mu.Lock()
-	m.leaseUntil = later(m.leaseUntil, ha.ServeUntil(start, 0))
-	m.mu.Unlock()
+	m.shared.mu.Lock()
+	m.shared.leaseUntil = later(m.shared.leaseUntil, ha.ServeUntil(start, 0))
+	m.shared.mu.Unlock()
 	return nil
 }
 
@@ -250,9 +250,9 @@ func renewLimit(until time.Time) time.Duration {
 // have taken the rest. A failure is a fence: the run starts again from
 // learnRole.
 func (m *Manager) extendIfShort(ctx context.Context) error {
-	m.mu.Lock()
-	short := m.lease != nil && m.status.Role == instanceapi.RolePrimary && time.Until(m.leaseUntil) < instanceapi.LeaseRenewPeriod
-	m.mu.Unlock()
+	m.shared.mu.Lock()
+	short := m.lease != nil && m.shared.status.Role == instanceapi.RolePrimary && time.Until(m.shared.leaseUntil) < instanceapi.LeaseRenewPeriod
+	m.shared.mu.Unlock()
 	if !short {
 		return nil
 	}
@@ -288,12 +288,12 @@ func (m *Manager) leaseFresh() bool {
 	if m.lease == nil {
 		return true
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	fresh := !m.lastRenew.IsZero() && time.Since(m.lastRenew) < instanceapi.LeaseDuration-instanceapi.LeaseFenceMargin
+	m.shared.mu.Lock()
+	defer m.shared.mu.Unlock()
+	fresh := !m.shared.lastRenew.IsZero() && time.Since(m.shared.lastRenew) < instanceapi.LeaseDuration-instanceapi.LeaseFenceMargin
 	// Past the term, the promises that let the guard serve on (its
 	// heartbeat commits, or it fences within HeartbeatDeadline).
-	return fresh || (!m.lastRenew.IsZero() && m.vouch.covers(time.Now()))
+	return fresh || (!m.shared.lastRenew.IsZero() && m.vouch.covers(time.Now()))
 }
 
 // restartLeaseLimit bounds how long a primary restarting in place, as
@@ -320,9 +320,9 @@ func (m *Manager) keepLeaseWhileRestarting(ctx context.Context, lsn, sync string
 			return
 		}
 		if err == nil {
-			m.mu.Lock()
-			m.leaseUntil = later(m.leaseUntil, ha.ServeUntil(start, 0))
-			m.mu.Unlock()
+			m.shared.mu.Lock()
+			m.shared.leaseUntil = later(m.shared.leaseUntil, ha.ServeUntil(start, 0))
+			m.shared.mu.Unlock()
 		}
 		select {
 		case <-ctx.Done():
@@ -339,9 +339,9 @@ func (m *Manager) keepLeaseWhileRestarting(ctx context.Context, lsn, sync string
 // endpoints would add a failed probe, a passed one and kube-proxy's next
 // sync, about 4 s, to a restart that takes about one.
 func (m *Manager) restartingInPlace() bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.restarting && m.status.Role == instanceapi.RolePrimary && time.Now().Before(m.leaseUntil)
+	m.shared.mu.Lock()
+	defer m.shared.mu.Unlock()
+	return m.shared.restarting && m.shared.status.Role == instanceapi.RolePrimary && time.Now().Before(m.shared.leaseUntil)
 }
 
 // releaseLease lets the lease expire at once after a clean shutdown, so a

@@ -134,9 +134,9 @@ func (m *Manager) primaryFloors(ctx context.Context) (map[string]floor, error) {
 // where they are above its own (postgres -C reads the first). A failure to
 // read them is only logged: postgres then says what it lacks.
 func (m *Manager) writeStartConfig(ctx context.Context) error {
-	m.confMu.Lock()
-	m.floors = nil
-	m.confMu.Unlock()
+	m.conf.mu.Lock()
+	m.conf.floors = nil
+	m.conf.mu.Unlock()
 	if err := m.writeConfig(m.cfg.PGData); err != nil {
 		return err
 	}
@@ -144,9 +144,9 @@ func (m *Manager) writeStartConfig(ctx context.Context) error {
 		// What renewals record until manageSync looks: the setting the
 		// server starts with, not none (which failover reads as
 		// asynchronous), after a restart of this manager.
-		m.mu.Lock()
-		m.syncRecord = names
-		m.mu.Unlock()
+		m.shared.mu.Lock()
+		m.shared.syncRecord = names
+		m.shared.mu.Unlock()
 	}
 	var floors map[string]floor
 	if m.role() == instanceapi.RoleReplica {
@@ -155,12 +155,12 @@ func (m *Manager) writeStartConfig(ctx context.Context) error {
 			m.log.Error(err, "Could not compare this replica's settings with its primary's")
 		}
 	}
-	m.confMu.Lock()
-	m.floors = floors
-	m.confMu.Unlock()
-	m.mu.Lock()
-	m.status.RaisedSettings = slices.Sorted(maps.Keys(floors))
-	m.mu.Unlock()
+	m.conf.mu.Lock()
+	m.conf.floors = floors
+	m.conf.mu.Unlock()
+	m.shared.mu.Lock()
+	m.shared.status.RaisedSettings = slices.Sorted(maps.Keys(floors))
+	m.shared.mu.Unlock()
 	if len(floors) == 0 {
 		return nil
 	}
@@ -176,9 +176,9 @@ func (m *Manager) writeStartConfig(ctx context.Context) error {
 // whether it has replayed the primary's change since: its control file
 // then no longer asks for more than it is configured with.
 func (m *Manager) floorsReplayed(ctx context.Context) bool {
-	m.confMu.Lock()
-	floors := m.floors
-	m.confMu.Unlock()
+	m.conf.mu.Lock()
+	floors := m.conf.floors
+	m.conf.mu.Unlock()
 	if len(floors) == 0 || m.role() != instanceapi.RoleReplica {
 		return false
 	}
@@ -210,12 +210,12 @@ func floorSettings(floors map[string]floor) string {
 // operator then restarts it in place, first, as for any lowered setting
 // (lowerOnPrimaryFirst).
 func (m *Manager) dropFloors() {
-	m.confMu.Lock()
-	defer m.confMu.Unlock()
-	if len(m.floors) == 0 {
+	m.conf.mu.Lock()
+	defer m.conf.mu.Unlock()
+	if len(m.conf.floors) == 0 {
 		return
 	}
-	m.floors = nil
+	m.conf.floors = nil
 	host, port := m.cfg.upstream(m.holderName())
 	conf := filepath.Join(m.cfg.PGData, "postgresql.conf")
 	if err := writeFileAtomic(conf, m.cfg.managedConf(instanceapi.RolePrimary, host, port, nil)); err != nil {

@@ -174,9 +174,9 @@ const maxSlotRemakes = 3
 // timeline's name.
 func (m *Manager) catchUpFromArchive(ctx context.Context, conn *pgconn.PgConn, w *followWatch, lsn string, removed, lost bool,
 	segTLI, tli int, from uint64) error {
-	m.mu.Lock()
-	rs := m.standbyWAL
-	m.mu.Unlock()
+	m.shared.mu.Lock()
+	rs := m.shared.standbyWAL
+	m.shared.mu.Unlock()
 	restored := -1
 	if rs != nil {
 		restored = rs.Stats().Restored

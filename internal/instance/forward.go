@@ -73,9 +73,9 @@ func (m *Manager) startForwarding(target func() (string, bool), serving bool) *f
 		}
 	}()
 	time.AfterFunc(forwardWindow, f.close)
-	m.mu.Lock()
-	m.forwarding = f
-	m.mu.Unlock()
+	m.shared.mu.Lock()
+	m.shared.forwarding = f
+	m.shared.mu.Unlock()
 	return f
 }
 
@@ -125,9 +125,9 @@ func (m *Manager) relayToNextPrimary() {
 // relaying: a forwarder that keeps the instance ready is open, whether or
 // not the lease names the next primary yet (its connections wait).
 func (m *Manager) relaying() bool {
-	m.mu.Lock()
-	f := m.forwarding
-	m.mu.Unlock()
+	m.shared.mu.Lock()
+	f := m.shared.forwarding
+	m.shared.mu.Unlock()
 	if f == nil || !f.serving {
 		return false
 	}

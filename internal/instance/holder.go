@@ -11,9 +11,9 @@ import (
 
 // holderName is the instance the lease named when last read or watched.
 func (m *Manager) holderName() string {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.holder
+	m.shared.mu.Lock()
+	defer m.shared.mu.Unlock()
+	return m.shared.holder
 }
 
 // upstream is where this replica clones and streams from now.
@@ -37,10 +37,10 @@ func (m *Manager) followHolder(ctx context.Context, w HolderWatcher) {
 // anew) or as read: a replica streams from it, or promotes itself when it
 // is this instance and the lease was handed on to it.
 func (m *Manager) holderIs(ctx context.Context, holder string, moved bool) {
-	m.mu.Lock()
-	changed := holder != m.holder
-	m.holder = holder
-	m.mu.Unlock()
+	m.shared.mu.Lock()
+	changed := holder != m.shared.holder
+	m.shared.holder = holder
+	m.shared.mu.Unlock()
 	if changed {
 		m.promise.forgetVouched(holder)
 	}
@@ -58,14 +58,14 @@ func (m *Manager) holderIs(ctx context.Context, holder string, moved bool) {
 		}
 		return
 	}
-	m.confMu.Lock()
-	defer m.confMu.Unlock()
+	m.conf.mu.Lock()
+	defer m.conf.mu.Unlock()
 	conf := filepath.Join(m.cfg.PGData, "postgresql.conf")
 	if _, err := os.Stat(conf); err != nil {
 		return // not written yet: the next start writes it for this holder
 	}
 	host, port := m.cfg.upstream(holder)
-	if err := writeFileAtomic(conf, m.cfg.managedConf(instanceapi.RoleReplica, host, port, m.floors)); err != nil {
+	if err := writeFileAtomic(conf, m.cfg.managedConf(instanceapi.RoleReplica, host, port, m.conf.floors)); err != nil {
 		m.log.Error(err, "Failed to point the replica at the new lease holder", "holder", holder)
 		return
 	}

@@ -14,7 +14,13 @@ import (
 	"github.com/daytwo-dev/daytwo/internal/wal"
 )
 
-// Manager runs one PostgreSQL instance.
+// Manager runs one PostgreSQL instance. Its goroutines are the
+// supervisor (Run: prepare, start and stop postgres), the monitor
+// (observe, sync, follow), the lease guard (renew and fence), the holder
+// watch, the WAL archiver and the API handlers. What more than one of them
+// touches lives in shared, under its mutex; what one of them owns alone
+// lives in that goroutine's own struct (sup, mon), which nothing else
+// reads.
 type Manager struct {
 	cfg     *Config
 	log     logr.Logger
@@ -23,8 +29,11 @@ type Manager struct {
 	// afterUpgradeOnce runs the post-upgrade work once the primary serves.
 	afterUpgradeOnce sync.Once
 
-	mu     sync.Mutex
-	status instanceapi.Status
+	shared shared
+	sup    supervisorState
+	mon    monitorState
+	conf   confState
+	peers  peerState
 
 	// reload asks the supervisor to re-read the parameters file now (SIGHUP).
 	reload chan struct{}
@@ -34,22 +43,37 @@ type Manager struct {
 	// promoteMu serializes promotions: the lease's naming and the
 	// operator's promote call race (see promote).
 	promoteMu sync.Mutex
+	// restartReq carries a restart asked through the API to the supervisor.
+	restartReq chan struct{}
+	// demote carries a switchover from the API to the supervisor.
+	demote chan demoteRequest
 
 	// lease is the primary lease; nil runs the role given in cfg for good
 	// (tests of a single instance, and a pod without the Kubernetes API).
 	lease Lease
-	// holder is the instance the lease named when last read or watched
-	// (guarded by mu); a replica streams from it (Config.upstream).
+	// pinger answers the readiness probe's ping (set up once by ping).
+	pinger   pinger
+	pingOnce sync.Once
+	// promise is this instance's promise to a holder not to be promoted,
+	// and vouch the promises it holds as a holder (vouch.go).
+	promise  promise
+	vouch    vouchers
+	apiWatch apiWatch
+}
+
+// shared is the state more than one of the Manager's goroutines reads or
+// writes: every field only with mu held.
+type shared struct {
+	mu     sync.Mutex
+	status instanceapi.Status
+	// holder is the instance the lease named when last read or watched; a
+	// replica streams from it (Config.upstream).
 	holder string
 	// forwarding, after a switchover handed the lease over, relays new
-	// connections to the new primary until postgres starts again here
-	// (guarded by mu).
+	// connections to the new primary until postgres starts again here.
 	forwarding *forwarder
-	// confMu serializes writes of the managed configuration: the lease
-	// watch rewrites it while postgres runs.
-	confMu sync.Mutex
 	// lastHeartbeat and lastRenew: the last heartbeat commit and lease
-	// renewal that succeeded (guarded by mu).
+	// renewal that succeeded.
 	lastHeartbeat, lastRenew time.Time
 	// leaseUntil is when the last renewal known to this primary runs out,
 	// less the fence margin: its own, or the one read when it learnt its
@@ -57,82 +81,82 @@ type Manager struct {
 	// a replica has none.
 	leaseUntil time.Time
 	// guardedRun is the postgres run (its context) whose lease guard runs
-	// (see guardLease); run and runFence, the run under way and its fence
-	// (guarded by mu).
+	// (see guardLease); run and runFence, the run under way and its fence.
 	guardedRun, run context.Context //nolint:containedctx // the run a fence cancels: held to compare and cancel, not to pass down
 	runFence        chan<- error
-	// promoting: pg_promote runs; the guard extends the lease meanwhile
-	// (guarded by mu).
+	// promoting: pg_promote runs; the guard extends the lease meanwhile.
 	promoting bool
 	// startFenced: the guard fenced a run that never served, at
 	// restartLeaseLimit; startUnbounded: the next start, which failover
-	// had a term to pre-empt, extends for as long as it takes (both
-	// guarded by mu; see learnRole).
+	// had a term to pre-empt, extends for as long as it takes (see
+	// learnRole).
 	startFenced, startUnbounded bool
 	// restarting: postgres crashed, or was asked to restart, and is being
 	// started again in place, with the lease kept (see restartingInPlace).
 	restarting bool
-	// restartReq carries a restart asked through the API to the supervisor.
-	restartReq chan struct{}
-	// startHolder is the lease holder as known when postgres last started
-	// (supervisor only): a restart in place under another one rejoins.
-	startHolder string
-	// follow is the replica's check that it can follow (monitor only); it
-	// outlives a postgres run, so the newest timeline seen is kept.
-	follow followWatch
-	// bootstrapped: this start made the data directory (nothing to rejoin).
-	bootstrapped bool
-	// demote carries a switchover from the API to the supervisor.
-	demote chan demoteRequest
 	// syncRecord is the synchronous_standby_names record the lease renewals
 	// carry (instanceapi.AnnotationSync); syncRecorded, the one the last
-	// renewal wrote (both guarded by mu).
+	// renewal wrote.
 	syncRecord, syncRecorded string
-	// unwantedSlots: when each daytwo slot no instance wants was first seen
-	// (only the monitor goroutine uses it).
-	unwantedSlots map[string]time.Time
-	// floors are the standby-sensitive settings this replica started above
-	// its configuration, at its primary's logged values (guarded by confMu;
-	// see writeStartConfig).
-	floors map[string]floor
-	// archiver ships WAL when the operator asks for archiving (or nil;
-	// guarded by mu).
+	// archiver ships WAL when the operator asks for archiving (or nil).
 	archiver *wal.Archiver
-	// backlog tracks WAL waiting for the archive (guarded by mu).
+	// backlog tracks WAL waiting for the archive.
 	backlog backlog
 	// recovery, when set, makes a bootstrap from a backup a physical
 	// restore (see recoverFromArchive); replay answers its
-	// restore_command and reports its progress while it runs (guarded by
-	// mu).
+	// restore_command and reports its progress while it runs.
 	recovery *Recovery
 	replay   *replay
 	// standbyWAL answers a replica's restore_command from the archive,
 	// once it has not streamed since notStreamingSince for
-	// standbyArchiveAfter (both guarded by mu).
+	// standbyArchiveAfter.
 	standbyWAL        *wal.Restorer
 	notStreamingSince time.Time
 	// streamed says the last observation saw this replica streaming, and
-	// streamLost when one then saw it stop, until it streams again (both
-	// guarded by mu): a replica
-	// that just lost its primary stays ready for streamLossGrace (see ready).
+	// streamLost when one then saw it stop, until it streams again: a
+	// replica that just lost its primary stays ready for streamLossGrace
+	// (see ready).
 	streamed   bool
 	streamLost time.Time
-	// pinger answers the readiness probe's ping (set up once by ping).
-	pinger   pinger
-	pingOnce sync.Once
+}
+
+// supervisorState is the supervisor's own (Run and what it calls).
+type supervisorState struct {
+	// startHolder is the lease holder as known when postgres last
+	// started: a restart in place under another one rejoins.
+	startHolder string
+	// bootstrapped: this start made the data directory (nothing to rejoin).
+	bootstrapped bool
+}
+
+// monitorState is the monitor's own (monitor.go and what it calls).
+type monitorState struct {
+	// follow is the replica's check that it can follow; it outlives a
+	// postgres run, so the newest timeline seen is kept.
+	follow followWatch
+	// unwantedSlots: when each daytwo slot no instance wants was first seen.
+	unwantedSlots map[string]time.Time
 	// receiverPID is the walreceiver the last observation saw streaming
-	// (monitor only; see observe).
+	// (see observe).
 	receiverPID int
-	// promise is this instance's promise to a holder not to be promoted,
-	// and vouch the promises it holds as a holder (vouch.go).
-	promise  promise
-	vouch    vouchers
-	apiWatch apiWatch
-	// peerHTTP asks the other instances for promises; peerCA is the CA it
-	// verifies them against (both guarded by peerMu).
-	peerMu   sync.Mutex
-	peerHTTP *http.Client
-	peerCA   []byte
+}
+
+// confState serializes writes of the managed configuration: the lease
+// watch rewrites it while postgres runs.
+type confState struct {
+	mu sync.Mutex
+	// floors are the standby-sensitive settings this replica started
+	// above its configuration, at its primary's logged values (see
+	// writeStartConfig).
+	floors map[string]floor
+}
+
+// peerState is how the instance asks the others for promises: http, and
+// ca, the CA it verifies them against (both under mu).
+type peerState struct {
+	mu   sync.Mutex
+	http *http.Client
+	ca   []byte
 }
 
 // UseLease makes the primary lease decide this instance's role: the holder
@@ -162,7 +186,7 @@ const (
 func New(cfg *Config, log logr.Logger, restore RestoreFunc) *Manager {
 	m := &Manager{cfg: cfg, log: log, restore: restore, reload: make(chan struct{}, 1), named: make(chan struct{}, 1), demote: make(chan demoteRequest),
 		restartReq: make(chan struct{}), promise: promise{path: cfg.promiseFile()},
-		status: instanceapi.Status{Pod: cfg.Pod, Role: cfg.Role, Phase: instanceapi.PhaseBootstrapping}}
+		shared: shared{status: instanceapi.Status{Pod: cfg.Pod, Role: cfg.Role, Phase: instanceapi.PhaseBootstrapping}}}
 	// A promise the last run made still binds this one.
 	m.promise.load(time.Now())
 	return m
@@ -232,9 +256,9 @@ func (m *Manager) Run(ctx context.Context) error {
 				break
 			}
 			m.log.Info("Postgres exited unexpectedly; starting it again", "reason", err.Error(), "crashes", len(crashes))
-			m.mu.Lock()
-			m.restarting = true
-			m.mu.Unlock()
+			m.shared.mu.Lock()
+			m.shared.restarting = true
+			m.shared.mu.Unlock()
 			m.setPhase(instanceapi.PhaseStarting, err.Error())
 			killOrphans()
 			time.Sleep(crashPause)
@@ -245,9 +269,9 @@ func (m *Manager) Run(ctx context.Context) error {
 			inPlace = true
 			continue
 		}
-		m.mu.Lock()
-		m.restarting = false
-		m.mu.Unlock()
+		m.shared.mu.Lock()
+		m.shared.restarting = false
+		m.shared.mu.Unlock()
 		if !(errors.Is(err, errFenced) || errors.Is(err, errSwitchedOver)) {
 			break
 		}

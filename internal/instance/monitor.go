@@ -47,7 +47,7 @@ func (m *Manager) monitor(ctx context.Context, fence chan<- error) {
 			if !duties {
 				duties = m.startPrimaryDuties(ctx, fence)
 			}
-			if err := m.cannotFollow(ctx, &m.follow); err != nil {
+			if err := m.cannotFollow(ctx, &m.mon.follow); err != nil {
 				m.stopToRepair(err, fence)
 			}
 			if m.floorsReplayed(ctx) {
@@ -159,14 +159,14 @@ func (m *Manager) observe(ctx context.Context, conn *pgx.Conn, hash string) {
 	// primary refuses at once (WAL gone): retried every
 	// wal_retrieve_retry_interval, such a replica would look streaming in
 	// many samples. Only a receiver that outlived two observations counts.
-	streaming := receiver != 0 && receiver == m.receiverPID
-	m.receiverPID = receiver
+	streaming := receiver != 0 && receiver == m.mon.receiverPID
+	m.mon.receiverPID = receiver
 	if inRecovery {
 		// received_tli vanishes with the walreceiver, as when the primary
 		// just died, and the control file's timelines can lag the one being
 		// replayed for minutes; failover ranks replicas by timeline first,
 		// so report the newest one seen (see followWatch).
-		timeline = max(timeline, m.follow.timeline)
+		timeline = max(timeline, m.mon.follow.timeline)
 	}
 	rows, err := conn.Query(qctx, "SELECT name FROM pg_settings WHERE pending_restart ORDER BY name")
 	if err != nil {
@@ -187,9 +187,9 @@ func (m *Manager) observe(ctx context.Context, conn *pgx.Conn, hash string) {
 	if _, err := pgx.ForEachRow(rows, []any{&name, &value}, func() error { settings[name] = value; return nil }); err != nil {
 		return
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	s := &m.status
+	m.shared.mu.Lock()
+	defer m.shared.mu.Unlock()
+	s := &m.shared.status
 	s.PostgresVersion, s.InRecovery, s.LSN, s.ConfigHash, s.Streaming = version, inRecovery, lsn, hash, streaming
 	m.noteStreaming(streaming)
 	s.ReceivedLSN, s.Timeline = received, timeline

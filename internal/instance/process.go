@@ -14,9 +14,9 @@ import (
 
 // supervise starts postgres and runs until it exits or ctx ends.
 func (m *Manager) supervise(ctx context.Context) error {
-	m.mu.Lock()
-	f := m.forwarding
-	m.mu.Unlock()
+	m.shared.mu.Lock()
+	f := m.shared.forwarding
+	m.shared.mu.Unlock()
 	if f != nil {
 		// Postgres needs the port back. Under required durability, when
 		// the new primary may wait for this instance to commit, it gets it
@@ -28,17 +28,17 @@ func (m *Manager) supervise(ctx context.Context) error {
 			f.close()
 		}
 		f.wait(ctx)
-		m.mu.Lock()
-		m.forwarding = nil
-		m.mu.Unlock()
+		m.shared.mu.Lock()
+		m.shared.forwarding = nil
+		m.shared.mu.Unlock()
 	}
 	// Read before the start: a file that changes meanwhile then costs the
 	// operator one more restart in place, never a setting thought applied.
 	startHash := m.parametersHash()
-	m.mu.Lock()
-	m.status.StartConfigHash = startHash
-	m.startHolder = m.holder
-	m.mu.Unlock()
+	m.shared.mu.Lock()
+	m.shared.status.StartConfigHash = startHash
+	m.sup.startHolder = m.shared.holder
+	m.shared.mu.Unlock()
 	if err := m.extendIfShort(ctx); err != nil {
 		return err
 	}
@@ -57,9 +57,9 @@ func (m *Manager) supervise(ctx context.Context) error {
 	runCtx, cancel := context.WithCancel(ctx)
 	monitored := make(chan struct{})
 	fence := make(chan error, 1)
-	m.mu.Lock()
-	m.run, m.runFence = runCtx, fence
-	m.mu.Unlock()
+	m.shared.mu.Lock()
+	m.shared.run, m.shared.runFence = runCtx, fence //nolint:fatcontext // held to cancel, not to pass down (see shared)
+	m.shared.mu.Unlock()
 	// Armed before the server can take a write, whether or not this run
 	// ever renews.
 	m.guardLease(runCtx, fence)
@@ -111,10 +111,10 @@ func (m *Manager) supervise(ctx context.Context) error {
 		default:
 		}
 		// Ready throughout on a primary, within its lease (restartingInPlace).
-		m.mu.Lock()
-		m.restarting = true
-		sync := m.syncRecorded
-		m.mu.Unlock()
+		m.shared.mu.Lock()
+		m.shared.restarting = true
+		sync := m.shared.syncRecorded
+		m.shared.mu.Unlock()
 		m.log.Info("Restarting postgres in place, as asked")
 		cancel() // the heartbeat and its renewals stop with the server
 		if err := m.shutdown(cmd, exited); err != nil {

@@ -132,9 +132,9 @@ func (m *Manager) handleVouch(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusConflict, instanceapi.Error{Message: "this instance reaches the Kubernetes API"})
 		return
 	}
-	m.mu.Lock()
-	holder, role := m.holder, m.status.Role
-	m.mu.Unlock()
+	m.shared.mu.Lock()
+	holder, role := m.shared.holder, m.shared.status.Role
+	m.shared.mu.Unlock()
 	switch {
 	case role == instanceapi.RolePrimary || req.Holder == m.cfg.Pod:
 		writeJSON(w, http.StatusConflict, instanceapi.Error{Message: "this instance is a primary"})

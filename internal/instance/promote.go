@@ -119,9 +119,9 @@ func (m *Manager) promote(ctx context.Context, waitLSN, how string) (int, error)
 		return http.StatusServiceUnavailable, errors.New("postgres does not answer")
 	}
 	defer func() { _ = conn.Close(context.Background()) }()
-	m.mu.Lock()
-	m.holder = m.cfg.Pod
-	m.mu.Unlock()
+	m.shared.mu.Lock()
+	m.shared.holder = m.cfg.Pod
+	m.shared.mu.Unlock()
 	// The peers' slots first: they stream from this instance as soon as
 	// the lease names it, and keep streaming across the promotion.
 	sctx, scancel := context.WithTimeout(ctx, 3*time.Second)
@@ -173,34 +173,34 @@ func (m *Manager) promote(ctx context.Context, waitLSN, how string) (int, error)
 	// promotion for seconds, and the server serves the moment it ends.
 	// While it promotes, the guard extends the term (nothing writes yet),
 	// or fences at its end.
-	m.mu.Lock()
-	m.promoting = true
-	m.leaseUntil = later(m.leaseUntil, ha.ServeUntil(renewed, 0))
-	m.mu.Unlock()
+	m.shared.mu.Lock()
+	m.shared.promoting = true
+	m.shared.leaseUntil = later(m.shared.leaseUntil, ha.ServeUntil(renewed, 0))
+	m.shared.mu.Unlock()
 	m.guardRun()
 	signalled = true
 	err = promoteNow(pctx, conn)
-	m.mu.Lock()
-	m.promoting = false
-	m.mu.Unlock()
+	m.shared.mu.Lock()
+	m.shared.promoting = false
+	m.shared.mu.Unlock()
 	if err != nil {
 		// A promotion signalled may still end: the guard, armed for this
 		// run, fences it at the term's end unless it renews as a primary.
 		return http.StatusInternalServerError, err
 	}
 	m.setRole(instanceapi.RolePrimary)
-	m.mu.Lock()
+	m.shared.mu.Lock()
 	// The lease runs from its last renewal (the operator's as it moved or
 	// extended it, the old primary's as it handed it over, or the guard's
 	// while it promoted), not from now: a promotion that waited long must
 	// not count on more.
-	m.lastRenew, m.lastHeartbeat = renewed, time.Now()
-	m.status.InRecovery, m.status.Streaming = false, false
-	m.notStreamingSince, m.streamed, m.streamLost = time.Time{}, false, time.Time{}
-	if m.standbyWAL != nil {
-		m.standbyWAL.Clear() // a primary restores nothing
+	m.shared.lastRenew, m.shared.lastHeartbeat = renewed, time.Now()
+	m.shared.status.InRecovery, m.shared.status.Streaming = false, false
+	m.shared.notStreamingSince, m.shared.streamed, m.shared.streamLost = time.Time{}, false, time.Time{}
+	if m.shared.standbyWAL != nil {
+		m.shared.standbyWAL.Clear() // a primary restores nothing
 	}
-	m.mu.Unlock()
+	m.shared.mu.Unlock()
 	// A replica's repair marks mean nothing to a primary, and a clone of
 	// it must not inherit them.
 	for _, mark := range []string{recloneMark, rewindMark} {

@@ -54,7 +54,7 @@ func (r *Recovery) Validate() error {
 
 // UseRecovery makes a primary that bootstraps from a backup (FromBackup)
 // restore a base backup and replay the WAL archive to r's target.
-func (m *Manager) UseRecovery(r *Recovery) { m.recovery = r }
+func (m *Manager) UseRecovery(r *Recovery) { m.shared.recovery = r }
 
 // recoveryEndedEarly is how PostgreSQL says the archive ended before the
 // target: it stops, and the data directory is never served.
@@ -69,7 +69,7 @@ const recoveryEndedEarly = "recovery ended before configured recovery target was
 // refuses to finish short of a target (recoveryEndedEarly). Progress is
 // in the status (Status.Recovery) while it runs.
 func (m *Manager) recoverFromArchive(ctx context.Context, dir string) (err error) {
-	r := m.recovery
+	r := m.shared.recovery
 	b, err := m.chooseBase(ctx)
 	if err != nil {
 		return err
@@ -102,18 +102,18 @@ func (m *Manager) recoverFromArchive(ctx context.Context, dir string) (err error
 	restorer := &wal.Restorer{Storage: r.Storage, Prefix: r.Prefix, Keys: r.Keys, Dir: prefetch, Ahead: cmp.Or(r.Ahead, 8), SegmentSize: segSize}
 	start, _ := postgres.ParseLSN(b.StartLSN)
 	run := &replay{restorer: restorer, base: *progress, start: start, end: end, segSize: segSize, began: time.Now()}
-	m.mu.Lock()
-	m.replay, m.status.Recovery = run, nil
-	m.mu.Unlock()
+	m.shared.mu.Lock()
+	m.shared.replay, m.shared.status.Recovery = run, nil
+	m.shared.mu.Unlock()
 	defer func() {
-		m.mu.Lock()
-		m.replay = nil
+		m.shared.mu.Lock()
+		m.shared.replay = nil
 		if err != nil {
 			// The last progress stays in the status beside the error.
 			p := run.progress(time.Now())
-			m.status.Recovery = &p
+			m.shared.status.Recovery = &p
 		}
-		m.mu.Unlock()
+		m.shared.mu.Unlock()
 		_ = os.RemoveAll(prefetch)
 	}()
 
@@ -189,7 +189,7 @@ func (m *Manager) recoverFromArchive(ctx context.Context, dir string) (err error
 
 // chooseBase finds the base backup a recovery starts from.
 func (m *Manager) chooseBase(ctx context.Context) (wal.BaseBackup, error) {
-	r := m.recovery
+	r := m.shared.recovery
 	if r.KeyMissing {
 		return wal.BaseBackup{}, backup.ErrNoSeriesKey
 	}

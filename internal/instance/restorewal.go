@@ -42,9 +42,9 @@ func (c *Config) standbyRestoreSettings() string {
 
 // archiveHolds says whether the WAL archive holds the file name.
 func (m *Manager) archiveHolds(ctx context.Context, name string) bool {
-	m.mu.Lock()
-	a := m.archiver
-	m.mu.Unlock()
+	m.shared.mu.Lock()
+	a := m.shared.archiver
+	m.shared.mu.Unlock()
 	if a == nil {
 		return false
 	}
@@ -61,18 +61,18 @@ func (m *Manager) archiveHolds(ctx context.Context, name string) bool {
 // streams again needs none of the segments fetched ahead.
 func (m *Manager) noteStreaming(streaming bool) {
 	switch {
-	case streaming && !m.notStreamingSince.IsZero():
-		m.notStreamingSince, m.streamLost = time.Time{}, time.Time{}
-		if m.standbyWAL != nil {
-			m.standbyWAL.Clear()
+	case streaming && !m.shared.notStreamingSince.IsZero():
+		m.shared.notStreamingSince, m.shared.streamLost = time.Time{}, time.Time{}
+		if m.shared.standbyWAL != nil {
+			m.shared.standbyWAL.Clear()
 		}
-	case !streaming && m.notStreamingSince.IsZero():
-		m.notStreamingSince = time.Now()
-		if m.streamed {
-			m.streamLost = m.notStreamingSince
+	case !streaming && m.shared.notStreamingSince.IsZero():
+		m.shared.notStreamingSince = time.Now()
+		if m.shared.streamed {
+			m.shared.streamLost = m.shared.notStreamingSince
 		}
 	}
-	m.streamed = streaming
+	m.shared.streamed = streaming
 }
 
 // handleRestoreWAL answers restore_command: a recovery's from its
@@ -84,9 +84,9 @@ func (m *Manager) handleRestoreWAL(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "the body must be the absolute path to restore to", http.StatusBadRequest)
 		return
 	}
-	m.mu.Lock()
-	run, standby, since := m.replay, m.standbyWAL, m.notStreamingSince
-	m.mu.Unlock()
+	m.shared.mu.Lock()
+	run, standby, since := m.shared.replay, m.shared.standbyWAL, m.shared.notStreamingSince
+	m.shared.mu.Unlock()
 	name := r.PathValue("name")
 	if run == nil {
 		m.restoreForStandby(w, r, standby, since, name, string(dest))

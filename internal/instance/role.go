@@ -28,9 +28,9 @@ func (m *Manager) learnRole(ctx context.Context) error {
 				role = instanceapi.RolePrimary
 			}
 			m.setRole(role)
-			m.mu.Lock()
-			m.holder = holder
-			m.mu.Unlock()
+			m.shared.mu.Lock()
+			m.shared.holder = holder
+			m.shared.mu.Unlock()
 			if role == instanceapi.RolePrimary && !m.mayStartAsPrimary(ctx, v) {
 				if !sleepCtx(ctx, time.Second) {
 					return ctx.Err()
@@ -63,14 +63,14 @@ func (m *Manager) learnRole(ctx context.Context) error {
 // another; only if none is promoted does this instance start again, then
 // with no limit (killing a recovery only starts it over).
 func (m *Manager) mayStartAsPrimary(ctx context.Context, v LeaseView) bool {
-	m.mu.Lock()
-	m.leaseUntil = later(m.leaseUntil, v.validUntil())
-	until := m.leaseUntil
-	forFailover := m.startFenced && time.Now().Before(until.Add(instanceapi.LeaseFenceMargin+instanceapi.LeaseDuration))
-	if m.startFenced && !forFailover {
-		m.startFenced, m.startUnbounded = false, true
+	m.shared.mu.Lock()
+	m.shared.leaseUntil = later(m.shared.leaseUntil, v.validUntil())
+	until := m.shared.leaseUntil
+	forFailover := m.shared.startFenced && time.Now().Before(until.Add(instanceapi.LeaseFenceMargin+instanceapi.LeaseDuration))
+	if m.shared.startFenced && !forFailover {
+		m.shared.startFenced, m.shared.startUnbounded = false, true
 	}
-	m.mu.Unlock()
+	m.shared.mu.Unlock()
 	if forFailover {
 		m.setMessage("the last start took too long; waiting a lease term for failover before starting again")
 		return false
@@ -95,7 +95,7 @@ func (m *Manager) mayStartAsPrimary(ctx context.Context, v LeaseView) bool {
 // a replica follows the new timeline by itself, unless it replayed past the
 // fork (rewindMark, see errDiverged).
 func (m *Manager) rejoin(ctx context.Context) error {
-	if m.role() != instanceapi.RoleReplica || m.bootstrapped {
+	if m.role() != instanceapi.RoleReplica || m.sup.bootstrapped {
 		return nil
 	}
 	if _, err := os.Stat(filepath.Join(m.cfg.PGData, "standby.signal")); err == nil && !m.marked(rewindMark) {

@@ -98,9 +98,9 @@ const streamLossGrace = 3 * time.Second
 // streamJustLost: this replica streamed until less than streamLossGrace
 // ago. A replica that has not streamed since it started gets no grace.
 func (m *Manager) streamJustLost() bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return !m.streamLost.IsZero() && time.Since(m.streamLost) < streamLossGrace
+	m.shared.mu.Lock()
+	defer m.shared.mu.Unlock()
+	return !m.shared.streamLost.IsZero() && time.Since(m.shared.streamLost) < streamLossGrace
 }
 
 // ping checks that postgres answers a query on its socket, at most once

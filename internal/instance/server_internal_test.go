@@ -13,9 +13,9 @@ func TestStreamJustLost(t *testing.T) {
 	t.Parallel()
 	m := &Manager{}
 	observe := func(streaming bool) {
-		m.mu.Lock()
+		m.shared.mu.Lock()
 		m.noteStreaming(streaming)
-		m.mu.Unlock()
+		m.shared.mu.Unlock()
 	}
 	observe(false)
 	if m.streamJustLost() {
@@ -30,10 +30,10 @@ func TestStreamJustLost(t *testing.T) {
 	if !m.streamJustLost() {
 		t.Fatal("a second observation without streaming ended the grace early")
 	}
-	m.mu.Lock()
-	m.streamLost = m.streamLost.Add(-streamLossGrace)
-	m.notStreamingSince = m.streamLost
-	m.mu.Unlock()
+	m.shared.mu.Lock()
+	m.shared.streamLost = m.shared.streamLost.Add(-streamLossGrace)
+	m.shared.notStreamingSince = m.shared.streamLost
+	m.shared.mu.Unlock()
 	if m.streamJustLost() {
 		t.Fatalf("the grace outlasted %s", streamLossGrace)
 	}

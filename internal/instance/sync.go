@@ -130,14 +130,14 @@ func (m *Manager) manageSlots(ctx context.Context, conn *pgx.Conn, r instanceapi
 	// instance list reaches each pod with a delay (a ConfigMap volume), so a
 	// new replica's slot may be unknown here for a while.
 	now := time.Now()
-	seen := m.unwantedSlots
-	m.unwantedSlots = map[string]time.Time{}
+	seen := m.mon.unwantedSlots
+	m.mon.unwantedSlots = map[string]time.Time{}
 	drop = slices.DeleteFunc(drop, func(s string) bool {
 		since, ok := seen[s]
 		if !ok {
 			since = now
 		}
-		m.unwantedSlots[s] = since
+		m.mon.unwantedSlots[s] = since
 		return m.role() == instanceapi.RolePrimary && now.Sub(since) < slotGrace
 	})
 	m.createSlots(ctx, conn, create)
@@ -154,9 +154,9 @@ func (m *Manager) manageSlots(ctx context.Context, conn *pgx.Conn, r instanceapi
 // be read: not known is not streaming, and the operator's restart gate
 // (inPlaceHealthy) must not trust an old list.
 func (m *Manager) forgetStandbys() {
-	m.mu.Lock()
-	m.status.Standbys = nil
-	m.mu.Unlock()
+	m.shared.mu.Lock()
+	m.shared.status.Standbys = nil
+	m.shared.mu.Unlock()
 }
 
 // manageSync, on the primary, keeps synchronous_standby_names in line with
@@ -173,11 +173,11 @@ func (m *Manager) manageSync(ctx context.Context, conn *pgx.Conn, r instanceapi.
 		m.forgetStandbys()
 		return
 	}
-	m.mu.Lock()
-	if m.status.Phase == instanceapi.PhaseRunning {
-		m.status.Standbys = slices.Sorted(slices.Values(streaming))
+	m.shared.mu.Lock()
+	if m.shared.status.Phase == instanceapi.PhaseRunning {
+		m.shared.status.Standbys = slices.Sorted(slices.Values(streaming))
 	}
-	m.mu.Unlock()
+	m.shared.mu.Unlock()
 	want := instanceapi.SynchronousStandbyNames(r, m.cfg.Pod, streaming)
 	var have string
 	if err := conn.QueryRow(ctx, "SHOW synchronous_standby_names").Scan(&have); err != nil {
@@ -199,14 +199,14 @@ func (m *Manager) manageSync(ctx context.Context, conn *pgx.Conn, r instanceapi.
 // both values, so failover never trusts more than the acknowledged commits
 // have.
 func (m *Manager) recordSync(have, want string) bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
+	m.shared.mu.Lock()
+	defer m.shared.mu.Unlock()
 	if have == want {
-		m.syncRecord = have
+		m.shared.syncRecord = have
 		return false
 	}
-	m.syncRecord = have + instanceapi.SyncSeparator + want
-	return m.lease == nil || m.syncRecorded == m.syncRecord
+	m.shared.syncRecord = have + instanceapi.SyncSeparator + want
+	return m.lease == nil || m.shared.syncRecorded == m.shared.syncRecord
 }
 
 // daytwoSlots lists the daytwo slots here, and those of them in use.

@@ -165,9 +165,9 @@ func (m *Manager) vouchLoop(ctx context.Context) {
 	tick := time.NewTicker(instanceapi.VouchPeriod)
 	defer tick.Stop()
 	for {
-		m.mu.Lock()
-		beat := m.lastHeartbeat
-		m.mu.Unlock()
+		m.shared.mu.Lock()
+		beat := m.shared.lastHeartbeat
+		m.shared.mu.Unlock()
 		if asked := time.Now(); asked.Sub(beat) < instanceapi.HeartbeatDeadline {
 			m.vouch.beat(asked)
 			m.askPromises(ctx)
@@ -242,25 +242,25 @@ func (m *Manager) peerClient() (*http.Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	m.peerMu.Lock()
-	defer m.peerMu.Unlock()
-	if m.peerHTTP != nil && bytes.Equal(ca, m.peerCA) {
-		return m.peerHTTP, nil
+	m.peers.mu.Lock()
+	defer m.peers.mu.Unlock()
+	if m.peers.http != nil && bytes.Equal(ca, m.peers.ca) {
+		return m.peers.http, nil
 	}
 	roots := x509.NewCertPool()
 	if !roots.AppendCertsFromPEM(ca) {
 		return nil, errors.New("the CA file holds no certificate")
 	}
-	if m.peerHTTP != nil {
-		m.peerHTTP.CloseIdleConnections()
+	if m.peers.http != nil {
+		m.peers.http.CloseIdleConnections()
 	}
-	m.peerCA = ca
-	m.peerHTTP = &http.Client{Transport: &http.Transport{
+	m.peers.ca = ca
+	m.peers.http = &http.Client{Transport: &http.Transport{
 		TLSClientConfig: &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12},
 		IdleConnTimeout: time.Minute, MaxIdleConnsPerHost: 1,
 	},
 		// A redirect would carry the token on, perhaps in clear.
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}
-	return m.peerHTTP, nil
+	return m.peers.http, nil
 }

@@ -12,9 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/util/retry"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/daytwo-dev/daytwo/internal/operator"
@@ -23,10 +21,6 @@ import (
 // Main runs a package's tests against a control plane with the operator
 // running (wired with opts), sets *env for them, and exits.
 func Main(m *testing.M, env **Env, opts operator.Options) {
-	// DAYTWO_TEST_LOG=1 shows the operator's log (reconcile errors, say).
-	if os.Getenv("DAYTWO_TEST_LOG") != "" {
-		ctrl.SetLogger(zap.New(zap.UseDevMode(true), zap.WriteTo(os.Stderr)))
-	}
 	e, stop, err := StartOperatorWith(opts)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

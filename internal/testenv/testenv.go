@@ -7,8 +7,10 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"sync"
 	"testing"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
@@ -17,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
@@ -64,9 +67,22 @@ func assets() (string, error) {
 	return dir, nil
 }
 
+// setLogger gives controller-runtime its logger once: the operator's log
+// on stderr with DAYTWO_TEST_LOG=1 (reconcile errors, say), none
+// otherwise (without one it prints a warning and a stack into a test's
+// output).
+var setLogger = sync.OnceFunc(func() {
+	if os.Getenv("DAYTWO_TEST_LOG") != "" {
+		ctrl.SetLogger(zap.New(zap.UseDevMode(true), zap.WriteTo(os.Stderr)))
+		return
+	}
+	ctrl.SetLogger(logr.Discard())
+})
+
 // Start starts a control plane with the CRDs from config/crd/bases. Call it
 // from TestMain and Stop it when the tests are done.
 func Start() (*Env, error) {
+	setLogger()
 	dir, err := assets()
 	if err != nil {
 		return nil, err

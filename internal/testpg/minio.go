@@ -1,6 +1,7 @@
 package testpg
 
 import (
+	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -16,6 +17,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -33,6 +35,27 @@ type MinIO struct {
 	port                 int
 	cmd                  *exec.Cmd
 	exited               chan error
+	// output is the server's stdout and stderr, for a start that fails.
+	output *syncBuffer
+}
+
+// syncBuffer is a bytes.Buffer the server's output goroutines write
+// while the test may read it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
 }
 
 // StartMinIO starts MinIO in a temp dir; it stops at cleanup.
@@ -59,7 +82,10 @@ func newMinIO(t testing.TB) *MinIO {
 		t.Fatalf("MinIO not found at %s (run `make deps` or set DAYTWO_MINIO): %v", bin, err)
 	}
 	port := FreePort(t)
-	return &MinIO{Endpoint: fmt.Sprintf("127.0.0.1:%d", port), AccessKey: "daytwo-test", SecretKey: "daytwo-test-secret",
+	// Credentials of its own: a restart that finds its port taken by
+	// another test's MinIO (another package runs beside this one) must
+	// not take that server for itself.
+	return &MinIO{Endpoint: fmt.Sprintf("127.0.0.1:%d", port), AccessKey: fmt.Sprintf("daytwo-test-%d", port), SecretKey: rand.Text(),
 		dir: t.TempDir(), bin: bin, port: port}
 }
 
@@ -74,6 +100,8 @@ func (m *MinIO) Start(t testing.TB) {
 	m.cmd.Env = append(os.Environ(), "MINIO_ROOT_USER="+m.AccessKey, "MINIO_ROOT_PASSWORD="+m.SecretKey,
 		"MINIO_BROWSER=off", "HOME="+m.dir)
 	m.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	m.output = &syncBuffer{}
+	m.cmd.Stdout, m.cmd.Stderr = m.output, m.output
 	if err := m.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -98,8 +126,14 @@ func (m *MinIO) Start(t testing.TB) {
 		if err == nil {
 			return
 		}
+		select {
+		case exit := <-m.exited:
+			m.exited <- exit // Stop waits on it too
+			t.Fatalf("MinIO on %s exited while starting (%v): %s", m.Endpoint, exit, m.output)
+		default:
+		}
 		if time.Now().After(deadline) {
-			t.Fatalf("MinIO did not become ready: %v", err)
+			t.Fatalf("MinIO did not become ready: %v: %s", err, m.output)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}

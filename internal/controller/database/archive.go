@@ -95,7 +95,7 @@ func (r *Reconciler) resolveArchive(ctx context.Context, db *v1alpha1.Database, 
 		for _, o := range backups[1:] {
 			others = append(others, o.Name)
 		}
-		obs.archiveNote = fmt.Sprintf("WAL is archived to DatabaseBackup %s only; %s also asks for it (a Database archives to one Physical DatabaseBackup)",
+		obs.found.archiveNote = fmt.Sprintf("WAL is archived to DatabaseBackup %s only; %s also asks for it (a Database archives to one Physical DatabaseBackup)",
 			b.Name, strings.Join(others, ", "))
 	}
 	return nil
@@ -174,8 +174,8 @@ func setArchiveCondition(db *v1alpha1.Database, obs *observation, set func(strin
 	}
 	setWALArchive(&db.Status, a.backup, obs.Instances[obs.Primary].Archive)
 	note := ""
-	if obs.archiveNote != "" {
-		note = "; " + obs.archiveNote
+	if obs.found.archiveNote != "" {
+		note = "; " + obs.found.archiveNote
 	}
 	s, ok := obs.Instances[obs.Primary]
 	switch {
@@ -288,10 +288,10 @@ func (r *Reconciler) resolveRestore(ctx context.Context, db *v1alpha1.Database, 
 	err := r.Client.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: b.FromBackup.BackupRef.Name}, src)
 	if apierrors.IsNotFound(err) {
 		if obs.sts != nil {
-			obs.keepStatefulSet = true
+			obs.found.keepStatefulSet = true
 			return nil
 		}
-		obs.restoreFailed = fmt.Sprintf("spec.bootstrap.fromBackup.backupRef: DatabaseBackup %s does not exist", b.FromBackup.BackupRef.Name)
+		obs.found.restoreFailed = fmt.Sprintf("spec.bootstrap.fromBackup.backupRef: DatabaseBackup %s does not exist", b.FromBackup.BackupRef.Name)
 		return nil
 	}
 	if err != nil {
@@ -307,10 +307,10 @@ func (r *Reconciler) resolveRestore(ctx context.Context, db *v1alpha1.Database, 
 		}
 		flags.RecoveryTarget.LSN = f.TargetLSN
 	} else if f.TargetTime != nil || f.TargetLSN != "" {
-		obs.restoreFailed = fmt.Sprintf("spec.bootstrap.fromBackup: a recovery target needs a Physical DatabaseBackup; %s takes %s backups, "+
+		obs.found.restoreFailed = fmt.Sprintf("spec.bootstrap.fromBackup: a recovery target needs a Physical DatabaseBackup; %s takes %s backups, "+
 			"which restore whole", src.Name, cmp.Or(src.Spec.Method, v1alpha1.BackupMethodLogical))
 		return nil
 	}
-	obs.in.restore = &restoreSource{flags: flags, env: env, volumes: vols, mounts: mounts}
+	obs.found.in.restore = &restoreSource{flags: flags, env: env, volumes: vols, mounts: mounts}
 	return nil
 }

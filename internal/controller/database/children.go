@@ -86,7 +86,7 @@ func (r *Reconciler) checkChildren(ctx context.Context, db *v1alpha1.Database, o
 		case err != nil:
 			return err
 		case own == controller.Conflicting:
-			obs.conflict = msg
+			obs.found.conflict = msg
 			return nil
 		case own == controller.Adoptable:
 			controller.Event(ctx, r.Recorder, db, c.obj, corev1.EventTypeNormal, "Adopted", "Adopt", "Adopted existing %s %s", c.kind, c.obj.GetName())
@@ -111,7 +111,7 @@ func (r *Reconciler) applyConfigAndServices(ctx context.Context, db *v1alpha1.Da
 }
 
 func (r *Reconciler) applyStatefulSet(ctx context.Context, db *v1alpha1.Database, obs *observation) error {
-	if obs.keepStatefulSet {
+	if obs.found.keepStatefulSet {
 		return nil
 	}
 	// One read serves both the instance manager decision and the comparison.
@@ -123,7 +123,7 @@ func (r *Reconciler) applyStatefulSet(ctx context.Context, db *v1alpha1.Database
 	if err == nil {
 		keepInstanceManager(db, obs, live)
 	}
-	desired := statefulSet(db, obs.plan, obs.in)
+	desired := statefulSet(db, obs.plan, obs.found.in)
 	if err == nil {
 		if held := shrinkHold(live, obs.plan, obs.Primary); held != nil {
 			desired.Spec.Replicas, obs.ShrinkHeld = held, true
@@ -167,17 +167,17 @@ func keepInstanceManager(db *v1alpha1.Database, obs *observation, live *appsv1.S
 			kept = c.Image
 		}
 	}
-	if kept == "" || kept == obs.in.instanceImage {
+	if kept == "" || kept == obs.found.in.instanceImage {
 		return
 	}
 	current, err := appsv1ac.ExtractStatefulSet(live, controller.FieldOwner)
 	if err != nil || current.Spec == nil {
 		return
 	}
-	in := obs.in
+	in := obs.found.in
 	in.instanceImage = kept
 	if equality.Semantic.DeepEqual(current.Spec.Template, statefulSet(db, obs.plan, in).Spec.Template) {
-		obs.in.instanceImage = kept
+		obs.found.in.instanceImage = kept
 	}
 }
 

@@ -136,7 +136,7 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, db, written *v1alpha1.
 		db.Status.ObservedGeneration = controller.ObservedGeneration(written.Status.ObservedGeneration, db.Generation, err)
 	}()
 
-	if obs.invalid = validate(db, obs.plan); obs.invalid != "" {
+	if obs.found.invalid = validate(db, obs.plan); obs.found.invalid != "" {
 		return r.runSteps(ctx, db, obs, r.availabilitySteps())
 	}
 	return r.runSteps(ctx, db, obs, r.steps())

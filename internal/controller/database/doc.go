@@ -9,9 +9,10 @@
 //   - children.go: validate the spec, the children another owner holds
 //     (refused, not taken), and the StatefulSet, budget and role labels
 //     applied; secrets.go: the credentials and replication Secrets;
-//   - observe.go: observe, which reads the instances, pods and Lease into
-//     the observation the later phases act on, and asks each instance
-//     manager for its status;
+//   - observe.go: the observation (the world the phases act on) and
+//     observe, which reads the StatefulSet, pods and upgrade objects into
+//     it and asks each instance manager for its status; it decides
+//     nothing (the image step does, after it);
 //   - tls.go, apitls.go: the server certificate PostgreSQL serves and the
 //     instance API's mutual TLS;
 //   - lease.go: the primary Lease (created once; its holder is the one fact
@@ -23,7 +24,8 @@
 //     its size tier render (the plan; the StatefulSet and its pod
 //     template; the Services, ConfigMaps, PodDisruptionBudgets, RBAC and
 //     credentials; the children's names and labels);
-//   - status.go: the status, built from the observation at the end;
+//   - status.go: the findings (what each phase decided or found) and
+//     the status, built from them and the observation at the end;
 //   - majorupgrade.go: a major version upgrade with pg_upgrade, and its
 //     rollback; upgradejob.go runs pg_upgrade's Job, preupgradebackup.go
 //     takes the backup before it;

@@ -214,14 +214,14 @@ func (r *Reconciler) restartVictimInPlace(ctx context.Context, db *v1alpha1.Data
 	change, err := r.settingsOnlyChange(ctx, victim.Namespace, victim.Labels[appsv1.ControllerRevisionHashLabelKey], revision)
 	switch {
 	case err != nil:
-		obs.rolloutWaiting = fmt.Sprintf("Restarting %s %s to apply revision %s: %v", role, victim.Name, revision, err)
+		obs.found.rolloutWaiting = fmt.Sprintf("Restarting %s %s to apply revision %s: %v", role, victim.Name, revision, err)
 		return reconcile.Result{RequeueAfter: 2 * time.Second}, true
 	case !change.settingsOnly:
 		return reconcile.Result{}, false
 	case change.params != obs.plan.restartParameters():
 		// obs.sts was read before this pass applied the StatefulSet: the
 		// update revision is about to be a newer one.
-		obs.rolloutWaiting = fmt.Sprintf("Restarting %s %s in place: waiting for the StatefulSet's revision %s to render the spec's settings",
+		obs.found.rolloutWaiting = fmt.Sprintf("Restarting %s %s in place: waiting for the StatefulSet's revision %s to render the spec's settings",
 			role, victim.Name, revision)
 		return reconcile.Result{RequeueAfter: time.Second}, true
 	}
@@ -241,19 +241,19 @@ func (r *Reconciler) restartVictimInPlace(ctx context.Context, db *v1alpha1.Data
 		if !known {
 			why = "waiting for its instance manager to answer"
 		}
-		obs.rolloutWaiting = fmt.Sprintf("Restarting %s %s in place to apply revision %s: %s", role, victim.Name, revision, why)
+		obs.found.rolloutWaiting = fmt.Sprintf("Restarting %s %s in place to apply revision %s: %s", role, victim.Name, revision, why)
 		return reconcile.Result{RequeueAfter: time.Second}, true
 	}
 	if !inPlaceHealthy(obs, victim.Name) {
-		obs.rolloutWaiting = fmt.Sprintf("Restarting %s %s in place to apply revision %s once every other instance runs and every replica streams",
+		obs.found.rolloutWaiting = fmt.Sprintf("Restarting %s %s in place to apply revision %s once every other instance runs and every replica streams",
 			role, victim.Name, revision)
 		return reconcile.Result{RequeueAfter: time.Second}, true
 	}
 	if err := r.restartPostgres(ctx, db, obs, victim.Name); err != nil {
-		obs.rolloutWaiting = fmt.Sprintf("Restarting %s %s in place to apply revision %s: %v", role, victim.Name, revision, err)
+		obs.found.rolloutWaiting = fmt.Sprintf("Restarting %s %s in place to apply revision %s: %v", role, victim.Name, revision, err)
 		return reconcile.Result{RequeueAfter: 2 * time.Second}, true
 	}
-	obs.rolloutWaiting = fmt.Sprintf("Restarting %s %s in place to apply revision %s", role, victim.Name, revision)
+	obs.found.rolloutWaiting = fmt.Sprintf("Restarting %s %s in place to apply revision %s", role, victim.Name, revision)
 	controller.Event(ctx, r.Recorder, db, victim, corev1.EventTypeNormal, "Restarting", "Restart",
 		"Restarting %s %s in place to apply revision %s (restart-only settings)", role, victim.Name, revision)
 	return reconcile.Result{RequeueAfter: time.Second}, true

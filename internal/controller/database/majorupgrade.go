@@ -147,52 +147,52 @@ func (r *Reconciler) planMajorUpgrade(db *v1alpha1.Database, obs *observation, i
 	if f.upgrading && obs.upgradeJob != nil && obs.upgradeJob.Annotations[annUpgrading] != attempt {
 		// A Job of another attempt (its deletion failed once): never take
 		// its outcome for this one's. It goes, then this attempt's is made.
-		obs.staleJob, f.job = true, jobNone
+		obs.found.staleJob, f.job = true, jobNone
 	}
 	if !f.upgrading || f.job == jobNone {
 		// Until the Job exists, the attempt follows spec.version; from
 		// then on it is the Job's.
 		attempt = f.from + "-" + f.to
 	}
-	obs.upgradeTo = attempt[strings.IndexByte(attempt, '-')+1:]
+	obs.found.upgradeTo = attempt[strings.IndexByte(attempt, '-')+1:]
 	f.backup, f.backupWhy = preUpgradeBackupState(db, obs.preBackup)
 	if a := obs.plan.archive; a != nil {
 		f.archivedBy = a.backup
 	}
 	action, why := decideUpgrade(f)
-	obs.upgradeAction = action
+	obs.found.upgradeAction = action
 	in.failedUpgrade = live.Annotations[annUpgradeFailed]
-	old := obs.templateImage
+	old := obs.found.templateImage
 	switch action {
 	case upgradeHold:
 		in.image = old
 		if f.failedTo == f.to {
-			obs.upgradeFailed = fmt.Sprintf("The upgrade from PostgreSQL %s to %s failed; the instances run %s on the data as it was. "+
+			obs.found.upgradeFailed = fmt.Sprintf("The upgrade from PostgreSQL %s to %s failed; the instances run %s on the data as it was. "+
 				"It is tried again when spec.version changes or annotation %s does", f.from, f.to, old, v1alpha1.AnnotationRetryUpgrade)
 			if u := db.Status.Upgrade; u != nil && u.Message != "" {
-				obs.upgradeFailed += ": " + u.Message
+				obs.found.upgradeFailed += ": " + u.Message
 			}
 		} else {
-			obs.rolloutWaiting = fmt.Sprintf("Major upgrade from PostgreSQL %s to %s waits: %s", f.from, f.to, why)
+			obs.found.rolloutWaiting = fmt.Sprintf("Major upgrade from PostgreSQL %s to %s waits: %s", f.from, f.to, why)
 		}
 	case upgradeBackup:
 		in.image = old
-		obs.rolloutWaiting = fmt.Sprintf("Major upgrade from PostgreSQL %s to %s: taking the pre-upgrade backup with DatabaseBackup %s",
+		obs.found.rolloutWaiting = fmt.Sprintf("Major upgrade from PostgreSQL %s to %s: taking the pre-upgrade backup with DatabaseBackup %s",
 			f.from, f.to, preUpgradeBackupName(db))
 	case upgradeStop, upgradeRunJob:
 		in.image, in.stopped, in.upgrading, in.failedUpgrade = old, true, attempt, ""
-		obs.rolloutWaiting = fmt.Sprintf("Major upgrade from PostgreSQL %s to %s: every instance stops, then a Job upgrades the primary's data", f.from, f.to)
+		obs.found.rolloutWaiting = fmt.Sprintf("Major upgrade from PostgreSQL %s to %s: every instance stops, then a Job upgrades the primary's data", f.from, f.to)
 	case upgradeFinish:
 		// The data is the new major now: never roll back to an image of
 		// the old one.
-		in.major, in.goodImage, in.failedImage, in.failedUpgrade = obs.upgradeTo, "", "", ""
-		if obs.upgradeTo != db.Spec.Version {
+		in.major, in.goodImage, in.failedImage, in.failedUpgrade = obs.found.upgradeTo, "", "", ""
+		if obs.found.upgradeTo != db.Spec.Version {
 			// spec.version went further during the upgrade: the data is
 			// the Job's target, and the next upgrade starts from it.
-			in.image = postgres.DefaultImage(obs.upgradeTo)
+			in.image = postgres.DefaultImage(obs.found.upgradeTo)
 		}
 	case upgradeAbort:
-		in.image, in.failedUpgrade = old, obs.upgradeTo+"/"+db.Annotations[v1alpha1.AnnotationRetryUpgrade]
+		in.image, in.failedUpgrade = old, obs.found.upgradeTo+"/"+db.Annotations[v1alpha1.AnnotationRetryUpgrade]
 	}
 }
 
@@ -200,9 +200,9 @@ func (r *Reconciler) planMajorUpgrade(db *v1alpha1.Database, obs *observation, i
 // StatefulSet was applied, and keeps status.upgrade. It returns true while
 // the instances are stopped for the upgrade: nothing else may act on them.
 func (r *Reconciler) reconcileMajorUpgrade(ctx context.Context, db *v1alpha1.Database, obs *observation) (bool, error) {
-	switch obs.upgradeAction {
+	switch obs.found.upgradeAction {
 	case upgradeBackup:
-		return false, r.takePreUpgradeBackup(ctx, db, obs, obs.in.major, db.Spec.Version)
+		return false, r.takePreUpgradeBackup(ctx, db, obs, obs.found.in.major, db.Spec.Version)
 	case upgradeStop:
 		r.upgradeStopping(ctx, db, obs)
 		return true, nil
@@ -228,7 +228,7 @@ func (r *Reconciler) reconcileMajorUpgrade(ctx context.Context, db *v1alpha1.Dat
 // upgradeStopping starts status.upgrade for this attempt (keeping the
 // pre-upgrade backup's ID) when the instances are told to stop.
 func (r *Reconciler) upgradeStopping(ctx context.Context, db *v1alpha1.Database, obs *observation) {
-	u, from, to := db.Status.Upgrade, obs.in.major, db.Spec.Version
+	u, from, to := db.Status.Upgrade, obs.found.in.major, db.Spec.Version
 	if u != nil && u.To == to && u.Phase == v1alpha1.MajorUpgradeStopping {
 		return
 	}
@@ -255,7 +255,7 @@ func (r *Reconciler) upgradeServed(ctx context.Context, db *v1alpha1.Database, o
 	if u.StartTime != nil {
 		u.WritesUnavailableSeconds = int64(now.Sub(u.StartTime.Time).Round(time.Second).Seconds())
 	}
-	if obs.in.major != u.To {
+	if obs.found.in.major != u.To {
 		u.Phase = v1alpha1.MajorUpgradeFailed
 		return
 	}

@@ -59,7 +59,7 @@ func (r *Reconciler) applyManagedBackup(ctx context.Context, db *v1alpha1.Databa
 		}
 		return nil
 	case exists && !owned:
-		obs.conflict = fmt.Sprintf("spec.backup: DatabaseBackup %s exists and is not this Database's; rename it, or remove spec.backup", name)
+		obs.found.conflict = fmt.Sprintf("spec.backup: DatabaseBackup %s exists and is not this Database's; rename it, or remove spec.backup", name)
 		return nil
 	case !exists:
 		b := &v1alpha1.DatabaseBackup{ObjectMeta: metav1.ObjectMeta{Namespace: db.Namespace, Name: name, Labels: labels(db)}}

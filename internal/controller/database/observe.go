@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -17,8 +19,31 @@ import (
 	"github.com/daytwo-dev/daytwo/internal/instanceapi"
 )
 
-// observe reads the live StatefulSet and pods and decides which image the
-// instances should run.
+// observation is what a reconcile knows of the Database's world: the plan
+// its spec makes, and what observe read (the StatefulSet, the pods, the
+// instances' answers, the upgrade's Job and backup). observe decides
+// nothing. A phase that changes the world records the change here (the
+// Lease ensurePrimaryLease makes, the StatefulSet applyStatefulSet
+// applies, the holder the HA actor moves the Lease to), so the phases
+// after it act on the world as it now is; what a phase decides or finds
+// goes in found, which the status is built from.
+type observation struct {
+	// View is what the HA phases (internal/ha.Actor) read and change:
+	// the pods, the instances' answers, the Lease and its holder.
+	ha.View
+	plan plan
+	now  time.Time
+	sts  *appsv1.StatefulSet
+	// upgradeJob is the major upgrade's Job, preBackup its pre-upgrade
+	// DatabaseBackup.
+	upgradeJob *batchv1.Job
+	preBackup  *v1alpha1.DatabaseBackup
+
+	found findings
+}
+
+// observe reads the live StatefulSet, the pods, the upgrade's objects and
+// the instances' answers.
 func (r *Reconciler) observe(ctx context.Context, db *v1alpha1.Database, obs *observation) error {
 	obs.now = r.Clock.Now()
 	sts := &appsv1.StatefulSet{}
@@ -35,7 +60,6 @@ func (r *Reconciler) observe(ctx context.Context, db *v1alpha1.Database, obs *ob
 	if err := r.readUpgradeObjects(ctx, db, obs); err != nil {
 		return err
 	}
-	obs.in = r.decideImage(ctx, db, obs)
 	// A primary whose renewed lease ran out is not asked: failover does not
 	// weigh it, and a frozen one would hold the reconcile for the whole
 	// timeout. (A switchover's target, holding a handed-over lease, is.)

@@ -71,7 +71,7 @@ func (r *Reconciler) takePreUpgradeBackup(ctx context.Context, db *v1alpha1.Data
 			return fmt.Errorf("failed to create the pre-upgrade DatabaseBackup: %w", err)
 		}
 	case b.Labels[labelPreUpgradeOf] != db.Name:
-		obs.rolloutWaiting = fmt.Sprintf("Major upgrade waits: DatabaseBackup %s exists and is not this Database's pre-upgrade backup; rename it", name)
+		obs.found.rolloutWaiting = fmt.Sprintf("Major upgrade waits: DatabaseBackup %s exists and is not this Database's pre-upgrade backup; rename it", name)
 		return nil
 	case b.Annotations[annPreUpgradeFor] != preUpgradeAttempt(db):
 		if err := r.requestRun(ctx, b, map[string]string{annPreUpgradeFor: preUpgradeAttempt(db),

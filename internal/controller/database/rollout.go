@@ -48,9 +48,9 @@ func (r *Reconciler) decideImage(ctx context.Context, db *v1alpha1.Database, obs
 	}
 	in.goodImage, in.failedImage = live.Annotations[annGoodImage], live.Annotations[annFailedImage]
 	in.runningParams = live.Annotations[annRunningParameters]
-	obs.templateImage = containerImage(&live.Spec.Template.Spec)
+	obs.found.templateImage = containerImage(&live.Spec.Template.Spec)
 	if rolloutComplete(live, obs.Pods) {
-		in.goodImage = obs.templateImage
+		in.goodImage = obs.found.templateImage
 		in.runningParams = live.Spec.Template.Annotations[annRestartParameters]
 	}
 	switch {
@@ -58,11 +58,11 @@ func (r *Reconciler) decideImage(ctx context.Context, db *v1alpha1.Database, obs
 		r.planMajorUpgrade(db, obs, &in)
 	case in.image == in.failedImage && in.goodImage != "":
 		in.image = in.goodImage
-		obs.rolledBack = fmt.Sprintf("Image %s did not become ready; rolled back to %s", in.failedImage, in.goodImage)
-	case in.goodImage != "" && obs.templateImage != in.goodImage && obs.templateImage == in.image:
+		obs.found.rolledBack = fmt.Sprintf("Image %s did not become ready; rolled back to %s", in.failedImage, in.goodImage)
+	case in.goodImage != "" && obs.found.templateImage != in.goodImage && obs.found.templateImage == in.image:
 		if why := r.failing(obs); why != "" {
-			in.failedImage, in.image = obs.templateImage, in.goodImage
-			obs.rolledBack = fmt.Sprintf("Image %s did not become ready; rolled back to %s", in.failedImage, in.goodImage)
+			in.failedImage, in.image = obs.found.templateImage, in.goodImage
+			obs.found.rolledBack = fmt.Sprintf("Image %s did not become ready; rolled back to %s", in.failedImage, in.goodImage)
 			controller.CountRollback("Database", db)
 			controller.Event(ctx, r.Recorder, db, live, corev1.EventTypeWarning, v1alpha1.ReasonRolledBack, "Rollback",
 				"Image %s: %s; rolling back to %s", in.failedImage, why, in.goodImage)
@@ -76,7 +76,7 @@ func (r *Reconciler) decideImage(ctx context.Context, db *v1alpha1.Database, obs
 func (r *Reconciler) failing(obs *observation) string {
 	for i := range obs.Pods {
 		pod := &obs.Pods[i]
-		if containerImage(&pod.Spec) != obs.templateImage || podReady(pod) || !pod.DeletionTimestamp.IsZero() {
+		if containerImage(&pod.Spec) != obs.found.templateImage || podReady(pod) || !pod.DeletionTimestamp.IsZero() {
 			continue
 		}
 		for _, cs := range append(pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses...) {
@@ -113,7 +113,7 @@ func rolloutComplete(sts *appsv1.StatefulSet, pods []corev1.Pod) bool {
 func (r *Reconciler) rollOut(ctx context.Context, db *v1alpha1.Database, obs *observation) (reconcile.Result, error) {
 	sts := obs.sts
 	if sts == nil || sts.Status.ObservedGeneration < sts.Generation || sts.Status.UpdateRevision == "" {
-		obs.pendingParams = pendingParameters(obs.plan, obs.in.runningParams, nil)
+		obs.found.pendingParams = pendingParameters(obs.plan, obs.found.in.runningParams, nil)
 		return reconcile.Result{}, nil // the StatefulSet controller has not caught up; its status update wakes us
 	}
 	var outdated []*corev1.Pod
@@ -125,8 +125,8 @@ func (r *Reconciler) rollOut(ctx context.Context, db *v1alpha1.Database, obs *ob
 			outdated = append(outdated, pod)
 		}
 	}
-	obs.outdated = len(outdated)
-	obs.pendingParams = pendingParameters(obs.plan, obs.in.runningParams, outdated)
+	obs.found.outdated = len(outdated)
+	obs.found.pendingParams = pendingParameters(obs.plan, obs.found.in.runningParams, outdated)
 	if obs.HandedOver {
 		return reconcile.Result{RequeueAfter: time.Second}, nil // readiness and roles just changed
 	}
@@ -256,29 +256,29 @@ func (r *Reconciler) lowerOnPrimaryFirst(ctx context.Context, db *v1alpha1.Datab
 		return reconcile.Result{}, false, nil
 	}
 	what := strings.Join(lowered, ", ")
-	if others := slices.DeleteFunc(slices.Clone(obs.pendingParams), func(n string) bool { return slices.Contains(lowered, n) }); len(others) > 0 {
-		obs.rolloutWaiting = fmt.Sprintf("Held: spec lowers %s, which the primary must restart with first, and changes %s, "+
+	if others := slices.DeleteFunc(slices.Clone(obs.found.pendingParams), func(n string) bool { return slices.Contains(lowered, n) }); len(others) > 0 {
+		obs.found.rolloutWaiting = fmt.Sprintf("Held: spec lowers %s, which the primary must restart with first, and changes %s, "+
 			"which replicas must try first; change them in two steps", what, strings.Join(others, ", "))
 		return reconcile.Result{}, true, nil
 	}
 	if primary.Phase != instanceapi.PhaseRunning {
-		obs.rolloutWaiting = fmt.Sprintf("Lowering %s: the primary %s restarts first, once it runs", what, obs.Primary)
+		obs.found.rolloutWaiting = fmt.Sprintf("Lowering %s: the primary %s restarts first, once it runs", what, obs.Primary)
 		return reconcile.Result{RequeueAfter: time.Second}, true, nil
 	}
 	if r.restartAsked(obs, obs.Primary) {
-		obs.rolloutWaiting = fmt.Sprintf("Lowering %s: the primary %s restarts in place first", what, obs.Primary)
+		obs.found.rolloutWaiting = fmt.Sprintf("Lowering %s: the primary %s restarts in place first", what, obs.Primary)
 		return reconcile.Result{RequeueAfter: time.Second}, true, nil
 	}
 	for _, name := range lowered {
 		if !slices.Contains(primary.PendingRestartSettings, name) {
-			obs.rolloutWaiting = fmt.Sprintf("Lowering %s: waiting for the primary %s to read the new settings before it restarts, first", what, obs.Primary)
+			obs.found.rolloutWaiting = fmt.Sprintf("Lowering %s: waiting for the primary %s to read the new settings before it restarts, first", what, obs.Primary)
 			return reconcile.Result{RequeueAfter: 2 * time.Second}, true, nil
 		}
 	}
 	if err := r.restartPostgres(ctx, db, obs, obs.Primary); err != nil {
 		return reconcile.Result{}, true, err
 	}
-	obs.rolloutWaiting = fmt.Sprintf("Lowering %s: the primary %s restarts in place first", what, obs.Primary)
+	obs.found.rolloutWaiting = fmt.Sprintf("Lowering %s: the primary %s restarts in place first", what, obs.Primary)
 	controller.Event(ctx, r.Recorder, db, nil, corev1.EventTypeNormal, "Restarting", "Restart",
 		"Restarting the primary %s in place first: the spec lowers %s, which a replica may not run lower than its primary", obs.Primary, what)
 	return reconcile.Result{RequeueAfter: time.Second}, true, nil
@@ -294,7 +294,7 @@ func (r *Reconciler) switchoverBeforeRestart(ctx context.Context, db *v1alpha1.D
 }
 
 func (r *Reconciler) pollWhileRollingOut(obs *observation) reconcile.Result {
-	if obs.in.goodImage != "" && obs.templateImage != obs.in.goodImage {
+	if obs.found.in.goodImage != "" && obs.found.templateImage != obs.found.in.goodImage {
 		return reconcile.Result{RequeueAfter: rolloutPoll}
 	}
 	return reconcile.Result{}

@@ -113,7 +113,7 @@ func TestFailing(t *testing.T) {
 		{"a pod on the old image does not count", mk("pg:old", "ErrImagePull", time.Hour), ""},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			obs := &observation{now: now, templateImage: "pg:new", View: ha.View{Pods: []corev1.Pod{tt.pod}}}
+			obs := &observation{now: now, View: ha.View{Pods: []corev1.Pod{tt.pod}}, found: findings{templateImage: "pg:new"}}
 			if got := r.failing(obs); got != tt.want {
 				t.Errorf("failing = %q, want %q", got, tt.want)
 			}

@@ -30,7 +30,7 @@ func (r *Reconciler) ensureSecrets(ctx context.Context, db *v1alpha1.Database, o
 	} {
 		msg, err := r.ensureSecret(ctx, db, s.name, s.data)
 		if err != nil || msg != "" {
-			obs.conflict = msg
+			obs.found.conflict = msg
 			return err
 		}
 	}

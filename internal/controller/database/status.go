@@ -6,54 +6,49 @@ import (
 	"strings"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
-	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
 	"github.com/daytwo-dev/daytwo/internal/controller"
 	"github.com/daytwo-dev/daytwo/internal/controller/conditions"
-	"github.com/daytwo-dev/daytwo/internal/ha"
 	"github.com/daytwo-dev/daytwo/internal/instanceapi"
 )
 
-// observation is what one reconcile saw and decided; the status is built
-// from it alone.
-type observation struct {
-	// View is what the HA phases (internal/ha.Actor) read and change:
-	// the pods, the instances' answers, the Lease and its holder.
-	ha.View
-	plan    plan
+// findings are what the phases decided and found, in the order they run:
+// the phases after read them, and setStatus reports them.
+type findings struct {
+	// invalid says what is wrong with the spec (validate).
 	invalid string
-	now     time.Time
-
-	sts           *appsv1.StatefulSet
+	// in is the StatefulSet's inputs decideImage chose (images, major,
+	// a restore's source), and templateImage the image the live template runs.
 	in            stsInputs
 	templateImage string
-
+	// rolledBack says an image that never became ready was rolled back.
+	rolledBack string
+	// conflict names a child another owner holds: the reconcile stops.
 	conflict string
 	// tls is the served certificate (see reconcileTLS).
 	tls tlsState
 	// archiveNote says a second Physical DatabaseBackup archives nothing.
-	archiveNote     string
+	archiveNote string
+	// restoreFailed says why a restore's source cannot be found;
+	// keepStatefulSet, that a restore's source went away once the
+	// instances were made, which then stay as they are.
 	restoreFailed   string
 	keepStatefulSet bool
 	// rolloutWaiting says why a rollout holds (Progressing=True).
 	rolloutWaiting string
-
-	rolledBack string
-	// upgradeJob is the major upgrade's Job, upgradeAction what this
-	// reconcile does about a version change, upgradeFailed why a version
-	// is held back.
-	upgradeJob *batchv1.Job
-	preBackup  *v1alpha1.DatabaseBackup
 	// staleJob: the upgrade Job is another attempt's; upgradeTo is the
-	// major the running attempt (or its Job) upgrades to.
+	// major the running attempt (or its Job) upgrades to; upgradeAction
+	// what this reconcile does about a version change, upgradeFailed why
+	// a version is held back.
 	staleJob      bool
 	upgradeTo     string
 	upgradeAction upgradeAction
 	upgradeFailed string
+	// outdated counts the instances on an old revision; pendingParams
+	// the settings that wait for their restart.
 	outdated      int
 	pendingParams []string
 
@@ -80,33 +75,33 @@ func setStatus(db *v1alpha1.Database, obs *observation) {
 	st.Database, _ = db.AppDatabase()
 	st.Parameters = obs.plan.statusParameters()
 	st.ObservedGeneration = db.Generation
-	if obs.invalid != "" {
+	if obs.found.invalid != "" {
 		st.Phase, st.Ready = v1alpha1.DatabasePhaseDegraded, false
-		set(v1alpha1.ConditionReady, false, v1alpha1.ReasonInvalidSpec, obs.invalid)
+		set(v1alpha1.ConditionReady, false, v1alpha1.ReasonInvalidSpec, obs.found.invalid)
 		return
 	}
-	if obs.conflict != "" {
+	if obs.found.conflict != "" {
 		st.Phase, st.Ready = v1alpha1.DatabasePhaseDegraded, false
-		set(v1alpha1.ConditionReady, false, v1alpha1.ReasonConflictingResource, obs.conflict)
+		set(v1alpha1.ConditionReady, false, v1alpha1.ReasonConflictingResource, obs.found.conflict)
 		return
 	}
 	setCertificateCondition(obs, set)
-	if obs.tls.problem != "" && obs.sts == nil {
+	if obs.found.tls.problem != "" && obs.sts == nil {
 		st.Phase, st.Ready = v1alpha1.DatabasePhaseCreating, false
-		set(v1alpha1.ConditionReady, false, v1alpha1.ReasonCertificateInvalid, obs.tls.problem)
+		set(v1alpha1.ConditionReady, false, v1alpha1.ReasonCertificateInvalid, obs.found.tls.problem)
 		return
 	}
-	if obs.restoreFailed != "" {
+	if obs.found.restoreFailed != "" {
 		st.Phase, st.Ready = v1alpha1.DatabasePhaseCreating, false
-		set(v1alpha1.ConditionReady, false, v1alpha1.ReasonRestoreFailed, obs.restoreFailed)
+		set(v1alpha1.ConditionReady, false, v1alpha1.ReasonRestoreFailed, obs.found.restoreFailed)
 		return
 	}
-	st.CurrentVersion = obs.in.major
-	st.CurrentImage = obs.in.goodImage
+	st.CurrentVersion = obs.found.in.major
+	st.CurrentImage = obs.found.in.goodImage
 	if st.CurrentImage == "" {
-		st.CurrentImage = obs.in.image
+		st.CurrentImage = obs.found.in.image
 	}
-	st.FailedImage = obs.in.failedImage
+	st.FailedImage = obs.found.in.failedImage
 	st.InstanceStatuses = obs.InstanceStatuses
 	st.Recovery = recoveryProgress(obs)
 	st.ReadyInstances, st.Primary = 0, ""
@@ -149,20 +144,20 @@ func setRolloutConditions(db *v1alpha1.Database, obs *observation, set func(stri
 	setArchiveCondition(db, obs, set)
 	st := &db.Status
 	switch {
-	case obs.upgradeFailed != "":
-		set(v1alpha1.ConditionUpgradeFailed, true, v1alpha1.ReasonMajorUpgradeFailed, obs.upgradeFailed)
-	case obs.rolledBack != "":
-		set(v1alpha1.ConditionUpgradeFailed, true, v1alpha1.ReasonRolledBack, obs.rolledBack)
+	case obs.found.upgradeFailed != "":
+		set(v1alpha1.ConditionUpgradeFailed, true, v1alpha1.ReasonMajorUpgradeFailed, obs.found.upgradeFailed)
+	case obs.found.rolledBack != "":
+		set(v1alpha1.ConditionUpgradeFailed, true, v1alpha1.ReasonRolledBack, obs.found.rolledBack)
 	default:
 		set(v1alpha1.ConditionUpgradeFailed, false, v1alpha1.ReasonUpToDate, "No version change has failed")
 	}
 	reported := uniqueSorted(reportedPending(obs))
 	switch {
-	case len(obs.pendingParams) > 0:
+	case len(obs.found.pendingParams) > 0:
 		set(v1alpha1.ConditionPendingRestart, true, v1alpha1.ReasonRestartRequired,
 			fmt.Sprintf("Changed settings need a restart: %s; restarting replicas first, then the primary after a switchover "+
 				"(a lowered setting a replica may not run below its primary: the primary first, in place)",
-				strings.Join(obs.pendingParams, ", ")))
+				strings.Join(obs.found.pendingParams, ", ")))
 	case len(reported) > 0:
 		set(v1alpha1.ConditionPendingRestart, true, v1alpha1.ReasonRestartRequired,
 			fmt.Sprintf("PostgreSQL reports settings waiting for a restart that spec did not change (ALTER SYSTEM?): %s; "+
@@ -173,21 +168,21 @@ func setRolloutConditions(db *v1alpha1.Database, obs *observation, set func(stri
 	switch {
 	case obs.SwitchoverWaiting != "":
 		set(v1alpha1.ConditionProgressing, true, v1alpha1.ReasonSwitchoverPending, "A switchover waits: "+obs.SwitchoverWaiting)
-	case obs.rolloutWaiting != "":
-		set(v1alpha1.ConditionProgressing, true, v1alpha1.ReasonRollingOut, obs.rolloutWaiting)
-	case obs.outdated > 0:
+	case obs.found.rolloutWaiting != "":
+		set(v1alpha1.ConditionProgressing, true, v1alpha1.ReasonRollingOut, obs.found.rolloutWaiting)
+	case obs.found.outdated > 0:
 		set(v1alpha1.ConditionProgressing, true, v1alpha1.ReasonRollingOut,
-			fmt.Sprintf("%d of %d instances run an older revision", obs.outdated, st.Instances))
+			fmt.Sprintf("%d of %d instances run an older revision", obs.found.outdated, st.Instances))
 	case st.ReadyInstances < st.Instances:
 		set(v1alpha1.ConditionProgressing, true, v1alpha1.ReasonReconciling,
 			fmt.Sprintf("%d of %d instances ready", st.ReadyInstances, st.Instances))
-	case obs.rolledBack != "":
-		set(v1alpha1.ConditionProgressing, false, v1alpha1.ReasonRolledBack, obs.rolledBack)
+	case obs.found.rolledBack != "":
+		set(v1alpha1.ConditionProgressing, false, v1alpha1.ReasonRolledBack, obs.found.rolledBack)
 	default:
 		set(v1alpha1.ConditionProgressing, false, v1alpha1.ReasonRolloutComplete, "Every instance runs "+st.CurrentImage)
 	}
-	if obs.storageReason != "" {
-		set(v1alpha1.ConditionStorageResizePending, !obs.storageFinal, obs.storageReason, obs.storageMessage)
+	if obs.found.storageReason != "" {
+		set(v1alpha1.ConditionStorageResizePending, !obs.found.storageFinal, obs.found.storageReason, obs.found.storageMessage)
 	} else {
 		set(v1alpha1.ConditionStorageResizePending, false, v1alpha1.ReasonUpToDate, "Volumes match spec")
 	}
@@ -195,15 +190,15 @@ func setRolloutConditions(db *v1alpha1.Database, obs *observation, set func(stri
 
 func phase(db *v1alpha1.Database, obs *observation, primaryReady bool) v1alpha1.DatabasePhase {
 	st := &db.Status
-	rollingImage := obs.in.goodImage != "" && obs.templateImage != "" && obs.templateImage != obs.in.goodImage
+	rollingImage := obs.found.in.goodImage != "" && obs.found.templateImage != "" && obs.found.templateImage != obs.found.in.goodImage
 	switch {
-	case obs.in.stopped:
+	case obs.found.in.stopped:
 		return v1alpha1.DatabasePhaseUpgrading
-	case obs.in.goodImage == "" && !primaryReady:
+	case obs.found.in.goodImage == "" && !primaryReady:
 		return v1alpha1.DatabasePhaseCreating
-	case obs.outdated > 0 || rollingImage:
+	case obs.found.outdated > 0 || rollingImage:
 		return v1alpha1.DatabasePhaseUpgrading
-	case !primaryReady || st.ReadyInstances < st.Instances || obs.rolledBack != "" || obs.upgradeFailed != "":
+	case !primaryReady || st.ReadyInstances < st.Instances || obs.found.rolledBack != "" || obs.found.upgradeFailed != "":
 		return v1alpha1.DatabasePhaseDegraded
 	default:
 		return v1alpha1.DatabasePhaseReady
@@ -271,10 +266,10 @@ func primaryError(pods []corev1.Pod, primary string) (string, string) {
 // until when, or why the one spec.tls names cannot be served.
 func setCertificateCondition(obs *observation, set func(string, bool, string, string)) {
 	switch {
-	case obs.tls.problem != "":
-		set(v1alpha1.ConditionServerCertificate, false, v1alpha1.ReasonCertificateInvalid, obs.tls.problem)
-	case obs.tls.secret != "":
+	case obs.found.tls.problem != "":
+		set(v1alpha1.ConditionServerCertificate, false, v1alpha1.ReasonCertificateInvalid, obs.found.tls.problem)
+	case obs.found.tls.secret != "":
 		set(v1alpha1.ConditionServerCertificate, true, v1alpha1.ReasonCertificateValid,
-			fmt.Sprintf("Serving the certificate in Secret %s, valid until %s", obs.tls.secret, obs.tls.notAfter.UTC().Format(time.RFC3339)))
+			fmt.Sprintf("Serving the certificate in Secret %s, valid until %s", obs.found.tls.secret, obs.found.tls.notAfter.UTC().Format(time.RFC3339)))
 	}
 }

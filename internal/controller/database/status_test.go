@@ -17,11 +17,11 @@ func TestPhase(t *testing.T) {
 		want v1alpha1.DatabasePhase
 	}{
 		{"first start", observation{View: ha.View{Primary: "orders-0", Pods: []corev1.Pod{*pod("orders-0", "r", false)}}, plan: plan{instances: 1}}, v1alpha1.DatabasePhaseCreating},
-		{"ready", observation{View: ha.View{Primary: "orders-0", Pods: []corev1.Pod{ready}}, plan: plan{instances: 1}, in: stsInputs{goodImage: "pg:1"}, templateImage: "pg:1"}, v1alpha1.DatabasePhaseReady},
-		{"rolling an image", observation{View: ha.View{Primary: "orders-0", Pods: []corev1.Pod{ready}}, plan: plan{instances: 1}, in: stsInputs{goodImage: "pg:1"}, templateImage: "pg:2"}, v1alpha1.DatabasePhaseUpgrading},
-		{"restart pending", observation{View: ha.View{Primary: "orders-0", Pods: []corev1.Pod{ready}}, plan: plan{instances: 1}, in: stsInputs{goodImage: "pg:1"}, templateImage: "pg:1", outdated: 1}, v1alpha1.DatabasePhaseUpgrading},
-		{"a replica down", observation{View: ha.View{Primary: "orders-0", Pods: []corev1.Pod{ready}}, plan: plan{instances: 2}, in: stsInputs{goodImage: "pg:1"}, templateImage: "pg:1"}, v1alpha1.DatabasePhaseDegraded},
-		{"rolled back", observation{View: ha.View{Primary: "orders-0", Pods: []corev1.Pod{ready}}, plan: plan{instances: 1}, in: stsInputs{goodImage: "pg:1"}, templateImage: "pg:1", rolledBack: "x"}, v1alpha1.DatabasePhaseDegraded},
+		{"ready", observation{View: ha.View{Primary: "orders-0", Pods: []corev1.Pod{ready}}, plan: plan{instances: 1}, found: findings{in: stsInputs{goodImage: "pg:1"}, templateImage: "pg:1"}}, v1alpha1.DatabasePhaseReady},
+		{"rolling an image", observation{View: ha.View{Primary: "orders-0", Pods: []corev1.Pod{ready}}, plan: plan{instances: 1}, found: findings{in: stsInputs{goodImage: "pg:1"}, templateImage: "pg:2"}}, v1alpha1.DatabasePhaseUpgrading},
+		{"restart pending", observation{View: ha.View{Primary: "orders-0", Pods: []corev1.Pod{ready}}, plan: plan{instances: 1}, found: findings{in: stsInputs{goodImage: "pg:1"}, templateImage: "pg:1", outdated: 1}}, v1alpha1.DatabasePhaseUpgrading},
+		{"a replica down", observation{View: ha.View{Primary: "orders-0", Pods: []corev1.Pod{ready}}, plan: plan{instances: 2}, found: findings{in: stsInputs{goodImage: "pg:1"}, templateImage: "pg:1"}}, v1alpha1.DatabasePhaseDegraded},
+		{"rolled back", observation{View: ha.View{Primary: "orders-0", Pods: []corev1.Pod{ready}}, plan: plan{instances: 1}, found: findings{in: stsInputs{goodImage: "pg:1"}, templateImage: "pg:1", rolledBack: "x"}}, v1alpha1.DatabasePhaseDegraded},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			db := newDB()

@@ -14,7 +14,8 @@ import (
 )
 
 // step is one phase of a reconcile: it acts on the Database with what the
-// observation holds, and may add to it for the phases after.
+// observation holds, and records what it found in obs.found for the phases
+// after and the status.
 type step struct {
 	name string
 	run  func(ctx context.Context, db *v1alpha1.Database, obs *observation) (stepResult, error)
@@ -59,6 +60,7 @@ func (r *Reconciler) steps() []step {
 			return r.applyConfigAndServices(ctx, db, obs.plan)
 		})},
 		{"observe", just(r.observe)},
+		{"image", just(r.chooseImage)},
 		{"WAL archive status", just(func(ctx context.Context, db *v1alpha1.Database, obs *observation) error {
 			r.archiveEvent(ctx, db, obs.Written, obs)
 			recordArchiveMetrics(db, obs)
@@ -76,7 +78,7 @@ func (r *Reconciler) steps() []step {
 		{"switchover for a scale-down", r.haPhase((*ha.Actor).SwitchoverForScaleDown)},
 		{"role labels", just(r.roleLabels)},
 		{"configuration nudge", just(func(ctx context.Context, db *v1alpha1.Database, obs *observation) error {
-			return r.nudgePods(ctx, obs.Pods, configHash(db, obs.plan)+"/"+obs.tls.version)
+			return r.nudgePods(ctx, obs.Pods, configHash(db, obs.plan)+"/"+obs.found.tls.version)
 		})},
 		{"storage", just(r.reconcileStorage)},
 		{"rollout and spec.backup", r.rolloutPhase},
@@ -97,9 +99,16 @@ func (r *Reconciler) availabilitySteps() []step {
 		}},
 		{"primary lease", just(r.ensurePrimaryLease)},
 		{"observe", just(r.observe)},
+		{"image", just(r.chooseImage)},
 		{"failover", r.haPhase((*ha.Actor).Failover)},
 		{"role labels", just(r.roleLabels)},
 	}
+}
+
+// chooseImage decides which images the instances run (decideImage).
+func (r *Reconciler) chooseImage(ctx context.Context, db *v1alpha1.Database, obs *observation) error {
+	obs.found.in = r.decideImage(ctx, db, obs)
+	return nil
 }
 
 // stopIf ends the reconcile when stop holds, to come back after retry.
@@ -118,13 +127,13 @@ func just(f func(context.Context, *v1alpha1.Database, *observation) error) func(
 }
 
 // stopOnConflict is a phase that ends the reconcile when it found a child
-// another owner holds (obs.conflict), to look again after conflictRetry.
+// another owner holds (obs.found.conflict), to look again after conflictRetry.
 func stopOnConflict(f func(context.Context, *v1alpha1.Database, *observation) error) func(context.Context, *v1alpha1.Database, *observation) (stepResult, error) {
 	return func(ctx context.Context, db *v1alpha1.Database, obs *observation) (stepResult, error) {
 		if err := f(ctx, db, obs); err != nil {
 			return stepResult{}, err
 		}
-		return stopIf(obs.conflict != "", conflictRetry), nil
+		return stopIf(obs.found.conflict != "", conflictRetry), nil
 	}
 }
 
@@ -135,7 +144,7 @@ func (r *Reconciler) tlsPhase(ctx context.Context, db *v1alpha1.Database, obs *o
 	if err != nil {
 		return stepResult{}, err
 	}
-	if obs.conflict != "" || (obs.tls.problem != "" && obs.sts == nil) {
+	if obs.found.conflict != "" || (obs.found.tls.problem != "" && obs.sts == nil) {
 		return stepResult{requeue: conflictRetry, stop: true}, nil
 	}
 	return stepResult{requeue: renewIn}, nil
@@ -146,7 +155,7 @@ func (r *Reconciler) restorePhase(ctx context.Context, db *v1alpha1.Database, ob
 	if err := r.resolveRestore(ctx, db, obs); err != nil {
 		return stepResult{}, err
 	}
-	return stopIf(obs.restoreFailed != "", restoreRetry), nil
+	return stopIf(obs.found.restoreFailed != "", restoreRetry), nil
 }
 
 // majorUpgradePhase: while every instance stops for the upgrade Job,

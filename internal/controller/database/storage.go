@@ -27,8 +27,8 @@ func (r *Reconciler) reconcileStorage(ctx context.Context, db *v1alpha1.Database
 		cur := pvc.Spec.Resources.Requests[corev1.ResourceStorage]
 		switch want.Cmp(cur) {
 		case -1:
-			obs.storageReason, obs.storageFinal = v1alpha1.ReasonShrinkUnsupported, true
-			obs.storageMessage = fmt.Sprintf("Volumes stay at %s, larger than the %s spec asks for: volumes never shrink, so nothing waits",
+			obs.found.storageReason, obs.found.storageFinal = v1alpha1.ReasonShrinkUnsupported, true
+			obs.found.storageMessage = fmt.Sprintf("Volumes stay at %s, larger than the %s spec asks for: volumes never shrink, so nothing waits",
 				cur.String(), want.String())
 			return nil
 		case 1:
@@ -37,8 +37,8 @@ func (r *Reconciler) reconcileStorage(ctx context.Context, db *v1alpha1.Database
 				return err
 			}
 			if class == nil || class.AllowVolumeExpansion == nil || !*class.AllowVolumeExpansion {
-				obs.storageReason = v1alpha1.ReasonExpansionUnsupported
-				obs.storageMessage = fmt.Sprintf("StorageClass %s does not allow volume expansion; volumes stay at %s (spec asks for %s)",
+				obs.found.storageReason = v1alpha1.ReasonExpansionUnsupported
+				obs.found.storageMessage = fmt.Sprintf("StorageClass %s does not allow volume expansion; volumes stay at %s (spec asks for %s)",
 					classNameOf(pvc), cur.String(), want.String())
 				return nil
 			}
@@ -51,8 +51,8 @@ func (r *Reconciler) reconcileStorage(ctx context.Context, db *v1alpha1.Database
 				"Growing volume %s from %s to %s", pvc.Name, cur.String(), want.String())
 		}
 		if got := pvc.Status.Capacity[corev1.ResourceStorage]; !got.IsZero() && got.Cmp(want) < 0 {
-			obs.storageReason = v1alpha1.ReasonResizing
-			obs.storageMessage = fmt.Sprintf("Volume %s is %s, growing to %s", pvc.Name, got.String(), want.String())
+			obs.found.storageReason = v1alpha1.ReasonResizing
+			obs.found.storageMessage = fmt.Sprintf("Volume %s is %s, growing to %s", pvc.Name, got.String(), want.String())
 		}
 	}
 	return nil

@@ -99,13 +99,13 @@ func (r *Reconciler) reconcileTLS(ctx context.Context, db *v1alpha1.Database, ob
 	} else {
 		err = r.ensureServerCertificate(ctx, db, obs)
 	}
-	if err != nil || obs.tls.problem != "" {
+	if err != nil || obs.found.tls.problem != "" {
 		return 0, err
 	}
-	if err := r.syncCredentialsCA(ctx, db, obs.tls); err != nil {
+	if err := r.syncCredentialsCA(ctx, db, obs.found.tls); err != nil {
 		return 0, err
 	}
-	return max(obs.tls.notAfter.Add(-serverRenewal).Sub(obs.now), time.Minute), nil
+	return max(obs.found.tls.notAfter.Add(-serverRenewal).Sub(obs.now), time.Minute), nil
 }
 
 // ensureServerCertificate issues the server certificate from the
@@ -124,18 +124,18 @@ func (r *Reconciler) ensureServerCertificate(ctx context.Context, db *v1alpha1.D
 		// certificate for the garbage collector: issue over it.
 		owner := metav1.GetControllerOf(meta)
 		if (owner == nil || owner.Kind != "Database" || owner.Name != db.Name) && meta.Labels[labelDatabase] != db.Name {
-			obs.conflict = fmt.Sprintf("Secret %s exists and does not belong to this Database", name)
+			obs.found.conflict = fmt.Sprintf("Secret %s exists and does not belong to this Database", name)
 			return nil
 		}
 		if owner != nil && owner.UID == db.UID {
 			if notAfter, ok := certificateCurrent(db, meta.Annotations, obs.now); ok {
-				obs.tls = tlsState{secret: name, version: meta.ResourceVersion, ca: meta.Annotations[annCA], notAfter: notAfter}
+				obs.found.tls = tlsState{secret: name, version: meta.ResourceVersion, ca: meta.Annotations[annCA], notAfter: notAfter}
 				return nil
 			}
 		}
 	}
 	caCert, caKey, err := r.ensureCA(ctx, db, obs)
-	if err != nil || obs.conflict != "" {
+	if err != nil || obs.found.conflict != "" {
 		return err
 	}
 	cert, key, err := pki.Issue(caCert, caKey, db.PrimaryHost(), serverNames(db), pki.Server, obs.now, serverValidity)
@@ -162,7 +162,7 @@ func (r *Reconciler) ensureServerCertificate(ctx context.Context, db *v1alpha1.D
 	}
 	controller.Event(ctx, r.Recorder, db, nil, corev1.EventTypeNormal, "Certificate"+verb, "IssueCertificate",
 		"%s the server certificate in Secret %s, valid until %s", verb, name, notAfter.Format(time.RFC3339))
-	obs.tls = tlsState{secret: name, version: ptr.Deref(s.ResourceVersion, ""), ca: pki.Fingerprint(caCert), notAfter: notAfter}
+	obs.found.tls = tlsState{secret: name, version: ptr.Deref(s.ResourceVersion, ""), ca: pki.Fingerprint(caCert), notAfter: notAfter}
 	return nil
 }
 
@@ -209,7 +209,7 @@ func (r *Reconciler) ensureCA(ctx context.Context, db *v1alpha1.Database, obs *o
 				return nil, nil, err
 			}
 		default:
-			obs.conflict = fmt.Sprintf("Secret %s exists and does not belong to this Database", name)
+			obs.found.conflict = fmt.Sprintf("Secret %s exists and does not belong to this Database", name)
 			return nil, nil, nil
 		}
 		return s.Data[pki.CACert], s.Data[pki.CAKey], nil
@@ -243,7 +243,7 @@ func (r *Reconciler) checkUserCertificate(ctx context.Context, db *v1alpha1.Data
 	s := &corev1.Secret{}
 	err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: name}, s)
 	if apierrors.IsNotFound(err) {
-		obs.tls.problem = fmt.Sprintf("spec.tls.serverCertificate: Secret %s does not exist", name)
+		obs.found.tls.problem = fmt.Sprintf("spec.tls.serverCertificate: Secret %s does not exist", name)
 		return nil
 	}
 	if err != nil {
@@ -251,16 +251,16 @@ func (r *Reconciler) checkUserCertificate(ctx context.Context, db *v1alpha1.Data
 	}
 	for _, key := range []string{pki.TLSCert, pki.TLSKey, pki.CACert} {
 		if len(s.Data[key]) == 0 {
-			obs.tls.problem = fmt.Sprintf("spec.tls.serverCertificate: Secret %s has no %s", name, key)
+			obs.found.tls.problem = fmt.Sprintf("spec.tls.serverCertificate: Secret %s has no %s", name, key)
 			return nil
 		}
 	}
 	notAfter, err := pki.Verify(s.Data[pki.TLSCert], s.Data[pki.TLSKey], s.Data[pki.CACert], requiredNames(db), pki.Server, obs.now)
 	if err != nil {
-		obs.tls.problem = fmt.Sprintf("spec.tls.serverCertificate: Secret %s: %v", name, err)
+		obs.found.tls.problem = fmt.Sprintf("spec.tls.serverCertificate: Secret %s: %v", name, err)
 		return nil
 	}
-	obs.tls = tlsState{secret: name, version: s.ResourceVersion, ca: pki.Fingerprint(s.Data[pki.CACert]), notAfter: notAfter}
+	obs.found.tls = tlsState{secret: name, version: s.ResourceVersion, ca: pki.Fingerprint(s.Data[pki.CACert]), notAfter: notAfter}
 	return nil
 }
 

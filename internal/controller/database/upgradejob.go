@@ -51,11 +51,11 @@ func (r *Reconciler) runUpgradeJob(ctx context.Context, db *v1alpha1.Database, o
 		}
 		return nil
 	}
-	if obs.staleJob {
+	if obs.found.staleJob {
 		return r.deleteUpgradeJob(ctx, db)
 	}
 	if obs.upgradeJob == nil {
-		if err := controller.Apply(ctx, r.Client, upgradeJob(db, obs.plan, obs.in, obs.templateImage, obs.plan.image), "Job"); err != nil {
+		if err := controller.Apply(ctx, r.Client, upgradeJob(db, obs.plan, obs.found.in, obs.found.templateImage, obs.plan.image), "Job"); err != nil {
 			return err
 		}
 	}
@@ -72,8 +72,8 @@ func (r *Reconciler) upgradeJobEnded(ctx context.Context, db *v1alpha1.Database,
 	if u == nil {
 		return
 	}
-	u.Phase, u.To = v1alpha1.MajorUpgradeStarting, obs.upgradeTo
-	if obs.upgradeAction == upgradeFinish {
+	u.Phase, u.To = v1alpha1.MajorUpgradeStarting, obs.found.upgradeTo
+	if obs.found.upgradeAction == upgradeFinish {
 		u.Message = "the primary's data is upgraded; the instances start on PostgreSQL " + u.To
 		return
 	}
