@@ -240,6 +240,15 @@ type DatabaseSpec struct {
 	// issues the certificate from a CA of the Database's own.
 	// +optional
 	TLS *DatabaseTLS `json:"tls,omitempty"`
+
+	// roles are PostgreSQL roles daytwo makes and keeps as declared, one
+	// per service say, or a read-only one for analytics (inRoles:
+	// [pg_read_all_data]). status.roles says where each stands.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=64
+	Roles []DatabaseRole `json:"roles,omitempty"`
 }
 
 // DatabaseTLS is spec.tls.
@@ -708,6 +717,13 @@ type DatabaseStatus struct {
 	// selector is the label selector of the instance pods, for the scale subresource.
 	// +optional
 	Selector string `json:"selector,omitempty"`
+
+	// roles is where each of spec.roles stands on the primary.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=64
+	Roles []RoleStatus `json:"roles,omitempty"`
 
 	// primary is the name of the pod that runs the primary: the holder of
 	// the primary Lease (<name>-primary).

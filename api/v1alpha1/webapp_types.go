@@ -204,10 +204,12 @@ type WebAppSpec struct {
 	// +optional
 	Ingress *WebAppIngress `json:"ingress,omitempty"`
 
-	// databaseRef names a Database in the same namespace; DATABASE_URL and the
-	// PG* variables are injected from its credentials Secret.
+	// databaseRef names a Database in the same namespace, and the role the
+	// app connects as; DATABASE_URL and the PG* variables are injected from
+	// that role's Secret (the credentials Secret without a role), and the
+	// pods roll when it changes.
 	// +optional
-	DatabaseRef *LocalObjectReference `json:"databaseRef,omitempty"`
+	DatabaseRef *WebAppDatabaseRef `json:"databaseRef,omitempty"`
 
 	// deletionPolicy says what happens to the children when the WebApp is
 	// deleted: Delete removes them, Orphan leaves the app running.
@@ -543,4 +545,31 @@ type WebAppList struct {
 
 func init() {
 	knownTypes = append(knownTypes, &WebApp{}, &WebAppList{})
+}
+
+// WebAppDatabaseRef names the Database a WebApp uses and its role.
+type WebAppDatabaseRef struct {
+	// name of the Database.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+
+	// role is a login role of the Database's spec.roles to connect as,
+	// with its Secret <database>-role-<role>. Without it the app connects
+	// as the application owner, with the credentials Secret.
+	// +optional
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z_][a-z0-9_]*$`
+	Role string `json:"role,omitempty"`
+}
+
+// SecretName is the Secret the WebApp's database variables come from.
+func (r *WebAppDatabaseRef) SecretName() string {
+	db := Database{}
+	db.Name = r.Name
+	if r.Role != "" {
+		return db.RoleSecretName(r.Role)
+	}
+	return db.CredentialsSecretName()
 }

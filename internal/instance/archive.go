@@ -134,7 +134,7 @@ func (m *Manager) startWAL(ctx context.Context, archive bool) error {
 	if !archive {
 		a = nil
 	}
-	if a == nil && m.shared.recovery == nil {
+	if a == nil && m.recovery == nil {
 		return nil
 	}
 	var archiver *wal.Archiver

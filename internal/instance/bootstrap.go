@@ -2,7 +2,6 @@ package instance
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -11,7 +10,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/daytwo-dev/daytwo/internal/backup"
 	"github.com/daytwo-dev/daytwo/internal/instanceapi"
@@ -156,16 +154,12 @@ func ensureRole(ctx context.Context, conn *pgx.Conn, name, options, password str
 	if exists {
 		verb = "ALTER"
 	}
-	// The verifier is base64 and '$:' only, so it cannot break the literal.
+	// The verifier is base64 and '$:' only, so it cannot break the
+	// literal; execQuietly keeps it out of the server's log, whatever
+	// log_statement the user set.
 	sql := fmt.Sprintf("%s ROLE %s %s PASSWORD '%s'", verb, pgx.Identifier{name}.Sanitize(), options, verifier)
-	if _, err := conn.Exec(ctx, sql); err != nil {
-		// Only the server's message: the statement carries the verifier.
-		var pgErr *pgconn.PgError
-		msg := "unknown error"
-		if errors.As(err, &pgErr) {
-			msg = pgErr.Message
-		}
-		return fmt.Errorf("failed to %s role %s: %s", strings.ToLower(verb), name, msg)
+	if err := execQuietly(ctx, conn, sql); err != nil {
+		return fmt.Errorf("failed to %s role %s: %w", strings.ToLower(verb), name, err)
 	}
 	return nil
 }
@@ -188,17 +182,17 @@ func (m *Manager) bootstrap(ctx context.Context) error {
 	}
 	var err error
 	switch {
-	case m.cfg.Role == instanceapi.RoleReplica:
+	case m.role() == instanceapi.RoleReplica:
 		host, _ := m.upstream()
 		m.log.Info("Cloning the primary", "primary", host)
 		err = m.cloneFromPrimary(ctx, dir)
-	case m.cfg.FromBackup && m.shared.recovery == nil && m.restore == nil:
+	case m.cfg.FromBackup && m.recovery == nil && m.restore == nil:
 		// The restore init container restores; this container has no
 		// storage to restore from. Only a new pod runs it again.
 		err = permanentError{fmt.Errorf("%s: there is no data to serve, and only the restore init container may read the backup storage: "+
 			"delete the pod to restore again", instanceapi.TerminationRestoreFailed)}
-	case m.cfg.FromBackup && m.shared.recovery != nil:
-		m.log.Info("Restoring a base backup and the WAL archive", "prefix", m.shared.recovery.Prefix, "target", targetText(m.shared.recovery))
+	case m.cfg.FromBackup && m.recovery != nil:
+		m.log.Info("Restoring a base backup and the WAL archive", "prefix", m.recovery.Prefix, "target", targetText(m.recovery))
 		if err = m.recoverFromArchive(ctx, dir); err != nil {
 			err = fmt.Errorf("%s: %w", instanceapi.TerminationRestoreFailed, err)
 		}

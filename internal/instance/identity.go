@@ -124,7 +124,7 @@ func (m *Manager) checkIdentity() error {
 		return err
 	}
 	switch {
-	case !found && m.cfg.Role == instanceapi.RoleReplica:
+	case !found && m.role() == instanceapi.RoleReplica:
 		return errReclone
 	case !found && m.cfg.ReuseData:
 		m.log.Info("Re-using a data directory daytwo did not make, as asked", "bootstrap", m.cfg.BootstrapSource)
@@ -135,7 +135,7 @@ func (m *Manager) checkIdentity() error {
 			"daytwo.dev/reuse-data=true on the Database to run on it"}
 	case id.DatabaseUID == m.cfg.DatabaseUID:
 		return nil
-	case m.cfg.Role == instanceapi.RoleReplica:
+	case m.role() == instanceapi.RoleReplica:
 		return errReclone
 	case m.cfg.ReuseData:
 		m.log.Info("Re-using data another Database made, as asked", "previousUID", id.DatabaseUID, "bootstrap", id.Bootstrap)

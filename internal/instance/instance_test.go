@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -72,6 +73,21 @@ type instance struct {
 	// api calls the instance API; with --tls, over HTTPS with a client
 	// certificate (testCA.issue sets it).
 	api *http.Client
+	// logs, when set before start, keeps a copy of everything the
+	// instance manager and postgres log.
+	logs *logCopy
+}
+
+// logCopy is a copy of an instance's log, for a test that reads it.
+type logCopy struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *logCopy) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 // client is the instance API client: plain HTTP unless set.
@@ -123,7 +139,7 @@ func (in *instance) start(pod string) {
 		"--cluster", "orders", "--pod", pod, "--database", "orders", "--owner", "shop",
 		"--bin-dir", testpg.BinDir(in.t), "--shutdown-timeout", "10s", "--role", "primary"}
 	in.cmd = exec.Command(daytwoBin, append(args, in.extraFlags...)...)
-	in.cmd.Stdout, in.cmd.Stderr = testWriter{in.t, pod}, testWriter{in.t, pod}
+	in.cmd.Stdout, in.cmd.Stderr = testWriter{in.t, pod, in.logs}, testWriter{in.t, pod, in.logs}
 	in.cmd.SysProcAttr = testpg.RunnerCredential(in.t)
 	if in.pidNamespace {
 		if in.cmd.SysProcAttr == nil {
@@ -338,11 +354,17 @@ func eventually(t *testing.T, timeout time.Duration, cond func() bool, what stri
 }
 
 type testWriter struct {
-	t   *testing.T
-	pod string
+	t    *testing.T
+	pod  string
+	logs *logCopy
 }
 
 func (w testWriter) Write(p []byte) (int, error) {
+	if w.logs != nil {
+		w.logs.mu.Lock()
+		w.logs.b.Write(p)
+		w.logs.mu.Unlock()
+	}
 	for _, line := range strings.Split(strings.TrimRight(string(p), "\n"), "\n") {
 		w.t.Logf("[%s] %s", w.pod, line)
 	}

@@ -19,8 +19,8 @@ import (
 // (observe, sync, follow), the lease guard (renew and fence), the holder
 // watch, the WAL archiver and the API handlers. What more than one of them
 // touches lives in shared, under its mutex; what one of them owns alone
-// lives in that goroutine's own struct (sup, mon), which nothing else
-// reads.
+// lives in that goroutine's own struct (sup, and the monitorState each
+// run's monitor is handed), which nothing else reads.
 type Manager struct {
 	cfg     *Config
 	log     logr.Logger
@@ -31,7 +31,6 @@ type Manager struct {
 
 	shared shared
 	sup    supervisorState
-	mon    monitorState
 	conf   confState
 	peers  peerState
 
@@ -48,6 +47,9 @@ type Manager struct {
 	// demote carries a switchover from the API to the supervisor.
 	demote chan demoteRequest
 
+	// recovery, when set, makes a bootstrap from a backup a physical
+	// restore (see recoverFromArchive). Set before Run, read-only after.
+	recovery *Recovery
 	// lease is the primary lease; nil runs the role given in cfg for good
 	// (tests of a single instance, and a pod without the Kubernetes API).
 	lease Lease
@@ -62,7 +64,8 @@ type Manager struct {
 }
 
 // shared is the state more than one of the Manager's goroutines reads or
-// writes: every field only with mu held.
+// writes: every field only with mu held. cfg.Role too changes under mu
+// (setRole, on a promotion): read it through role().
 type shared struct {
 	mu     sync.Mutex
 	status instanceapi.Status
@@ -102,11 +105,9 @@ type shared struct {
 	archiver *wal.Archiver
 	// backlog tracks WAL waiting for the archive.
 	backlog backlog
-	// recovery, when set, makes a bootstrap from a backup a physical
-	// restore (see recoverFromArchive); replay answers its
-	// restore_command and reports its progress while it runs.
-	recovery *Recovery
-	replay   *replay
+	// replay answers a recovery's restore_command and reports its
+	// progress while it runs.
+	replay *replay
 	// standbyWAL answers a replica's restore_command from the archive,
 	// once it has not streamed since notStreamingSince for
 	// standbyArchiveAfter.
@@ -127,9 +128,34 @@ type supervisorState struct {
 	startHolder string
 	// bootstrapped: this start made the data directory (nothing to rejoin).
 	bootstrapped bool
+	// monitor is the state the last run's monitor was handed, and
+	// monitorDone closes when that monitor has stopped (see nextMonitor).
+	monitor     *monitorState
+	monitorDone <-chan struct{}
 }
 
-// monitorState is the monitor's own (monitor.go and what it calls).
+// nextMonitor is the state the next run's monitor owns: the last run's,
+// once its monitor has stopped, so the newest timeline seen is kept; a
+// fresh one when that monitor outlived supervise's bounded wait and still
+// runs, so two monitors never share it.
+func (s *supervisorState) nextMonitor(done <-chan struct{}, log logr.Logger) *monitorState {
+	prev := s.monitor
+	if prev != nil {
+		select {
+		case <-s.monitorDone:
+		default:
+			log.Info("The last run's monitor still runs; this run's starts afresh")
+			prev = nil
+		}
+	}
+	if prev == nil {
+		prev = &monitorState{}
+	}
+	s.monitor, s.monitorDone = prev, done
+	return prev
+}
+
+// monitorState is a run's monitor's own (monitor.go and what it calls).
 type monitorState struct {
 	// follow is the replica's check that it can follow; it outlives a
 	// postgres run, so the newest timeline seen is kept.
@@ -147,7 +173,8 @@ type confState struct {
 	mu sync.Mutex
 	// floors are the standby-sensitive settings this replica started
 	// above its configuration, at its primary's logged values (see
-	// writeStartConfig).
+	// writeStartConfig). The map is replaced, never changed in place: a
+	// copy of it read under mu can be read after.
 	floors map[string]floor
 }
 

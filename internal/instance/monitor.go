@@ -14,7 +14,7 @@ import (
 
 // monitor waits for postgres to accept connections, finishes bootstrapping,
 // then keeps the status fresh and reloads a changed parameters file.
-func (m *Manager) monitor(ctx context.Context, fence chan<- error) {
+func (m *Manager) monitor(ctx context.Context, fence chan<- error, st *monitorState) {
 	var conn *pgx.Conn
 	defer func() {
 		if conn != nil {
@@ -38,16 +38,16 @@ func (m *Manager) monitor(ctx context.Context, fence chan<- error) {
 				m.Reload()
 			}
 			m.refreshTLS()
-			m.observe(ctx, conn, hash)
+			m.observe(ctx, conn, hash, st)
 			if conn != nil && !conn.IsClosed() {
-				m.manageReplication(ctx, conn)
+				m.manageReplication(ctx, conn, st)
 			} else {
 				m.forgetStandbys() // a hung server's list is not to be trusted
 			}
 			if !duties {
 				duties = m.startPrimaryDuties(ctx, fence)
 			}
-			if err := m.cannotFollow(ctx, &m.mon.follow); err != nil {
+			if err := m.cannotFollow(ctx, &st.follow); err != nil {
 				m.stopToRepair(err, fence)
 			}
 			if m.floorsReplayed(ctx) {
@@ -67,7 +67,7 @@ func (m *Manager) monitor(ctx context.Context, fence chan<- error) {
 			}
 		case <-m.named:
 			if conn != nil && !conn.IsClosed() {
-				m.manageReplication(ctx, conn)
+				m.manageReplication(ctx, conn, st)
 			}
 		case <-tick.C:
 		}
@@ -103,7 +103,7 @@ func (m *Manager) connect(ctx context.Context) *pgx.Conn {
 
 // manageReplication keeps replication slots and, on the primary,
 // synchronous_standby_names in line with the operator's wish.
-func (m *Manager) manageReplication(ctx context.Context, conn *pgx.Conn) {
+func (m *Manager) manageReplication(ctx context.Context, conn *pgx.Conn, st *monitorState) {
 	r, err := m.cfg.replication()
 	if err != nil {
 		m.log.Error(err, "Failed to read the replication settings")
@@ -112,7 +112,7 @@ func (m *Manager) manageReplication(ctx context.Context, conn *pgx.Conn) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
-	m.manageSlots(ctx, conn, r)
+	m.manageSlots(ctx, conn, r, st)
 	if m.role() == instanceapi.RolePrimary {
 		m.manageSync(ctx, conn, r)
 	}
@@ -139,7 +139,7 @@ const walPositions = `COALESCE(CASE WHEN pg_is_in_recovery() THEN pg_last_wal_re
 		COALESCE(pg_last_wal_receive_lsn()::text, '')`
 
 // observe refreshes the status from the running server.
-func (m *Manager) observe(ctx context.Context, conn *pgx.Conn, hash string) {
+func (m *Manager) observe(ctx context.Context, conn *pgx.Conn, hash string, st *monitorState) {
 	qctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
 	var version, lsn, received string
@@ -159,14 +159,14 @@ func (m *Manager) observe(ctx context.Context, conn *pgx.Conn, hash string) {
 	// primary refuses at once (WAL gone): retried every
 	// wal_retrieve_retry_interval, such a replica would look streaming in
 	// many samples. Only a receiver that outlived two observations counts.
-	streaming := receiver != 0 && receiver == m.mon.receiverPID
-	m.mon.receiverPID = receiver
+	streaming := receiver != 0 && receiver == st.receiverPID
+	st.receiverPID = receiver
 	if inRecovery {
 		// received_tli vanishes with the walreceiver, as when the primary
 		// just died, and the control file's timelines can lag the one being
 		// replayed for minutes; failover ranks replicas by timeline first,
 		// so report the newest one seen (see followWatch).
-		timeline = max(timeline, m.mon.follow.timeline)
+		timeline = max(timeline, st.follow.timeline)
 	}
 	rows, err := conn.Query(qctx, "SELECT name FROM pg_settings WHERE pending_restart ORDER BY name")
 	if err != nil {

@@ -63,9 +63,10 @@ func (m *Manager) supervise(ctx context.Context) error {
 	// Armed before the server can take a write, whether or not this run
 	// ever renews.
 	m.guardLease(runCtx, fence)
+	st := m.sup.nextMonitor(monitored, m.log)
 	go func() {
 		defer close(monitored)
-		m.monitor(runCtx, fence)
+		m.monitor(runCtx, fence, st)
 	}()
 	// The monitor ends, and is waited for, before supervise returns: Run
 	// marks the next start Starting, which a last observation of this

@@ -54,7 +54,7 @@ func (r *Recovery) Validate() error {
 
 // UseRecovery makes a primary that bootstraps from a backup (FromBackup)
 // restore a base backup and replay the WAL archive to r's target.
-func (m *Manager) UseRecovery(r *Recovery) { m.shared.recovery = r }
+func (m *Manager) UseRecovery(r *Recovery) { m.recovery = r }
 
 // recoveryEndedEarly is how PostgreSQL says the archive ended before the
 // target: it stops, and the data directory is never served.
@@ -69,7 +69,7 @@ const recoveryEndedEarly = "recovery ended before configured recovery target was
 // refuses to finish short of a target (recoveryEndedEarly). Progress is
 // in the status (Status.Recovery) while it runs.
 func (m *Manager) recoverFromArchive(ctx context.Context, dir string) (err error) {
-	r := m.shared.recovery
+	r := m.recovery
 	b, err := m.chooseBase(ctx)
 	if err != nil {
 		return err
@@ -189,7 +189,7 @@ func (m *Manager) recoverFromArchive(ctx context.Context, dir string) (err error
 
 // chooseBase finds the base backup a recovery starts from.
 func (m *Manager) chooseBase(ctx context.Context) (wal.BaseBackup, error) {
-	r := m.shared.recovery
+	r := m.recovery
 	if r.KeyMissing {
 		return wal.BaseBackup{}, backup.ErrNoSeriesKey
 	}

@@ -65,11 +65,15 @@ func (m *Manager) role() instanceapi.Role {
 
 func (m *Manager) setRole(r instanceapi.Role) {
 	m.shared.mu.Lock()
-	defer m.shared.mu.Unlock()
 	m.shared.status.Role = r
 	m.cfg.Role = r
 	if r != instanceapi.RolePrimary {
 		m.shared.leaseUntil = time.Time{} // a term handed on is not this instance's to count on
+	}
+	m.shared.mu.Unlock()
+	// After mu: a promise being given holds its own lock over a file
+	// write, which readers of mu must not wait for.
+	if r != instanceapi.RolePrimary {
 		m.vouch.reset()
 		m.promise.reopen()
 	}

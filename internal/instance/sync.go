@@ -110,7 +110,7 @@ func slotChanges(instances []string, self string, existing []string) (create, dr
 // and on the replica the lease names, and drops them on other replicas,
 // where a slot would only hold back their own WAL (an old primary keeps
 // its slots across a switchover). A slot still in use is dropped later.
-func (m *Manager) manageSlots(ctx context.Context, conn *pgx.Conn, r instanceapi.Replication) {
+func (m *Manager) manageSlots(ctx context.Context, conn *pgx.Conn, r instanceapi.Replication, st *monitorState) {
 	existing, active, err := daytwoSlots(ctx, conn)
 	if err != nil {
 		return
@@ -130,14 +130,14 @@ func (m *Manager) manageSlots(ctx context.Context, conn *pgx.Conn, r instanceapi
 	// instance list reaches each pod with a delay (a ConfigMap volume), so a
 	// new replica's slot may be unknown here for a while.
 	now := time.Now()
-	seen := m.mon.unwantedSlots
-	m.mon.unwantedSlots = map[string]time.Time{}
+	seen := st.unwantedSlots
+	st.unwantedSlots = map[string]time.Time{}
 	drop = slices.DeleteFunc(drop, func(s string) bool {
 		since, ok := seen[s]
 		if !ok {
 			since = now
 		}
-		m.mon.unwantedSlots[s] = since
+		st.unwantedSlots[s] = since
 		return m.role() == instanceapi.RolePrimary && now.Sub(since) < slotGrace
 	})
 	m.createSlots(ctx, conn, create)

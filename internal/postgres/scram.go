@@ -5,8 +5,11 @@ import (
 	"crypto/pbkdf2"
 	"crypto/rand"
 	"crypto/sha256"
+	"crypto/subtle"
 	"encoding/base64"
 	"fmt"
+	"strconv"
+	"strings"
 )
 
 // scramIterations is PostgreSQL's default scram_iterations.
@@ -34,6 +37,37 @@ func scramVerifier(password string, salt []byte) (string, error) {
 	serverKey := hmacSHA256(salted, "Server Key")
 	b64 := base64.StdEncoding.EncodeToString
 	return fmt.Sprintf("SCRAM-SHA-256$%d:%s$%s:%s", scramIterations, b64(salt), b64(storedKey[:]), b64(serverKey)), nil
+}
+
+// SCRAMMatches says whether verifier, as pg_authid.rolpassword stores
+// it, is password's: the drift check of a declared role's password, which
+// a verifier made anew (a new salt) could not be compared with.
+func SCRAMMatches(verifier, password string) bool {
+	// SCRAM-SHA-256$<iterations>:<salt>$<StoredKey>:<ServerKey>
+	rest, ok := strings.CutPrefix(verifier, "SCRAM-SHA-256$")
+	if !ok {
+		return false
+	}
+	params, keys, ok := strings.Cut(rest, "$")
+	if !ok {
+		return false
+	}
+	iter, saltB64, ok := strings.Cut(params, ":")
+	if !ok {
+		return false
+	}
+	n, err := strconv.Atoi(iter)
+	salt, err2 := base64.StdEncoding.DecodeString(saltB64)
+	if err != nil || err2 != nil || n < 1 || n > 1<<20 {
+		return false
+	}
+	salted, err := pbkdf2.Key(sha256.New, password, salt, n, sha256.Size)
+	if err != nil {
+		return false
+	}
+	storedKey := sha256.Sum256(hmacSHA256(salted, "Client Key"))
+	b64 := base64.StdEncoding.EncodeToString
+	return subtle.ConstantTimeCompare([]byte(keys), []byte(b64(storedKey[:])+":"+b64(hmacSHA256(salted, "Server Key")))) == 1
 }
 
 func hmacSHA256(key []byte, msg string) []byte {

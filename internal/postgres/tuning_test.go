@@ -130,31 +130,6 @@ func TestImageMajor(t *testing.T) {
 	}
 }
 
-func TestSCRAMVerifier(t *testing.T) {
-	salt := []byte("0123456789abcdef")
-	a, err := scramVerifier("secret", salt)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, _ := scramVerifier("secret", salt)
-	c, _ := scramVerifier("other", salt)
-	if a != b || a == c {
-		t.Fatalf("verifier not a function of the password: %s %s %s", a, b, c)
-	}
-	if !strings.HasPrefix(a, "SCRAM-SHA-256$4096:MDEyMzQ1Njc4OWFiY2RlZg==$") {
-		t.Errorf("unexpected verifier format %s", a)
-	}
-	// The login against a real server in internal/instance proves the keys.
-	r, _ := SCRAMVerifier("secret")
-	if r == a {
-		t.Errorf("random salt reused")
-	}
-	p, _ := Password()
-	if len(p) != 32 || strings.ContainsAny(p, "'\"\\ ") {
-		t.Errorf("bad password shape %q", p)
-	}
-}
-
 func TestLowered(t *testing.T) {
 	running := map[string]string{"max_connections": "100", "max_locks_per_transaction": "64", "max_wal_senders": "10"}
 	want := []Effective{

@@ -3,6 +3,7 @@ package webhook
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -120,10 +121,27 @@ func ValidateDatabase(db *v1alpha1.Database) error {
 		errs = append(append(errs, tzErrs...), validateSchedule(spec.Child("backup", "schedule"), b.Schedule, tz)...)
 	}
 	errs = append(errs, validateDurability(spec, db)...)
+	errs = append(errs, validateRoles(spec.Child("roles"), db)...)
 	if len(errs) == 0 {
 		return nil
 	}
 	return apierrors.NewInvalid(v1alpha1.GroupVersion.WithKind("Database").GroupKind(), db.Name, errs)
+}
+
+// validateRoles refuses a declared role with a name PostgreSQL or daytwo
+// keeps (the schema cannot know the application owner's), and a role
+// declared a member of itself.
+func validateRoles(path *field.Path, db *v1alpha1.Database) field.ErrorList {
+	var errs field.ErrorList
+	for i, r := range db.Spec.Roles {
+		if why := db.ReservedRole(r.Name); why != "" {
+			errs = append(errs, field.Invalid(path.Index(i).Child("name"), r.Name, why))
+		}
+		if slices.Contains(r.InRoles, r.Name) {
+			errs = append(errs, field.Invalid(path.Index(i).Child("inRoles"), r.Name, "a role cannot be a member of itself"))
+		}
+	}
+	return errs
 }
 
 // validateDurability refuses synchronous_commit off or local under

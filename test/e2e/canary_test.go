@@ -198,7 +198,7 @@ var watchedUntil = regexp.MustCompile(`watching \d+ canary pods until (\S+)$`)
 func startCanaryOn(t *testing.T, ns, db string) (app *v1alpha1.WebApp, windowEnd string, pods map[string]int32) {
 	t.Helper()
 	app = demoApp(ns, "front", 2)
-	app.Spec.DatabaseRef = &v1alpha1.LocalObjectReference{Name: db}
+	app.Spec.DatabaseRef = &v1alpha1.WebAppDatabaseRef{Name: db}
 	app.Spec.Rollout = &v1alpha1.WebAppRollout{Strategy: v1alpha1.RolloutCanary, Canary: &v1alpha1.WebAppCanary{
 		Steps: []v1alpha1.WebAppCanaryStep{{Replicas: ptr.To[int32](1), AnalysisSeconds: ptr.To[int32](60)}},
 	}}

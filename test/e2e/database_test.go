@@ -783,15 +783,37 @@ func TestDatabaseMediumUpgradeAndRollback(t *testing.T) {
 
 // checkAppVerifiesDatabase: a WebApp with a databaseRef gets DATABASE_URL,
 // the CA and PGSSLMODE/PGSSLROOTCERT, and its app (pgx, no TLS code of its
-// own) connects with the server verified; it is Ready only if it does.
+// own) connects with the server verified; it is Ready only if it does. The
+// app connects as a read-only role of spec.roles, through that role's
+// Secret (databaseRef.role), which reads and cannot write.
 func checkAppVerifiesDatabase(t *testing.T, ns, db string) {
 	t.Helper()
+	updateDatabase(t, ns, db, func(d *v1alpha1.Database) {
+		d.Spec.Roles = []v1alpha1.DatabaseRole{{Name: "shop_reader", Login: true, InRoles: []string{"pg_read_all_data"}}}
+	})
+	waitDatabase(t, ns, db, time.Minute, "the role applied", hasCondition(v1alpha1.ConditionRolesReconciled, metav1.ConditionTrue, v1alpha1.ReasonRolesApplied))
+	role := &corev1.Secret{}
+	if err := cluster.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: db + "-role-shop-reader"}, role); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	asReader := func(query string) (string, string, error) {
+		return cluster.Exec(ctx, ns, "psql", "client", "env", "PGPASSWORD="+string(role.Data["password"]), "psql", "-qtA",
+			"-h", db+"-rw."+ns+".svc.cluster.local", "-U", "shop_reader", "-d", "app", "-c", query)
+	}
+	if out, stderr, err := asReader("SELECT sum(v) FROM items"); err != nil || strings.TrimSpace(out) != "42" {
+		t.Errorf("the read-only role read %q: %v %s", out, err, stderr)
+	}
+	if _, stderr, err := asReader("INSERT INTO items VALUES (1)"); err == nil || !strings.Contains(stderr, "permission denied") {
+		t.Errorf("the read-only role wrote, or failed otherwise: %v %s", err, stderr)
+	}
 	app := &v1alpha1.WebApp{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "shop"},
 		Spec: v1alpha1.WebAppSpec{
 			Image: e2eClientImage, ImagePullPolicy: corev1.PullNever, Port: 8080, Replicas: ptr.To[int32](1),
-			Args:        []string{"pg-app", "DATABASE_URL", "SELECT ssl::text FROM pg_stat_ssl WHERE pid = pg_backend_pid()"},
-			DatabaseRef: &v1alpha1.LocalObjectReference{Name: db},
+			Args:        []string{"pg-app", "DATABASE_URL", "SELECT ssl::text || ':' || current_user FROM pg_stat_ssl WHERE pid = pg_backend_pid()"},
+			DatabaseRef: &v1alpha1.WebAppDatabaseRef{Name: db, Role: "shop_reader"},
 		},
 	}
 	if err := cluster.Client.Create(context.Background(), app); err != nil {
@@ -799,8 +821,8 @@ func checkAppVerifiesDatabase(t *testing.T, ns, db string) {
 	}
 	waitApp(t, app, 2*time.Minute, "Ready with a verified database connection", readyWith(1, e2eClientImage))
 	out := cluster.RunToCompletion(t, e2eClient(ns, "ask-shop", []string{"http", app.Status.URL + "/", "1"}), 2*time.Minute)
-	if strings.TrimSpace(out) != "true" {
-		t.Errorf("the app's connection: %q, want an encrypted one", out)
+	if strings.TrimSpace(out) != "true:shop_reader" {
+		t.Errorf("the app's connection: %q, want an encrypted one as shop_reader", out)
 	}
 	if err := cluster.Client.Delete(context.Background(), app); err != nil {
 		t.Fatal(err)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
@@ -56,6 +57,12 @@ type findings struct {
 	// storageFinal: the volumes differ from spec for good (a shrink), so
 	// nothing is pending.
 	storageFinal bool
+
+	// roles is where each of spec.roles stands (nil: not asked this
+	// reconcile, the last status stands); servedCA the served
+	// certificate's CA, read once for the roles' Secrets.
+	roles    []v1alpha1.RoleStatus
+	servedCA []byte
 }
 
 // setStatus rebuilds db's status from obs.
@@ -185,6 +192,37 @@ func setRolloutConditions(db *v1alpha1.Database, obs *observation, set func(stri
 		set(v1alpha1.ConditionStorageResizePending, !obs.found.storageFinal, obs.found.storageReason, obs.found.storageMessage)
 	} else {
 		set(v1alpha1.ConditionStorageResizePending, false, v1alpha1.ReasonUpToDate, "Volumes match spec")
+	}
+	setRolesStatus(db, obs, set)
+}
+
+// setRolesStatus reports spec.roles: status.roles and RolesReconciled.
+func setRolesStatus(db *v1alpha1.Database, obs *observation, set func(typ string, ok bool, reason, msg string)) {
+	st := &db.Status
+	if len(db.Spec.Roles) == 0 {
+		st.Roles = nil
+		meta.RemoveStatusCondition(&st.Conditions, v1alpha1.ConditionRolesReconciled)
+		return
+	}
+	if obs.found.roles != nil {
+		st.Roles = obs.found.roles
+	}
+	var failed, pending []string
+	for _, r := range st.Roles {
+		switch r.State {
+		case v1alpha1.RoleFailed:
+			failed = append(failed, r.Name+": "+r.Message)
+		case v1alpha1.RolePending:
+			pending = append(pending, r.Name)
+		}
+	}
+	switch {
+	case len(failed) > 0:
+		set(v1alpha1.ConditionRolesReconciled, false, v1alpha1.ReasonRoleFailed, "Refused: "+strings.Join(failed, "; "))
+	case len(pending) > 0 || len(st.Roles) == 0:
+		set(v1alpha1.ConditionRolesReconciled, false, v1alpha1.ReasonRolesPending, "Waiting for a running primary to apply: "+strings.Join(pending, ", "))
+	default:
+		set(v1alpha1.ConditionRolesReconciled, true, v1alpha1.ReasonRolesApplied, fmt.Sprintf("%d roles as spec.roles declares", len(st.Roles)))
 	}
 }
 

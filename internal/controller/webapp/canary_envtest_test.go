@@ -236,7 +236,7 @@ func TestRolloutPausesWhileTheDatabaseIsUnavailable(t *testing.T) {
 		Spec: v1alpha1.DatabaseSpec{Version: "17"}}
 	create(t, db)
 	app := newApp(ns, "shop")
-	app.Spec.DatabaseRef = &v1alpha1.LocalObjectReference{Name: "orders"}
+	app.Spec.DatabaseRef = &v1alpha1.WebAppDatabaseRef{Name: "orders"}
 	create(t, app)
 	d := deploymentOf(t, app, "created", func(*appsv1.Deployment) bool { return true })
 	markAvailable(t, d)

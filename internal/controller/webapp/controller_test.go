@@ -405,7 +405,7 @@ func TestDeleteRelinquishesToGarbageCollection(t *testing.T) {
 func TestDatabaseRefInjectsCredentials(t *testing.T) {
 	ns := env.Namespace(t)
 	app := newApp(ns, "withdb")
-	app.Spec.DatabaseRef = &v1alpha1.LocalObjectReference{Name: "orders"}
+	app.Spec.DatabaseRef = &v1alpha1.WebAppDatabaseRef{Name: "orders"}
 	create(t, app)
 	waitMessage(t, app, v1alpha1.ConditionReady, "Waiting for Database orders to exist")
 	// The Database controller generates the credentials Secret.
@@ -426,6 +426,21 @@ func TestDatabaseRefInjectsCredentials(t *testing.T) {
 	update(t, secret, func(s *corev1.Secret) { s.StringData = map[string]string{"password": "b"} })
 	deploymentOf(t, app, "rolled after rotation", func(d *appsv1.Deployment) bool {
 		return d.Spec.Template.Annotations["daytwo.dev/config-hash"] != first
+	})
+
+	// A role of the Database's spec.roles: its Secret, once declared.
+	update(t, app, func(a *v1alpha1.WebApp) { a.Spec.DatabaseRef.Role = "orders_api" })
+	waitMessage(t, app, v1alpha1.ConditionReady, "Waiting for login role orders_api in Database orders's spec.roles to exist")
+	update(t, &v1alpha1.Database{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "orders"}}, func(db *v1alpha1.Database) {
+		db.Spec.Roles = []v1alpha1.DatabaseRole{{Name: "orders_api", Login: true}}
+	})
+	deploymentOf(t, app, "with the role's Secret", func(d *appsv1.Deployment) bool {
+		for _, e := range appContainer(d).Env {
+			if e.Name == "DATABASE_URL" && e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil {
+				return e.ValueFrom.SecretKeyRef.Name == "orders-role-orders-api"
+			}
+		}
+		return false
 	})
 }
 

@@ -37,8 +37,10 @@ func (r *Reconciler) podInputs(ctx context.Context, app *v1alpha1.WebApp) (podIn
 			missing = append(missing, kindDatabase+" "+ref.Name)
 		case err != nil:
 			return in, "", fmt.Errorf("failed to get Database %s: %w", ref.Name, err)
+		case ref.Role != "" && !declaresLogin(db, ref.Role):
+			missing = append(missing, "login role "+ref.Role+" in Database "+ref.Name+"'s spec.roles")
 		default:
-			in.databaseSecret = db.CredentialsSecretName()
+			in.databaseSecret = ref.SecretName()
 			in.databaseHold = databaseHold(db)
 			refs = append(refs, reference{Kind: kindSecret, Name: in.databaseSecret})
 		}
@@ -65,6 +67,16 @@ func (r *Reconciler) podInputs(ctx context.Context, app *v1alpha1.WebApp) (podIn
 	}
 	in.configHash = hashOf(versions)
 	return in, "", nil
+}
+
+// declaresLogin says db's spec.roles has role, present and with login.
+func declaresLogin(db *v1alpha1.Database, role string) bool {
+	for _, r := range db.Spec.Roles {
+		if r.Name == role {
+			return r.Login && r.Ensure != v1alpha1.RoleEnsureAbsent
+		}
+	}
+	return false
 }
 
 // referrers maps a ConfigMap, Secret or Database to the WebApps in its

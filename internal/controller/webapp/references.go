@@ -72,9 +72,7 @@ func indexKeys(app *v1alpha1.WebApp) []string {
 		keys = append(keys, r.key())
 	}
 	if ref := app.Spec.DatabaseRef; ref != nil {
-		db := v1alpha1.Database{}
-		db.Name = ref.Name
-		keys = append(keys, kindDatabase+"/"+ref.Name, kindSecret+"/"+db.CredentialsSecretName())
+		keys = append(keys, kindDatabase+"/"+ref.Name, kindSecret+"/"+ref.SecretName())
 	}
 	return keys
 }

@@ -174,7 +174,7 @@ func TestConfigReferences(t *testing.T) {
 		a.Spec.Env = []corev1.EnvVar{{Name: "X", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
 			LocalObjectReference: corev1.LocalObjectReference{Name: "b"}, Key: "k", Optional: ptr.To(true)}}}}
 		a.Spec.EnvFrom = []corev1.EnvFromSource{{ConfigMapRef: &corev1.ConfigMapEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "c"}, Optional: ptr.To(true)}}}
-		a.Spec.DatabaseRef = &v1alpha1.LocalObjectReference{Name: "db"}
+		a.Spec.DatabaseRef = &v1alpha1.WebAppDatabaseRef{Name: "db"}
 	})
 	refs := configReferences(app)
 	want := []reference{{Kind: "ConfigMap", Name: "a"}, {Kind: "ConfigMap", Name: "c", Optional: true}, {Kind: "Secret", Name: "b"}}

@@ -1,0 +1,172 @@
+package v1alpha1
+
+import (
+	"strings"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// RoleEnsure says whether a declared role exists.
+// +kubebuilder:validation:Enum=Present;Absent
+type RoleEnsure string
+
+const (
+	// RoleEnsurePresent creates the role and keeps it as declared.
+	RoleEnsurePresent RoleEnsure = "Present"
+	// RoleEnsureAbsent drops the role. A role that still owns objects or
+	// holds privileges is not dropped: its status says why, in
+	// PostgreSQL's words, until the objects are reassigned or dropped.
+	RoleEnsureAbsent RoleEnsure = "Absent"
+)
+
+// DatabaseRole is a PostgreSQL role daytwo keeps as declared: created,
+// altered back when it drifts (an ALTER ROLE by hand), given the
+// declared memberships and no others, and its password set from its
+// Secret. A role removed from the list is left as it is; ensure Absent
+// drops it.
+// +kubebuilder:validation:XValidation:rule="!has(self.superuser) || !self.superuser",message="superuser roles are refused: a superuser can read the server's files and run programs as its user; grant pg_read_all_data, pg_write_all_data or pg_monitor instead"
+// +kubebuilder:validation:XValidation:rule="!has(self.createrole) || !self.createrole",message="createrole is refused: such a role can create and alter other roles outside the Database's spec; declare every role here instead"
+// +kubebuilder:validation:XValidation:rule="!has(self.passwordSecret) || (has(self.login) && self.login)",message="passwordSecret needs login: true (a role that cannot log in has no password)"
+type DatabaseRole struct {
+	// name is the role's name: lower case letters, digits and
+	// underscores, as PostgreSQL folds an unquoted name. The names
+	// PostgreSQL and daytwo keep for themselves (postgres,
+	// streaming_replica, pg_*, daytwo_*) and the application owner of
+	// spec.bootstrap.initdb are refused.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z_][a-z0-9_]*$`
+	Name string `json:"name"`
+
+	// ensure is Present (the default) or Absent.
+	// +optional
+	// +kubebuilder:default=Present
+	Ensure RoleEnsure `json:"ensure,omitempty"`
+
+	// login lets the role connect. A login role gets a Secret of its own,
+	// <database>-role-<name> (underscores as hyphens), shaped like the
+	// credentials Secret: username, password, host, port, dbname, uri and
+	// ca.crt.
+	// +optional
+	Login bool `json:"login,omitempty"`
+
+	// createdb lets the role create databases.
+	// +optional
+	CreateDB bool `json:"createdb,omitempty"`
+
+	// inherit gives the role the privileges of the roles it is a member
+	// of without SET ROLE. Defaults to true, as in PostgreSQL.
+	// +optional
+	Inherit *bool `json:"inherit,omitempty"`
+
+	// connectionLimit caps the role's concurrent connections; -1 (the
+	// default) is no limit.
+	// +optional
+	// +kubebuilder:validation:Minimum=-1
+	ConnectionLimit *int32 `json:"connectionLimit,omitempty"`
+
+	// validUntil is when the role's password stops working. Without it the
+	// password does not expire.
+	// +optional
+	ValidUntil *metav1.Time `json:"validUntil,omitempty"`
+
+	// inRoles are the roles this one is a member of: other declared roles,
+	// or PostgreSQL's predefined ones (pg_read_all_data, pg_monitor, ...).
+	// Memberships not listed are revoked.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:items:MaxLength=63
+	InRoles []string `json:"inRoles,omitempty"`
+
+	// passwordSecret names a Secret of your own, in the Database's
+	// namespace, whose "password" key is the role's password (and whose
+	// "username" key, if present, must be the role's name). Without it
+	// daytwo generates the password. Either way the role's own Secret
+	// carries it; a change of this Secret's password is applied.
+	// +optional
+	PasswordSecret *SecretReference `json:"passwordSecret,omitempty"`
+
+	// superuser is refused; it is here to say so clearly.
+	// +optional
+	Superuser bool `json:"superuser,omitempty"`
+
+	// createrole is refused; it is here to say so clearly.
+	// +optional
+	CreateRole bool `json:"createrole,omitempty"`
+}
+
+// SecretReference names a Secret in the object's namespace.
+type SecretReference struct {
+	// name of the Secret.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+}
+
+// RoleState is where a declared role stands.
+// +kubebuilder:validation:Enum=Applied;Dropped;Failed;Pending
+type RoleState string
+
+const (
+	// RoleApplied says the role is as declared.
+	RoleApplied RoleState = "Applied"
+	// RoleDropped says an Absent role does not exist.
+	RoleDropped RoleState = "Dropped"
+	// RoleFailed says PostgreSQL refused a change; the message says why.
+	RoleFailed RoleState = "Failed"
+	// RolePending says no running primary was reached yet.
+	RolePending RoleState = "Pending"
+)
+
+// RoleStatus is one declared role's state on the primary.
+type RoleStatus struct {
+	// name of the role.
+	// +required
+	Name string `json:"name"`
+	// state is Applied, Dropped, Failed or Pending.
+	// +required
+	State RoleState `json:"state"`
+	// message says what failed, in PostgreSQL's words, or which drift was
+	// put back.
+	// +optional
+	Message string `json:"message,omitempty"`
+	// secretName is the role's Secret (login roles).
+	// +optional
+	SecretName string `json:"secretName,omitempty"`
+}
+
+// ConditionRolesReconciled is True when every declared role is as the
+// spec says, False with the roles that failed or wait for the primary.
+const ConditionRolesReconciled = "RolesReconciled"
+
+// Reasons of ConditionRolesReconciled.
+const (
+	ReasonRolesApplied = "RolesApplied"
+	ReasonRoleFailed   = "RoleFailed"
+	ReasonRolesPending = "RolesPending"
+)
+
+// RoleSecretName is the Secret of the declared login role: its
+// connection details and password.
+func (d *Database) RoleSecretName(role string) string {
+	return d.Name + "-role-" + strings.ReplaceAll(role, "_", "-")
+}
+
+// ReservedRole says why a role name cannot be declared, or "".
+func (d *Database) ReservedRole(name string) string {
+	_, owner := d.AppDatabase()
+	switch {
+	case name == "postgres" || name == "streaming_replica":
+		return "is a role daytwo runs the server with"
+	case strings.HasPrefix(name, "pg_"):
+		return "is PostgreSQL's prefix for its predefined roles"
+	case strings.HasPrefix(name, "daytwo_"):
+		return "is the prefix daytwo keeps for its own roles"
+	case name == owner:
+		return "is the application owner, which spec.bootstrap.initdb declares and the credentials Secret holds"
+	}
+	return ""
+}

@@ -1,0 +1,122 @@
+package database_test
+
+import (
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
+)
+
+// spec.roles in the API server: each login role gets a Secret shaped like
+// the credentials Secret (its password generated, or the user's Secret's,
+// followed when it changes), a role without login none, an Absent role's
+// Secret goes, and until a primary answers the roles are Pending. The
+// roles themselves are made by the instance manager (internal/instance,
+// TestDeclaredRolesAreMadeKeptAndDropped).
+func TestDeclaredRolesGetSecretsAndStatus(t *testing.T) {
+	ns := env.Namespace(t)
+	create(t, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "bi-password", Namespace: ns},
+		StringData: map[string]string{"username": "bi", "password": "bi-pass-1"}})
+	create(t, newDB(ns, "orders", func(db *v1alpha1.Database) {
+		db.Spec.Roles = []v1alpha1.DatabaseRole{
+			{Name: "api", Login: true},
+			{Name: "bi", Login: true, PasswordSecret: &v1alpha1.SecretReference{Name: "bi-password"}, InRoles: []string{"pg_read_all_data"}},
+			{Name: "readers"},
+		}
+	}))
+	db := waitCondition(t, ns, "orders", v1alpha1.ConditionRolesReconciled, metav1.ConditionFalse, v1alpha1.ReasonRolesPending)
+	if len(db.Status.Roles) != 3 || db.Status.Roles[0].State != v1alpha1.RolePending || db.Status.Roles[0].SecretName != "orders-role-api" ||
+		db.Status.Roles[2].SecretName != "" {
+		t.Fatalf("status.roles = %+v, want three Pending roles, api's Secret orders-role-api, none for readers", db.Status.Roles)
+	}
+
+	var api *corev1.Secret
+	eventually(t, "api's Secret with the CA", func() (bool, error) {
+		s, err := get(ns, "orders-role-api", &corev1.Secret{})
+		api = s
+		return err == nil && len(s.Data[v1alpha1.CredentialsCA]) > 0, ignoreNotFound(err)
+	})
+	pw := string(api.Data["password"])
+	if len(pw) < 32 || string(api.Data["username"]) != "api" || string(api.Data["dbname"]) != "app" || string(api.Data["port"]) != "5432" ||
+		string(api.Data["host"]) == "" || !strings.Contains(string(api.Data["uri"]), "sslmode=verify-full") ||
+		!strings.HasPrefix(string(api.Data["uri"]), "postgresql://api:") || len(api.OwnerReferences) != 1 {
+		t.Fatalf("api's Secret has the wrong shape: %v, owners %v", secretKeys(api.Data), api.OwnerReferences)
+	}
+	bi, err := get(ns, "orders-role-bi", &corev1.Secret{})
+	if err != nil || string(bi.Data["password"]) != "bi-pass-1" {
+		t.Fatalf("bi's Secret does not carry the user's password: %v", err)
+	}
+	if _, err := get(ns, "orders-role-readers", &corev1.Secret{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("a role without login got a Secret: %v", err)
+	}
+
+	// The user's password changes: bi's Secret follows; api's stays.
+	update(t, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "bi-password", Namespace: ns}}, func(s *corev1.Secret) {
+		s.Data["password"] = []byte("bi-pass-2")
+	})
+	eventually(t, "bi's Secret following the user's", func() (bool, error) {
+		s, err := get(ns, "orders-role-bi", &corev1.Secret{})
+		return err == nil && string(s.Data["password"]) == "bi-pass-2" && strings.Contains(string(s.Data["uri"]), "bi-pass-2"), ignoreNotFound(err)
+	})
+	if s, _ := get(ns, "orders-role-api", &corev1.Secret{}); string(s.Data["password"]) != pw {
+		t.Fatal("the generated password changed")
+	}
+
+	// bi is dropped: its Secret goes.
+	update(t, db, func(db *v1alpha1.Database) {
+		db.Spec.Roles[1] = v1alpha1.DatabaseRole{Name: "bi", Ensure: v1alpha1.RoleEnsureAbsent}
+	})
+	eventually(t, "bi's Secret deleted", func() (bool, error) {
+		_, err := get(ns, "orders-role-bi", &corev1.Secret{})
+		return apierrors.IsNotFound(err), ignoreNotFound(err)
+	})
+}
+
+// Roles the API refuses, each with the field and the reason.
+func TestDeclaredRolesRefused(t *testing.T) {
+	ns := env.Namespace(t)
+	for _, tc := range []struct {
+		role v1alpha1.DatabaseRole
+		want string
+	}{
+		{v1alpha1.DatabaseRole{Name: "root", Superuser: true}, "superuser roles are refused"},
+		{v1alpha1.DatabaseRole{Name: "admin", CreateRole: true}, "createrole is refused"},
+		{v1alpha1.DatabaseRole{Name: "postgres"}, "spec.roles[0].name: Invalid value: \"postgres\": is a role daytwo runs the server with"},
+		{v1alpha1.DatabaseRole{Name: "app"}, "is the application owner"},
+		{v1alpha1.DatabaseRole{Name: "pg_x"}, "is PostgreSQL's prefix"},
+		{v1alpha1.DatabaseRole{Name: "Mixed"}, "spec.roles[0].name"},
+		{v1alpha1.DatabaseRole{Name: "loop", InRoles: []string{"loop"}}, "spec.roles[0].inRoles: Invalid value: \"loop\": a role cannot be a member of itself"},
+		{v1alpha1.DatabaseRole{Name: "nologin", PasswordSecret: &v1alpha1.SecretReference{Name: "s"}}, "passwordSecret needs login: true"},
+	} {
+		db := newDB(ns, "refused", func(db *v1alpha1.Database) { db.Spec.Roles = []v1alpha1.DatabaseRole{tc.role} })
+		err := env.Client.Create(ctx, db)
+		if err == nil {
+			_ = env.Client.Delete(ctx, db)
+			t.Errorf("role %+v was accepted", tc.role)
+			continue
+		}
+		if !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("role %s: %v, want it to say %q", tc.role.Name, err, tc.want)
+		}
+	}
+}
+
+// ignoreNotFound is err unless it is NotFound (waited out).
+func ignoreNotFound(err error) error {
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	return err
+}
+
+func secretKeys(m map[string][]byte) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}

@@ -1,0 +1,303 @@
+package instance
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"net/http"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/daytwo-dev/daytwo/internal/instanceapi"
+	"github.com/daytwo-dev/daytwo/internal/postgres"
+)
+
+// handleRoles applies the declared roles on the primary (instanceapi.PathRoles).
+func (m *Manager) handleRoles(w http.ResponseWriter, r *http.Request) {
+	if s := m.Status(); s.Role != instanceapi.RolePrimary || s.Phase != instanceapi.PhaseRunning {
+		writeJSON(w, http.StatusConflict, instanceapi.Error{Message: fmt.Sprintf("roles are applied on the running primary; this instance is a %s in phase %s", s.Role, s.Phase)})
+		return
+	}
+	var req instanceapi.RolesRequest
+	if err := json.NewDecoder(io.LimitReader(r.Body, 1<<20)).Decode(&req); err != nil {
+		writeJSON(w, http.StatusBadRequest, instanceapi.Error{Message: "the body is not a RolesRequest: " + err.Error()})
+		return
+	}
+	for _, role := range req.Roles {
+		if !roleName.MatchString(role.Name) || len(role.Name) > 63 {
+			writeJSON(w, http.StatusBadRequest, instanceapi.Error{Message: fmt.Sprintf("role name %q is not lower case letters, digits and underscores", role.Name)})
+			return
+		}
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 20*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, m.localDSN())
+	if err != nil {
+		writeJSON(w, http.StatusServiceUnavailable, instanceapi.Error{Message: "cannot reach postgres: " + err.Error()})
+		return
+	}
+	defer func() { _ = conn.Close(context.Background()) }()
+	res, err := applyRoles(ctx, conn, req.Roles)
+	if err != nil {
+		writeJSON(w, http.StatusServiceUnavailable, instanceapi.Error{Message: err.Error()})
+		return
+	}
+	for _, rr := range res.Roles {
+		if len(rr.Changed) > 0 || rr.Error != "" {
+			m.log.Info("Applied a declared role", "role", rr.Name, "changed", rr.Changed, "error", rr.Error)
+		}
+	}
+	writeJSON(w, http.StatusOK, res)
+}
+
+// roleName is a declared role's name, as the API's schema has it.
+var roleName = regexp.MustCompile(`^[a-z_][a-z0-9_]*$`)
+
+// liveRole is a role as pg_authid has it.
+type liveRole struct {
+	login, createDB, inherit, super, createRole, replication, bypassRLS bool
+	connLimit                                                           int32
+	validUntil                                                          pgtype.Timestamptz
+	password                                                            *string
+	memberOf                                                            map[string]string // role -> grantor
+}
+
+// applyRoles makes roles as declared: the present ones first (created,
+// then altered where they drifted), then their memberships (so a role may
+// be a member of one declared after it), then the absent ones dropped. A
+// role PostgreSQL refuses gets its message; the others go on.
+func applyRoles(ctx context.Context, conn *pgx.Conn, roles []instanceapi.DeclaredRole) (instanceapi.RolesResult, error) {
+	live, err := readRoles(ctx, conn)
+	if err != nil {
+		return instanceapi.RolesResult{}, err
+	}
+	out := make([]instanceapi.RoleResult, len(roles))
+	for i, want := range roles {
+		out[i].Name = want.Name
+		if want.Absent {
+			continue
+		}
+		have, ok := live[want.Name]
+		changed, sql, err := roleStatement(want, have, ok)
+		if err != nil {
+			out[i].Error = err.Error()
+			continue
+		}
+		if sql != "" {
+			if err := execQuietly(ctx, conn, sql); err != nil {
+				out[i].Error = err.Error()
+				out[i].Exists = ok
+				continue
+			}
+		}
+		out[i].Exists, out[i].Changed = true, changed
+	}
+	for i, want := range roles {
+		if want.Absent || out[i].Error != "" {
+			continue
+		}
+		var have map[string]string // a role just made has none
+		if l := live[want.Name]; l != nil {
+			have = l.memberOf
+		}
+		changed, err := applyMemberships(ctx, conn, want, have)
+		out[i].Changed = append(out[i].Changed, changed...)
+		if err != nil {
+			out[i].Error = err.Error()
+		}
+	}
+	for i, want := range roles {
+		if !want.Absent {
+			continue
+		}
+		if _, ok := live[want.Name]; !ok {
+			continue
+		}
+		if err := execQuietly(ctx, conn, "DROP ROLE "+pgx.Identifier{want.Name}.Sanitize()); err != nil {
+			out[i].Exists, out[i].Error = true, err.Error()
+			continue
+		}
+		out[i].Changed = []string{"dropped"}
+	}
+	return instanceapi.RolesResult{Roles: out}, nil
+}
+
+// readRoles reads every role but PostgreSQL's own, with its memberships.
+func readRoles(ctx context.Context, conn *pgx.Conn) (map[string]*liveRole, error) {
+	rows, err := conn.Query(ctx, `SELECT rolname, rolcanlogin, rolcreatedb, rolinherit, rolsuper, rolcreaterole, rolreplication, rolbypassrls,
+		rolconnlimit, rolvaliduntil, rolpassword FROM pg_catalog.pg_authid WHERE rolname NOT LIKE 'pg\_%'`)
+	if err != nil {
+		return nil, fmt.Errorf("failed to read the roles: %w", err)
+	}
+	live := map[string]*liveRole{}
+	for rows.Next() {
+		var name string
+		r := &liveRole{memberOf: map[string]string{}}
+		if err := rows.Scan(&name, &r.login, &r.createDB, &r.inherit, &r.super, &r.createRole, &r.replication, &r.bypassRLS,
+			&r.connLimit, &r.validUntil, &r.password); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("failed to read the roles: %w", err)
+		}
+		live[name] = r
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("failed to read the roles: %w", err)
+	}
+	// Before PostgreSQL 16 a grantor may be a role since dropped.
+	rows, err = conn.Query(ctx, `SELECT m.rolname, g.rolname, coalesce(gr.rolname, '') FROM pg_catalog.pg_auth_members am
+		JOIN pg_catalog.pg_roles m ON m.oid = am.member JOIN pg_catalog.pg_roles g ON g.oid = am.roleid
+		LEFT JOIN pg_catalog.pg_roles gr ON gr.oid = am.grantor`)
+	if err != nil {
+		return nil, fmt.Errorf("failed to read the memberships: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var member, group, grantor string
+		if err := rows.Scan(&member, &group, &grantor); err != nil {
+			return nil, fmt.Errorf("failed to read the memberships: %w", err)
+		}
+		if r := live[member]; r != nil {
+			r.memberOf[group] = grantor
+		}
+	}
+	return live, rows.Err()
+}
+
+// roleStatement is the CREATE or ALTER ROLE that makes have as want
+// (empty when it already is), and what it changes.
+func roleStatement(want instanceapi.DeclaredRole, have *liveRole, exists bool) ([]string, string, error) {
+	flag := func(on bool, yes, no string) string {
+		if on {
+			return yes
+		}
+		return no
+	}
+	opts := []string{
+		flag(want.Login, "LOGIN", "NOLOGIN"), flag(want.CreateDB, "CREATEDB", "NOCREATEDB"), flag(want.Inherit, "INHERIT", "NOINHERIT"),
+		"NOSUPERUSER", "NOCREATEROLE", "NOREPLICATION", "NOBYPASSRLS", fmt.Sprintf("CONNECTION LIMIT %d", want.ConnectionLimit),
+	}
+	until := "'infinity'"
+	if want.ValidUntil != nil {
+		until = "'" + want.ValidUntil.UTC().Format(time.RFC3339) + "'"
+	}
+	opts = append(opts, "VALID UNTIL "+until)
+	var changed []string
+	setPassword := false
+	if !exists {
+		changed, setPassword = []string{"created"}, want.Password != ""
+	} else {
+		for _, c := range []struct {
+			what string
+			same bool
+		}{
+			{"login", have.login == want.Login}, {"createdb", have.createDB == want.CreateDB}, {"inherit", have.inherit == want.Inherit},
+			{"superuser", !have.super}, {"createrole", !have.createRole}, {"replication", !have.replication}, {"bypassrls", !have.bypassRLS},
+			{"connection limit", have.connLimit == want.ConnectionLimit}, {"valid until", sameUntil(have.validUntil, want.ValidUntil)},
+		} {
+			if !c.same {
+				changed = append(changed, c.what)
+			}
+		}
+		switch {
+		case want.Password == "" && have.password != nil:
+			changed = append(changed, "password")
+		case want.Password != "" && (have.password == nil || !postgres.SCRAMMatches(*have.password, want.Password)):
+			changed, setPassword = append(changed, "password"), true
+		}
+		if len(changed) == 0 {
+			return nil, "", nil
+		}
+	}
+	switch {
+	case setPassword:
+		verifier, err := postgres.SCRAMVerifier(want.Password)
+		if err != nil {
+			return nil, "", err
+		}
+		// The verifier is base64 and '$:' only, so it cannot break the literal.
+		opts = append(opts, "PASSWORD '"+verifier+"'")
+	case want.Password == "":
+		opts = append(opts, "PASSWORD NULL")
+	}
+	verb := "ALTER"
+	if !exists {
+		verb = "CREATE"
+	}
+	return changed, verb + " ROLE " + pgx.Identifier{want.Name}.Sanitize() + " " + strings.Join(opts, " "), nil
+}
+
+// sameUntil: the stored expiry is the declared one, to the second (none
+// and infinity are the same).
+func sameUntil(have pgtype.Timestamptz, want *time.Time) bool {
+	none := !have.Valid || have.InfinityModifier == pgtype.Infinity
+	if want == nil {
+		return none
+	}
+	return !none && have.Time.Unix() == want.Unix()
+}
+
+// applyMemberships grants want the memberships it lacks and revokes those
+// it was not declared with.
+func applyMemberships(ctx context.Context, conn *pgx.Conn, want instanceapi.DeclaredRole, have map[string]string) ([]string, error) {
+	var changed []string
+	role := pgx.Identifier{want.Name}.Sanitize()
+	for _, g := range want.InRoles {
+		if _, ok := have[g]; ok {
+			continue
+		}
+		if err := execQuietly(ctx, conn, "GRANT "+pgx.Identifier{g}.Sanitize()+" TO "+role); err != nil {
+			return changed, err
+		}
+		changed = append(changed, "membership in "+g)
+	}
+	for _, g := range slices.Sorted(maps.Keys(have)) {
+		if slices.Contains(want.InRoles, g) {
+			continue
+		}
+		// By whoever granted it: from PostgreSQL 16 on, a REVOKE by
+		// another role leaves the membership in place.
+		sql := "REVOKE " + pgx.Identifier{g}.Sanitize() + " FROM " + role
+		if grantor := have[g]; grantor != "" {
+			sql += " GRANTED BY " + pgx.Identifier{grantor}.Sanitize()
+		}
+		if err := execQuietly(ctx, conn, sql); err != nil {
+			return changed, err
+		}
+		changed = append(changed, "membership in "+g)
+	}
+	return changed, nil
+}
+
+// execQuietly runs sql in a transaction that keeps it out of the server's
+// log (it may carry a password verifier), and answers PostgreSQL's own
+// words when it fails, never the statement.
+func execQuietly(ctx context.Context, conn *pgx.Conn, sql string) error {
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tx.Rollback(context.Background()) }()
+	if _, err := tx.Exec(ctx, "SET LOCAL log_statement = 'none'; SET LOCAL log_min_error_statement = 'panic'; SET LOCAL log_min_duration_statement = -1"); err != nil {
+		return err
+	}
+	if _, err := tx.Exec(ctx, sql); err != nil {
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) {
+			if pgErr.Detail != "" {
+				return fmt.Errorf("%s: %s", pgErr.Message, strings.ReplaceAll(pgErr.Detail, "\n", "; "))
+			}
+			return errors.New(pgErr.Message)
+		}
+		return errors.New("the statement failed")
+	}
+	return tx.Commit(ctx)
+}

@@ -1,0 +1,136 @@
+package instance_test
+
+import (
+	"context"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/daytwo-dev/daytwo/internal/instanceapi"
+)
+
+// Declared roles on a real primary: made, used (a read-only role cannot
+// write), left alone when nothing drifted, put back after changes by hand
+// (attributes, superuser, password, memberships), dropped when absent
+// unless they own objects, and never a password or verifier in the
+// server's log, with every statement logged.
+func TestDeclaredRolesAreMadeKeptAndDropped(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	in := newInstance(t)
+	in.writeFile("secrets/api-token", apiToken)
+	in.setParameters(map[string]string{"log_statement": "all"})
+	in.logs = &logCopy{}
+	in.start("orders-0")
+	in.waitReady(90 * time.Second)
+	in.exec(ctx, "CREATE TABLE items (id int PRIMARY KEY)")
+
+	until := time.Now().Add(48 * time.Hour).Truncate(time.Second).UTC()
+	roles := []instanceapi.DeclaredRole{
+		{Name: "writer", Login: true, Inherit: true, ConnectionLimit: -1, Password: "writer-pass-1", InRoles: []string{"pg_read_all_data", "pg_write_all_data"}},
+		{Name: "analytics", Login: true, Inherit: true, ConnectionLimit: 5, Password: "analytics-pass-1", InRoles: []string{"pg_read_all_data"}, ValidUntil: &until},
+		{Name: "reporting", Inherit: true, ConnectionLimit: -1},
+	}
+	apply := func(want ...string) instanceapi.RolesResult {
+		t.Helper()
+		var res instanceapi.RolesResult
+		if code := post(t, in, instanceapi.PathRoles, apiToken, instanceapi.RolesRequest{Roles: roles}, &res); code != http.StatusOK {
+			t.Fatalf("POST %s answered %d", instanceapi.PathRoles, code)
+		}
+		var got []string
+		for _, r := range res.Roles {
+			for _, c := range r.Changed {
+				got = append(got, r.Name+": "+c)
+			}
+			if r.Error != "" {
+				got = append(got, r.Name+" failed: "+r.Error)
+			}
+		}
+		slices.Sort(got)
+		slices.Sort(want)
+		if !slices.Equal(got, want) {
+			t.Fatalf("applying the roles changed %q, want %q", got, want)
+		}
+		return res
+	}
+	apply("analytics: created", "analytics: membership in pg_read_all_data", "reporting: created", "writer: created",
+		"writer: membership in pg_read_all_data", "writer: membership in pg_write_all_data")
+
+	// The read-only role reads and cannot write; the writer writes.
+	if err := in.execAs(ctx, "writer", "writer-pass-1", "INSERT INTO items VALUES (1)"); err != nil {
+		t.Fatalf("the writer cannot write: %v", err)
+	}
+	if err := in.execAs(ctx, "analytics", "analytics-pass-1", "SELECT count(*) FROM items"); err != nil {
+		t.Fatalf("the read-only role cannot read: %v", err)
+	}
+	if err := in.execAs(ctx, "analytics", "analytics-pass-1", "INSERT INTO items VALUES (2)"); err == nil || !strings.Contains(err.Error(), "permission denied") {
+		t.Fatalf("the read-only role wrote, or failed otherwise: %v", err)
+	}
+
+	// Nothing drifted: nothing changes (the passwords are checked against
+	// the stored verifiers, not set again).
+	apply()
+
+	// Changes by hand are put back.
+	for _, sql := range []string{
+		"ALTER ROLE analytics CREATEDB CONNECTION LIMIT 50 VALID UNTIL 'infinity'",
+		"ALTER ROLE analytics PASSWORD 'changed-by-hand'",
+		"REVOKE pg_read_all_data FROM analytics",
+		"GRANT reporting TO analytics",
+		"ALTER ROLE writer SUPERUSER",
+	} {
+		in.superuser(sql)
+	}
+	apply("analytics: createdb", "analytics: connection limit", "analytics: valid until", "analytics: password",
+		"analytics: membership in pg_read_all_data", "analytics: membership in reporting", "writer: superuser")
+	if err := in.execAs(ctx, "analytics", "analytics-pass-1", "SELECT count(*) FROM items"); err != nil {
+		t.Fatalf("the declared password and membership were not put back: %v", err)
+	}
+	if err := in.execAs(ctx, "analytics", "changed-by-hand", "SELECT 1"); err == nil {
+		t.Fatal("the password set by hand still works")
+	}
+	if got := in.superuser("SELECT rolsuper::text || ':' || (SELECT rolconnlimit FROM pg_roles WHERE rolname = 'analytics')::text FROM pg_roles WHERE rolname = 'writer'"); got != "false:5" {
+		t.Fatalf("writer superuser, analytics connection limit = %s, want false:5", got)
+	}
+
+	// A role that owns objects is not dropped: PostgreSQL says why; one
+	// that owns nothing is.
+	in.superuser("CREATE TABLE owned (id int); ALTER TABLE owned OWNER TO writer")
+	roles[0] = instanceapi.DeclaredRole{Name: "writer", Absent: true}
+	roles[2] = instanceapi.DeclaredRole{Name: "reporting", Absent: true}
+	res := apply("reporting: dropped",
+		"writer failed: role \"writer\" cannot be dropped because some objects depend on it: owner of table owned")
+	if !res.Roles[0].Exists || res.Roles[2].Exists {
+		t.Fatalf("after the drops: writer exists %v (want true), reporting exists %v (want false)", res.Roles[0].Exists, res.Roles[2].Exists)
+	}
+	in.superuser("DROP TABLE owned")
+	apply("writer: dropped")
+
+	// Without the API token, nothing.
+	if code := post(t, in, instanceapi.PathRoles, "wrong-token", instanceapi.RolesRequest{Roles: roles}, nil); code != http.StatusUnauthorized {
+		t.Fatalf("POST %s with a wrong token answered %d, want 401", instanceapi.PathRoles, code)
+	}
+
+	log := in.logs.String()
+	if !strings.Contains(log, "GRANT reporting TO analytics") {
+		t.Fatal("the server did not log statements: the check below would prove nothing")
+	}
+	for _, secret := range []string{"writer-pass-1", "analytics-pass-1", "SCRAM-SHA-256$"} {
+		if strings.Contains(log, secret) {
+			t.Errorf("the log holds %q", secret)
+		}
+	}
+}
+
+// execAs runs sql as user on the orders database.
+func (in *instance) execAs(ctx context.Context, user, password, sql string) error {
+	c, err := in.connect(ctx, user, password, "orders")
+	if err != nil {
+		return err
+	}
+	defer func() { _ = c.Close(ctx) }()
+	_, err = c.Exec(ctx, sql)
+	return err
+}
