@@ -29,14 +29,15 @@ const (
 // +kubebuilder:validation:XValidation:rule="!has(self.passwordSecret) || (has(self.login) && self.login)",message="passwordSecret needs login: true (a role that cannot log in has no password)"
 type DatabaseRole struct {
 	// name is the role's name: lower case letters, digits and
-	// underscores, as PostgreSQL folds an unquoted name. The names
+	// underscores, as PostgreSQL folds an unquoted name, ending with a
+	// letter or digit (it names the role's Secret too). The names
 	// PostgreSQL and daytwo keep for themselves (postgres,
 	// streaming_replica, pg_*, daytwo_*) and the application owner of
 	// spec.bootstrap.initdb are refused.
 	// +required
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=63
-	// +kubebuilder:validation:Pattern=`^[a-z_][a-z0-9_]*$`
+	// +kubebuilder:validation:Pattern=`^([a-z_][a-z0-9_]*)?[a-z0-9]$`
 	Name string `json:"name"`
 
 	// ensure is Present (the default) or Absent.
@@ -72,12 +73,18 @@ type DatabaseRole struct {
 	ValidUntil *metav1.Time `json:"validUntil,omitempty"`
 
 	// inRoles are the roles this one is a member of: other declared roles,
-	// or PostgreSQL's predefined ones (pg_read_all_data, pg_monitor, ...).
-	// Memberships not listed are revoked.
+	// or PostgreSQL's predefined ones (pg_read_all_data, pg_monitor, ...),
+	// without the admin option, inheriting as inherit says. Memberships
+	// not listed are revoked. Membership in a role that would reach the
+	// server itself is refused: postgres, streaming_replica, daytwo's
+	// own, pg_execute_server_program, pg_read_server_files,
+	// pg_write_server_files, and any superuser, replication or createrole
+	// role.
 	// +optional
 	// +listType=set
 	// +kubebuilder:validation:MaxItems=32
 	// +kubebuilder:validation:items:MaxLength=63
+	// +kubebuilder:validation:items:Pattern=`^[a-z_][a-z0-9_]*$`
 	InRoles []string `json:"inRoles,omitempty"`
 
 	// passwordSecret names a Secret of your own, in the Database's
@@ -132,10 +139,17 @@ type RoleStatus struct {
 	// message says what failed, in PostgreSQL's words, or which drift was
 	// put back.
 	// +optional
+	// +kubebuilder:validation:MaxLength=1024
 	Message string `json:"message,omitempty"`
 	// secretName is the role's Secret (login roles).
 	// +optional
 	SecretName string `json:"secretName,omitempty"`
+	// appliedFor is what the role was last applied for: its spec and its
+	// Secret's version. A change the primary makes while it is the same
+	// is drift put back.
+	// +optional
+	// +kubebuilder:validation:MaxLength=128
+	AppliedFor string `json:"appliedFor,omitempty"`
 }
 
 // ConditionRolesReconciled is True when every declared role is as the
@@ -155,6 +169,22 @@ func (d *Database) RoleSecretName(role string) string {
 	return d.Name + "-role-" + strings.ReplaceAll(role, "_", "-")
 }
 
+// ForbiddenMembership says why a declared role cannot be a member of
+// role, or "": the roles that reach the server itself (its files, its
+// programs, its replication, every password verifier).
+func (d *Database) ForbiddenMembership(role string) string {
+	switch role {
+	case "postgres", "streaming_replica":
+		return "is a role daytwo runs the server with: a member could act as it"
+	case "pg_execute_server_program", "pg_read_server_files", "pg_write_server_files":
+		return "reaches the server's programs or files, which superuser is refused for"
+	}
+	if strings.HasPrefix(role, "daytwo_") {
+		return "is a role daytwo keeps for itself"
+	}
+	return ""
+}
+
 // ReservedRole says why a role name cannot be declared, or "".
 func (d *Database) ReservedRole(name string) string {
 	_, owner := d.AppDatabase()
@@ -167,6 +197,23 @@ func (d *Database) ReservedRole(name string) string {
 		return "is the prefix daytwo keeps for its own roles"
 	case name == owner:
 		return "is the application owner, which spec.bootstrap.initdb declares and the credentials Secret holds"
+	}
+	return ""
+}
+
+// MembershipProblem says why declared role cannot be a member of group
+// in db's spec, or "".
+func MembershipProblem(db *Database, role, group string) string {
+	if group == role {
+		return "a role cannot be a member of itself"
+	}
+	if why := db.ForbiddenMembership(group); why != "" {
+		return why
+	}
+	for _, r := range db.Spec.Roles {
+		if r.Name == group && r.Ensure == RoleEnsureAbsent {
+			return "is declared Absent"
+		}
 	}
 	return ""
 }

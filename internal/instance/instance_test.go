@@ -317,8 +317,14 @@ func (in *instance) show(ctx context.Context, setting string) string {
 // instance manager does, and returns its output.
 func (in *instance) superuser(sql string) string {
 	in.t.Helper()
+	return in.superuserIn("postgres", sql)
+}
+
+// superuserIn is superuser in database db.
+func (in *instance) superuserIn(db, sql string) string {
+	in.t.Helper()
 	psql := exec.Command(filepath.Join(testpg.BinDir(in.t), "psql"), "-X", "-qtA", "-v", "ON_ERROR_STOP=1",
-		"-h", filepath.Join(in.root, "run"), "-p", strconv.Itoa(in.pgPort), "-U", "postgres", "-d", "postgres", "-c", sql)
+		"-h", filepath.Join(in.root, "run"), "-p", strconv.Itoa(in.pgPort), "-U", "postgres", "-d", db, "-c", sql)
 	psql.SysProcAttr = testpg.RunnerCredential(in.t)
 	out, err := psql.CombinedOutput()
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -119,7 +120,13 @@ func (m *Manager) manageReplication(ctx context.Context, conn *pgx.Conn, st *mon
 }
 
 func (m *Manager) localDSN() string {
-	return fmt.Sprintf("host=%s port=%d user=postgres dbname=postgres connect_timeout=3", m.cfg.RunDir, m.cfg.Port)
+	return m.localDSNFor("postgres")
+}
+
+// localDSNFor is localDSN in database db.
+func (m *Manager) localDSNFor(db string) string {
+	return fmt.Sprintf("host=%s port=%d user=postgres dbname='%s' connect_timeout=3", m.cfg.RunDir, m.cfg.Port,
+		strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(db))
 }
 
 func (m *Manager) reloadConfig(ctx context.Context, conn *pgx.Conn) {

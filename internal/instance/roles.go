@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -40,7 +41,12 @@ func (m *Manager) handleRoles(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 20*time.Second)
 	defer cancel()
-	conn, err := pgx.Connect(ctx, m.localDSN())
+	// In the application database: a role that owns objects there is
+	// refused a drop with their names, not a count.
+	conn, err := pgx.Connect(ctx, m.localDSNFor(m.cfg.Database))
+	if err != nil {
+		conn, err = pgx.Connect(ctx, m.localDSN())
+	}
 	if err != nil {
 		writeJSON(w, http.StatusServiceUnavailable, instanceapi.Error{Message: "cannot reach postgres: " + err.Error()})
 		return
@@ -68,7 +74,16 @@ type liveRole struct {
 	connLimit                                                           int32
 	validUntil                                                          pgtype.Timestamptz
 	password                                                            *string
-	memberOf                                                            map[string]string // role -> grantor
+	memberOf                                                            map[string]membership
+}
+
+// membership is a role's membership in another, as pg_auth_members has it.
+type membership struct {
+	grantor string
+	admin   bool
+	// inherit is the grant's own inheritance (PostgreSQL 16 on; before,
+	// the member's rolinherit decides, and this is nil).
+	inherit *bool
 }
 
 // applyRoles makes roles as declared: the present ones first (created,
@@ -105,11 +120,11 @@ func applyRoles(ctx context.Context, conn *pgx.Conn, roles []instanceapi.Declare
 		if want.Absent || out[i].Error != "" {
 			continue
 		}
-		var have map[string]string // a role just made has none
+		var have map[string]membership // a role just made has none
 		if l := live[want.Name]; l != nil {
 			have = l.memberOf
 		}
-		changed, err := applyMemberships(ctx, conn, want, have)
+		changed, err := applyMemberships(ctx, conn, want, have, live)
 		out[i].Changed = append(out[i].Changed, changed...)
 		if err != nil {
 			out[i].Error = err.Error()
@@ -122,13 +137,30 @@ func applyRoles(ctx context.Context, conn *pgx.Conn, roles []instanceapi.Declare
 		if _, ok := live[want.Name]; !ok {
 			continue
 		}
-		if err := execQuietly(ctx, conn, "DROP ROLE "+pgx.Identifier{want.Name}.Sanitize()); err != nil {
+		if err := dropRole(ctx, conn, want.Name); err != nil {
 			out[i].Exists, out[i].Error = true, err.Error()
 			continue
 		}
 		out[i].Changed = []string{"dropped"}
 	}
 	return instanceapi.RolesResult{Roles: out}, nil
+}
+
+// dropRole drops name and ends its sessions. A role PostgreSQL will not
+// drop (it owns objects, or holds privileges, in this database or another)
+// is kept from logging in meanwhile: Absent means nobody connects as it.
+func dropRole(ctx context.Context, conn *pgx.Conn, name string) error {
+	role := pgx.Identifier{name}.Sanitize()
+	err := execQuietly(ctx, conn, "DROP ROLE "+role)
+	if err != nil {
+		if lockErr := execQuietly(ctx, conn, "ALTER ROLE "+role+" NOLOGIN PASSWORD NULL"); lockErr != nil {
+			return fmt.Errorf("%w; and it could not be kept from logging in: %w", err, lockErr)
+		}
+	}
+	if _, termErr := conn.Exec(ctx, "SELECT pg_terminate_backend(pid) FROM pg_catalog.pg_stat_activity WHERE usename = $1", name); termErr != nil && err == nil {
+		return fmt.Errorf("dropped, but its sessions could not be ended: %w", termErr)
+	}
+	return err
 }
 
 // readRoles reads every role but PostgreSQL's own, with its memberships.
@@ -141,7 +173,7 @@ func readRoles(ctx context.Context, conn *pgx.Conn) (map[string]*liveRole, error
 	live := map[string]*liveRole{}
 	for rows.Next() {
 		var name string
-		r := &liveRole{memberOf: map[string]string{}}
+		r := &liveRole{memberOf: map[string]membership{}}
 		if err := rows.Scan(&name, &r.login, &r.createDB, &r.inherit, &r.super, &r.createRole, &r.replication, &r.bypassRLS,
 			&r.connLimit, &r.validUntil, &r.password); err != nil {
 			rows.Close()
@@ -152,8 +184,18 @@ func readRoles(ctx context.Context, conn *pgx.Conn) (map[string]*liveRole, error
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("failed to read the roles: %w", err)
 	}
-	// Before PostgreSQL 16 a grantor may be a role since dropped.
-	rows, err = conn.Query(ctx, `SELECT m.rolname, g.rolname, coalesce(gr.rolname, '') FROM pg_catalog.pg_auth_members am
+	var version int
+	if err := conn.QueryRow(ctx, "SELECT current_setting('server_version_num')::int").Scan(&version); err != nil {
+		return nil, fmt.Errorf("failed to read the server's version: %w", err)
+	}
+	// Before PostgreSQL 16 a grantor may be a role since dropped, and a
+	// grant has no inheritance of its own.
+	inherit := "NULL::bool"
+	if version >= 160000 {
+		inherit = "am.inherit_option"
+	}
+	rows, err = conn.Query(ctx, `SELECT m.rolname, g.rolname, coalesce(gr.rolname, ''), am.admin_option, `+inherit+`
+		FROM pg_catalog.pg_auth_members am
 		JOIN pg_catalog.pg_roles m ON m.oid = am.member JOIN pg_catalog.pg_roles g ON g.oid = am.roleid
 		LEFT JOIN pg_catalog.pg_roles gr ON gr.oid = am.grantor`)
 	if err != nil {
@@ -161,12 +203,13 @@ func readRoles(ctx context.Context, conn *pgx.Conn) (map[string]*liveRole, error
 	}
 	defer rows.Close()
 	for rows.Next() {
-		var member, group, grantor string
-		if err := rows.Scan(&member, &group, &grantor); err != nil {
+		var member, group string
+		var m membership
+		if err := rows.Scan(&member, &group, &m.grantor, &m.admin, &m.inherit); err != nil {
 			return nil, fmt.Errorf("failed to read the memberships: %w", err)
 		}
 		if r := live[member]; r != nil {
-			r.memberOf[group] = grantor
+			r.memberOf[group] = m
 		}
 	}
 	return live, rows.Err()
@@ -245,19 +288,46 @@ func sameUntil(have pgtype.Timestamptz, want *time.Time) bool {
 	return !none && have.Time.Unix() == want.Unix()
 }
 
-// applyMemberships grants want the memberships it lacks and revokes those
-// it was not declared with.
-func applyMemberships(ctx context.Context, conn *pgx.Conn, want instanceapi.DeclaredRole, have map[string]string) ([]string, error) {
+// applyMemberships grants want the memberships it lacks, without the
+// admin option and inheriting as want does, and revokes those it was not
+// declared with. A membership in a role that reaches the server is
+// refused, whatever the operator asked.
+func applyMemberships(ctx context.Context, conn *pgx.Conn, want instanceapi.DeclaredRole, have map[string]membership, live map[string]*liveRole) ([]string, error) {
 	var changed []string
 	role := pgx.Identifier{want.Name}.Sanitize()
 	for _, g := range want.InRoles {
-		if _, ok := have[g]; ok {
+		if why := forbiddenGroup(g, live[g]); why != "" {
+			return changed, fmt.Errorf("membership in %s is refused: %s", g, why)
+		}
+		group := pgx.Identifier{g}.Sanitize()
+		m, ok := have[g]
+		by := ""
+		if m.grantor != "" {
+			by = " GRANTED BY " + pgx.Identifier{m.grantor}.Sanitize()
+		}
+		switch {
+		case !ok:
+			sql := "GRANT " + group + " TO " + role
+			if inheritOption(conn) {
+				sql += " WITH INHERIT " + strings.ToUpper(strconv.FormatBool(want.Inherit))
+			}
+			if err := execQuietly(ctx, conn, sql); err != nil {
+				return changed, err
+			}
+			changed = append(changed, "membership in "+g)
 			continue
+		case m.admin:
+			if err := execQuietly(ctx, conn, "REVOKE ADMIN OPTION FOR "+group+" FROM "+role+by); err != nil {
+				return changed, err
+			}
+			changed = append(changed, "admin option on "+g)
 		}
-		if err := execQuietly(ctx, conn, "GRANT "+pgx.Identifier{g}.Sanitize()+" TO "+role); err != nil {
-			return changed, err
+		if m.inherit != nil && *m.inherit != want.Inherit {
+			if err := execQuietly(ctx, conn, "GRANT "+group+" TO "+role+" WITH INHERIT "+strings.ToUpper(strconv.FormatBool(want.Inherit))+by); err != nil {
+				return changed, err
+			}
+			changed = append(changed, "inheritance of "+g)
 		}
-		changed = append(changed, "membership in "+g)
 	}
 	for _, g := range slices.Sorted(maps.Keys(have)) {
 		if slices.Contains(want.InRoles, g) {
@@ -266,7 +336,7 @@ func applyMemberships(ctx context.Context, conn *pgx.Conn, want instanceapi.Decl
 		// By whoever granted it: from PostgreSQL 16 on, a REVOKE by
 		// another role leaves the membership in place.
 		sql := "REVOKE " + pgx.Identifier{g}.Sanitize() + " FROM " + role
-		if grantor := have[g]; grantor != "" {
+		if grantor := have[g].grantor; grantor != "" {
 			sql += " GRANTED BY " + pgx.Identifier{grantor}.Sanitize()
 		}
 		if err := execQuietly(ctx, conn, sql); err != nil {
@@ -275,6 +345,34 @@ func applyMemberships(ctx context.Context, conn *pgx.Conn, want instanceapi.Decl
 		changed = append(changed, "membership in "+g)
 	}
 	return changed, nil
+}
+
+// forbiddenGroup says why no declared role may be a member of group, or
+// "": it would reach the server itself (as v1alpha1.ForbiddenMembership
+// says, which the operator checks first), or it is a role with powers a
+// declared role is refused.
+func forbiddenGroup(group string, l *liveRole) string {
+	switch {
+	case group == "postgres" || group == replicationUser || strings.HasPrefix(group, "daytwo_"):
+		return "it is a role daytwo runs the server with"
+	case group == "pg_execute_server_program" || group == "pg_read_server_files" || group == "pg_write_server_files":
+		return "it reaches the server's programs or files"
+	case l != nil && (l.super || l.replication || l.createRole || l.bypassRLS):
+		return "it is a superuser, replication, createrole or bypassrls role"
+	}
+	return ""
+}
+
+// inheritOption says whether the server keeps a grant's inheritance of its
+// own (PostgreSQL 16 on).
+func inheritOption(conn *pgx.Conn) bool {
+	v := conn.PgConn().ParameterStatus("server_version")
+	end := strings.IndexFunc(v, func(r rune) bool { return r < '0' || r > '9' })
+	if end < 0 {
+		end = len(v)
+	}
+	major, _ := strconv.Atoi(v[:end])
+	return major >= 16
 }
 
 // execQuietly runs sql in a transaction that keeps it out of the server's
@@ -286,7 +384,9 @@ func execQuietly(ctx context.Context, conn *pgx.Conn, sql string) error {
 		return err
 	}
 	defer func() { _ = tx.Rollback(context.Background()) }()
-	if _, err := tx.Exec(ctx, "SET LOCAL log_statement = 'none'; SET LOCAL log_min_error_statement = 'panic'; SET LOCAL log_min_duration_statement = -1"); err != nil {
+	// pg_stat_statements, where loaded, keeps utility statements too.
+	if _, err := tx.Exec(ctx, "SET LOCAL log_statement = 'none'; SET LOCAL log_min_error_statement = 'panic'; SET LOCAL log_min_duration_statement = -1; "+
+		"SET LOCAL pg_stat_statements.track_utility = off"); err != nil {
 		return err
 	}
 	if _, err := tx.Exec(ctx, sql); err != nil {

@@ -80,11 +80,13 @@ func TestDeclaredRolesAreMadeKeptAndDropped(t *testing.T) {
 		"REVOKE pg_read_all_data FROM analytics",
 		"GRANT reporting TO analytics",
 		"ALTER ROLE writer SUPERUSER",
+		"GRANT pg_write_all_data TO writer WITH ADMIN OPTION",
 	} {
 		in.superuser(sql)
 	}
 	apply("analytics: createdb", "analytics: connection limit", "analytics: valid until", "analytics: password",
-		"analytics: membership in pg_read_all_data", "analytics: membership in reporting", "writer: superuser")
+		"analytics: membership in pg_read_all_data", "analytics: membership in reporting", "writer: superuser",
+		"writer: admin option on pg_write_all_data")
 	if err := in.execAs(ctx, "analytics", "analytics-pass-1", "SELECT count(*) FROM items"); err != nil {
 		t.Fatalf("the declared password and membership were not put back: %v", err)
 	}
@@ -95,9 +97,10 @@ func TestDeclaredRolesAreMadeKeptAndDropped(t *testing.T) {
 		t.Fatalf("writer superuser, analytics connection limit = %s, want false:5", got)
 	}
 
-	// A role that owns objects is not dropped: PostgreSQL says why; one
-	// that owns nothing is.
-	in.superuser("CREATE TABLE owned (id int); ALTER TABLE owned OWNER TO writer")
+	// A role that owns objects in the application database is not
+	// dropped: PostgreSQL says which, and the role can no longer log in;
+	// one that owns nothing is dropped.
+	in.superuserIn("orders", "CREATE TABLE owned (id int); ALTER TABLE owned OWNER TO writer")
 	roles[0] = instanceapi.DeclaredRole{Name: "writer", Absent: true}
 	roles[2] = instanceapi.DeclaredRole{Name: "reporting", Absent: true}
 	res := apply("reporting: dropped",
@@ -105,8 +108,26 @@ func TestDeclaredRolesAreMadeKeptAndDropped(t *testing.T) {
 	if !res.Roles[0].Exists || res.Roles[2].Exists {
 		t.Fatalf("after the drops: writer exists %v (want true), reporting exists %v (want false)", res.Roles[0].Exists, res.Roles[2].Exists)
 	}
-	in.superuser("DROP TABLE owned")
+	if err := in.execAs(ctx, "writer", "writer-pass-1", "SELECT 1"); err == nil {
+		t.Fatal("a role declared Absent, whose drop was refused, can still log in")
+	}
+	in.superuserIn("orders", "DROP TABLE owned")
 	apply("writer: dropped")
+
+	// Membership in a role that reaches the server is refused, even if the
+	// API's checks were passed by.
+	var res2 instanceapi.RolesResult
+	post(t, in, instanceapi.PathRoles, apiToken, instanceapi.RolesRequest{Roles: []instanceapi.DeclaredRole{
+		{Name: "sneaky", Inherit: true, ConnectionLimit: -1, InRoles: []string{"pg_execute_server_program"}},
+		{Name: "sneakier", Inherit: true, ConnectionLimit: -1, InRoles: []string{"postgres"}},
+	}}, &res2)
+	if len(res2.Roles) != 2 || !strings.Contains(res2.Roles[0].Error, "membership in pg_execute_server_program is refused") ||
+		!strings.Contains(res2.Roles[1].Error, "membership in postgres is refused") {
+		t.Fatalf("memberships that reach the server: %+v", res2.Roles)
+	}
+	if got := in.superuser("SELECT count(*) FROM pg_auth_members WHERE member IN (SELECT oid FROM pg_roles WHERE rolname IN ('sneaky', 'sneakier'))"); got != "0" {
+		t.Fatalf("%s forbidden memberships were granted", got)
+	}
 
 	// Without the API token, nothing.
 	if code := post(t, in, instanceapi.PathRoles, "wrong-token", instanceapi.RolesRequest{Roles: roles}, nil); code != http.StatusUnauthorized {

@@ -3,7 +3,6 @@ package webhook
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
@@ -129,16 +128,19 @@ func ValidateDatabase(db *v1alpha1.Database) error {
 }
 
 // validateRoles refuses a declared role with a name PostgreSQL or daytwo
-// keeps (the schema cannot know the application owner's), and a role
-// declared a member of itself.
+// keeps (the schema cannot know the application owner's), and a
+// membership in itself, in a role that reaches the server, or in a role
+// declared Absent.
 func validateRoles(path *field.Path, db *v1alpha1.Database) field.ErrorList {
 	var errs field.ErrorList
 	for i, r := range db.Spec.Roles {
 		if why := db.ReservedRole(r.Name); why != "" {
 			errs = append(errs, field.Invalid(path.Index(i).Child("name"), r.Name, why))
 		}
-		if slices.Contains(r.InRoles, r.Name) {
-			errs = append(errs, field.Invalid(path.Index(i).Child("inRoles"), r.Name, "a role cannot be a member of itself"))
+		for _, g := range r.InRoles {
+			if why := v1alpha1.MembershipProblem(db, r.Name, g); why != "" {
+				errs = append(errs, field.Invalid(path.Index(i).Child("inRoles"), g, why))
+			}
 		}
 	}
 	return errs

@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
+	"github.com/daytwo-dev/daytwo/internal/instanceapi"
 	"github.com/daytwo-dev/daytwo/test/e2e/framework"
 )
 
@@ -796,7 +797,7 @@ func checkAppVerifiesDatabase(t *testing.T, ns, db string) {
 	if err := cluster.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: db + "-role-shop-reader"}, role); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	asReader := func(query string) (string, string, error) {
 		return cluster.Exec(ctx, ns, "psql", "client", "env", "PGPASSWORD="+string(role.Data["password"]), "psql", "-qtA",
@@ -808,6 +809,19 @@ func checkAppVerifiesDatabase(t *testing.T, ns, db string) {
 	if _, stderr, err := asReader("INSERT INTO items VALUES (1)"); err == nil || !strings.Contains(stderr, "permission denied") {
 		t.Errorf("the read-only role wrote, or failed otherwise: %v %s", err, stderr)
 	}
+	// A change by hand, as the superuser in the pod, is put back within a
+	// refresh, with a RoleDrift event.
+	asSuperuser := func(query string) string {
+		out, stderr, err := cluster.Exec(ctx, ns, db+"-0", "postgres", "psql", "-qtA", "-h", instanceapi.RunDir, "-U", "postgres", "-d", "postgres", "-c", query)
+		if err != nil {
+			t.Fatalf("psql as the superuser: %v: %s", err, stderr)
+		}
+		return strings.TrimSpace(out)
+	}
+	asSuperuser("ALTER ROLE shop_reader CONNECTION LIMIT 3")
+	framework.Eventually(t, time.Minute, "the drift put back", func(context.Context) (bool, error) {
+		return asSuperuser("SELECT rolconnlimit FROM pg_roles WHERE rolname = 'shop_reader'") == "-1" && len(eventsFor(t, ns, db, "RoleDrift")) > 0, nil
+	})
 	app := &v1alpha1.WebApp{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "shop"},
 		Spec: v1alpha1.WebAppSpec{

@@ -3,6 +3,9 @@ package database
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -32,41 +35,42 @@ func (r *Reconciler) reconcileRoles(ctx context.Context, db *v1alpha1.Database, 
 	if len(db.Spec.Roles) == 0 {
 		return nil
 	}
+	prev := map[string]v1alpha1.RoleStatus{}
+	if obs.Written != nil {
+		for _, s := range obs.Written.Status.Roles {
+			prev[s.Name] = s
+		}
+	}
 	statuses := make([]v1alpha1.RoleStatus, len(db.Spec.Roles))
 	var asked []instanceapi.DeclaredRole
 	var askedAt []int
-	// What a reconcile changes after the spec did, or after a Secret's
-	// password did, is applied; anything else it changes had drifted.
-	specChanged := obs.Written == nil || obs.Written.Status.ObservedGeneration != db.Generation
-	rotated := map[string]bool{}
+	var appliedFor []string
 	for i, role := range db.Spec.Roles {
 		st := &statuses[i]
-		st.Name, st.State = role.Name, v1alpha1.RolePending
-		if why := db.ReservedRole(role.Name); why != "" {
-			st.State, st.Message = v1alpha1.RoleFailed, fmt.Sprintf("spec.roles[%d].name: %s %s", i, role.Name, why)
+		st.Name, st.State, st.AppliedFor = role.Name, v1alpha1.RolePending, prev[role.Name].AppliedFor
+		if problem := roleProblem(db, i, role); problem != "" {
+			st.State, st.Message = v1alpha1.RoleFailed, problem
 			continue
 		}
-		if role.Ensure == v1alpha1.RoleEnsureAbsent {
-			if err := r.deleteRoleSecret(ctx, db, role.Name); err != nil {
-				return err
-			}
-			asked, askedAt = append(asked, instanceapi.DeclaredRole{Name: role.Name, Absent: true}), append(askedAt, i)
-			continue
-		}
-		password := ""
-		if role.Login {
-			pw, changed, problem, err := r.ensureRoleSecret(ctx, db, obs, i, role)
+		password, version := "", ""
+		if role.Login && role.Ensure != v1alpha1.RoleEnsureAbsent {
+			pw, rv, problem, err := r.ensureRoleSecret(ctx, db, obs, i, role)
 			if err != nil {
 				return err
 			}
-			rotated[role.Name] = changed
 			if problem != "" {
 				st.State, st.Message = v1alpha1.RoleFailed, problem
 				continue
 			}
-			password, st.SecretName = pw, db.RoleSecretName(role.Name)
+			password, version, st.SecretName = pw, rv, db.RoleSecretName(role.Name)
+		} else if role.Ensure != v1alpha1.RoleEnsureAbsent {
+			// No login: no Secret, no password that works.
+			if err := r.deleteRoleSecret(ctx, db, role.Name); err != nil {
+				return err
+			}
 		}
-		asked, askedAt = append(asked, apiRole(role, password)), append(askedAt, i)
+		a := apiRole(role, password)
+		asked, askedAt, appliedFor = append(asked, a), append(askedAt, i), append(appliedFor, roleVersion(role, version))
 	}
 	obs.found.roles = statuses
 	if len(asked) == 0 {
@@ -75,7 +79,7 @@ func (r *Reconciler) reconcileRoles(ctx context.Context, db *v1alpha1.Database, 
 	res, err := r.askRoles(ctx, db, obs, asked)
 	if err != nil {
 		for _, i := range askedAt {
-			statuses[i].Message = err.Error()
+			statuses[i].Message = controller.Truncate(err.Error(), roleMessageMax)
 		}
 		return nil
 	}
@@ -83,29 +87,60 @@ func (r *Reconciler) reconcileRoles(ctx context.Context, db *v1alpha1.Database, 
 		st, got := &statuses[i], res.Roles[k]
 		switch {
 		case got.Error != "":
-			st.State, st.Message = v1alpha1.RoleFailed, got.Error
+			st.State, st.Message = v1alpha1.RoleFailed, controller.Truncate(got.Error, roleMessageMax)
+			continue
 		case asked[k].Absent:
 			st.State = v1alpha1.RoleDropped
+			// Only once it is gone: a role whose drop is refused keeps
+			// its Secret, in case it is declared again.
+			if err := r.deleteRoleSecret(ctx, db, got.Name); err != nil {
+				return err
+			}
 		default:
 			st.State = v1alpha1.RoleApplied
 		}
-		if drift := putBack(got.Changed, rotated[got.Name]); len(drift) > 0 && got.Error == "" && !specChanged {
-			st.Message = "put back what changed by hand: " + strings.Join(drift, ", ")
+		// A change made while the role and its Secret are as they were
+		// when last applied was made by hand: drift, put back.
+		if drift := putBack(got.Changed); len(drift) > 0 && st.AppliedFor == appliedFor[k] {
+			st.Message = controller.Truncate("put back what changed by hand: "+strings.Join(drift, ", "), roleMessageMax)
 			controller.Event(ctx, r.Recorder, db, nil, corev1.EventTypeWarning, "RoleDrift", "PutBack",
 				"Role %s had drifted from spec.roles (%s); put back", got.Name, strings.Join(drift, ", "))
 		}
+		st.AppliedFor = appliedFor[k]
 	}
 	return nil
 }
 
-// putBack is what a role's result changed besides making or dropping it,
-// and besides a password its Secret just changed: drift put back.
-func putBack(changed []string, rotated bool) []string {
+// roleMessageMax bounds a role's status message (PostgreSQL's detail on
+// a refused drop lists every object).
+const roleMessageMax = 1000 // and "...": within the API's 1024
+
+// roleProblem says why spec.roles[i] cannot be applied as declared, or
+// "": what the webhook refuses, for an API server that runs without it.
+func roleProblem(db *v1alpha1.Database, i int, role v1alpha1.DatabaseRole) string {
+	if why := db.ReservedRole(role.Name); why != "" {
+		return fmt.Sprintf("spec.roles[%d].name: %s %s", i, role.Name, why)
+	}
+	for _, g := range role.InRoles {
+		if why := v1alpha1.MembershipProblem(db, role.Name, g); why != "" {
+			return fmt.Sprintf("spec.roles[%d].inRoles: %s %s", i, g, why)
+		}
+	}
+	return ""
+}
+
+// roleVersion is what a role is applied for: its spec and its Secret's
+// resourceVersion (which moves with its password), hashed short.
+func roleVersion(role v1alpha1.DatabaseRole, secretVersion string) string {
+	spec, _ := json.Marshal(role) //nolint:errchkjson // a spec the API server decoded marshals; a failure only makes the next change look applied
+	sum := sha256.Sum256(append(spec, []byte("/"+secretVersion)...))
+	return hex.EncodeToString(sum[:8])
+}
+
+// putBack is what a role's result changed besides making or dropping it.
+func putBack(changed []string) []string {
 	if slices.Contains(changed, "created") || slices.Contains(changed, "dropped") {
 		return nil
-	}
-	if rotated {
-		changed = slices.DeleteFunc(slices.Clone(changed), func(c string) bool { return c == "password" })
 	}
 	return changed
 }
@@ -141,28 +176,33 @@ func (r *Reconciler) askRoles(ctx context.Context, db *v1alpha1.Database, obs *o
 }
 
 // ensureRoleSecret makes or updates the login role's Secret, shaped like
-// the credentials Secret, and returns the role's password, and whether it
-// changed. The password is generated once, or is the user's Secret's
+// the credentials Secret, and returns the role's password and the
+// Secret's resourceVersion. The password is generated once, or is the user's Secret's
 // (spec.roles[].passwordSecret), followed when it changes. problem says
 // what keeps the role from being applied (a missing or foreign Secret).
 func (r *Reconciler) ensureRoleSecret(ctx context.Context, db *v1alpha1.Database, obs *observation, i int,
-	role v1alpha1.DatabaseRole) (password string, changed bool, problem string, err error) {
+	role v1alpha1.DatabaseRole) (password, version, problem string, err error) {
 	name := db.RoleSecretName(role.Name)
 	want := ""
 	if ref := role.PasswordSecret; ref != nil {
 		user := &corev1.Secret{}
 		switch err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: ref.Name}, user); {
 		case apierrors.IsNotFound(err):
-			return "", false, fmt.Sprintf("spec.roles[%d].passwordSecret: Secret %s does not exist", i, ref.Name), nil
+			return "", "", fmt.Sprintf("spec.roles[%d].passwordSecret: Secret %s does not exist", i, ref.Name), nil
 		case err != nil:
-			return "", false, "", fmt.Errorf("failed to get Secret %s: %w", ref.Name, err)
+			return "", "", "", fmt.Errorf("failed to get Secret %s: %w", ref.Name, err)
 		}
 		want = string(user.Data[v1alpha1.CredentialsPassword])
 		if want == "" {
-			return "", false, fmt.Sprintf("spec.roles[%d].passwordSecret: Secret %s has no %q key", i, ref.Name, v1alpha1.CredentialsPassword), nil
+			return "", "", fmt.Sprintf("spec.roles[%d].passwordSecret: Secret %s has no %q key", i, ref.Name, v1alpha1.CredentialsPassword), nil
+		}
+		if !printableASCII(want) {
+			// The server and libpq normalise other passwords (SASLprep);
+			// the verifier daytwo makes does not.
+			return "", "", fmt.Sprintf("spec.roles[%d].passwordSecret: Secret %s's password must be printable ASCII, without spaces at either end or a newline", i, ref.Name), nil
 		}
 		if u, ok := user.Data[v1alpha1.CredentialsUser]; ok && string(u) != role.Name {
-			return "", false, fmt.Sprintf("spec.roles[%d].passwordSecret: Secret %s is for user %q, not %s", i, ref.Name, u, role.Name), nil
+			return "", "", fmt.Sprintf("spec.roles[%d].passwordSecret: Secret %s is for user %q, not %s", i, ref.Name, u, role.Name), nil
 		}
 	}
 	s := &corev1.Secret{}
@@ -170,27 +210,27 @@ func (r *Reconciler) ensureRoleSecret(ctx context.Context, db *v1alpha1.Database
 	case apierrors.IsNotFound(err):
 		if want == "" {
 			if want, err = postgres.Password(); err != nil {
-				return "", false, "", err
+				return "", "", "", err
 			}
 		}
 		ca, err := r.servedCA(ctx, db, obs)
 		if err != nil {
-			return "", false, "", err
+			return "", "", "", err
 		}
 		s = &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: db.Namespace, Labels: labels(db),
 			Annotations: map[string]string{annCA: obs.found.tls.ca}}, Type: corev1.SecretTypeOpaque, Data: roleSecretData(db, role.Name, want, ca)}
 		if err := controllerutil.SetControllerReference(db, s, r.Client.Scheme()); err != nil {
-			return "", false, "", err
+			return "", "", "", err
 		}
 		if err := r.Client.Create(ctx, s); err != nil {
-			return "", false, "", fmt.Errorf("failed to create Secret %s: %w", name, err)
+			return "", "", "", fmt.Errorf("failed to create Secret %s: %w", name, err)
 		}
-		return want, true, "", nil
+		return want, s.ResourceVersion, "", nil
 	case err != nil:
-		return "", false, "", fmt.Errorf("failed to get Secret %s: %w", name, err)
+		return "", "", "", fmt.Errorf("failed to get Secret %s: %w", name, err)
 	}
 	if !metav1.IsControlledBy(s, db) {
-		return "", false, fmt.Sprintf("Secret %s exists and does not belong to this Database", name), nil
+		return "", "", fmt.Sprintf("Secret %s exists and does not belong to this Database", name), nil
 	}
 	have := string(s.Data[v1alpha1.CredentialsPassword])
 	if want == "" {
@@ -199,18 +239,18 @@ func (r *Reconciler) ensureRoleSecret(ctx context.Context, db *v1alpha1.Database
 	if want == "" {
 		// A generated password removed by hand: a new one.
 		if want, err = postgres.Password(); err != nil {
-			return "", false, "", err
+			return "", "", "", err
 		}
 	}
 	ca := s.Data[v1alpha1.CredentialsCA]
 	if s.Annotations[annCA] != obs.found.tls.ca {
 		if ca, err = r.servedCA(ctx, db, obs); err != nil {
-			return "", false, "", err
+			return "", "", "", err
 		}
 	}
 	data := roleSecretData(db, role.Name, want, ca)
 	if sameData(s.Data, data) && s.Annotations[annCA] == obs.found.tls.ca {
-		return want, false, "", nil
+		return want, s.ResourceVersion, "", nil
 	}
 	base := s.DeepCopy()
 	s.Data = data
@@ -219,9 +259,20 @@ func (r *Reconciler) ensureRoleSecret(ctx context.Context, db *v1alpha1.Database
 	}
 	s.Annotations[annCA] = obs.found.tls.ca
 	if err := r.Client.Patch(ctx, s, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
-		return "", false, "", fmt.Errorf("failed to update Secret %s: %w", name, err)
+		return "", "", "", fmt.Errorf("failed to update Secret %s: %w", name, err)
 	}
-	return want, want != have, "", nil
+	return want, s.ResourceVersion, "", nil
+}
+
+// printableASCII: every byte a printable ASCII character, none a space at
+// either end.
+func printableASCII(s string) bool {
+	for i := range len(s) {
+		if s[i] < 0x20 || s[i] > 0x7e {
+			return false
+		}
+	}
+	return strings.TrimSpace(s) == s
 }
 
 // servedCA is the CA of the certificate the instances serve, read once a
@@ -278,17 +329,18 @@ func (r *Reconciler) deleteRoleSecret(ctx context.Context, db *v1alpha1.Database
 	return nil
 }
 
-// rolesRetry is how soon roles that wait for the primary, or failed, are tried again.
+// rolesRetry is how soon roles that wait for the primary are tried again.
 const rolesRetry = 10 * time.Second
 
-// rolesPhase applies spec.roles; roles not applied yet come back sooner
-// than the instances' refresh.
+// rolesPhase applies spec.roles; roles that wait for the primary come
+// back sooner than the instances' refresh (a failed one, which waits for
+// a person, does not).
 func (r *Reconciler) rolesPhase(ctx context.Context, db *v1alpha1.Database, obs *observation) (stepResult, error) {
 	if err := r.reconcileRoles(ctx, db, obs); err != nil {
 		return stepResult{}, err
 	}
 	for _, s := range obs.found.roles {
-		if s.State == v1alpha1.RolePending || s.State == v1alpha1.RoleFailed {
+		if s.State == v1alpha1.RolePending {
 			return stepResult{requeue: rolesRetry}, nil
 		}
 	}

@@ -13,10 +13,12 @@ import (
 
 // spec.roles in the API server: each login role gets a Secret shaped like
 // the credentials Secret (its password generated, or the user's Secret's,
-// followed when it changes), a role without login none, an Absent role's
-// Secret goes, and until a primary answers the roles are Pending. The
-// roles themselves are made by the instance manager (internal/instance,
-// TestDeclaredRolesAreMadeKeptAndDropped).
+// followed when it changes), a role without login none (a role that loses
+// login loses its Secret), a password the verifier cannot carry is
+// refused with the field named, and until a primary answers the roles are
+// Pending; an Absent role keeps its Secret until the primary dropped it.
+// The roles themselves are made by the instance manager
+// (internal/instance, TestDeclaredRolesAreMadeKeptAndDropped).
 func TestDeclaredRolesGetSecretsAndStatus(t *testing.T) {
 	ns := env.Namespace(t)
 	create(t, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "bi-password", Namespace: ns},
@@ -66,14 +68,30 @@ func TestDeclaredRolesGetSecretsAndStatus(t *testing.T) {
 		t.Fatal("the generated password changed")
 	}
 
-	// bi is dropped: its Secret goes.
+	// A password with a newline (kubectl create secret --from-file) is
+	// refused, with the field.
+	update(t, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "bi-password", Namespace: ns}}, func(s *corev1.Secret) {
+		s.Data["password"] = []byte("bi-pass-3\n")
+	})
+	db = waitCondition(t, ns, "orders", v1alpha1.ConditionRolesReconciled, metav1.ConditionFalse, v1alpha1.ReasonRoleFailed)
+	if msg := condition(db, v1alpha1.ConditionRolesReconciled).Message; !strings.Contains(msg, "spec.roles[1].passwordSecret: Secret bi-password's password must be printable ASCII") {
+		t.Fatalf("RolesReconciled says %q", msg)
+	}
+
+	// bi loses login: its Secret goes. api is declared Absent: with no
+	// primary to drop it, it stays Pending and keeps its Secret.
 	update(t, db, func(db *v1alpha1.Database) {
-		db.Spec.Roles[1] = v1alpha1.DatabaseRole{Name: "bi", Ensure: v1alpha1.RoleEnsureAbsent}
+		db.Spec.Roles[1] = v1alpha1.DatabaseRole{Name: "bi"}
+		db.Spec.Roles[0].Ensure = v1alpha1.RoleEnsureAbsent
 	})
 	eventually(t, "bi's Secret deleted", func() (bool, error) {
 		_, err := get(ns, "orders-role-bi", &corev1.Secret{})
 		return apierrors.IsNotFound(err), ignoreNotFound(err)
 	})
+	waitCondition(t, ns, "orders", v1alpha1.ConditionRolesReconciled, metav1.ConditionFalse, v1alpha1.ReasonRolesPending)
+	if _, err := get(ns, "orders-role-api", &corev1.Secret{}); err != nil {
+		t.Fatalf("api's Secret went before its role was dropped: %v", err)
+	}
 }
 
 // Roles the API refuses, each with the field and the reason.
@@ -91,6 +109,9 @@ func TestDeclaredRolesRefused(t *testing.T) {
 		{v1alpha1.DatabaseRole{Name: "Mixed"}, "spec.roles[0].name"},
 		{v1alpha1.DatabaseRole{Name: "loop", InRoles: []string{"loop"}}, "spec.roles[0].inRoles: Invalid value: \"loop\": a role cannot be a member of itself"},
 		{v1alpha1.DatabaseRole{Name: "nologin", PasswordSecret: &v1alpha1.SecretReference{Name: "s"}}, "passwordSecret needs login: true"},
+		{v1alpha1.DatabaseRole{Name: "app_"}, "spec.roles[0].name"},
+		{v1alpha1.DatabaseRole{Name: "escalate", InRoles: []string{"postgres"}}, "spec.roles[0].inRoles: Invalid value: \"postgres\": is a role daytwo runs the server with"},
+		{v1alpha1.DatabaseRole{Name: "files", InRoles: []string{"pg_read_server_files"}}, "reaches the server's programs or files"},
 	} {
 		db := newDB(ns, "refused", func(db *v1alpha1.Database) { db.Spec.Roles = []v1alpha1.DatabaseRole{tc.role} })
 		err := env.Client.Create(ctx, db)

@@ -206,6 +206,22 @@ func setRolesStatus(db *v1alpha1.Database, obs *observation, set func(typ string
 	}
 	if obs.found.roles != nil {
 		st.Roles = obs.found.roles
+	} else {
+		// Not asked this reconcile (a phase before it stopped it): the
+		// last word on each declared role stands; a role declared since
+		// is Pending.
+		last := map[string]v1alpha1.RoleStatus{}
+		for _, r := range st.Roles {
+			last[r.Name] = r
+		}
+		st.Roles = make([]v1alpha1.RoleStatus, 0, len(db.Spec.Roles))
+		for _, r := range db.Spec.Roles {
+			s, ok := last[r.Name]
+			if !ok {
+				s = v1alpha1.RoleStatus{Name: r.Name, State: v1alpha1.RolePending}
+			}
+			st.Roles = append(st.Roles, s)
+		}
 	}
 	var failed, pending []string
 	for _, r := range st.Roles {
@@ -218,7 +234,7 @@ func setRolesStatus(db *v1alpha1.Database, obs *observation, set func(typ string
 	}
 	switch {
 	case len(failed) > 0:
-		set(v1alpha1.ConditionRolesReconciled, false, v1alpha1.ReasonRoleFailed, "Refused: "+strings.Join(failed, "; "))
+		set(v1alpha1.ConditionRolesReconciled, false, v1alpha1.ReasonRoleFailed, controller.Truncate("Refused: "+strings.Join(failed, "; "), 4096))
 	case len(pending) > 0 || len(st.Roles) == 0:
 		set(v1alpha1.ConditionRolesReconciled, false, v1alpha1.ReasonRolesPending, "Waiting for a running primary to apply: "+strings.Join(pending, ", "))
 	default:
