@@ -249,6 +249,15 @@ type DatabaseSpec struct {
 	// +listMapKey=name
 	// +kubebuilder:validation:MaxItems=64
 	Roles []DatabaseRole `json:"roles,omitempty"`
+
+	// databases are databases inside the server, each with its owner,
+	// schemas and extensions; the application database may be listed for
+	// its schemas and extensions. status.databases says where each stands.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=64
+	Databases []LogicalDatabase `json:"databases,omitempty"`
 }
 
 // DatabaseTLS is spec.tls.
@@ -724,6 +733,13 @@ type DatabaseStatus struct {
 	// +listMapKey=name
 	// +kubebuilder:validation:MaxItems=64
 	Roles []RoleStatus `json:"roles,omitempty"`
+
+	// databases is where each of spec.databases stands on the primary.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=64
+	Databases []LogicalDatabaseStatus `json:"databases,omitempty"`
 
 	// primary is the name of the pod that runs the primary: the holder of
 	// the primary Lease (<name>-primary).

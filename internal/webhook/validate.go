@@ -121,6 +121,9 @@ func ValidateDatabase(db *v1alpha1.Database) error {
 	}
 	errs = append(errs, validateDurability(spec, db)...)
 	errs = append(errs, validateRoles(spec.Child("roles"), db)...)
+	if why := db.DatabasesProblem(); why != "" {
+		errs = append(errs, field.Invalid(spec.Child("databases"), len(db.Spec.Databases), why))
+	}
 	if len(errs) == 0 {
 		return nil
 	}

@@ -790,9 +790,16 @@ func TestDatabaseMediumUpgradeAndRollback(t *testing.T) {
 func checkAppVerifiesDatabase(t *testing.T, ns, db string) {
 	t.Helper()
 	updateDatabase(t, ns, db, func(d *v1alpha1.Database) {
-		d.Spec.Roles = []v1alpha1.DatabaseRole{{Name: "shop_reader", Login: true, InRoles: []string{"pg_read_all_data"}}}
+		d.Spec.Roles = []v1alpha1.DatabaseRole{{Name: "shop_reader", Login: true, InRoles: []string{"pg_read_all_data"}}, {Name: "stock"}}
+		d.Spec.Databases = []v1alpha1.LogicalDatabase{
+			{Name: "app", Extensions: []v1alpha1.DatabaseExtension{{Name: "pg_trgm"}}},
+			{Name: "inventory", Owner: "stock", Schemas: []v1alpha1.DatabaseSchema{{Name: "levels"}}},
+		}
 	})
-	waitDatabase(t, ns, db, time.Minute, "the role applied", hasCondition(v1alpha1.ConditionRolesReconciled, metav1.ConditionTrue, v1alpha1.ReasonRolesApplied))
+	waitDatabase(t, ns, db, time.Minute, "the roles and databases applied", func(d *v1alpha1.Database) bool {
+		return hasCondition(v1alpha1.ConditionRolesReconciled, metav1.ConditionTrue, v1alpha1.ReasonRolesApplied)(d) &&
+			hasCondition(v1alpha1.ConditionDatabasesReconciled, metav1.ConditionTrue, v1alpha1.ReasonDatabasesApplied)(d)
+	})
 	role := &corev1.Secret{}
 	if err := cluster.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: db + "-role-shop-reader"}, role); err != nil {
 		t.Fatal(err)
@@ -803,8 +810,8 @@ func checkAppVerifiesDatabase(t *testing.T, ns, db string) {
 		return cluster.Exec(ctx, ns, "psql", "client", "env", "PGPASSWORD="+string(role.Data["password"]), "psql", "-qtA",
 			"-h", db+"-rw."+ns+".svc.cluster.local", "-U", "shop_reader", "-d", "app", "-c", query)
 	}
-	if out, stderr, err := asReader("SELECT sum(v) FROM items"); err != nil || strings.TrimSpace(out) != "42" {
-		t.Errorf("the read-only role read %q: %v %s", out, err, stderr)
+	if out, stderr, err := asReader("SELECT sum(v) || ':' || similarity('daytwo', 'daytwo') FROM items"); err != nil || strings.TrimSpace(out) != "42:1" {
+		t.Errorf("the read-only role read %q (the sum, and pg_trgm at work): %v %s", out, err, stderr)
 	}
 	if _, stderr, err := asReader("INSERT INTO items VALUES (1)"); err == nil || !strings.Contains(stderr, "permission denied") {
 		t.Errorf("the read-only role wrote, or failed otherwise: %v %s", err, stderr)
@@ -822,6 +829,9 @@ func checkAppVerifiesDatabase(t *testing.T, ns, db string) {
 	framework.Eventually(t, time.Minute, "the drift put back", func(context.Context) (bool, error) {
 		return asSuperuser("SELECT rolconnlimit FROM pg_roles WHERE rolname = 'shop_reader'") == "-1" && len(eventsFor(t, ns, db, "RoleDrift")) > 0, nil
 	})
+	if got := asSuperuser("SELECT pg_get_userbyid(datdba) FROM pg_database WHERE datname = 'inventory'"); got != "stock" {
+		t.Errorf("database inventory is owned by %q, want stock", got)
+	}
 	app := &v1alpha1.WebApp{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "shop"},
 		Spec: v1alpha1.WebAppSpec{

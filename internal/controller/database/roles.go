@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -157,14 +158,7 @@ func apiRole(role v1alpha1.DatabaseRole, password string) instanceapi.DeclaredRo
 
 // askRoles sends the roles to the primary's instance manager.
 func (r *Reconciler) askRoles(ctx context.Context, db *v1alpha1.Database, obs *observation, roles []instanceapi.DeclaredRole) (instanceapi.RolesResult, error) {
-	if s, ok := obs.Instances[obs.Primary]; !ok || s.Role != instanceapi.RolePrimary || s.Phase != instanceapi.PhaseRunning {
-		return instanceapi.RolesResult{}, fmt.Errorf("waiting for a running primary")
-	}
-	t, err := r.targetOf(ctx, db, obs, obs.Primary)
-	if err != nil {
-		return instanceapi.RolesResult{}, err
-	}
-	token, err := r.apiToken(ctx, db)
+	t, token, err := r.primaryTarget(ctx, db, obs)
 	if err != nil {
 		return instanceapi.RolesResult{}, err
 	}
@@ -173,6 +167,20 @@ func (r *Reconciler) askRoles(ctx context.Context, db *v1alpha1.Database, obs *o
 		return res, fmt.Errorf("the primary %s did not apply the roles: %w", obs.Primary, err)
 	}
 	return res, nil
+}
+
+// primaryTarget is the running primary's instance API, and the token a
+// call that changes it needs.
+func (r *Reconciler) primaryTarget(ctx context.Context, db *v1alpha1.Database, obs *observation) (instanceapi.Target, string, error) {
+	if s, ok := obs.Instances[obs.Primary]; !ok || s.Role != instanceapi.RolePrimary || s.Phase != instanceapi.PhaseRunning {
+		return instanceapi.Target{}, "", errors.New("waiting for a running primary")
+	}
+	t, err := r.targetOf(ctx, db, obs, obs.Primary)
+	if err != nil {
+		return t, "", err
+	}
+	token, err := r.apiToken(ctx, db)
+	return t, token, err
 }
 
 // ensureRoleSecret makes or updates the login role's Secret, shaped like
@@ -290,10 +298,12 @@ func (r *Reconciler) servedCA(ctx context.Context, db *v1alpha1.Database, obs *o
 }
 
 // roleSecretData is a login role's Secret: the credentials Secret's keys,
-// for role.
+// for role, in the first database of spec.databases it owns (else the
+// application database).
 func roleSecretData(db *v1alpha1.Database, role, password string, ca []byte) map[string][]byte {
 	d := credentialsData(db, password)
 	d[v1alpha1.CredentialsUser] = []byte(role)
+	d[v1alpha1.CredentialsDatabase] = []byte(db.RoleDatabase(role))
 	d[v1alpha1.CredentialsURI] = []byte(connectionURI(role, password, string(d[v1alpha1.CredentialsHost]),
 		string(d[v1alpha1.CredentialsPort]), string(d[v1alpha1.CredentialsDatabase])))
 	if len(ca) > 0 {

@@ -94,26 +94,54 @@ func TestDeclaredRolesGetSecretsAndStatus(t *testing.T) {
 	}
 }
 
+// spec.databases in the API server: Pending until a primary answers, and
+// a login role that owns one gets a Secret that names it.
+func TestDeclaredDatabasesStatusAndRoleSecret(t *testing.T) {
+	ns := env.Namespace(t)
+	create(t, newDB(ns, "orders", func(db *v1alpha1.Database) {
+		db.Spec.Roles = []v1alpha1.DatabaseRole{{Name: "inventory_api", Login: true}}
+		db.Spec.Databases = []v1alpha1.LogicalDatabase{
+			{Name: "inventory", Owner: "inventory_api", Extensions: []v1alpha1.DatabaseExtension{{Name: "vector"}}},
+			{Name: "app", Schemas: []v1alpha1.DatabaseSchema{{Name: "reporting"}}},
+		}
+	}))
+	db := waitCondition(t, ns, "orders", v1alpha1.ConditionDatabasesReconciled, metav1.ConditionFalse, v1alpha1.ReasonDatabasesPending)
+	if len(db.Status.Databases) != 2 || db.Status.Databases[0].State != v1alpha1.RolePending {
+		t.Fatalf("status.databases = %+v, want two Pending", db.Status.Databases)
+	}
+	eventually(t, "inventory_api's Secret naming its database", func() (bool, error) {
+		s, err := get(ns, "orders-role-inventory-api", &corev1.Secret{})
+		return err == nil && string(s.Data["dbname"]) == "inventory" && strings.HasSuffix(strings.Split(string(s.Data["uri"]), "?")[0], "/inventory"), ignoreNotFound(err)
+	})
+}
+
 // Roles the API refuses, each with the field and the reason.
 func TestDeclaredRolesRefused(t *testing.T) {
 	ns := env.Namespace(t)
 	for _, tc := range []struct {
 		role v1alpha1.DatabaseRole
+		dbs  []v1alpha1.LogicalDatabase
 		want string
 	}{
-		{v1alpha1.DatabaseRole{Name: "root", Superuser: true}, "superuser roles are refused"},
-		{v1alpha1.DatabaseRole{Name: "admin", CreateRole: true}, "createrole is refused"},
-		{v1alpha1.DatabaseRole{Name: "postgres"}, "spec.roles[0].name: Invalid value: \"postgres\": is a role daytwo runs the server with"},
-		{v1alpha1.DatabaseRole{Name: "app"}, "is the application owner"},
-		{v1alpha1.DatabaseRole{Name: "pg_x"}, "is PostgreSQL's prefix"},
-		{v1alpha1.DatabaseRole{Name: "Mixed"}, "spec.roles[0].name"},
-		{v1alpha1.DatabaseRole{Name: "loop", InRoles: []string{"loop"}}, "spec.roles[0].inRoles: Invalid value: \"loop\": a role cannot be a member of itself"},
-		{v1alpha1.DatabaseRole{Name: "nologin", PasswordSecret: &v1alpha1.SecretReference{Name: "s"}}, "passwordSecret needs login: true"},
-		{v1alpha1.DatabaseRole{Name: "app_"}, "spec.roles[0].name"},
-		{v1alpha1.DatabaseRole{Name: "escalate", InRoles: []string{"postgres"}}, "spec.roles[0].inRoles: Invalid value: \"postgres\": is a role daytwo runs the server with"},
-		{v1alpha1.DatabaseRole{Name: "files", InRoles: []string{"pg_read_server_files"}}, "reaches the server's programs or files"},
+		{v1alpha1.DatabaseRole{Name: "root", Superuser: true}, nil, "superuser roles are refused"},
+		{v1alpha1.DatabaseRole{Name: "admin", CreateRole: true}, nil, "createrole is refused"},
+		{v1alpha1.DatabaseRole{Name: "postgres"}, nil, "spec.roles[0].name: Invalid value: \"postgres\": is a role daytwo runs the server with"},
+		{v1alpha1.DatabaseRole{Name: "app"}, nil, "is the application owner"},
+		{v1alpha1.DatabaseRole{Name: "pg_x"}, nil, "is PostgreSQL's prefix"},
+		{v1alpha1.DatabaseRole{Name: "Mixed"}, nil, "spec.roles[0].name"},
+		{v1alpha1.DatabaseRole{Name: "loop", InRoles: []string{"loop"}}, nil, "spec.roles[0].inRoles: Invalid value: \"loop\": a role cannot be a member of itself"},
+		{v1alpha1.DatabaseRole{Name: "nologin", PasswordSecret: &v1alpha1.SecretReference{Name: "s"}}, nil, "passwordSecret needs login: true"},
+		{v1alpha1.DatabaseRole{Name: "app_"}, nil, "spec.roles[0].name"},
+		{v1alpha1.DatabaseRole{Name: "escalate", InRoles: []string{"postgres"}}, nil, "spec.roles[0].inRoles: Invalid value: \"postgres\": is a role daytwo runs the server with"},
+		{v1alpha1.DatabaseRole{Name: "files", InRoles: []string{"pg_read_server_files"}}, nil, "reaches the server's programs or files"},
+		{v1alpha1.DatabaseRole{Name: "ok"}, []v1alpha1.LogicalDatabase{{Name: "template1"}}, "spec.databases[0].name: template1 is a database PostgreSQL keeps for itself"},
+		{v1alpha1.DatabaseRole{Name: "ok"}, []v1alpha1.LogicalDatabase{{Name: "inv", Owner: "nobody"}}, "spec.databases[0].owner: nobody is neither the application owner nor a role of spec.roles"},
+		{v1alpha1.DatabaseRole{Name: "ok"}, []v1alpha1.LogicalDatabase{{Name: "app", Ensure: v1alpha1.RoleEnsureAbsent}}, "spec.databases[0].ensure: app is the application database"},
+		{v1alpha1.DatabaseRole{Name: "ok"}, []v1alpha1.LogicalDatabase{{Name: "inv", Extensions: []v1alpha1.DatabaseExtension{{Name: "x", Version: "1'2"}}}}, "spec.databases[0].extensions[0].version"},
 	} {
-		db := newDB(ns, "refused", func(db *v1alpha1.Database) { db.Spec.Roles = []v1alpha1.DatabaseRole{tc.role} })
+		db := newDB(ns, "refused", func(db *v1alpha1.Database) {
+			db.Spec.Roles, db.Spec.Databases = []v1alpha1.DatabaseRole{tc.role}, tc.dbs
+		})
 		err := env.Client.Create(ctx, db)
 		if err == nil {
 			_ = env.Client.Delete(ctx, db)

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
@@ -63,6 +62,9 @@ type findings struct {
 	// certificate's CA, read once for the roles' Secrets.
 	roles    []v1alpha1.RoleStatus
 	servedCA []byte
+	// databases is where each of spec.databases stands (nil: not asked
+	// this reconcile).
+	databases []v1alpha1.LogicalDatabaseStatus
 }
 
 // setStatus rebuilds db's status from obs.
@@ -193,53 +195,27 @@ func setRolloutConditions(db *v1alpha1.Database, obs *observation, set func(stri
 	} else {
 		set(v1alpha1.ConditionStorageResizePending, false, v1alpha1.ReasonUpToDate, "Volumes match spec")
 	}
-	setRolesStatus(db, obs, set)
-}
-
-// setRolesStatus reports spec.roles: status.roles and RolesReconciled.
-func setRolesStatus(db *v1alpha1.Database, obs *observation, set func(typ string, ok bool, reason, msg string)) {
-	st := &db.Status
-	if len(db.Spec.Roles) == 0 {
-		st.Roles = nil
-		meta.RemoveStatusCondition(&st.Conditions, v1alpha1.ConditionRolesReconciled)
-		return
-	}
-	if obs.found.roles != nil {
-		st.Roles = obs.found.roles
-	} else {
-		// Not asked this reconcile (a phase before it stopped it): the
-		// last word on each declared role stands; a role declared since
-		// is Pending.
-		last := map[string]v1alpha1.RoleStatus{}
-		for _, r := range st.Roles {
-			last[r.Name] = r
-		}
-		st.Roles = make([]v1alpha1.RoleStatus, 0, len(db.Spec.Roles))
-		for _, r := range db.Spec.Roles {
-			s, ok := last[r.Name]
-			if !ok {
-				s = v1alpha1.RoleStatus{Name: r.Name, State: v1alpha1.RolePending}
-			}
-			st.Roles = append(st.Roles, s)
-		}
-	}
-	var failed, pending []string
-	for _, r := range st.Roles {
-		switch r.State {
-		case v1alpha1.RoleFailed:
-			failed = append(failed, r.Name+": "+r.Message)
-		case v1alpha1.RolePending:
-			pending = append(pending, r.Name)
-		}
-	}
-	switch {
-	case len(failed) > 0:
-		set(v1alpha1.ConditionRolesReconciled, false, v1alpha1.ReasonRoleFailed, controller.Truncate("Refused: "+strings.Join(failed, "; "), 4096))
-	case len(pending) > 0 || len(st.Roles) == 0:
-		set(v1alpha1.ConditionRolesReconciled, false, v1alpha1.ReasonRolesPending, "Waiting for a running primary to apply: "+strings.Join(pending, ", "))
-	default:
-		set(v1alpha1.ConditionRolesReconciled, true, v1alpha1.ReasonRolesApplied, fmt.Sprintf("%d roles as spec.roles declares", len(st.Roles)))
-	}
+	st.Roles = reportDeclared(st.Roles, obs.found.roles, db.Spec.Roles, declaredReport[v1alpha1.RoleStatus, v1alpha1.DatabaseRole]{
+		what: "roles", condition: v1alpha1.ConditionRolesReconciled, applied: v1alpha1.ReasonRolesApplied,
+		failed: v1alpha1.ReasonRoleFailed, pending: v1alpha1.ReasonRolesPending,
+		specName: func(r v1alpha1.DatabaseRole) string { return r.Name },
+		state:    func(r v1alpha1.RoleStatus) (string, v1alpha1.RoleState, string) { return r.Name, r.State, r.Message },
+		pendingOf: func(name string) v1alpha1.RoleStatus {
+			return v1alpha1.RoleStatus{Name: name, State: v1alpha1.RolePending}
+		},
+	}, &st.Conditions, set)
+	st.Databases = reportDeclared(st.Databases, obs.found.databases, db.Spec.Databases,
+		declaredReport[v1alpha1.LogicalDatabaseStatus, v1alpha1.LogicalDatabase]{
+			what: "databases", condition: v1alpha1.ConditionDatabasesReconciled, applied: v1alpha1.ReasonDatabasesApplied,
+			failed: v1alpha1.ReasonDatabaseFailed, pending: v1alpha1.ReasonDatabasesPending,
+			specName: func(d v1alpha1.LogicalDatabase) string { return d.Name },
+			state: func(d v1alpha1.LogicalDatabaseStatus) (string, v1alpha1.RoleState, string) {
+				return d.Name, d.State, d.Message
+			},
+			pendingOf: func(name string) v1alpha1.LogicalDatabaseStatus {
+				return v1alpha1.LogicalDatabaseStatus{Name: name, State: v1alpha1.RolePending}
+			},
+		}, &st.Conditions, set)
 }
 
 func phase(db *v1alpha1.Database, obs *observation, primaryReady bool) v1alpha1.DatabasePhase {

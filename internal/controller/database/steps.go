@@ -78,6 +78,7 @@ func (r *Reconciler) steps() []step {
 		{"switchover for a scale-down", r.haPhase((*ha.Actor).SwitchoverForScaleDown)},
 		{"role labels", just(r.roleLabels)},
 		{"roles", r.rolesPhase},
+		{"databases", r.databasesPhase},
 		{"configuration nudge", just(func(ctx context.Context, db *v1alpha1.Database, obs *observation) error {
 			return r.nudgePods(ctx, obs.Pods, configHash(db, obs.plan)+"/"+obs.found.tls.version)
 		})},
