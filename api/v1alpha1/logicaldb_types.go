@@ -1,10 +1,14 @@
 package v1alpha1
 
-import "fmt"
+import (
+	"fmt"
+	"strings"
+)
 
 // LogicalDatabase is a database inside the PostgreSQL server that daytwo
 // makes and keeps as declared: its owner, its schemas and its extensions.
-// One removed from the list is left as it is; ensure Absent drops it.
+// One removed from the list is left as it is, data and all: daytwo never
+// drops a database (DROP DATABASE it yourself when you mean it).
 type LogicalDatabase struct {
 	// name is the database's name: lower case letters, digits and
 	// underscores. postgres, template0 and template1 are refused; the
@@ -15,13 +19,6 @@ type LogicalDatabase struct {
 	// +kubebuilder:validation:MaxLength=63
 	// +kubebuilder:validation:Pattern=`^[a-z_][a-z0-9_]*$`
 	Name string `json:"name"`
-
-	// ensure is Present (the default) or Absent. Absent drops the
-	// database and everything in it, once nobody is connected to it: the
-	// data is gone, so say it only when you mean it.
-	// +optional
-	// +kubebuilder:default=Present
-	Ensure RoleEnsure `json:"ensure,omitempty"`
 
 	// owner is the role that owns the database: the application owner (the
 	// default) or a role of spec.roles.
@@ -39,9 +36,12 @@ type LogicalDatabase struct {
 	Schemas []DatabaseSchema `json:"schemas,omitempty"`
 
 	// extensions are created in the database (CREATE EXTENSION), at the
-	// version asked for or the newest the image has, and updated to it
-	// (ALTER EXTENSION ... UPDATE) when it changes. Which extensions an
-	// image has is listed in the README.
+	// version asked for or the image's default, and updated to it (ALTER
+	// EXTENSION ... UPDATE) when it changes. A trusted extension is created
+	// as the database's owner (in public by default); an untrusted one,
+	// whose scripts need a superuser, only in a schema of its own that a
+	// superuser owns (daytwo makes it, with USAGE for the owner). Which
+	// extensions an image has is listed in the README.
 	// +optional
 	// +listType=map
 	// +listMapKey=name
@@ -174,45 +174,47 @@ func (db *Database) OwnerProblem(role string) string {
 	return "is neither the application owner nor a role of spec.roles"
 }
 
-// DatabasesProblem says what is wrong with db's spec.databases, naming the
+// DatabaseProblem says what is wrong with spec.databases[i], naming the
 // field, or "": what the API's schema cannot say (the webhook refuses it,
 // and the operator reports it where the webhook does not run).
-func (db *Database) DatabasesProblem() string {
+func (db *Database) DatabaseProblem(i int) string {
 	app, owner := db.AppDatabase()
-	for i, d := range db.Spec.Databases {
-		at := fmt.Sprintf("spec.databases[%d]", i)
-		if why := ReservedDatabase(d.Name); why != "" {
-			return fmt.Sprintf("%s.name: %s %s", at, d.Name, why)
+	d := db.Spec.Databases[i]
+	at := fmt.Sprintf("spec.databases[%d]", i)
+	if why := ReservedDatabase(d.Name); why != "" {
+		return fmt.Sprintf("%s.name: %s %s", at, d.Name, why)
+	}
+	if d.Name == app && d.Owner != "" && d.Owner != owner {
+		return fmt.Sprintf("%s.owner: %s is the application database, owned by the application owner %s", at, d.Name, owner)
+	}
+	if why := db.OwnerProblem(db.DatabaseOwner(d)); why != "" {
+		return fmt.Sprintf("%s.owner: %s %s", at, db.DatabaseOwner(d), why)
+	}
+	for j, s := range d.Schemas {
+		if strings.HasPrefix(s.Name, "pg_") || s.Name == "information_schema" {
+			return fmt.Sprintf("%s.schemas[%d].name: %s is PostgreSQL's own", at, j, s.Name)
 		}
-		if d.Name == app && d.Ensure == RoleEnsureAbsent {
-			return fmt.Sprintf("%s.ensure: %s is the application database, which cannot be dropped from here", at, d.Name)
-		}
-		if d.Name == app && d.Owner != "" && d.Owner != owner {
-			return fmt.Sprintf("%s.owner: %s is the application database, owned by the application owner %s", at, d.Name, owner)
-		}
-		if d.Ensure == RoleEnsureAbsent {
+		if s.Owner == "" || s.Ensure == RoleEnsureAbsent {
 			continue
 		}
-		if why := db.OwnerProblem(db.DatabaseOwner(d)); why != "" {
-			return fmt.Sprintf("%s.owner: %s %s", at, db.DatabaseOwner(d), why)
-		}
-		for j, s := range d.Schemas {
-			if s.Owner == "" || s.Ensure == RoleEnsureAbsent {
-				continue
-			}
-			if why := db.OwnerProblem(s.Owner); why != "" {
-				return fmt.Sprintf("%s.schemas[%d].owner: %s %s", at, j, s.Owner, why)
-			}
+		if why := db.OwnerProblem(s.Owner); why != "" {
+			return fmt.Sprintf("%s.schemas[%d].owner: %s %s", at, j, s.Owner, why)
 		}
 	}
 	return ""
 }
 
 // RoleDatabase is the database a login role's Secret names: the first of
-// spec.databases it owns, or the application database.
+// spec.databases it owns that status.databases says was applied (a
+// Secret never names a database before it exists), or the application
+// database.
 func (db *Database) RoleDatabase(role string) string {
+	applied := map[string]bool{}
+	for _, s := range db.Status.Databases {
+		applied[s.Name] = s.State == RoleApplied
+	}
 	for _, d := range db.Spec.Databases {
-		if d.Ensure != RoleEnsureAbsent && d.Owner == role {
+		if d.Owner == role && applied[d.Name] {
 			return d.Name
 		}
 	}

@@ -1,6 +1,7 @@
 package instance
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -123,13 +124,10 @@ func (m *Manager) applyDatabases(ctx context.Context, conn *pgx.Conn, dbs []inst
 			return true
 		}
 		switch {
-		case want.Absent && exists:
-			// Not in a transaction, and not FORCE: a database someone is
-			// connected to is refused, with PostgreSQL's words.
-			_, err := conn.Exec(ctx, "DROP DATABASE "+name)
-			res.Exists = !note(err, "dropped")
-			continue
 		case want.Absent:
+			// Databases are never dropped from here: the data would go
+			// with a word in a spec, whenever its last session left.
+			res.Exists, res.Error = exists, "a database is not dropped by daytwo; DROP DATABASE it yourself"
 			continue
 		case !exists:
 			_, err := conn.Exec(ctx, "CREATE DATABASE "+name+" OWNER "+pgx.Identifier{want.Owner}.Sanitize())
@@ -147,16 +145,40 @@ func (m *Manager) applyDatabases(ctx context.Context, conn *pgx.Conn, dbs []inst
 }
 
 // applyInDatabase makes want's schemas and extensions, connected to it.
+//
+// An extension's scripts run with superuser rights, so where they run is
+// the rule: a trusted extension (pg_available_extension_versions.trusted)
+// is created, updated and dropped as the database's owner (SET ROLE), as
+// that owner could do by hand; an untrusted one only in a schema a
+// superuser owns (made by daytwo when missing, with USAGE for the owner),
+// never in one the owner or anyone else could have planted objects in.
 func (m *Manager) applyInDatabase(ctx context.Context, want instanceapi.DeclaredDatabase, res *instanceapi.DatabaseResult, note func(error, string) bool) {
 	conn, err := pgx.Connect(ctx, m.localDSNFor(want.Name))
 	if !note(err, "") {
 		return
 	}
 	defer func() { _ = conn.Close(context.Background()) }()
+	// A statement that waits on the application's locks gives up, instead
+	// of queueing the application's own statements behind it.
+	if _, err := conn.Exec(ctx, "SET lock_timeout = '5s'; SET statement_timeout = '30s'; SET search_path = pg_catalog"); !note(err, "") {
+		return
+	}
 	schemas := map[string]string{}
+	superusers := map[string]bool{}
 	if err := collect(ctx, conn, "SELECT nspname, pg_catalog.pg_get_userbyid(nspowner) FROM pg_catalog.pg_namespace", schemas); !note(err, "") {
 		return
 	}
+	rows, err := conn.Query(ctx, "SELECT rolname FROM pg_catalog.pg_roles WHERE rolsuper")
+	if !note(err, "") {
+		return
+	}
+	for rows.Next() {
+		var r string
+		if note(rows.Scan(&r), "") {
+			superusers[r] = true
+		}
+	}
+	rows.Close()
 	for _, s := range want.Schemas {
 		owner, ok := schemas[s.Name]
 		name := pgx.Identifier{s.Name}.Sanitize()
@@ -167,10 +189,16 @@ func (m *Manager) applyInDatabase(ctx context.Context, want instanceapi.Declared
 		case s.Absent:
 		case !ok:
 			_, err := conn.Exec(ctx, "CREATE SCHEMA "+name+" AUTHORIZATION "+pgx.Identifier{s.Owner}.Sanitize())
-			note(err, "schema "+s.Name+" created")
-		case owner != s.Owner:
+			if note(err, "schema "+s.Name+" created") {
+				schemas[s.Name] = s.Owner
+			}
+		case owner != s.Owner && (owner != "pg_database_owner" || s.Owner != want.Owner):
+			// public, owned by pg_database_owner (PostgreSQL 15 on), is
+			// the database owner's already.
 			_, err := conn.Exec(ctx, "ALTER SCHEMA "+name+" OWNER TO "+pgx.Identifier{s.Owner}.Sanitize())
-			note(err, "schema "+s.Name+" owner")
+			if note(err, "schema "+s.Name+" owner") {
+				schemas[s.Name] = s.Owner
+			}
 		}
 	}
 	versions, where := map[string]string{}, map[string]string{}
@@ -194,39 +222,74 @@ func (m *Manager) applyInDatabase(ctx context.Context, want instanceapi.Declared
 	if !read() {
 		return
 	}
+	owner := pgx.Identifier{want.Owner}.Sanitize()
 	for _, e := range want.Extensions {
+		if e.Absent && e.Name == "plpgsql" {
+			note(errors.New("extension plpgsql is PostgreSQL's own and is not dropped"), "")
+			continue
+		}
 		version, ok := versions[e.Name]
-		name := pgx.Identifier{e.Name}.Sanitize()
+		if e.Absent && !ok || !e.Absent && ok && (e.Version == "" || version == e.Version) && (e.Schema == "" || where[e.Name] == e.Schema) {
+			continue
+		}
+		trusted, err := extensionTrusted(ctx, conn, e, version)
+		if !note(err, "") {
+			continue
+		}
+		schema := cmp.Or(e.Schema, where[e.Name])
+		if trusted {
+			schema = cmp.Or(schema, "public")
+		} else {
+			if schema == "" {
+				note(fmt.Errorf("extension %s is not trusted (its scripts need a superuser): give it a schema of its own, which daytwo makes owned by the superuser", e.Name), "")
+				continue
+			}
+			if owner, ok := schemas[schema]; ok && !superusers[owner] {
+				note(fmt.Errorf("extension %s is not trusted and schema %s is owned by %s, not a superuser: its scripts would run as superuser among objects %s controls",
+					e.Name, schema, owner, owner), "")
+				continue
+			}
+		}
+		var sql, changed string
 		switch {
-		case e.Absent && ok:
-			_, err := conn.Exec(ctx, "DROP EXTENSION "+name)
-			note(err, "extension "+e.Name+" dropped")
 		case e.Absent:
+			sql, changed = "DROP EXTENSION "+pgx.Identifier{e.Name}.Sanitize(), "extension "+e.Name+" dropped"
 		case !ok:
-			sql := "CREATE EXTENSION " + name
-			if e.Schema != "" {
-				if _, err := conn.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+pgx.Identifier{e.Schema}.Sanitize()); !note(err, "") {
-					continue
-				}
-				sql += " SCHEMA " + pgx.Identifier{e.Schema}.Sanitize()
+			sql, changed = "CREATE EXTENSION "+pgx.Identifier{e.Name}.Sanitize(), "extension "+e.Name+" created"
+			if schema != "" {
+				sql += " SCHEMA " + pgx.Identifier{schema}.Sanitize()
 			}
 			if e.Version != "" {
 				sql += " VERSION '" + e.Version + "'" // versionName: no quote can be in it
 			}
-			_, err := conn.Exec(ctx, sql)
-			note(err, "extension "+e.Name+" created")
+		case e.Version != "" && version != e.Version:
+			sql, changed = "ALTER EXTENSION "+pgx.Identifier{e.Name}.Sanitize()+" UPDATE TO '"+e.Version+"'", "extension "+e.Name+" updated to "+e.Version
 		default:
-			if e.Version != "" && version != e.Version {
-				_, err := conn.Exec(ctx, "ALTER EXTENSION "+name+" UPDATE TO '"+e.Version+"'")
-				note(err, "extension "+e.Name+" updated to "+e.Version)
-			}
-			if e.Schema != "" && where[e.Name] != e.Schema {
-				if _, err := conn.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+pgx.Identifier{e.Schema}.Sanitize()); note(err, "") {
-					_, err := conn.Exec(ctx, "ALTER EXTENSION "+name+" SET SCHEMA "+pgx.Identifier{e.Schema}.Sanitize())
-					note(err, "extension "+e.Name+" moved to "+e.Schema)
-				}
-			}
+			sql, changed = "ALTER EXTENSION "+pgx.Identifier{e.Name}.Sanitize()+" SET SCHEMA "+pgx.Identifier{schema}.Sanitize(), "extension "+e.Name+" moved to "+schema
 		}
+		if _, exists := schemas[schema]; !exists && !e.Absent {
+			// For a trusted extension, the owner's, as if it made it; for
+			// an untrusted one, the superuser's: nobody else can have
+			// planted objects in it, and the owner may use what it holds.
+			create := "CREATE SCHEMA " + pgx.Identifier{schema}.Sanitize() + " AUTHORIZATION " + owner
+			by := want.Owner
+			if !trusted {
+				create, by = "CREATE SCHEMA "+pgx.Identifier{schema}.Sanitize()+"; GRANT USAGE ON SCHEMA "+pgx.Identifier{schema}.Sanitize()+" TO "+owner, "postgres"
+			}
+			if _, err := conn.Exec(ctx, create); !note(err, "") {
+				continue
+			}
+			schemas[schema] = by
+		}
+		if trusted {
+			// As the owner, as PostgreSQL lets it for a trusted extension.
+			sql = "SET ROLE " + owner + "; " + sql + "; RESET ROLE"
+		}
+		_, err = conn.Exec(ctx, sql)
+		if err != nil {
+			_, _ = conn.Exec(ctx, "RESET ROLE")
+		}
+		note(err, changed)
 	}
 	if read() {
 		res.Extensions = map[string]string{}
@@ -236,6 +299,19 @@ func (m *Manager) applyInDatabase(ctx context.Context, want instanceapi.Declared
 			}
 		}
 	}
+}
+
+// extensionTrusted says whether extension e (at the version it is asked
+// for, else the one installed, else the default) is marked trusted.
+func extensionTrusted(ctx context.Context, conn *pgx.Conn, e instanceapi.DeclaredExtension, installed string) (bool, error) {
+	var trusted bool
+	err := conn.QueryRow(ctx, `SELECT trusted FROM pg_catalog.pg_available_extension_versions v
+		WHERE name = $1 AND version = coalesce(nullif($2, ''), nullif($3, ''),
+			(SELECT default_version FROM pg_catalog.pg_available_extensions WHERE name = $1))`, e.Name, e.Version, installed).Scan(&trusted)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, fmt.Errorf("extension %s %s is not available in this image", e.Name, e.Version)
+	}
+	return trusted, err
 }
 
 // collect reads a two-column query into into.

@@ -75,24 +75,31 @@ func TestDeclaredDatabasesAreMadeKeptAndDropped(t *testing.T) {
 	in.superuser("ALTER DATABASE inventory OWNER TO shop")
 	apply("inventory: extension pg_trgm updated to 1.6", "inventory: owner")
 
-	// Absent: a database someone is connected to is not dropped, and
-	// PostgreSQL says why; once nobody is, it is. An extension and a schema
-	// go too.
-	c, err := in.connect(ctx, "inventory_owner", "inv-pass-1", "inventory")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dbs[0] = instanceapi.DeclaredDatabase{Name: "inventory", Absent: true}
+	// Absent: an extension and a schema go; a database is never dropped
+	// from here (its data would go with a word in a spec).
+	dbs[0].Schemas[0].Absent = true
+	dbs[0].Extensions = nil
 	dbs[1].Extensions[0].Absent = true
-	res = apply("inventory failed: database \"inventory\" is being accessed by other users: There is 1 other session using the database.",
-		"orders: extension citext dropped")
+	apply("inventory: schema stock dropped", "orders: extension citext dropped")
+	dbs[0] = instanceapi.DeclaredDatabase{Name: "inventory", Absent: true}
+	res = apply("inventory failed: a database is not dropped by daytwo; DROP DATABASE it yourself")
 	if !res.Databases[0].Exists {
-		t.Fatal("a database in use was reported dropped")
+		t.Fatal("the database was reported gone")
 	}
-	_ = c.Close(ctx)
-	apply("inventory: dropped")
-	if got := in.superuser("SELECT count(*) FROM pg_database WHERE datname = 'inventory'"); got != "0" {
-		t.Fatal("the dropped database is still there")
+
+	// An untrusted extension (its scripts need a superuser) only goes in a
+	// schema a superuser owns: none given, or the owner's, is refused; a
+	// new one daytwo makes, with USAGE for the owner.
+	dbs = []instanceapi.DeclaredDatabase{{Name: "orders", Owner: "shop", Schemas: []instanceapi.DeclaredSchema{{Name: "mine", Owner: "shop"}},
+		Extensions: []instanceapi.DeclaredExtension{{Name: "pg_buffercache"}}}}
+	apply("orders failed: extension pg_buffercache is not trusted (its scripts need a superuser): give it a schema of its own, which daytwo makes owned by the superuser",
+		"orders: schema mine created")
+	dbs[0].Extensions[0].Schema = "mine"
+	apply("orders failed: extension pg_buffercache is not trusted and schema mine is owned by shop, not a superuser: its scripts would run as superuser among objects shop controls")
+	dbs[0].Extensions[0].Schema = "monitoring"
+	apply("orders: extension pg_buffercache created")
+	if got := in.superuserIn("orders", "SELECT pg_get_userbyid(nspowner) || ':' || has_schema_privilege('shop', oid, 'USAGE') || ':' || has_schema_privilege('shop', oid, 'CREATE') FROM pg_namespace WHERE nspname = 'monitoring'"); got != "postgres:true:false" {
+		t.Fatalf("schema monitoring owner:shop's usage:shop's create = %s, want postgres:true:false", got)
 	}
 
 	// A name the API's schema would refuse is refused here too.

@@ -121,8 +121,10 @@ func ValidateDatabase(db *v1alpha1.Database) error {
 	}
 	errs = append(errs, validateDurability(spec, db)...)
 	errs = append(errs, validateRoles(spec.Child("roles"), db)...)
-	if why := db.DatabasesProblem(); why != "" {
-		errs = append(errs, field.Invalid(spec.Child("databases"), len(db.Spec.Databases), why))
+	for i := range db.Spec.Databases {
+		if why := db.DatabaseProblem(i); why != "" {
+			errs = append(errs, field.Invalid(spec.Child("databases").Index(i), db.Spec.Databases[i].Name, why))
+		}
 	}
 	if len(errs) == 0 {
 		return nil

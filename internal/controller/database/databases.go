@@ -25,15 +25,19 @@ func (r *Reconciler) reconcileDatabases(ctx context.Context, db *v1alpha1.Databa
 	}
 	statuses := make([]v1alpha1.LogicalDatabaseStatus, len(db.Spec.Databases))
 	obs.found.databases = statuses
-	problem := db.DatabasesProblem()
 	asked := make([]instanceapi.DeclaredDatabase, 0, len(db.Spec.Databases))
+	var askedAt []int
 	for i, d := range db.Spec.Databases {
 		statuses[i] = v1alpha1.LogicalDatabaseStatus{Name: d.Name, State: v1alpha1.RolePending}
-		if problem != "" {
+		if problem := db.DatabaseProblem(i); problem != "" {
 			statuses[i].State, statuses[i].Message = v1alpha1.RoleFailed, problem
 			continue
 		}
-		asked = append(asked, apiDatabase(db, d))
+		if waiting := ownersNotApplied(db, obs, d); len(waiting) > 0 {
+			statuses[i].Message = "waiting for role " + strings.Join(waiting, ", ") + " of spec.roles"
+			continue
+		}
+		asked, askedAt = append(asked, apiDatabase(db, d)), append(askedAt, i)
 	}
 	if len(asked) == 0 {
 		return
@@ -46,19 +50,16 @@ func (r *Reconciler) reconcileDatabases(ctx context.Context, db *v1alpha1.Databa
 		}
 	}
 	if err != nil {
-		for i := range statuses {
+		for _, i := range askedAt {
 			statuses[i].Message = controller.Truncate(err.Error(), roleMessageMax)
 		}
 		return
 	}
-	for i, got := range res.Databases {
-		st, want := &statuses[i], db.Spec.Databases[i]
-		switch {
-		case got.Error != "":
+	for k, got := range res.Databases {
+		st := &statuses[askedAt[k]]
+		if got.Error != "" {
 			st.State, st.Message = v1alpha1.RoleFailed, controller.Truncate(got.Error, roleMessageMax)
-		case want.Ensure == v1alpha1.RoleEnsureAbsent:
-			st.State = v1alpha1.RoleDropped
-		default:
+		} else {
 			st.State = v1alpha1.RoleApplied
 		}
 		for _, name := range slices.Sorted(maps.Keys(got.Extensions)) {
@@ -71,10 +72,40 @@ func (r *Reconciler) reconcileDatabases(ctx context.Context, db *v1alpha1.Databa
 	}
 }
 
+// ownersNotApplied are the declared roles d or its schemas are owned by
+// that the roles step has not applied (yet): the database waits for them.
+func ownersNotApplied(db *v1alpha1.Database, obs *observation, d v1alpha1.LogicalDatabase) []string {
+	applied := map[string]bool{}
+	declared := map[string]bool{}
+	for _, r := range db.Spec.Roles {
+		declared[r.Name] = true
+	}
+	for _, s := range obs.found.roles {
+		applied[s.Name] = s.State == v1alpha1.RoleApplied
+	}
+	var out []string
+	for _, o := range append([]string{db.DatabaseOwner(d)}, schemaOwners(d)...) {
+		if declared[o] && !applied[o] && !slices.Contains(out, o) {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+func schemaOwners(d v1alpha1.LogicalDatabase) []string {
+	var out []string
+	for _, s := range d.Schemas {
+		if s.Owner != "" {
+			out = append(out, s.Owner)
+		}
+	}
+	return out
+}
+
 // apiDatabase is d as the instance manager applies it, owners filled in.
 func apiDatabase(db *v1alpha1.Database, d v1alpha1.LogicalDatabase) instanceapi.DeclaredDatabase {
 	owner := db.DatabaseOwner(d)
-	out := instanceapi.DeclaredDatabase{Name: d.Name, Absent: d.Ensure == v1alpha1.RoleEnsureAbsent, Owner: owner}
+	out := instanceapi.DeclaredDatabase{Name: d.Name, Owner: owner}
 	for _, s := range d.Schemas {
 		out.Schemas = append(out.Schemas, instanceapi.DeclaredSchema{Name: s.Name, Owner: cmp.Or(s.Owner, owner), Absent: s.Ensure == v1alpha1.RoleEnsureAbsent})
 	}

@@ -95,7 +95,8 @@ func TestDeclaredRolesGetSecretsAndStatus(t *testing.T) {
 }
 
 // spec.databases in the API server: Pending until a primary answers, and
-// a login role that owns one gets a Secret that names it.
+// a login role that owns one gets a Secret that names the application
+// database until it exists (status.databases says Applied).
 func TestDeclaredDatabasesStatusAndRoleSecret(t *testing.T) {
 	ns := env.Namespace(t)
 	create(t, newDB(ns, "orders", func(db *v1alpha1.Database) {
@@ -109,10 +110,17 @@ func TestDeclaredDatabasesStatusAndRoleSecret(t *testing.T) {
 	if len(db.Status.Databases) != 2 || db.Status.Databases[0].State != v1alpha1.RolePending {
 		t.Fatalf("status.databases = %+v, want two Pending", db.Status.Databases)
 	}
-	eventually(t, "inventory_api's Secret naming its database", func() (bool, error) {
+	eventually(t, "inventory_api's Secret naming the application database", func() (bool, error) {
 		s, err := get(ns, "orders-role-inventory-api", &corev1.Secret{})
-		return err == nil && string(s.Data["dbname"]) == "inventory" && strings.HasSuffix(strings.Split(string(s.Data["uri"]), "?")[0], "/inventory"), ignoreNotFound(err)
+		return err == nil && string(s.Data["dbname"]) == "app" && strings.HasSuffix(strings.Split(string(s.Data["uri"]), "?")[0], "/app"), ignoreNotFound(err)
 	})
+	if got := db.RoleDatabase("inventory_api"); got != "app" {
+		t.Fatalf("before inventory is applied the role's database is %s", got)
+	}
+	db.Status.Databases[0].State = v1alpha1.RoleApplied
+	if got := db.RoleDatabase("inventory_api"); got != "inventory" {
+		t.Fatalf("once inventory is applied the role's database is %s, want inventory", got)
+	}
 }
 
 // Roles the API refuses, each with the field and the reason.
@@ -136,7 +144,8 @@ func TestDeclaredRolesRefused(t *testing.T) {
 		{v1alpha1.DatabaseRole{Name: "files", InRoles: []string{"pg_read_server_files"}}, nil, "reaches the server's programs or files"},
 		{v1alpha1.DatabaseRole{Name: "ok"}, []v1alpha1.LogicalDatabase{{Name: "template1"}}, "spec.databases[0].name: template1 is a database PostgreSQL keeps for itself"},
 		{v1alpha1.DatabaseRole{Name: "ok"}, []v1alpha1.LogicalDatabase{{Name: "inv", Owner: "nobody"}}, "spec.databases[0].owner: nobody is neither the application owner nor a role of spec.roles"},
-		{v1alpha1.DatabaseRole{Name: "ok"}, []v1alpha1.LogicalDatabase{{Name: "app", Ensure: v1alpha1.RoleEnsureAbsent}}, "spec.databases[0].ensure: app is the application database"},
+		{v1alpha1.DatabaseRole{Name: "ok"}, []v1alpha1.LogicalDatabase{{Name: "app", Owner: "ok"}}, "spec.databases[0].owner: app is the application database"},
+		{v1alpha1.DatabaseRole{Name: "ok"}, []v1alpha1.LogicalDatabase{{Name: "inv", Schemas: []v1alpha1.DatabaseSchema{{Name: "pg_mine"}}}}, "spec.databases[0].schemas[0].name: pg_mine is PostgreSQL's own"},
 		{v1alpha1.DatabaseRole{Name: "ok"}, []v1alpha1.LogicalDatabase{{Name: "inv", Extensions: []v1alpha1.DatabaseExtension{{Name: "x", Version: "1'2"}}}}, "spec.databases[0].extensions[0].version"},
 	} {
 		db := newDB(ns, "refused", func(db *v1alpha1.Database) {
