@@ -32,6 +32,9 @@
 //   - the WAL archive: archive.go (archive_command through the manager),
 //     backlog.go (how long until the volume fills), restorewal.go (a
 //     standby's restore_command from the archive);
+//   - what a team declares: roles.go (spec.roles: make, put back drift,
+//     drop) and databases.go (spec.databases: owner, schemas, extensions),
+//     applied on the primary when the operator asks;
 //   - the HTTP API and TLS: server.go (routes, readiness), tls.go,
 //     metrics.go.
 package instance

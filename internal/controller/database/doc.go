@@ -40,6 +40,9 @@
 //     remembers of them between reconciles), and image rollouts, replicas
 //     first, with rollback;
 //   - storage.go: volume growth;
+//   - roles.go (spec.roles and each login role's Secret) and databases.go
+//     (spec.databases), asked of the primary's instance manager;
+//     declared.go reports both in the status;
 //   - managedbackup.go: spec.backup's DatabaseBackup;
 //   - delete.go: deletionPolicy, with the final backup of Snapshot;
 //   - metrics.go: the operator's Database metrics.
