@@ -804,7 +804,7 @@ func checkAppVerifiesDatabase(t *testing.T, ns, db string) {
 	if err := cluster.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: db + "-role-shop-reader"}, role); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	asReader := func(query string) (string, string, error) {
 		return cluster.Exec(ctx, ns, "psql", "client", "env", "PGPASSWORD="+string(role.Data["password"]), "psql", "-qtA",
@@ -850,6 +850,19 @@ func checkAppVerifiesDatabase(t *testing.T, ns, db string) {
 	}
 	if err := cluster.Client.Delete(context.Background(), app); err != nil {
 		t.Fatal(err)
+	}
+
+	// Declared Absent, the role is dropped, then its Secret deleted.
+	updateDatabase(t, ns, db, func(d *v1alpha1.Database) { d.Spec.Roles[0] = v1alpha1.DatabaseRole{Name: "shop_reader", Ensure: v1alpha1.RoleEnsureAbsent} })
+	waitDatabase(t, ns, db, time.Minute, "the role dropped", func(d *v1alpha1.Database) bool {
+		return len(d.Status.Roles) == 2 && d.Status.Roles[0].State == v1alpha1.RoleDropped
+	})
+	framework.Eventually(t, time.Minute, "the dropped role's Secret deleted", func(ctx context.Context) (bool, error) {
+		err := cluster.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: db + "-role-shop-reader"}, &corev1.Secret{})
+		return apierrors.IsNotFound(err), client.IgnoreNotFound(err)
+	})
+	if got := asSuperuser("SELECT count(*) FROM pg_roles WHERE rolname = 'shop_reader'"); got != "0" {
+		t.Errorf("the role declared Absent is still there")
 	}
 }
 

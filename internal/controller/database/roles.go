@@ -148,6 +148,9 @@ func putBack(changed []string) []string {
 
 // apiRole is role as the instance manager applies it.
 func apiRole(role v1alpha1.DatabaseRole, password string) instanceapi.DeclaredRole {
+	if role.Ensure == v1alpha1.RoleEnsureAbsent {
+		return instanceapi.DeclaredRole{Name: role.Name, Absent: true}
+	}
 	out := instanceapi.DeclaredRole{Name: role.Name, Login: role.Login, CreateDB: role.CreateDB, Inherit: ptr.Deref(role.Inherit, true),
 		ConnectionLimit: ptr.Deref(role.ConnectionLimit, -1), InRoles: role.InRoles, Password: password}
 	if role.ValidUntil != nil {
