@@ -853,7 +853,9 @@ func checkAppVerifiesDatabase(t *testing.T, ns, db string) {
 	}
 
 	// Declared Absent, the role is dropped, then its Secret deleted.
-	updateDatabase(t, ns, db, func(d *v1alpha1.Database) { d.Spec.Roles[0] = v1alpha1.DatabaseRole{Name: "shop_reader", Ensure: v1alpha1.RoleEnsureAbsent} })
+	updateDatabase(t, ns, db, func(d *v1alpha1.Database) {
+		d.Spec.Roles[0] = v1alpha1.DatabaseRole{Name: "shop_reader", Ensure: v1alpha1.RoleEnsureAbsent}
+	})
 	waitDatabase(t, ns, db, time.Minute, "the role dropped", func(d *v1alpha1.Database) bool {
 		return len(d.Status.Roles) == 2 && d.Status.Roles[0].State == v1alpha1.RoleDropped
 	})
