@@ -3,10 +3,8 @@ package instance
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"regexp"
 	"time"
@@ -20,38 +18,17 @@ import (
 // handleDatabases applies the declared databases on the primary
 // (instanceapi.PathDatabases).
 func (m *Manager) handleDatabases(w http.ResponseWriter, r *http.Request) {
-	if s := m.Status(); s.Role != instanceapi.RolePrimary || s.Phase != instanceapi.PhaseRunning {
-		writeJSON(w, http.StatusConflict, instanceapi.Error{Message: fmt.Sprintf("databases are applied on the running primary; this instance is a %s in phase %s", s.Role, s.Phase)})
-		return
-	}
 	var req instanceapi.DatabasesRequest
-	if err := json.NewDecoder(io.LimitReader(r.Body, 1<<20)).Decode(&req); err != nil {
-		writeJSON(w, http.StatusBadRequest, instanceapi.Error{Message: "the body is not a DatabasesRequest: " + err.Error()})
-		return
-	}
-	if err := checkDatabaseNames(req.Databases); err != nil {
-		writeJSON(w, http.StatusBadRequest, instanceapi.Error{Message: err.Error()})
-		return
-	}
-	ctx, cancel := context.WithTimeout(r.Context(), 50*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, m.localDSN())
-	if err != nil {
-		writeJSON(w, http.StatusServiceUnavailable, instanceapi.Error{Message: "cannot reach postgres: " + err.Error()})
-		return
-	}
-	defer func() { _ = conn.Close(context.Background()) }()
-	res, err := m.applyDatabases(ctx, conn, req.Databases)
-	if err != nil {
-		writeJSON(w, http.StatusServiceUnavailable, instanceapi.Error{Message: err.Error()})
-		return
-	}
-	for _, d := range res.Databases {
-		if len(d.Changed) > 0 || d.Error != "" {
-			m.log.Info("Applied a declared database", "database", d.Name, "changed", d.Changed, "error", d.Error)
+	check := func() error { return checkDatabaseNames(req.Databases) }
+	m.serveOnPrimary(w, r, "databases", &req, check, 50*time.Second, "postgres", func(ctx context.Context, conn *pgx.Conn) (any, error) {
+		res, err := m.applyDatabases(ctx, conn, req.Databases)
+		for _, d := range res.Databases {
+			if len(d.Changed) > 0 || d.Error != "" {
+				m.log.Info("Applied a declared database", "database", d.Name, "changed", d.Changed, "error", d.Error)
+			}
 		}
-	}
-	writeJSON(w, http.StatusOK, res)
+		return res, err
+	})
 }
 
 // extensionName and versionName are the API schema's patterns for an

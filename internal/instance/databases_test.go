@@ -3,7 +3,6 @@ package instance_test
 import (
 	"context"
 	"net/http"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -30,26 +29,9 @@ func TestDeclaredDatabasesAreMadeKeptAndDropped(t *testing.T) {
 			Extensions: []instanceapi.DeclaredExtension{{Name: "pg_trgm", Version: "1.4"}, {Name: "hstore", Schema: "ext"}}},
 		{Name: "orders", Owner: "shop", Extensions: []instanceapi.DeclaredExtension{{Name: "citext"}}},
 	}
-	apply := func(want ...string) instanceapi.DatabasesResult {
+	apply := func(want ...string) (res instanceapi.DatabasesResult) {
 		t.Helper()
-		var res instanceapi.DatabasesResult
-		if code := post(t, in, instanceapi.PathDatabases, apiToken, instanceapi.DatabasesRequest{Databases: dbs}, &res); code != http.StatusOK {
-			t.Fatalf("POST %s answered %d", instanceapi.PathDatabases, code)
-		}
-		var got []string
-		for _, d := range res.Databases {
-			for _, c := range d.Changed {
-				got = append(got, d.Name+": "+c)
-			}
-			if d.Error != "" {
-				got = append(got, d.Name+" failed: "+d.Error)
-			}
-		}
-		slices.Sort(got)
-		slices.Sort(want)
-		if !slices.Equal(got, want) {
-			t.Fatalf("applying the databases changed %q, want %q", got, want)
-		}
+		applyDeclared(t, in, instanceapi.PathDatabases, instanceapi.DatabasesRequest{Databases: dbs}, &res, want...)
 		return res
 	}
 	res := apply("inventory: created", "inventory: schema stock created", "inventory: extension pg_trgm created",

@@ -24,27 +24,50 @@ import (
 
 // handleRoles applies the declared roles on the primary (instanceapi.PathRoles).
 func (m *Manager) handleRoles(w http.ResponseWriter, r *http.Request) {
-	if s := m.Status(); s.Role != instanceapi.RolePrimary || s.Phase != instanceapi.PhaseRunning {
-		writeJSON(w, http.StatusConflict, instanceapi.Error{Message: fmt.Sprintf("roles are applied on the running primary; this instance is a %s in phase %s", s.Role, s.Phase)})
-		return
-	}
 	var req instanceapi.RolesRequest
-	if err := json.NewDecoder(io.LimitReader(r.Body, 1<<20)).Decode(&req); err != nil {
-		writeJSON(w, http.StatusBadRequest, instanceapi.Error{Message: "the body is not a RolesRequest: " + err.Error()})
-		return
-	}
-	for _, role := range req.Roles {
-		if !roleName.MatchString(role.Name) || len(role.Name) > 63 {
-			writeJSON(w, http.StatusBadRequest, instanceapi.Error{Message: fmt.Sprintf("role name %q is not lower case letters, digits and underscores", role.Name)})
-			return
+	check := func() error {
+		for _, role := range req.Roles {
+			if !roleName.MatchString(role.Name) || len(role.Name) > 63 {
+				return fmt.Errorf("role name %q is not lower case letters, digits and underscores", role.Name)
+			}
 		}
+		return nil
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), 20*time.Second)
-	defer cancel()
 	// In the application database: a role that owns objects there is
 	// refused a drop with their names, not a count.
-	conn, err := pgx.Connect(ctx, m.localDSNFor(m.cfg.Database))
-	if err != nil {
+	m.serveOnPrimary(w, r, "roles", &req, check, 20*time.Second, m.cfg.Database, func(ctx context.Context, conn *pgx.Conn) (any, error) {
+		res, err := applyRoles(ctx, conn, req.Roles)
+		for _, rr := range res.Roles {
+			if len(rr.Changed) > 0 || rr.Error != "" {
+				m.log.Info("Applied a declared role", "role", rr.Name, "changed", rr.Changed, "error", rr.Error)
+			}
+		}
+		return res, err
+	})
+}
+
+// serveOnPrimary serves a call that changes what a team declared (roles,
+// databases) on the running primary: it decodes the body into req, checks
+// it, connects to postgres (in database db, else in postgres) and answers
+// what apply returns, within timeout.
+func (m *Manager) serveOnPrimary(w http.ResponseWriter, r *http.Request, what string, req any, check func() error, timeout time.Duration, db string,
+	apply func(context.Context, *pgx.Conn) (any, error)) {
+	if s := m.Status(); s.Role != instanceapi.RolePrimary || s.Phase != instanceapi.PhaseRunning {
+		writeJSON(w, http.StatusConflict, instanceapi.Error{Message: fmt.Sprintf("%s are applied on the running primary; this instance is a %s in phase %s", what, s.Role, s.Phase)})
+		return
+	}
+	if err := json.NewDecoder(io.LimitReader(r.Body, 1<<20)).Decode(req); err != nil {
+		writeJSON(w, http.StatusBadRequest, instanceapi.Error{Message: "the body is not a request for " + what + ": " + err.Error()})
+		return
+	}
+	if err := check(); err != nil {
+		writeJSON(w, http.StatusBadRequest, instanceapi.Error{Message: err.Error()})
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), timeout)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, m.localDSNFor(db))
+	if err != nil && db != "postgres" {
 		conn, err = pgx.Connect(ctx, m.localDSN())
 	}
 	if err != nil {
@@ -52,15 +75,10 @@ func (m *Manager) handleRoles(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer func() { _ = conn.Close(context.Background()) }()
-	res, err := applyRoles(ctx, conn, req.Roles)
+	res, err := apply(ctx, conn)
 	if err != nil {
 		writeJSON(w, http.StatusServiceUnavailable, instanceapi.Error{Message: err.Error()})
 		return
-	}
-	for _, rr := range res.Roles {
-		if len(rr.Changed) > 0 || rr.Error != "" {
-			m.log.Info("Applied a declared role", "role", rr.Name, "changed", rr.Changed, "error", rr.Error)
-		}
 	}
 	writeJSON(w, http.StatusOK, res)
 }

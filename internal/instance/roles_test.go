@@ -2,6 +2,7 @@ package instance_test
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"slices"
 	"strings"
@@ -33,26 +34,9 @@ func TestDeclaredRolesAreMadeKeptAndDropped(t *testing.T) {
 		{Name: "analytics", Login: true, Inherit: true, ConnectionLimit: 5, Password: "analytics-pass-1", InRoles: []string{"pg_read_all_data"}, ValidUntil: &until},
 		{Name: "reporting", Inherit: true, ConnectionLimit: -1},
 	}
-	apply := func(want ...string) instanceapi.RolesResult {
+	apply := func(want ...string) (res instanceapi.RolesResult) {
 		t.Helper()
-		var res instanceapi.RolesResult
-		if code := post(t, in, instanceapi.PathRoles, apiToken, instanceapi.RolesRequest{Roles: roles}, &res); code != http.StatusOK {
-			t.Fatalf("POST %s answered %d", instanceapi.PathRoles, code)
-		}
-		var got []string
-		for _, r := range res.Roles {
-			for _, c := range r.Changed {
-				got = append(got, r.Name+": "+c)
-			}
-			if r.Error != "" {
-				got = append(got, r.Name+" failed: "+r.Error)
-			}
-		}
-		slices.Sort(got)
-		slices.Sort(want)
-		if !slices.Equal(got, want) {
-			t.Fatalf("applying the roles changed %q, want %q", got, want)
-		}
+		applyDeclared(t, in, instanceapi.PathRoles, instanceapi.RolesRequest{Roles: roles}, &res, want...)
 		return res
 	}
 	apply("analytics: created", "analytics: membership in pg_read_all_data", "reporting: created", "writer: created",
@@ -154,4 +138,42 @@ func (in *instance) execAs(ctx context.Context, user, password, sql string) erro
 	defer func() { _ = c.Close(ctx) }()
 	_, err = c.Exec(ctx, sql)
 	return err
+}
+
+// applyDeclared posts body (roles or databases) to path, decodes the
+// answer into out, and fails unless what it changed and refused, as
+// "<name>: <change>" and "<name> failed: <error>", is want.
+func applyDeclared(t *testing.T, in *instance, path string, body, out any, want ...string) {
+	t.Helper()
+	var data json.RawMessage
+	if code := post(t, in, path, apiToken, body, &data); code != http.StatusOK {
+		t.Fatalf("POST %s answered %d", path, code)
+	}
+	var outcomes map[string][]struct {
+		Name    string   `json:"name"`
+		Changed []string `json:"changed"`
+		Error   string   `json:"error"`
+	}
+	if err := json.Unmarshal(data, &outcomes); err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(data, out); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, list := range outcomes {
+		for _, o := range list {
+			for _, c := range o.Changed {
+				got = append(got, o.Name+": "+c)
+			}
+			if o.Error != "" {
+				got = append(got, o.Name+" failed: "+o.Error)
+			}
+		}
+	}
+	slices.Sort(got)
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Fatalf("POST %s changed %q, want %q", path, got, want)
+	}
 }
