@@ -14,7 +14,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -75,19 +74,7 @@ type instance struct {
 	api *http.Client
 	// logs, when set before start, keeps a copy of everything the
 	// instance manager and postgres log.
-	logs *logCopy
-}
-
-// logCopy is a copy of an instance's log, for a test that reads it.
-type logCopy struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *logCopy) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
+	logs *testpg.SyncBuffer
 }
 
 // client is the instance API client: plain HTTP unless set.
@@ -362,14 +349,12 @@ func eventually(t *testing.T, timeout time.Duration, cond func() bool, what stri
 type testWriter struct {
 	t    *testing.T
 	pod  string
-	logs *logCopy
+	logs *testpg.SyncBuffer
 }
 
 func (w testWriter) Write(p []byte) (int, error) {
 	if w.logs != nil {
-		w.logs.mu.Lock()
-		w.logs.b.Write(p)
-		w.logs.mu.Unlock()
+		_, _ = w.logs.Write(p)
 	}
 	for _, line := range strings.Split(strings.TrimRight(string(p), "\n"), "\n") {
 		w.t.Logf("[%s] %s", w.pod, line)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/daytwo-dev/daytwo/internal/instanceapi"
+	"github.com/daytwo-dev/daytwo/internal/testpg"
 )
 
 // Declared roles on a real primary: made, used (a read-only role cannot
@@ -23,7 +24,7 @@ func TestDeclaredRolesAreMadeKeptAndDropped(t *testing.T) {
 	in := newInstance(t)
 	in.writeFile("secrets/api-token", apiToken)
 	in.setParameters(map[string]string{"log_statement": "all"})
-	in.logs = &logCopy{}
+	in.logs = &testpg.SyncBuffer{}
 	in.start("orders-0")
 	in.waitReady(90 * time.Second)
 	in.exec(ctx, "CREATE TABLE items (id int PRIMARY KEY)")

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"time"
@@ -212,4 +213,41 @@ func serve(addr string, h http.Handler, tlsConfig *tls.Config) (<-chan error, fu
 		defer cancel()
 		_ = srv.Shutdown(shutdownCtx)
 	}, nil
+}
+
+// serveOnPrimary serves a call that changes what a team declared (roles,
+// databases) on the running primary: it decodes the body into req, checks
+// it, connects to postgres (in database db, else in postgres) and answers
+// what apply returns, within timeout.
+func (m *Manager) serveOnPrimary(w http.ResponseWriter, r *http.Request, what string, req any, check func() error, timeout time.Duration, db string,
+	apply func(context.Context, *pgx.Conn) (any, error)) {
+	if s := m.Status(); s.Role != instanceapi.RolePrimary || s.Phase != instanceapi.PhaseRunning {
+		writeJSON(w, http.StatusConflict, instanceapi.Error{Message: fmt.Sprintf("%s are applied on the running primary; this instance is a %s in phase %s", what, s.Role, s.Phase)})
+		return
+	}
+	if err := json.NewDecoder(io.LimitReader(r.Body, 1<<20)).Decode(req); err != nil {
+		writeJSON(w, http.StatusBadRequest, instanceapi.Error{Message: "the body is not a request for " + what + ": " + err.Error()})
+		return
+	}
+	if err := check(); err != nil {
+		writeJSON(w, http.StatusBadRequest, instanceapi.Error{Message: err.Error()})
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), timeout)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, m.localDSNFor(db))
+	if err != nil && db != "postgres" {
+		conn, err = pgx.Connect(ctx, m.localDSN())
+	}
+	if err != nil {
+		writeJSON(w, http.StatusServiceUnavailable, instanceapi.Error{Message: "cannot reach postgres: " + err.Error()})
+		return
+	}
+	defer func() { _ = conn.Close(context.Background()) }()
+	res, err := apply(ctx, conn)
+	if err != nil {
+		writeJSON(w, http.StatusServiceUnavailable, instanceapi.Error{Message: err.Error()})
+		return
+	}
+	writeJSON(w, http.StatusOK, res)
 }

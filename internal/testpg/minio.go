@@ -36,23 +36,23 @@ type MinIO struct {
 	cmd                  *exec.Cmd
 	exited               chan error
 	// output is the server's stdout and stderr, for a start that fails.
-	output *syncBuffer
+	output *SyncBuffer
 }
 
-// syncBuffer is a bytes.Buffer the server's output goroutines write
-// while the test may read it.
-type syncBuffer struct {
+// SyncBuffer is a bytes.Buffer that a process's output goroutines write
+// while a test may read it.
+type SyncBuffer struct {
 	mu sync.Mutex
 	b  bytes.Buffer
 }
 
-func (b *syncBuffer) Write(p []byte) (int, error) {
+func (b *SyncBuffer) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.b.Write(p)
 }
 
-func (b *syncBuffer) String() string {
+func (b *SyncBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.b.String()
@@ -100,7 +100,7 @@ func (m *MinIO) Start(t testing.TB) {
 	m.cmd.Env = append(os.Environ(), "MINIO_ROOT_USER="+m.AccessKey, "MINIO_ROOT_PASSWORD="+m.SecretKey,
 		"MINIO_BROWSER=off", "HOME="+m.dir)
 	m.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	m.output = &syncBuffer{}
+	m.output = &SyncBuffer{}
 	m.cmd.Stdout, m.cmd.Stderr = m.output, m.output
 	if err := m.cmd.Start(); err != nil {
 		t.Fatal(err)

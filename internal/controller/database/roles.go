@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -260,7 +261,7 @@ func (r *Reconciler) ensureRoleSecret(ctx context.Context, db *v1alpha1.Database
 		}
 	}
 	data := roleSecretData(db, role.Name, want, ca)
-	if sameData(s.Data, data) && s.Annotations[annCA] == obs.found.tls.ca {
+	if maps.EqualFunc(s.Data, data, bytes.Equal) && s.Annotations[annCA] == obs.found.tls.ca {
 		return want, s.ResourceVersion, "", nil
 	}
 	base := s.DeepCopy()
@@ -313,18 +314,6 @@ func roleSecretData(db *v1alpha1.Database, role, password string, ca []byte) map
 		d[v1alpha1.CredentialsCA] = ca
 	}
 	return d
-}
-
-func sameData(a, b map[string][]byte) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for k, v := range a {
-		if !bytes.Equal(v, b[k]) {
-			return false
-		}
-	}
-	return true
 }
 
 // deleteRoleSecret deletes a dropped role's Secret, if this Database's.

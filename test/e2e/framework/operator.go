@@ -3,21 +3,21 @@
 package framework
 
 import (
-	"bytes"
 	"fmt"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
-	"sync"
 	"time"
+
+	"github.com/daytwo-dev/daytwo/internal/testpg"
 )
 
 // Process is the operator run as a local process against the cluster, which
 // is how the kwok cluster hosts it: kwok nodes cannot run its pod.
 type Process struct {
 	cmd       *exec.Cmd
-	log       *syncBuffer
+	log       *testpg.SyncBuffer
 	probeAddr string
 	exited    chan struct{}
 }
@@ -32,7 +32,7 @@ func StartOperatorProcess() (*Process, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Process{log: &syncBuffer{}, probeAddr: probe, exited: make(chan struct{})}
+	p := &Process{log: &testpg.SyncBuffer{}, probeAddr: probe, exited: make(chan struct{})}
 	p.cmd = exec.Command(bin, "operator", "--metrics-bind-address=0", "--health-probe-bind-address="+probe)
 	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
 	if err := p.cmd.Start(); err != nil {
@@ -86,21 +86,4 @@ func freeAddr() (string, error) {
 	}
 	defer l.Close()
 	return l.Addr().String(), nil
-}
-
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/daytwo-dev/daytwo/internal/testpg"
 )
 
 // Prometheus is a real Prometheus (built from its Go module by
@@ -27,7 +29,7 @@ type Prometheus struct {
 	URL string
 	cmd *exec.Cmd
 	dir string
-	log *syncBuffer
+	log *testpg.SyncBuffer
 }
 
 // PodMonitor is the part of a monitoring.coreos.com/v1 PodMonitor that
@@ -188,7 +190,7 @@ func StartPrometheus(binary, kubeconfig, token string, monitors []PodMonitor, gr
 	}
 	addr := l.Addr().String()
 	_ = l.Close()
-	p := &Prometheus{URL: "http://" + addr, dir: dir, log: &syncBuffer{}}
+	p := &Prometheus{URL: "http://" + addr, dir: dir, log: &testpg.SyncBuffer{}}
 	p.cmd = exec.Command(binary, "--config.file="+filepath.Join(dir, "prometheus.yaml"), "--storage.tsdb.path="+filepath.Join(dir, "data"),
 		"--web.listen-address="+addr, "--storage.tsdb.retention.time=1d")
 	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
