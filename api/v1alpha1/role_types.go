@@ -2,6 +2,7 @@ package v1alpha1
 
 import (
 	"strings"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -27,6 +28,9 @@ const (
 // +kubebuilder:validation:XValidation:rule="!has(self.superuser) || !self.superuser",message="superuser roles are refused: a superuser can read the server's files and run programs as its user; grant pg_read_all_data, pg_write_all_data or pg_monitor instead"
 // +kubebuilder:validation:XValidation:rule="!has(self.createrole) || !self.createrole",message="createrole is refused: such a role can create and alter other roles outside the Database's spec; declare every role here instead"
 // +kubebuilder:validation:XValidation:rule="!has(self.passwordSecret) || (has(self.login) && self.login)",message="passwordSecret needs login: true (a role that cannot log in has no password)"
+// +kubebuilder:validation:XValidation:rule="!has(self.passwordRotation) || (has(self.login) && self.login)",message="passwordRotation needs login: true (a role that cannot log in has no password)"
+// +kubebuilder:validation:XValidation:rule="!has(self.passwordRotation) || !has(self.passwordSecret)",message="passwordRotation rotates a password daytwo generates; with passwordSecret, change your Secret's password instead"
+// +kubebuilder:validation:XValidation:rule="!has(self.passwordRotation) || size(self.name) <= 59",message="a role with passwordRotation has a name of at most 59 characters (its twin login role adds _alt)"
 type DatabaseRole struct {
 	// name is the role's name: lower case letters, digits and
 	// underscores, as PostgreSQL folds an unquoted name, ending with a
@@ -95,6 +99,19 @@ type DatabaseRole struct {
 	// +optional
 	PasswordSecret *SecretReference `json:"passwordSecret,omitempty"`
 
+	// passwordRotation rotates the generated password on a schedule. A
+	// rotation, scheduled or asked for with the annotation
+	// rotate.daytwo.dev/<role> (an RFC 3339 time; kubectl daytwo
+	// rotate-password), never cuts off a running client: the Secret moves
+	// to the role's twin login role <name>_alt (or back) with a new
+	// password, and the previous one keeps working for gracePeriod. The
+	// twin acts as the role itself (SET ROLE on login), so objects it
+	// makes are the role's. A WebApp whose databaseRef uses the Secret
+	// rolls on the change. Once the grace period ends the previous login
+	// is refused and its sessions are ended.
+	// +optional
+	PasswordRotation *PasswordRotation `json:"passwordRotation,omitempty"`
+
 	// superuser is refused; it is here to say so clearly.
 	// +optional
 	Superuser bool `json:"superuser,omitempty"`
@@ -103,6 +120,39 @@ type DatabaseRole struct {
 	// +optional
 	CreateRole bool `json:"createrole,omitempty"`
 }
+
+// PasswordRotation is when a role's generated password is replaced.
+type PasswordRotation struct {
+	// schedule is a cron expression in UTC (minute hour day-of-month
+	// month day-of-week, or @daily, @weekly, @monthly). Without it
+	// the password rotates only on request.
+	// +optional
+	// +kubebuilder:validation:MaxLength=128
+	Schedule string `json:"schedule,omitempty"`
+
+	// gracePeriod is how long the previous password keeps working after
+	// a rotation: long enough for every client to read the new Secret
+	// (a WebApp's rollout). Defaults to 1h; at least 1m. A rotation due
+	// within the grace period of the last one waits for it to end.
+	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1m')",message="gracePeriod must be at least 1m"
+	GracePeriod *metav1.Duration `json:"gracePeriod,omitempty"`
+}
+
+// DefaultRotationGrace is a rotation's grace period unless the role
+// says otherwise.
+const DefaultRotationGrace = time.Hour
+
+// RotationTwin is the login role a rotation of role's password
+// alternates with.
+func RotationTwin(role string) string { return role + "_alt" }
+
+// AnnotationRotatePrefix, followed by a role's name, on a Database, asks
+// for one rotation of that role's generated password: an RFC 3339 time
+// later than the role Secret's last rotation.
+const AnnotationRotatePrefix = "rotate.daytwo.dev/"
 
 // SecretReference names a Secret in the object's namespace.
 type SecretReference struct {
@@ -144,6 +194,12 @@ type RoleStatus struct {
 	// secretName is the role's Secret (login roles).
 	// +optional
 	SecretName string `json:"secretName,omitempty"`
+	// lastRotationTime is when the role's password last rotated.
+	// +optional
+	LastRotationTime *metav1.Time `json:"lastRotationTime,omitempty"`
+	// nextRotationTime is when passwordRotation.schedule rotates it next.
+	// +optional
+	NextRotationTime *metav1.Time `json:"nextRotationTime,omitempty"`
 	// appliedFor is what the role was last applied for: its spec and its
 	// Secret's version. A change the primary makes while it is the same
 	// is drift put back.
@@ -197,6 +253,11 @@ func (d *Database) ReservedRole(name string) string {
 		return "is the prefix daytwo keeps for its own roles"
 	case name == owner:
 		return "is the application owner, which spec.bootstrap.initdb declares and the credentials Secret holds"
+	}
+	for _, r := range d.Spec.Roles {
+		if r.Login && RotationTwin(r.Name) == name {
+			return "is the twin login role that rotations of " + r.Name + "'s password alternate with"
+		}
 	}
 	return ""
 }

@@ -54,6 +54,8 @@ type liveRole struct {
 	validUntil                                                          pgtype.Timestamptz
 	password                                                            *string
 	memberOf                                                            map[string]membership
+	// actAs is the role its logins SET ROLE to (pg_db_role_setting), or "".
+	actAs string
 }
 
 // membership is a role's membership in another, as pg_auth_members has it.
@@ -105,6 +107,10 @@ func applyRoles(ctx context.Context, conn *pgx.Conn, roles []instanceapi.Declare
 		}
 		changed, err := applyMemberships(ctx, conn, want, have, live)
 		out[i].Changed = append(out[i].Changed, changed...)
+		if err == nil {
+			changed, err = applyActAs(ctx, conn, want, live[want.Name])
+			out[i].Changed = append(out[i].Changed, changed...)
+		}
 		if err != nil {
 			out[i].Error = err.Error()
 		}
@@ -122,7 +128,35 @@ func applyRoles(ctx context.Context, conn *pgx.Conn, roles []instanceapi.Declare
 		}
 		out[i].Changed = []string{"dropped"}
 	}
+	for i, want := range roles {
+		if !want.EndSessions || want.Login || out[i].Error != "" {
+			continue
+		}
+		var ended int
+		if err := conn.QueryRow(ctx, `SELECT count(*) FILTER (WHERE pg_catalog.pg_terminate_backend(pid)) FROM pg_catalog.pg_stat_activity
+			WHERE usename = $1 AND pid <> pg_catalog.pg_backend_pid()`, want.Name).Scan(&ended); err != nil {
+			out[i].Error = fmt.Sprintf("its sessions could not be ended: %v", err)
+		} else if ended > 0 {
+			out[i].Changed = append(out[i].Changed, "sessions ended")
+		}
+	}
 	return instanceapi.RolesResult{Roles: out}, nil
+}
+
+// applyActAs makes the role's logins SET ROLE to want.ActAs (or to
+// nobody), after the memberships that allow it.
+func applyActAs(ctx context.Context, conn *pgx.Conn, want instanceapi.DeclaredRole, have *liveRole) ([]string, error) {
+	if have != nil && have.actAs == want.ActAs || have == nil && want.ActAs == "" {
+		return nil, nil
+	}
+	sql := "ALTER ROLE " + pgx.Identifier{want.Name}.Sanitize() + " RESET role"
+	if want.ActAs != "" {
+		sql = "ALTER ROLE " + pgx.Identifier{want.Name}.Sanitize() + " SET role = " + pgx.Identifier{want.ActAs}.Sanitize()
+	}
+	if err := execQuietly(ctx, conn, sql); err != nil {
+		return nil, err
+	}
+	return []string{"acts as"}, nil
 }
 
 // dropRole drops name and ends its sessions. A role PostgreSQL will not
@@ -191,7 +225,32 @@ func readRoles(ctx context.Context, conn *pgx.Conn) (map[string]*liveRole, error
 			r.memberOf[group] = m
 		}
 	}
-	return live, rows.Err()
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("failed to read the memberships: %w", err)
+	}
+	return live, readActAs(ctx, conn, live)
+}
+
+// readActAs reads the role each role's logins SET ROLE to, from the
+// settings of the role in every database.
+func readActAs(ctx context.Context, conn *pgx.Conn, live map[string]*liveRole) error {
+	rows, err := conn.Query(ctx, `SELECT r.rolname, substr(c, 6) FROM pg_catalog.pg_db_role_setting s
+		JOIN pg_catalog.pg_roles r ON r.oid = s.setrole, unnest(s.setconfig) AS c
+		WHERE s.setdatabase = 0 AND c LIKE 'role=%'`)
+	if err != nil {
+		return fmt.Errorf("failed to read the roles' settings: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var name, actAs string
+		if err := rows.Scan(&name, &actAs); err != nil {
+			return fmt.Errorf("failed to read the roles' settings: %w", err)
+		}
+		if r := live[name]; r != nil {
+			r.actAs = strings.Trim(actAs, `"`)
+		}
+	}
+	return rows.Err()
 }
 
 // roleStatement is the CREATE or ALTER ROLE that makes have as want
@@ -230,6 +289,7 @@ func roleStatement(want instanceapi.DeclaredRole, have *liveRole, exists bool) (
 			}
 		}
 		switch {
+		case want.KeepPassword:
 		case want.Password == "" && have.password != nil:
 			changed = append(changed, "password")
 		case want.Password != "" && (have.password == nil || !postgres.SCRAMMatches(*have.password, want.Password)):
@@ -247,7 +307,7 @@ func roleStatement(want instanceapi.DeclaredRole, have *liveRole, exists bool) (
 		}
 		// The verifier is base64 and '$:' only, so it cannot break the literal.
 		opts = append(opts, "PASSWORD '"+verifier+"'")
-	case want.Password == "":
+	case want.Password == "" && !want.KeepPassword:
 		opts = append(opts, "PASSWORD NULL")
 	}
 	verb := "ALTER"

@@ -82,13 +82,57 @@ func TestDeclaredRolesAreMadeKeptAndDropped(t *testing.T) {
 		t.Fatalf("writer superuser, analytics connection limit = %s, want false:5", got)
 	}
 
+	// A rotation of writer's password: its twin logs in with the new one
+	// and acts as writer (what it makes is writer's), while the old one
+	// keeps working; once the grace period ends, writer's login is
+	// refused and its sessions are ended, the twin's are not.
+	roles = append(roles, instanceapi.DeclaredRole{Name: "writer_alt", Login: true, Inherit: true, ConnectionLimit: -1,
+		Password: "writer-pass-2", InRoles: []string{"writer"}, ActAs: "writer"})
+	roles[0].Password, roles[0].KeepPassword = "", true
+	apply("writer_alt: created", "writer_alt: membership in writer", "writer_alt: acts as")
+	twin, err := in.connect(ctx, "writer_alt", "writer-pass-2", "orders")
+	if err != nil {
+		t.Fatalf("the twin cannot log in with the new password: %v", err)
+	}
+	defer func() { _ = twin.Close(ctx) }()
+	in.superuserIn("orders", "CREATE SCHEMA writers AUTHORIZATION writer")
+	if _, err := twin.Exec(ctx, "CREATE TABLE writers.made_by_twin (id int)"); err != nil {
+		t.Fatal(err)
+	}
+	var actsAs string
+	if err := twin.QueryRow(ctx, "SELECT current_user").Scan(&actsAs); err != nil || actsAs != "writer" {
+		t.Fatalf("the twin acts as %q (%v), want writer", actsAs, err)
+	}
+	if got := in.superuserIn("orders", "SELECT tableowner FROM pg_tables WHERE tablename = 'made_by_twin'"); got != "writer" {
+		t.Fatalf("the twin's table is owned by %q, want writer", got)
+	}
+	old, err := in.connect(ctx, "writer", "writer-pass-1", "orders")
+	if err != nil {
+		t.Fatalf("the previous password stopped working within its grace period: %v", err)
+	}
+	defer func() { _ = old.Close(ctx) }()
+	apply()
+	roles[0].Login, roles[0].KeepPassword, roles[0].EndSessions = false, false, true
+	apply("writer: login", "writer: password", "writer: sessions ended")
+	if err := old.Ping(ctx); err == nil {
+		t.Fatal("a session of the previous login survived the end of its grace period")
+	}
+	if err := in.execAs(ctx, "writer", "writer-pass-1", "SELECT 1"); err == nil {
+		t.Fatal("the previous password still works after its grace period")
+	}
+	if _, err := twin.Exec(ctx, "INSERT INTO writers.made_by_twin VALUES (1)"); err != nil {
+		t.Fatalf("the twin's session was ended with the previous login's: %v", err)
+	}
+	in.superuserIn("orders", "DROP SCHEMA writers CASCADE")
+
 	// A role that owns objects in the application database is not
 	// dropped: PostgreSQL says which, and the role can no longer log in;
 	// one that owns nothing is dropped.
 	in.superuserIn("orders", "CREATE TABLE owned (id int); ALTER TABLE owned OWNER TO writer")
 	roles[0] = instanceapi.DeclaredRole{Name: "writer", Absent: true}
 	roles[2] = instanceapi.DeclaredRole{Name: "reporting", Absent: true}
-	res := apply("reporting: dropped",
+	roles[3] = instanceapi.DeclaredRole{Name: "writer_alt", Absent: true}
+	res := apply("reporting: dropped", "writer_alt: dropped",
 		"writer failed: role \"writer\" cannot be dropped because some objects depend on it: owner of table owned")
 	if !res.Roles[0].Exists || res.Roles[2].Exists {
 		t.Fatalf("after the drops: writer exists %v (want true), reporting exists %v (want false)", res.Roles[0].Exists, res.Roles[2].Exists)

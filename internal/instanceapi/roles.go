@@ -33,6 +33,17 @@ type DeclaredRole struct {
 	// sends PostgreSQL a new verifier, never the password. Empty (a role
 	// without login) removes any password.
 	Password string `json:"password,omitempty"`
+	// KeepPassword leaves the role's password as it is (Password unused):
+	// a rotation's previous login, which works until its grace period
+	// ends.
+	KeepPassword bool `json:"keepPassword,omitempty"`
+	// ActAs is the role a login becomes at once (ALTER ROLE ... SET
+	// role), which it must be a member of: a rotation's twin acts as the
+	// declared role. Empty: none.
+	ActAs string `json:"actAs,omitempty"`
+	// EndSessions ends the role's sessions (a role that may no longer
+	// log in, after a rotation's grace period).
+	EndSessions bool `json:"endSessions,omitempty"`
 }
 
 // RolesResult is the answer to POST /roles.
@@ -47,7 +58,7 @@ type RoleResult struct {
 	Exists bool `json:"exists"`
 	// Changed lists what was put back or made: "created", "dropped",
 	// "login", "createdb", "inherit", "connection limit", "valid until",
-	// "password", "membership in <role>".
+	// "password", "membership in <role>", "acts as", "sessions ended".
 	Changed []string `json:"changed,omitempty"`
 	// Error is PostgreSQL's message when it refused a change.
 	Error string `json:"error,omitempty"`

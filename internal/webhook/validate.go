@@ -133,7 +133,8 @@ func ValidateDatabase(db *v1alpha1.Database) error {
 }
 
 // validateRoles refuses a declared role with a name PostgreSQL or daytwo
-// keeps (the schema cannot know the application owner's), and a
+// keeps (the schema cannot know the application owner's, or a rotation
+// twin's), a rotation schedule the scheduler cannot use, and a
 // membership in itself, in a role that reaches the server, or in a role
 // declared Absent.
 func validateRoles(path *field.Path, db *v1alpha1.Database) field.ErrorList {
@@ -146,6 +147,9 @@ func validateRoles(path *field.Path, db *v1alpha1.Database) field.ErrorList {
 			if why := v1alpha1.MembershipProblem(db, r.Name, g); why != "" {
 				errs = append(errs, field.Invalid(path.Index(i).Child("inRoles"), g, why))
 			}
+		}
+		if rot := r.PasswordRotation; rot != nil {
+			errs = append(errs, validateSchedule(path.Index(i).Child("passwordRotation", "schedule"), rot.Schedule, "")...)
 		}
 	}
 	return errs

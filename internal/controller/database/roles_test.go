@@ -3,6 +3,7 @@ package database_test
 import (
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -130,26 +131,35 @@ func TestDeclaredRolesRefused(t *testing.T) {
 		role v1alpha1.DatabaseRole
 		dbs  []v1alpha1.LogicalDatabase
 		want string
+		more []v1alpha1.DatabaseRole
 	}{
-		{v1alpha1.DatabaseRole{Name: "root", Superuser: true}, nil, "superuser roles are refused"},
-		{v1alpha1.DatabaseRole{Name: "admin", CreateRole: true}, nil, "createrole is refused"},
-		{v1alpha1.DatabaseRole{Name: "postgres"}, nil, "spec.roles[0].name: Invalid value: \"postgres\": is a role daytwo runs the server with"},
-		{v1alpha1.DatabaseRole{Name: "app"}, nil, "is the application owner"},
-		{v1alpha1.DatabaseRole{Name: "pg_x"}, nil, "is PostgreSQL's prefix"},
-		{v1alpha1.DatabaseRole{Name: "Mixed"}, nil, "spec.roles[0].name"},
-		{v1alpha1.DatabaseRole{Name: "loop", InRoles: []string{"loop"}}, nil, "spec.roles[0].inRoles: Invalid value: \"loop\": a role cannot be a member of itself"},
-		{v1alpha1.DatabaseRole{Name: "nologin", PasswordSecret: &v1alpha1.SecretReference{Name: "s"}}, nil, "passwordSecret needs login: true"},
-		{v1alpha1.DatabaseRole{Name: "app_"}, nil, "spec.roles[0].name"},
-		{v1alpha1.DatabaseRole{Name: "escalate", InRoles: []string{"postgres"}}, nil, "spec.roles[0].inRoles: Invalid value: \"postgres\": is a role daytwo runs the server with"},
-		{v1alpha1.DatabaseRole{Name: "files", InRoles: []string{"pg_read_server_files"}}, nil, "reaches the server's programs or files"},
-		{v1alpha1.DatabaseRole{Name: "ok"}, []v1alpha1.LogicalDatabase{{Name: "template1"}}, "spec.databases[0].name: template1 is a database PostgreSQL keeps for itself"},
-		{v1alpha1.DatabaseRole{Name: "ok"}, []v1alpha1.LogicalDatabase{{Name: "inv", Owner: "nobody"}}, "spec.databases[0].owner: nobody is neither the application owner nor a role of spec.roles"},
-		{v1alpha1.DatabaseRole{Name: "ok"}, []v1alpha1.LogicalDatabase{{Name: "app", Owner: "ok"}}, "spec.databases[0].owner: app is the application database"},
-		{v1alpha1.DatabaseRole{Name: "ok"}, []v1alpha1.LogicalDatabase{{Name: "inv", Schemas: []v1alpha1.DatabaseSchema{{Name: "pg_mine"}}}}, "spec.databases[0].schemas[0].name: pg_mine is PostgreSQL's own"},
-		{v1alpha1.DatabaseRole{Name: "ok"}, []v1alpha1.LogicalDatabase{{Name: "inv", Extensions: []v1alpha1.DatabaseExtension{{Name: "x", Version: "1'2"}}}}, "spec.databases[0].extensions[0].version"},
+		{v1alpha1.DatabaseRole{Name: "root", Superuser: true}, nil, "superuser roles are refused", nil},
+		{v1alpha1.DatabaseRole{Name: "admin", CreateRole: true}, nil, "createrole is refused", nil},
+		{v1alpha1.DatabaseRole{Name: "postgres"}, nil, "spec.roles[0].name: Invalid value: \"postgres\": is a role daytwo runs the server with", nil},
+		{v1alpha1.DatabaseRole{Name: "app"}, nil, "is the application owner", nil},
+		{v1alpha1.DatabaseRole{Name: "pg_x"}, nil, "is PostgreSQL's prefix", nil},
+		{v1alpha1.DatabaseRole{Name: "Mixed"}, nil, "spec.roles[0].name", nil},
+		{v1alpha1.DatabaseRole{Name: "loop", InRoles: []string{"loop"}}, nil, "spec.roles[0].inRoles: Invalid value: \"loop\": a role cannot be a member of itself", nil},
+		{v1alpha1.DatabaseRole{Name: "nologin", PasswordSecret: &v1alpha1.SecretReference{Name: "s"}}, nil, "passwordSecret needs login: true", nil},
+		{v1alpha1.DatabaseRole{Name: "app_"}, nil, "spec.roles[0].name", nil},
+		{v1alpha1.DatabaseRole{Name: "escalate", InRoles: []string{"postgres"}}, nil, "spec.roles[0].inRoles: Invalid value: \"postgres\": is a role daytwo runs the server with", nil},
+		{v1alpha1.DatabaseRole{Name: "files", InRoles: []string{"pg_read_server_files"}}, nil, "reaches the server's programs or files", nil},
+		{v1alpha1.DatabaseRole{Name: "ok"}, []v1alpha1.LogicalDatabase{{Name: "template1"}}, "spec.databases[0].name: template1 is a database PostgreSQL keeps for itself", nil},
+		{v1alpha1.DatabaseRole{Name: "ok"}, []v1alpha1.LogicalDatabase{{Name: "inv", Owner: "nobody"}}, "spec.databases[0].owner: nobody is neither the application owner nor a role of spec.roles", nil},
+		{v1alpha1.DatabaseRole{Name: "ok"}, []v1alpha1.LogicalDatabase{{Name: "app", Owner: "ok"}}, "spec.databases[0].owner: app is the application database", nil},
+		{v1alpha1.DatabaseRole{Name: "ok"}, []v1alpha1.LogicalDatabase{{Name: "inv", Schemas: []v1alpha1.DatabaseSchema{{Name: "pg_mine"}}}}, "spec.databases[0].schemas[0].name: pg_mine is PostgreSQL's own", nil},
+		{v1alpha1.DatabaseRole{Name: "ok"}, []v1alpha1.LogicalDatabase{{Name: "inv", Extensions: []v1alpha1.DatabaseExtension{{Name: "x", Version: "1'2"}}}}, "spec.databases[0].extensions[0].version", nil},
+		{v1alpha1.DatabaseRole{Name: "r", PasswordRotation: &v1alpha1.PasswordRotation{}}, nil, "passwordRotation needs login: true", nil},
+		{v1alpha1.DatabaseRole{Name: "r", Login: true, PasswordRotation: &v1alpha1.PasswordRotation{}, PasswordSecret: &v1alpha1.SecretReference{Name: "s"}}, nil,
+			"passwordRotation rotates a password daytwo generates", nil},
+		{v1alpha1.DatabaseRole{Name: "r", Login: true, PasswordRotation: &v1alpha1.PasswordRotation{Schedule: "every day"}}, nil,
+			"spec.roles[0].passwordRotation.schedule: Invalid value: \"every day\"", nil},
+		{v1alpha1.DatabaseRole{Name: "r", Login: true, PasswordRotation: &v1alpha1.PasswordRotation{GracePeriod: &metav1.Duration{Duration: 30 * time.Second}}}, nil,
+			"gracePeriod must be at least 1m", nil},
+		{v1alpha1.DatabaseRole{Name: "api", Login: true}, nil, "spec.roles[1].name: Invalid value: \"api_alt\": is the twin login role", []v1alpha1.DatabaseRole{{Name: "api_alt"}}},
 	} {
 		db := newDB(ns, "refused", func(db *v1alpha1.Database) {
-			db.Spec.Roles, db.Spec.Databases = []v1alpha1.DatabaseRole{tc.role}, tc.dbs
+			db.Spec.Roles, db.Spec.Databases = append([]v1alpha1.DatabaseRole{tc.role}, tc.more...), tc.dbs
 		})
 		err := env.Client.Create(ctx, db)
 		if err == nil {
