@@ -14,6 +14,13 @@ mkdir -p "$OUT"
 # packages it (hack/pgroot.sh has the same map for the host's tests).
 PG_MAJORS=(15 17 18)
 declare -A PG_SUITE=([15]=bookworm [17]=trixie [18]=sid)
+# The extensions users ask for most, from the same suite, where Debian
+# packages them for that major (bookworm has no pgvector for 15).
+declare -A PG_EXTENSIONS=(
+  [15]=postgresql-15-postgis-3
+  [17]=postgresql-17-pgvector,postgresql-17-postgis-3
+  [18]=postgresql-18-pgvector,postgresql-18-postgis-3
+)
 
 # name -> tag. Tags are what pods ask for; pods use IfNotPresent or Never.
 declare -A TAG=(
@@ -91,14 +98,14 @@ build_postgres() {
   local major=$1 suite=${PG_SUITE[$1]} name=postgres-$1
   local stamp="$OUT/$name.stamp" want
   # Bump the recipe number when the steps below change.
-  want="recipe-4 $major $suite $(sha256sum hack/images/postgres/docker-entrypoint.sh | cut -c1-16)"
+  want="recipe-5 $major $suite ${PG_EXTENSIONS[$major]} $(sha256sum hack/images/postgres/docker-entrypoint.sh | cut -c1-16)"
   if [ -f "$OUT/$name.tar" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$want" ]; then
     log "$name cached"; return
   fi
   local fs="$CACHE/$name-rootfs"
   rm -rf "$fs"
-  log "debootstrap $suite with postgresql-$major (about a minute)"
-  debootstrap --variant=minbase --include="postgresql-$major,postgresql-client-$major" \
+  log "debootstrap $suite with postgresql-$major and ${PG_EXTENSIONS[$major]} (about a minute)"
+  debootstrap --variant=minbase --include="postgresql-$major,postgresql-client-$major,${PG_EXTENSIONS[$major]}" \
     "$suite" "$fs" http://deb.debian.org/debian >"$CACHE/debootstrap-$major.log" 2>&1 \
     || { tail -20 "$CACHE/debootstrap-$major.log"; exit 1; }
   # Match the official image: postgres is uid/gid 999. A system group or

@@ -790,9 +790,11 @@ func TestDatabaseMediumUpgradeAndRollback(t *testing.T) {
 func checkAppVerifiesDatabase(t *testing.T, ns, db string) {
 	t.Helper()
 	updateDatabase(t, ns, db, func(d *v1alpha1.Database) {
-		d.Spec.Roles = []v1alpha1.DatabaseRole{{Name: "shop_reader", Login: true, InRoles: []string{"pg_read_all_data"}}, {Name: "stock"}}
+		d.Spec.Roles = []v1alpha1.DatabaseRole{{Name: "shop_reader", Login: true, InRoles: []string{"pg_read_all_data"},
+			PasswordRotation: &v1alpha1.PasswordRotation{Schedule: "0 4 1 1 *"}}, {Name: "stock"}}
 		d.Spec.Databases = []v1alpha1.LogicalDatabase{
-			{Name: "app", Extensions: []v1alpha1.DatabaseExtension{{Name: "pg_trgm"}}},
+			// pgvector in a schema of its own.
+			{Name: "app", Extensions: []v1alpha1.DatabaseExtension{{Name: "pg_trgm"}, {Name: "vector", Schema: "vectors"}}},
 			{Name: "inventory", Owner: "stock", Schemas: []v1alpha1.DatabaseSchema{{Name: "levels"}}},
 		}
 	})
@@ -812,6 +814,9 @@ func checkAppVerifiesDatabase(t *testing.T, ns, db string) {
 	}
 	if out, stderr, err := asReader("SELECT sum(v) || ':' || similarity('daytwo', 'daytwo') FROM items"); err != nil || strings.TrimSpace(out) != "42:1" {
 		t.Errorf("the read-only role read %q (the sum, and pg_trgm at work): %v %s", out, err, stderr)
+	}
+	if out, stderr, err := asReader("SELECT '[1,2,3]'::vectors.vector OPERATOR(vectors.<->) '[1,2,5]'::vectors.vector"); err != nil || strings.TrimSpace(out) != "2" {
+		t.Errorf("pgvector's distance read %q, want 2: %v %s", out, err, stderr)
 	}
 	if _, stderr, err := asReader("INSERT INTO items VALUES (1)"); err == nil || !strings.Contains(stderr, "permission denied") {
 		t.Errorf("the read-only role wrote, or failed otherwise: %v %s", err, stderr)
@@ -836,7 +841,7 @@ func checkAppVerifiesDatabase(t *testing.T, ns, db string) {
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "shop"},
 		Spec: v1alpha1.WebAppSpec{
 			Image: e2eClientImage, ImagePullPolicy: corev1.PullNever, Port: 8080, Replicas: ptr.To[int32](1),
-			Args:        []string{"pg-app", "DATABASE_URL", "SELECT ssl::text || ':' || current_user FROM pg_stat_ssl WHERE pid = pg_backend_pid()"},
+			Args:        []string{"pg-app", "DATABASE_URL", "SELECT ssl::text || ':' || current_user || ':' || session_user FROM pg_stat_ssl WHERE pid = pg_backend_pid()"},
 			DatabaseRef: &v1alpha1.WebAppDatabaseRef{Name: db, Role: "shop_reader"},
 		},
 	}
@@ -845,9 +850,10 @@ func checkAppVerifiesDatabase(t *testing.T, ns, db string) {
 	}
 	waitApp(t, app, 2*time.Minute, "Ready with a verified database connection", readyWith(1, e2eClientImage))
 	out := cluster.RunToCompletion(t, e2eClient(ns, "ask-shop", []string{"http", app.Status.URL + "/", "1"}), 2*time.Minute)
-	if strings.TrimSpace(out) != "true:shop_reader" {
+	if strings.TrimSpace(out) != "true:shop_reader:shop_reader" {
 		t.Errorf("the app's connection: %q, want an encrypted one as shop_reader", out)
 	}
+	checkRotationUnderLoad(t, ns, db, app, asReader)
 	if err := cluster.Client.Delete(context.Background(), app); err != nil {
 		t.Fatal(err)
 	}
@@ -865,6 +871,47 @@ func checkAppVerifiesDatabase(t *testing.T, ns, db string) {
 	})
 	if got := asSuperuser("SELECT count(*) FROM pg_roles WHERE rolname = 'shop_reader'"); got != "0" {
 		t.Errorf("the role declared Absent is still there")
+	}
+}
+
+// checkRotationUnderLoad rotates shop_reader's password while the app,
+// which opens a connection for every request, answers a request every
+// 100 ms: none may fail. The Secret moves to the twin login, the app rolls
+// onto it (it logs in as shop_reader_alt, acting as shop_reader), and the
+// previous password still works within the grace period. (The grace
+// period's end is the instance manager's test's:
+// TestDeclaredRolesAreMadeKeptAndDropped.)
+func checkRotationUnderLoad(t *testing.T, ns, db string, app *v1alpha1.WebApp, asReader func(string) (string, string, error)) {
+	t.Helper()
+	svc := &corev1.Service{}
+	if err := cluster.Client.Get(context.Background(), client.ObjectKeyFromObject(app), svc); err != nil {
+		t.Fatal(err)
+	}
+	url := fmt.Sprintf("http://%s:%d/", svc.Spec.ClusterIP, svc.Spec.Ports[0].Port)
+	load := framework.StartHTTPLoad(url, 100*time.Millisecond)
+	updateDatabase(t, ns, db, func(d *v1alpha1.Database) {
+		if d.Annotations == nil {
+			d.Annotations = map[string]string{}
+		}
+		d.Annotations[v1alpha1.AnnotationRotatePrefix+"shop_reader"] = time.Now().UTC().Format(time.RFC3339)
+	})
+	waitDatabase(t, ns, db, time.Minute, "the rotation recorded", func(d *v1alpha1.Database) bool {
+		return len(d.Status.Roles) > 0 && d.Status.Roles[0].LastRotationTime != nil && d.Status.Roles[0].NextRotationTime != nil
+	})
+	framework.Eventually(t, 2*time.Minute, "the app answering as the twin login", func(context.Context) (bool, error) {
+		return load.Last() == "true:shop_reader:shop_reader_alt", nil
+	})
+	waitApp(t, app, 2*time.Minute, "Ready after the roll", readyWith(1, e2eClientImage))
+	ok, failures := load.Stop()
+	if len(failures) > 0 || ok < 20 {
+		t.Errorf("during the rotation %d requests succeeded and %d failed: %q", ok, len(failures), failures)
+	}
+	if _, stderr, err := asReader("SELECT 1"); err != nil {
+		t.Errorf("the previous password stopped working within its grace period: %v %s", err, stderr)
+	}
+	events := eventsFor(t, ns, db, "PasswordRotated")
+	if len(events) == 0 {
+		t.Error("no PasswordRotated event")
 	}
 }
 
