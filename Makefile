@@ -124,13 +124,13 @@ TEST_PARALLEL ?= 4
 PG_VERSIONED_PKGS ?= ./internal/instance/ ./internal/backup/ ./internal/wal/ ./internal/postgres/
 
 .PHONY: deps
-deps: ## Install what the data-path tests need: PostgreSQL $(PG_MAIN) and $(PG_OTHERS) (hack/pgroot.sh) and a MinIO build.
+deps: ## Install what the data-path tests need: PostgreSQL $(PG_MAIN) and $(PG_OTHERS) and PgBouncer (hack/pgroot.sh) and a MinIO build.
 	hack/deps.sh
-	for v in $(PG_MAIN) $(PG_OTHERS); do hack/pgroot.sh $$v >/dev/null || exit 1; done
+	for v in $(PG_MAIN) $(PG_OTHERS) pgbouncer; do hack/pgroot.sh $$v >/dev/null || exit 1; done
 
 .PHONY: test
 test: tools deps vet verify-generated ## Unit, envtest and real-PostgreSQL integration tests: all on PostgreSQL $(PG_MAIN), the version-sensitive ones on $(PG_OTHERS) too.
-	@start=$$(date +%s); DAYTWO_PG_BINDIR=$$(hack/pgroot.sh $(PG_MAIN)) go test -count=1 -parallel $(TEST_PARALLEL) -timeout 20m ./... \
+	@start=$$(date +%s); DAYTWO_PG_BINDIR=$$(hack/pgroot.sh $(PG_MAIN)) DAYTWO_PGBOUNCER=$$(hack/pgroot.sh pgbouncer) go test -count=1 -parallel $(TEST_PARALLEL) -timeout 20m ./... \
 	  && echo "=== make test: PostgreSQL $(PG_MAIN), every package: $$(( $$(date +%s) - start ))s"
 	@for v in $(PG_OTHERS); do start=$$(date +%s); \
 	  DAYTWO_PG_BINDIR=$$(hack/pgroot.sh $$v) go test -count=1 -parallel $(TEST_PARALLEL) -timeout 20m -run '$(PG_VERSIONED)' $(PG_VERSIONED_PKGS) || exit 1; \

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # hack/pgroot.sh MAJOR: prints the directory of PostgreSQL MAJOR's programs
 # for the data-path tests on the host, installing them when missing.
+# hack/pgroot.sh pgbouncer: the same for PgBouncer, from trixie as its
+# image (hack/images.sh), printing the program's path.
 #
 # 15 is bookworm's own package (apt, like hack/deps.sh). 17 and 18 come from
 # newer Debian suites (trixie, sid), which need a newer C library than the
@@ -22,6 +24,7 @@ suite() {
     15) echo bookworm ;;
     17) echo trixie ;;
     18) echo sid ;;
+    pgbouncer) echo trixie ;;
     *) echo "pgroot: no Debian suite known for PostgreSQL $1" >&2; exit 2 ;;
   esac
 }
@@ -34,10 +37,14 @@ fi
 
 dir=$PGROOT/$MAJOR
 bin=$dir/usr/lib/postgresql/$MAJOR/bin
+packages="postgresql-$MAJOR,postgresql-client-$MAJOR" program=$bin/postgres print=$bin
+if [ "$MAJOR" = pgbouncer ]; then
+  bin=$dir/usr/sbin packages=pgbouncer program=$dir/usr/sbin/pgbouncer print=$dir/usr/sbin/pgbouncer
+fi
 # Bump the recipe when the steps below change.
 want="recipe-1 $MAJOR $(suite "$MAJOR")"
-if [ -x "$bin/postgres" ] && [ "$(cat "$dir.stamp" 2>/dev/null)" = "$want" ]; then
-  echo "$bin"
+if [ -x "$program" ] && [ "$(cat "$dir.stamp" 2>/dev/null)" = "$want" ]; then
+  echo "$print"
   exit 0
 fi
 [ "$(id -u)" = 0 ] || { echo "pgroot: PostgreSQL $MAJOR is missing and debootstrap needs root" >&2; exit 1; }
@@ -45,15 +52,16 @@ export DEBIAN_FRONTEND=noninteractive
 for tool in debootstrap patchelf; do
   command -v "$tool" >/dev/null || { apt-get update -qq >&2 && apt-get install -y -qq --no-install-recommends "$tool" >/dev/null; }
 done
-echo "pgroot: debootstrap $(suite "$MAJOR") with postgresql-$MAJOR into $dir (about a minute)" >&2
+echo "pgroot: debootstrap $(suite "$MAJOR") with $packages into $dir (about a minute)" >&2
 rm -rf "$dir" "$dir.tmp"
 mkdir -p "$(dirname "$dir")"
-debootstrap --variant=minbase --include="postgresql-$MAJOR,postgresql-client-$MAJOR" \
+debootstrap --variant=minbase --include="$packages" \
   "$(suite "$MAJOR")" "$dir.tmp" http://deb.debian.org/debian >"$dir.log" 2>&1 \
   || { tail -20 "$dir.log" >&2; exit 1; }
-tmpbin=$dir.tmp/usr/lib/postgresql/$MAJOR/bin
+tmpbin=$dir.tmp${bin#"$dir"}
 # Patched with the final paths, then moved there.
 for f in "$tmpbin"/*; do
+  [ "$MAJOR" != pgbouncer ] || [ "$(basename "$f")" = pgbouncer ] || continue
   [ "$(head -c4 "$f" | od -An -c | tr -d ' ')" = '177ELF' ] || continue
   patchelf --set-interpreter "$dir/usr/lib64/ld-linux-x86-64.so.2" \
     --force-rpath --set-rpath "$dir/usr/lib/x86_64-linux-gnu:$dir/usr/lib/postgresql/$MAJOR/lib" "$f"
@@ -63,6 +71,6 @@ done
 rm -rf "$dir.tmp/var/lib/postgresql/$MAJOR" "$dir.tmp/etc/postgresql/$MAJOR" "$dir.tmp"/usr/share/{doc,man,info} "$dir.tmp"/var/cache/apt/*
 chmod 755 "$dir.tmp"
 mv "$dir.tmp" "$dir"
-"$bin/postgres" --version >&2
+"$program" --version >&2
 echo "$want" >"$dir.stamp"
-echo "$bin"
+echo "$print"

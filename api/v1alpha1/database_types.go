@@ -258,6 +258,12 @@ type DatabaseSpec struct {
 	// +listMapKey=name
 	// +kubebuilder:validation:MaxItems=64
 	Databases []LogicalDatabase `json:"databases,omitempty"`
+
+	// pooler runs PgBouncer in front of the Database: many client
+	// connections on few server connections, and switchovers that
+	// clients do not see. Removing it removes the pools.
+	// +optional
+	Pooler *PoolerSpec `json:"pooler,omitempty"`
 }
 
 // DatabaseTLS is spec.tls.
@@ -740,6 +746,10 @@ type DatabaseStatus struct {
 	// +listMapKey=name
 	// +kubebuilder:validation:MaxItems=64
 	Databases []LogicalDatabaseStatus `json:"databases,omitempty"`
+
+	// pooler is where spec.pooler's pools stand.
+	// +optional
+	Pooler *PoolerStatus `json:"pooler,omitempty"`
 
 	// primary is the name of the pod that runs the primary: the holder of
 	// the primary Lease (<name>-primary).

@@ -562,6 +562,12 @@ type WebAppDatabaseRef struct {
 	// +kubebuilder:validation:MaxLength=63
 	// +kubebuilder:validation:Pattern=`^[a-z_][a-z0-9_]*$`
 	Role string `json:"role,omitempty"`
+
+	// pooler connects through the Database's read-write PgBouncer pool
+	// (its spec.pooler) instead of to the primary: DATABASE_URL and
+	// PGHOST name the pool, whose certificate the same CA verifies.
+	// +optional
+	Pooler bool `json:"pooler,omitempty"`
 }
 
 // SecretName is the Secret the WebApp's database variables come from.

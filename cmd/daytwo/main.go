@@ -30,7 +30,7 @@ func newRootCommand() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: false,
 	}
-	root.AddCommand(newOperatorCommand(), newInstanceCommand(), newBackupCommand(), newVersionCommand())
+	root.AddCommand(newOperatorCommand(), newInstanceCommand(), newPoolerCommand(), newBackupCommand(), newVersionCommand())
 	return root
 }
 

@@ -374,6 +374,6 @@ func (m *Manager) serveMetrics() (func(), error) {
 	if m.cfg.MetricsAddress == "" {
 		return func() {}, nil
 	}
-	_, stop, err := serve(m.cfg.MetricsAddress, m.metricsHandler(), nil)
+	_, stop, err := instanceapi.Serve(m.cfg.MetricsAddress, m.metricsHandler(), nil)
 	return stop, err
 }

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"time"
 
@@ -50,7 +49,8 @@ func (m *Manager) Handler() http.Handler {
 		writeJSON(w, http.StatusOK, s)
 	}))
 	for path, h := range map[string]http.HandlerFunc{instanceapi.PathPromote: m.handlePromote, instanceapi.PathDemote: m.handleDemote,
-		instanceapi.PathRestart: m.handleRestart, instanceapi.PathCheckpoint: m.handleCheckpoint, instanceapi.PathRoles: m.handleRoles, instanceapi.PathDatabases: m.handleDatabases} {
+		instanceapi.PathRestart: m.handleRestart, instanceapi.PathCheckpoint: m.handleCheckpoint, instanceapi.PathRoles: m.handleRoles, instanceapi.PathDatabases: m.handleDatabases,
+		instanceapi.PathPoolerAuth: m.handlePoolerAuth} {
 		mux.HandleFunc("POST "+path, m.withClientCertificate(m.withToken(h)))
 	}
 	// Another instance asks for a promise, not the operator: no client
@@ -123,11 +123,7 @@ func (m *Manager) pingNow(ctx context.Context) bool {
 	return conn.Ping(ctx) == nil
 }
 
-func writeJSON(w http.ResponseWriter, code int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(code)
-	_ = json.NewEncoder(w).Encode(v) //nolint:errchkjson // the API's own response types; a failed write means the client left
-}
+func writeJSON(w http.ResponseWriter, code int, v any) { instanceapi.WriteJSON(w, code, v) }
 
 // handleRestart hands a restart in place to the supervisor and answers 202
 // once it took it.
@@ -192,27 +188,7 @@ func (m *Manager) serveAPI() (<-chan error, func(), error) {
 	if m.cfg.TLS {
 		tlsConfig = m.cfg.apiTLSConfig()
 	}
-	return serve(m.cfg.HTTPAddress, m.Handler(), tlsConfig)
-}
-
-// serve serves h on addr (over TLS with tlsConfig) until stop; the channel
-// carries the server's end.
-func serve(addr string, h http.Handler, tlsConfig *tls.Config) (<-chan error, func(), error) {
-	l, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, nil, fmt.Errorf("failed to listen on %s: %w", addr, err)
-	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, TLSConfig: tlsConfig}
-	if tlsConfig != nil {
-		l = tls.NewListener(l, tlsConfig)
-	}
-	serveErr := make(chan error, 1)
-	go func() { serveErr <- srv.Serve(l) }()
-	return serveErr, func() {
-		shutdownCtx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(shutdownCtx)
-	}, nil
+	return instanceapi.Serve(m.cfg.HTTPAddress, m.Handler(), tlsConfig)
 }
 
 // serveOnPrimary serves a call that changes what a team declared (roles,

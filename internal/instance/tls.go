@@ -3,15 +3,13 @@ package instance
 import (
 	"bytes"
 	"crypto/tls"
-	"crypto/x509"
-	"errors"
 	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
-	"sync"
 
 	"github.com/daytwo-dev/daytwo/internal/instanceapi"
+	"github.com/daytwo-dev/daytwo/internal/pki"
 )
 
 // TLS: with Config.TLS the operator projects the server certificate, its
@@ -139,41 +137,11 @@ func (m *Manager) refreshTLS() {
 }
 
 // apiTLSConfig serves the instance API over HTTPS with the projected
-// server certificate, read at each handshake so a renewal needs nothing
-// more. A client certificate is verified against the Database's daytwo CA
-// when one is presented; the kubelet's probes present none, and
-// withClientCertificate refuses every other call without one.
+// server certificate, verifying a client certificate against the
+// Database's daytwo CA when one is presented (pki.ReloadingServerConfig).
 func (c *Config) apiTLSConfig() *tls.Config {
-	// The last pair and client CA that loaded: a broken renewal (a
-	// certificate that does not match its key) must not take the API, and
-	// with it every probe, down; the previous pair serves meanwhile, as
-	// installTLS keeps it for postgres.
-	var mu sync.Mutex
-	var last *tls.Config
-	return &tls.Config{
-		MinVersion: tls.VersionTLS12,
-		GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
-			mu.Lock()
-			defer mu.Unlock()
-			pair, err := tls.LoadX509KeyPair(filepath.Join(c.SecretsDir, instanceapi.SecretTLSCert),
-				filepath.Join(c.SecretsDir, instanceapi.SecretTLSKey))
-			pool := x509.NewCertPool()
-			b, rerr := os.ReadFile(filepath.Join(c.SecretsDir, instanceapi.SecretAPIClientCA))
-			if err != nil || rerr != nil || !pool.AppendCertsFromPEM(b) {
-				if last != nil {
-					return last, nil
-				}
-				return nil, fmt.Errorf("the server certificate or the client CA: %w", errors.Join(err, rerr))
-			}
-			last = &tls.Config{
-				MinVersion:   tls.VersionTLS12,
-				Certificates: []tls.Certificate{pair},
-				ClientAuth:   tls.VerifyClientCertIfGiven,
-				ClientCAs:    pool,
-			}
-			return last, nil
-		},
-	}
+	return pki.ReloadingServerConfig(filepath.Join(c.SecretsDir, instanceapi.SecretTLSCert),
+		filepath.Join(c.SecretsDir, instanceapi.SecretTLSKey), filepath.Join(c.SecretsDir, instanceapi.SecretAPIClientCA))
 }
 
 // withClientCertificate answers 401 to a call without a verified client

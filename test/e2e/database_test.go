@@ -889,6 +889,11 @@ func checkRotationUnderLoad(t *testing.T, ns, db string, app *v1alpha1.WebApp, a
 	}
 	url := fmt.Sprintf("http://%s:%d/", svc.Spec.ClusterIP, svc.Spec.Ports[0].Port)
 	load := framework.StartHTTPLoad(url, 100*time.Millisecond)
+	defer func() {
+		if ok, failures := load.Stop(); t.Failed() {
+			t.Logf("the app's answers: %d succeeded, the last %q; %d failures, the first: %q", ok, load.Last(), len(failures), failures[:min(5, len(failures))])
+		}
+	}()
 	updateDatabase(t, ns, db, func(d *v1alpha1.Database) {
 		if d.Annotations == nil {
 			d.Annotations = map[string]string{}
