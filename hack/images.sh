@@ -41,8 +41,10 @@ declare -A TAG=(
   [e2e-client]=localhost/daytwo-e2e-client:dev
   # The seed's WebApp runs nginx:1.25 as written; this stands in for it.
   [nginx]=docker.io/library/nginx:1.25,docker.io/library/nginx:latest
+  # Debian trixie's PgBouncer: a Database's pool (spec.pooler).
+  [pgbouncer]=localhost/pgbouncer:1.24
 )
-ALL=(pause busybox coredns local-path-provisioner postgres-15 postgres-17 postgres-18 daytwo demo-web demo-web-crash minio e2e-client nginx)
+ALL=(pause busybox coredns local-path-provisioner postgres-15 postgres-17 postgres-18 daytwo demo-web demo-web-crash minio e2e-client nginx pgbouncer)
 
 log() { printf '[images %s] %s\n' "$(date +%T)" "$*"; }
 
@@ -154,6 +156,25 @@ build_nginx() {
   echo "$want" >"$stamp"
 }
 
+# pgbouncer: Debian trixie's PgBouncer (the tests' too: hack/pgroot.sh
+# pgbouncer). The pod runs daytwo's pooler manager, copied in by an init
+# container, which runs PgBouncer as its child.
+build_pgbouncer() {
+  local stamp="$OUT/pgbouncer.stamp" want="recipe-1 trixie pgbouncer"
+  if [ -f "$OUT/pgbouncer.tar" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$want" ]; then
+    log "pgbouncer cached"; return
+  fi
+  local fs="$CACHE/pgbouncer-rootfs"
+  rm -rf "$fs"
+  log "debootstrap trixie with pgbouncer (about a minute)"
+  debootstrap --variant=minbase --include=pgbouncer trixie "$fs" http://deb.debian.org/debian >"$CACHE/debootstrap-pgbouncer.log" 2>&1 \
+    || { tail -20 "$CACHE/debootstrap-pgbouncer.log"; exit 1; }
+  rm -rf "$fs"/usr/share/{doc,man,info,locale} "$fs"/var/cache/apt/* "$fs"/var/lib/apt/lists/* "$fs"/var/log/*.log
+  hack/mkimg.sh "$fs" "${TAG[pgbouncer]}" "$OUT/pgbouncer.tar" null '["pgbouncer"]' '["PATH=/usr/sbin:/usr/bin:/sbin:/bin"]' >/dev/null
+  rm -rf "$fs"
+  echo "$want" >"$stamp"
+}
+
 build_postgres-15() { build_postgres 15; }
 build_postgres-17() { build_postgres 17; }
 build_postgres-18() { build_postgres 18; }
@@ -177,7 +198,7 @@ build() {
 deb=() cpu=()
 for name in "${want[@]}"; do
   [ -n "${TAG[$name]:-}" ] || { echo "images: unknown image $name" >&2; exit 2; }
-  case $name in postgres-* | nginx) deb+=("$name") ;; *) cpu+=("$name") ;; esac
+  case $name in postgres-* | nginx | pgbouncer) deb+=("$name") ;; *) cpu+=("$name") ;; esac
 done
 if [ ${#deb[@]} -gt 0 ]; then
   build "${deb[@]}" &

@@ -41,6 +41,7 @@ type operatorOptions struct {
 	concurrency             int
 	burst                   int
 	instanceImage           string
+	poolerImage             string
 	watchNamespaces         []string
 	webhook                 webhookOptions
 	zap                     zap.Options
@@ -78,6 +79,7 @@ func newOperatorCommand() *cobra.Command {
 	f.Float32Var(&o.qps, "kube-api-qps", 50, "Requests per second the operator may send to the API server.")
 	f.IntVar(&o.burst, "kube-api-burst", 100, "Burst of requests above kube-api-qps.")
 	f.StringVar(&o.instanceImage, "instance-image", operator.DefaultInstanceImage(), "daytwo image whose binary PostgreSQL pods run as their instance manager.")
+	f.StringVar(&o.poolerImage, "pooler-image", operator.DefaultPoolerImage, "PgBouncer image of Databases' pools (spec.pooler), unless a Database names one.")
 	f.IntVar(&o.webhook.port, "webhook-port", 0, "Port of the validating webhook; 0 serves none (config/default sets 9443).")
 	f.StringVar(&o.webhook.certDir, "webhook-cert-dir", "/tmp/daytwo-webhook", "Where the webhook's serving certificate is written.")
 	f.StringVar(&o.webhook.service, "webhook-service", "daytwo-webhook", "Service in the operator's namespace that reaches the webhook.")
@@ -150,7 +152,7 @@ func runOperator(cmd *cobra.Command, o *operatorOptions) error {
 		return fmt.Errorf("failed to create the manager: %w", err)
 	}
 	ctx := ctrl.SetupSignalHandler()
-	if err := operator.SetupControllers(ctx, mgr, operator.Options{InstanceImage: o.instanceImage, WatchNamespaces: o.watchNamespaces}); err != nil {
+	if err := operator.SetupControllers(ctx, mgr, operator.Options{InstanceImage: o.instanceImage, PoolerImage: o.poolerImage, WatchNamespaces: o.watchNamespaces}); err != nil {
 		return err
 	}
 	if webhookServer != nil {

@@ -49,6 +49,11 @@ type Host interface {
 	// APIToken is the token the instance managers ask of whoever changes
 	// them.
 	APIToken(ctx context.Context, db *v1alpha1.Database) (string, error)
+	// PausePools pauses db's connection pools (spec.pooler), waiting a
+	// bounded time for the transactions under way, and returns what
+	// resumes them: a switchover happens between the two, so clients of
+	// the pools wait instead of failing.
+	PausePools(ctx context.Context, db *v1alpha1.Database) (resume func(context.Context))
 }
 
 // targetOf is the Host's target for the pod of that name in v.

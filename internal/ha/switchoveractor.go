@@ -193,6 +193,11 @@ func (a *Actor) handOver(ctx context.Context, db *v1alpha1.Database, v *View, re
 		controller.Event(ctx, a.Recorder, db, nil, corev1.EventTypeWarning, v1alpha1.ReasonSwitchover, "Checkpoint",
 			"CHECKPOINT on %s before it steps down failed (its shutdown writes it): %v", from, err)
 	}
+	// The pools hold new transactions, once those under way finished,
+	// until the target serves: their clients wait instead of failing.
+	// They resume on every way out, after the pods' roles are labelled.
+	resume := a.Host.PausePools(ctx, db)
+	defer resume(context.WithoutCancel(ctx))
 	// -rw moves to the target only once it is promoted: until kube-proxy
 	// applies that, the old primary forwards new connections to the target
 	// (the instance manager's forwarder), which serves writes from its

@@ -64,6 +64,8 @@ func CacheOptions(namespaces ...string) cache.Options {
 type Options struct {
 	// InstanceImage is the daytwo image copied into PostgreSQL pods.
 	InstanceImage string
+	// PoolerImage is the PgBouncer image of Databases' pools.
+	PoolerImage string
 	// Clock drives schedules and deadlines; nil means the real clock.
 	Clock clock.PassiveClock
 	// WatchNamespaces are the namespaces of a namespaced install (the
@@ -80,10 +82,18 @@ func DefaultInstanceImage() string {
 	return "localhost/daytwo:dev"
 }
 
+// DefaultPoolerImage is the PgBouncer image pools run unless a Database
+// or --pooler-image names another: Debian trixie's PgBouncer, built
+// like the PostgreSQL images (hack/images.sh).
+const DefaultPoolerImage = "localhost/pgbouncer:1.24"
+
 // SetupControllers wires one controller per kind into mgr.
 func SetupControllers(ctx context.Context, mgr manager.Manager, opts Options) error {
 	if opts.InstanceImage == "" {
 		opts.InstanceImage = DefaultInstanceImage()
+	}
+	if opts.PoolerImage == "" {
+		opts.PoolerImage = DefaultPoolerImage
 	}
 	c := mgr.GetClient()
 	wa := &webapp.Reconciler{Client: c, APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("daytwo"),
@@ -92,7 +102,7 @@ func SetupControllers(ctx context.Context, mgr manager.Manager, opts Options) er
 		return fmt.Errorf("failed to set up the WebApp controller: %w", err)
 	}
 	if err := (&database.Reconciler{Client: c, APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("daytwo"),
-		InstanceImage: opts.InstanceImage, Clock: opts.Clock}).SetupWithManager(mgr); err != nil {
+		InstanceImage: opts.InstanceImage, PoolerImage: opts.PoolerImage, Clock: opts.Clock}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("failed to set up the Database controller: %w", err)
 	}
 	if err := (&databasebackup.Reconciler{Client: c, APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("daytwo"),

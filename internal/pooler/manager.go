@@ -40,9 +40,17 @@ type Manager struct {
 	// adminPassword is the console user's, made at start.
 	adminPassword string
 	// console serializes the console commands a switchover sends (a
-	// pause and its resume must not interleave with another's).
+	// pause and its resume must not interleave with another's), and
+	// guards unpause.
 	console sync.Mutex
+	// unpause resumes a pause whose resume never came (maxPause).
+	unpause *time.Timer
 }
+
+// maxPause is the longest a pause lasts: an operator that paused and
+// then lost the pod (a crash, a partition) must not leave its clients
+// waiting for good.
+const maxPause = 30 * time.Second
 
 // New prepares a manager; Run starts PgBouncer.
 func New(cfg Config, log logr.Logger) (*Manager, error) {
@@ -213,6 +221,16 @@ func (m *Manager) Pause(ctx context.Context, timeout time.Duration) error {
 	err := m.command(pctx, "PAUSE")
 	if err == nil {
 		m.log.Info("Paused pgbouncer")
+		if m.unpause != nil {
+			m.unpause.Stop()
+		}
+		m.unpause = time.AfterFunc(maxPause, func() {
+			if err := m.Resume(context.Background()); err != nil {
+				m.log.Error(err, "Failed to resume pgbouncer after the longest pause")
+				return
+			}
+			m.log.Info("Resumed pgbouncer by itself: no resume came", "after", maxPause)
+		})
 		return nil
 	}
 	// The console answers PAUSE once paused; a connection closed before
@@ -228,6 +246,10 @@ func (m *Manager) Pause(ctx context.Context, timeout time.Duration) error {
 func (m *Manager) Resume(ctx context.Context) error {
 	m.console.Lock()
 	defer m.console.Unlock()
+	if m.unpause != nil {
+		m.unpause.Stop()
+		m.unpause = nil
+	}
 	err := m.command(ctx, "RECONNECT", "RESUME")
 	if err != nil && strings.Contains(err.Error(), "not paused") {
 		err = nil

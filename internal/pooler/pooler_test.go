@@ -371,4 +371,3 @@ func grepPooler(m string) string {
 	}
 	return strings.Join(out, "\n")
 }
-

@@ -5,6 +5,8 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"slices"
 	"strings"
 	"testing"
@@ -892,6 +894,18 @@ func checkRotationUnderLoad(t *testing.T, ns, db string, app *v1alpha1.WebApp, a
 	defer func() {
 		if ok, failures := load.Stop(); t.Failed() {
 			t.Logf("the app's answers: %d succeeded, the last %q; %d failures, the first: %q", ok, load.Last(), len(failures), failures[:min(5, len(failures))])
+			pods := &corev1.PodList{}
+			_ = cluster.Client.List(context.Background(), pods, client.InNamespace(ns), client.MatchingLabels{"daytwo.dev/webapp": app.Name})
+			for _, p := range pods.Items {
+				resp, err := http.Get(fmt.Sprintf("http://%s:%d/", p.Status.PodIP, app.Spec.Port))
+				if err != nil {
+					t.Logf("pod %s: %v", p.Name, err)
+					continue
+				}
+				b, _ := io.ReadAll(resp.Body)
+				_ = resp.Body.Close()
+				t.Logf("pod %s answers %s: %s", p.Name, resp.Status, b)
+			}
 		}
 	}()
 	updateDatabase(t, ns, db, func(d *v1alpha1.Database) {

@@ -58,6 +58,9 @@ type Reconciler struct {
 	// InstanceImage is the daytwo image whose binary the init container
 	// copies into each PostgreSQL pod.
 	InstanceImage string
+	// PoolerImage is the PgBouncer image of spec.pooler's pools, unless
+	// the Database names one.
+	PoolerImage string
 	// UpgradeDeadline bounds an image rollout per instance; zero means DefaultUpgradeDeadline.
 	UpgradeDeadline time.Duration
 	Clock           clock.PassiveClock
@@ -82,9 +85,11 @@ const InstanceRefresh = 30 * time.Second
 // +kubebuilder:rbac:groups=daytwo.dev,resources=databases/finalizers,verbs=update
 // +kubebuilder:rbac:groups=daytwo.dev,resources=databasebackups,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=apps,resources=statefulsets,verbs=get;list;watch;create;patch
+// +kubebuilder:rbac:groups=apps,resources=deployments,verbs=get;list;watch;create;patch;delete
 // +kubebuilder:rbac:groups=apps,resources=controllerrevisions,verbs=get
 // +kubebuilder:rbac:groups=batch,resources=jobs,verbs=get;list;watch;create;patch;delete
-// +kubebuilder:rbac:groups="",resources=services;configmaps,verbs=get;list;watch;create;patch
+// +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;watch;create;patch
+// +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch;create;patch;delete
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;patch;delete
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;patch;delete
 // +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=get;list;watch;patch;delete
@@ -211,6 +216,7 @@ func (r *Reconciler) SetupWithManager(mgr manager.Manager) error {
 	return builder.ControllerManagedBy(mgr).
 		For(&v1alpha1.Database{}).
 		Owns(&appsv1.StatefulSet{}).
+		Owns(&appsv1.Deployment{}).
 		Owns(&batchv1.Job{}).
 		Owns(&corev1.Service{}).
 		// Metadata only: the operator never caches Secret data, nor every

@@ -186,6 +186,20 @@ func credentialsData(db *v1alpha1.Database, password string) map[string][]byte {
 	}
 }
 
+// setPoolerKeys adds to connection Secret data d the read-write pool's
+// host and a URI through it, for d's user, password and database, when
+// db has a pooler; else it removes them.
+func setPoolerKeys(db *v1alpha1.Database, d map[string][]byte) {
+	if db.Spec.Pooler == nil {
+		delete(d, v1alpha1.CredentialsPoolerHost)
+		delete(d, v1alpha1.CredentialsPoolerURI)
+		return
+	}
+	d[v1alpha1.CredentialsPoolerHost] = []byte(poolerHost(db))
+	d[v1alpha1.CredentialsPoolerURI] = []byte(connectionURI(string(d[v1alpha1.CredentialsUser]), string(d[v1alpha1.CredentialsPassword]),
+		poolerHost(db), string(d[v1alpha1.CredentialsPort]), string(d[v1alpha1.CredentialsDatabase])))
+}
+
 // connectionURI is the credentials Secret's uri: it verifies the server's
 // certificate, with the CA from the Secret's ca.crt (PGSSLROOTCERT, or
 // sslrootcert added by the client).

@@ -409,6 +409,7 @@ func roleSecretData(db *v1alpha1.Database, role, user, password string, ca []byt
 	if len(ca) > 0 {
 		d[v1alpha1.CredentialsCA] = ca
 	}
+	setPoolerKeys(db, d)
 	return d
 }
 

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
@@ -65,6 +66,10 @@ type findings struct {
 	// databases is where each of spec.databases stands (nil: not asked
 	// this reconcile).
 	databases []v1alpha1.LogicalDatabaseStatus
+	// pooler and poolerCondition are where spec.pooler's pools stand
+	// (nil: not looked at this reconcile, the last status stands).
+	pooler          *v1alpha1.PoolerStatus
+	poolerCondition *metav1.Condition
 }
 
 // setStatus rebuilds db's status from obs.
@@ -216,6 +221,15 @@ func setRolloutConditions(db *v1alpha1.Database, obs *observation, set func(stri
 				return v1alpha1.LogicalDatabaseStatus{Name: name, State: v1alpha1.RolePending}
 			},
 		}, &st.Conditions, set)
+	switch {
+	case db.Spec.Pooler == nil:
+		st.Pooler = nil
+		meta.RemoveStatusCondition(&st.Conditions, v1alpha1.ConditionPoolerReady)
+	case obs.found.poolerCondition != nil:
+		st.Pooler = obs.found.pooler
+		c := obs.found.poolerCondition
+		set(c.Type, c.Status == metav1.ConditionTrue, c.Reason, c.Message)
+	}
 }
 
 func phase(db *v1alpha1.Database, obs *observation, primaryReady bool) v1alpha1.DatabasePhase {

@@ -79,6 +79,7 @@ func (r *Reconciler) steps() []step {
 		{"role labels", just(r.roleLabels)},
 		{"roles", r.rolesPhase},
 		{"databases", r.databasesPhase},
+		{"pooler", r.poolerPhase},
 		{"configuration nudge", just(func(ctx context.Context, db *v1alpha1.Database, obs *observation) error {
 			return r.nudgePods(ctx, obs.Pods, configHash(db, obs.plan)+"/"+obs.found.tls.version)
 		})},

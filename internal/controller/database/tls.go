@@ -41,6 +41,9 @@ const (
 	// annCA, on the server certificate's Secret and the credentials
 	// Secret, is the fingerprint of the CA certificate they carry.
 	annCA = "daytwo.dev/ca"
+	// annPooler, on the credentials Secret, is the pool host its
+	// pooler keys name ("" for none).
+	annPooler = "daytwo.dev/pooler-host"
 )
 
 func caSecretName(db *v1alpha1.Database) string           { return db.Name + "-ca" }
@@ -112,66 +115,76 @@ func (r *Reconciler) reconcileTLS(ctx context.Context, db *v1alpha1.Database, ob
 // Database's CA when there is none, it expires within serverRenewal, or
 // its names or CA are not the current ones.
 func (r *Reconciler) ensureServerCertificate(ctx context.Context, db *v1alpha1.Database, obs *observation) error {
-	name := ownServerTLSSecretName(db)
+	st, err := r.ensureIssued(ctx, db, obs, ownServerTLSSecretName(db), db.PrimaryHost(), serverNames(db), "server certificate")
+	if err == nil && st != nil {
+		obs.found.tls = *st
+	}
+	return err
+}
+
+// ensureIssued keeps a certificate for names (cn its common name) in
+// Secret name, issued from the Database's CA: issued when there is none,
+// it expires within serverRenewal, or its names or CA are not the
+// current ones. A Secret that is not the Database's is a conflict (nil).
+func (r *Reconciler) ensureIssued(ctx context.Context, db *v1alpha1.Database, obs *observation, name, cn string, names []string, what string) (*tlsState, error) {
 	meta := metadataOf(corev1.SchemeGroupVersion.WithKind("Secret"), db.Namespace, name)
 	err := r.Client.Get(ctx, client.ObjectKeyFromObject(meta), meta)
 	if client.IgnoreNotFound(err) != nil {
-		return fmt.Errorf("failed to get Secret %s: %w", name, err)
+		return nil, fmt.Errorf("failed to get Secret %s: %w", name, err)
 	}
 	exists := err == nil
+	fingerprint := pki.Fingerprint([]byte(strings.Join(names, ",")))
 	if exists {
 		// A Database of this name deleted a moment ago left its
 		// certificate for the garbage collector: issue over it.
 		owner := metav1.GetControllerOf(meta)
 		if (owner == nil || owner.Kind != "Database" || owner.Name != db.Name) && meta.Labels[labelDatabase] != db.Name {
 			obs.found.conflict = fmt.Sprintf("Secret %s exists and does not belong to this Database", name)
-			return nil
+			return nil, nil
 		}
 		if owner != nil && owner.UID == db.UID {
-			if notAfter, ok := certificateCurrent(db, meta.Annotations, obs.now); ok {
-				obs.found.tls = tlsState{secret: name, version: meta.ResourceVersion, ca: meta.Annotations[annCA], notAfter: notAfter}
-				return nil
+			if notAfter, ok := certificateCurrent(fingerprint, meta.Annotations, obs.now); ok {
+				return &tlsState{secret: name, version: meta.ResourceVersion, ca: meta.Annotations[annCA], notAfter: notAfter}, nil
 			}
 		}
 	}
 	caCert, caKey, err := r.ensureCA(ctx, db, obs)
 	if err != nil || obs.found.conflict != "" {
-		return err
+		return nil, err
 	}
-	cert, key, err := pki.Issue(caCert, caKey, db.PrimaryHost(), serverNames(db), pki.Server, obs.now, serverValidity)
+	cert, key, err := pki.Issue(caCert, caKey, cn, names, pki.Server, obs.now, serverValidity)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	notAfter := obs.now.Add(serverValidity).UTC().Truncate(time.Second)
 	s := corev1ac.Secret(name, db.Namespace).
 		WithLabels(labels(db)).
 		WithAnnotations(map[string]string{
 			annNotAfter: notAfter.Format(time.RFC3339),
-			annNames:    namesFingerprint(db),
+			annNames:    fingerprint,
 			annCA:       pki.Fingerprint(caCert),
 		}).
 		WithOwnerReferences(ownerReference(db)).
 		WithType(corev1.SecretTypeTLS).
 		WithData(map[string][]byte{pki.TLSCert: cert, pki.TLSKey: key, pki.CACert: caCert})
 	if err := controller.Apply(ctx, r.Client, s, "Secret "+name); err != nil {
-		return err
+		return nil, err
 	}
 	verb := "Issued"
 	if exists {
 		verb = "Renewed"
 	}
 	controller.Event(ctx, r.Recorder, db, nil, corev1.EventTypeNormal, "Certificate"+verb, "IssueCertificate",
-		"%s the server certificate in Secret %s, valid until %s", verb, name, notAfter.Format(time.RFC3339))
-	obs.found.tls = tlsState{secret: name, version: ptr.Deref(s.ResourceVersion, ""), ca: pki.Fingerprint(caCert), notAfter: notAfter}
-	return nil
+		"%s the %s in Secret %s, valid until %s", verb, what, name, notAfter.Format(time.RFC3339))
+	return &tlsState{secret: name, version: ptr.Deref(s.ResourceVersion, ""), ca: pki.Fingerprint(caCert), notAfter: notAfter}, nil
 }
 
-// certificateCurrent says, from the annotations of the server
-// certificate's Secret, whether it was issued for db's current names and
-// stays valid beyond serverRenewal from now, and when it expires.
-func certificateCurrent(db *v1alpha1.Database, ann map[string]string, now time.Time) (time.Time, bool) {
+// certificateCurrent says, from the annotations of a certificate's
+// Secret, whether it was issued for the names whose fingerprint is given
+// and stays valid beyond serverRenewal from now, and when it expires.
+func certificateCurrent(names string, ann map[string]string, now time.Time) (time.Time, bool) {
 	notAfter, err := time.Parse(time.RFC3339, ann[annNotAfter])
-	return notAfter, err == nil && ann[annNames] == namesFingerprint(db) && ann[annCA] != "" && now.Add(serverRenewal).Before(notAfter)
+	return notAfter, err == nil && ann[annNames] == names && ann[annCA] != "" && now.Add(serverRenewal).Before(notAfter)
 }
 
 func namesFingerprint(db *v1alpha1.Database) string {
@@ -271,7 +284,12 @@ func (r *Reconciler) checkUserCertificate(ctx context.Context, db *v1alpha1.Data
 func (r *Reconciler) syncCredentialsCA(ctx context.Context, db *v1alpha1.Database, t tlsState) error {
 	name := db.CredentialsSecretName()
 	meta := metadataOf(corev1.SchemeGroupVersion.WithKind("Secret"), db.Namespace, name)
-	if err := r.Client.Get(ctx, client.ObjectKeyFromObject(meta), meta); err == nil && meta.Annotations[annCA] == t.ca {
+	pooled := ""
+	if db.Spec.Pooler != nil {
+		pooled = poolerHost(db)
+	}
+	if err := r.Client.Get(ctx, client.ObjectKeyFromObject(meta), meta); err == nil && meta.Annotations[annCA] == t.ca &&
+		meta.Annotations[annPooler] == pooled {
 		return nil
 	}
 	served := &corev1.Secret{}
@@ -286,11 +304,12 @@ func (r *Reconciler) syncCredentialsCA(ctx context.Context, db *v1alpha1.Databas
 	if creds.Annotations == nil {
 		creds.Annotations = map[string]string{}
 	}
-	creds.Annotations[annCA] = t.ca
+	creds.Annotations[annCA], creds.Annotations[annPooler] = t.ca, pooled
 	d := creds.Data
 	d[v1alpha1.CredentialsCA] = served.Data[pki.CACert]
 	d[v1alpha1.CredentialsURI] = []byte(connectionURI(string(d[v1alpha1.CredentialsUser]), string(d[v1alpha1.CredentialsPassword]),
 		string(d[v1alpha1.CredentialsHost]), string(d[v1alpha1.CredentialsPort]), string(d[v1alpha1.CredentialsDatabase])))
+	setPoolerKeys(db, d)
 	if err := r.Client.Patch(ctx, creds, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
 		return fmt.Errorf("failed to write the CA into Secret %s: %w", name, err)
 	}

@@ -32,7 +32,7 @@ func TestCertificateCurrent(t *testing.T) {
 		{"no CA recorded", with(annCA, ""), false},
 		{"no expiry recorded", with(annNotAfter, ""), false},
 	} {
-		if _, got := certificateCurrent(db, tc.ann, now); got != tc.want {
+		if _, got := certificateCurrent(namesFingerprint(db), tc.ann, now); got != tc.want {
 			t.Errorf("%s: current = %v, want %v", tc.name, got, tc.want)
 		}
 	}

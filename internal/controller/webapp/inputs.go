@@ -39,8 +39,10 @@ func (r *Reconciler) podInputs(ctx context.Context, app *v1alpha1.WebApp) (podIn
 			return in, "", fmt.Errorf("failed to get Database %s: %w", ref.Name, err)
 		case ref.Role != "" && !declaresLogin(db, ref.Role):
 			missing = append(missing, "login role "+ref.Role+" in Database "+ref.Name+"'s spec.roles")
+		case ref.Pooler && db.Spec.Pooler == nil:
+			missing = append(missing, "spec.pooler in Database "+ref.Name)
 		default:
-			in.databaseSecret = ref.SecretName()
+			in.databaseSecret, in.databasePooler = ref.SecretName(), ref.Pooler
 			in.databaseHold = databaseHold(db)
 			refs = append(refs, reference{Kind: kindSecret, Name: in.databaseSecret})
 		}

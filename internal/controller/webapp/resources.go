@@ -88,8 +88,10 @@ type podInputs struct {
 	selector map[string]string
 	// configHash covers every referenced ConfigMap and Secret.
 	configHash string
-	// databaseSecret is the credentials Secret of spec.databaseRef, if any.
+	// databaseSecret is the credentials Secret of spec.databaseRef, if
+	// any; databasePooler says the app connects through the pool.
 	databaseSecret string
+	databasePooler bool
 	// databaseHold says why a rollout waits for that Database, if it must.
 	databaseHold string
 }
@@ -223,8 +225,12 @@ func env(app *v1alpha1.WebApp, in podInputs) []corev1.EnvVar {
 	if in.databaseSecret == "" {
 		return out
 	}
+	uri, host := v1alpha1.CredentialsURI, v1alpha1.CredentialsHost
+	if in.databasePooler {
+		uri, host = v1alpha1.CredentialsPoolerURI, v1alpha1.CredentialsPoolerHost
+	}
 	for _, kv := range [][2]string{
-		{"DATABASE_URL", v1alpha1.CredentialsURI}, {"PGHOST", v1alpha1.CredentialsHost}, {"PGPORT", v1alpha1.CredentialsPort},
+		{"DATABASE_URL", uri}, {"PGHOST", host}, {"PGPORT", v1alpha1.CredentialsPort},
 		{"PGDATABASE", v1alpha1.CredentialsDatabase}, {"PGUSER", v1alpha1.CredentialsUser}, {"PGPASSWORD", v1alpha1.CredentialsPassword},
 	} {
 		out = append(out, corev1.EnvVar{Name: kv[0], ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
