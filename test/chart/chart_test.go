@@ -214,7 +214,7 @@ func TestChartMonitoringAndSchema(t *testing.T) {
 	if len(eps) != 1 || eps[0].(map[string]any)["scheme"] != "http" || eps[0].(map[string]any)["authorization"] != nil {
 		t.Errorf("the operator's PodMonitor with metrics.secure=false: %v", eps)
 	}
-	for _, key := range []string{"PodMonitor/other/daytwo-operator", "PodMonitor/other/daytwo-instances", "PrometheusRule/other/daytwo"} {
+	for _, key := range []string{"PodMonitor/other/daytwo-operator", "PodMonitor/other/daytwo-instances", "PodMonitor/other/daytwo-pooler", "PrometheusRule/other/daytwo"} {
 		if l, _, _ := unstructured.NestedString(chart[key], "metadata", "labels", "release"); l != "kps" {
 			t.Errorf("%s lacks the label release=kps", key)
 		}

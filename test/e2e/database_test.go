@@ -792,17 +792,21 @@ func TestDatabaseMediumUpgradeAndRollback(t *testing.T) {
 func checkAppVerifiesDatabase(t *testing.T, ns, db string) {
 	t.Helper()
 	updateDatabase(t, ns, db, func(d *v1alpha1.Database) {
-		d.Spec.Roles = []v1alpha1.DatabaseRole{{Name: "shop_reader", Login: true, InRoles: []string{"pg_read_all_data"},
+		// pg_read_all_stats: the app reads its own backend's pg_stat_ssl
+		// row as the twin login too (its session user).
+		d.Spec.Roles = []v1alpha1.DatabaseRole{{Name: "shop_reader", Login: true, InRoles: []string{"pg_read_all_data", "pg_read_all_stats"},
 			PasswordRotation: &v1alpha1.PasswordRotation{Schedule: "0 4 1 1 *"}}, {Name: "stock"}}
+		d.Spec.Pooler = &v1alpha1.PoolerSpec{Instances: ptr.To[int32](1)}
 		d.Spec.Databases = []v1alpha1.LogicalDatabase{
 			// pgvector in a schema of its own.
 			{Name: "app", Extensions: []v1alpha1.DatabaseExtension{{Name: "pg_trgm"}, {Name: "vector", Schema: "vectors"}}},
 			{Name: "inventory", Owner: "stock", Schemas: []v1alpha1.DatabaseSchema{{Name: "levels"}}},
 		}
 	})
-	waitDatabase(t, ns, db, time.Minute, "the roles and databases applied", func(d *v1alpha1.Database) bool {
+	waitDatabase(t, ns, db, 2*time.Minute, "the roles, databases and pooler ready", func(d *v1alpha1.Database) bool {
 		return hasCondition(v1alpha1.ConditionRolesReconciled, metav1.ConditionTrue, v1alpha1.ReasonRolesApplied)(d) &&
-			hasCondition(v1alpha1.ConditionDatabasesReconciled, metav1.ConditionTrue, v1alpha1.ReasonDatabasesApplied)(d)
+			hasCondition(v1alpha1.ConditionDatabasesReconciled, metav1.ConditionTrue, v1alpha1.ReasonDatabasesApplied)(d) &&
+			hasCondition(v1alpha1.ConditionPoolerReady, metav1.ConditionTrue, v1alpha1.ReasonPoolerReady)(d)
 	})
 	role := &corev1.Secret{}
 	if err := cluster.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: db + "-role-shop-reader"}, role); err != nil {
@@ -844,7 +848,9 @@ func checkAppVerifiesDatabase(t *testing.T, ns, db string) {
 		Spec: v1alpha1.WebAppSpec{
 			Image: e2eClientImage, ImagePullPolicy: corev1.PullNever, Port: 8080, Replicas: ptr.To[int32](1),
 			Args:        []string{"pg-app", "DATABASE_URL", "SELECT ssl::text || ':' || current_user || ':' || session_user FROM pg_stat_ssl WHERE pid = pg_backend_pid()"},
-			DatabaseRef: &v1alpha1.WebAppDatabaseRef{Name: db, Role: "shop_reader"},
+			// Through the pool: TLS verified against the pool's certificate,
+			// the role's verifier looked up by PgBouncer.
+			DatabaseRef: &v1alpha1.WebAppDatabaseRef{Name: db, Role: "shop_reader", Pooler: true},
 		},
 	}
 	if err := cluster.Client.Create(context.Background(), app); err != nil {
@@ -860,6 +866,13 @@ func checkAppVerifiesDatabase(t *testing.T, ns, db string) {
 		t.Fatal(err)
 	}
 
+	// Without spec.pooler the pool goes.
+	updateDatabase(t, ns, db, func(d *v1alpha1.Database) { d.Spec.Pooler = nil })
+	framework.Eventually(t, time.Minute, "the pool removed", func(ctx context.Context) (bool, error) {
+		err := cluster.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: db + "-pooler-rw"}, &corev1.Service{})
+		return apierrors.IsNotFound(err), client.IgnoreNotFound(err)
+	})
+
 	// Declared Absent, the role is dropped, then its Secret deleted.
 	updateDatabase(t, ns, db, func(d *v1alpha1.Database) {
 		d.Spec.Roles[0] = v1alpha1.DatabaseRole{Name: "shop_reader", Ensure: v1alpha1.RoleEnsureAbsent}
@@ -871,8 +884,8 @@ func checkAppVerifiesDatabase(t *testing.T, ns, db string) {
 		err := cluster.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: db + "-role-shop-reader"}, &corev1.Secret{})
 		return apierrors.IsNotFound(err), client.IgnoreNotFound(err)
 	})
-	if got := asSuperuser("SELECT count(*) FROM pg_roles WHERE rolname = 'shop_reader'"); got != "0" {
-		t.Errorf("the role declared Absent is still there")
+	if got := asSuperuser("SELECT count(*) FROM pg_roles WHERE rolname IN ('shop_reader', 'shop_reader_alt')"); got != "0" {
+		t.Errorf("the role declared Absent, or its rotation twin, is still there")
 	}
 }
 
