@@ -175,12 +175,15 @@ type figures struct {
 	// partitionGaps the -rw write gaps of the rounds that failed over.
 	partitions, splitAcks int
 	partitionGaps         []time.Duration
+	// pooled is what a writer through the pool saw (poolerRounds).
+	pooled *pooledFigures
 }
 
 // add is f and g together; the floor is the higher one.
 func (f figures) add(g figures) figures {
 	out := figures{gaps: map[string][]time.Duration{}, ready: map[string][]time.Duration{}, lost: f.lost + g.lost, floor: max(f.floor, g.floor),
-		partitions: f.partitions + g.partitions, splitAcks: f.splitAcks + g.splitAcks, partitionGaps: append(slices.Clone(f.partitionGaps), g.partitionGaps...)}
+		partitions: f.partitions + g.partitions, splitAcks: f.splitAcks + g.splitAcks, partitionGaps: append(slices.Clone(f.partitionGaps), g.partitionGaps...),
+		pooled: f.pooled.add(g.pooled)}
 	for _, x := range []figures{f, g} {
 		for k, v := range x.gaps {
 			out.gaps[k] = append(out.gaps[k], v...)
@@ -206,8 +209,8 @@ func TestBenchFailover(t *testing.T) {
 		rounds int
 		faults []fault
 		// partitions: the partition rounds run too (no filter, or one
-		// that names "partition").
-		partitions bool
+		// that names "partition"); pooler, the pooler rounds (the same).
+		partitions, pooler bool
 	}
 	// e.g. "2,3s,3s:10@delete+freeze": 2 instances async and 3 with sync
 	// required, every fault and the partition rounds BENCH_ROUNDS times;
@@ -221,13 +224,14 @@ func TestBenchFailover(t *testing.T) {
 		c, only, _ := strings.Cut(c, "@")
 		c, r, _ := strings.Cut(c, ":")
 		n, _ := strconv.Atoi(strings.TrimSuffix(c, "s"))
-		rs := runSpec{config: config{int32(n), strings.HasSuffix(c, "s")}, rounds: rounds, faults: faults, partitions: true}
+		rs := runSpec{config: config{int32(n), strings.HasSuffix(c, "s")}, rounds: rounds, faults: faults, partitions: true, pooler: true}
 		if r, err := strconv.Atoi(r); err == nil && r > 0 {
 			rs.rounds = r
 		}
 		if only != "" {
 			names := strings.Split(only, "+")
 			rs.partitions = slices.Contains(names, "partition")
+			rs.pooler = slices.Contains(names, "pooler")
 			rs.faults = slices.DeleteFunc(slices.Clone(faults), func(f fault) bool { return !slices.Contains(names, f.name) })
 		}
 		runs = append(runs, rs)
@@ -240,7 +244,7 @@ func TestBenchFailover(t *testing.T) {
 	for _, rs := range runs {
 		name := fmt.Sprintf("instances=%d sync=%v", rs.instances, rs.sync)
 		t.Run(name, func(t *testing.T) {
-			f := run(t, rs.instances, rs.sync, rs.rounds, rs.faults, rs.partitions)
+			f := run(t, rs.instances, rs.sync, rs.rounds, rs.faults, rs.partitions, rs.pooler)
 			if rs.sync && f.lost > 0 {
 				// Not a figure: synchronous replication promises this.
 				t.Errorf("sync required lost %d acknowledged writes", f.lost)
@@ -285,9 +289,9 @@ func TestBenchFailover(t *testing.T) {
 		if both.partitions > 0 {
 			split, partitionGap = strconv.Itoa(both.splitAcks), fmt.Sprintf("%.2f", pct(both.partitionGaps, 95).Seconds())
 		}
-		fmt.Printf("BENCH failover instances=%d delete_p95_s=%.2f freeze_p95_s=%.2f kill_p95_s=%.2f switchover_p95_s=%.2f restart_p95_s=%.2f upgrade_p95_s=%.2f lost_async=%s lost_sync=%s partition_split_acks=%s partition_gap_s=%s gaps=%s floor_s=%.2f\n",
+		fmt.Printf("BENCH failover instances=%d delete_p95_s=%.2f freeze_p95_s=%.2f kill_p95_s=%.2f switchover_p95_s=%.2f restart_p95_s=%.2f upgrade_p95_s=%.2f lost_async=%s lost_sync=%s partition_split_acks=%s partition_gap_s=%s %s gaps=%s floor_s=%.2f\n",
 			n, p95("delete"), p95("freeze"), p95("kill"), p95("switchover"), p95("restart"), p95("upgrade"),
-			lost(async, hasAsync), lost(syncF, hasSync), split, partitionGap, gapsMode, gaps.floor.Seconds())
+			lost(async, hasAsync), lost(syncF, hasSync), split, partitionGap, both.pooled.fields(), gapsMode, gaps.floor.Seconds())
 	}
 }
 
@@ -299,7 +303,7 @@ func mode(sync bool) string {
 }
 
 // run measures every fault rounds times on one Database.
-func run(t *testing.T, instances int32, sync bool, rounds int, faults []fault, partitions bool) figures {
+func run(t *testing.T, instances int32, sync bool, rounds int, faults []fault, partitions, pooler bool) figures {
 	ctx := context.Background()
 	ns := cluster.Namespace(t)
 	const db = "bench"
@@ -403,6 +407,9 @@ func run(t *testing.T, instances int32, sync bool, rounds int, faults []fault, p
 	}
 	if partitions {
 		f = partitionRounds(t, ns, db, instances, w, f)
+	}
+	if pooler {
+		f = poolerRounds(t, ns, db, rounds, f)
 	}
 	res := w.Stop(t)
 	lost := res.Lost(cluster.ReadIDs(t, ns, "psql", "client", rw, "acks"))

@@ -9,6 +9,8 @@
 //	                                 names, with the libpq environment's TLS settings, and answers its result)
 //	e2e-client writer CONNINFO TABLE
 //	                                (the failover tests' application: see writer.go)
+//	e2e-client pooled-writer CONNINFO TABLE
+//	                                (the same through a pool: one connection kept)
 package main
 
 import (
@@ -45,7 +47,9 @@ func main() {
 	case "pg-app":
 		err = pgApp(os.Getenv(os.Args[2]), os.Args[3])
 	case "writer":
-		err = writer(os.Args[2], os.Args[3])
+		err = writer(os.Args[2], os.Args[3], false)
+	case "pooled-writer":
+		err = writer(os.Args[2], os.Args[3], true)
 	default:
 		err = fmt.Errorf("unknown command %q", os.Args[1])
 	}

@@ -31,9 +31,11 @@ type Writer struct {
 
 // WriterResult is what a Writer recorded.
 type WriterResult struct {
-	// Acked holds the acknowledged ids in order, and Times when each was acknowledged.
-	Acked []int
-	Times []time.Time
+	// Acked holds the acknowledged ids in order, Times when each was
+	// acknowledged and Starts when each was begun.
+	Acked  []int
+	Times  []time.Time
+	Starts []time.Time
 	// Attempts counts every write tried, Failed the ones not acknowledged.
 	Attempts, Failed int
 	// Failures are the failed attempts, in order.
@@ -43,6 +45,16 @@ type WriterResult struct {
 
 // StartWriter creates table (id int) through conninfo and starts writing to it.
 func (c *Cluster) StartWriter(t *testing.T, ns, pod, container, conninfo, table string) *Writer {
+	return c.startWriter(t, ns, pod, container, conninfo, table, "writer")
+}
+
+// StartPooledWriter is StartWriter for a client of a pool: one connection
+// kept, each write waited for up to 5 s (a paused pool holds it).
+func (c *Cluster) StartPooledWriter(t *testing.T, ns, pod, container, conninfo, table string) *Writer {
+	return c.startWriter(t, ns, pod, container, conninfo, table, "pooled-writer")
+}
+
+func (c *Cluster) startWriter(t *testing.T, ns, pod, container, conninfo, table, mode string) *Writer {
 	t.Helper()
 	c.ExecOK(t, ns, pod, container, "psql", conninfo, "-v", "ON_ERROR_STOP=1", "-qtAc",
 		fmt.Sprintf("CREATE TABLE IF NOT EXISTS %s (id int PRIMARY KEY)", table))
@@ -59,8 +71,8 @@ func (c *Cluster) StartWriter(t *testing.T, ns, pod, container, conninfo, table 
 	// The program's files (test/e2e/client/writer.go): it writes while
 	// /tmp/writer-run exists, and logs to /tmp/writer.log.
 	c.ExecOK(t, ns, pod, container, "sh", "-c",
-		`rm -f /tmp/writer.log; touch /tmp/writer-run; nohup /tmp/e2e-client writer "$0" "$1" </dev/null >/tmp/writer.err 2>&1 &`,
-		conninfo, table)
+		`rm -f /tmp/writer.log; touch /tmp/writer-run; nohup /tmp/e2e-client "$2" "$0" "$1" </dev/null >/tmp/writer.err 2>&1 &`,
+		conninfo, table, mode)
 	return &Writer{c: c, ns: ns, pod: pod, container: container, started: time.Now()}
 }
 
@@ -145,9 +157,40 @@ func (w *Writer) parse(t *testing.T, log string) WriterResult {
 			continue
 		}
 		r.Acked = append(r.Acked, id)
-		r.Times = append(r.Times, time.Unix(0, int64(sec*1e9)))
+		end := time.Unix(0, int64(sec*1e9))
+		r.Times = append(r.Times, end)
+		start := end
+		if len(f) > 3 {
+			if s, err := strconv.ParseFloat(f[3], 64); err == nil {
+				start = time.Unix(0, int64(s*1e9))
+			}
+		}
+		r.Starts = append(r.Starts, start)
 	}
 	return r
+}
+
+// Latencies are how long the acknowledged writes begun in [from, to]
+// took.
+func (r WriterResult) Latencies(from, to time.Time) []time.Duration {
+	var out []time.Duration
+	for i, s := range r.Starts {
+		if !s.Before(from) && !s.After(to) {
+			out = append(out, r.Times[i].Sub(s))
+		}
+	}
+	return out
+}
+
+// FailedIn counts the failed attempts that ended in [from, to].
+func (r WriterResult) FailedIn(from, to time.Time) int {
+	n := 0
+	for _, f := range r.Failures {
+		if !f.End.Before(from) && !f.End.After(to) {
+			n++
+		}
+	}
+	return n
 }
 
 // Failure is one write attempt that was not acknowledged.
