@@ -104,6 +104,15 @@ const (
 	CredentialsPoolerURI  = "pooler-uri"
 )
 
+// PoolerProblem says why db's pooler cannot run as declared, or "".
+func (d *Database) PoolerProblem() string {
+	if d.Spec.Pooler != nil && d.Spec.TLS != nil && d.Spec.TLS.ServerCertificate != nil {
+		return "a pool serves a certificate from the Database's own CA, which clients of spec.tls.serverCertificate's CA cannot verify; " +
+			"use the pool without a certificate of your own, for now"
+	}
+	return ""
+}
+
 // PoolerName is the Deployment, Service and PodDisruptionBudget of a
 // pool: readOnly false is the read-write one.
 func (d *Database) PoolerName(readOnly bool) string {

@@ -149,6 +149,19 @@ const DefaultRotationGrace = time.Hour
 // alternates with.
 func RotationTwin(role string) string { return role + "_alt" }
 
+// TwinProblem says why role's password cannot rotate (its twin's name),
+// or "".
+func TwinProblem(role string) string {
+	twin := RotationTwin(role)
+	switch {
+	case len(twin) > 63:
+		return "its twin login " + twin + " would be longer than PostgreSQL's 63 characters"
+	case strings.HasPrefix(twin, "pg_") || strings.HasPrefix(twin, "daytwo_"):
+		return "its twin login " + twin + " would take a prefix PostgreSQL or daytwo keeps"
+	}
+	return ""
+}
+
 // AnnotationRotatePrefix, followed by a role's name, on a Database, asks
 // for one rotation of that role's generated password: an RFC 3339 time
 // later than the role Secret's last rotation.

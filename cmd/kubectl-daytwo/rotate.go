@@ -34,6 +34,8 @@ func rotatePasswordCmd(e *env) *cobra.Command {
 				return fmt.Errorf("role %s cannot log in: it has no password to rotate", role)
 			case db.Spec.Roles[i].PasswordSecret != nil:
 				return fmt.Errorf("role %s's password is Secret %s's: change it there", role, db.Spec.Roles[i].PasswordSecret.Name)
+			case v1alpha1.TwinProblem(role) != "":
+				return fmt.Errorf("role %s's password cannot rotate: %s", role, v1alpha1.TwinProblem(role))
 			}
 			var last time.Time
 			for _, s := range db.Status.Roles {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/daytwo-dev/daytwo/internal/instanceapi"
+	"github.com/daytwo-dev/daytwo/internal/pooler"
 )
 
 // Config is everything the instance manager needs to know; the operator
@@ -210,8 +211,9 @@ func (c *Config) managedConf(role instanceapi.Role, host string, port int, floor
 }
 
 // hbaConf allows the superuser only over the local socket, by peer with an
-// ident map, and everyone else only with scram-sha-256 passwords. Nothing is
-// trusted. The socket's directory is private (0700) to the instance
+// ident map, the pools' auth role only in database postgres (where its
+// one function is), and everyone else only with scram-sha-256 passwords.
+// Nothing is trusted. The socket's directory is private (0700) to the instance
 // manager's user, so the map can let that user, whatever its name, in as
 // postgres. With tls, network connections must use TLS: a plaintext one
 // matches no line and is refused.
@@ -226,6 +228,8 @@ local   all          postgres                     peer map=daytwo
 local   all          all                          scram-sha-256
 ` + host + ` replication  ` + replicationUser + `           all      scram-sha-256
 ` + host + ` all          postgres            all      reject
+` + host + ` postgres     ` + pooler.AuthUser + `       all      scram-sha-256
+host    all          ` + pooler.AuthUser + `       all      reject
 ` + host + ` all          all                 all      scram-sha-256
 `
 }

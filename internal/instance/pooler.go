@@ -19,18 +19,42 @@ import (
 func (m *Manager) handlePoolerAuth(w http.ResponseWriter, r *http.Request) {
 	var req instanceapi.PoolerAuthRequest
 	check := func() error {
-		if len(req.Password) < 16 {
+		if len(req.Password) < 16 && !req.Absent {
 			return errors.New("the pooler's password must be at least 16 characters")
 		}
 		return nil
 	}
 	m.serveOnPrimary(w, r, "the pooler's role", &req, check, 20*time.Second, "postgres", func(ctx context.Context, conn *pgx.Conn) (any, error) {
-		changed, err := EnsurePoolerAuth(ctx, conn, req.Password)
+		var changed []string
+		var err error
+		if req.Absent {
+			changed, err = disablePoolerAuth(ctx, conn)
+		} else {
+			changed, err = EnsurePoolerAuth(ctx, conn, req.Password)
+		}
 		if len(changed) > 0 {
 			m.log.Info("Made the pooler's role and function", "changed", changed)
 		}
 		return map[string][]string{"changed": changed}, err
 	})
+}
+
+// disablePoolerAuth keeps the pools' role from logging in once the pools
+// are gone.
+func disablePoolerAuth(ctx context.Context, conn *pgx.Conn) ([]string, error) {
+	var login bool
+	var stored *string
+	err := conn.QueryRow(ctx, "SELECT rolcanlogin, rolpassword FROM pg_catalog.pg_authid WHERE rolname = $1", pooler.AuthUser).Scan(&login, &stored)
+	if errors.Is(err, pgx.ErrNoRows) || err == nil && !login && stored == nil {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("failed to read role %s: %w", pooler.AuthUser, err)
+	}
+	if err := execQuietly(ctx, conn, "ALTER ROLE "+pgx.Identifier{pooler.AuthUser}.Sanitize()+" NOLOGIN PASSWORD NULL"); err != nil {
+		return nil, err
+	}
+	return []string{"role disabled"}, nil
 }
 
 // poolerAuthFunction answers PgBouncer's auth_query: the verifier of a

@@ -83,6 +83,12 @@ func applyRoles(ctx context.Context, conn *pgx.Conn, roles []instanceapi.Declare
 			continue
 		}
 		have, ok := live[want.Name]
+		if want.ActAs != "" && ok && have.actAs == "" {
+			// Not a twin daytwo made (it sets role at once): someone's own.
+			out[i].Exists, out[i].Error = true, fmt.Sprintf("role %s exists and is not %s's rotation twin (its logins do not SET ROLE %s); drop or rename it",
+				want.Name, want.ActAs, want.ActAs)
+			continue
+		}
 		changed, sql, err := roleStatement(want, have, ok)
 		if err != nil {
 			out[i].Error = err.Error()
@@ -129,7 +135,7 @@ func applyRoles(ctx context.Context, conn *pgx.Conn, roles []instanceapi.Declare
 		out[i].Changed = []string{"dropped"}
 	}
 	for i, want := range roles {
-		if !want.EndSessions || want.Login || out[i].Error != "" {
+		if !want.EndSessions || out[i].Error != "" {
 			continue
 		}
 		var ended int

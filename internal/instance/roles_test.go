@@ -158,6 +158,19 @@ func TestDeclaredRolesAreMadeKeptAndDropped(t *testing.T) {
 		t.Fatalf("%s forbidden memberships were granted", got)
 	}
 
+	// A role of that name made by hand is not taken for a rotation twin.
+	in.superuser("CREATE ROLE analytics_alt LOGIN PASSWORD 'someone-elses'")
+	var res3 instanceapi.RolesResult
+	post(t, in, instanceapi.PathRoles, apiToken, instanceapi.RolesRequest{Roles: []instanceapi.DeclaredRole{
+		{Name: "analytics_alt", Login: true, Inherit: true, ConnectionLimit: -1, Password: "taken-over", InRoles: []string{"analytics"}, ActAs: "analytics"},
+	}}, &res3)
+	if len(res3.Roles) != 1 || !strings.Contains(res3.Roles[0].Error, "is not analytics's rotation twin") {
+		t.Fatalf("a hand-made analytics_alt: %+v", res3.Roles)
+	}
+	if err := in.execAs(ctx, "analytics_alt", "someone-elses", "SELECT 1"); err != nil {
+		t.Fatalf("the hand-made role was changed: %v", err)
+	}
+
 	// Without the API token, nothing.
 	if code := post(t, in, instanceapi.PathRoles, "wrong-token", instanceapi.RolesRequest{Roles: roles}, nil); code != http.StatusUnauthorized {
 		t.Fatalf("POST %s with a wrong token answered %d, want 401", instanceapi.PathRoles, code)

@@ -50,14 +50,16 @@ func (c *Client) ResumePooler(ctx context.Context, t Target) error {
 // superuser, a replication role or daytwo's own. A replica answers 409.
 const PathPoolerAuth = "/pooler-auth"
 
-// PoolerAuthRequest is the body of POST /pooler-auth.
+// PoolerAuthRequest is the body of POST /pooler-auth. Absent (the pool
+// removed) leaves the role unable to log in.
 type PoolerAuthRequest struct {
-	Password string `json:"password"`
+	Password string `json:"password,omitempty"`
+	Absent   bool   `json:"absent,omitempty"`
 }
 
 // PoolerAuth asks the primary at t for the pooler's role and function.
-func (c *Client) PoolerAuth(ctx context.Context, t Target, token, password string) error {
-	return c.post(ctx, t, PathPoolerAuth, token, PoolerAuthRequest{Password: password}, nil, 30*time.Second)
+func (c *Client) PoolerAuth(ctx context.Context, t Target, token string, req PoolerAuthRequest) error {
+	return c.post(ctx, t, PathPoolerAuth, token, req, nil, 30*time.Second)
 }
 
 // PoolerFlags are `daytwo pooler run`'s flags: the operator renders them

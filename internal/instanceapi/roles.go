@@ -41,8 +41,9 @@ type DeclaredRole struct {
 	// role), which it must be a member of: a rotation's twin acts as the
 	// declared role. Empty: none.
 	ActAs string `json:"actAs,omitempty"`
-	// EndSessions ends the role's sessions (a role that may no longer
-	// log in, after a rotation's grace period).
+	// EndSessions ends the role's sessions: a login that may no longer
+	// log in (a rotation's grace period ended), or one a rotation reuses
+	// (sessions from its previous password).
 	EndSessions bool `json:"endSessions,omitempty"`
 }
 

@@ -94,7 +94,7 @@ func (c *Config) ini() string {
 * = host=%s port=%d auth_user=%s
 
 [pgbouncer]
-listen_addr = 0.0.0.0
+listen_addr = *
 listen_port = %d
 unix_socket_dir = %s
 auth_type = hba

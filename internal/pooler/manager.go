@@ -43,8 +43,10 @@ type Manager struct {
 	// pause and its resume must not interleave with another's), and
 	// guards unpause.
 	console sync.Mutex
-	// unpause resumes a pause whose resume never came (maxPause).
+	// unpause resumes a pause whose resume never came (maxPause); pauses
+	// counts the pauses, so a timer of an earlier one resumes nothing.
 	unpause *time.Timer
+	pauses  int
 }
 
 // maxPause is the longest a pause lasts: an operator that paused and
@@ -224,13 +226,9 @@ func (m *Manager) Pause(ctx context.Context, timeout time.Duration) error {
 		if m.unpause != nil {
 			m.unpause.Stop()
 		}
-		m.unpause = time.AfterFunc(maxPause, func() {
-			if err := m.Resume(context.Background()); err != nil {
-				m.log.Error(err, "Failed to resume pgbouncer after the longest pause")
-				return
-			}
-			m.log.Info("Resumed pgbouncer by itself: no resume came", "after", maxPause)
-		})
+		m.pauses++
+		pause := m.pauses
+		m.unpause = time.AfterFunc(maxPause, func() { m.resumeStale(pause) })
 		return nil
 	}
 	// The console answers PAUSE once paused; a connection closed before
@@ -239,6 +237,32 @@ func (m *Manager) Pause(ctx context.Context, timeout time.Duration) error {
 		err = errors.Join(err, rerr)
 	}
 	return fmt.Errorf("the pause did not complete within %s: %w", timeout, err)
+}
+
+// resumeStale resumes pause number pause when no resume came for it,
+// trying until PgBouncer answers (a pool left paused holds every client).
+func (m *Manager) resumeStale(pause int) {
+	for attempt := 0; ; attempt++ {
+		m.console.Lock()
+		if m.pauses != pause || m.unpause == nil {
+			m.console.Unlock()
+			return // resumed, or paused again since
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err := m.command(ctx, "RECONNECT", "RESUME")
+		cancel()
+		if err == nil || strings.Contains(err.Error(), "not paused") {
+			m.unpause = nil
+			m.console.Unlock()
+			m.log.Info("Resumed pgbouncer by itself: no resume came", "after", maxPause)
+			return
+		}
+		m.console.Unlock()
+		if attempt%10 == 0 {
+			m.log.Error(err, "Failed to resume pgbouncer after the longest pause; trying again")
+		}
+		time.Sleep(time.Second)
+	}
 }
 
 // Resume closes every server connection as it comes back (they reach

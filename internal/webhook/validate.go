@@ -121,6 +121,9 @@ func ValidateDatabase(db *v1alpha1.Database) error {
 	}
 	errs = append(errs, validateDurability(spec, db)...)
 	errs = append(errs, validateRoles(spec.Child("roles"), db)...)
+	if why := db.PoolerProblem(); why != "" {
+		errs = append(errs, field.Invalid(spec.Child("pooler"), "", why))
+	}
 	for i := range db.Spec.Databases {
 		if why := db.DatabaseProblem(i); why != "" {
 			errs = append(errs, field.Invalid(spec.Child("databases").Index(i), db.Spec.Databases[i].Name, why))
@@ -150,6 +153,9 @@ func validateRoles(path *field.Path, db *v1alpha1.Database) field.ErrorList {
 		}
 		if rot := r.PasswordRotation; rot != nil {
 			errs = append(errs, validateSchedule(path.Index(i).Child("passwordRotation", "schedule"), rot.Schedule, "")...)
+			if why := v1alpha1.TwinProblem(r.Name); why != "" {
+				errs = append(errs, field.Invalid(path.Index(i).Child("passwordRotation"), r.Name, why))
+			}
 		}
 	}
 	return errs

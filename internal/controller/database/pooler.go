@@ -71,7 +71,13 @@ func poolerPodLabels(db *v1alpha1.Database, readOnly bool) map[string]string {
 // field is gone.
 func (r *Reconciler) poolerPhase(ctx context.Context, db *v1alpha1.Database, obs *observation) (stepResult, error) {
 	if db.Spec.Pooler == nil {
-		return stepResult{}, r.removePools(ctx, db, false, true)
+		return r.removePooler(ctx, db, obs)
+	}
+	if why := db.PoolerProblem(); why != "" {
+		obs.found.pooler = &v1alpha1.PoolerStatus{}
+		obs.found.poolerCondition = &metav1.Condition{Type: v1alpha1.ConditionPoolerReady, Status: metav1.ConditionFalse,
+			Reason: v1alpha1.ReasonInvalidSpec, Message: "spec.pooler: " + why}
+		return stepResult{}, r.removePools(ctx, db, bothPools(db), false)
 	}
 	if msg, err := r.ensureSecret(ctx, db, poolerSecretName(db), func(pw string) map[string][]byte {
 		return map[string][]byte{v1alpha1.CredentialsPassword: []byte(pw)}
@@ -86,7 +92,7 @@ func (r *Reconciler) poolerPhase(ctx context.Context, db *v1alpha1.Database, obs
 	authErr := r.askPoolerAuth(ctx, db, obs)
 	for _, readOnly := range []bool{false, true} {
 		if readOnly && !db.Spec.Pooler.ReadOnly {
-			if err := r.removePools(ctx, db, true, false); err != nil {
+			if err := r.removePools(ctx, db, []string{db.PoolerName(true)}, false); err != nil {
 				return stepResult{}, err
 			}
 			continue
@@ -114,7 +120,7 @@ func (r *Reconciler) askPoolerAuth(ctx context.Context, db *v1alpha1.Database, o
 	if err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: poolerSecretName(db)}, s); err != nil {
 		return fmt.Errorf("failed to get Secret %s: %w", poolerSecretName(db), err)
 	}
-	if err := r.Instances.PoolerAuth(ctx, t, token, string(s.Data[v1alpha1.CredentialsPassword])); err != nil {
+	if err := r.Instances.PoolerAuth(ctx, t, token, instanceapi.PoolerAuthRequest{Password: string(s.Data[v1alpha1.CredentialsPassword])}); err != nil {
 		return fmt.Errorf("the primary %s did not make the pooler's role: %w", obs.Primary, err)
 	}
 	return nil
@@ -143,13 +149,31 @@ func (r *Reconciler) applyPool(ctx context.Context, db *v1alpha1.Database, obs *
 		policyv1ac.ExtractPodDisruptionBudget, "PodDisruptionBudget "+name)
 }
 
-// removePools deletes the pools' objects (the read-only one, and with
-// all the read-write one and the Secrets too).
-func (r *Reconciler) removePools(ctx context.Context, db *v1alpha1.Database, readOnly, all bool) error {
-	names := []string{db.PoolerName(readOnly)}
-	if all {
-		names = []string{db.PoolerName(false), db.PoolerName(true)}
+// removePooler removes the pools, then, once the primary made the auth
+// role unable to log in, its Secrets (which say there is a role to
+// disable).
+func (r *Reconciler) removePooler(ctx context.Context, db *v1alpha1.Database, obs *observation) (stepResult, error) {
+	if err := r.removePools(ctx, db, bothPools(db), false); err != nil {
+		return stepResult{}, err
 	}
+	secret := metadataOf(corev1.SchemeGroupVersion.WithKind("Secret"), db.Namespace, poolerSecretName(db))
+	if err := r.Client.Get(ctx, client.ObjectKeyFromObject(secret), secret); err != nil {
+		return stepResult{}, client.IgnoreNotFound(err)
+	}
+	t, token, err := r.primaryTarget(ctx, db, obs)
+	if err == nil {
+		err = r.Instances.PoolerAuth(ctx, t, token, instanceapi.PoolerAuthRequest{Absent: true})
+	}
+	if err != nil {
+		// Tried again: the role keeps its login until then.
+		return stepResult{requeue: rolesRetry}, nil //nolint:nilerr // waits for the primary, as declared roles do
+	}
+	return stepResult{}, r.removePools(ctx, db, nil, true)
+}
+
+// removePools deletes the named pools' Deployments, Services and
+// budgets, and with secrets the pools' Secrets.
+func (r *Reconciler) removePools(ctx context.Context, db *v1alpha1.Database, names []string, secrets bool) error {
 	for _, name := range names {
 		for kind, obj := range map[string]client.Object{
 			"Deployment": &appsv1.Deployment{}, "Service": &corev1.Service{}, "PodDisruptionBudget": &policyv1.PodDisruptionBudget{},
@@ -161,7 +185,7 @@ func (r *Reconciler) removePools(ctx context.Context, db *v1alpha1.Database, rea
 			}
 		}
 	}
-	if !all {
+	if !secrets {
 		return nil
 	}
 	for _, name := range []string{poolerSecretName(db), poolerTLSSecretName(db)} {
@@ -171,6 +195,9 @@ func (r *Reconciler) removePools(ctx context.Context, db *v1alpha1.Database, rea
 	}
 	return nil
 }
+
+// bothPools are the names of a Database's two pools.
+func bothPools(db *v1alpha1.Database) []string { return []string{db.PoolerName(false), db.PoolerName(true)} }
 
 // poolerFlags are a pool's `daytwo pooler run` flags.
 func poolerFlags(db *v1alpha1.Database, readOnly bool) instanceapi.PoolerFlags {
@@ -254,7 +281,7 @@ func (r *Reconciler) poolDeployment(db *v1alpha1.Database, obs *observation, rea
 					// The pool needs nothing of the API server.
 					WithAutomountServiceAccountToken(false).
 					WithSecurityContext(corev1ac.PodSecurityContext().
-						WithRunAsNonRoot(true).WithRunAsUser(65532).WithRunAsGroup(65532).
+						WithRunAsNonRoot(true).WithRunAsUser(65532).WithRunAsGroup(65532).WithFSGroup(65532).
 						WithSeccompProfile(corev1ac.SeccompProfile().WithType(corev1.SeccompProfileTypeRuntimeDefault))).
 					WithAffinity(corev1ac.Affinity().WithPodAntiAffinity(corev1ac.PodAntiAffinity().
 						WithPreferredDuringSchedulingIgnoredDuringExecution(corev1ac.WeightedPodAffinityTerm().WithWeight(100).

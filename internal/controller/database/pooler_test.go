@@ -128,20 +128,22 @@ func TestPoolerObjects(t *testing.T) {
 		return false, nil
 	})
 
-	// Without readOnly the read-only pool goes; without spec.pooler, all
-	// of it, and the credentials Secret no longer names a pool.
+	// Without readOnly the read-only pool goes; without spec.pooler, the
+	// pools, and the credentials Secret no longer names one.
 	update(t, db, func(db *v1alpha1.Database) { db.Spec.Pooler.ReadOnly = false })
 	eventually(t, "the read-only pool removed", func() (bool, error) {
 		_, err := get(ns, "orders-pooler-ro", &appsv1.Deployment{})
 		_, serr := get(ns, "orders-pooler-ro", &corev1.Service{})
 		return apierrors.IsNotFound(err) && apierrors.IsNotFound(serr), nil
 	})
+	// The auth role's Secret stays until a primary made the role unable to
+	// log in (none runs here).
 	update(t, db, func(db *v1alpha1.Database) { db.Spec.Pooler = nil })
 	eventually(t, "the pooler removed", func() (bool, error) {
 		_, err := get(ns, "orders-pooler-rw", &appsv1.Deployment{})
 		_, serr := get(ns, "orders-pooler", &corev1.Secret{})
 		s, cerr := get(ns, "orders-credentials", &corev1.Secret{})
-		return apierrors.IsNotFound(err) && apierrors.IsNotFound(serr) && cerr == nil && s.Data["pooler-uri"] == nil, nil
+		return apierrors.IsNotFound(err) && serr == nil && cerr == nil && s.Data["pooler-uri"] == nil, nil
 	})
 	eventually(t, "PoolerReady and status.pooler gone", func() (bool, error) {
 		db, err := get(ns, "orders", &v1alpha1.Database{})

@@ -31,7 +31,9 @@ func (h haHost) PausePools(ctx context.Context, db *v1alpha1.Database) func(cont
 // resume is lost resumes by itself: internal/pooler's maxPause.)
 func (r *Reconciler) pausePools(ctx context.Context, db *v1alpha1.Database) func(context.Context) {
 	noop := func(context.Context) {}
-	if db.Spec.Pooler == nil {
+	// In session mode PAUSE waits for clients to disconnect, which they
+	// do not: the switchover would wait out the timeout for nothing.
+	if db.Spec.Pooler == nil || db.Spec.Pooler.PoolMode == v1alpha1.PoolModeSession {
 		return noop
 	}
 	targets, err := r.poolTargets(ctx, db)

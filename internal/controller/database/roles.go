@@ -87,6 +87,11 @@ func (r *Reconciler) reconcileRoles(ctx context.Context, db *v1alpha1.Database, 
 			}
 			st.SecretName, a.secretVersion = secret.Name, secret.ResourceVersion
 			rs := rotationOf(secret, role.Name)
+			if role.PasswordSecret != nil {
+				// The user's password is the role's own: its twin, if a
+				// rotation made one, no longer logs in.
+				rs.user = role.Name
+			}
 			logins = rs.logins(role, pw, obs.now)
 			due, next, problem := rotationDue(db, i, role, rs, secret.CreationTimestamp.Time, obs.now)
 			rotationStatus(st, rs, next)
@@ -356,7 +361,11 @@ func (r *Reconciler) ensureRoleSecret(ctx context.Context, db *v1alpha1.Database
 			return nil, "", "", err
 		}
 	}
-	data := roleSecretData(db, role.Name, rotationOf(s, role.Name).user, want, ca)
+	user := rotationOf(s, role.Name).user
+	if role.PasswordSecret != nil {
+		user = role.Name
+	}
+	data := roleSecretData(db, role.Name, user, want, ca)
 	if maps.EqualFunc(s.Data, data, bytes.Equal) && s.Annotations[annCA] == obs.found.tls.ca {
 		return s, want, "", nil
 	}

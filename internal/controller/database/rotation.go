@@ -115,6 +115,8 @@ func rotationDue(db *v1alpha1.Database, i int, role v1alpha1.DatabaseRole, rs ro
 	if raw, ok := db.Annotations[v1alpha1.AnnotationRotatePrefix+role.Name]; ok {
 		at, err := time.Parse(time.RFC3339, raw)
 		switch {
+		case at.After(last) && v1alpha1.TwinProblem(role.Name) != "":
+			problem = fmt.Sprintf("annotation %s%s: the password cannot rotate: %s", v1alpha1.AnnotationRotatePrefix, role.Name, v1alpha1.TwinProblem(role.Name))
 		case err != nil:
 			problem = fmt.Sprintf("annotation %s%s must be an RFC 3339 time", v1alpha1.AnnotationRotatePrefix, role.Name)
 		case role.PasswordSecret != nil:
@@ -129,6 +131,9 @@ func rotationDue(db *v1alpha1.Database, i int, role v1alpha1.DatabaseRole, rs ro
 	sched, err := schedule.Parse(role.PasswordRotation.Schedule, "")
 	if err != nil {
 		return due, time.Time{}, fmt.Sprintf("spec.roles[%d].passwordRotation.schedule: %v", i, err)
+	}
+	if why := v1alpha1.TwinProblem(role.Name); why != "" {
+		return false, time.Time{}, fmt.Sprintf("spec.roles[%d].passwordRotation: %s", i, why)
 	}
 	next = sched.Next(last)
 	return due || !next.After(now), next, problem
@@ -167,7 +172,8 @@ func startRotation(role v1alpha1.DatabaseRole, rs rotation, logins []instanceapi
 		l := &logins[i]
 		l.Login, l.EndSessions = true, false
 		if l.Name == p.user {
-			l.Password, l.KeepPassword = pw, false
+			// Sessions it still has are from its previous password.
+			l.Password, l.KeepPassword, l.EndSessions = pw, false, true
 		} else {
 			l.Password, l.KeepPassword = "", true
 		}
