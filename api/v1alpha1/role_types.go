@@ -162,7 +162,7 @@ func TwinProblem(role string) string {
 	return ""
 }
 
-// AnnotationRotatePrefix, followed by a role's name, on a Database, asks
+// AnnotationRotatePrefix is followed by a role's name: on a Database, it asks
 // for one rotation of that role's generated password: an RFC 3339 time
 // later than the role Secret's last rotation.
 const AnnotationRotatePrefix = "rotate.daytwo.dev/"

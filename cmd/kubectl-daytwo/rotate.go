@@ -29,7 +29,7 @@ func rotatePasswordCmd(e *env) *cobra.Command {
 			i := slices.IndexFunc(db.Spec.Roles, func(r v1alpha1.DatabaseRole) bool { return r.Name == role })
 			switch {
 			case i < 0:
-				return fmt.Errorf("Database %s declares no role %s in spec.roles", db.Name, role)
+				return fmt.Errorf("no role %s in spec.roles of Database %s", role, db.Name)
 			case !db.Spec.Roles[i].Login || db.Spec.Roles[i].Ensure == v1alpha1.RoleEnsureAbsent:
 				return fmt.Errorf("role %s cannot log in: it has no password to rotate", role)
 			case db.Spec.Roles[i].PasswordSecret != nil:

@@ -207,7 +207,8 @@ func (a *Actor) handOver(ctx context.Context, db *v1alpha1.Database, v *View, re
 		instanceapi.DemoteRequest{To: to, Request: request.UTC().Format(time.RFC3339)})
 	if err != nil {
 		a.answerSwitchover(ctx, db, rec, v1alpha1.SwitchoverFailed, "the primary did not step down: "+err.Error())
-		return reconcile.Result{RequeueAfter: time.Second}, nil //nolint:nilerr // answered in the switchover's status; the Database is fine
+		// Answered in the switchover's status; the Database is fine.
+		return reconcile.Result{RequeueAfter: time.Second}, nil
 	}
 	rec.LSN = res.LSN
 	v.Primary = to

@@ -6,8 +6,10 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -847,7 +849,7 @@ func checkAppVerifiesDatabase(t *testing.T, ns, db string) {
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "shop"},
 		Spec: v1alpha1.WebAppSpec{
 			Image: e2eClientImage, ImagePullPolicy: corev1.PullNever, Port: 8080, Replicas: ptr.To[int32](1),
-			Args:        []string{"pg-app", "DATABASE_URL", "SELECT ssl::text || ':' || current_user || ':' || session_user FROM pg_stat_ssl WHERE pid = pg_backend_pid()"},
+			Args: []string{"pg-app", "DATABASE_URL", "SELECT ssl::text || ':' || current_user || ':' || session_user FROM pg_stat_ssl WHERE pid = pg_backend_pid()"},
 			// Through the pool: TLS verified against the pool's certificate,
 			// the role's verifier looked up by PgBouncer.
 			DatabaseRef: &v1alpha1.WebAppDatabaseRef{Name: db, Role: "shop_reader", Pooler: true},
@@ -902,7 +904,7 @@ func checkRotationUnderLoad(t *testing.T, ns, db string, app *v1alpha1.WebApp, a
 	if err := cluster.Client.Get(context.Background(), client.ObjectKeyFromObject(app), svc); err != nil {
 		t.Fatal(err)
 	}
-	url := fmt.Sprintf("http://%s:%d/", svc.Spec.ClusterIP, svc.Spec.Ports[0].Port)
+	url := "http://" + net.JoinHostPort(svc.Spec.ClusterIP, strconv.Itoa(int(svc.Spec.Ports[0].Port))) + "/"
 	load := framework.StartHTTPLoad(url, 100*time.Millisecond)
 	defer func() {
 		if ok, failures := load.Stop(); t.Failed() {
@@ -910,7 +912,7 @@ func checkRotationUnderLoad(t *testing.T, ns, db string, app *v1alpha1.WebApp, a
 			pods := &corev1.PodList{}
 			_ = cluster.Client.List(context.Background(), pods, client.InNamespace(ns), client.MatchingLabels{"daytwo.dev/webapp": app.Name})
 			for _, p := range pods.Items {
-				resp, err := http.Get(fmt.Sprintf("http://%s:%d/", p.Status.PodIP, app.Spec.Port))
+				resp, err := http.Get("http://" + net.JoinHostPort(p.Status.PodIP, strconv.Itoa(int(app.Spec.Port))) + "/")
 				if err != nil {
 					t.Logf("pod %s: %v", p.Name, err)
 					continue

@@ -197,7 +197,9 @@ func (r *Reconciler) removePools(ctx context.Context, db *v1alpha1.Database, nam
 }
 
 // bothPools are the names of a Database's two pools.
-func bothPools(db *v1alpha1.Database) []string { return []string{db.PoolerName(false), db.PoolerName(true)} }
+func bothPools(db *v1alpha1.Database) []string {
+	return []string{db.PoolerName(false), db.PoolerName(true)}
+}
 
 // poolerFlags are a pool's `daytwo pooler run` flags.
 func poolerFlags(db *v1alpha1.Database, readOnly bool) instanceapi.PoolerFlags {

@@ -231,9 +231,9 @@ func roleVersion(role v1alpha1.DatabaseRole, secretVersion string, logins []inst
 	}
 	//nolint:errchkjson // what the API server decoded marshals; a failure only makes the next change look applied
 	spec, _ := json.Marshal(struct {
-		Role   v1alpha1.DatabaseRole
-		Logins []instanceapi.DeclaredRole
-		Secret string
+		Role          v1alpha1.DatabaseRole
+		Logins        []instanceapi.DeclaredRole
+		SecretVersion string
 	}{role, blank, secretVersion})
 	sum := sha256.Sum256(spec)
 	return hex.EncodeToString(sum[:8])
