@@ -130,49 +130,48 @@ build_postgres() {
   rm -rf "$fs"
   echo "$want" >"$stamp"
 }
+# debian_image NAME SUITE PACKAGE RECIPE SHAPE ENTRYPOINT CMD [ENV]: an
+# image of PACKAGE from Debian SUITE, debootstrapped once per RECIPE;
+# SHAPE (a function) adjusts the root filesystem given as its argument.
+debian_image() {
+  local name=$1 suite=$2 pkg=$3 recipe=$4 shape=$5 entrypoint=$6 cmd=$7 env=${8:-}
+  local stamp="$OUT/$name.stamp" want="$recipe $suite $pkg"
+  if [ -f "$OUT/$name.tar" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$want" ]; then
+    log "$name cached"; return
+  fi
+  local fs="$CACHE/$name-rootfs"
+  rm -rf "$fs"
+  log "debootstrap $suite with $pkg (about a minute)"
+  debootstrap --variant=minbase --include="$pkg" "$suite" "$fs" http://deb.debian.org/debian >"$CACHE/debootstrap-$name.log" 2>&1 \
+    || { tail -20 "$CACHE/debootstrap-$name.log"; exit 1; }
+  "$shape" "$fs"
+  rm -rf "$fs"/usr/share/{doc,man,info,locale} "$fs"/var/cache/apt/* "$fs"/var/lib/apt/lists/* "$fs"/var/log/*.log
+  hack/mkimg.sh "$fs" "${TAG[$name]}" "$OUT/$name.tar" "$entrypoint" "$cmd" ${env:+"$env"} >/dev/null
+  rm -rf "$fs"
+  echo "$want" >"$stamp"
+}
+
 # nginx: Debian's nginx, shaped like the official image where it matters to
 # a pod's security context: it starts as root (no USER), binds port 80,
 # chowns its temp directories and drops to an unprivileged user for its
 # workers, and logs to stdout and stderr.
-build_nginx() {
-  local stamp="$OUT/nginx.stamp" want="recipe-1 bookworm nginx-light"
-  if [ -f "$OUT/nginx.tar" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$want" ]; then
-    log "nginx cached"; return
-  fi
-  local fs="$CACHE/nginx-rootfs"
-  rm -rf "$fs"
-  log "debootstrap bookworm with nginx-light (about a minute)"
-  debootstrap --variant=minbase --include=nginx-light bookworm "$fs" http://deb.debian.org/debian >"$CACHE/debootstrap-nginx.log" 2>&1 \
-    || { tail -20 "$CACHE/debootstrap-nginx.log"; exit 1; }
+shape_nginx() {
+  local fs=$1
   # IPv4 only: a pod network without IPv6 would refuse [::]:80.
   sed -i '/listen \[::\]:80/d' "$fs/etc/nginx/sites-available/default"
   grep -q 'listen 80 default_server' "$fs/etc/nginx/sites-available/default" \
     || { echo "images: nginx's default site does not listen on 80" >&2; exit 1; }
   ln -sf /dev/stdout "$fs/var/log/nginx/access.log"
   ln -sf /dev/stderr "$fs/var/log/nginx/error.log"
-  rm -rf "$fs"/usr/share/{doc,man,info,locale} "$fs"/var/cache/apt/* "$fs"/var/lib/apt/lists/* "$fs"/var/log/*.log
-  hack/mkimg.sh "$fs" "${TAG[nginx]}" "$OUT/nginx.tar" null '["nginx","-g","daemon off;"]' >/dev/null
-  rm -rf "$fs"
-  echo "$want" >"$stamp"
 }
+build_nginx() { debian_image nginx bookworm nginx-light recipe-1 shape_nginx null '["nginx","-g","daemon off;"]'; }
 
 # pgbouncer: Debian trixie's PgBouncer (the tests' too: hack/pgroot.sh
 # pgbouncer). The pod runs daytwo's pooler manager, copied in by an init
 # container, which runs PgBouncer as its child.
+shape_pgbouncer() { :; }
 build_pgbouncer() {
-  local stamp="$OUT/pgbouncer.stamp" want="recipe-1 trixie pgbouncer"
-  if [ -f "$OUT/pgbouncer.tar" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$want" ]; then
-    log "pgbouncer cached"; return
-  fi
-  local fs="$CACHE/pgbouncer-rootfs"
-  rm -rf "$fs"
-  log "debootstrap trixie with pgbouncer (about a minute)"
-  debootstrap --variant=minbase --include=pgbouncer trixie "$fs" http://deb.debian.org/debian >"$CACHE/debootstrap-pgbouncer.log" 2>&1 \
-    || { tail -20 "$CACHE/debootstrap-pgbouncer.log"; exit 1; }
-  rm -rf "$fs"/usr/share/{doc,man,info,locale} "$fs"/var/cache/apt/* "$fs"/var/lib/apt/lists/* "$fs"/var/log/*.log
-  hack/mkimg.sh "$fs" "${TAG[pgbouncer]}" "$OUT/pgbouncer.tar" null '["pgbouncer"]' '["PATH=/usr/sbin:/usr/bin:/sbin:/bin"]' >/dev/null
-  rm -rf "$fs"
-  echo "$want" >"$stamp"
+  debian_image pgbouncer trixie pgbouncer recipe-1 shape_pgbouncer null '["pgbouncer"]' '["PATH=/usr/sbin:/usr/bin:/sbin:/bin"]'
 }
 
 build_postgres-15() { build_postgres 15; }

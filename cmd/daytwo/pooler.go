@@ -34,10 +34,7 @@ func newPoolerCommand() *cobra.Command {
 			// SIGTERM (pod deletion) shuts PgBouncer down safely.
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
 			defer stop()
-			m, err := pooler.New(pooler.Config{
-				Target: fl.Target, TargetPort: fl.TargetPort, ListenPort: fl.ListenPort, PoolMode: fl.PoolMode,
-				DefaultPoolSize: fl.DefaultPoolSize, MaxClientConn: fl.MaxClientConn, SecretsDir: fl.SecretsDir, RunDir: fl.RunDir,
-				Program: fl.Program, ServerLoginRetry: fl.ServerLoginRetry,
+			m, err := pooler.New(pooler.Config{PoolerFlags: fl,
 				APIAddr:     net.JoinHostPort("", strconv.Itoa(instanceapi.Port)),
 				MetricsAddr: net.JoinHostPort("", strconv.Itoa(instanceapi.MetricsPort)),
 			}, zap.New(zap.UseDevMode(false)).WithName("pooler"))

@@ -20,7 +20,8 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
-	"time"
+
+	"github.com/daytwo-dev/daytwo/internal/instanceapi"
 )
 
 // AuthUser is the role PgBouncer looks verifiers up as.
@@ -48,31 +49,18 @@ const (
 	SecretClientCA = "client-ca.crt"
 )
 
-// Config is what `daytwo pooler run` is given.
+// Config is what `daytwo pooler run` is given: its flags (Target is the
+// Service PgBouncer connects to, and the name it verifies PostgreSQL's
+// certificate against; SecretsDir holds the projected Secret files;
+// RunDir is the pod's private, writable directory; ServerLoginRetry is
+// short, so a failover's new primary is found at once), and where the
+// manager serves.
 type Config struct {
-	// Target is the Service PgBouncer connects to (<db>-rw or -ro), and
-	// the name it verifies PostgreSQL's certificate against.
-	Target     string
-	TargetPort int
-	// ListenPort is where PgBouncer serves clients.
-	ListenPort      int
-	PoolMode        string
-	DefaultPoolSize int
-	MaxClientConn   int
-	// SecretsDir holds the projected Secret files; RunDir is the pod's
-	// private, writable directory (configuration, socket).
-	SecretsDir string
-	RunDir     string
-	// Program is PgBouncer's path.
-	Program string
+	instanceapi.PoolerFlags
 	// APIAddr serves the operator (mutual TLS); MetricsAddr serves
 	// /metrics in plain HTTP.
 	APIAddr     string
 	MetricsAddr string
-	// ServerLoginRetry is how soon PgBouncer tries a server again after a
-	// failed connection: short, so a failover's new primary is found at
-	// once.
-	ServerLoginRetry time.Duration
 	// Credential runs PgBouncer as another user (tests run as root, which
 	// PgBouncer refuses); nil in a pod.
 	Credential *syscall.Credential

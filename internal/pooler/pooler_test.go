@@ -110,9 +110,9 @@ func startRig(t *testing.T, pgSettings ...string) *rig {
 	apiPort, metricsPort := testpg.FreePort(t), testpg.FreePort(t)
 	r.api, r.metrics = fmt.Sprintf("127.0.0.1:%d", apiPort), fmt.Sprintf("127.0.0.1:%d", metricsPort)
 	var cred = testpg.RunnerCredential(t)
-	cfg := pooler.Config{Target: "localhost", TargetPort: r.pg.Port, ListenPort: r.port, PoolMode: "transaction",
+	cfg := pooler.Config{PoolerFlags: instanceapi.PoolerFlags{Target: "localhost", TargetPort: r.pg.Port, ListenPort: r.port, PoolMode: "transaction",
 		DefaultPoolSize: 10, MaxClientConn: 1100, SecretsDir: secrets, RunDir: run, Program: bin,
-		ServerLoginRetry: 250 * time.Millisecond, APIAddr: r.api, MetricsAddr: r.metrics}
+		ServerLoginRetry: 250 * time.Millisecond}, APIAddr: r.api, MetricsAddr: r.metrics}
 	if cred != nil {
 		cfg.Credential = cred.Credential
 	}
