@@ -74,7 +74,9 @@ func (c *Config) secret(name string) string {
 }
 
 // ini is PgBouncer's configuration. Every value comes from flags the
-// operator validated or from fixed names; none from a client.
+// operator validated or from fixed names; none from a client. Every TLS
+// side names its CA file: without one, PgBouncer loads the system's CA
+// bundle, which the image does not have, and refuses to start.
 func (c *Config) ini() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, `;; Written by the daytwo pooler manager at every start; edits are lost.
@@ -103,6 +105,7 @@ ignore_startup_parameters = extra_float_digits
 client_tls_sslmode = require
 client_tls_cert_file = %s
 client_tls_key_file = %s
+client_tls_ca_file = %s
 client_tls_protocols = tlsv1.2,tlsv1.3
 server_tls_sslmode = verify-full
 server_tls_ca_file = %s
@@ -113,7 +116,7 @@ log_pooler_errors = 1
 stats_period = 15
 `, c.Target, c.TargetPort, AuthUser, c.ListenPort, c.RunDir, c.hbaPath(), c.userlistPath(), AuthUser, AuthQuery, adminUser,
 		c.PoolMode, c.DefaultPoolSize, c.MaxClientConn, c.ServerLoginRetry.Seconds(),
-		c.secret(SecretTLSCert), c.secret(SecretTLSKey), c.secret(SecretServerCA))
+		c.secret(SecretTLSCert), c.secret(SecretTLSKey), c.secret(SecretClientCA), c.secret(SecretServerCA))
 	return b.String()
 }
 
