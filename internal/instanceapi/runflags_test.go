@@ -46,3 +46,11 @@ func TestRunFlagsLeaveOutZero(t *testing.T) {
 		t.Errorf("defaults not applied: database %q, shutdown timeout %s", got.Database, got.ShutdownTimeout)
 	}
 }
+
+// What the operator renders for `pooler run`, the daytwo binary parses
+// back to the same values, every flag included.
+func TestPoolerFlagsRoundTrip(t *testing.T) {
+	want := instanceapi.PoolerFlags{Target: "orders-rw.shop.svc", TargetPort: 5433, ListenPort: 6432, PoolMode: "session",
+		DefaultPoolSize: 7, MaxClientConn: 99, SecretsDir: "/s", RunDir: "/r", Program: "/usr/sbin/pgbouncer", ServerLoginRetry: time.Second}
+	flagtest.RoundTrip(t, want, instanceapi.PoolerFlags.Args, (*instanceapi.PoolerFlags).Bind)
+}
