@@ -180,6 +180,11 @@ func podTemplate(app *v1alpha1.WebApp, in podInputs) *corev1ac.PodTemplateSpecAp
 	return t
 }
 
+// preStopSeconds is how long a stopping pod keeps serving before its
+// container is signalled: the time for its endpoint's removal to reach
+// every node.
+const preStopSeconds = 5
+
 func container(app *v1alpha1.WebApp, in podInputs) *corev1ac.ContainerApplyConfiguration {
 	c := corev1ac.Container().
 		WithName(containerName).
@@ -195,6 +200,11 @@ func container(app *v1alpha1.WebApp, in podInputs) *corev1ac.ContainerApplyConfi
 		// message it did not write, so a crash explains itself in the
 		// WebApp's conditions (see diagnose).
 		WithTerminationMessagePolicy(corev1.TerminationMessageFallbackToLogsOnError).
+		// A pod being replaced keeps serving while kube-proxy and the
+		// ingress take it out of the Service; stopped at once, requests
+		// sent to it meanwhile hang or fail.
+		WithLifecycle(corev1ac.Lifecycle().WithPreStop(corev1ac.LifecycleHandler().
+			WithSleep(corev1ac.SleepAction().WithSeconds(preStopSeconds)))).
 		WithSecurityContext(overlay[corev1ac.SecurityContextApplyConfiguration](&corev1.SecurityContext{
 			AllowPrivilegeEscalation: ptr.To(false),
 			Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
