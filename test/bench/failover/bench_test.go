@@ -409,7 +409,7 @@ func run(t *testing.T, instances int32, sync bool, rounds int, faults []fault, p
 		f = partitionRounds(t, ns, db, instances, w, f)
 	}
 	if pooler {
-		f = poolerRounds(t, ns, db, rounds, f)
+		f = poolerRounds(t, ns, db, rounds, f, whole)
 	}
 	res := w.Stop(t)
 	lost := res.Lost(cluster.ReadIDs(t, ns, "psql", "client", rw, "acks"))

@@ -53,7 +53,7 @@ func (p *pooledFigures) fields() string {
 // poolerRounds puts a pool in front of db and, with a writer through it
 // (as an application of the pool: one connection, transaction mode),
 // switches over rounds times and deletes the primary's pod rounds times.
-func poolerRounds(t *testing.T, ns, db string, rounds int, f figures) figures {
+func poolerRounds(t *testing.T, ns, db string, rounds int, f figures, whole func() (*v1alpha1.Database, bool)) figures {
 	ctx := context.Background()
 	patchDatabase(t, ns, db, func(d *v1alpha1.Database) { d.Spec.Pooler = &v1alpha1.PoolerSpec{Instances: ptr.To[int32](1)} })
 	current := func() *v1alpha1.Database {
@@ -83,6 +83,13 @@ func poolerRounds(t *testing.T, ns, db string, rounds int, f figures) figures {
 				now := current()
 				return now.Status.Primary != before.Status.Primary && now.Status.Ready &&
 					(fl.settled == nil || fl.settled(before, now)) && w.Read(t).WrittenSince(time.Now().Add(-time.Second)), nil
+			})
+			// Every instance back and streaming before the next round: a
+			// primary deleted while its replica still clones is a double
+			// failure.
+			framework.Eventually(t, 5*time.Minute, "pooler "+name+": whole again", func(context.Context) (bool, error) {
+				_, ok := whole()
+				return ok, nil
 			})
 			time.Sleep(2 * time.Second)
 			end := time.Now()
