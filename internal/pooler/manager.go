@@ -221,22 +221,35 @@ func (m *Manager) Pause(ctx context.Context, timeout time.Duration) error {
 	pctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	err := m.command(pctx, "PAUSE")
-	if err == nil {
+	if err == nil || strings.Contains(err.Error(), "already") {
+		// Paused (again): whatever resumes it, the longest pause counts
+		// from now.
 		m.log.Info("Paused pgbouncer")
-		if m.unpause != nil {
-			m.unpause.Stop()
-		}
-		m.pauses++
-		pause := m.pauses
-		m.unpause = time.AfterFunc(maxPause, func() { m.resumeStale(pause) })
+		m.armResume(maxPause)
 		return nil
 	}
 	// The console answers PAUSE once paused; a connection closed before
-	// that leaves PgBouncer pausing, so it is told to resume.
-	if rerr := m.command(context.Background(), "RESUME"); rerr != nil && !strings.Contains(rerr.Error(), "not paused") {
+	// that leaves PgBouncer pausing, so it is told to resume, and
+	// resumes by itself should that fail too.
+	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer rcancel()
+	if rerr := m.command(rctx, "RESUME"); rerr != nil && !strings.Contains(rerr.Error(), "not paused") {
 		err = errors.Join(err, rerr)
+		m.armResume(time.Second)
 	}
 	return fmt.Errorf("the pause did not complete within %s: %w", timeout, err)
+}
+
+// armResume makes the current pause resume by itself after d (m.console
+// held): a newer pause replaces the timer, and the count keeps an older
+// one that fires anyway from resuming it.
+func (m *Manager) armResume(d time.Duration) {
+	if m.unpause != nil {
+		m.unpause.Stop()
+	}
+	m.pauses++
+	pause := m.pauses
+	m.unpause = time.AfterFunc(d, func() { m.resumeStale(pause) })
 }
 
 // resumeStale resumes pause number pause when no resume came for it,
@@ -254,34 +267,40 @@ func (m *Manager) resumeStale(pause int) {
 		if err == nil || strings.Contains(err.Error(), "not paused") {
 			m.unpause = nil
 			m.console.Unlock()
-			m.log.Info("Resumed pgbouncer by itself: no resume came", "after", maxPause)
+			m.log.Info("Resumed pgbouncer by itself: no resume came, or it failed")
 			return
 		}
 		m.console.Unlock()
 		if attempt%10 == 0 {
-			m.log.Error(err, "Failed to resume pgbouncer after the longest pause; trying again")
+			m.log.Error(err, "Failed to resume pgbouncer; trying again")
 		}
 		time.Sleep(time.Second)
 	}
 }
 
 // Resume closes every server connection as it comes back (they reach
-// the old primary) and resumes the pools.
+// the old primary) and resumes the pools. A resume that fails leaves the
+// pool to resume by itself within a second, and then again until it
+// does.
 func (m *Manager) Resume(ctx context.Context) error {
 	m.console.Lock()
 	defer m.console.Unlock()
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	err := m.command(rctx, "RECONNECT", "RESUME")
+	if err != nil && strings.Contains(err.Error(), "not paused") {
+		err = nil
+	}
+	if err != nil {
+		m.armResume(time.Second)
+		return err
+	}
 	if m.unpause != nil {
 		m.unpause.Stop()
 		m.unpause = nil
 	}
-	err := m.command(ctx, "RECONNECT", "RESUME")
-	if err != nil && strings.Contains(err.Error(), "not paused") {
-		err = nil
-	}
-	if err == nil {
-		m.log.Info("Resumed pgbouncer")
-	}
-	return err
+	m.log.Info("Resumed pgbouncer")
+	return nil
 }
 
 // Handler is the manager's API: the kubelet's probe, and the pause and

@@ -160,6 +160,9 @@ func (r *Reconciler) removePooler(ctx context.Context, db *v1alpha1.Database, ob
 	if err := r.Client.Get(ctx, client.ObjectKeyFromObject(secret), secret); err != nil {
 		return stepResult{}, client.IgnoreNotFound(err)
 	}
+	if !metav1.IsControlledBy(secret, db) {
+		return stepResult{}, nil // someone's own Secret of that name: no pool of ours
+	}
 	t, token, err := r.primaryTarget(ctx, db, obs)
 	if err == nil {
 		err = r.Instances.PoolerAuth(ctx, t, token, instanceapi.PoolerAuthRequest{Absent: true})
@@ -188,7 +191,9 @@ func (r *Reconciler) removePools(ctx context.Context, db *v1alpha1.Database, nam
 	if !secrets {
 		return nil
 	}
-	for _, name := range []string{poolerSecretName(db), poolerTLSSecretName(db)} {
+	// The auth role's Secret last: while it exists, removePooler comes
+	// back to finish.
+	for _, name := range []string{poolerTLSSecretName(db), poolerSecretName(db)} {
 		if err := controller.DeleteOwned(ctx, r.Client, db, metadataOf(corev1.SchemeGroupVersion.WithKind("Secret"), db.Namespace, name), "Secret"); err != nil {
 			return err
 		}

@@ -361,7 +361,8 @@ func (r *Reconciler) ensureRoleSecret(ctx context.Context, db *v1alpha1.Database
 			return nil, "", "", err
 		}
 	}
-	user := rotationOf(s, role.Name).user
+	rs := rotationOf(s, role.Name)
+	user := rs.user
 	if role.PasswordSecret != nil {
 		user = role.Name
 	}
@@ -373,6 +374,13 @@ func (r *Reconciler) ensureRoleSecret(ctx context.Context, db *v1alpha1.Database
 	s.Data = data
 	if s.Annotations == nil {
 		s.Annotations = map[string]string{}
+	}
+	if user != rs.user {
+		// A rotated role moved to a password of the user's own: the twin
+		// the Secret held keeps working for a grace period, as after a
+		// rotation, while clients move to the role.
+		s.Annotations[annPreviousUser] = rs.user
+		s.Annotations[annGraceEnds] = obs.now.Add(v1alpha1.DefaultRotationGrace).UTC().Format(time.RFC3339)
 	}
 	s.Annotations[annCA] = obs.found.tls.ca
 	if err := r.Client.Patch(ctx, s, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{})); err != nil {
