@@ -13,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
 )
@@ -30,13 +31,17 @@ func TestPoolerObjects(t *testing.T) {
 		db.Spec.Pooler = &v1alpha1.PoolerSpec{Instances: ptr.To[int32](3), ReadOnly: true, DefaultPoolSize: ptr.To[int32](15)}
 	}))
 	var rw *appsv1.Deployment
-	eventually(t, "both pools' Deployments", func() (bool, error) {
+	eventually(t, "both pools' Deployments, Services and budgets", func() (bool, error) {
 		var err error
 		if rw, err = get(ns, "orders-pooler-rw", &appsv1.Deployment{}); err != nil {
 			return false, ignoreNotFound(err)
 		}
-		_, err = get(ns, "orders-pooler-ro", &appsv1.Deployment{})
-		return err == nil, ignoreNotFound(err)
+		for _, obj := range []client.Object{&appsv1.Deployment{}, &corev1.Service{}, &policyv1.PodDisruptionBudget{}} {
+			if _, err := get(ns, "orders-pooler-ro", obj); err != nil {
+				return false, ignoreNotFound(err)
+			}
+		}
+		return true, nil
 	})
 	pod := rw.Spec.Template
 	c := pod.Spec.Containers[0]
