@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -301,13 +302,18 @@ func TestBackupScheduleRetentionAndRestore(t *testing.T) {
 
 func updateBackup(t *testing.T, ns, name string, mutate func(*v1alpha1.DatabaseBackup)) {
 	t.Helper()
-	b := &v1alpha1.DatabaseBackup{}
-	if err := cluster.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, b); err != nil {
-		t.Fatal(err)
-	}
-	mutate(b)
-	if err := cluster.Client.Update(context.Background(), b); err != nil {
-		t.Fatal(err)
+	// The operator writes the object too (its status, its finalizer): a
+	// conflict is read again, not a failure (CI saw one).
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		b := &v1alpha1.DatabaseBackup{}
+		if err := cluster.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, b); err != nil {
+			return err
+		}
+		mutate(b)
+		return cluster.Client.Update(context.Background(), b)
+	})
+	if err != nil {
+		t.Fatalf("update DatabaseBackup %s: %v", name, err)
 	}
 }
 

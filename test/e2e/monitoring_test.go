@@ -69,7 +69,7 @@ func startPrometheus(ctx context.Context) error {
 		}
 	}
 	var monitors []framework.PodMonitor
-	for _, f := range []string{"podmonitor-instances.yaml", "podmonitor-operator.yaml"} {
+	for _, f := range []string{"podmonitor-instances.yaml", "podmonitor-operator.yaml", "podmonitor-pooler.yaml"} {
 		var pm framework.PodMonitor
 		if err := framework.ReadYAML("config/monitoring/"+f, &pm); err != nil {
 			return err
