@@ -91,5 +91,5 @@ func (p *PoolerFlags) Bind(f *pflag.FlagSet) {
 	f.StringVar(&p.SecretsDir, FlagSecretsDir, SecretsDir, "Directory of the projected Secrets (auth-password, tls.crt, tls.key, server-ca.crt, client-ca.crt).")
 	f.StringVar(&p.RunDir, FlagRunDir, RunDir, "Private directory for PgBouncer's configuration and socket.")
 	f.StringVar(&p.Program, "pgbouncer", "pgbouncer", "PgBouncer's program.")
-	f.DurationVar(&p.ServerLoginRetry, "server-login-retry", 250*time.Millisecond, "How soon a failed server connection is tried again.")
+	f.DurationVar(&p.ServerLoginRetry, "server-login-retry", 100*time.Millisecond, "How soon a failed server connection is tried again: as often as a client retrying on its own would.")
 }
