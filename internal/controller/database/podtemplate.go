@@ -240,9 +240,20 @@ func restoreContainer(db *v1alpha1.Database, p plan, in stsInputs) *corev1ac.Con
 // initContainers are the pod's: the instance manager's binary copied in,
 // then, for a Database bootstrapped from a backup, its restore.
 func initContainers(db *v1alpha1.Database, p plan, in stsInputs) []*corev1ac.ContainerApplyConfiguration {
-	out := []*corev1ac.ContainerApplyConfiguration{corev1ac.Container().
+	out := []*corev1ac.ContainerApplyConfiguration{copyBinaryContainer(in.instanceImage)}
+	if in.restore != nil {
+		out = append(out, restoreContainer(db, p, in))
+	}
+	return out
+}
+
+// copyBinaryContainer is the init container that copies the daytwo
+// binary of image into the pod's "controller" volume, for the main
+// container (an instance's, or a pool's) to run.
+func copyBinaryContainer(image string) *corev1ac.ContainerApplyConfiguration {
+	return corev1ac.Container().
 		WithName(containerInit).
-		WithImage(in.instanceImage).
+		WithImage(image).
 		WithImagePullPolicy(corev1.PullIfNotPresent).
 		WithCommand("/daytwo", "instance", "bootstrap", instanceapi.Binary).
 		WithSecurityContext(restrictedContainer()).
@@ -250,11 +261,7 @@ func initContainers(db *v1alpha1.Database, p plan, in stsInputs) []*corev1ac.Con
 			corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("32Mi")}).
 			WithLimits(corev1.ResourceList{
 				corev1.ResourceCPU: resource.MustParse("500m"), corev1.ResourceMemory: resource.MustParse("128Mi")})).
-		WithVolumeMounts(corev1ac.VolumeMount().WithName("controller").WithMountPath(controllerMount))}
-	if in.restore != nil {
-		out = append(out, restoreContainer(db, p, in))
-	}
-	return out
+		WithVolumeMounts(corev1ac.VolumeMount().WithName("controller").WithMountPath(controllerMount))
 }
 
 // bootstrapSource names how db's spec bootstraps, as the instance manager

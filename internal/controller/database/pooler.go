@@ -259,13 +259,6 @@ func (r *Reconciler) poolDeployment(db *v1alpha1.Database, obs *observation, rea
 			corev1ac.VolumeMount().WithName("controller").WithMountPath(controllerMount),
 			corev1ac.VolumeMount().WithName("secrets").WithMountPath(instanceapi.SecretsDir).WithReadOnly(true)).
 		WithTerminationMessagePolicy(corev1.TerminationMessageFallbackToLogsOnError)
-	initC := corev1ac.Container().WithName(containerInit).WithImage(r.InstanceImage).WithImagePullPolicy(corev1.PullIfNotPresent).
-		WithCommand("/daytwo", "instance", "bootstrap", instanceapi.Binary).
-		WithSecurityContext(restrictedContainer()).
-		WithResources(corev1ac.ResourceRequirements().
-			WithRequests(corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("32Mi")}).
-			WithLimits(corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("500m"), corev1.ResourceMemory: resource.MustParse("128Mi")})).
-		WithVolumeMounts(corev1ac.VolumeMount().WithName("controller").WithMountPath(controllerMount))
 	served := obs.found.tls.secret
 	if served == "" {
 		served = serverTLSSecretName(db)
@@ -297,7 +290,7 @@ func (r *Reconciler) poolDeployment(db *v1alpha1.Database, obs *observation, rea
 					WithTopologySpreadConstraints(corev1ac.TopologySpreadConstraint().WithMaxSkew(1).
 						WithTopologyKey(corev1.LabelTopologyZone).WithWhenUnsatisfiable(corev1.ScheduleAnyway).
 						WithLabelSelector(metav1ac.LabelSelector().WithMatchLabels(sel))).
-					WithInitContainers(initC).
+					WithInitContainers(copyBinaryContainer(r.InstanceImage)).
 					WithContainers(container).
 					WithVolumes(
 						corev1ac.Volume().WithName("controller").WithEmptyDir(corev1ac.EmptyDirVolumeSource()),

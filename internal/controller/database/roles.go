@@ -178,18 +178,19 @@ type roleAsk struct {
 func (a roleAsk) outcome(role string, results []instanceapi.RoleResult) instanceapi.RoleResult {
 	out := instanceapi.RoleResult{Name: role}
 	for _, got := range results[a.from:a.to] {
-		prefix := ""
-		if got.Name != role {
-			prefix = got.Name + " "
-		}
+		twin := got.Name != role
 		for _, c := range got.Changed {
-			out.Changed = append(out.Changed, prefix+c)
-		}
-		if got.Error != "" && out.Error == "" {
-			out.Error = prefix + got.Error
-			if prefix != "" {
-				out.Error = "login " + got.Name + ": " + got.Error
+			if twin {
+				c = got.Name + " " + c
 			}
+			out.Changed = append(out.Changed, c)
+		}
+		switch {
+		case got.Error == "" || out.Error != "":
+		case twin:
+			out.Error = "login " + got.Name + ": " + got.Error
+		default:
+			out.Error = got.Error
 		}
 	}
 	return out
