@@ -264,6 +264,32 @@ type DatabaseSpec struct {
 	// clients do not see. Removing it removes the pools.
 	// +optional
 	Pooler *PoolerSpec `json:"pooler,omitempty"`
+
+	// placement says where the instances run (a node pool through
+	// nodeSelector and tolerations), how they keep apart and their
+	// priority. The pooler's pods follow its nodeSelector, tolerations
+	// and priorityClassName. A change restarts the instances one at a
+	// time, the primary last, as a restart-only setting does.
+	// +optional
+	Placement *DatabasePlacement `json:"placement,omitempty"`
+
+	// inheritedMetadata is labels and annotations added to the instances'
+	// and the pooler's pods and to the instances' ServiceAccount (where
+	// a workload-identity annotation goes).
+	// +optional
+	InheritedMetadata *PodMetadata `json:"inheritedMetadata,omitempty"`
+
+	// imagePullSecrets name Secrets the instances' and the pooler's images
+	// are pulled with.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=16
+	ImagePullSecrets []corev1.LocalObjectReference `json:"imagePullSecrets,omitempty"`
+
+	// services says how the -rw and -ro Services are exposed: a
+	// LoadBalancer, say, for clients outside the cluster.
+	// +optional
+	Services *DatabaseServices `json:"services,omitempty"`
 }
 
 // DatabaseTLS is spec.tls.

@@ -216,6 +216,9 @@ type WebAppSpec struct {
 	// +optional
 	// +kubebuilder:default=Delete
 	DeletionPolicy WebAppDeletionPolicy `json:"deletionPolicy,omitempty"`
+
+	// WebAppPodShape: volumes, extra containers and where the pods run.
+	WebAppPodShape `json:",inline"`
 }
 
 // WebAppProbes override the probes daytwo derives from the port.

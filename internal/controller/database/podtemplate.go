@@ -130,32 +130,22 @@ func podTemplate(db *v1alpha1.Database, p plan, in stsInputs) *corev1ac.PodTempl
 		// instance of every Database when the operator is upgraded.
 		ann[annArchive] = p.archive.location
 	}
+	userLabels, userAnnotations := inherited(db)
+	spec := corev1ac.PodSpec().
+		WithTerminationGracePeriodSeconds(terminationGrace).
+		WithEnableServiceLinks(false).
+		// The instance manager reads and renews the primary Lease.
+		WithServiceAccountName(instanceAccountName(db)).
+		WithAutomountServiceAccountToken(true).
+		WithSecurityContext(corev1ac.PodSecurityContext().
+			WithRunAsNonRoot(true).WithRunAsUser(999).WithRunAsGroup(999).WithFSGroup(999).
+			WithFSGroupChangePolicy(corev1.FSGroupChangeOnRootMismatch).
+			WithSeccompProfile(corev1ac.SeccompProfile().WithType(corev1.SeccompProfileTypeRuntimeDefault)))
+	placeInstances(db, spec)
 	return corev1ac.PodTemplateSpec().
-		WithLabels(labels(db)).
-		WithAnnotations(ann).
-		WithSpec(corev1ac.PodSpec().
-			WithTerminationGracePeriodSeconds(terminationGrace).
-			WithEnableServiceLinks(false).
-			// The instance manager reads and renews the primary Lease.
-			WithServiceAccountName(instanceAccountName(db)).
-			WithAutomountServiceAccountToken(true).
-			WithSecurityContext(corev1ac.PodSecurityContext().
-				WithRunAsNonRoot(true).WithRunAsUser(999).WithRunAsGroup(999).WithFSGroup(999).
-				WithFSGroupChangePolicy(corev1.FSGroupChangeOnRootMismatch).
-				WithSeccompProfile(corev1ac.SeccompProfile().WithType(corev1.SeccompProfileTypeRuntimeDefault))).
-			WithAffinity(corev1ac.Affinity().WithPodAntiAffinity(corev1ac.PodAntiAffinity().
-				WithPreferredDuringSchedulingIgnoredDuringExecution(corev1ac.WeightedPodAffinityTerm().
-					WithWeight(100).
-					WithPodAffinityTerm(corev1ac.PodAffinityTerm().
-						WithTopologyKey(corev1.LabelHostname).
-						WithLabelSelector(metav1ac.LabelSelector().WithMatchLabels(selectorLabels(db))))))).
-			// Instances spread across zones where the nodes have them; a
-			// cluster without zones, or with one, still schedules them all.
-			WithTopologySpreadConstraints(corev1ac.TopologySpreadConstraint().
-				WithMaxSkew(1).
-				WithTopologyKey(corev1.LabelTopologyZone).
-				WithWhenUnsatisfiable(corev1.ScheduleAnyway).
-				WithLabelSelector(metav1ac.LabelSelector().WithMatchLabels(selectorLabels(db)))).
+		WithLabels(userLabels).WithLabels(labels(db)).
+		WithAnnotations(userAnnotations).WithAnnotations(ann).
+		WithSpec(spec.
 			WithInitContainers(initContainers(db, p, in)...).
 			WithContainers(postgresContainer(db, p, in)).
 			WithVolumes(append(append(podVolumes(db, p), restoreVolumes(in.restore)...), archiveVolumes(p)...)...))

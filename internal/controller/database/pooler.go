@@ -263,6 +263,11 @@ func (r *Reconciler) poolDeployment(db *v1alpha1.Database, obs *observation, rea
 	if served == "" {
 		served = serverTLSSecretName(db)
 	}
+	userLabels, userAnnotations := inherited(db)
+	// The pools follow the instances to their node pool (not their
+	// affinity: the pools keep apart from each other).
+	spec := corev1ac.PodSpec()
+	controller.Place(spec, ptr.Deref(db.Spec.Placement, v1alpha1.DatabasePlacement{}).Placement, db.Spec.ImagePullSecrets)
 	return appsv1ac.Deployment(db.PoolerName(readOnly), db.Namespace).
 		WithLabels(labels(db)).
 		WithOwnerReferences(ownerReference(db)).
@@ -272,9 +277,10 @@ func (r *Reconciler) poolDeployment(db *v1alpha1.Database, obs *observation, rea
 			WithStrategy(appsv1ac.DeploymentStrategy().WithType(appsv1.RollingUpdateDeploymentStrategyType).
 				WithRollingUpdate(appsv1ac.RollingUpdateDeployment().WithMaxUnavailable(intstr.FromInt32(0)).WithMaxSurge(intstr.FromInt32(1)))).
 			WithTemplate(corev1ac.PodTemplateSpec().
-				WithLabels(poolerPodLabels(db, readOnly)).
+				WithLabels(userLabels).WithLabels(poolerPodLabels(db, readOnly)).
+				WithAnnotations(userAnnotations).
 				WithAnnotations(map[string]string{"kubectl.kubernetes.io/default-container": containerPgbouncer}).
-				WithSpec(corev1ac.PodSpec().
+				WithSpec(spec.
 					// PgBouncer's safe shutdown lets transactions finish.
 					WithTerminationGracePeriodSeconds(30).
 					WithEnableServiceLinks(false).

@@ -61,8 +61,10 @@ const (
 // and nothing else (a watch of one named object, by field selector, is
 // authorized by resourceNames).
 func instanceServiceAccount(db *v1alpha1.Database) *corev1ac.ServiceAccountApplyConfiguration {
+	userLabels, userAnnotations := inherited(db)
 	return corev1ac.ServiceAccount(instanceAccountName(db), db.Namespace).
-		WithLabels(labels(db)).WithOwnerReferences(ownerReference(db))
+		WithLabels(userLabels).WithLabels(labels(db)).WithAnnotations(userAnnotations).
+		WithOwnerReferences(ownerReference(db))
 }
 
 func instanceRole(db *v1alpha1.Database) *rbacv1ac.RoleApplyConfiguration {
@@ -95,16 +97,47 @@ func service(db *v1alpha1.Database, name, role string) *corev1ac.ServiceApplyCon
 	spec := corev1ac.ServiceSpec().
 		WithPorts(corev1ac.ServicePort().WithName("postgresql").WithPort(instanceapi.PostgresPort).
 			WithTargetPort(intstr.FromString("postgresql")).WithProtocol(corev1.ProtocolTCP))
+	svc := corev1ac.Service(name, db.Namespace).
+		WithLabels(labels(db)).
+		WithOwnerReferences(ownerReference(db))
 	if role == "" {
 		// Replicas must resolve the primary before it is ready to clone it.
 		spec.WithClusterIP(corev1.ClusterIPNone).WithPublishNotReadyAddresses(true)
 	} else {
 		sel[labelRole] = role
+		exposeService(svc, spec, serviceTemplate(db, role))
 	}
-	return corev1ac.Service(name, db.Namespace).
-		WithLabels(labels(db)).
-		WithOwnerReferences(ownerReference(db)).
-		WithSpec(spec.WithSelector(sel))
+	return svc.WithSpec(spec.WithSelector(sel))
+}
+
+// serviceTemplate is spec.services' template for the -rw (role primary) or
+// -ro (role replica) Service, or nil.
+func serviceTemplate(db *v1alpha1.Database, role string) *v1alpha1.ServiceTemplate {
+	s := db.Spec.Services
+	switch {
+	case s == nil:
+		return nil
+	case role == "primary":
+		return s.ReadWrite
+	default:
+		return s.ReadOnly
+	}
+}
+
+// exposeService sets a Service's type, annotations and source ranges from
+// its template; a ClusterIP Service without a template is left as it
+// always was.
+func exposeService(svc *corev1ac.ServiceApplyConfiguration, spec *corev1ac.ServiceSpecApplyConfiguration, t *v1alpha1.ServiceTemplate) {
+	if t == nil {
+		return
+	}
+	svc.WithAnnotations(t.Annotations)
+	if t.Type != "" && t.Type != corev1.ServiceTypeClusterIP {
+		spec.WithType(t.Type)
+	}
+	if len(t.LoadBalancerSourceRanges) > 0 {
+		spec.WithLoadBalancerSourceRanges(t.LoadBalancerSourceRanges...)
+	}
 }
 
 func configMap(db *v1alpha1.Database, p plan) *corev1ac.ConfigMapApplyConfiguration {

@@ -14,6 +14,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
+	"github.com/daytwo-dev/daytwo/internal/controller"
 )
 
 func TestStepReplicas(t *testing.T) {
@@ -354,7 +355,7 @@ func TestFutureRequestsAreRecorded(t *testing.T) {
 	}
 	// Recorded on the canary Deployment and read back.
 	ac := canaryDeployment(testApp(nil), map[string]string{"daytwo.dev/webapp": "shop"}, podTemplate(testApp(nil), podInputs{}), 1, d.state, false)
-	cd := convertOne[appsv1.Deployment](ac)
+	cd := controller.ApplyConfig[appsv1.Deployment](ac)
 	if st := stateOf(cd, canaryState{}); len(st.ignored) != 1 || !st.ignored[0].Equal(t0.Add(2*time.Hour)) {
 		t.Errorf("read back: ignored %v", st.ignored)
 	}
@@ -364,7 +365,7 @@ func TestHeldCanaryDeploymentIsPaused(t *testing.T) {
 	app := testApp(nil)
 	st := canaryState{started: time.Date(2026, 11, 26, 6, 0, 0, 0, time.UTC), total: 2, steps: "s"}
 	sel := map[string]string{"daytwo.dev/webapp": "shop"}
-	held := convertOne[appsv1.Deployment](canaryDeployment(app, sel, podTemplate(app, podInputs{}), 1, st, true))
+	held := controller.ApplyConfig[appsv1.Deployment](canaryDeployment(app, sel, podTemplate(app, podInputs{}), 1, st, true))
 	if !held.Spec.Paused {
 		t.Error("a held canary's Deployment is not paused: a long hold would leave ProgressDeadlineExceeded behind")
 	}

@@ -233,7 +233,7 @@ func (r *Reconciler) applyDeployment(ctx context.Context, app *v1alpha1.WebApp, 
 		}
 		ro.deadlineExceeded = true
 		if prev != nil {
-			template = convertOne[corev1ac.PodTemplateSpecApplyConfiguration](prev)
+			template = controller.ApplyConfig[corev1ac.PodTemplateSpecApplyConfiguration](prev)
 			failed, ro.failedHash, ro.restoredImage = failure{revision: revision}, revision, imageOf(prev)
 			event = func() {
 				controller.CountRollback("WebApp", app)
@@ -259,7 +259,7 @@ func (r *Reconciler) applyDeployment(ctx context.Context, app *v1alpha1.WebApp, 
 		// Applied: dep holds the API server's answer, which the cache has
 		// not seen yet. This reconcile goes on with the answer, and later
 		// ones wait until the cache holds it.
-		live = convertOne[appsv1.Deployment](dep)
+		live = controller.ApplyConfig[appsv1.Deployment](dep)
 	} else if live.UID == "" {
 		return rollout{}, errors.New("failed to get Deployment: neither read nor applied")
 	}
@@ -282,7 +282,7 @@ func (r *Reconciler) canaryRollout(ctx context.Context, app *v1alpha1.WebApp, in
 	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(live), full); err != nil {
 		return nil, failure{}, nil, fmt.Errorf("failed to get Deployment %s: %w", live.Name, err)
 	}
-	liveTemplate := convertOne[corev1ac.PodTemplateSpecApplyConfiguration](&full.Spec.Template)
+	liveTemplate := controller.ApplyConfig[corev1ac.PodTemplateSpecApplyConfiguration](&full.Spec.Template)
 	switch {
 	case full.Spec.Template.Annotations[annotationTemplateHash] == desired.Annotations[annotationTemplateHash]:
 		return desired, failure{}, func() {}, nil // promoted already; settleCanary finishes
@@ -321,7 +321,7 @@ func (r *Reconciler) liveTemplate(ctx context.Context, d *appsv1.Deployment) (*c
 	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(d), full); err != nil {
 		return nil, fmt.Errorf("failed to get Deployment %s: %w", d.Name, err)
 	}
-	return convertOne[corev1ac.PodTemplateSpecApplyConfiguration](&full.Spec.Template), nil
+	return controller.ApplyConfig[corev1ac.PodTemplateSpecApplyConfiguration](&full.Spec.Template), nil
 }
 
 // deadlineExceeded reports whether the Deployment controller gave up on the

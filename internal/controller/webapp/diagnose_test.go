@@ -12,6 +12,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
+	"github.com/daytwo-dev/daytwo/internal/controller"
 )
 
 func podWith(name string, st corev1.ContainerStatus) corev1.Pod {
@@ -130,12 +131,12 @@ func TestStuckFor(t *testing.T) {
 
 func TestPodSecurityOfTheTemplate(t *testing.T) {
 	in := podInputs{selector: selectorLabels(testApp(nil))}
-	def := convertOne[corev1.PodTemplateSpec](podTemplate(testApp(nil), in))
-	root := convertOne[corev1.PodTemplateSpec](podTemplate(testApp(func(a *v1alpha1.WebApp) {
+	def := controller.ApplyConfig[corev1.PodTemplateSpec](podTemplate(testApp(nil), in))
+	root := controller.ApplyConfig[corev1.PodTemplateSpec](podTemplate(testApp(func(a *v1alpha1.WebApp) {
 		a.Spec.SecurityContext = &corev1.SecurityContext{RunAsNonRoot: ptr.To(false), RunAsUser: ptr.To[int64](0),
 			Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}, Add: []corev1.Capability{"CHOWN", "SETUID", "SETGID", "NET_BIND_SERVICE"}}}
 	}), in))
-	privileged := convertOne[corev1.PodTemplateSpec](podTemplate(testApp(func(a *v1alpha1.WebApp) {
+	privileged := controller.ApplyConfig[corev1.PodTemplateSpec](podTemplate(testApp(func(a *v1alpha1.WebApp) {
 		a.Spec.SecurityContext = &corev1.SecurityContext{Privileged: ptr.To(true), AllowPrivilegeEscalation: ptr.To(true)}
 	}), in))
 	enforce := func(level string) map[string]string {

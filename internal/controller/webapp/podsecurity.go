@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/daytwo-dev/daytwo/internal/controller"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
@@ -35,7 +36,7 @@ func (r *Reconciler) podSecurityViolation(ctx context.Context, ns string, templa
 	if err := r.Client.Get(ctx, client.ObjectKey{Name: ns}, meta); err != nil {
 		return "", fmt.Errorf("failed to read namespace %s for its Pod Security level: %w", ns, err)
 	}
-	return podSecurity(ns, meta.Labels, convertOne[corev1.PodTemplateSpec](template)), nil
+	return podSecurity(ns, meta.Labels, controller.ApplyConfig[corev1.PodTemplateSpec](template)), nil
 }
 
 // podSecurity evaluates t against the enforce level of a namespace with

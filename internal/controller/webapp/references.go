@@ -4,6 +4,9 @@ import (
 	"cmp"
 	"slices"
 
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/utils/ptr"
+
 	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
 )
 
@@ -24,30 +27,23 @@ type reference struct {
 func (r reference) key() string { return r.Kind + "/" + r.Name }
 
 // configReferences lists the ConfigMaps and Secrets app's pods read: from
-// configRefs, env valueFrom and envFrom. Sorted and deduplicated, so the
+// configRefs, every container's env valueFrom and envFrom, and volumes. Sorted and deduplicated, so the
 // config hash does not depend on spec order.
 func configReferences(app *v1alpha1.WebApp) []reference {
 	var refs []reference
 	for _, r := range app.Spec.ConfigRefs {
 		refs = append(refs, reference{Kind: string(r.Kind), Name: r.Name})
 	}
-	for _, e := range app.Spec.Env {
-		if e.ValueFrom == nil {
-			continue
-		}
-		if k := e.ValueFrom.ConfigMapKeyRef; k != nil {
-			refs = append(refs, reference{Kind: kindConfigMap, Name: k.Name, Optional: k.Optional != nil && *k.Optional})
-		}
-		if k := e.ValueFrom.SecretKeyRef; k != nil {
-			refs = append(refs, reference{Kind: kindSecret, Name: k.Name, Optional: k.Optional != nil && *k.Optional})
-		}
+	refs = append(refs, envReferences(app.Spec.Env, app.Spec.EnvFrom)...)
+	for _, c := range slices.Concat(app.Spec.InitContainers, app.Spec.Sidecars) {
+		refs = append(refs, envReferences(c.Env, c.EnvFrom)...)
 	}
-	for _, e := range app.Spec.EnvFrom {
-		if c := e.ConfigMapRef; c != nil {
-			refs = append(refs, reference{Kind: kindConfigMap, Name: c.Name, Optional: c.Optional != nil && *c.Optional})
+	for _, v := range app.Spec.Volumes {
+		if c := v.ConfigMap; c != nil {
+			refs = append(refs, reference{Kind: kindConfigMap, Name: c.Name, Optional: ptr.Deref(c.Optional, false)})
 		}
-		if s := e.SecretRef; s != nil {
-			refs = append(refs, reference{Kind: kindSecret, Name: s.Name, Optional: s.Optional != nil && *s.Optional})
+		if s := v.Secret; s != nil {
+			refs = append(refs, reference{Kind: kindSecret, Name: s.SecretName, Optional: ptr.Deref(s.Optional, false)})
 		}
 	}
 	slices.SortFunc(refs, func(a, b reference) int {
@@ -55,6 +51,32 @@ func configReferences(app *v1alpha1.WebApp) []reference {
 	})
 	// A name referenced both optionally and not is required.
 	return slices.CompactFunc(refs, func(a, b reference) bool { return a.key() == b.key() })
+}
+
+// envReferences are the ConfigMaps and Secrets one container's env and
+// envFrom read.
+func envReferences(env []corev1.EnvVar, envFrom []corev1.EnvFromSource) []reference {
+	var refs []reference
+	for _, e := range env {
+		if e.ValueFrom == nil {
+			continue
+		}
+		if k := e.ValueFrom.ConfigMapKeyRef; k != nil {
+			refs = append(refs, reference{Kind: kindConfigMap, Name: k.Name, Optional: ptr.Deref(k.Optional, false)})
+		}
+		if k := e.ValueFrom.SecretKeyRef; k != nil {
+			refs = append(refs, reference{Kind: kindSecret, Name: k.Name, Optional: ptr.Deref(k.Optional, false)})
+		}
+	}
+	for _, e := range envFrom {
+		if c := e.ConfigMapRef; c != nil {
+			refs = append(refs, reference{Kind: kindConfigMap, Name: c.Name, Optional: ptr.Deref(c.Optional, false)})
+		}
+		if s := e.SecretRef; s != nil {
+			refs = append(refs, reference{Kind: kindSecret, Name: s.Name, Optional: ptr.Deref(s.Optional, false)})
+		}
+	}
+	return refs
 }
 
 func boolInt(b bool) int {

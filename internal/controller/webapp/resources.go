@@ -1,7 +1,6 @@
 package webapp
 
 import (
-	"encoding/json"
 	"fmt"
 	"maps"
 
@@ -163,7 +162,7 @@ func podTemplate(app *v1alpha1.WebApp, in podInputs) *corev1ac.PodTemplateSpecAp
 		WithEnableServiceLinks(false).
 		// Most apps never call the Kubernetes API: no token unless asked.
 		WithAutomountServiceAccountToken(ptr.Deref(app.Spec.AutomountServiceAccountToken, false)).
-		WithSecurityContext(overlay[corev1ac.PodSecurityContextApplyConfiguration](&corev1.PodSecurityContext{
+		WithSecurityContext(controller.Overlay[corev1ac.PodSecurityContextApplyConfiguration](&corev1.PodSecurityContext{
 			RunAsNonRoot:   ptr.To(true),
 			SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
 		}, app.Spec.PodSecurityContext))
@@ -171,9 +170,13 @@ func podTemplate(app *v1alpha1.WebApp, in podInputs) *corev1ac.PodTemplateSpecAp
 		spec.WithServiceAccountName(app.Spec.ServiceAccountName)
 	}
 	databaseCA(spec, c, in)
+	shapePod(app, spec, c)
+	meta := ptr.Deref(app.Spec.PodMetadata, v1alpha1.PodMetadata{})
 	t := corev1ac.PodTemplateSpec().
+		WithLabels(meta.Labels).
 		WithLabels(labels(app)).
 		WithLabels(in.selector).
+		WithAnnotations(meta.Annotations).
 		WithAnnotations(map[string]string{annotationConfigHash: in.configHash}).
 		WithSpec(spec.WithContainers(c))
 	t.WithAnnotations(map[string]string{annotationTemplateHash: hashOf(t)})
@@ -191,9 +194,9 @@ func container(app *v1alpha1.WebApp, in podInputs) *corev1ac.ContainerApplyConfi
 		WithImage(app.Spec.Image).
 		WithImagePullPolicy(pullPolicy(app)).
 		WithPorts(corev1ac.ContainerPort().WithName("http").WithContainerPort(app.Spec.Port).WithProtocol(corev1.ProtocolTCP)).
-		WithEnv(convert[corev1ac.EnvVarApplyConfiguration](env(app, in))...).
-		WithEnvFrom(convert[corev1ac.EnvFromSourceApplyConfiguration](app.Spec.EnvFrom)...).
-		WithResources(convertOne[corev1ac.ResourceRequirementsApplyConfiguration](resources(app))).
+		WithEnv(controller.ApplyConfigs[corev1ac.EnvVarApplyConfiguration](env(app, in))...).
+		WithEnvFrom(controller.ApplyConfigs[corev1ac.EnvFromSourceApplyConfiguration](app.Spec.EnvFrom)...).
+		WithResources(controller.ApplyConfig[corev1ac.ResourceRequirementsApplyConfiguration](resources(app))).
 		WithReadinessProbe(probe(app, func(p *v1alpha1.WebAppProbes) *corev1.Probe { return p.Readiness }, readinessProbe())).
 		WithLivenessProbe(probe(app, func(p *v1alpha1.WebAppProbes) *corev1.Probe { return p.Liveness }, livenessProbe())).
 		// The container's last log lines stand in for a termination
@@ -205,7 +208,7 @@ func container(app *v1alpha1.WebApp, in podInputs) *corev1ac.ContainerApplyConfi
 		// sent to it meanwhile hang or fail.
 		WithLifecycle(corev1ac.Lifecycle().WithPreStop(corev1ac.LifecycleHandler().
 			WithSleep(corev1ac.SleepAction().WithSeconds(preStopSeconds)))).
-		WithSecurityContext(overlay[corev1ac.SecurityContextApplyConfiguration](&corev1.SecurityContext{
+		WithSecurityContext(controller.Overlay[corev1ac.SecurityContextApplyConfiguration](&corev1.SecurityContext{
 			AllowPrivilegeEscalation: ptr.To(false),
 			Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
 		}, app.Spec.SecurityContext))
@@ -216,7 +219,7 @@ func container(app *v1alpha1.WebApp, in podInputs) *corev1ac.ContainerApplyConfi
 		c.WithArgs(app.Spec.Args...)
 	}
 	if p := app.Spec.Probes; p != nil && p.Startup != nil {
-		c.WithStartupProbe(convertOne[corev1ac.ProbeApplyConfiguration](p.Startup))
+		c.WithStartupProbe(controller.ApplyConfig[corev1ac.ProbeApplyConfiguration](p.Startup))
 	}
 	return c
 }
@@ -288,9 +291,9 @@ func resources(app *v1alpha1.WebApp) *corev1.ResourceRequirements {
 
 func probe(app *v1alpha1.WebApp, pick func(*v1alpha1.WebAppProbes) *corev1.Probe, def *corev1.Probe) *corev1ac.ProbeApplyConfiguration {
 	if app.Spec.Probes != nil && pick(app.Spec.Probes) != nil {
-		return convertOne[corev1ac.ProbeApplyConfiguration](pick(app.Spec.Probes))
+		return controller.ApplyConfig[corev1ac.ProbeApplyConfiguration](pick(app.Spec.Probes))
 	}
-	return convertOne[corev1ac.ProbeApplyConfiguration](def)
+	return controller.ApplyConfig[corev1ac.ProbeApplyConfiguration](def)
 }
 
 // readinessProbe asks the app over HTTP: a pod gets traffic once it answers.
@@ -389,52 +392,4 @@ func ingress(app *v1alpha1.WebApp) *networkingv1ac.IngressApplyConfiguration {
 		WithLabels(labels(app)).
 		WithOwnerReferences(ownerReference(app)).
 		WithSpec(spec)
-}
-
-// convert turns typed API values into apply configurations. Both share the
-// JSON schema, so a JSON round trip is exact for the user-supplied parts
-// (env, probes, resources) that have no typed constructor.
-func convert[AC any, T any](in []T) []*AC {
-	out := make([]*AC, 0, len(in))
-	for i := range in {
-		out = append(out, convertOne[AC](&in[i]))
-	}
-	return out
-}
-
-// overlay is def with each top-level field that user sets replaced by
-// user's, as an apply configuration: a security override changes what it
-// names and keeps the rest of the restricted default.
-func overlay[AC any, T any](def, user *T) *AC {
-	merged := map[string]json.RawMessage{}
-	for _, v := range []*T{def, user} {
-		if v == nil {
-			continue
-		}
-		var fields map[string]json.RawMessage
-		if err := json.Unmarshal(mustMarshal(v), &fields); err != nil {
-			panic(fmt.Sprintf("unmarshal %T: %v", v, err)) // a struct marshals to an object
-		}
-		maps.Copy(merged, fields)
-	}
-	return convertOne[AC](&merged)
-}
-
-func mustMarshal(v any) []byte {
-	raw, err := json.Marshal(v)
-	if err != nil {
-		panic(fmt.Sprintf("marshal %T: %v", v, err)) // API types always marshal
-	}
-	return raw
-}
-
-func convertOne[AC any, T any](in *T) *AC {
-	if in == nil {
-		return nil
-	}
-	out := new(AC)
-	if err := json.Unmarshal(mustMarshal(in), out); err != nil {
-		panic(fmt.Sprintf("unmarshal into %T: %v", out, err)) // same schema on both sides
-	}
-	return out
 }

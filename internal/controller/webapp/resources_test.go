@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
+	"github.com/daytwo-dev/daytwo/internal/controller"
 )
 
 func testApp(mutate func(*v1alpha1.WebApp)) *v1alpha1.WebApp {
@@ -297,7 +298,7 @@ func TestCacheBehind(t *testing.T) {
 func TestPDBLeavesTheCanaryOut(t *testing.T) {
 	sel := map[string]string{"daytwo.dev/webapp": "shop"}
 	ac := pdb(testApp(func(a *v1alpha1.WebApp) { a.Spec.Replicas = ptr.To[int32](3) }), sel)
-	p := convertOne[policyv1.PodDisruptionBudget](ac)
+	p := controller.ApplyConfig[policyv1.PodDisruptionBudget](ac)
 	s, err := metav1.LabelSelectorAsSelector(p.Spec.Selector)
 	if err != nil {
 		t.Fatal(err)
