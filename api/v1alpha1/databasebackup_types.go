@@ -273,6 +273,7 @@ type BackupStorage struct {
 }
 
 // S3Storage is an S3-compatible bucket.
+// +kubebuilder:validation:XValidation:rule="!(has(self.credentialsSecretRef) && has(self.webIdentity))",message="set at most one of credentialsSecretRef and webIdentity"
 type S3Storage struct {
 	// endpoint is host[:port] of the S3 API, without a scheme, e.g. "s3.amazonaws.com" or "minio.backup:9000".
 	// +required
@@ -300,9 +301,31 @@ type S3Storage struct {
 	// +kubebuilder:validation:MaxLength=64
 	Region string `json:"region,omitempty"`
 
-	// credentialsSecretRef names a Secret with the access key and secret key.
-	// +required
-	CredentialsSecretRef S3CredentialsSecretRef `json:"credentialsSecretRef"`
+	// credentialsSecretRef names a Secret with a static access key and
+	// secret key. Without it and without webIdentity, credentials come
+	// from the pods' environment, in the order the AWS SDKs use:
+	// AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, a web identity token
+	// (AWS_WEB_IDENTITY_TOKEN_FILE and AWS_ROLE_ARN, as EKS's IRSA webhook
+	// injects them into pods of an annotated ServiceAccount), container
+	// credentials (EKS Pod Identity, ECS), then the instance metadata
+	// service. The pods that reach the bucket (instances, backup and
+	// restore Jobs) then run as the Database's ServiceAccount,
+	// <database>-instance, which spec.inheritedMetadata annotates.
+	// +optional
+	CredentialsSecretRef *S3CredentialsSecretRef `json:"credentialsSecretRef,omitempty"`
+
+	// webIdentity exchanges a Kubernetes ServiceAccount token for
+	// temporary credentials (STS AssumeRoleWithWebIdentity): no static key
+	// anywhere. The pods that reach the bucket run as the Database's
+	// ServiceAccount, <database>-instance, with a token of the audience
+	// asked for; the role must trust the cluster's service-account issuer.
+	// +optional
+	WebIdentity *S3WebIdentity `json:"webIdentity,omitempty"`
+
+	// serverSideEncryption asks the store to encrypt every object daytwo
+	// writes (besides daytwo's own encryption, spec.encryption).
+	// +optional
+	ServerSideEncryption *S3ServerSideEncryption `json:"serverSideEncryption,omitempty"`
 
 	// insecure uses plain HTTP instead of HTTPS.
 	// +optional
@@ -314,6 +337,48 @@ type S3Storage struct {
 	// embeds are trusted.
 	// +optional
 	CASecretRef *SecretKeyRef `json:"caSecretRef,omitempty"`
+}
+
+// S3WebIdentity is how a ServiceAccount token becomes S3 credentials.
+type S3WebIdentity struct {
+	// roleARN is the role assumed: arn:aws:iam::<account>:role/<name> on
+	// AWS, or the RoleARN MinIO prints for its OpenID provider.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=2048
+	RoleARN string `json:"roleARN"`
+
+	// audience of the ServiceAccount token: what the identity provider
+	// expects (the client ID of MinIO's OpenID provider).
+	// +optional
+	// +kubebuilder:default=sts.amazonaws.com
+	// +kubebuilder:validation:MaxLength=253
+	Audience string `json:"audience,omitempty"`
+
+	// stsEndpoint is the STS URL. Defaults to AWS's regional STS for an
+	// amazonaws.com endpoint, and to the S3 endpoint itself otherwise
+	// (MinIO and Ceph serve STS beside S3).
+	// +optional
+	// +kubebuilder:validation:MaxLength=512
+	// +kubebuilder:validation:Pattern=`^https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?/?$`
+	STSEndpoint string `json:"stsEndpoint,omitempty"`
+}
+
+// S3ServerSideEncryption is the encryption the store applies to the
+// objects daytwo writes.
+// +kubebuilder:validation:XValidation:rule="!has(self.kmsKeyID) || self.algorithm == 'aws:kms'",message="kmsKeyID needs algorithm aws:kms"
+type S3ServerSideEncryption struct {
+	// algorithm: AES256 (SSE-S3, keys the store manages) or aws:kms
+	// (SSE-KMS).
+	// +required
+	// +kubebuilder:validation:Enum=AES256;"aws:kms"
+	Algorithm string `json:"algorithm"`
+
+	// kmsKeyID is the KMS key of aws:kms; the bucket's default key
+	// without it.
+	// +optional
+	// +kubebuilder:validation:MaxLength=2048
+	KMSKeyID string `json:"kmsKeyID,omitempty"`
 }
 
 // SecretKeyRef names one key of a Secret in the same namespace.

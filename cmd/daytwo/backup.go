@@ -75,7 +75,7 @@ func (s *storageFlags) open() (backup.Storage, string, error) {
 			ca = ""
 		}
 		st, err := backup.NewS3(backup.S3Config{Endpoint: s.Endpoint, Bucket: s.Bucket, Region: s.Region, Insecure: s.Insecure,
-			AccessKeyID: s.keys[0], SecretAccessKey: s.keys[1], CAFile: ca})
+			AccessKeyID: s.keys[0], SecretAccessKey: s.keys[1], CAFile: ca, S3Access: s.S3Access})
 		return st, prefix, err
 	default:
 		return nil, "", errors.New("no storage: set a path, or an S3 endpoint and bucket")

@@ -7,14 +7,14 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"time"
 
+	"github.com/daytwo-dev/daytwo/internal/instanceapi"
 	"github.com/minio/minio-go/v7"
-	"github.com/minio/minio-go/v7/pkg/credentials"
+	"github.com/minio/minio-go/v7/pkg/encrypt"
 )
 
 // Storage is where backups live. Keys are slash-separated paths.
@@ -49,6 +49,9 @@ type S3Config struct {
 	// 10,000 parts.
 	PartSize uint64
 	Parallel uint
+	// S3Access: without static keys, a web identity or the environment's
+	// credentials; and the store's encryption.
+	instanceapi.S3Access
 }
 
 // DefaultPartSize allows objects up to 10,000 x 64MiB = 625GiB.
@@ -57,6 +60,7 @@ const DefaultPartSize = 64 << 20
 type s3Storage struct {
 	client *minio.Client
 	cfg    S3Config
+	sse    encrypt.ServerSide
 }
 
 // NewS3 returns S3 storage; it does not contact the server.
@@ -69,27 +73,36 @@ func NewS3(cfg S3Config) (Storage, error) {
 	}
 	endpoint := strings.TrimPrefix(strings.TrimPrefix(cfg.Endpoint, "https://"), "http://")
 	opts := &minio.Options{
-		Creds:  credentials.NewStaticV4(cfg.AccessKeyID, cfg.SecretAccessKey, ""),
 		Secure: !cfg.Insecure && !strings.HasPrefix(cfg.Endpoint, "http://"),
 		Region: cfg.Region,
 	}
+	t, err := minio.DefaultTransport(opts.Secure)
+	if err != nil {
+		return nil, err
+	}
 	if cfg.CAFile != "" {
-		t, err := caTransport(cfg.CAFile)
-		if err != nil {
+		if t.TLSClientConfig.RootCAs, err = caPool(cfg.CAFile); err != nil {
 			return nil, err
 		}
-		opts.Transport = t
+	}
+	opts.Transport = t
+	if opts.Creds, err = s3Credentials(cfg, endpoint, opts.Secure, t); err != nil {
+		return nil, err
+	}
+	sse, err := serverSideEncryption(cfg.S3Access)
+	if err != nil {
+		return nil, err
 	}
 	c, err := minio.New(endpoint, opts)
 	if err != nil {
 		return nil, fmt.Errorf("invalid S3 endpoint %q: %w", cfg.Endpoint, err)
 	}
-	return &s3Storage{client: c, cfg: cfg}, nil
+	return &s3Storage{client: c, cfg: cfg, sse: sse}, nil
 }
 
-// caTransport is minio-go's default transport, trusting the certificates
-// in caFile besides the system's roots.
-func caTransport(caFile string) (*http.Transport, error) {
+// caPool is the system's roots (or, in images without any, the roots the
+// binary embeds) and the certificates in caFile.
+func caPool(caFile string) (*x509.CertPool, error) {
 	pem, err := os.ReadFile(caFile)
 	if err != nil {
 		return nil, fmt.Errorf("failed to read the S3 CA file: %w", err)
@@ -101,18 +114,13 @@ func caTransport(caFile string) (*http.Transport, error) {
 	if !roots.AppendCertsFromPEM(pem) {
 		return nil, fmt.Errorf("the S3 CA file %s holds no PEM certificate", caFile)
 	}
-	t, err := minio.DefaultTransport(true)
-	if err != nil {
-		return nil, err
-	}
-	t.TLSClientConfig.RootCAs = roots
-	return t, nil
+	return roots, nil
 }
 
 func (s *s3Storage) Put(ctx context.Context, key string, r io.Reader) error {
 	_, err := s.client.PutObject(ctx, s.cfg.Bucket, key, r, -1, minio.PutObjectOptions{
 		PartSize: s.cfg.PartSize, NumThreads: s.cfg.Parallel, ConcurrentStreamParts: s.cfg.Parallel > 1,
-		ContentType: "application/octet-stream",
+		ContentType: "application/octet-stream", ServerSideEncryption: s.sse,
 	})
 	if err != nil {
 		return fmt.Errorf("failed to upload s3://%s/%s: %w", s.cfg.Bucket, key, err)

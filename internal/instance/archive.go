@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"net/http"
 	"os"
@@ -72,20 +73,26 @@ func (c *Config) archiveStorage(a *instanceapi.Archive) (backup.Storage, error) 
 	if a.S3 == nil {
 		return backup.NewDir(a.Directory), nil
 	}
-	id, err := c.secret(instanceapi.SecretArchiveAccessKeyID)
-	if err != nil {
-		return nil, err
-	}
-	key, err := c.secret(instanceapi.SecretArchiveSecretAccessKey)
-	if err != nil {
-		return nil, err
+	var id, key string
+	access := a.S3.S3Access
+	if access.RoleARN != "" {
+		access.WebIdentityTokenFile = filepath.Join(c.SecretsDir, instanceapi.SecretArchiveToken)
+	} else {
+		// Static keys when projected; else the environment's credentials.
+		var err error
+		if id, err = c.secret(instanceapi.SecretArchiveAccessKeyID); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return nil, err
+		}
+		if key, err = c.secret(instanceapi.SecretArchiveSecretAccessKey); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return nil, err
+		}
 	}
 	ca := filepath.Join(c.SecretsDir, instanceapi.SecretArchiveCA)
 	if _, err := os.Stat(ca); err != nil {
 		ca = ""
 	}
 	return backup.NewS3(backup.S3Config{Endpoint: a.S3.Endpoint, Bucket: a.S3.Bucket, Region: a.S3.Region,
-		Insecure: a.S3.Insecure, AccessKeyID: id, SecretAccessKey: key, CAFile: ca})
+		Insecure: a.S3.Insecure, AccessKeyID: id, SecretAccessKey: key, CAFile: ca, S3Access: access})
 }
 
 // archiveKeys are the keys the archive's files are sealed and encrypted

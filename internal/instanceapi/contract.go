@@ -47,6 +47,9 @@ const (
 	// SecretArchiveCA, when projected, holds a private CA the archive's S3
 	// endpoint chains to.
 	SecretArchiveCA = "archive-ca.crt"
+	// SecretArchiveToken, when projected, is a ServiceAccount token the
+	// archive's S3 credentials are obtained with (S3Access.RoleARN).
+	SecretArchiveToken = "archive-web-identity-token"
 	// SecretArchiveSeriesKey, when projected, is the series key the WAL
 	// archive's files are sealed with (the Physical DatabaseBackup's).
 	SecretArchiveSeriesKey = "archive-series-key"
@@ -305,12 +308,14 @@ type Archive struct {
 	Parallel int `json:"parallel,omitempty"`
 }
 
-// ArchiveS3 is an S3-compatible bucket; the credentials are secret files.
+// ArchiveS3 is an S3-compatible bucket; static credentials are secret
+// files, a web identity token a file of its own.
 type ArchiveS3 struct {
 	Endpoint string `json:"endpoint"`
 	Bucket   string `json:"bucket"`
 	Region   string `json:"region,omitempty"`
 	Insecure bool   `json:"insecure,omitempty"`
+	S3Access
 }
 
 // ParametersHash identifies the content of a ParametersFile, as the

@@ -22,6 +22,20 @@ type StorageFlags struct {
 	SeriesUID, SeriesName, Database string
 	// KeyRequired trusts nothing stored unless the series key is set.
 	KeyRequired bool
+	S3Access
+}
+
+// S3Access is how S3 is reached beyond its address: the credentials when
+// they are not static keys, and the encryption the store applies.
+type S3Access struct {
+	// RoleARN, with WebIdentityTokenFile (a projected ServiceAccount
+	// token), asks STSEndpoint for temporary credentials.
+	RoleARN              string `json:"roleARN,omitempty"`
+	WebIdentityTokenFile string `json:"webIdentityTokenFile,omitempty"`
+	STSEndpoint          string `json:"stsEndpoint,omitempty"`
+	// SSE is AES256 (SSE-S3) or aws:kms (SSE-KMS, with SSEKMSKeyID).
+	SSE         string `json:"sse,omitempty"`
+	SSEKMSKeyID string `json:"sseKMSKeyID,omitempty"`
 }
 
 // The flag names of StorageFlags, after their prefix.
@@ -37,6 +51,11 @@ const (
 	FlagSeriesName        = "series-name"
 	FlagSeriesDatabase    = "database-name"
 	FlagSeriesKeyRequired = "series-key-required"
+	FlagS3RoleARN         = "s3-role-arn"
+	FlagS3TokenFile       = "s3-web-identity-token-file"
+	FlagS3STSEndpoint     = "s3-sts-endpoint"
+	FlagS3SSE             = "s3-sse"
+	FlagS3SSEKMSKeyID     = "s3-sse-kms-key-id"
 )
 
 // Args renders s as flags named with prefix (ArgsOf); unset values are
@@ -58,4 +77,9 @@ func (s *StorageFlags) Bind(f *pflag.FlagSet, prefix string) {
 	f.StringVar(&s.SeriesName, prefix+FlagSeriesName, "", "namespace/name of that DatabaseBackup, recorded in manifests.")
 	f.StringVar(&s.Database, prefix+FlagSeriesDatabase, "", "Name of the Database the series backs up.")
 	f.BoolVar(&s.KeyRequired, prefix+FlagSeriesKeyRequired, false, "Trust nothing stored unless the series key is set in the environment (set but empty turns authentication off).")
+	f.StringVar(&s.RoleARN, prefix+FlagS3RoleARN, "", "Role assumed with the web identity token (STS AssumeRoleWithWebIdentity).")
+	f.StringVar(&s.WebIdentityTokenFile, prefix+FlagS3TokenFile, "", "File of the web identity token (a projected ServiceAccount token), read again at each renewal.")
+	f.StringVar(&s.STSEndpoint, prefix+FlagS3STSEndpoint, "", "STS URL for the web identity (default: AWS's for amazonaws.com, else the S3 endpoint).")
+	f.StringVar(&s.SSE, prefix+FlagS3SSE, "", "Server-side encryption of written objects: AES256 or aws:kms.")
+	f.StringVar(&s.SSEKMSKeyID, prefix+FlagS3SSEKMSKeyID, "", "KMS key of aws:kms server-side encryption.")
 }

@@ -37,6 +37,8 @@ type MinIO struct {
 	exited               chan error
 	// output is the server's stdout and stderr, for a start that fails.
 	output *SyncBuffer
+	// env is added to the server's environment (StartMinIOWith).
+	env []string
 }
 
 // SyncBuffer is a bytes.Buffer that a process's output goroutines write
@@ -59,9 +61,14 @@ func (b *SyncBuffer) String() string {
 }
 
 // StartMinIO starts MinIO in a temp dir; it stops at cleanup.
-func StartMinIO(t testing.TB) *MinIO {
+func StartMinIO(t testing.TB) *MinIO { t.Helper(); return StartMinIOWith(t) }
+
+// StartMinIOWith starts MinIO with env added to its environment (an
+// OpenID provider, a KMS key).
+func StartMinIOWith(t testing.TB, env ...string) *MinIO {
 	t.Helper()
 	m := newMinIO(t)
+	m.env = env
 	m.Start(t)
 	t.Cleanup(m.Stop)
 	return m
@@ -99,6 +106,7 @@ func (m *MinIO) Start(t testing.TB) {
 	m.cmd = exec.Command(m.bin, args...)
 	m.cmd.Env = append(os.Environ(), "MINIO_ROOT_USER="+m.AccessKey, "MINIO_ROOT_PASSWORD="+m.SecretKey,
 		"MINIO_BROWSER=off", "HOME="+m.dir)
+	m.cmd.Env = append(m.cmd.Env, m.env...)
 	m.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	m.output = &SyncBuffer{}
 	m.cmd.Stdout, m.cmd.Stderr = m.output, m.output

@@ -105,7 +105,7 @@ func TestBackupScheduleRetentionAndRestore(t *testing.T) {
 	// Without the CA, the image trusts no certificate of it: the run fails
 	// on verification, saying so.
 	s3 := v1alpha1.S3Storage{Endpoint: fmt.Sprintf("minio.%s.svc.cluster.local:9000", ns), Bucket: "backups",
-		CredentialsSecretRef: v1alpha1.S3CredentialsSecretRef{Name: "s3"}}
+		CredentialsSecretRef: &v1alpha1.S3CredentialsSecretRef{Name: "s3"}}
 	untrusting := &v1alpha1.DatabaseBackup{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "no-ca"},
 		Spec: v1alpha1.DatabaseBackupSpec{DatabaseRef: v1alpha1.LocalObjectReference{Name: "orders"}, BackoffLimit: ptr.To[int32](0),
 			Storage: v1alpha1.BackupStorage{S3: s3.DeepCopy()}}}

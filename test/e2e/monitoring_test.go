@@ -291,7 +291,7 @@ func TestAlertsFireAndResolve(t *testing.T) {
 		Spec: v1alpha1.DatabaseBackupSpec{DatabaseRef: v1alpha1.LocalObjectReference{Name: "watched"}, Schedule: "0 3 * * *",
 			Method: v1alpha1.BackupMethodLogical,
 			Storage: v1alpha1.BackupStorage{S3: &v1alpha1.S3Storage{Endpoint: fmt.Sprintf("minio.%s.svc.cluster.local:9000", ns),
-				Bucket: "alerts", Insecure: true, CredentialsSecretRef: v1alpha1.S3CredentialsSecretRef{Name: "s3-wrong"}}}}}
+				Bucket: "alerts", Insecure: true, CredentialsSecretRef: &v1alpha1.S3CredentialsSecretRef{Name: "s3-wrong"}}}}}
 	if err := cluster.Client.Create(ctx, backup); err != nil {
 		t.Fatal(err)
 	}

@@ -50,7 +50,7 @@ func TestContinuousBackupRestoresToATime(t *testing.T) {
 	updateDatabase(t, ns, "ledger", func(db *v1alpha1.Database) {
 		db.Spec.Backup = &v1alpha1.DatabaseBackupPolicy{Storage: v1alpha1.BackupStorage{S3: &v1alpha1.S3Storage{
 			Endpoint: fmt.Sprintf("minio.%s.svc.cluster.local:9000", ns), Bucket: "wal", Insecure: true,
-			CredentialsSecretRef: v1alpha1.S3CredentialsSecretRef{Name: "s3"}}},
+			CredentialsSecretRef: &v1alpha1.S3CredentialsSecretRef{Name: "s3"}}},
 			Encryption: &v1alpha1.BackupEncryption{KeySecretRef: v1alpha1.SecretKeyRef{Name: "ledger-encryption"}},
 			Verify:     &v1alpha1.BackupVerify{EveryNth: ptr.To[int32](1)}}
 		db.Spec.DeletionPolicy = v1alpha1.DatabaseDeletionDelete

@@ -47,6 +47,8 @@ type archivePlan struct {
 	// private CA's Secret key (S3Storage.caSecretRef), or nil.
 	s3Secret, idKey, secretKey string
 	ca                         *v1alpha1.SecretKeyRef
+	// token is the web identity's ServiceAccount token to project, or nil.
+	token *corev1.ServiceAccountTokenProjection
 	// keySecret and keyKey: the series key the WAL is sealed with; enc,
 	// the key it is encrypted with, or nil.
 	keySecret, keyKey string
@@ -81,9 +83,14 @@ func (r *Reconciler) resolveArchive(ctx context.Context, db *v1alpha1.Database, 
 		a.enc = &e.KeySecretRef
 	}
 	if s3 := b.Spec.Storage.S3; s3 != nil {
-		a.conf.S3 = &instanceapi.ArchiveS3{Endpoint: s3.Endpoint, Bucket: s3.Bucket, Region: s3.Region, Insecure: s3.Insecure}
-		ref := s3.CredentialsSecretRef
-		a.s3Secret, a.idKey, a.secretKey = ref.Name, cmp.Or(ref.AccessKeyIDKey, "AWS_ACCESS_KEY_ID"), cmp.Or(ref.SecretAccessKeyKey, "AWS_SECRET_ACCESS_KEY")
+		a.conf.S3 = &instanceapi.ArchiveS3{Endpoint: s3.Endpoint, Bucket: s3.Bucket, Region: s3.Region, Insecure: s3.Insecure,
+			S3Access: series.S3Access(s3, "")}
+		if ref := s3.CredentialsSecretRef; ref != nil {
+			a.s3Secret, a.idKey, a.secretKey = ref.Name, cmp.Or(ref.AccessKeyIDKey, "AWS_ACCESS_KEY_ID"), cmp.Or(ref.SecretAccessKeyKey, "AWS_SECRET_ACCESS_KEY")
+		}
+		if wi := s3.WebIdentity; wi != nil {
+			a.token = series.TokenProjection(wi, instanceapi.SecretArchiveToken)
+		}
 		a.ca = s3.CASecretRef
 	} else {
 		a.claim = b.Spec.Storage.PVC.ClaimName
@@ -125,12 +132,15 @@ func archiveSecrets(p plan) []*corev1ac.VolumeProjectionApplyConfiguration {
 		out = append(out, corev1ac.VolumeProjection().WithSecret(corev1ac.SecretProjection().WithName(a.enc.Name).
 			WithItems(corev1ac.KeyToPath().WithKey(cmp.Or(a.enc.Key, "key")).WithPath(instanceapi.SecretArchiveEncryptionKey))))
 	}
-	if a.s3Secret == "" {
-		return out
+	if a.s3Secret != "" {
+		out = append(out, corev1ac.VolumeProjection().WithSecret(corev1ac.SecretProjection().WithName(a.s3Secret).
+			WithItems(corev1ac.KeyToPath().WithKey(a.idKey).WithPath(instanceapi.SecretArchiveAccessKeyID),
+				corev1ac.KeyToPath().WithKey(a.secretKey).WithPath(instanceapi.SecretArchiveSecretAccessKey))))
 	}
-	out = append(out, corev1ac.VolumeProjection().WithSecret(corev1ac.SecretProjection().WithName(a.s3Secret).
-		WithItems(corev1ac.KeyToPath().WithKey(a.idKey).WithPath(instanceapi.SecretArchiveAccessKeyID),
-			corev1ac.KeyToPath().WithKey(a.secretKey).WithPath(instanceapi.SecretArchiveSecretAccessKey))))
+	if a.token != nil {
+		out = append(out, corev1ac.VolumeProjection().WithServiceAccountToken(corev1ac.ServiceAccountTokenProjection().
+			WithAudience(a.token.Audience).WithExpirationSeconds(*a.token.ExpirationSeconds).WithPath(a.token.Path)))
+	}
 	if a.ca != nil {
 		out = append(out, corev1ac.VolumeProjection().WithSecret(corev1ac.SecretProjection().WithName(a.ca.Name).
 			WithItems(corev1ac.KeyToPath().WithKey(cmp.Or(a.ca.Key, "ca.crt")).WithPath(instanceapi.SecretArchiveCA))))

@@ -21,7 +21,7 @@ func physicalBackup(ns, name, db string) *v1alpha1.DatabaseBackup {
 			DatabaseRef: v1alpha1.LocalObjectReference{Name: db},
 			Method:      v1alpha1.BackupMethodPhysical,
 			Storage: v1alpha1.BackupStorage{S3: &v1alpha1.S3Storage{Endpoint: "minio:9000", Bucket: "wal",
-				CredentialsSecretRef: v1alpha1.S3CredentialsSecretRef{Name: "s3", AccessKeyIDKey: "id", SecretAccessKeyKey: "key"}}},
+				CredentialsSecretRef: &v1alpha1.S3CredentialsSecretRef{Name: "s3", AccessKeyIDKey: "id", SecretAccessKeyKey: "key"}}},
 		},
 	}
 }

@@ -20,7 +20,7 @@ import (
 func TestSpecBackupManagesADatabaseBackup(t *testing.T) {
 	ns := env.Namespace(t)
 	storage := v1alpha1.BackupStorage{S3: &v1alpha1.S3Storage{Endpoint: "minio:9000", Bucket: "wal",
-		CredentialsSecretRef: v1alpha1.S3CredentialsSecretRef{Name: "s3"}}}
+		CredentialsSecretRef: &v1alpha1.S3CredentialsSecretRef{Name: "s3"}}}
 	db := newDB(ns, "shop", func(d *v1alpha1.Database) { d.Spec.Backup = &v1alpha1.DatabaseBackupPolicy{Storage: storage} })
 	create(t, db)
 	var b *v1alpha1.DatabaseBackup

@@ -13,6 +13,7 @@ import (
 
 	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
 	"github.com/daytwo-dev/daytwo/internal/controller"
+	"github.com/daytwo-dev/daytwo/internal/controller/series"
 	"github.com/daytwo-dev/daytwo/internal/instanceapi"
 )
 
@@ -52,7 +53,7 @@ func pvcName(db *v1alpha1.Database, ordinal int) string {
 
 func apiSecretName(db *v1alpha1.Database) string { return db.Name + "-instance-api" }
 
-func instanceAccountName(db *v1alpha1.Database) string { return db.Name + "-instance" }
+func instanceAccountName(db *v1alpha1.Database) string { return series.ServiceAccountName(db.Name) }
 
 func leaseName(db *v1alpha1.Database) string { return instanceapi.LeaseName(db.Name) }
 

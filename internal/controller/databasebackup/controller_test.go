@@ -101,7 +101,7 @@ func setup(t *testing.T, mutate func(*v1alpha1.DatabaseBackup)) (string, *v1alph
 		Spec: v1alpha1.DatabaseBackupSpec{
 			DatabaseRef: v1alpha1.LocalObjectReference{Name: "orders"},
 			Storage: v1alpha1.BackupStorage{S3: &v1alpha1.S3Storage{Endpoint: "minio:9000", Bucket: "backups", Insecure: true,
-				CredentialsSecretRef: v1alpha1.S3CredentialsSecretRef{Name: "s3"}}},
+				CredentialsSecretRef: &v1alpha1.S3CredentialsSecretRef{Name: "s3"}}},
 		},
 	}
 	if mutate != nil {

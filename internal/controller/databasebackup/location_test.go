@@ -20,7 +20,7 @@ func TestSharedLocationIsReported(t *testing.T) {
 			DatabaseRef: v1alpha1.LocalObjectReference{Name: "orders"},
 			Schedule:    "@hourly",
 			Storage: v1alpha1.BackupStorage{S3: &v1alpha1.S3Storage{Endpoint: "MinIO:9000", Bucket: "backups", Insecure: true,
-				Prefix: ns + "/nightly", CredentialsSecretRef: v1alpha1.S3CredentialsSecretRef{Name: "s3"}}},
+				Prefix: ns + "/nightly", CredentialsSecretRef: &v1alpha1.S3CredentialsSecretRef{Name: "s3"}}},
 		},
 	}
 	if err := env.Client.Create(ctx, other); err != nil {

@@ -134,6 +134,12 @@ func backupJob(b *v1alpha1.DatabaseBackup, in jobInputs, t time.Time) *batchv1.J
 				Items: []corev1.KeyToPath{{Key: v1alpha1.CredentialsCA, Path: v1alpha1.CredentialsCA}}}}},
 		}, vols...),
 	}
+	if series.NeedsIdentity(b) {
+		// The storage is reached as the Database's ServiceAccount (a web
+		// identity token, or what a cloud's webhook injects for it); the
+		// API token stays unmounted.
+		pod.ServiceAccountName = series.ServiceAccountName(b.Spec.DatabaseRef.Name)
+	}
 	return &batchv1.Job{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: jobName(b, t), Namespace: b.Namespace, Labels: labels,

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/utils/ptr"
 
 	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
 	"github.com/daytwo-dev/daytwo/internal/backup"
@@ -78,21 +79,31 @@ func Storage(b *v1alpha1.DatabaseBackup, volumePrefix string) (instanceapi.Stora
 	st := b.Spec.Storage
 	if s3 := st.S3; s3 != nil {
 		flags.Endpoint, flags.Bucket, flags.Region, flags.Insecure = s3.Endpoint, s3.Bucket, s3.Region, s3.Insecure
-		ref := s3.CredentialsSecretRef
-		env = append(env,
-			SecretEnv("AWS_ACCESS_KEY_ID", ref.Name, cmp.Or(ref.AccessKeyIDKey, "AWS_ACCESS_KEY_ID")),
-			SecretEnv("AWS_SECRET_ACCESS_KEY", ref.Name, cmp.Or(ref.SecretAccessKeyKey, "AWS_SECRET_ACCESS_KEY")),
-		)
-		ca := s3.CASecretRef
-		if ca == nil {
-			return flags, env, nil, nil
+		flags.S3Access = S3Access(s3, "")
+		if ref := s3.CredentialsSecretRef; ref != nil {
+			env = append(env,
+				SecretEnv("AWS_ACCESS_KEY_ID", ref.Name, cmp.Or(ref.AccessKeyIDKey, "AWS_ACCESS_KEY_ID")),
+				SecretEnv("AWS_SECRET_ACCESS_KEY", ref.Name, cmp.Or(ref.SecretAccessKeyKey, "AWS_SECRET_ACCESS_KEY")),
+			)
 		}
-		// A volume of its own per storage (a restore's beside a run's).
-		name, dir := volumePrefix+"s3-ca", s3CAMount+"/"+volumePrefix+"s3-ca"
-		flags.CAFile = dir + "/ca.crt"
-		vol := corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: ca.Name,
-			Items: []corev1.KeyToPath{{Key: cmp.Or(ca.Key, "ca.crt"), Path: "ca.crt"}}}}}
-		return flags, env, []corev1.Volume{vol}, []corev1.VolumeMount{{Name: name, MountPath: dir, ReadOnly: true}}
+		var vols []corev1.Volume
+		var mounts []corev1.VolumeMount
+		// Volumes of their own per storage (a restore's beside a run's).
+		if wi := s3.WebIdentity; wi != nil {
+			name, dir := volumePrefix+"s3-token", s3CAMount+"/"+volumePrefix+"s3-token"
+			flags.WebIdentityTokenFile = dir + "/token"
+			vols = append(vols, corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
+				Sources: []corev1.VolumeProjection{{ServiceAccountToken: TokenProjection(wi, "token")}}}}})
+			mounts = append(mounts, corev1.VolumeMount{Name: name, MountPath: dir, ReadOnly: true})
+		}
+		if ca := s3.CASecretRef; ca != nil {
+			name, dir := volumePrefix+"s3-ca", s3CAMount+"/"+volumePrefix+"s3-ca"
+			flags.CAFile = dir + "/ca.crt"
+			vols = append(vols, corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: ca.Name,
+				Items: []corev1.KeyToPath{{Key: cmp.Or(ca.Key, "ca.crt"), Path: "ca.crt"}}}}})
+			mounts = append(mounts, corev1.VolumeMount{Name: name, MountPath: dir, ReadOnly: true})
+		}
+		return flags, env, vols, mounts
 	}
 	flags.Path = volumeMount
 	if st.PVC.Path != "" {
@@ -102,6 +113,38 @@ func Storage(b *v1alpha1.DatabaseBackup, volumePrefix string) (instanceapi.Stora
 		PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: st.PVC.ClaimName}}}
 	return flags, env, []corev1.Volume{vol}, []corev1.VolumeMount{{Name: "backups", MountPath: volumeMount}}
 }
+
+// S3Access is how s3 is reached beyond static keys: the web identity's
+// role and STS (its token at tokenFile), and the encryption asked for.
+func S3Access(s3 *v1alpha1.S3Storage, tokenFile string) instanceapi.S3Access {
+	var a instanceapi.S3Access
+	if wi := s3.WebIdentity; wi != nil {
+		a.RoleARN, a.STSEndpoint, a.WebIdentityTokenFile = wi.RoleARN, wi.STSEndpoint, tokenFile
+	}
+	if e := s3.ServerSideEncryption; e != nil {
+		a.SSE, a.SSEKMSKeyID = e.Algorithm, e.KMSKeyID
+	}
+	return a
+}
+
+// TokenProjection is the ServiceAccount token of a web identity, at path
+// in its volume. An hour's token; the kubelet renews it at 80%, and the
+// storage reads it again at each renewal of its credentials.
+func TokenProjection(wi *v1alpha1.S3WebIdentity, path string) *corev1.ServiceAccountTokenProjection {
+	return &corev1.ServiceAccountTokenProjection{Audience: cmp.Or(wi.Audience, "sts.amazonaws.com"),
+		ExpirationSeconds: ptr.To[int64](3600), Path: path}
+}
+
+// NeedsIdentity is true when b's storage is reached with the pods' own
+// identity (a web identity token, or the environment's credentials),
+// not static keys: its pods then run as the Database's ServiceAccount.
+func NeedsIdentity(b *v1alpha1.DatabaseBackup) bool {
+	s3 := b.Spec.Storage.S3
+	return s3 != nil && s3.CredentialsSecretRef == nil
+}
+
+// ServiceAccountName is the ServiceAccount a Database's instances run as.
+func ServiceAccountName(database string) string { return database + "-instance" }
 
 // PhysicalOf returns the Physical DatabaseBackups of the Database named
 // db among backups, the one that archives its WAL first: the oldest, then

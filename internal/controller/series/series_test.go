@@ -17,7 +17,7 @@ func nightly() *v1alpha1.DatabaseBackup {
 	return &v1alpha1.DatabaseBackup{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "nightly", UID: "uid-1"},
 		Spec: v1alpha1.DatabaseBackupSpec{DatabaseRef: v1alpha1.LocalObjectReference{Name: "orders"},
 			Storage: v1alpha1.BackupStorage{S3: &v1alpha1.S3Storage{Endpoint: "https://MinIO.ns.svc:9000", Bucket: "b",
-				CredentialsSecretRef: v1alpha1.S3CredentialsSecretRef{Name: "s3"}}}}}
+				CredentialsSecretRef: &v1alpha1.S3CredentialsSecretRef{Name: "s3"}}}}}
 }
 
 // A series is named by its prefix and location; its key, credentials and
