@@ -4,10 +4,14 @@ package e2e
 
 import (
 	"context"
+	"crypto/sha1" //nolint:gosec // MinIO names its role by SHA-1
+	"encoding/base64"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
+
+	rbacv1 "k8s.io/api/rbac/v1"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -28,14 +32,41 @@ const backupChecksum = "SELECT count(*) || ':' || sum(hashtext(v)::bigint) FROM 
 
 // minioInCluster runs MinIO behind Service minio:9000 with credentials in
 // Secret s3 under the keys DatabaseBackups read by default.
-func minioInCluster(t *testing.T, ns string) { minio(t, ns, false) }
+func minioInCluster(t *testing.T, ns string) { minio(t, ns, false, false) }
 
 // minioInClusterTLS is minioInCluster over TLS, its certificate from a CA
 // of the test's own, which no image knows: Secret minio-ca holds it
 // (ca.crt), for S3Storage.caSecretRef.
-func minioInClusterTLS(t *testing.T, ns string) { minio(t, ns, true) }
+func minioInClusterTLS(t *testing.T, ns string) { minio(t, ns, true, false) }
 
-func minio(t *testing.T, ns string, withTLS bool) {
+// minioTrustingTheCluster is minioInCluster with the cluster's own
+// ServiceAccount issuer as its OpenID provider: a token of audience
+// minioSTSAudience gets readwrite credentials from its STS
+// (AssumeRoleWithWebIdentity), as a cloud's workload identity does. It
+// returns the role to assume. MinIO reads the issuer's discovery document
+// and keys without credentials, which the cluster allows only once
+// system:unauthenticated may read them (a binding the test removes).
+func minioTrustingTheCluster(t *testing.T, ns string) string {
+	binding := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "e2e-issuer-discovery-" + ns},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "system:service-account-issuer-discovery"},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.GroupKind, APIGroup: rbacv1.GroupName, Name: "system:unauthenticated"}}}
+	if _, err := cluster.Kube.RbacV1().ClusterRoleBindings().Create(context.Background(), binding, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cluster.Kube.RbacV1().ClusterRoleBindings().Delete(context.Background(), binding.Name, metav1.DeleteOptions{})
+	})
+	minio(t, ns, false, true)
+	// MinIO names the role of its OpenID provider by the client ID.
+	sum := sha1.Sum([]byte(minioSTSAudience)) //nolint:gosec // as MinIO computes it
+	return "arn:minio:iam:::role/" + base64.RawURLEncoding.EncodeToString(sum[:])
+}
+
+// minioSTSAudience is the client ID of MinIO's OpenID provider: the
+// audience of the tokens it takes.
+const minioSTSAudience = "minio-sts"
+
+func minio(t *testing.T, ns string, withTLS, withIdentity bool) {
 	t.Helper()
 	secret(t, ns, "s3", map[string]string{"AWS_ACCESS_KEY_ID": "e2e-user", "AWS_SECRET_ACCESS_KEY": "e2e-password-" + ns})
 	args, scheme := []string{"server", "/data", "--address", ":9000"}, corev1.URISchemeHTTP
@@ -62,13 +93,26 @@ func minio(t *testing.T, ns string, withTLS bool) {
 			SecretName: "minio-tls", Items: []corev1.KeyToPath{{Key: "public.crt", Path: "public.crt"}, {Key: "private.key", Path: "private.key"},
 				{Key: "ca.crt", Path: "CAs/ca.crt"}}}}})
 	}
+	var env []corev1.EnvVar
+	if withIdentity {
+		env = []corev1.EnvVar{
+			{Name: "MINIO_IDENTITY_OPENID_CONFIG_URL", Value: "https://kubernetes.default.svc.cluster.local/.well-known/openid-configuration"},
+			{Name: "MINIO_IDENTITY_OPENID_CLIENT_ID", Value: minioSTSAudience},
+			{Name: "MINIO_IDENTITY_OPENID_ROLE_POLICY", Value: "readwrite"}}
+		// The API server's certificate chains to the cluster's CA.
+		args = append(args, "--certs-dir", "/certs")
+		mounts = append(mounts, corev1.VolumeMount{Name: "certs", MountPath: "/certs", ReadOnly: true})
+		vols = append(vols, corev1.Volume{Name: "certs", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
+			LocalObjectReference: corev1.LocalObjectReference{Name: "kube-root-ca.crt"},
+			Items:                []corev1.KeyToPath{{Key: "ca.crt", Path: "CAs/kube-root-ca.crt"}}}}})
+	}
 	serve(t, ns, "minio", 1, 9000, corev1.PodSpec{
 		SecurityContext: framework.RestrictedPod(),
 		Containers: []corev1.Container{{
 			Name: "minio", Image: minioImage, ImagePullPolicy: corev1.PullNever,
 			Args: args,
-			Env: []corev1.EnvVar{fromSecret("MINIO_ROOT_USER", "s3", "AWS_ACCESS_KEY_ID"),
-				fromSecret("MINIO_ROOT_PASSWORD", "s3", "AWS_SECRET_ACCESS_KEY"), {Name: "HOME", Value: "/tmp"}},
+			Env: append([]corev1.EnvVar{fromSecret("MINIO_ROOT_USER", "s3", "AWS_ACCESS_KEY_ID"),
+				fromSecret("MINIO_ROOT_PASSWORD", "s3", "AWS_SECRET_ACCESS_KEY"), {Name: "HOME", Value: "/tmp"}}, env...),
 			Ports: []corev1.ContainerPort{{ContainerPort: 9000}},
 			ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/minio/health/ready",
 				Port: intstr.FromInt32(9000), Scheme: scheme}}, PeriodSeconds: 1},
