@@ -14,7 +14,8 @@ import (
 func TestRunFlagsRoundTrip(t *testing.T) {
 	want := backup.RunFlags{
 		Storage: instanceapi.StorageFlags{Endpoint: "minio:9000", Bucket: "b", Region: "r", Insecure: true, CAFile: "/ca",
-			Path: "/backups", Prefix: "p/", SeriesUID: "u", SeriesName: "ns/n", Database: "d", KeyRequired: true},
+			Path: "/backups", Prefix: "p/", SeriesUID: "u", SeriesName: "ns/n", Database: "d", KeyRequired: true,
+			S3Access: instanceapi.S3Access{RoleARN: "arn", WebIdentityTokenFile: "/token", STSEndpoint: "https://sts", SSE: "aws:kms", SSEKMSKeyID: "k"}},
 		ID: "20261129T010203Z", LockWaitTimeout: time.Minute, TerminationLog: "/t",
 		Retention:   backup.Retention{KeepLast: 1, KeepDaily: 2, KeepWeekly: 3, KeepMonthly: 4},
 		Compression: backup.Compression{Algorithm: backup.CompressionGzip, Level: 6},

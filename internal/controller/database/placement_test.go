@@ -32,7 +32,7 @@ func TestPlacementShapesThePods(t *testing.T) {
 			Annotations: map[string]string{"eks.amazonaws.com/role-arn": "arn:aws:iam::1:role/backups"}}
 		db.Spec.ImagePullSecrets = []corev1.LocalObjectReference{{Name: "registry"}}
 		db.Spec.Services = &v1alpha1.DatabaseServices{ReadWrite: &v1alpha1.ServiceTemplate{Type: corev1.ServiceTypeLoadBalancer,
-			Annotations: map[string]string{"service.beta.kubernetes.io/aws-load-balancer-internal": "true"},
+			Annotations:              map[string]string{"service.beta.kubernetes.io/aws-load-balancer-internal": "true"},
 			LoadBalancerSourceRanges: []string{"10.0.0.0/8"}}}
 		db.Spec.Pooler = &v1alpha1.PoolerSpec{}
 	}))
