@@ -368,7 +368,7 @@ type S3WebIdentity struct {
 // objects daytwo writes.
 // +kubebuilder:validation:XValidation:rule="!has(self.kmsKeyID) || self.algorithm == 'aws:kms'",message="kmsKeyID needs algorithm aws:kms"
 type S3ServerSideEncryption struct {
-	// algorithm: AES256 (SSE-S3, keys the store manages) or aws:kms
+	// algorithm is AES256 (SSE-S3, keys the store manages) or aws:kms
 	// (SSE-KMS).
 	// +required
 	// +kubebuilder:validation:Enum=AES256;"aws:kms"

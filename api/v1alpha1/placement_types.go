@@ -8,7 +8,7 @@ import (
 // workload on its own node pool. Each is the pod spec's field of the same
 // name.
 type Placement struct {
-	// nodeSelector: the pods run only on nodes with these labels (a
+	// nodeSelector keeps the pods to nodes with these labels (a
 	// database node pool, say).
 	// +optional
 	// +kubebuilder:validation:MaxProperties=32

@@ -4,7 +4,7 @@ import (
 	"crypto"
 	"crypto/rand"
 	"crypto/rsa"
-	"crypto/sha1" //nolint:gosec // MinIO names its OpenID role by SHA-1 of the client ID
+	"crypto/sha1"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
@@ -90,7 +90,7 @@ func TestS3WithoutStaticKeys(t *testing.T) {
 	if err := root.Put(ctx, "hello", strings.NewReader("from root")); err != nil {
 		t.Fatal(err)
 	}
-	sum := sha1.Sum([]byte(clientID)) //nolint:gosec // as MinIO computes it
+	sum := sha1.Sum([]byte(clientID)) // as MinIO computes it
 	roleARN := "arn:minio:iam:::role/" + base64.RawURLEncoding.EncodeToString(sum[:])
 	dir := t.TempDir()
 	withToken := func(name, token string, sse instanceapi.S3Access) backup.Storage {

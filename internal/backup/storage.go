@@ -12,9 +12,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/daytwo-dev/daytwo/internal/instanceapi"
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/encrypt"
+
+	"github.com/daytwo-dev/daytwo/internal/instanceapi"
 )
 
 // Storage is where backups live. Keys are slash-separated paths.

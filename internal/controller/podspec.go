@@ -48,6 +48,8 @@ func mustMarshal(v any) []byte {
 	return raw
 }
 
+// ApplyConfig turns one typed API value into its apply configuration
+// (nil stays nil).
 func ApplyConfig[AC any, T any](in *T) *AC {
 	if in == nil {
 		return nil

@@ -4,16 +4,15 @@ package e2e
 
 import (
 	"context"
-	"crypto/sha1" //nolint:gosec // MinIO names its role by SHA-1
+	"crypto/sha1"
 	"encoding/base64"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
 
-	rbacv1 "k8s.io/api/rbac/v1"
-
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -58,7 +57,7 @@ func minioTrustingTheCluster(t *testing.T, ns string) string {
 	})
 	minio(t, ns, false, true)
 	// MinIO names the role of its OpenID provider by the client ID.
-	sum := sha1.Sum([]byte(minioSTSAudience)) //nolint:gosec // as MinIO computes it
+	sum := sha1.Sum([]byte(minioSTSAudience)) // as MinIO computes it
 	return "arn:minio:iam:::role/" + base64.RawURLEncoding.EncodeToString(sum[:])
 }
 

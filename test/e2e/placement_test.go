@@ -49,7 +49,7 @@ func TestInstancesLandOnTheirPoolAcrossZones(t *testing.T) {
 		t.Cleanup(func() { _ = cluster.Client.Delete(context.Background(), node) })
 	}
 	// kwok has no storage provisioner: volumes for the claims to bind to.
-	for i := range len(zones) {
+	for i := range zones {
 		pv := &corev1.PersistentVolume{
 			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("placement-%d", i)},
 			Spec: corev1.PersistentVolumeSpec{

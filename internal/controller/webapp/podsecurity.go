@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/daytwo-dev/daytwo/internal/controller"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
@@ -14,6 +13,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
+
+	"github.com/daytwo-dev/daytwo/internal/controller"
 )
 
 // podSecurityEvaluator runs the checks of the Pod Security Admission
