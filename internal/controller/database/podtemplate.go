@@ -12,6 +12,7 @@ import (
 	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
 
 	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
+	"github.com/daytwo-dev/daytwo/internal/controller"
 	"github.com/daytwo-dev/daytwo/internal/instanceapi"
 	"github.com/daytwo-dev/daytwo/internal/pki"
 )
@@ -308,6 +309,9 @@ func restoreVolumes(r *restoreSource) []*corev1ac.VolumeApplyConfiguration {
 				src.WithItems(corev1ac.KeyToPath().WithKey(it.Key).WithPath(it.Path))
 			}
 			out = append(out, corev1ac.Volume().WithName(v.Name).WithSecret(src))
+		case v.Projected != nil:
+			// A web identity's ServiceAccount token.
+			out = append(out, controller.ApplyConfig[corev1ac.VolumeApplyConfiguration](&v))
 		}
 	}
 	return out

@@ -93,7 +93,7 @@ func Storage(b *v1alpha1.DatabaseBackup, volumePrefix string) (instanceapi.Stora
 			name, dir := volumePrefix+"s3-token", s3CAMount+"/"+volumePrefix+"s3-token"
 			flags.WebIdentityTokenFile = dir + "/token"
 			vols = append(vols, corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
-				Sources: []corev1.VolumeProjection{{ServiceAccountToken: TokenProjection(wi, "token")}}}}})
+				DefaultMode: ptr.To[int32](0o644), Sources: []corev1.VolumeProjection{{ServiceAccountToken: TokenProjection(wi, "token")}}}}})
 			mounts = append(mounts, corev1.VolumeMount{Name: name, MountPath: dir, ReadOnly: true})
 		}
 		if ca := s3.CASecretRef; ca != nil {
