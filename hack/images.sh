@@ -14,6 +14,7 @@ mkdir -p "$OUT"
 # packages it (hack/pgroot.sh has the same map for the host's tests).
 PG_MAJORS=(15 17 18)
 declare -A PG_SUITE=([15]=bookworm [17]=trixie [18]=sid)
+declare -A PG_RELEASE=()
 # The extensions users ask for most, from the same suite, where Debian
 # packages them for that major (bookworm has no pgvector for 15).
 declare -A PG_EXTENSIONS=(
@@ -44,6 +45,14 @@ declare -A TAG=(
   # Debian trixie's PgBouncer: a Database's pool (spec.pooler).
   [pgbouncer]=localhost/pgbouncer:1.24
 )
+# The release a Database runs when it names no image (postgres.DefaultImage):
+# one more tag of each postgres image.
+for major in 15 17 18; do
+  release=$(awk -v m="$major" '$1 == m {print $2}' "$root/internal/postgres/minors.txt")
+  [ -n "$release" ] || { echo "images: no release pinned for $major in internal/postgres/minors.txt" >&2; exit 2; }
+  TAG[postgres-$major]+=",docker.io/library/postgres:$release"
+  PG_RELEASE[$major]=$release
+done
 ALL=(pause busybox coredns local-path-provisioner postgres-15 postgres-17 postgres-18 daytwo demo-web demo-web-crash minio e2e-client nginx pgbouncer)
 
 log() { printf '[images %s] %s\n' "$(date +%T)" "$*"; }
@@ -100,7 +109,7 @@ build_postgres() {
   local major=$1 suite=${PG_SUITE[$1]} name=postgres-$1
   local stamp="$OUT/$name.stamp" want
   # Bump the recipe number when the steps below change.
-  want="recipe-5 $major $suite ${PG_EXTENSIONS[$major]} $(sha256sum hack/images/postgres/docker-entrypoint.sh | cut -c1-16)"
+  want="recipe-5 $major $suite ${PG_EXTENSIONS[$major]} $(sha256sum hack/images/postgres/docker-entrypoint.sh | cut -c1-16) ${TAG[$name]}"
   if [ -f "$OUT/$name.tar" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$want" ]; then
     log "$name cached"; return
   fi
@@ -118,6 +127,9 @@ build_postgres() {
     groupmod -g 999 postgres; usermod -u 999 -g 999 postgres
     [ "$(id -u postgres):$(id -g postgres)" = 999:999 ]' \
     || { echo "images: postgres is not uid/gid 999 in $name" >&2; exit 1; }
+  # The tag names the pinned release; Debian's may have moved past it.
+  local built; built=$(chroot "$fs" dpkg-query -W -f='${Version}' "postgresql-$major" | sed 's/-.*//')
+  [ "$built" = "${PG_RELEASE[$major]}" ] || log "warning: Debian ships PostgreSQL $built; internal/postgres/minors.txt pins ${PG_RELEASE[$major]} (its tag stands for it)"
   chroot "$fs" sh -c 'chown -R postgres:postgres /var/lib/postgresql /var/run/postgresql /var/log/postgresql'
   # Debian's postgresql-common created a default cluster; the image contract has none.
   rm -rf "$fs/var/lib/postgresql/$major" "$fs/etc/postgresql/$major"

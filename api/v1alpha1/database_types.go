@@ -170,7 +170,8 @@ type DatabaseSpec struct {
 
 	// image overrides the PostgreSQL image. It must be an image of the same
 	// major version; changing it is how a minor upgrade is asked for.
-	// Defaults to postgres:<version>. A digest (name@sha256:<hex>, with or
+	// Defaults to the release daytwo pins for the version
+	// (postgres:17.12 for 17). A digest (name@sha256:<hex>, with or
 	// without a tag) pins it.
 	// +optional
 	// +kubebuilder:validation:MaxLength=512

@@ -1,12 +1,35 @@
 package postgres
 
 import (
+	_ "embed"
 	"strings"
 )
 
 // DefaultImage is the image daytwo runs for a major version when the
-// Database names none: the stock image, as in the official Docker library.
-func DefaultImage(major string) string { return "postgres:" + major }
+// Database names none: the stock image, as in the official Docker library,
+// pinned to a minor release (minors.txt), so the instances of one Database
+// never run different minors because their nodes pulled a moving tag at
+// different times. A major without a pinned release gets postgres:<major>.
+func DefaultImage(major string) string {
+	if release, ok := pinned[major]; ok {
+		return "postgres:" + release
+	}
+	return "postgres:" + major
+}
+
+//go:embed minors.txt
+var minors string
+
+// pinned maps a major to its default release, from minors.txt.
+var pinned = func() map[string]string {
+	out := map[string]string{}
+	for _, line := range strings.Split(minors, "\n") {
+		if f := strings.Fields(line); len(f) == 2 && !strings.HasPrefix(f[0], "#") {
+			out[f[0]] = f[1]
+		}
+	}
+	return out
+}()
 
 // ImageMajor guesses the major version from an image tag written the way the
 // official images are tagged ("postgres:16", "ghcr.io/x/postgres:16.4-bookworm").

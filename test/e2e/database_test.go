@@ -29,6 +29,7 @@ import (
 
 	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
 	"github.com/daytwo-dev/daytwo/internal/instanceapi"
+	"github.com/daytwo-dev/daytwo/internal/postgres"
 	"github.com/daytwo-dev/daytwo/test/e2e/framework"
 )
 
@@ -195,7 +196,7 @@ func TestDatabaseSmallLifecycle(t *testing.T) {
 	ns := restrictedNamespace(t)
 	start := time.Now()
 	createDatabase(t, ns, "orders", func(db *v1alpha1.Database) { db.Spec.Size = v1alpha1.SizeSmall })
-	db := waitDatabase(t, ns, "orders", 3*time.Minute, "Ready", isReady(1, "postgres:"+postgresMajor))
+	db := waitDatabase(t, ns, "orders", 3*time.Minute, "Ready", isReady(1, postgres.DefaultImage(postgresMajor)))
 	t.Logf("Database Ready in %s", time.Since(start).Round(10*time.Millisecond))
 	if db.Status.Primary != "orders-0" || db.Status.Endpoint != "orders-rw."+ns+".svc:5432" || db.Status.SecretName != "orders-credentials" {
 		t.Errorf("status: %+v", db.Status)
@@ -456,7 +457,7 @@ func TestDatabaseMediumUpgradeAndRollback(t *testing.T) {
 		db.Spec.Size = v1alpha1.SizeMedium
 		db.Spec.DeletionPolicy = v1alpha1.DatabaseDeletionDelete
 	})
-	waitDatabase(t, ns, "shop", 4*time.Minute, "Ready with 2 instances", isReady(2, "postgres:"+postgresMajor))
+	waitDatabase(t, ns, "shop", 4*time.Minute, "Ready with 2 instances", isReady(2, postgres.DefaultImage(postgresMajor)))
 	t.Logf("2 instances Ready in %s", time.Since(start).Round(10*time.Millisecond))
 	// The operator asks each instance manager for its status.
 	db := waitDatabase(t, ns, "shop", time.Minute, "both instances reporting", func(d *v1alpha1.Database) bool {

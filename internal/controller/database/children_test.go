@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
+	"github.com/daytwo-dev/daytwo/internal/postgres"
 )
 
 func TestScaleSubresourceAndBudget(t *testing.T) {
@@ -68,7 +69,7 @@ func TestDataConflictIsReported(t *testing.T) {
 	msg := "data conflict: the volume holds data of an earlier Database (uid x, bootstrap initdb); set the annotation daytwo.dev/reuse-data=true"
 	updateStatus(t, pod, func(p *corev1.Pod) {
 		p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionFalse}}
-		p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "postgres", Image: "postgres:15", ImageID: "x",
+		p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "postgres", Image: postgres.DefaultImage("15"), ImageID: "x",
 			State:                corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff"}},
 			LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 1, Message: msg}}}}
 	})

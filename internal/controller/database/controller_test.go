@@ -29,6 +29,7 @@ import (
 	"github.com/daytwo-dev/daytwo/internal/backup"
 	"github.com/daytwo-dev/daytwo/internal/controller/database"
 	"github.com/daytwo-dev/daytwo/internal/operator"
+	"github.com/daytwo-dev/daytwo/internal/postgres"
 	"github.com/daytwo-dev/daytwo/internal/testenv"
 )
 
@@ -288,7 +289,7 @@ func TestInvalidSpecKeepsHighAvailability(t *testing.T) {
 	for i, role := range []string{"primary", "replica"} {
 		create(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("db-%d", i), Namespace: ns, OwnerReferences: ownedBy(sts),
 			Labels: map[string]string{"daytwo.dev/database": "db", database.LabelRole: role}},
-			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "postgres", Image: "postgres:15"}}}})
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "postgres", Image: postgres.DefaultImage("15")}}}})
 	}
 	lease := &coordinationv1.Lease{}
 	eventually(t, "the primary lease", func() (bool, error) {

@@ -10,6 +10,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
+	"github.com/daytwo-dev/daytwo/internal/postgres"
 	"github.com/daytwo-dev/daytwo/internal/testenv"
 )
 
@@ -62,7 +63,7 @@ func TestMajorUpgradeSucceeds(t *testing.T) {
 	finishJob(t, job, true)
 	eventually(t, "the instances on the new image", func() (bool, error) {
 		sts, err := get(ns, "modern", &appsv1.StatefulSet{})
-		return err == nil && *sts.Spec.Replicas == 1 && sts.Spec.Template.Spec.Containers[0].Image == "postgres:17" &&
+		return err == nil && *sts.Spec.Replicas == 1 && sts.Spec.Template.Spec.Containers[0].Image == postgres.DefaultImage("17") &&
 			sts.Annotations["daytwo.dev/major"] == "17" && sts.Annotations["daytwo.dev/upgrading"] == "", err
 	})
 	eventually(t, "status.upgrade Starting", func() (bool, error) {

@@ -9,6 +9,7 @@ import (
 
 	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
 	"github.com/daytwo-dev/daytwo/internal/controller/database"
+	"github.com/daytwo-dev/daytwo/internal/postgres"
 )
 
 // A pod that carries a Database's labels but that its StatefulSet does not
@@ -21,7 +22,7 @@ func TestLookAlikePodIsNoInstance(t *testing.T) {
 	fakeStatefulSetController(t, ns, "app", "rev-1")
 	sts, _ := get(ns, "app", &appsv1.StatefulSet{})
 	fake := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "app-1", Namespace: ns, Labels: sts.Spec.Template.Labels},
-		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "postgres", Image: "postgres:17"}}}}
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "postgres", Image: postgres.DefaultImage("17")}}}}
 	create(t, fake)
 	updateStatus(t, fake, func(p *corev1.Pod) {
 		p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}

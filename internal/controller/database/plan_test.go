@@ -22,9 +22,9 @@ func TestPlanTiers(t *testing.T) {
 		sharedBuffers string
 		image         string
 	}{
-		{"small", newDB(), 1, "250m", "1Gi", "10Gi", "256MB", "postgres:15"},
-		{"medium", newDB(func(d *v1alpha1.Database) { d.Spec.Size = v1alpha1.SizeMedium }), 2, "500m", "4Gi", "50Gi", "1GB", "postgres:15"},
-		{"large", newDB(func(d *v1alpha1.Database) { d.Spec.Size = v1alpha1.SizeLarge }), 3, "1", "16Gi", "200Gi", "4GB", "postgres:15"},
+		{"small", newDB(), 1, "250m", "1Gi", "10Gi", "256MB", postgres.DefaultImage("15")},
+		{"medium", newDB(func(d *v1alpha1.Database) { d.Spec.Size = v1alpha1.SizeMedium }), 2, "500m", "4Gi", "50Gi", "1GB", postgres.DefaultImage("15")},
+		{"large", newDB(func(d *v1alpha1.Database) { d.Spec.Size = v1alpha1.SizeLarge }), 3, "1", "16Gi", "200Gi", "4GB", postgres.DefaultImage("15")},
 		{"explicit overrides win", newDB(func(d *v1alpha1.Database) {
 			d.Spec.Size = v1alpha1.SizeLarge
 			d.Spec.Instances = ptr.To[int32](1)
@@ -34,7 +34,7 @@ func TestPlanTiers(t *testing.T) {
 			d.Spec.Image = "localhost/postgres:15-next"
 		}), 1, "100m", "512Mi", "2Gi", "128MB", "localhost/postgres:15-next"},
 		{"user parameter wins", newDB(func(d *v1alpha1.Database) { d.Spec.Parameters = map[string]string{"shared_buffers": "300MB"} }),
-			1, "250m", "1Gi", "10Gi", "300MB", "postgres:15"},
+			1, "250m", "1Gi", "10Gi", "300MB", postgres.DefaultImage("15")},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/daytwo-dev/daytwo/internal/controller/database"
+	"github.com/daytwo-dev/daytwo/internal/postgres"
 )
 
 // When the primary moves, the new primary is labelled before the old one
@@ -27,7 +28,7 @@ func TestNewPrimaryIsLabelledFirst(t *testing.T) {
 	var pods []corev1.Pod
 	for i, role := range []string{"primary", "replica"} {
 		p := corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("db-%d", i), Namespace: ns, Labels: map[string]string{database.LabelRole: role}},
-			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "postgres", Image: "postgres:15"}}}}
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "postgres", Image: postgres.DefaultImage("15")}}}}
 		if err := env.Client.Create(ctx, &p); err != nil {
 			t.Fatal(err)
 		}

@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
+	"github.com/daytwo-dev/daytwo/internal/postgres"
 )
 
 func TestMajorUpgradeRunsAJobOnTheStoppedPrimary(t *testing.T) {
@@ -28,12 +29,12 @@ func TestMajorUpgradeRunsAJobOnTheStoppedPrimary(t *testing.T) {
 		t.Fatalf("the instances stop for the upgrade with claim retention %+v: their volumes would go with them",
 			sts.Spec.PersistentVolumeClaimRetentionPolicy)
 	}
-	if *sts.Spec.Replicas != 0 || sts.Spec.Template.Spec.Containers[0].Image != "postgres:15" || sts.Annotations["daytwo.dev/upgrading"] != "15-17" {
+	if *sts.Spec.Replicas != 0 || sts.Spec.Template.Spec.Containers[0].Image != postgres.DefaultImage("15") || sts.Annotations["daytwo.dev/upgrading"] != "15-17" {
 		t.Fatalf("StatefulSet during the upgrade: replicas %d, image %s, annotations %v",
 			*sts.Spec.Replicas, sts.Spec.Template.Spec.Containers[0].Image, sts.Annotations)
 	}
 	pod := job.Spec.Template.Spec
-	if pod.InitContainers[len(pod.InitContainers)-1].Image != "postgres:15" || pod.Containers[0].Image != "postgres:17" {
+	if pod.InitContainers[len(pod.InitContainers)-1].Image != postgres.DefaultImage("15") || pod.Containers[0].Image != postgres.DefaultImage("17") {
 		t.Errorf("Job images: old programs from %s, upgrade in %s", pod.InitContainers[len(pod.InitContainers)-1].Image, pod.Containers[0].Image)
 	}
 	if got := strings.Join(pod.InitContainers[len(pod.InitContainers)-1].Command, " "); !strings.Contains(got, "bundle --major 15") {
@@ -64,7 +65,7 @@ func TestMajorUpgradeRunsAJobOnTheStoppedPrimary(t *testing.T) {
 	finishJob(t, job, false)
 	d = waitCondition(t, ns, "legacy", v1alpha1.ConditionUpgradeFailed, metav1.ConditionTrue, v1alpha1.ReasonMajorUpgradeFailed)
 	sts, _ = get(ns, "legacy", &appsv1.StatefulSet{})
-	if *sts.Spec.Replicas != 2 || sts.Spec.Template.Spec.Containers[0].Image != "postgres:15" || sts.Annotations["daytwo.dev/upgrade-failed"] != "17/" {
+	if *sts.Spec.Replicas != 2 || sts.Spec.Template.Spec.Containers[0].Image != postgres.DefaultImage("15") || sts.Annotations["daytwo.dev/upgrade-failed"] != "17/" {
 		t.Fatalf("StatefulSet after the failed upgrade: replicas %d, image %s, annotations %v",
 			*sts.Spec.Replicas, sts.Spec.Template.Spec.Containers[0].Image, sts.Annotations)
 	}

@@ -28,6 +28,7 @@ import (
 	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
 	"github.com/daytwo-dev/daytwo/internal/backup"
 	"github.com/daytwo-dev/daytwo/internal/operator"
+	"github.com/daytwo-dev/daytwo/internal/postgres"
 	"github.com/daytwo-dev/daytwo/internal/testenv"
 )
 
@@ -235,7 +236,7 @@ func TestOneShotRunsOnceWithTheRightJob(t *testing.T) {
 			t.Errorf("args %q lack %q", args, want)
 		}
 	}
-	if c.Image != "postgres:15" || pod.InitContainers[0].Image != operator.DefaultInstanceImage() {
+	if c.Image != postgres.DefaultImage("15") || pod.InitContainers[0].Image != operator.DefaultInstanceImage() {
 		t.Errorf("images: %s, init %s", c.Image, pod.InitContainers[0].Image)
 	}
 	envFrom := map[string]string{}
