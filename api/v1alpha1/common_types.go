@@ -57,6 +57,14 @@ const (
 	// AnnotationAbortRequested, an RFC 3339 time on a WebApp, aborts its
 	// canary that started before that time, as an automatic abort does.
 	AnnotationAbortRequested = "daytwo.dev/abort-requested"
+	// AnnotationReconcile set to ReconcilePaused on a Database stops daytwo
+	// from acting on it: the instances keep running as they are, and
+	// nothing fails them over, rolls, scales or repairs them until the
+	// annotation goes (a deletion is still carried out). Condition
+	// ReconcilePaused says so.
+	AnnotationReconcile = "daytwo.dev/reconcile"
+	// ReconcilePaused is AnnotationReconcile's value that pauses.
+	ReconcilePaused = "paused"
 	// AnnotationRetryUpgrade on a Database tries a failed major upgrade
 	// again: any value other than the one it had when the upgrade failed.
 	AnnotationRetryUpgrade = "daytwo.dev/retry-upgrade"

@@ -23,7 +23,7 @@ const (
 )
 
 // DatabaseDeletionPolicy says what happens to a Database's data when it is deleted.
-// +kubebuilder:validation:Enum=Delete;Retain;Snapshot
+// +kubebuilder:validation:Enum=Delete;Retain;Snapshot;Orphan
 type DatabaseDeletionPolicy string
 
 const (
@@ -33,6 +33,12 @@ const (
 	DatabaseDeletionRetain DatabaseDeletionPolicy = "Retain"
 	// DatabaseDeletionSnapshot takes a final backup to spec.backupStorage, then deletes.
 	DatabaseDeletionSnapshot DatabaseDeletionPolicy = "Snapshot"
+	// DatabaseDeletionOrphan disconnects the Database from daytwo: the
+	// instances keep running, with their volumes, Services, Secrets and
+	// Lease, released from the Database; nothing fails them over or rolls
+	// them any more. A Database of the same name with the annotation
+	// daytwo.dev/adopt: "true" takes them back.
+	DatabaseDeletionOrphan DatabaseDeletionPolicy = "Orphan"
 )
 
 // DatabasePhase is a one-word summary for `kubectl get`; conditions are the contract.
@@ -45,6 +51,9 @@ const (
 	DatabasePhaseUpgrading DatabasePhase = "Upgrading"
 	DatabasePhaseDegraded  DatabasePhase = "Degraded"
 	DatabasePhaseDeleting  DatabasePhase = "Deleting"
+	// DatabasePhaseHibernated: spec.hibernation is On; the instances stop,
+	// or have stopped, and their volumes are kept.
+	DatabasePhaseHibernated DatabasePhase = "Hibernated"
 )
 
 // ParameterSource says where an effective PostgreSQL parameter value came from.
@@ -64,6 +73,9 @@ const (
 	ConditionPendingRestart = "PendingRestart"
 	// ConditionUpgradeFailed is True when a version change was rolled back.
 	ConditionUpgradeFailed = "UpgradeFailed"
+	// ConditionReconcilePaused is True while the annotation
+	// daytwo.dev/reconcile pauses daytwo's work on the Database.
+	ConditionReconcilePaused = "ReconcilePaused"
 	// ReasonMajorUpgradeFailed means a major upgrade failed and the
 	// instances run the old version on the data as it was.
 	ReasonMajorUpgradeFailed = "MajorUpgradeFailed"
@@ -105,6 +117,14 @@ const (
 	ReasonUpToDate = "UpToDate"
 	// ReasonPrimaryNotReady means the primary does not accept connections.
 	ReasonPrimaryNotReady = "PrimaryNotReady"
+	// ReasonHibernated means spec.hibernation is On and no instance runs.
+	ReasonHibernated = "Hibernated"
+	// ReasonHibernating means spec.hibernation is On and the instances
+	// are stopping (the primary first moves to the first instance).
+	ReasonHibernating = "Hibernating"
+	// ReasonReconcilePaused means the annotation daytwo.dev/reconcile is
+	// "paused": daytwo leaves the Database as it is.
+	ReasonReconcilePaused = "ReconcilePaused"
 	// ReasonExpansionUnsupported means the StorageClass does not allow volume expansion.
 	ReasonExpansionUnsupported = "ExpansionUnsupported"
 	// ReasonShrinkUnsupported means spec asks for smaller volumes; volumes never shrink.
@@ -259,6 +279,14 @@ type DatabaseSpec struct {
 	// +listMapKey=name
 	// +kubebuilder:validation:MaxItems=64
 	Databases []LogicalDatabase `json:"databases,omitempty"`
+
+	// hibernation On stops every instance and keeps its volume: a Database
+	// that costs nothing but storage until hibernation is Off again, when
+	// the instances start where they stopped. The primary first moves to
+	// the first instance (<name>-0), which starts first on waking.
+	// Scheduled backups skip their runs meanwhile.
+	// +optional
+	Hibernation HibernationMode `json:"hibernation,omitempty"`
 
 	// pooler runs PgBouncer in front of the Database: many client
 	// connections on few server connections, and switchovers that

@@ -12,6 +12,7 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/utils/clock"
@@ -27,6 +28,7 @@ import (
 
 	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
 	"github.com/daytwo-dev/daytwo/internal/controller"
+	"github.com/daytwo-dev/daytwo/internal/controller/conditions"
 	"github.com/daytwo-dev/daytwo/internal/ha"
 	"github.com/daytwo-dev/daytwo/internal/instanceapi"
 )
@@ -125,7 +127,24 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (_ re
 	if !db.DeletionTimestamp.IsZero() {
 		return reconcile.Result{}, r.reconcileDelete(ctx, db)
 	}
+	if paused(db) {
+		return reconcile.Result{}, nil
+	}
 	return r.reconcileNormal(ctx, db, before)
+}
+
+// paused says whether the annotation daytwo.dev/reconcile pauses daytwo's
+// work on db, and records it in the condition: the status keeps what it
+// said when the pause began.
+func paused(db *v1alpha1.Database) bool {
+	if db.Annotations[v1alpha1.AnnotationReconcile] != v1alpha1.ReconcilePaused {
+		meta.RemoveStatusCondition(&db.Status.Conditions, v1alpha1.ConditionReconcilePaused)
+		return false
+	}
+	conditions.Set(&db.Status.Conditions, db.Generation, v1alpha1.ConditionReconcilePaused, metav1.ConditionTrue,
+		v1alpha1.ReasonReconcilePaused, "The annotation "+v1alpha1.AnnotationReconcile+"="+v1alpha1.ReconcilePaused+
+			" pauses daytwo: the instances run as they are, and nothing fails them over, rolls or repairs them until it goes")
+	return true
 }
 
 // reconcileNormal applies the children, rolls instances that run an old

@@ -56,6 +56,10 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, db *v1alpha1.Database)
 		if err := r.deleteVolumes(ctx, db, pvcs.Items); err != nil {
 			return err
 		}
+	case v1alpha1.DatabaseDeletionOrphan:
+		if err := r.orphan(ctx, db); err != nil {
+			return err
+		}
 	default:
 		if err := r.retain(ctx, db, pvcs.Items); err != nil {
 			return err

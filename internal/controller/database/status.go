@@ -40,6 +40,8 @@ type findings struct {
 	keepStatefulSet bool
 	// rolloutWaiting says why a rollout holds (Progressing=True).
 	rolloutWaiting string
+	// hibernating says what spec.hibernation On is doing ("" when Off).
+	hibernating string
 	// staleJob: the upgrade Job is another attempt's; upgradeTo is the
 	// major the running attempt (or its Job) upgrades to; upgradeAction
 	// what this reconcile does about a version change, upgradeFailed why
@@ -138,6 +140,12 @@ func setStatus(db *v1alpha1.Database, obs *observation) {
 		st.TargetPrimary = obs.Primary
 	}
 	switch reason, msg := primaryError(obs.Pods, obs.Primary); {
+	case obs.found.hibernating != "":
+		reason := v1alpha1.ReasonHibernating
+		if obs.found.in.stopped && len(obs.Pods) == 0 {
+			reason = v1alpha1.ReasonHibernated
+		}
+		set(v1alpha1.ConditionReady, false, reason, obs.found.hibernating)
 	case obs.FailoverWaiting != "":
 		set(v1alpha1.ConditionReady, false, v1alpha1.ReasonFailingOver, obs.FailoverWaiting)
 	case obs.ServingOnPromises != "":
@@ -236,6 +244,8 @@ func phase(db *v1alpha1.Database, obs *observation, primaryReady bool) v1alpha1.
 	st := &db.Status
 	rollingImage := obs.found.in.goodImage != "" && obs.found.templateImage != "" && obs.found.templateImage != obs.found.in.goodImage
 	switch {
+	case obs.found.hibernating != "":
+		return v1alpha1.DatabasePhaseHibernated
 	case obs.found.in.stopped:
 		return v1alpha1.DatabasePhaseUpgrading
 	case obs.found.in.goodImage == "" && !primaryReady:

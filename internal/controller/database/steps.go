@@ -67,10 +67,12 @@ func (r *Reconciler) steps() []step {
 			return nil
 		})},
 		{"restore source", r.restorePhase},
+		{"hibernation", r.hibernationPhase},
 		{"StatefulSet", just(r.applyStatefulSet)},
 		{"disruption budgets", just(func(ctx context.Context, db *v1alpha1.Database, obs *observation) error {
 			return r.applyDisruptionBudget(ctx, db, obs.plan)
 		})},
+		{"hibernated", hibernatedPhase},
 		{"major upgrade", r.majorUpgradePhase},
 		{"failover", r.haPhase((*ha.Actor).Failover)},
 		{"switchover", r.haPhase((*ha.Actor).Switchover)},

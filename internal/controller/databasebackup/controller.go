@@ -259,6 +259,13 @@ func (r *Reconciler) decideSchedule(b *v1alpha1.DatabaseBackup, now time.Time) s
 
 // startRun creates the Job of the due time, honouring concurrencyPolicy.
 func (r *Reconciler) startRun(ctx context.Context, b *v1alpha1.DatabaseBackup, db *v1alpha1.Database, jobs []batchv1.Job, d schedule.Decision) error {
+	if db.Spec.Hibernation == v1alpha1.HibernationOn {
+		// No instance runs: the run is skipped, not failed.
+		b.Status.LastScheduleTime = &metav1.Time{Time: d.Due}
+		controller.Event(ctx, r.Recorder, b, nil, corev1.EventTypeNormal, "Skipped", "Schedule",
+			"Skipped the run of %s: Database %s hibernates", d.Due.UTC().Format(time.RFC3339), db.Name)
+		return nil
+	}
 	active := activeJobs(jobs)
 	if len(active) > 0 {
 		switch b.Spec.ConcurrencyPolicy {

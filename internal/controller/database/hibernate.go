@@ -1,0 +1,58 @@
+package database
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
+	"github.com/daytwo-dev/daytwo/internal/ha"
+)
+
+// hibernatePoll is how often a hibernating Database is looked at while its
+// primary moves or its instances stop (their events come sooner).
+const hibernatePoll = 5 * time.Second
+
+// hibernationPhase carries out spec.hibernation On. The instances wake in
+// order from <name>-0, and a replica is ready only once it streams, so the
+// primary first moves to <name>-0 (a switchover, as before a scale-down
+// that would remove it); then every instance stops, the volumes kept.
+// A major upgrade under way finishes first.
+func (r *Reconciler) hibernationPhase(ctx context.Context, db *v1alpha1.Database, obs *observation) (stepResult, error) {
+	if db.Spec.Hibernation != v1alpha1.HibernationOn {
+		return stepResult{}, nil
+	}
+	if obs.found.in.upgrading != "" {
+		obs.found.hibernating = "Hibernating after the major upgrade under way"
+		return stepResult{}, nil
+	}
+	first := podName(db, 0)
+	if obs.Primary != "" && obs.Primary != first && ha.Ordinal(obs.Primary) > 0 && len(obs.Pods) > 1 {
+		obs.found.hibernating = fmt.Sprintf("Hibernating: the primary moves from %s to %s, which starts first on waking", obs.Primary, first)
+		obs.WantInstances, obs.ShrinkHeld = 1, true
+		res, err := r.actor().SwitchoverForScaleDown(ctx, db, &obs.View)
+		if obs.SwitchoverWaiting != "" {
+			obs.found.hibernating += "; " + obs.SwitchoverWaiting
+		}
+		return stepResult{requeue: max(res.RequeueAfter, hibernatePoll), stop: true}, err
+	}
+	obs.found.in.stopped = true
+	obs.found.hibernating = fmt.Sprintf("Hibernated: no instance runs, and the %d volumes are kept; spec.hibernation Off starts them again", obs.plan.instances)
+	if len(obs.Pods) > 0 {
+		obs.found.hibernating = fmt.Sprintf("Hibernating: stopping %d instances, the primary last; their volumes are kept", len(obs.Pods))
+	}
+	return stepResult{}, nil
+}
+
+// hibernatedPhase ends the reconcile of a hibernating Database once its
+// StatefulSet says so: nothing fails over, rolls or scales an instance
+// that is meant to stop.
+func hibernatedPhase(_ context.Context, _ *v1alpha1.Database, obs *observation) (stepResult, error) {
+	if obs.found.hibernating == "" || !obs.found.in.stopped {
+		return stepResult{}, nil
+	}
+	if len(obs.Pods) > 0 {
+		return stepResult{requeue: hibernatePoll, stop: true}, nil
+	}
+	return stepResult{stop: true}, nil
+}
