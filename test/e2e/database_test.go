@@ -315,6 +315,49 @@ func TestDatabaseSmallLifecycle(t *testing.T) {
 		t.Errorf("the pod template took the new instance manager %s without a restart to carry it", img)
 	}
 	t.Logf("operator upgraded to %s; PostgreSQL container unchanged: %s", next, before)
+	checkOrphan(t, ns, "orders", before)
+}
+
+// checkOrphan disconnects the running Database name from daytwo
+// (deletionPolicy Orphan, then delete): once the garbage collector has
+// acted on the deletion (a sentinel the Database owned is gone), the same
+// PostgreSQL container still runs and takes writes through -rw; a new
+// Database with the adopt annotation takes it back without a restart.
+func checkOrphan(t *testing.T, ns, name, container string) {
+	t.Helper()
+	ctx := context.Background()
+	db := waitDatabase(t, ns, name, time.Minute, "Ready", isReady(1, ""))
+	sentinel := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name + "-gc-sentinel",
+		OwnerReferences: []metav1.OwnerReference{{APIVersion: v1alpha1.GroupVersion.String(), Kind: "Database", Name: name, UID: db.UID}}}}
+	if err := cluster.Client.Create(ctx, sentinel); err != nil {
+		t.Fatal(err)
+	}
+	updateDatabase(t, ns, name, func(d *v1alpha1.Database) { d.Spec.DeletionPolicy = v1alpha1.DatabaseDeletionOrphan })
+	waitDatabase(t, ns, name, time.Minute, "the Orphan policy seen", func(d *v1alpha1.Database) bool {
+		return d.Status.ObservedGeneration == d.Generation
+	})
+	if err := cluster.Client.Delete(ctx, db); err != nil {
+		t.Fatal(err)
+	}
+	framework.Eventually(t, 2*time.Minute, "the garbage collector done with the Database", func(ctx context.Context) (bool, error) {
+		err := cluster.Client.Get(ctx, client.ObjectKeyFromObject(sentinel), &corev1.ConfigMap{})
+		return apierrors.IsNotFound(err), client.IgnoreNotFound(err)
+	})
+	if after := postgresContainer(t, ns, name+"-0"); after != container {
+		t.Fatalf("disconnecting restarted PostgreSQL: %s, then %s", container, after)
+	}
+	sql(t, ns, "psql", name+"-rw", "INSERT INTO items VALUES (1000)")
+	t.Logf("disconnected: %s still runs and takes writes through %s-rw", container, name)
+	createDatabase(t, ns, name, func(d *v1alpha1.Database) {
+		d.Annotations = map[string]string{v1alpha1.AnnotationAdopt: "true"}
+	})
+	waitDatabase(t, ns, name, 2*time.Minute, "Ready again, adopted", isReady(1, ""))
+	if after := postgresContainer(t, ns, name+"-0"); after != container {
+		t.Errorf("adopting restarted PostgreSQL: %s, then %s", container, after)
+	}
+	if got := sql(t, ns, "psql", name+"-rw", "SELECT count(*) FROM items WHERE v = 1000"); got != "1" {
+		t.Fatalf("the adopted Database lost the write made while disconnected: %q", got)
+	}
 }
 
 const operatorImage = "localhost/daytwo:dev"
@@ -773,6 +816,7 @@ func TestDatabaseMediumUpgradeAndRollback(t *testing.T) {
 		t.Fatalf("acknowledged writes lost to the frozen primary: %v", lost)
 	}
 	t.Logf("writer through the freeze: %s", writes2)
+	checkHibernation(t, ns, "shop", "SELECT count(*) FROM orders")
 
 	// Delete removes the volumes too.
 	if err := cluster.Client.Delete(context.Background(), db); err != nil {
@@ -975,4 +1019,59 @@ func checkOnUpdateRevision(t *testing.T, ns, db string) string {
 		return len(pods.Items) > 0 && sts.Status.UpdatedReplicas == *sts.Spec.Replicas, nil
 	})
 	return rev
+}
+
+// checkHibernation hibernates a Database of two instances whose primary
+// is not the first (it moves there first, so the instances wake in order),
+// checks that no instance runs and every volume is kept, wakes it and
+// checks the data (query's answer) came back with it.
+func checkHibernation(t *testing.T, ns, name, query string) {
+	t.Helper()
+	before := sql(t, ns, "psql", name+"-rw", query)
+	db := waitDatabase(t, ns, name, 2*time.Minute, "Ready before hibernating", func(d *v1alpha1.Database) bool {
+		return d.Status.Ready && d.Status.ReadyInstances == 2
+	})
+	if db.Status.Primary == name+"-0" {
+		// The path worth proving: the primary elsewhere than the first.
+		requested := time.Now().UTC().Truncate(time.Second)
+		updateDatabase(t, ns, name, func(d *v1alpha1.Database) {
+			if d.Annotations == nil {
+				d.Annotations = map[string]string{}
+			}
+			d.Annotations[v1alpha1.AnnotationSwitchoverRequested] = requested.Format(time.RFC3339)
+			d.Annotations[v1alpha1.AnnotationSwitchoverTo] = name + "-1"
+		})
+		waitDatabase(t, ns, name, 2*time.Minute, "the primary on "+name+"-1", func(d *v1alpha1.Database) bool {
+			s := d.Status.LastSwitchover
+			return s != nil && s.RequestedTime.Equal(&metav1.Time{Time: requested}) && d.Status.Primary == name+"-1" && d.Status.Ready
+		})
+	}
+	start := time.Now()
+	updateDatabase(t, ns, name, func(d *v1alpha1.Database) { d.Spec.Hibernation = v1alpha1.HibernationOn })
+	db = waitDatabase(t, ns, name, 3*time.Minute, "hibernated", func(d *v1alpha1.Database) bool {
+		c := meta.FindStatusCondition(d.Status.Conditions, v1alpha1.ConditionReady)
+		return c != nil && c.Reason == v1alpha1.ReasonHibernated
+	})
+	pods, claims := &corev1.PodList{}, &corev1.PersistentVolumeClaimList{}
+	sel := client.MatchingLabels{"daytwo.dev/database": name}
+	if err := cluster.Client.List(context.Background(), pods, client.InNamespace(ns), sel); err != nil {
+		t.Fatal(err)
+	}
+	if err := cluster.Client.List(context.Background(), claims, client.InNamespace(ns), sel); err != nil {
+		t.Fatal(err)
+	}
+	if len(pods.Items) != 0 || len(claims.Items) != 2 || db.Status.Phase != v1alpha1.DatabasePhaseHibernated {
+		t.Fatalf("hibernated: %d pods, %d volumes, phase %s", len(pods.Items), len(claims.Items), db.Status.Phase)
+	}
+	t.Logf("hibernated in %s: %s", time.Since(start).Round(100*time.Millisecond),
+		meta.FindStatusCondition(db.Status.Conditions, v1alpha1.ConditionReady).Message)
+	start = time.Now()
+	updateDatabase(t, ns, name, func(d *v1alpha1.Database) { d.Spec.Hibernation = v1alpha1.HibernationOff })
+	waitDatabase(t, ns, name, 4*time.Minute, "awake with both instances", func(d *v1alpha1.Database) bool {
+		return d.Status.Ready && d.Status.ReadyInstances == 2 && d.Status.Primary == name+"-0"
+	})
+	t.Logf("awake in %s", time.Since(start).Round(100*time.Millisecond))
+	if after := sql(t, ns, "psql", name+"-rw", query); after != before {
+		t.Fatalf("after hibernation: %q, before: %q", after, before)
+	}
 }
