@@ -195,6 +195,14 @@ func (r *Reconciler) applyDeployment(ctx context.Context, app *v1alpha1.WebApp, 
 	changed := exists && templateHash(live) != desiredHash
 	held := failure{revision: live.Annotations[annotationFailedTemplate], signal: live.Annotations[annotationCanaryAborted]}
 	template, failed, paused := desired, failure{}, false
+	var recorded *corev1ac.PodTemplateSpecApplyConfiguration
+	if !exists {
+		// A Deployment deleted after a failure is made again with the good
+		// template, not the failed revision.
+		if held, recorded, err = r.recordedFailure(ctx, app, revision); err != nil {
+			return rollout{}, err
+		}
+	}
 	// The event describing this apply is recorded only once the apply succeeded.
 	event := func() {}
 	switch {
@@ -205,6 +213,14 @@ func (r *Reconciler) applyDeployment(ctx context.Context, app *v1alpha1.WebApp, 
 			return rollout{}, err
 		}
 		failed, ro.failedHash = held, held.revision
+	case recorded != nil:
+		template, failed, ro.failedHash, ro.abortSignal = recorded, held, revision, held.signal
+		ro.restoredImage = imageOf(controller.ApplyConfig[corev1.PodTemplateSpec](recorded))
+		event = func() {
+			controller.Event(ctx, r.Recorder, app, nil, corev1.EventTypeWarning, v1alpha1.ReasonRolledBack, "Recreate",
+				"Made Deployment %s again with the last good template (%s): revision %s of the spec failed before", app.Name,
+				ro.restoredImage, revision)
+		}
 	case exists && held.revision == revision:
 		// Rolled back before: keep the live (good) template, do not retry the failed one.
 		if template, err = r.liveTemplate(ctx, live); err != nil {
@@ -262,6 +278,12 @@ func (r *Reconciler) applyDeployment(ctx context.Context, app *v1alpha1.WebApp, 
 		live = controller.ApplyConfig[appsv1.Deployment](dep)
 	} else if live.UID == "" {
 		return rollout{}, errors.New("failed to get Deployment: neither read nor applied")
+	}
+	if failed.revision != "" && failed != held {
+		// A failure this reconcile found: recorded beyond the Deployment.
+		if err := r.recordFailure(ctx, app, failed, template); err != nil {
+			return rollout{}, err
+		}
 	}
 	event()
 	ro.deployment = live

@@ -488,6 +488,17 @@ func TestMissedDeadlineRollsBack(t *testing.T) {
 	if d = deploymentOf(t, app, "still rolled back", func(*appsv1.Deployment) bool { return true }); appContainer(d).Image != "demo:1" {
 		t.Fatalf("image = %s after a reconcile, want demo:1 kept", appContainer(d).Image)
 	}
+	// Nor after the Deployment is deleted: it is made again with the good
+	// template, from the record the WebApp owns, not with the failed one.
+	oldUID := d.UID
+	if err := env.Client.Delete(ctx, d); err != nil {
+		t.Fatal(err)
+	}
+	d = deploymentOf(t, app, "made again", func(d *appsv1.Deployment) bool { return d.UID != oldUID })
+	if appContainer(d).Image != "demo:1" || d.Annotations["daytwo.dev/failed-template-hash"] == "" {
+		t.Fatalf("the Deployment made again runs %s (failed record %q), want demo:1 and the record kept",
+			appContainer(d).Image, d.Annotations["daytwo.dev/failed-template-hash"])
+	}
 	// A new spec is tried again, and the failure mark goes.
 	update(t, app, func(a *v1alpha1.WebApp) { a.Spec.Image = "demo:fixed" })
 	deploymentOf(t, app, "with demo:fixed", func(d *appsv1.Deployment) bool {

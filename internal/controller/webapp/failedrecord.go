@@ -1,0 +1,78 @@
+package webapp
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
+	"github.com/daytwo-dev/daytwo/internal/controller"
+)
+
+// The failed-revision record: a ConfigMap the WebApp owns, holding the
+// revision that failed (a missed progress deadline or an aborted canary),
+// the canary's abort signal, and the good pod template that replaced it.
+// The stable Deployment carries the same record (annotationFailedTemplate),
+// but a deleted Deployment loses it: made again from the spec, it would
+// roll the failed revision to every pod. The record survives it.
+const (
+	recordRevision = "revision"
+	recordSignal   = "signal"
+	recordTemplate = "template.json"
+)
+
+func failedRecordName(app *v1alpha1.WebApp) string { return app.Name + "-failed-revision" }
+
+// failedRecord is the record of failed, with the good template that runs
+// instead.
+func failedRecord(app *v1alpha1.WebApp, failed failure, good *corev1ac.PodTemplateSpecApplyConfiguration) (*corev1ac.ConfigMapApplyConfiguration, error) {
+	tpl, err := json.Marshal(good)
+	if err != nil {
+		return nil, fmt.Errorf("failed to encode the good template: %w", err)
+	}
+	data := map[string]string{recordRevision: failed.revision, recordTemplate: string(tpl)}
+	if failed.signal != "" {
+		data[recordSignal] = failed.signal
+	}
+	return corev1ac.ConfigMap(failedRecordName(app), app.Namespace).
+		WithLabels(labels(app)).
+		WithOwnerReferences(ownerReference(app)).
+		WithData(data), nil
+}
+
+// recordFailure writes the record of a failure that just happened.
+func (r *Reconciler) recordFailure(ctx context.Context, app *v1alpha1.WebApp, failed failure, good *corev1ac.PodTemplateSpecApplyConfiguration) error {
+	cm, err := failedRecord(app, failed, good)
+	if err != nil {
+		return err
+	}
+	return controller.Apply(ctx, r.Client, cm, "ConfigMap "+failedRecordName(app))
+}
+
+// recordedFailure reads the record when it names revision: the failure and
+// the good template, or a zero failure (no record, or another revision's).
+func (r *Reconciler) recordedFailure(ctx context.Context, app *v1alpha1.WebApp, revision string) (failure, *corev1ac.PodTemplateSpecApplyConfiguration, error) {
+	cm := &corev1.ConfigMap{}
+	err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: app.Namespace, Name: failedRecordName(app)}, cm)
+	if err != nil || cm.Data[recordRevision] != revision || !ownedByApp(cm, app) {
+		return failure{}, nil, client.IgnoreNotFound(err)
+	}
+	good := &corev1ac.PodTemplateSpecApplyConfiguration{}
+	if err := json.Unmarshal([]byte(cm.Data[recordTemplate]), good); err != nil {
+		return failure{}, nil, nil // a damaged record is no record
+	}
+	return failure{revision: revision, signal: cm.Data[recordSignal]}, good, nil
+}
+
+func ownedByApp(obj client.Object, app *v1alpha1.WebApp) bool {
+	for _, o := range obj.GetOwnerReferences() {
+		if o.UID == app.UID {
+			return true
+		}
+	}
+	return false
+}
