@@ -96,6 +96,26 @@ func TestWebAppCanary(t *testing.T) {
 	}
 	stableUntouched(t, app, before)
 	abortEvent(t, app, demoWebImageCrash)
+	// The stable Deployment deleted after the abort is made again with the
+	// good image, from the record the WebApp owns, not the crashing one.
+	gone := &appsv1.Deployment{}
+	if err := cluster.Client.Get(ctx, client.ObjectKey{Namespace: app.Namespace, Name: app.Name}, gone); err != nil {
+		t.Fatal(err)
+	}
+	if err := cluster.Client.Delete(ctx, gone); err != nil {
+		t.Fatal(err)
+	}
+	framework.Eventually(t, time.Minute, "the stable Deployment made again", func(ctx context.Context) (bool, error) {
+		d := &appsv1.Deployment{}
+		err := cluster.Client.Get(ctx, client.ObjectKeyFromObject(gone), d)
+		if err != nil || d.UID == gone.UID {
+			return false, client.IgnoreNotFound(err)
+		}
+		if img := d.Spec.Template.Spec.Containers[0].Image; img != demoWebImageV2 {
+			return false, fmt.Errorf("the Deployment made again runs %s, want %s", img, demoWebImageV2)
+		}
+		return true, nil
+	})
 
 	// Back to the stable image: nothing to roll.
 	updateApp(t, app, func(a *v1alpha1.WebApp) { a.Spec.Image = demoWebImageV2 })
