@@ -90,7 +90,6 @@ const (
 )
 
 // WebAppSpec is what a user declares for a stateless application.
-// +kubebuilder:validation:XValidation:rule="!(has(self.replicas) && has(self.autoscaling))",message="replicas and autoscaling are mutually exclusive: with autoscaling the HorizontalPodAutoscaler owns the replica count"
 // +kubebuilder:validation:XValidation:rule="!has(self.securityContext) || !has(self.securityContext.runAsUser) || self.securityContext.runAsUser != 0 || (has(self.securityContext.runAsNonRoot) ? !self.securityContext.runAsNonRoot : (has(self.podSecurityContext) && has(self.podSecurityContext.runAsNonRoot) && !self.podSecurityContext.runAsNonRoot))",message="securityContext.runAsUser 0 is root, which daytwo's default runAsNonRoot: true refuses: set securityContext.runAsNonRoot: false as well",fieldPath=".securityContext.runAsUser"
 // +kubebuilder:validation:XValidation:rule="!has(self.podSecurityContext) || !has(self.podSecurityContext.runAsUser) || self.podSecurityContext.runAsUser != 0 || (has(self.podSecurityContext.runAsNonRoot) && !self.podSecurityContext.runAsNonRoot) || (has(self.securityContext) && has(self.securityContext.runAsNonRoot) && !self.securityContext.runAsNonRoot)",message="podSecurityContext.runAsUser 0 is root, which daytwo's default runAsNonRoot: true refuses: set podSecurityContext.runAsNonRoot: false as well",fieldPath=".podSecurityContext.runAsUser"
 type WebAppSpec struct {
@@ -106,8 +105,11 @@ type WebAppSpec struct {
 	// +kubebuilder:default=IfNotPresent
 	ImagePullPolicy corev1.PullPolicy `json:"imagePullPolicy,omitempty"`
 
-	// replicas is the fixed number of pods. Leave it unset with autoscaling.
-	// Defaults to 1 when neither is set.
+	// replicas is the number of stable pods. Defaults to 1. With
+	// autoscaling it is the HorizontalPodAutoscaler's: it writes it
+	// through the WebApp's scale subresource (daytwo sets it once, from the
+	// pods running, when autoscaling starts), within minReplicas and
+	// maxReplicas; leave it out of what you apply.
 	// +optional
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=1000

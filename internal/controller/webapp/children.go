@@ -185,6 +185,9 @@ func (r *Reconciler) applyDeployment(ctx context.Context, app *v1alpha1.WebApp, 
 	if r.cacheBehind(key, live, exists, r.Clock.Now()) {
 		return rollout{}, errCacheBehind
 	}
+	if err := r.seedReplicas(ctx, app, live, exists); err != nil {
+		return rollout{}, err
+	}
 	ro := rollout{desiredImage: app.Spec.Image}
 	if ro.forbidden, err = r.podSecurityViolation(ctx, app.Namespace, desired); err != nil {
 		return rollout{}, err

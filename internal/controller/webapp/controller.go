@@ -61,6 +61,7 @@ type Reconciler struct {
 
 // +kubebuilder:rbac:groups=daytwo.dev,resources=webapps,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups=daytwo.dev,resources=webapps/status,verbs=patch
+// +kubebuilder:rbac:groups=daytwo.dev,resources=webapps/scale,verbs=update
 // +kubebuilder:rbac:groups=daytwo.dev,resources=webapps/finalizers,verbs=update
 // +kubebuilder:rbac:groups=daytwo.dev,resources=databases,verbs=get;list;watch
 // +kubebuilder:rbac:groups=apps,resources=deployments,verbs=get;list;watch;create;patch;delete

@@ -159,7 +159,7 @@ func TestCreateMakesChildrenWithSafeDefaults(t *testing.T) {
 	}
 
 	condition(t, app, v1alpha1.ConditionReady, v1alpha1.ReasonReconciling)
-	if app.Status.URL != "http://shop."+ns+".svc.cluster.local:8080" || app.Status.Selector != "daytwo.dev/webapp=shop" {
+	if app.Status.URL != "http://shop."+ns+".svc.cluster.local:8080" || app.Status.Selector != "daytwo.dev/track notin (canary),daytwo.dev/webapp=shop" {
 		t.Errorf("status url=%q selector=%q", app.Status.URL, app.Status.Selector)
 	}
 	markAvailable(t, d)
@@ -233,25 +233,46 @@ func TestAutoscalingLeavesReplicasToTheHPA(t *testing.T) {
 	app.Spec.Replicas = nil
 	app.Spec.Autoscaling = &v1alpha1.WebAppAutoscaling{MinReplicas: 2, MaxReplicas: 6, TargetCPUUtilizationPercentage: 70}
 	create(t, app)
-	d := deploymentOf(t, app, "created", func(*appsv1.Deployment) bool { return true })
+	d := deploymentOf(t, app, "created with minReplicas", func(d *appsv1.Deployment) bool { return ptr.Deref(d.Spec.Replicas, 0) == 2 })
 	h := &autoscalingv2.HorizontalPodAutoscaler{}
 	eventually(t, "HPA", func() (bool, error) { return true, env.Client.Get(ctx, key(ns, "auto"), h) })
 	if ptr.Deref(h.Spec.MinReplicas, 0) != 2 || h.Spec.MaxReplicas != 6 || *h.Spec.Metrics[0].Resource.Target.AverageUtilization != 70 ||
-		h.Spec.ScaleTargetRef.Name != "auto" {
+		h.Spec.ScaleTargetRef.Name != "auto" || h.Spec.ScaleTargetRef.Kind != "WebApp" || h.Spec.ScaleTargetRef.APIVersion != "daytwo.dev/v1alpha1" {
 		t.Errorf("HPA spec = %+v", h.Spec)
 	}
 	eventually(t, "PDB (up to 6 replicas)", func() (bool, error) {
 		return true, env.Client.Get(ctx, key(ns, "auto"), &policyv1.PodDisruptionBudget{})
 	})
+	// The HPA reads the WebApp's scale: seeded, and selecting the stable
+	// pods only, never a canary's.
+	scale := &autoscalingv1.Scale{}
+	eventually(t, "the scale's selector", func() (bool, error) {
+		err := env.Client.SubResource("scale").Get(ctx, app, scale)
+		return err == nil && scale.Status.Selector != "", err
+	})
+	if scale.Spec.Replicas != 2 || scale.Status.Selector != "daytwo.dev/track notin (canary),daytwo.dev/webapp=auto" {
+		t.Errorf("scale: replicas %d, selector %q", scale.Spec.Replicas, scale.Status.Selector)
+	}
 
-	// The HPA scales the Deployment; daytwo must not fight it.
-	update(t, d, func(d *appsv1.Deployment) { d.Spec.Replicas = ptr.To[int32](4) })
-	// Any reconcile (here: an image change) must keep 4.
+	// The HPA scales the WebApp (as it does, through the scale
+	// subresource); the Deployment follows, within the bounds.
+	hpaScales := func(n int32) {
+		t.Helper()
+		s := &autoscalingv1.Scale{Spec: autoscalingv1.ScaleSpec{Replicas: n}}
+		if err := env.Client.SubResource("scale").Update(ctx, app, client.WithSubResourceBody(s)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	hpaScales(4)
+	deploymentOf(t, app, "scaled to 4", func(d *appsv1.Deployment) bool { return ptr.Deref(d.Spec.Replicas, 0) == 4 })
+	// Any reconcile (here: an image change) keeps 4.
 	update(t, app, func(a *v1alpha1.WebApp) { a.Spec.Image = "demo:3" })
 	d = deploymentOf(t, app, "with demo:3", func(d *appsv1.Deployment) bool { return appContainer(d).Image == "demo:3" })
 	if got := ptr.Deref(d.Spec.Replicas, 0); got != 4 {
 		t.Errorf("replicas = %d after a reconcile, want the HPA's 4", got)
 	}
+	hpaScales(9)
+	deploymentOf(t, app, "held at maxReplicas 6", func(d *appsv1.Deployment) bool { return ptr.Deref(d.Spec.Replicas, 0) == 6 })
 
 	// Turning autoscaling off removes the HPA.
 	update(t, app, func(a *v1alpha1.WebApp) {
@@ -261,6 +282,30 @@ func TestAutoscalingLeavesReplicasToTheHPA(t *testing.T) {
 	eventually(t, "HPA deleted", func() (bool, error) {
 		return apierrors.IsNotFound(env.Client.Get(ctx, key(ns, "auto"), &autoscalingv2.HorizontalPodAutoscaler{})), nil
 	})
+}
+
+// An app whose HPA scaled its Deployment before (an operator from before
+// the HPA targeted the WebApp) keeps its pods: the seed is what runs.
+func TestAutoscalingKeepsTheRunningCount(t *testing.T) {
+	ns := env.Namespace(t)
+	app := newApp(ns, "busy")
+	app.Spec.Replicas = ptr.To[int32](5)
+	create(t, app)
+	deploymentOf(t, app, "5 pods", func(d *appsv1.Deployment) bool { return ptr.Deref(d.Spec.Replicas, 0) == 5 })
+	update(t, app, func(a *v1alpha1.WebApp) {
+		a.Spec.Replicas = nil
+		a.Spec.Autoscaling = &v1alpha1.WebAppAutoscaling{MinReplicas: 2, MaxReplicas: 8}
+	})
+	eventually(t, "the WebApp seeded with the running count", func() (bool, error) {
+		err := env.Client.Get(ctx, key(ns, "busy"), app)
+		return err == nil && app.Spec.Replicas != nil, err
+	})
+	if *app.Spec.Replicas != 5 {
+		t.Fatalf("seeded %d, want the 5 running", *app.Spec.Replicas)
+	}
+	if d := deploymentOf(t, app, "read", func(*appsv1.Deployment) bool { return true }); ptr.Deref(d.Spec.Replicas, 0) != 5 {
+		t.Errorf("the Deployment went to %d", ptr.Deref(d.Spec.Replicas, 0))
+	}
 }
 
 func TestConfigChangeRollsThePods(t *testing.T) {

@@ -66,8 +66,11 @@ func ownerReference(app *v1alpha1.WebApp) *metav1ac.OwnerReferenceApplyConfigura
 
 // desiredReplicas is the fixed replica count, or nil when the HPA owns it.
 func desiredReplicas(app *v1alpha1.WebApp) *int32 {
-	if app.Spec.Autoscaling != nil {
-		return nil
+	if a := app.Spec.Autoscaling; a != nil {
+		if app.Spec.Replicas == nil {
+			return nil // not set yet: the running count stays (seedReplicas)
+		}
+		return ptr.To(min(max(*app.Spec.Replicas, a.MinReplicas, 1), a.MaxReplicas))
 	}
 	return ptr.To(ptr.Deref(app.Spec.Replicas, 1))
 }
@@ -339,7 +342,10 @@ func hpa(app *v1alpha1.WebApp) *autoscalingv2ac.HorizontalPodAutoscalerApplyConf
 		WithLabels(labels(app)).
 		WithOwnerReferences(ownerReference(app)).
 		WithSpec(autoscalingv2ac.HorizontalPodAutoscalerSpec().
-			WithScaleTargetRef(autoscalingv2ac.CrossVersionObjectReference().WithAPIVersion("apps/v1").WithKind("Deployment").WithName(app.Name)).
+			// The WebApp, not its Deployment: its scale selector leaves a
+			// canary's pods out, so they never skew the stable count.
+			WithScaleTargetRef(autoscalingv2ac.CrossVersionObjectReference().WithAPIVersion(v1alpha1.GroupVersion.String()).
+				WithKind("WebApp").WithName(app.Name)).
 			WithMinReplicas(max(a.MinReplicas, 1)).
 			WithMaxReplicas(a.MaxReplicas).
 			WithMetrics(autoscalingv2ac.MetricSpec().WithType("Resource").WithResource(

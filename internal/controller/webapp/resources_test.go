@@ -237,7 +237,7 @@ func TestSetStatus(t *testing.T) {
 			if app.Status.CurrentImage != tt.image {
 				t.Errorf("currentImage = %q, want %q", app.Status.CurrentImage, tt.image)
 			}
-			if app.Status.ObservedGeneration != 3 || app.Status.Selector != "daytwo.dev/webapp=shop" {
+			if app.Status.ObservedGeneration != 3 || app.Status.Selector != "daytwo.dev/track notin (canary),daytwo.dev/webapp=shop" {
 				t.Errorf("observedGeneration=%d selector=%q", app.Status.ObservedGeneration, app.Status.Selector)
 			}
 		})

@@ -63,7 +63,10 @@ func setStatus(app *v1alpha1.WebApp, obs observation) {
 	if sel == nil {
 		sel = selectorLabels(app)
 	}
-	s.Selector = metav1.FormatLabelSelector(&metav1.LabelSelector{MatchLabels: sel})
+	// The scale subresource's selector (the HorizontalPodAutoscaler's):
+	// the stable pods, not a canary's.
+	s.Selector = metav1.FormatLabelSelector(&metav1.LabelSelector{MatchLabels: sel, MatchExpressions: []metav1.LabelSelectorRequirement{
+		{Key: labelTrack, Operator: metav1.LabelSelectorOpNotIn, Values: []string{trackCanary}}}})
 	s.ServiceURL = fmt.Sprintf("http://%s.%s.svc.cluster.local:%d", app.Name, app.Namespace, app.Spec.Port)
 	s.URL = s.ServiceURL
 	if in := app.Spec.Ingress; in != nil {

@@ -37,6 +37,7 @@ var unexercised = map[string]string{
 	"create horizontalpodautoscalers.autoscaling": autoscaling,
 	"patch horizontalpodautoscalers.autoscaling":  autoscaling,
 	"delete horizontalpodautoscalers.autoscaling": autoscaling,
+	"update webapps/scale.daytwo.dev":             autoscaling,
 	"create ingresses.networking.k8s.io":          ingress,
 	"patch ingresses.networking.k8s.io":           ingress,
 	"delete ingresses.networking.k8s.io":          ingress,
