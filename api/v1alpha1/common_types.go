@@ -65,6 +65,11 @@ const (
 	AnnotationReconcile = "daytwo.dev/reconcile"
 	// ReconcilePaused is AnnotationReconcile's value that pauses.
 	ReconcilePaused = "paused"
+	// AnnotationApprovePrimaryUpdate on a Database lets the planned
+	// restart of its primary for the StatefulSet revision it names happen
+	// now, outside spec.maintenance's windows (the Progressing condition
+	// names the revision that waits).
+	AnnotationApprovePrimaryUpdate = "daytwo.dev/approve-primary-update"
 	// AnnotationRetryUpgrade on a Database tries a failed major upgrade
 	// again: any value other than the one it had when the upgrade failed.
 	AnnotationRetryUpgrade = "daytwo.dev/retry-upgrade"

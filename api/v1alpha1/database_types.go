@@ -288,6 +288,11 @@ type DatabaseSpec struct {
 	// +optional
 	Hibernation HibernationMode `json:"hibernation,omitempty"`
 
+	// maintenance holds planned restarts of the primary (a restart-only
+	// setting, a new image) for a window; without it they happen at once.
+	// +optional
+	Maintenance *DatabaseMaintenance `json:"maintenance,omitempty"`
+
 	// pooler runs PgBouncer in front of the Database: many client
 	// connections on few server connections, and switchovers that
 	// clients do not see. Removing it removes the pools.

@@ -121,13 +121,3 @@ type ServiceTemplate struct {
 	// +kubebuilder:validation:items:MaxLength=43
 	LoadBalancerSourceRanges []string `json:"loadBalancerSourceRanges,omitempty"`
 }
-
-// HibernationMode is spec.hibernation.
-// +kubebuilder:validation:Enum=On;Off
-type HibernationMode string
-
-// Hibernation modes.
-const (
-	HibernationOn  HibernationMode = "On"
-	HibernationOff HibernationMode = "Off"
-)

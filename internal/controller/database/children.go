@@ -48,7 +48,7 @@ func validate(db *v1alpha1.Database, p plan) string {
 		return fmt.Sprintf("spec.replication.synchronous.number is %d but the Database has %d instances: "+
 			"it must be below the number of instances, since the primary does not count", p.syncReplicas, p.instances)
 	}
-	return ""
+	return maintenanceProblem(db)
 }
 
 // metadataOf is an object of kind gvk as the metadata-only cache holds it.

@@ -159,6 +159,14 @@ func (r *Reconciler) rollOut(ctx context.Context, db *v1alpha1.Database, obs *ob
 	if victim == nil {
 		return r.pollWhileRollingOut(obs), nil
 	}
+	if victim.Name == obs.Primary && podReady(victim) {
+		// A planned restart of a working primary keeps to the maintenance
+		// windows; a broken one is restarted at once.
+		if wait, why := maintenanceHold(db, sts.Status.UpdateRevision, r.Clock.Now()); why != "" {
+			obs.found.rolloutWaiting = why
+			return reconcile.Result{RequeueAfter: wait}, nil
+		}
+	}
 	if victim.Name == obs.Primary && podReady(victim) && len(obs.Pods) > 1 {
 		// A planned restart of the primary is a switchover first: the old
 		// primary then restarts as a replica, on a later pass.
