@@ -75,6 +75,7 @@ func main() {
 	f.StringVar(&e.flags.CurrentContext, "context", "", "The kubeconfig context to use.")
 	f.StringVarP(&e.flags.Context.Namespace, "namespace", "n", "", "The namespace (default: the context's).")
 	root.AddCommand(statusCmd(e), psqlCmd(e), backupCmd(e), restoreCmd(e), switchoverCmd(e), promoteCmd(e), canaryCmd(e), reportCmd(e), logsCmd(e), rotatePasswordCmd(e))
+	root.AddCommand(day2Cmds(e)...)
 	if err := root.Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "error:", err)
 		os.Exit(1)

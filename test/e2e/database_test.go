@@ -1047,7 +1047,7 @@ func checkHibernation(t *testing.T, ns, name, query string) {
 		})
 	}
 	start := time.Now()
-	updateDatabase(t, ns, name, func(d *v1alpha1.Database) { d.Spec.Hibernation = v1alpha1.HibernationOn })
+	t.Log(plugin(t, ns, "hibernate", name))
 	db = waitDatabase(t, ns, name, 3*time.Minute, "hibernated", func(d *v1alpha1.Database) bool {
 		c := meta.FindStatusCondition(d.Status.Conditions, v1alpha1.ConditionReady)
 		return c != nil && c.Reason == v1alpha1.ReasonHibernated
@@ -1066,7 +1066,7 @@ func checkHibernation(t *testing.T, ns, name, query string) {
 	t.Logf("hibernated in %s: %s", time.Since(start).Round(100*time.Millisecond),
 		meta.FindStatusCondition(db.Status.Conditions, v1alpha1.ConditionReady).Message)
 	start = time.Now()
-	updateDatabase(t, ns, name, func(d *v1alpha1.Database) { d.Spec.Hibernation = v1alpha1.HibernationOff })
+	t.Log(plugin(t, ns, "wake", name))
 	waitDatabase(t, ns, name, 4*time.Minute, "awake with both instances", func(d *v1alpha1.Database) bool {
 		return d.Status.Ready && d.Status.ReadyInstances == 2 && d.Status.Primary == name+"-0"
 	})
