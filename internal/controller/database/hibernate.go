@@ -27,8 +27,14 @@ func (r *Reconciler) hibernationPhase(ctx context.Context, db *v1alpha1.Database
 		return stepResult{}, nil
 	}
 	first := podName(db, 0)
-	if obs.Primary != "" && obs.Primary != first && ha.Ordinal(obs.Primary) > 0 && len(obs.Pods) > 1 {
+	if obs.Primary != "" && obs.Primary != first && ha.Ordinal(obs.Primary) > 0 {
 		obs.found.hibernating = fmt.Sprintf("Hibernating: the primary moves from %s to %s, which starts first on waking", obs.Primary, first)
+		if obs.PodNamed(first) == nil {
+			// Stopped now, the instances could not wake: the first would
+			// wait for a primary that starts only after it.
+			obs.found.hibernating += "; " + first + " does not run"
+			return stepResult{requeue: hibernatePoll, stop: true}, nil
+		}
 		obs.WantInstances, obs.ShrinkHeld = 1, true
 		res, err := r.actor().SwitchoverForScaleDown(ctx, db, &obs.View)
 		if obs.SwitchoverWaiting != "" {
