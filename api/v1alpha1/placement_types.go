@@ -33,6 +33,7 @@ type Placement struct {
 }
 
 // DatabasePlacement is spec.placement: where a Database's instances run.
+// +kubebuilder:validation:XValidation:rule="!has(self.affinity) || !has(self.affinity.podAntiAffinity) || !has(self.antiAffinity) || self.antiAffinity == 'Preferred'",message="affinity.podAntiAffinity replaces what antiAffinity makes: set one of them",fieldPath=".antiAffinity"
 type DatabasePlacement struct {
 	Placement `json:",inline"`
 

@@ -8,6 +8,8 @@ import (
 // beyond the app's container: volumes, init and sidecar containers, and
 // where the pods run.
 // +kubebuilder:validation:XValidation:rule="!has(self.volumeMounts) || self.volumeMounts.all(m, has(self.volumes) && self.volumes.exists(v, v.name == m.name))",message="every volumeMount must name one of spec.volumes"
+// +kubebuilder:validation:XValidation:rule="!has(self.volumes) || self.volumes.all(v, v.name != 'database-ca')",message="the volume name database-ca is daytwo's own",fieldPath=".volumes"
+// +kubebuilder:validation:XValidation:rule="(!has(self.initContainers) || self.initContainers.all(c, c.name != 'app')) && (!has(self.sidecars) || self.sidecars.all(c, c.name != 'app'))",message="the container name app is the application's own"
 type WebAppPodShape struct {
 	// volumes the pods mount: ConfigMaps, Secrets, emptyDirs and
 	// PersistentVolumeClaims. The pods roll when a mounted ConfigMap or

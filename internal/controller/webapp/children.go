@@ -282,11 +282,9 @@ func (r *Reconciler) applyDeployment(ctx context.Context, app *v1alpha1.WebApp, 
 	} else if live.UID == "" {
 		return rollout{}, errors.New("failed to get Deployment: neither read nor applied")
 	}
-	if failed.revision != "" && failed != held {
-		// A failure this reconcile found: recorded beyond the Deployment.
-		if err := r.recordFailure(ctx, app, failed, template); err != nil {
-			return rollout{}, err
-		}
+	// The failure, or none, recorded beyond the Deployment too.
+	if err := r.syncFailedRecord(ctx, app, failed, template); err != nil {
+		return rollout{}, err
 	}
 	event()
 	ro.deployment = live

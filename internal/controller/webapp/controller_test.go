@@ -544,11 +544,28 @@ func TestMissedDeadlineRollsBack(t *testing.T) {
 		t.Fatalf("the Deployment made again runs %s (failed record %q), want demo:1 and the record kept",
 			appContainer(d).Image, d.Annotations["daytwo.dev/failed-template-hash"])
 	}
-	// A new spec is tried again, and the failure mark goes.
+	// A new spec is tried again, and the failure mark goes, from the
+	// record too: the failed revision, asked for again, is tried again,
+	// and a Deployment deleted then is made with it.
 	update(t, app, func(a *v1alpha1.WebApp) { a.Spec.Image = "demo:fixed" })
 	deploymentOf(t, app, "with demo:fixed", func(d *appsv1.Deployment) bool {
 		return appContainer(d).Image == "demo:fixed" && d.Annotations["daytwo.dev/failed-template-hash"] == ""
 	})
+	eventually(t, "the record cleared", func() (bool, error) {
+		cm := &corev1.ConfigMap{}
+		err := env.Client.Get(ctx, key(ns, "roll-failed-revision"), cm)
+		return err == nil && cm.Annotations["daytwo.dev/failed-revision"] == "" && cm.Data["template.json"] == "", err
+	})
+	update(t, app, func(a *v1alpha1.WebApp) { a.Spec.Image = "demo:broken" })
+	d = deploymentOf(t, app, "demo:broken tried again", func(d *appsv1.Deployment) bool { return appContainer(d).Image == "demo:broken" })
+	oldUID = d.UID
+	if err := env.Client.Delete(ctx, d); err != nil {
+		t.Fatal(err)
+	}
+	d = deploymentOf(t, app, "made again", func(d *appsv1.Deployment) bool { return d.UID != oldUID })
+	if appContainer(d).Image != "demo:broken" {
+		t.Errorf("a stale record held back the revision asked for again: the Deployment runs %s", appContainer(d).Image)
+	}
 }
 
 func TestIngressFollowsTheSpec(t *testing.T) {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -20,6 +21,11 @@ import (
 // but a deleted Deployment loses it: made again from the spec, it would
 // roll the failed revision to every pod. The record survives it.
 const (
+	// annotationRecordRevision on the record is the failed revision it
+	// holds ("" once a revision rolled out normally since), readable from
+	// the metadata cache every reconcile.
+	annotationRecordRevision = "daytwo.dev/failed-revision"
+
 	recordRevision = "revision"
 	recordSignal   = "signal"
 	recordTemplate = "template.json"
@@ -38,17 +44,37 @@ func failedRecord(app *v1alpha1.WebApp, failed failure, good *corev1ac.PodTempla
 	if failed.signal != "" {
 		data[recordSignal] = failed.signal
 	}
-	return corev1ac.ConfigMap(failedRecordName(app), app.Namespace).
-		WithLabels(labels(app)).
-		WithOwnerReferences(ownerReference(app)).
-		WithData(data), nil
+	return emptyRecord(app, failed.revision).WithData(data), nil
 }
 
-// recordFailure writes the record of a failure that just happened.
-func (r *Reconciler) recordFailure(ctx context.Context, app *v1alpha1.WebApp, failed failure, good *corev1ac.PodTemplateSpecApplyConfiguration) error {
-	cm, err := failedRecord(app, failed, good)
-	if err != nil {
-		return err
+// emptyRecord is the record's object with no failure in it.
+func emptyRecord(app *v1alpha1.WebApp, revision string) *corev1ac.ConfigMapApplyConfiguration {
+	return corev1ac.ConfigMap(failedRecordName(app), app.Namespace).
+		WithLabels(labels(app)).
+		WithAnnotations(map[string]string{annotationRecordRevision: revision}).
+		WithOwnerReferences(ownerReference(app))
+}
+
+// syncFailedRecord keeps the record in step with what the Deployment was
+// given: the failure and the good template that runs instead, or no
+// failure once a revision rolls out normally (a revision that failed
+// once and works later is not held back by an old record). It reads the
+// record from the metadata cache and writes only when it differs.
+func (r *Reconciler) syncFailedRecord(ctx context.Context, app *v1alpha1.WebApp, failed failure, good *corev1ac.PodTemplateSpecApplyConfiguration) error {
+	meta := controller.Named[metav1.PartialObjectMetadata](app.Namespace, failedRecordName(app))
+	meta.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("ConfigMap"))
+	err := r.Client.Get(ctx, client.ObjectKeyFromObject(meta), meta)
+	if client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("failed to read the failed-revision record: %w", err)
+	}
+	if meta.Annotations[annotationRecordRevision] == failed.revision {
+		return nil
+	}
+	cm := emptyRecord(app, "")
+	if failed.revision != "" {
+		if cm, err = failedRecord(app, failed, good); err != nil {
+			return err
+		}
 	}
 	return controller.Apply(ctx, r.Client, cm, "ConfigMap "+failedRecordName(app))
 }
@@ -58,7 +84,7 @@ func (r *Reconciler) recordFailure(ctx context.Context, app *v1alpha1.WebApp, fa
 func (r *Reconciler) recordedFailure(ctx context.Context, app *v1alpha1.WebApp, revision string) (failure, *corev1ac.PodTemplateSpecApplyConfiguration, error) {
 	cm := &corev1.ConfigMap{}
 	err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: app.Namespace, Name: failedRecordName(app)}, cm)
-	if err != nil || cm.Data[recordRevision] != revision || !ownedByApp(cm, app) {
+	if err != nil || cm.Annotations[annotationRecordRevision] != revision || cm.Data[recordRevision] != revision || !ownedByApp(cm, app) {
 		return failure{}, nil, client.IgnoreNotFound(err)
 	}
 	good := &corev1ac.PodTemplateSpecApplyConfiguration{}
