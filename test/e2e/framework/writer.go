@@ -56,8 +56,14 @@ func (c *Cluster) StartPooledWriter(t *testing.T, ns, pod, container, conninfo, 
 
 func (c *Cluster) startWriter(t *testing.T, ns, pod, container, conninfo, table, mode string) *Writer {
 	t.Helper()
-	c.ExecOK(t, ns, pod, container, "psql", conninfo, "-v", "ON_ERROR_STOP=1", "-qtAc",
-		fmt.Sprintf("CREATE TABLE IF NOT EXISTS %s (id int PRIMARY KEY)", table))
+	// A Service made a moment ago may not route yet (its endpoints wait on
+	// the controller manager, which a test may just have restarted): the
+	// table is made once it does.
+	Eventually(t, time.Minute, "the writer's table made through "+conninfo, func(ctx context.Context) (bool, error) {
+		_, _, err := c.Exec(ctx, ns, pod, container, "psql", conninfo, "-v", "ON_ERROR_STOP=1", "-qtAc",
+			fmt.Sprintf("CREATE TABLE IF NOT EXISTS %s (id int PRIMARY KEY)", table))
+		return err == nil, nil
+	})
 	bin, err := os.Open(writerBinary(t))
 	if err != nil {
 		t.Fatal(err)
