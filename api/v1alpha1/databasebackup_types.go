@@ -110,6 +110,9 @@ const (
 	// ReasonWaitingForArchiving: a Physical run waits until the Database
 	// archives its WAL to the backup's storage.
 	ReasonWaitingForArchiving = "WaitingForArchiving"
+	// ReasonDatabaseHibernated means a one-shot or requested run waits for
+	// its Database to wake (spec.hibernation).
+	ReasonDatabaseHibernated = "DatabaseHibernated"
 )
 
 // DatabaseBackupSpec is what a user declares for backups of a Database.

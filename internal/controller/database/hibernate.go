@@ -22,8 +22,14 @@ func (r *Reconciler) hibernationPhase(ctx context.Context, db *v1alpha1.Database
 	if db.Spec.Hibernation != v1alpha1.HibernationOn {
 		return stepResult{}, nil
 	}
-	if obs.found.in.upgrading != "" {
-		obs.found.hibernating = "Hibernating after the major upgrade under way"
+	if u := db.Status.Upgrade; obs.found.in.upgrading != "" || (u != nil && u.Phase != v1alpha1.MajorUpgradeSucceeded && u.Phase != v1alpha1.MajorUpgradeFailed) {
+		obs.found.rolloutWaiting = "Hibernation waits for the major upgrade under way"
+		return stepResult{}, nil
+	}
+	if obs.found.keepStatefulSet {
+		// The StatefulSet is left as it is (a restore's source went away):
+		// it would not stop, and nothing else may then stop acting on it.
+		obs.found.rolloutWaiting = "Hibernation waits: the StatefulSet is kept as it is, since the DatabaseBackup it was restored from is gone"
 		return stepResult{}, nil
 	}
 	first := podName(db, 0)

@@ -164,6 +164,20 @@ func (r *Reconciler) schedule(ctx context.Context, b *v1alpha1.DatabaseBackup, d
 			"Skipped the run of %s (%d missed since the last run): missedRunPolicy and startingDeadlineSeconds allow no catch-up",
 			d.Skipped.UTC().Format(time.RFC3339), d.Missed)
 	}
+	if !d.Due.IsZero() && db.Spec.Hibernation == v1alpha1.HibernationOn {
+		// No instance runs. A scheduled run is skipped, not failed; a
+		// one-shot or requested run (a final or pre-upgrade backup among
+		// them) waits for the Database to wake.
+		if _, requested := requestedRun(b, now); b.Spec.Schedule != "" && !requested {
+			b.Status.LastScheduleTime = &metav1.Time{Time: d.Due}
+			controller.Event(ctx, r.Recorder, b, nil, corev1.EventTypeNormal, "Skipped", "Schedule",
+				"Skipped the run of %s: Database %s hibernates", d.Due.UTC().Format(time.RFC3339), db.Name)
+			return max(d.Next.Sub(now), 0), nil
+		}
+		setCondition(b, v1alpha1.ConditionReady, false, v1alpha1.ReasonDatabaseHibernated,
+			"The run of "+d.Due.UTC().Format(time.RFC3339)+" waits for Database "+db.Name+" to wake from hibernation")
+		return hibernationPoll, nil
+	}
 	if !d.Due.IsZero() && b.Spec.Method == v1alpha1.BackupMethodPhysical {
 		list := &v1alpha1.DatabaseBackupList{}
 		if err := r.Client.List(ctx, list, client.InNamespace(b.Namespace)); err != nil {
@@ -198,8 +212,12 @@ func (r *Reconciler) schedule(ctx context.Context, b *v1alpha1.DatabaseBackup, d
 	return d.Next.Sub(now), nil
 }
 
-// archivingPoll is how often a Physical run waiting for archiving looks again.
-const archivingPoll = 10 * time.Second
+// archivingPoll is how often a Physical run waiting for archiving looks
+// again, and hibernationPoll a run waiting for its Database to wake.
+const (
+	archivingPoll   = 10 * time.Second
+	hibernationPoll = 30 * time.Second
+)
 
 // decide applies the schedule (or the one-shot rule) at now; a requested
 // run that has not started yet is due first.
@@ -259,13 +277,6 @@ func (r *Reconciler) decideSchedule(b *v1alpha1.DatabaseBackup, now time.Time) s
 
 // startRun creates the Job of the due time, honouring concurrencyPolicy.
 func (r *Reconciler) startRun(ctx context.Context, b *v1alpha1.DatabaseBackup, db *v1alpha1.Database, jobs []batchv1.Job, d schedule.Decision) error {
-	if db.Spec.Hibernation == v1alpha1.HibernationOn {
-		// No instance runs: the run is skipped, not failed.
-		b.Status.LastScheduleTime = &metav1.Time{Time: d.Due}
-		controller.Event(ctx, r.Recorder, b, nil, corev1.EventTypeNormal, "Skipped", "Schedule",
-			"Skipped the run of %s: Database %s hibernates", d.Due.UTC().Format(time.RFC3339), db.Name)
-		return nil
-	}
 	active := activeJobs(jobs)
 	if len(active) > 0 {
 		switch b.Spec.ConcurrencyPolicy {
