@@ -19,3 +19,12 @@ func TestDefaultImagesArePinnedToAMinor(t *testing.T) {
 		t.Errorf("an unpinned major runs %s, want postgres:16", got)
 	}
 }
+
+func TestMinorOf(t *testing.T) {
+	for in, want := range map[string]int{"17.12 (Debian 17.12-0+deb13u1)": 12, "postgres:17.12": 12, "docker.io/library/postgres:18.6-trixie": 6,
+		"postgres:17": -1, "16": -1, "localhost:5000/postgres:15.4": 4} {
+		if got := MinorOf(in); got != want {
+			t.Errorf("MinorOf(%q) = %d, want %d", in, got, want)
+		}
+	}
+}

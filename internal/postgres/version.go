@@ -2,6 +2,7 @@ package postgres
 
 import (
 	_ "embed"
+	"strconv"
 	"strings"
 )
 
@@ -58,4 +59,27 @@ func MajorOf(serverVersion string) string {
 	v, _, _ := strings.Cut(strings.TrimSpace(serverVersion), " ")
 	major, _, _ := strings.Cut(v, ".")
 	return major
+}
+
+// MinorOf returns the minor release number of a server_version string
+// ("17.12 (Debian ...)" is 12) or of an image tag's release
+// ("postgres:17.12" is 12), or -1 when it names none.
+func MinorOf(version string) int {
+	if i := strings.LastIndex(version, ":"); i >= 0 && !strings.Contains(version[i:], " ") {
+		version = version[i+1:]
+	}
+	v, _, _ := strings.Cut(strings.TrimSpace(version), " ")
+	_, minor, ok := strings.Cut(v, ".")
+	if !ok {
+		return -1
+	}
+	end := 0
+	for end < len(minor) && minor[end] >= '0' && minor[end] <= '9' {
+		end++
+	}
+	n, err := strconv.Atoi(minor[:end])
+	if err != nil {
+		return -1
+	}
+	return n
 }

@@ -55,3 +55,13 @@ func TestMaintenanceHoldsThePrimary(t *testing.T) {
 		t.Error("a four-field schedule was accepted")
 	}
 }
+
+// A newer operator's pinned default is never a minor downgrade.
+func TestDefaultImageNeverDowngrades(t *testing.T) {
+	running := []v1alpha1.InstanceStatus{{Name: "db-0", PostgresVersion: "17.13 (Debian 17.13-1)"}}
+	for image, want := range map[string]bool{"postgres:17.12": true, "postgres:17.13": false, "postgres:17.14": false, "postgres:17": false} {
+		if got := olderThanRunning(image, running); got != want {
+			t.Errorf("olderThanRunning(%s) = %v, want %v", image, got, want)
+		}
+	}
+}

@@ -56,6 +56,13 @@ func (r *Reconciler) decideImage(ctx context.Context, db *v1alpha1.Database, obs
 	switch {
 	case in.major != db.Spec.Version:
 		r.planMajorUpgrade(db, obs, &in)
+	case db.Spec.Image == "" && in.image != obs.found.templateImage && olderThanRunning(in.image, obs.InstanceStatuses):
+		// The pinned default of a newer operator is never a downgrade: the
+		// instances keep what they run until spec.image says otherwise.
+		controller.Event(ctx, r.Recorder, db, live, corev1.EventTypeWarning, "DefaultImageOlder", "Rollout",
+			"The default image %s is older than the PostgreSQL the instances run; they keep %s (set spec.image to choose)",
+			in.image, obs.found.templateImage)
+		in.image = obs.found.templateImage
 	case in.image == in.failedImage && in.goodImage != "":
 		in.image = in.goodImage
 		obs.found.rolledBack = fmt.Sprintf("Image %s did not become ready; rolled back to %s", in.failedImage, in.goodImage)
@@ -370,4 +377,19 @@ func reportedPending(obs *observation) []string {
 		names = append(names, s.PendingRestart...)
 	}
 	return names
+}
+
+// olderThanRunning says whether image's release is of a lower minor than
+// one an instance reports running.
+func olderThanRunning(image string, running []v1alpha1.InstanceStatus) bool {
+	pinned := postgres.MinorOf(image)
+	if pinned < 0 {
+		return false
+	}
+	for _, s := range running {
+		if postgres.MajorOf(s.PostgresVersion) == postgres.ImageMajor(image) && postgres.MinorOf(s.PostgresVersion) > pinned {
+			return true
+		}
+	}
+	return false
 }
