@@ -276,7 +276,8 @@ type BackupStorage struct {
 }
 
 // S3Storage is an S3-compatible bucket.
-// +kubebuilder:validation:XValidation:rule="!(has(self.credentialsSecretRef) && has(self.webIdentity))",message="set at most one of credentialsSecretRef and webIdentity"
+// +kubebuilder:validation:XValidation:rule="[has(self.credentialsSecretRef), has(self.webIdentity), has(self.inheritFromEnvironment) && self.inheritFromEnvironment].filter(x, x).size() == 1",message="set exactly one of credentialsSecretRef, webIdentity and inheritFromEnvironment"
+// +kubebuilder:validation:XValidation:rule="!has(self.webIdentity) || !has(self.webIdentity.stsEndpoint) || self.webIdentity.stsEndpoint.startsWith('https://') || (has(self.insecure) && self.insecure)",message="webIdentity.stsEndpoint must be https (the token travels to it) unless insecure is set",fieldPath=".webIdentity.stsEndpoint"
 type S3Storage struct {
 	// endpoint is host[:port] of the S3 API, without a scheme, e.g. "s3.amazonaws.com" or "minio.backup:9000".
 	// +required
@@ -305,17 +306,23 @@ type S3Storage struct {
 	Region string `json:"region,omitempty"`
 
 	// credentialsSecretRef names a Secret with a static access key and
-	// secret key. Without it and without webIdentity, credentials come
-	// from the pods' environment, in the order the AWS SDKs use:
-	// AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, a web identity token
-	// (AWS_WEB_IDENTITY_TOKEN_FILE and AWS_ROLE_ARN, as EKS's IRSA webhook
-	// injects them into pods of an annotated ServiceAccount), container
-	// credentials (EKS Pod Identity, ECS), then the instance metadata
-	// service. The pods that reach the bucket (instances, backup and
-	// restore Jobs) then run as the Database's ServiceAccount,
-	// <database>-instance, which spec.inheritedMetadata annotates.
+	// secret key. One of credentialsSecretRef, webIdentity and
+	// inheritFromEnvironment says where the credentials come from.
 	// +optional
 	CredentialsSecretRef *S3CredentialsSecretRef `json:"credentialsSecretRef,omitempty"`
+
+	// inheritFromEnvironment takes the credentials from the pods'
+	// environment, in the order the AWS SDKs use: AWS_ACCESS_KEY_ID and
+	// AWS_SECRET_ACCESS_KEY, a web identity token (AWS_WEB_IDENTITY_TOKEN_FILE
+	// and AWS_ROLE_ARN, as EKS's IRSA webhook injects them into pods of an
+	// annotated ServiceAccount), container credentials (EKS Pod Identity,
+	// ECS), then the node's instance metadata service (the node's own
+	// role: ask for it knowingly). The pods that reach the bucket
+	// (instances, backup and restore Jobs) run as the Database's
+	// ServiceAccount, <database>-instance, which spec.inheritedMetadata
+	// annotates.
+	// +optional
+	InheritFromEnvironment bool `json:"inheritFromEnvironment,omitempty"`
 
 	// webIdentity exchanges a Kubernetes ServiceAccount token for
 	// temporary credentials (STS AssumeRoleWithWebIdentity): no static key

@@ -96,17 +96,18 @@ func SetupControllers(ctx context.Context, mgr manager.Manager, opts Options) er
 		opts.PoolerImage = DefaultPoolerImage
 	}
 	c := mgr.GetClient()
+	audiences := apiAudiences(mgr.GetConfig())
 	wa := &webapp.Reconciler{Client: c, APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("daytwo"),
 		Namespaces: opts.WatchNamespaces, Clock: opts.Clock}
 	if err := wa.SetupWithManager(ctx, mgr); err != nil {
 		return fmt.Errorf("failed to set up the WebApp controller: %w", err)
 	}
 	if err := (&database.Reconciler{Client: c, APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("daytwo"),
-		InstanceImage: opts.InstanceImage, PoolerImage: opts.PoolerImage, Clock: opts.Clock}).SetupWithManager(mgr); err != nil {
+		InstanceImage: opts.InstanceImage, PoolerImage: opts.PoolerImage, APIAudiences: audiences, Clock: opts.Clock}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("failed to set up the Database controller: %w", err)
 	}
 	if err := (&databasebackup.Reconciler{Client: c, APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("daytwo"),
-		InstanceImage: opts.InstanceImage, Clock: opts.Clock}).SetupWithManager(mgr); err != nil {
+		InstanceImage: opts.InstanceImage, APIAudiences: audiences, Clock: opts.Clock}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("failed to set up the DatabaseBackup controller: %w", err)
 	}
 	return nil

@@ -76,6 +76,10 @@ func (r *Reconciler) resolveArchive(ctx context.Context, db *v1alpha1.Database, 
 		return err
 	}
 	b := &backups[0]
+	if problem := series.AudienceProblem(b, r.APIAudiences); problem != "" {
+		obs.found.archiveNote = "WAL is not archived to DatabaseBackup " + b.Name + ": " + problem
+		return nil
+	}
 	a := &archivePlan{backup: b.Name, location: series.Location(b),
 		conf: instanceapi.Archive{Prefix: series.Prefix(b)}}
 	a.keySecret, a.keyKey = series.KeySecret(b)
@@ -306,6 +310,10 @@ func (r *Reconciler) resolveRestore(ctx context.Context, db *v1alpha1.Database, 
 	}
 	if err != nil {
 		return fmt.Errorf("failed to get DatabaseBackup %s: %w", b.FromBackup.BackupRef.Name, err)
+	}
+	if problem := series.AudienceProblem(src, r.APIAudiences); problem != "" {
+		obs.found.restoreFailed = "spec.bootstrap.fromBackup: " + problem
+		return nil
 	}
 	storage, env, vols, mounts := series.Storage(src, instanceapi.RestorePrefix)
 	flags := instanceapi.RunFlags{Restore: storage}

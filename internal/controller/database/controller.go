@@ -63,6 +63,9 @@ type Reconciler struct {
 	// PoolerImage is the PgBouncer image of spec.pooler's pools, unless
 	// the Database names one.
 	PoolerImage string
+	// APIAudiences are the audiences the API server accepts tokens of: a
+	// storage web identity of one of them is refused.
+	APIAudiences []string
 	// UpgradeDeadline bounds an image rollout per instance; zero means DefaultUpgradeDeadline.
 	UpgradeDeadline time.Duration
 	Clock           clock.PassiveClock

@@ -2,6 +2,7 @@ package databasebackup
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -41,6 +42,9 @@ type Reconciler struct {
 	// InstanceImage is the daytwo image whose binary backup Jobs run.
 	InstanceImage string
 	Clock         clock.PassiveClock
+	// APIAudiences are the audiences the API server accepts tokens of: a
+	// web identity of one of them is refused.
+	APIAudiences []string
 }
 
 // +kubebuilder:rbac:groups=daytwo.dev,resources=databasebackups,verbs=get;list;watch;patch
@@ -83,6 +87,10 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, b *v1alpha1.DatabaseBa
 	if err := validateSchedule(b); err != nil {
 		setCondition(b, v1alpha1.ConditionReady, false, v1alpha1.ReasonInvalidSpec, err.Error())
 		return reconcile.Result{}, reconcile.TerminalError(err)
+	}
+	if problem := series.AudienceProblem(b, r.APIAudiences); problem != "" {
+		setCondition(b, v1alpha1.ConditionReady, false, v1alpha1.ReasonInvalidSpec, problem)
+		return reconcile.Result{}, reconcile.TerminalError(errors.New(problem))
 	}
 	if reason, problem, err := r.ensureKeys(ctx, b); err != nil || problem != "" {
 		if problem != "" {

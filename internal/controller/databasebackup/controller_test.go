@@ -697,3 +697,28 @@ func waitNotReady(t *testing.T, b *v1alpha1.DatabaseBackup, reason, what string)
 		t.Errorf("Ready: %s, want it to say %q", c.Message, what)
 	}
 }
+
+// A web identity whose audience the API server accepts is refused, naming
+// the field: its token would be an API token of the Database's
+// ServiceAccount. Plain HTTP to STS is refused at the API server unless
+// the storage is insecure. Neither starts a Job.
+func TestWebIdentityOfAnAPIAudienceIsRefused(t *testing.T) {
+	ns, b := setup(t, func(b *v1alpha1.DatabaseBackup) {
+		b.Spec.Storage.S3.CredentialsSecretRef = nil
+		b.Spec.Storage.S3.WebIdentity = &v1alpha1.S3WebIdentity{RoleARN: "arn:aws:iam::1:role/r", Audience: "https://kubernetes.default.svc"}
+	})
+	got := waitCondition(t, b, v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonInvalidSpec)
+	if c := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionReady); !strings.Contains(c.Message, "spec.storage.s3.webIdentity.audience") {
+		t.Errorf("message %q does not name the field", c.Message)
+	}
+	if n := len(jobs(t, ns)); n != 0 {
+		t.Fatalf("%d Jobs for a refused web identity", n)
+	}
+	bad := &v1alpha1.DatabaseBackup{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "plain"},
+		Spec: v1alpha1.DatabaseBackupSpec{DatabaseRef: v1alpha1.LocalObjectReference{Name: "orders"},
+			Storage: v1alpha1.BackupStorage{S3: &v1alpha1.S3Storage{Endpoint: "minio:9000", Bucket: "backups",
+				WebIdentity: &v1alpha1.S3WebIdentity{RoleARN: "r", STSEndpoint: "http://sts.example.com"}}}}}
+	if err := env.Client.Create(ctx, bad); !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "stsEndpoint") {
+		t.Errorf("plain-HTTP STS: %v, want Invalid naming stsEndpoint", err)
+	}
+}

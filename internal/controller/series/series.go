@@ -2,6 +2,7 @@ package series
 
 import (
 	"cmp"
+	"fmt"
 	"slices"
 	"strings"
 
@@ -134,6 +135,25 @@ func TokenProjection(wi *v1alpha1.S3WebIdentity, path string) *corev1.ServiceAcc
 	return &corev1.ServiceAccountTokenProjection{Audience: cmp.Or(wi.Audience, "sts.amazonaws.com"),
 		ExpirationSeconds: ptr.To[int64](3600), Path: path}
 }
+
+// AudienceProblem says why b's web identity may not be used, or "": a
+// token of an audience the API server accepts (apiAudiences, and the
+// defaults every cluster uses) would be an API token of the Database's
+// ServiceAccount, handed to whatever STS endpoint the spec names.
+func AudienceProblem(b *v1alpha1.DatabaseBackup, apiAudiences []string) string {
+	s3 := b.Spec.Storage.S3
+	if s3 == nil || s3.WebIdentity == nil {
+		return ""
+	}
+	aud := cmp.Or(s3.WebIdentity.Audience, "sts.amazonaws.com")
+	if slices.Contains(apiAudiences, aud) || slices.Contains(defaultAPIAudiences, aud) {
+		return fmt.Sprintf("spec.storage.s3.webIdentity.audience %q is an audience of the Kubernetes API server: "+
+			"a token of it would be an API token, not a storage one", aud)
+	}
+	return ""
+}
+
+var defaultAPIAudiences = []string{"api", "kubernetes", "https://kubernetes.default.svc", "https://kubernetes.default.svc.cluster.local"}
 
 // NeedsIdentity is true when b's storage is reached with the pods' own
 // identity (a web identity token, or the environment's credentials),
