@@ -29,6 +29,13 @@ var orphanedKinds = []string{"StatefulSet", "Deployment", "Service", "ConfigMap"
 // reference, so garbage collection leaves them, and PostgreSQL runs on
 // without an operator.
 func (r *Reconciler) orphan(ctx context.Context, db *v1alpha1.Database) error {
+	if slices.Contains(db.Finalizers, metav1.FinalizerDeleteDependents) {
+		// Foreground deletion: the garbage collector deletes the children
+		// while this runs, whatever it releases in time.
+		controller.Event(ctx, r.Recorder, db, nil, corev1.EventTypeWarning, "ForegroundDeletion", "Delete",
+			"deletionPolicy Orphan, but the Database is deleted with foreground propagation: the garbage collector may delete "+
+				"its instances before daytwo releases them. Delete with --cascade=background (Argo CD: PrunePropagationPolicy=background)")
+	}
 	gvks := map[string]schema.GroupVersionKind{}
 	for _, obj := range []client.Object{&appsv1.StatefulSet{}, &appsv1.Deployment{}, &corev1.Service{}, &corev1.ConfigMap{},
 		&corev1.Secret{}, &policyv1.PodDisruptionBudget{}, &corev1.ServiceAccount{}, &rbacv1.Role{}, &rbacv1.RoleBinding{}} {

@@ -327,7 +327,7 @@ func (r *Reconciler) jobInputs(db *v1alpha1.Database) jobInputs {
 		image = postgres.DefaultImage(db.Spec.Version)
 	}
 	in := jobInputs{image: image, instanceImage: r.InstanceImage, credentials: db.CredentialsSecretName(),
-		replication: db.ReplicationSecretName(), primary: db.PrimaryHost()}
+		replication: db.ReplicationSecretName(), primary: db.PrimaryHost(), shape: shapeOf(db)}
 	if db.Status.ReadyInstances > 1 {
 		// A ready replica streams: base backups spare the primary.
 		in.replicas = db.ReplicaHost()

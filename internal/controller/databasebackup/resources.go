@@ -3,6 +3,7 @@ package databasebackup
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"maps"
 	"strconv"
 	"time"
 
@@ -69,6 +70,43 @@ type jobInputs struct {
 	// replicas: a Physical run streams a base backup from a replica,
 	// sparing the primary, or else from the primary.
 	replication, primary, replicas string
+	// shape is how the Database's pods are placed and labelled: the
+	// Job's pod follows its node pool, pull Secrets and metadata.
+	shape podShape
+}
+
+// podShape is what a backup Job's pod takes from its Database's spec.
+type podShape struct {
+	placement   v1alpha1.Placement
+	pullSecrets []corev1.LocalObjectReference
+	metadata    v1alpha1.PodMetadata
+}
+
+func shapeOf(db *v1alpha1.Database) podShape {
+	var s podShape
+	if p := db.Spec.Placement; p != nil {
+		s.placement = p.Placement
+	}
+	if m := db.Spec.InheritedMetadata; m != nil {
+		s.metadata = *m
+	}
+	s.pullSecrets = db.Spec.ImagePullSecrets
+	return s
+}
+
+// shape places pod and labels its template as the Database's pods are.
+func (s podShape) shape(pod *corev1.PodSpec, meta *metav1.ObjectMeta) {
+	pod.NodeSelector, pod.Tolerations, pod.PriorityClassName = s.placement.NodeSelector, s.placement.Tolerations, s.placement.PriorityClassName
+	pod.ImagePullSecrets = s.pullSecrets
+	labels := maps.Clone(s.metadata.Labels)
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	maps.Copy(labels, meta.Labels)
+	meta.Labels = labels
+	if len(s.metadata.Annotations) > 0 {
+		meta.Annotations = maps.Clone(s.metadata.Annotations)
+	}
 }
 
 // backupJob is the Job of the run scheduled at t.
@@ -140,6 +178,8 @@ func backupJob(b *v1alpha1.DatabaseBackup, in jobInputs, t time.Time) *batchv1.J
 		// API token stays unmounted.
 		pod.ServiceAccountName = series.ServiceAccountName(b.Spec.DatabaseRef.Name)
 	}
+	podMeta := metav1.ObjectMeta{Labels: labels}
+	in.shape.shape(&pod, &podMeta)
 	return &batchv1.Job{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: jobName(b, t), Namespace: b.Namespace, Labels: labels,
@@ -148,7 +188,7 @@ func backupJob(b *v1alpha1.DatabaseBackup, in jobInputs, t time.Time) *batchv1.J
 		Spec: batchv1.JobSpec{
 			BackoffLimit:          ptr.To(ptr.Deref(b.Spec.BackoffLimit, 2)),
 			ActiveDeadlineSeconds: ptr.To(ptr.Deref(b.Spec.ActiveDeadlineSeconds, int64(DefaultActiveDeadline.Seconds()))),
-			Template:              corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: pod},
+			Template:              corev1.PodTemplateSpec{ObjectMeta: podMeta, Spec: pod},
 		},
 	}
 }

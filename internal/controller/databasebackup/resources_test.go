@@ -153,3 +153,29 @@ func TestLastPointFollowsTheArchive(t *testing.T) {
 		t.Fatalf("a Logical series' lastPoint followed the WAL archive: %s", got)
 	}
 }
+
+// A backup Job's pod runs where its Database's pods run, pulls with their
+// Secrets and carries their labels (daytwo's own win), and runs as the
+// Database's ServiceAccount when the storage is reached with its identity.
+func TestBackupJobFollowsItsDatabasesShape(t *testing.T) {
+	db := &v1alpha1.Database{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "orders"}, Spec: v1alpha1.DatabaseSpec{
+		Placement: &v1alpha1.DatabasePlacement{Placement: v1alpha1.Placement{NodeSelector: map[string]string{"pool": "db"},
+			Tolerations: []corev1.Toleration{{Key: "dedicated", Operator: corev1.TolerationOpExists}}}},
+		InheritedMetadata: &v1alpha1.PodMetadata{Labels: map[string]string{"team": "shop", labelBackup: "spoofed"}},
+		ImagePullSecrets:  []corev1.LocalObjectReference{{Name: "registry"}},
+	}}
+	b := &v1alpha1.DatabaseBackup{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "nightly"}, Spec: v1alpha1.DatabaseBackupSpec{
+		DatabaseRef: v1alpha1.LocalObjectReference{Name: "orders"},
+		Storage: v1alpha1.BackupStorage{S3: &v1alpha1.S3Storage{Endpoint: "s3.amazonaws.com", Bucket: "b",
+			WebIdentity: &v1alpha1.S3WebIdentity{RoleARN: "arn:aws:iam::1:role/r"}}}}}
+	job := backupJob(b, jobInputs{image: "postgres:17", instanceImage: "daytwo", credentials: "orders-credentials", shape: shapeOf(db)},
+		time.Unix(1700000000, 0))
+	pod := job.Spec.Template
+	if pod.Spec.NodeSelector["pool"] != "db" || len(pod.Spec.Tolerations) != 1 || len(pod.Spec.ImagePullSecrets) != 1 ||
+		pod.Labels["team"] != "shop" || pod.Labels[labelBackup] != "nightly" || pod.Spec.ServiceAccountName != "orders-instance" ||
+		ptr.Deref(pod.Spec.AutomountServiceAccountToken, true) {
+		t.Errorf("the backup Job's pod: nodeSelector %v, tolerations %v, pull %v, labels %v, account %q, API token %v",
+			pod.Spec.NodeSelector, pod.Spec.Tolerations, pod.Spec.ImagePullSecrets, pod.Labels, pod.Spec.ServiceAccountName,
+			pod.Spec.AutomountServiceAccountToken)
+	}
+}

@@ -116,6 +116,12 @@ func throwaway(b *v1alpha1.DatabaseBackup, src *v1alpha1.Database, id string, no
 			},
 			Bootstrap:      &v1alpha1.DatabaseBootstrap{FromBackup: &v1alpha1.BootstrapFromBackup{BackupRef: v1alpha1.LocalObjectReference{Name: b.Name}, BackupID: id}},
 			DeletionPolicy: v1alpha1.DatabaseDeletionDelete,
+			// Where and how the source runs: its node pool, its pull
+			// Secrets, and the ServiceAccount annotations a cloud's
+			// workload identity reads to reach the bucket.
+			Placement:         src.Spec.Placement.DeepCopy(),
+			InheritedMetadata: src.Spec.InheritedMetadata.DeepCopy(),
+			ImagePullSecrets:  src.Spec.ImagePullSecrets,
 		},
 	}
 }
