@@ -27,8 +27,10 @@ func (r *Reconciler) seedReplicas(ctx context.Context, app *v1alpha1.WebApp, liv
 	if exists && live.Spec.Replicas != nil {
 		n = min(max(*live.Spec.Replicas, n), a.MaxReplicas)
 	}
-	scale := &autoscalingv1.Scale{ObjectMeta: metav1.ObjectMeta{Namespace: app.Namespace, Name: app.Name},
-		Spec: autoscalingv1.ScaleSpec{Replicas: n}}
+	// At the WebApp's resourceVersion: from a stale cache, the seed fails
+	// (and the reconcile retries) rather than overwrite the HPA's count.
+	scale := &autoscalingv1.Scale{ObjectMeta: metav1.ObjectMeta{Namespace: app.Namespace, Name: app.Name,
+		ResourceVersion: app.ResourceVersion}, Spec: autoscalingv1.ScaleSpec{Replicas: n}}
 	if err := r.Client.SubResource("scale").Update(ctx, app.DeepCopy(), client.WithSubResourceBody(scale)); err != nil {
 		return fmt.Errorf("failed to set the first replica count of the autoscaled WebApp: %w", err)
 	}
