@@ -39,14 +39,19 @@ func (r *Reconciler) hibernationPhase(ctx context.Context, db *v1alpha1.Database
 			// Stopped now, the instances could not wake: the first would
 			// wait for a primary that starts only after it.
 			obs.found.hibernating += "; " + first + " does not run"
-			return stepResult{requeue: hibernatePoll, stop: true}, nil
+			return stepResult{requeue: hibernatePoll}, nil
 		}
+		// The switchover a scale-down to one instance would make; the
+		// rest of the reconcile goes on (a primary that dies meanwhile is
+		// failed over as ever).
+		want, held := obs.WantInstances, obs.ShrinkHeld
 		obs.WantInstances, obs.ShrinkHeld = 1, true
 		res, err := r.actor().SwitchoverForScaleDown(ctx, db, &obs.View)
+		obs.WantInstances, obs.ShrinkHeld = want, held
 		if obs.SwitchoverWaiting != "" {
 			obs.found.hibernating += "; " + obs.SwitchoverWaiting
 		}
-		return stepResult{requeue: max(res.RequeueAfter, hibernatePoll), stop: true}, err
+		return stepResult{requeue: max(res.RequeueAfter, hibernatePoll)}, err
 	}
 	obs.found.in.stopped = true
 	obs.found.hibernating = fmt.Sprintf("Hibernated: no instance runs, and the %d volumes are kept; spec.hibernation Off starts them again", obs.plan.instances)
