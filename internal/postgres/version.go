@@ -1,9 +1,10 @@
 package postgres
 
 import (
-	_ "embed"
 	"strconv"
 	"strings"
+
+	_ "embed"
 )
 
 // DefaultImage is the image daytwo runs for a major version when the

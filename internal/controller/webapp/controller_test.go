@@ -233,7 +233,7 @@ func TestAutoscalingLeavesReplicasToTheHPA(t *testing.T) {
 	app.Spec.Replicas = nil
 	app.Spec.Autoscaling = &v1alpha1.WebAppAutoscaling{MinReplicas: 2, MaxReplicas: 6, TargetCPUUtilizationPercentage: 70}
 	create(t, app)
-	d := deploymentOf(t, app, "created with minReplicas", func(d *appsv1.Deployment) bool { return ptr.Deref(d.Spec.Replicas, 0) == 2 })
+	deploymentOf(t, app, "created with minReplicas", func(d *appsv1.Deployment) bool { return ptr.Deref(d.Spec.Replicas, 0) == 2 })
 	h := &autoscalingv2.HorizontalPodAutoscaler{}
 	eventually(t, "HPA", func() (bool, error) { return true, env.Client.Get(ctx, key(ns, "auto"), h) })
 	if ptr.Deref(h.Spec.MinReplicas, 0) != 2 || h.Spec.MaxReplicas != 6 || *h.Spec.Metrics[0].Resource.Target.AverageUtilization != 70 ||
@@ -267,7 +267,7 @@ func TestAutoscalingLeavesReplicasToTheHPA(t *testing.T) {
 	deploymentOf(t, app, "scaled to 4", func(d *appsv1.Deployment) bool { return ptr.Deref(d.Spec.Replicas, 0) == 4 })
 	// Any reconcile (here: an image change) keeps 4.
 	update(t, app, func(a *v1alpha1.WebApp) { a.Spec.Image = "demo:3" })
-	d = deploymentOf(t, app, "with demo:3", func(d *appsv1.Deployment) bool { return appContainer(d).Image == "demo:3" })
+	d := deploymentOf(t, app, "with demo:3", func(d *appsv1.Deployment) bool { return appContainer(d).Image == "demo:3" })
 	if got := ptr.Deref(d.Spec.Replicas, 0); got != 4 {
 		t.Errorf("replicas = %d after a reconcile, want the HPA's 4", got)
 	}

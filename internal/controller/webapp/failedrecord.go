@@ -89,7 +89,7 @@ func (r *Reconciler) recordedFailure(ctx context.Context, app *v1alpha1.WebApp, 
 	}
 	good := &corev1ac.PodTemplateSpecApplyConfiguration{}
 	if err := json.Unmarshal([]byte(cm.Data[recordTemplate]), good); err != nil {
-		return failure{}, nil, nil // a damaged record is no record
+		return failure{}, nil, nil //nolint:nilerr // a damaged record is no record: the Deployment is made from the spec
 	}
 	return failure{revision: revision, signal: cm.Data[recordSignal]}, good, nil
 }
