@@ -312,6 +312,12 @@ func (r *Reconciler) resolveRestore(ctx context.Context, db *v1alpha1.Database, 
 		return fmt.Errorf("failed to get DatabaseBackup %s: %w", b.FromBackup.BackupRef.Name, err)
 	}
 	if problem := series.AudienceProblem(src, r.APIAudiences); problem != "" {
+		if obs.sts != nil {
+			// The instances run: they stay as they are, as when the
+			// source is gone; nothing else stops.
+			obs.found.keepStatefulSet = true
+			return nil
+		}
 		obs.found.restoreFailed = "spec.bootstrap.fromBackup: " + problem
 		return nil
 	}

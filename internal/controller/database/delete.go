@@ -43,7 +43,7 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, db *v1alpha1.Database)
 	})
 	switch db.Spec.DeletionPolicy {
 	case v1alpha1.DatabaseDeletionSnapshot:
-		if len(pvcs.Items) > 0 && db.Spec.Hibernation == v1alpha1.HibernationOn {
+		if len(pvcs.Items) > 0 && hibernated(db) {
 			r.deleting(db, "deletionPolicy Snapshot cannot take the final backup of a hibernated Database: no instance runs. "+
 				"Set deletionPolicy to Retain to keep the volumes, or to Delete")
 			return nil

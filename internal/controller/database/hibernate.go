@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
+
 	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
 	"github.com/daytwo-dev/daytwo/internal/ha"
 )
@@ -22,9 +24,13 @@ func (r *Reconciler) hibernationPhase(ctx context.Context, db *v1alpha1.Database
 	if db.Spec.Hibernation != v1alpha1.HibernationOn {
 		return stepResult{}, nil
 	}
-	if u := db.Status.Upgrade; obs.found.in.upgrading != "" || (u != nil && u.Phase != v1alpha1.MajorUpgradeSucceeded && u.Phase != v1alpha1.MajorUpgradeFailed) {
-		obs.found.rolloutWaiting = "Hibernation waits for the major upgrade under way"
-		return stepResult{}, nil
+	switch obs.found.upgradeAction {
+	case upgradeStop, upgradeRunJob, upgradeFinish, upgradeAbort:
+		if obs.found.in.major != db.Spec.Version || obs.found.in.upgrading != "" {
+			// The instances stop, upgrade or start for a major upgrade
+			// under way: hibernation comes after it.
+			return stepResult{}, nil
+		}
 	}
 	if obs.found.keepStatefulSet {
 		// The StatefulSet is left as it is (a restore's source went away):
@@ -39,6 +45,11 @@ func (r *Reconciler) hibernationPhase(ctx context.Context, db *v1alpha1.Database
 			// Stopped now, the instances could not wake: the first would
 			// wait for a primary that starts only after it.
 			obs.found.hibernating += "; " + first + " does not run"
+			return stepResult{requeue: hibernatePoll}, nil
+		}
+		if switchoverRequested(db) {
+			// A switchover the user asked for comes first (its step runs
+			// later in this reconcile).
 			return stepResult{requeue: hibernatePoll}, nil
 		}
 		// The switchover a scale-down to one instance would make; the
@@ -72,4 +83,22 @@ func hibernatedPhase(_ context.Context, _ *v1alpha1.Database, obs *observation) 
 		return stepResult{requeue: hibernatePoll, stop: true}, nil
 	}
 	return stepResult{stop: true}, nil
+}
+
+// switchoverRequested says whether a switchover was asked for and not
+// answered yet.
+func switchoverRequested(db *v1alpha1.Database) bool {
+	at, err := time.Parse(time.RFC3339, db.Annotations[v1alpha1.AnnotationSwitchoverRequested])
+	if err != nil {
+		return false
+	}
+	last := db.Status.LastSwitchover
+	return last == nil || last.RequestedTime.Time.Before(at)
+}
+
+// hibernated says whether no instance of db runs for its hibernation, as
+// its status last said.
+func hibernated(db *v1alpha1.Database) bool {
+	c := meta.FindStatusCondition(db.Status.Conditions, v1alpha1.ConditionReady)
+	return c != nil && c.Reason == v1alpha1.ReasonHibernated
 }

@@ -60,8 +60,12 @@ func TestMaintenanceHoldsThePrimary(t *testing.T) {
 func TestDefaultImageNeverDowngrades(t *testing.T) {
 	running := []v1alpha1.InstanceStatus{{Name: "db-0", PostgresVersion: "17.13 (Debian 17.13-1)"}}
 	for image, want := range map[string]bool{"postgres:17.12": true, "postgres:17.13": false, "postgres:17.14": false, "postgres:17": false} {
-		if got := olderThanRunning(image, running); got != want {
+		if got := olderThanRunning(image, "", "", running); got != want {
 			t.Errorf("olderThanRunning(%s) = %v, want %v", image, got, want)
 		}
+	}
+	// With no instance answering, the images say it.
+	if !olderThanRunning("postgres:17.12", "ghcr.io/x/postgres:17.13", "", nil) || olderThanRunning("postgres:17.12", "postgres:17", "", nil) {
+		t.Error("the template's release was not weighed")
 	}
 }

@@ -53,16 +53,18 @@ func (r *Reconciler) decideImage(ctx context.Context, db *v1alpha1.Database, obs
 		in.goodImage = obs.found.templateImage
 		in.runningParams = live.Spec.Template.Annotations[annRestartParameters]
 	}
-	switch {
-	case in.major != db.Spec.Version:
-		r.planMajorUpgrade(db, obs, &in)
-	case db.Spec.Image == "" && in.image != obs.found.templateImage && olderThanRunning(in.image, obs.InstanceStatuses):
+	if in.major == db.Spec.Version && db.Spec.Image == "" && in.image != obs.found.templateImage &&
+		olderThanRunning(in.image, obs.found.templateImage, in.goodImage, obs.InstanceStatuses) {
 		// The pinned default of a newer operator is never a downgrade: the
 		// instances keep what they run until spec.image says otherwise.
 		controller.Event(ctx, r.Recorder, db, live, corev1.EventTypeWarning, "DefaultImageOlder", "Rollout",
 			"The default image %s is older than the PostgreSQL the instances run; they keep %s (set spec.image to choose)",
 			in.image, obs.found.templateImage)
 		in.image = obs.found.templateImage
+	}
+	switch {
+	case in.major != db.Spec.Version:
+		r.planMajorUpgrade(db, obs, &in)
 	case in.image == in.failedImage && in.goodImage != "":
 		in.image = in.goodImage
 		obs.found.rolledBack = fmt.Sprintf("Image %s did not become ready; rolled back to %s", in.failedImage, in.goodImage)
@@ -380,14 +382,21 @@ func reportedPending(obs *observation) []string {
 }
 
 // olderThanRunning says whether image's release is of a lower minor than
-// one an instance reports running.
-func olderThanRunning(image string, running []v1alpha1.InstanceStatus) bool {
+// the images the instances run (the template's, the last good one) or
+// than one an instance reports running.
+func olderThanRunning(image, template, good string, running []v1alpha1.InstanceStatus) bool {
 	pinned := postgres.MinorOf(image)
 	if pinned < 0 {
 		return false
 	}
+	major := postgres.ImageMajor(image)
+	for _, other := range []string{template, good} {
+		if other != "" && postgres.ImageMajor(other) == major && postgres.MinorOf(other) > pinned {
+			return true
+		}
+	}
 	for _, s := range running {
-		if postgres.MajorOf(s.PostgresVersion) == postgres.ImageMajor(image) && postgres.MinorOf(s.PostgresVersion) > pinned {
+		if postgres.MajorOf(s.PostgresVersion) == major && postgres.MinorOf(s.PostgresVersion) > pinned {
 			return true
 		}
 	}

@@ -172,7 +172,7 @@ func (r *Reconciler) schedule(ctx context.Context, b *v1alpha1.DatabaseBackup, d
 			"Skipped the run of %s (%d missed since the last run): missedRunPolicy and startingDeadlineSeconds allow no catch-up",
 			d.Skipped.UTC().Format(time.RFC3339), d.Missed)
 	}
-	if !d.Due.IsZero() && db.Spec.Hibernation == v1alpha1.HibernationOn {
+	if !d.Due.IsZero() && dbHibernated(db) {
 		// No instance runs. A scheduled run is skipped, not failed; a
 		// one-shot or requested run (a final or pre-upgrade backup among
 		// them) waits for the Database to wake.
@@ -473,4 +473,12 @@ func ptrDeref(s *string) string {
 		return ""
 	}
 	return *s
+}
+
+// dbHibernated says whether no instance of db runs for its hibernation,
+// as its status says (not its spec: a hibernation that waits leaves the
+// instances running, and backing them up).
+func dbHibernated(db *v1alpha1.Database) bool {
+	c := meta.FindStatusCondition(db.Status.Conditions, v1alpha1.ConditionReady)
+	return c != nil && c.Reason == v1alpha1.ReasonHibernated
 }

@@ -94,16 +94,15 @@ func shapeOf(db *v1alpha1.Database) podShape {
 	return s
 }
 
-// shape places pod and labels its template as the Database's pods are.
+// shape places pod as the Database's pods are (their node pool, node
+// affinity and pull Secrets) and gives it their annotations. Not their
+// labels: what selects the Database's pods by them must not find a Job's.
 func (s podShape) shape(pod *corev1.PodSpec, meta *metav1.ObjectMeta) {
 	pod.NodeSelector, pod.Tolerations, pod.PriorityClassName = s.placement.NodeSelector, s.placement.Tolerations, s.placement.PriorityClassName
-	pod.ImagePullSecrets = s.pullSecrets
-	labels := maps.Clone(s.metadata.Labels)
-	if labels == nil {
-		labels = map[string]string{}
+	if a := s.placement.Affinity; a != nil && a.NodeAffinity != nil {
+		pod.Affinity = &corev1.Affinity{NodeAffinity: a.NodeAffinity.DeepCopy()}
 	}
-	maps.Copy(labels, meta.Labels)
-	meta.Labels = labels
+	pod.ImagePullSecrets = s.pullSecrets
 	if len(s.metadata.Annotations) > 0 {
 		meta.Annotations = maps.Clone(s.metadata.Annotations)
 	}

@@ -155,13 +155,13 @@ func TestLastPointFollowsTheArchive(t *testing.T) {
 }
 
 // A backup Job's pod runs where its Database's pods run, pulls with their
-// Secrets and carries their labels (daytwo's own win), and runs as the
+// Secrets and carries their annotations (not their labels), and runs as the
 // Database's ServiceAccount when the storage is reached with its identity.
 func TestBackupJobFollowsItsDatabasesShape(t *testing.T) {
 	db := &v1alpha1.Database{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "orders"}, Spec: v1alpha1.DatabaseSpec{
 		Placement: &v1alpha1.DatabasePlacement{Placement: v1alpha1.Placement{NodeSelector: map[string]string{"pool": "db"},
 			Tolerations: []corev1.Toleration{{Key: "dedicated", Operator: corev1.TolerationOpExists}}}},
-		InheritedMetadata: &v1alpha1.PodMetadata{Labels: map[string]string{"team": "shop", labelBackup: "spoofed"}},
+		InheritedMetadata: &v1alpha1.PodMetadata{Labels: map[string]string{"team": "shop"}, Annotations: map[string]string{"cost-center": "7"}},
 		ImagePullSecrets:  []corev1.LocalObjectReference{{Name: "registry"}},
 	}}
 	b := &v1alpha1.DatabaseBackup{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "nightly"}, Spec: v1alpha1.DatabaseBackupSpec{
@@ -172,7 +172,7 @@ func TestBackupJobFollowsItsDatabasesShape(t *testing.T) {
 		time.Unix(1700000000, 0))
 	pod := job.Spec.Template
 	if pod.Spec.NodeSelector["pool"] != "db" || len(pod.Spec.Tolerations) != 1 || len(pod.Spec.ImagePullSecrets) != 1 ||
-		pod.Labels["team"] != "shop" || pod.Labels[labelBackup] != "nightly" || pod.Spec.ServiceAccountName != "orders-instance" ||
+		pod.Labels["team"] != "" || pod.Annotations["cost-center"] != "7" || pod.Labels[labelBackup] != "nightly" || pod.Spec.ServiceAccountName != "orders-instance" ||
 		ptr.Deref(pod.Spec.AutomountServiceAccountToken, true) {
 		t.Errorf("the backup Job's pod: nodeSelector %v, tolerations %v, pull %v, labels %v, account %q, API token %v",
 			pod.Spec.NodeSelector, pod.Spec.Tolerations, pod.Spec.ImagePullSecrets, pod.Labels, pod.Spec.ServiceAccountName,

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"maps"
 	"strconv"
 	"time"
 
@@ -117,10 +118,11 @@ func throwaway(b *v1alpha1.DatabaseBackup, src *v1alpha1.Database, id string, no
 			Bootstrap:      &v1alpha1.DatabaseBootstrap{FromBackup: &v1alpha1.BootstrapFromBackup{BackupRef: v1alpha1.LocalObjectReference{Name: b.Name}, BackupID: id}},
 			DeletionPolicy: v1alpha1.DatabaseDeletionDelete,
 			// Where and how the source runs: its node pool, its pull
-			// Secrets, and the ServiceAccount annotations a cloud's
-			// workload identity reads to reach the bucket.
+			// Secrets, and the annotations a cloud's workload identity
+			// reads to reach the bucket. Not its labels: what selects the
+			// source's pods by them must not find the throwaway's.
 			Placement:         src.Spec.Placement.DeepCopy(),
-			InheritedMetadata: src.Spec.InheritedMetadata.DeepCopy(),
+			InheritedMetadata: annotationsOnly(src.Spec.InheritedMetadata),
 			ImagePullSecrets:  src.Spec.ImagePullSecrets,
 		},
 	}
@@ -243,4 +245,12 @@ func (r *Reconciler) finishVerification(ctx context.Context, b *v1alpha1.Databas
 		}
 	}
 	return nil
+}
+
+// annotationsOnly is m without its labels (nil for nil).
+func annotationsOnly(m *v1alpha1.PodMetadata) *v1alpha1.PodMetadata {
+	if m == nil || len(m.Annotations) == 0 {
+		return nil
+	}
+	return &v1alpha1.PodMetadata{Annotations: maps.Clone(m.Annotations)}
 }

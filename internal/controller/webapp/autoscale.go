@@ -6,6 +6,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -31,7 +32,9 @@ func (r *Reconciler) seedReplicas(ctx context.Context, app *v1alpha1.WebApp, liv
 	// (and the reconcile retries) rather than overwrite the HPA's count.
 	scale := &autoscalingv1.Scale{ObjectMeta: metav1.ObjectMeta{Namespace: app.Namespace, Name: app.Name,
 		ResourceVersion: app.ResourceVersion}, Spec: autoscalingv1.ScaleSpec{Replicas: n}}
-	if err := r.Client.SubResource("scale").Update(ctx, app.DeepCopy(), client.WithSubResourceBody(scale)); err != nil {
+	if err := r.Client.SubResource("scale").Update(ctx, app.DeepCopy(), client.WithSubResourceBody(scale)); apierrors.IsConflict(err) {
+		return nil // the WebApp changed since the cache saw it: its event brings the next reconcile
+	} else if err != nil {
 		return fmt.Errorf("failed to set the first replica count of the autoscaled WebApp: %w", err)
 	}
 	app.Spec.Replicas = ptr.To(n)
