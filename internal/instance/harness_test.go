@@ -249,6 +249,14 @@ func startTrio(ctx context.Context, a, b, c *instance) {
 	c.waitReady(90 * time.Second)
 	a.exec(ctx, "CREATE TABLE items (id int PRIMARY KEY, v text)")
 	a.exec(ctx, "INSERT INTO items SELECT g, 'before' FROM generate_series(1, 100) g")
+	// The replicas replay the table a moment later; a test's first
+	// checksum of one must not find it missing.
+	for _, r := range []*instance{b, c} {
+		eventually(a.t, 30*time.Second, func() bool {
+			_, err := r.tryQuery(ctx, "SELECT count(*)::text FROM items")
+			return err == nil
+		}, "the replicas holding the table")
+	}
 }
 
 func demote(t *testing.T, in *instance, to string) (int, instanceapi.DemoteResult) {

@@ -323,16 +323,26 @@ func (in *instance) superuserIn(db, sql string) string {
 // query runs sql as the application owner and returns the single text value.
 func (in *instance) query(ctx context.Context, sql string) string {
 	in.t.Helper()
+	v, err := in.tryQuery(ctx, sql)
+	if err != nil {
+		in.t.Fatal(err)
+	}
+	return v
+}
+
+// tryQuery is query returning its error, for a condition polled until it
+// holds.
+func (in *instance) tryQuery(ctx context.Context, sql string) (string, error) {
 	c, err := in.connect(ctx, "shop", appPassword, "orders")
 	if err != nil {
-		in.t.Fatalf("connect: %v", err)
+		return "", fmt.Errorf("connect: %w", err)
 	}
 	defer func() { _ = c.Close(ctx) }()
 	var v string
 	if err := c.QueryRow(ctx, sql).Scan(&v); err != nil {
-		in.t.Fatalf("%s: %v", sql, err)
+		return "", fmt.Errorf("%s: %w", sql, err)
 	}
-	return v
+	return v, nil
 }
 
 func eventually(t *testing.T, timeout time.Duration, cond func() bool, what string) {
