@@ -11,6 +11,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
+	"github.com/daytwo-dev/daytwo/internal/postgres"
 	"github.com/daytwo-dev/daytwo/test/e2e/framework"
 )
 
@@ -44,7 +45,7 @@ func TestDatabaseMajorUpgrade(t *testing.T) {
 		db.Spec.Instances = ptr.To[int32](2)
 		db.Spec.DeletionPolicy = v1alpha1.DatabaseDeletionDelete
 	})
-	waitDatabase(t, ns, "legacy", 4*time.Minute, "Ready with 2 instances on 15", isReady(2, "postgres:15"))
+	waitDatabase(t, ns, "legacy", 4*time.Minute, "Ready with 2 instances on 15", isReady(2, postgres.DefaultImage("15")))
 	psqlPod(t, ns, "psql", "legacy")
 	rw, ro := "legacy-rw."+ns+".svc.cluster.local", "legacy-ro."+ns+".svc.cluster.local"
 	cluster.ExecOK(t, ns, "psql", "client", "pgbench", "-i", "-q", "-s", "2", "-h", rw, "-U", "app", "app")
@@ -69,7 +70,7 @@ func TestDatabaseMajorUpgrade(t *testing.T) {
 	// 1. The check refuses: the instances come back on 15.
 	start := time.Now()
 	updateDatabase(t, ns, "legacy", func(d *v1alpha1.Database) { d.Spec.Version = "17" })
-	db := waitDatabase(t, ns, "legacy", 6*time.Minute, "back on 15 after the refused upgrade", upgradeEnded(v1alpha1.MajorUpgradeFailed, "postgres:15"))
+	db := waitDatabase(t, ns, "legacy", 6*time.Minute, "back on 15 after the refused upgrade", upgradeEnded(v1alpha1.MajorUpgradeFailed, postgres.DefaultImage("15")))
 	u := db.Status.Upgrade
 	t.Logf("refused upgrade: back on 15 in %s, writes unavailable %ds: %s", time.Since(start).Round(time.Second), u.WritesUnavailableSeconds, u.Message)
 	if !strings.Contains(u.Message, "reg*") || !strings.Contains(u.Message, "blocker") {
@@ -95,7 +96,7 @@ func TestDatabaseMajorUpgrade(t *testing.T) {
 		}
 		d.Annotations[v1alpha1.AnnotationRetryUpgrade] = "after dropping blocker"
 	})
-	db = waitDatabase(t, ns, "legacy", 8*time.Minute, "upgraded to 17", upgradeEnded(v1alpha1.MajorUpgradeSucceeded, "postgres:17"))
+	db = waitDatabase(t, ns, "legacy", 8*time.Minute, "upgraded to 17", upgradeEnded(v1alpha1.MajorUpgradeSucceeded, postgres.DefaultImage("17")))
 	t.Logf("15 to 17: ready in %s, writes unavailable %ds: %s", time.Since(start).Round(time.Second),
 		db.Status.Upgrade.WritesUnavailableSeconds, db.Status.Upgrade.Message)
 	if c := db.Status.CurrentVersion; c != "17" {
@@ -118,7 +119,7 @@ func TestDatabaseMajorUpgrade(t *testing.T) {
 	updateDatabase(t, ns, "legacy", func(d *v1alpha1.Database) { d.Spec.Version = "18" })
 	db = waitDatabase(t, ns, "legacy", 8*time.Minute, "upgraded to 18, or back on 17", func(d *v1alpha1.Database) bool {
 		return d.Status.Upgrade != nil && d.Status.Upgrade.To == "18" &&
-			(upgradeEnded(v1alpha1.MajorUpgradeSucceeded, "postgres:18")(d) || upgradeEnded(v1alpha1.MajorUpgradeFailed, "postgres:17")(d))
+			(upgradeEnded(v1alpha1.MajorUpgradeSucceeded, postgres.DefaultImage("18"))(d) || upgradeEnded(v1alpha1.MajorUpgradeFailed, postgres.DefaultImage("17"))(d))
 	})
 	u = db.Status.Upgrade
 	t.Logf("17 to 18: %s in %s, writes unavailable %ds: %s", u.Phase, time.Since(start).Round(time.Second), u.WritesUnavailableSeconds, u.Message)
@@ -167,7 +168,7 @@ func TestDatabaseImportsAPlainPostgreSQL(t *testing.T) {
 		db.Spec.Bootstrap = &v1alpha1.DatabaseBootstrap{Import: &v1alpha1.BootstrapImport{
 			Host: old, Databases: []string{"shop"}, CredentialsSecret: v1alpha1.LocalObjectReference{Name: "old-credentials"}}}
 	})
-	waitDatabase(t, ns, "imported", 4*time.Minute, "Ready after the import", isReady(1, "postgres:17"))
+	waitDatabase(t, ns, "imported", 4*time.Minute, "Ready after the import", isReady(1, postgres.DefaultImage("17")))
 	t.Logf("15 imported into 17 and Ready in %s", time.Since(start).Round(time.Second))
 	rw := "imported-rw." + ns + ".svc.cluster.local"
 	framework.Eventually(t, time.Minute, "imported-rw answering", func(ctx context.Context) (bool, error) {
