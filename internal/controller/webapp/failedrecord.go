@@ -84,7 +84,7 @@ func (r *Reconciler) syncFailedRecord(ctx context.Context, app *v1alpha1.WebApp,
 func (r *Reconciler) recordedFailure(ctx context.Context, app *v1alpha1.WebApp, revision string) (failure, *corev1ac.PodTemplateSpecApplyConfiguration, error) {
 	cm := &corev1.ConfigMap{}
 	err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: app.Namespace, Name: failedRecordName(app)}, cm)
-	if err != nil || cm.Annotations[annotationRecordRevision] != revision || cm.Data[recordRevision] != revision || !ownedByApp(cm, app) {
+	if err != nil || cm.Annotations[annotationRecordRevision] != revision || cm.Data[recordRevision] != revision || !metav1.IsControlledBy(cm, app) {
 		return failure{}, nil, client.IgnoreNotFound(err)
 	}
 	good := &corev1ac.PodTemplateSpecApplyConfiguration{}
@@ -92,13 +92,4 @@ func (r *Reconciler) recordedFailure(ctx context.Context, app *v1alpha1.WebApp, 
 		return failure{}, nil, nil //nolint:nilerr // a damaged record is no record: the Deployment is made from the spec
 	}
 	return failure{revision: revision, signal: cm.Data[recordSignal]}, good, nil
-}
-
-func ownedByApp(obj client.Object, app *v1alpha1.WebApp) bool {
-	for _, o := range obj.GetOwnerReferences() {
-		if o.UID == app.UID {
-			return true
-		}
-	}
-	return false
 }
