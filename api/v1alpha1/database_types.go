@@ -54,6 +54,9 @@ const (
 	// DatabasePhaseHibernated: spec.hibernation is On; the instances stop,
 	// or have stopped, and their volumes are kept.
 	DatabasePhaseHibernated DatabasePhase = "Hibernated"
+	// DatabasePhaseReplica: spec.replica.enabled; the instances follow
+	// the source, read-only.
+	DatabasePhaseReplica DatabasePhase = "Replica"
 )
 
 // ParameterSource says where an effective PostgreSQL parameter value came from.
@@ -119,6 +122,9 @@ const (
 	ReasonPrimaryNotReady = "PrimaryNotReady"
 	// ReasonHibernated means spec.hibernation is On and no instance runs.
 	ReasonHibernated = "Hibernated"
+	// ReasonFollowingSource means the Database is a replica of another
+	// (spec.replica.enabled): ready when an instance follows it.
+	ReasonFollowingSource = "FollowingSource"
 	// ReasonHibernating means spec.hibernation is On and the instances
 	// are stopping (the primary first moves to the first instance).
 	ReasonHibernating = "Hibernating"
@@ -180,6 +186,9 @@ func (in Parameters) DeepCopy() Parameters { return maps.Clone(in) }
 // DatabaseSpec is what a user declares for a PostgreSQL database.
 // +kubebuilder:validation:XValidation:rule="self.deletionPolicy != 'Snapshot' || has(self.backupStorage) || has(self.backup)",message="deletionPolicy Snapshot needs spec.backupStorage or spec.backup to hold the final backup"
 // +kubebuilder:validation:XValidation:rule="has(oldSelf.bootstrap) == has(self.bootstrap)",message="bootstrap is immutable"
+// +kubebuilder:validation:XValidation:rule="has(oldSelf.replica) || !has(self.replica)",message="spec.replica can only be set when the Database is created: a running primary does not become a replica",fieldPath=".replica"
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.replica) || has(self.replica)",message="spec.replica cannot be removed: set spec.replica.enabled to false to promote",fieldPath=".replica"
+// +kubebuilder:validation:XValidation:rule="!has(self.replica) || !has(self.bootstrap) || has(self.bootstrap.initdb)",message="spec.bootstrap: a replica Database takes its data from spec.replica.source; fromBackup and import do not apply",fieldPath=".bootstrap"
 // +kubebuilder:validation:XValidation:rule="!has(self.replication) || !has(self.replication.synchronous) || !has(self.instances) || self.replication.synchronous.number < self.instances",message="spec.replication.synchronous.number must be below spec.instances: the primary does not count"
 type DatabaseSpec struct {
 	// version is the PostgreSQL major version.
@@ -324,6 +333,13 @@ type DatabaseSpec struct {
 	// LoadBalancer, say, for clients outside the cluster.
 	// +optional
 	Services *DatabaseServices `json:"services,omitempty"`
+
+	// replica makes this Database a read-only replica of another one, in
+	// another namespace or cluster, for disaster recovery: it bootstraps
+	// from the source's base backup and follows its WAL until promoted
+	// (enabled: false). It can only be set when the Database is created.
+	// +optional
+	Replica *DatabaseReplica `json:"replica,omitempty"`
 }
 
 // DatabaseTLS is spec.tls.
@@ -810,6 +826,11 @@ type DatabaseStatus struct {
 	// pooler is where spec.pooler's pools stand.
 	// +optional
 	Pooler *PoolerStatus `json:"pooler,omitempty"`
+
+	// replica is where a replica Database (spec.replica) stands against
+	// its source: the lag, and the point a promotion would keep.
+	// +optional
+	Replica *ReplicaStatus `json:"replica,omitempty"`
 
 	// primary is the name of the pod that runs the primary: the holder of
 	// the primary Lease (<name>-primary).

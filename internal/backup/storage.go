@@ -1,12 +1,14 @@
 package backup
 
 import (
+	"bytes"
 	"context"
 	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -31,10 +33,16 @@ type Storage interface {
 	Size(ctx context.Context, key string) (int64, error)
 	// Modified returns when key was stored, or ErrNotFound.
 	Modified(ctx context.Context, key string) (time.Time, error)
+	// Create stores data at key only if nothing is there yet, in one
+	// step that two writers cannot both win; else ErrExists.
+	Create(ctx context.Context, key string, data []byte) error
 }
 
 // ErrNotFound means a key does not exist.
 var ErrNotFound = errors.New("not found")
+
+// ErrExists means Create found its key taken.
+var ErrExists = errors.New("already exists")
 
 // S3Config says how to reach an S3-compatible bucket.
 type S3Config struct {
@@ -123,6 +131,21 @@ func (s *s3Storage) Put(ctx context.Context, key string, r io.Reader) error {
 		PartSize: s.cfg.PartSize, NumThreads: s.cfg.Parallel, ConcurrentStreamParts: s.cfg.Parallel > 1,
 		ContentType: "application/octet-stream", ServerSideEncryption: s.sse,
 	})
+	if err != nil {
+		return fmt.Errorf("failed to upload s3://%s/%s: %w", s.cfg.Bucket, key, err)
+	}
+	return nil
+}
+
+// Create implements Storage with a conditional write (If-None-Match: *),
+// which S3 and MinIO decide atomically.
+func (s *s3Storage) Create(ctx context.Context, key string, data []byte) error {
+	opts := minio.PutObjectOptions{ContentType: "application/json", ServerSideEncryption: s.sse}
+	opts.SetMatchETagExcept("*")
+	_, err := s.client.PutObject(ctx, s.cfg.Bucket, key, bytes.NewReader(data), int64(len(data)), opts)
+	if resp := minio.ToErrorResponse(err); resp.StatusCode == http.StatusPreconditionFailed || resp.Code == "PreconditionFailed" {
+		return fmt.Errorf("s3://%s/%s: %w", s.cfg.Bucket, key, ErrExists)
+	}
 	if err != nil {
 		return fmt.Errorf("failed to upload s3://%s/%s: %w", s.cfg.Bucket, key, err)
 	}
@@ -243,6 +266,36 @@ func (d *dirStorage) Put(_ context.Context, key string, r io.Reader) error {
 		return err
 	}
 	return os.Rename(tmp.Name(), p)
+}
+
+// Create implements Storage: the file is written aside and linked into
+// place, which fails if the name is taken.
+func (d *dirStorage) Create(_ context.Context, key string, data []byte) error {
+	p, err := d.path(key)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(p), 0o750); err != nil {
+		return fmt.Errorf("failed to create %s: %w", filepath.Dir(p), err)
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(p), ".partial-*")
+	if err != nil {
+		return fmt.Errorf("failed to create a file in %s: %w", filepath.Dir(p), err)
+	}
+	defer func() { _ = os.Remove(tmp.Name()) }()
+	_, err = tmp.Write(data)
+	if err == nil {
+		err = tmp.Sync()
+	}
+	if err = errors.Join(err, tmp.Close()); err != nil {
+		return fmt.Errorf("failed to write %s: %w", key, err)
+	}
+	if err := os.Link(tmp.Name(), p); errors.Is(err, fs.ErrExist) {
+		return fmt.Errorf("%s: %w", key, ErrExists)
+	} else if err != nil {
+		return fmt.Errorf("failed to store %s: %w", key, err)
+	}
+	return nil
 }
 
 func (d *dirStorage) Get(_ context.Context, key string) (io.ReadCloser, error) {

@@ -68,26 +68,28 @@ func (c *Config) archive() (*instanceapi.Archive, error) {
 	return &a, nil
 }
 
-// archiveStorage opens the archive's storage.
-func (c *Config) archiveStorage(a *instanceapi.Archive) (backup.Storage, error) {
+// storageOf opens the storage a names, with the credentials projected as
+// files names them: the archive's (instanceapi.ArchiveFiles) or a
+// replica's source's.
+func (c *Config) storageOf(a *instanceapi.Archive, files instanceapi.StorageFiles) (backup.Storage, error) {
 	if a.S3 == nil {
 		return backup.NewDir(a.Directory), nil
 	}
 	var id, key string
 	access := a.S3.S3Access
 	if access.RoleARN != "" {
-		access.WebIdentityTokenFile = filepath.Join(c.SecretsDir, instanceapi.SecretArchiveToken)
+		access.WebIdentityTokenFile = filepath.Join(c.SecretsDir, files.Token)
 	} else {
 		// Static keys when projected; else the environment's credentials.
 		var err error
-		if id, err = c.secret(instanceapi.SecretArchiveAccessKeyID); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		if id, err = c.secret(files.AccessKeyID); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return nil, err
 		}
-		if key, err = c.secret(instanceapi.SecretArchiveSecretAccessKey); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		if key, err = c.secret(files.SecretAccessKey); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return nil, err
 		}
 	}
-	ca := filepath.Join(c.SecretsDir, instanceapi.SecretArchiveCA)
+	ca := filepath.Join(c.SecretsDir, files.CA)
 	if _, err := os.Stat(ca); err != nil {
 		ca = ""
 	}
@@ -95,15 +97,15 @@ func (c *Config) archiveStorage(a *instanceapi.Archive) (backup.Storage, error) 
 		Insecure: a.S3.Insecure, AccessKeyID: id, SecretAccessKey: key, CAFile: ca, S3Access: access})
 }
 
-// archiveKeys are the keys the archive's files are sealed and encrypted
-// with: none the operator does not project (files are then stored
-// unsealed, or in clear).
-func (c *Config) archiveKeys() backup.Keys {
+// keysOf are the keys a storage's files are sealed and encrypted with,
+// projected as files names them: none the operator does not project
+// (files are then stored unsealed, or in clear).
+func (c *Config) keysOf(files instanceapi.StorageFiles) backup.Keys {
 	var keys backup.Keys
-	if k, err := c.secret(instanceapi.SecretArchiveSeriesKey); err == nil {
+	if k, err := c.secret(files.SeriesKey); err == nil {
 		keys.Seal = []byte(k)
 	}
-	if k, err := c.secret(instanceapi.SecretArchiveEncryptionKey); err == nil {
+	if k, err := c.secret(files.EncryptionKey); err == nil {
 		keys.Encrypt = []byte(k)
 	}
 	return keys
@@ -141,16 +143,16 @@ func (m *Manager) startWAL(ctx context.Context, archive bool) error {
 	if !archive {
 		a = nil
 	}
-	if a == nil && m.recovery == nil {
+	if a == nil && m.recovery == nil && m.source == nil {
 		return nil
 	}
 	var archiver *wal.Archiver
 	if a != nil {
-		st, err := m.cfg.archiveStorage(a)
+		st, err := m.cfg.storageOf(a, instanceapi.ArchiveFiles)
 		if err != nil {
 			return fmt.Errorf("failed to start archiving WAL: %w", err)
 		}
-		keys := m.cfg.archiveKeys()
+		keys := m.cfg.keysOf(instanceapi.ArchiveFiles)
 		if err := backup.CheckKeys(keys); err != nil {
 			return fmt.Errorf("failed to start archiving WAL: %w", err)
 		}
@@ -211,6 +213,7 @@ func (m *Manager) startWAL(ctx context.Context, archive bool) error {
 			}
 		}()
 		go archiver.Run(ctx)
+		m.watchPromotions(ctx, archiver.Storage, a.Prefix)
 		m.log.Info("Archiving WAL", "prefix", a.Prefix, "parallel", archiver.Parallel)
 	}
 	return nil

@@ -182,6 +182,9 @@ func (m *Manager) bootstrap(ctx context.Context) error {
 	}
 	var err error
 	switch {
+	case m.role() == instanceapi.RoleReplica && following(m.holderName()):
+		m.log.Info("Restoring the source's base backup: this Database is a replica of another")
+		err = m.cloneFromSource(ctx, dir)
 	case m.role() == instanceapi.RoleReplica:
 		host, _ := m.upstream()
 		m.log.Info("Cloning the primary", "primary", host)

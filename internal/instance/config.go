@@ -57,6 +57,9 @@ type Config struct {
 	Database, Owner string
 	// FromBackup is true when the primary bootstraps from a backup instead of initdb.
 	FromBackup bool
+	// Source is what a replica Database follows (openSource reads it
+	// from the operator's file, once, before anything runs); nil otherwise.
+	Source *instanceapi.ReplicaSource
 	// Import, when set, bootstraps the primary by copying databases from a
 	// running PostgreSQL (bootstrap.import).
 	Import *ImportSource
@@ -158,6 +161,9 @@ func ParsePeers(flag, s string) (map[string]string, error) {
 // new primary the moment the lease moves, or PrimaryHost (the -rw Service)
 // while the holder is unknown or this instance itself (about to be promoted).
 func (c *Config) upstream(holder string) (string, int) {
+	if following(holder) {
+		return c.sourceUpstream()
+	}
 	if holder == "" || holder == c.Pod {
 		return c.PrimaryHost, c.primaryPort()
 	}
@@ -176,16 +182,22 @@ func (c *Config) passFile() string { return filepath.Join(c.RunDir, ".pgpass") }
 
 // managedConf is the postgresql.conf in the data directory: the operator's
 // settings first, then those daytwo must control, which therefore win. A
-// replica streams from host:port, and runs floors above its configuration
-// (see writeStartConfig). role is passed, not read from c: a promotion
-// changes c.Role under the manager's lock.
-func (c *Config) managedConf(role instanceapi.Role, host string, port int, floors map[string]floor) string {
+// replica streams from holder's upstream (none: a replica Database's
+// instance that follows its source's archive only), and runs floors
+// above its configuration (see writeStartConfig). role is passed, not
+// read from c: a promotion changes c.Role under the manager's lock.
+func (c *Config) managedConf(role instanceapi.Role, holder string, floors map[string]floor) string {
+	host, port := c.upstream(holder)
 	var b strings.Builder
 	b.WriteString("# Written by the daytwo instance manager at every start; edits are lost.\n")
 	fmt.Fprintf(&b, "include '%s'\n", c.ParametersFile)
 	fmt.Fprintf(&b, "listen_addresses = '*'\nport = %d\nunix_socket_directories = '%s'\n", c.Port, c.RunDir)
 	fmt.Fprintf(&b, "cluster_name = '%s'\n", c.Cluster)
-	if role == instanceapi.RoleReplica {
+	if role == instanceapi.RoleReplica && host != "" {
+		ssl := c.sslParams()
+		if following(holder) {
+			ssl = c.sourceSSLParams()
+		}
 		// Bounded: right after a failover the Service may still send a
 		// connection to the old primary's vanished address, where a TCP
 		// connect would hang for minutes. The walreceiver connects
@@ -194,10 +206,12 @@ func (c *Config) managedConf(role instanceapi.Role, host string, port int, floor
 		// primary on a connection already open.
 		fmt.Fprintf(&b, "primary_conninfo = 'host=%s port=%d user=%s passfile=%s application_name=%s "+
 			"connect_timeout=3 tcp_user_timeout=5000 keepalives_idle=5 keepalives_interval=2 keepalives_count=3%s'\n",
-			host, port, replicationUser, c.passFile(), c.Pod, c.sslParams()+c.libpqClientParams())
-		if r, err := c.replication(); err == nil && slices.Contains(r.Instances, c.Pod) {
+			host, port, replicationUser, c.passFile(), c.Pod, ssl+c.libpqClientParams())
+		if r, err := c.replication(); err == nil && slices.Contains(r.Instances, c.Pod) && !following(holder) {
 			fmt.Fprintf(&b, "primary_slot_name = '%s'\n", slotName(c.Pod))
 		}
+	}
+	if role == instanceapi.RoleReplica {
 		if len(floors) > 0 {
 			b.WriteString("# The primary's logged values, until this replica replays their change:\n")
 			b.WriteString(floorSettings(floors))
@@ -238,9 +252,8 @@ host    all          ` + pooler.AuthUser + `       all      reject
 // password file the replica streams with from holder's upstream, for an
 // instance running as role.
 func (c *Config) writeConfig(dir string, role instanceapi.Role, holder string, floors map[string]floor) error {
-	host, port := c.upstream(holder)
 	files := map[string]string{
-		filepath.Join(dir, "postgresql.conf"): c.managedConf(role, host, port, floors),
+		filepath.Join(dir, "postgresql.conf"): c.managedConf(role, holder, floors),
 		filepath.Join(dir, "pg_hba.conf"):     hbaConf(c.TLS),
 		filepath.Join(dir, "pg_ident.conf"):   "# Written by the daytwo instance manager.\ndaytwo  /^(.*)$  postgres\n",
 	}
@@ -269,7 +282,12 @@ func (c *Config) writePassFile() error {
 	if err != nil {
 		return err
 	}
-	line := fmt.Sprintf("*:*:*:%s:%s\n", replicationUser, strings.NewReplacer(`\`, `\\`, `:`, `\:`).Replace(pw))
+	// The source's line first: the first line that matches is used.
+	line, err := c.sourcePassLine()
+	if err != nil {
+		return err
+	}
+	line += fmt.Sprintf("*:*:*:%s:%s\n", replicationUser, pgpassEscape(pw))
 	if err := os.WriteFile(c.passFile(), []byte(line), 0o600); err != nil {
 		return fmt.Errorf("failed to write the password file: %w", err)
 	}
@@ -307,3 +325,6 @@ func writeFileAtomic(path, content string) error {
 	}
 	return nil
 }
+
+// pgpassEscape escapes a field of the password file.
+func pgpassEscape(s string) string { return strings.NewReplacer(`\`, `\\`, `:`, `\:`).Replace(s) }

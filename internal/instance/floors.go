@@ -216,9 +216,8 @@ func (m *Manager) dropFloors() {
 		return
 	}
 	m.conf.floors = nil
-	host, port := m.cfg.upstream(m.holderName())
 	conf := filepath.Join(m.cfg.PGData, "postgresql.conf")
-	if err := writeFileAtomic(conf, m.cfg.managedConf(instanceapi.RolePrimary, host, port, nil)); err != nil {
+	if err := writeFileAtomic(conf, m.cfg.managedConf(instanceapi.RolePrimary, m.holderName(), nil)); err != nil {
 		m.log.Error(err, "Failed to drop the old primary's raised settings from the configuration")
 		return
 	}

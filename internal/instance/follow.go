@@ -78,7 +78,7 @@ type followWatch struct {
 func (m *Manager) cannotFollow(ctx context.Context, w *followWatch) error {
 	s := m.Status()
 	now := time.Now()
-	if s.Role != instanceapi.RoleReplica || !s.InRecovery || s.Phase != instanceapi.PhaseRunning {
+	if s.Role != instanceapi.RoleReplica || !s.InRecovery || s.Phase != instanceapi.PhaseRunning || following(m.holderName()) {
 		w.notStreaming, w.checked = time.Time{}, time.Time{}
 		return nil
 	}

@@ -65,7 +65,7 @@ func (m *Manager) holderIs(ctx context.Context, holder string, moved bool) {
 		return // not written yet: the next start writes it for this holder
 	}
 	host, port := m.cfg.upstream(holder)
-	if err := writeFileAtomic(conf, m.cfg.managedConf(instanceapi.RoleReplica, host, port, m.conf.floors)); err != nil {
+	if err := writeFileAtomic(conf, m.cfg.managedConf(instanceapi.RoleReplica, holder, m.conf.floors)); err != nil {
 		m.log.Error(err, "Failed to point the replica at the new lease holder", "holder", holder)
 		return
 	}

@@ -25,6 +25,9 @@ type Manager struct {
 	cfg     *Config
 	log     logr.Logger
 	restore RestoreFunc
+	// source is a replica Database's source (openSource), or nil; set
+	// before anything runs, never changed.
+	source *source
 
 	// afterUpgradeOnce runs the post-upgrade work once the primary serves.
 	afterUpgradeOnce sync.Once
@@ -113,6 +116,9 @@ type shared struct {
 	// standbyArchiveAfter.
 	standbyWAL        *wal.Restorer
 	notStreamingSince time.Time
+	// replayedAt is when the newest transaction replayed here committed
+	// (nil on a primary, or before any).
+	replayedAt *time.Time
 	// streamed says the last observation saw this replica streaming, and
 	// streamLost when one then saw it stop, until it streams again: a
 	// replica that just lost its primary stays ready for streamLossGrace
@@ -244,6 +250,9 @@ func (m *Manager) Run(ctx context.Context) error {
 		return err
 	}
 	defer stopMetrics()
+	if err := m.openSource(); err != nil {
+		return err
+	}
 
 	// Archiving outlives ctx too: postgres archives what it can while it
 	// shuts down, after ctx ended.

@@ -152,12 +152,14 @@ func (m *Manager) observe(ctx context.Context, conn *pgx.Conn, hash string, st *
 	var version, lsn, received string
 	var inRecovery bool
 	var timeline, receiver int
+	var replayedAt *time.Time
 	err := conn.QueryRow(qctx, `SELECT current_setting('server_version'), pg_is_in_recovery(), `+walPositions+`,
+		pg_last_xact_replay_timestamp(),
 		COALESCE((SELECT pid FROM pg_stat_wal_receiver WHERE status = 'streaming'), 0),
 		CASE WHEN pg_is_in_recovery() THEN COALESCE(GREATEST((SELECT received_tli FROM pg_stat_wal_receiver),
 			(SELECT timeline_id FROM pg_control_checkpoint()), (SELECT min_recovery_end_timeline FROM pg_control_recovery())), 0)
 			ELSE ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::int END`).
-		Scan(&version, &inRecovery, &lsn, &received, &receiver, &timeline)
+		Scan(&version, &inRecovery, &lsn, &received, &replayedAt, &receiver, &timeline)
 	if err != nil {
 		_ = conn.Close(ctx)
 		return
@@ -200,6 +202,7 @@ func (m *Manager) observe(ctx context.Context, conn *pgx.Conn, hash string, st *
 	s.PostgresVersion, s.InRecovery, s.LSN, s.ConfigHash, s.Streaming = version, inRecovery, lsn, hash, streaming
 	m.noteStreaming(streaming)
 	s.ReceivedLSN, s.Timeline = received, timeline
+	m.shared.replayedAt = replayedAt
 	s.PendingRestartSettings, s.PendingRestart = pending, len(pending) > 0
 	s.StandbySettings = settings
 	if s.Phase == instanceapi.PhaseStarting {

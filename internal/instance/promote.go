@@ -100,6 +100,9 @@ func (m *Manager) promote(ctx context.Context, waitLSN, how string) (int, error)
 	if !named {
 		return http.StatusConflict, errors.New("the primary lease does not name this instance")
 	}
+	if by := m.supersededBy(); by != "" {
+		return http.StatusConflict, fmt.Errorf("%s was promoted from this Database's WAL archive: none of its instances serves again", by)
+	}
 	// A promise to the last holder binds until it ends, unless that holder
 	// gave the lease up; once past this, this instance promises no more.
 	if err := m.promise.claim(m.cfg.Pod, v.ReleasedBy, v.HandoverLSN != "" || waitLSN != "", time.Now()); err != nil {
@@ -137,6 +140,11 @@ func (m *Manager) promote(ctx context.Context, waitLSN, how string) (int, error)
 				return http.StatusConflict, err
 			}
 		}
+	}
+	// A replica Database claims its source's archive: the source stops
+	// serving once it sees the claim.
+	if err := m.claimSource(ctx); err != nil {
+		return http.StatusConflict, err
 	}
 	// Once more just before the promotion, unless the first read still counts.
 	checked := time.Now()
@@ -209,6 +217,11 @@ func (m *Manager) promote(ctx context.Context, waitLSN, how string) (int, error)
 		}
 	}
 	m.dropFloors()
+	if m.source != nil {
+		// The data is the source's: its roles carry the source's
+		// passwords until this Database's own are set.
+		m.ensureRolesAfterPromotion(conn)
+	}
 	m.log.Info("Promoted to primary", "how", how)
 	return http.StatusOK, nil
 }

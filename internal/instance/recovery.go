@@ -189,7 +189,12 @@ func (m *Manager) recoverFromArchive(ctx context.Context, dir string) (err error
 
 // chooseBase finds the base backup a recovery starts from.
 func (m *Manager) chooseBase(ctx context.Context) (wal.BaseBackup, error) {
-	r := m.recovery
+	return chooseBaseOf(ctx, m.recovery)
+}
+
+// chooseBaseOf finds the base backup under r a recovery to r's target
+// starts from.
+func chooseBaseOf(ctx context.Context, r *Recovery) (wal.BaseBackup, error) {
 	if r.KeyMissing {
 		return wal.BaseBackup{}, backup.ErrNoSeriesKey
 	}

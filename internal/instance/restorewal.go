@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"path/filepath"
 	"time"
 
@@ -31,9 +32,14 @@ const standbyFetchTimeout = 10 * time.Second
 
 // standbyRestoreSettings is a replica's restore_command when WAL is
 // archived: a replica whose primary removed WAL it still needs catches up
-// from the archive instead of being cloned again.
+// from the archive instead of being cloned again. A replica Database's
+// instances read the source's archive with it.
 func (c *Config) standbyRestoreSettings() string {
 	self, ok := c.archivingSelf()
+	if c.Source != nil {
+		exe, err := os.Executable()
+		self, ok = exe, err == nil
+	}
 	if !ok {
 		return ""
 	}
@@ -88,6 +94,10 @@ func (m *Manager) handleRestoreWAL(w http.ResponseWriter, r *http.Request) {
 	run, standby, since := m.shared.replay, m.shared.standbyWAL, m.shared.notStreamingSince
 	m.shared.mu.Unlock()
 	name := r.PathValue("name")
+	if run == nil && m.source != nil && following(m.holderName()) {
+		m.restoreFromSource(w, r, name, string(dest))
+		return
+	}
 	if run == nil {
 		m.restoreForStandby(w, r, standby, since, name, string(dest))
 		return

@@ -75,6 +75,10 @@ func (m *Manager) mayStartAsPrimary(ctx context.Context, v LeaseView) bool {
 		m.setMessage("the last start took too long; waiting a lease term for failover before starting again")
 		return false
 	}
+	if by := m.supersededBy(); by != "" {
+		m.setMessage(by + " was promoted from this Database's WAL archive: this instance does not start as its primary")
+		return false
+	}
 	if err := m.promise.claim(m.cfg.Pod, v.ReleasedBy, v.HandoverLSN != "", time.Now()); err != nil {
 		m.setMessage("waiting to start as the primary: " + err.Error())
 		return false

@@ -49,7 +49,7 @@ func slotState(ctx context.Context, conn *pgconn.PgConn, slot string) (exists, l
 // again (recloneMark). Any other failure is only logged, since the
 // primary's manager makes the slot too.
 func (m *Manager) reserveSlot(ctx context.Context) error {
-	if !m.wantsSlot() {
+	if !m.wantsSlot() || following(m.holderName()) {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)

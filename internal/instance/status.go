@@ -51,6 +51,7 @@ func (m *Manager) Status() instanceapi.Status {
 		s.PromisedTo = promisedTo
 	}
 	s.VouchedFor, s.VouchedLSN = vouchedFor, vouchedLSN
+	s.Source = m.sourceProgress(&s)
 	s.ServingOnPromises = s.Role == instanceapi.RolePrimary && s.Phase == instanceapi.PhaseRunning && m.lease != nil &&
 		!now.Before(m.shared.leaseUntil) && m.vouch.covers(now)
 	return s

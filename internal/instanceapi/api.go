@@ -172,6 +172,26 @@ type Status struct {
 	// Recovery is the progress of a point-in-time recovery while the
 	// instance bootstraps from a base backup and the WAL archive.
 	Recovery *RecoveryProgress `json:"recovery,omitempty"`
+	// Source is how an instance of a replica Database follows its
+	// source, while the primary lease names the source (ExternalHolder).
+	Source *SourceProgress `json:"source,omitempty"`
+	// Superseded names the Database promoted from this one's WAL archive
+	// (a PromotionClaim not its own): this instance never serves as
+	// primary again.
+	Superseded string `json:"superseded,omitempty"`
+}
+
+// SourceProgress is how far a replica Database's instance has followed
+// its source.
+type SourceProgress struct {
+	// Streaming: the walreceiver streams from the source.
+	Streaming bool `json:"streaming,omitempty"`
+	// EndLSN is the newest WAL of the source this instance knows of: the
+	// end of the newest segment found in the archive, or what it received.
+	EndLSN string `json:"endLSN,omitempty"`
+	// ReplayedTime is when the newest transaction replayed here committed
+	// (pg_last_xact_replay_timestamp).
+	ReplayedTime *time.Time `json:"replayedTime,omitempty"`
 }
 
 // RecoveryProgress is how far a point-in-time recovery has replayed.

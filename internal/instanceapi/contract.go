@@ -56,6 +56,14 @@ const (
 	// SecretArchiveEncryptionKey, when projected, is the key the WAL
 	// archive's files are encrypted with.
 	SecretArchiveEncryptionKey = "archive-encryption-key"
+	// ReplicaSourceFile, next to ParametersFile, is the ReplicaSource of a
+	// replica Database, as JSON.
+	ReplicaSourceFile = "replica-source.json"
+	// SecretSourceReplicationPassword and SecretSourceServerCA, in
+	// SecretsDir, are the source's replication password and the CA its
+	// server certificate is verified with, when the replica streams.
+	SecretSourceReplicationPassword = "source-replication-password"
+	SecretSourceServerCA            = "source-server-ca.crt"
 	// SecretTLSCert, SecretTLSKey and SecretTLSCA, in SecretsDir with
 	// FlagTLS, are the server certificate the instance serves, its key, and
 	// the CA it verifies other instances with.
@@ -306,6 +314,49 @@ type Archive struct {
 	Prefix string `json:"prefix,omitempty"`
 	// Parallel is how many files are shipped at once.
 	Parallel int `json:"parallel,omitempty"`
+}
+
+// StorageFiles are the file names in SecretsDir that one storage's
+// credentials and keys are projected under.
+type StorageFiles struct {
+	AccessKeyID, SecretAccessKey, CA, Token, SeriesKey, EncryptionKey string
+}
+
+// ArchiveFiles are the WAL archive's (spec.backup's) files.
+var ArchiveFiles = StorageFiles{AccessKeyID: SecretArchiveAccessKeyID, SecretAccessKey: SecretArchiveSecretAccessKey,
+	CA: SecretArchiveCA, Token: SecretArchiveToken, SeriesKey: SecretArchiveSeriesKey, EncryptionKey: SecretArchiveEncryptionKey}
+
+// SourceFiles are a replica Database's source archive's files.
+var SourceFiles = StorageFiles{AccessKeyID: "source-access-key-id", SecretAccessKey: "source-secret-access-key",
+	CA: "source-ca.crt", Token: "source-web-identity-token", SeriesKey: "source-series-key", EncryptionKey: "source-encryption-key"}
+
+// ReplicaSource is what a replica Database follows: the source's WAL
+// archive and base backups (Archive's storage and prefix), and its -rw
+// address when it streams from it.
+type ReplicaSource struct {
+	Archive
+	Host string `json:"host,omitempty"`
+	Port int    `json:"port,omitempty"`
+}
+
+// ExternalHolder holds the primary Lease of a replica Database: its
+// primary is the source, outside the Database, so every instance is a
+// replica, and none renews the lease. It can never be a pod's name.
+const ExternalHolder = "daytwo.dev/source"
+
+// PromotedKey, under an archive's prefix, is the claim a replica Database
+// that was promoted from that archive writes before it serves (a
+// PromotionClaim): the Database that archives there stops serving once it
+// sees a claim not its own.
+const PromotedKey = "promoted.json"
+
+// PromotionClaim is what PromotedKey holds.
+type PromotionClaim struct {
+	// Database is the promoted Database (namespace/name), DatabaseUID its UID.
+	Database    string    `json:"database"`
+	DatabaseUID string    `json:"databaseUID"`
+	Pod         string    `json:"pod"`
+	Time        time.Time `json:"time"`
 }
 
 // ArchiveS3 is an S3-compatible bucket; static credentials are secret

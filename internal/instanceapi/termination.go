@@ -25,6 +25,10 @@ const BootstrapInitDB = "initdb"
 // bootstrap.import.
 const BootstrapImport = "import"
 
+// BootstrapReplica is the bootstrap source of a replica Database's data:
+// the source's base backup.
+const BootstrapReplica = "replica"
+
 // BootstrapFromBackup is the bootstrap source of a Database restored from
 // the backups of DatabaseBackup backupRef.
 func BootstrapFromBackup(backupRef string) string { return "fromBackup/" + backupRef }

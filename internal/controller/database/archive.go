@@ -42,7 +42,13 @@ const annArchive = "daytwo.dev/archive"
 type archivePlan struct {
 	// backup is the Physical DatabaseBackup's name, location its storage.
 	backup, location string
-	conf             instanceapi.Archive
+	storagePlan
+}
+
+// storagePlan is one storage the instance manager reaches by itself: the
+// JSON it reads, and what the pods get to reach it.
+type storagePlan struct {
+	conf instanceapi.Archive
 	// s3Secret, idKey and secretKey: the S3 credentials to project; ca, a
 	// private CA's Secret key (S3Storage.caSecretRef), or nil.
 	s3Secret, idKey, secretKey string
@@ -55,6 +61,31 @@ type archivePlan struct {
 	enc               *v1alpha1.SecretKeyRef
 	// claim is the volume archive's PersistentVolumeClaim.
 	claim string
+}
+
+// storagePlanOf is what reaching b's storage takes, its files named as
+// files says.
+func storagePlanOf(b *v1alpha1.DatabaseBackup, files instanceapi.StorageFiles) storagePlan {
+	a := storagePlan{conf: instanceapi.Archive{Prefix: series.Prefix(b)}}
+	a.keySecret, a.keyKey = series.KeySecret(b)
+	if e := b.Spec.Encryption; e != nil {
+		a.enc = &e.KeySecretRef
+	}
+	if s3 := b.Spec.Storage.S3; s3 != nil {
+		a.conf.S3 = &instanceapi.ArchiveS3{Endpoint: s3.Endpoint, Bucket: s3.Bucket, Region: s3.Region, Insecure: s3.Insecure,
+			S3Access: series.S3Access(s3, "")}
+		if ref := s3.CredentialsSecretRef; ref != nil {
+			a.s3Secret, a.idKey, a.secretKey = ref.Name, cmp.Or(ref.AccessKeyIDKey, "AWS_ACCESS_KEY_ID"), cmp.Or(ref.SecretAccessKeyKey, "AWS_SECRET_ACCESS_KEY")
+		}
+		if wi := s3.WebIdentity; wi != nil {
+			a.token = series.TokenProjection(wi, files.Token)
+		}
+		a.ca = s3.CASecretRef
+	} else {
+		a.claim = b.Spec.Storage.PVC.ClaimName
+		a.conf.Directory = strings.TrimSuffix(archiveMount+"/"+b.Spec.Storage.PVC.Path, "/")
+	}
+	return a
 }
 
 // physicalBackupsOf lists the Physical DatabaseBackups of db, the one that
@@ -80,27 +111,7 @@ func (r *Reconciler) resolveArchive(ctx context.Context, db *v1alpha1.Database, 
 		obs.found.archiveNote = "WAL is not archived to DatabaseBackup " + b.Name + ": " + problem
 		return nil
 	}
-	a := &archivePlan{backup: b.Name, location: series.Location(b),
-		conf: instanceapi.Archive{Prefix: series.Prefix(b)}}
-	a.keySecret, a.keyKey = series.KeySecret(b)
-	if e := b.Spec.Encryption; e != nil {
-		a.enc = &e.KeySecretRef
-	}
-	if s3 := b.Spec.Storage.S3; s3 != nil {
-		a.conf.S3 = &instanceapi.ArchiveS3{Endpoint: s3.Endpoint, Bucket: s3.Bucket, Region: s3.Region, Insecure: s3.Insecure,
-			S3Access: series.S3Access(s3, "")}
-		if ref := s3.CredentialsSecretRef; ref != nil {
-			a.s3Secret, a.idKey, a.secretKey = ref.Name, cmp.Or(ref.AccessKeyIDKey, "AWS_ACCESS_KEY_ID"), cmp.Or(ref.SecretAccessKeyKey, "AWS_SECRET_ACCESS_KEY")
-		}
-		if wi := s3.WebIdentity; wi != nil {
-			a.token = series.TokenProjection(wi, instanceapi.SecretArchiveToken)
-		}
-		a.ca = s3.CASecretRef
-	} else {
-		a.claim = b.Spec.Storage.PVC.ClaimName
-		a.conf.Directory = strings.TrimSuffix(archiveMount+"/"+b.Spec.Storage.PVC.Path, "/")
-	}
-	obs.plan.archive = a
+	obs.plan.archive = &archivePlan{backup: b.Name, location: series.Location(b), storagePlan: storagePlanOf(b, instanceapi.ArchiveFiles)}
 	if len(backups) > 1 {
 		var others []string
 		for _, o := range backups[1:] {
@@ -121,35 +132,42 @@ func (p plan) archiveConf() string {
 	return string(b)
 }
 
-// archiveSecrets projects the S3 credentials under the names the instance
-// manager reads.
+// archiveSecrets projects the archive's credentials and keys under the
+// names the instance manager reads; sourceSecrets a replica's source's.
 func archiveSecrets(p plan) []*corev1ac.VolumeProjectionApplyConfiguration {
-	a := p.archive
-	if a == nil {
+	if p.archive == nil {
 		return nil
 	}
+	return p.archive.projections(instanceapi.ArchiveFiles)
+}
+
+// projections are a's credentials and keys, projected as files names them.
+func (a storagePlan) projections(files instanceapi.StorageFiles) []*corev1ac.VolumeProjectionApplyConfiguration {
 	// The series key, S3 or volume: the pod starts once its Secret exists
 	// (the DatabaseBackup makes its own at once).
-	out := []*corev1ac.VolumeProjectionApplyConfiguration{corev1ac.VolumeProjection().WithSecret(corev1ac.SecretProjection().WithName(a.keySecret).
-		WithItems(corev1ac.KeyToPath().WithKey(a.keyKey).WithPath(instanceapi.SecretArchiveSeriesKey)))}
+	out := []*corev1ac.VolumeProjectionApplyConfiguration{secretFile(a.keySecret, a.keyKey, files.SeriesKey)}
 	if a.enc != nil {
-		out = append(out, corev1ac.VolumeProjection().WithSecret(corev1ac.SecretProjection().WithName(a.enc.Name).
-			WithItems(corev1ac.KeyToPath().WithKey(cmp.Or(a.enc.Key, "key")).WithPath(instanceapi.SecretArchiveEncryptionKey))))
+		out = append(out, secretFile(a.enc.Name, cmp.Or(a.enc.Key, "key"), files.EncryptionKey))
 	}
 	if a.s3Secret != "" {
 		out = append(out, corev1ac.VolumeProjection().WithSecret(corev1ac.SecretProjection().WithName(a.s3Secret).
-			WithItems(corev1ac.KeyToPath().WithKey(a.idKey).WithPath(instanceapi.SecretArchiveAccessKeyID),
-				corev1ac.KeyToPath().WithKey(a.secretKey).WithPath(instanceapi.SecretArchiveSecretAccessKey))))
+			WithItems(corev1ac.KeyToPath().WithKey(a.idKey).WithPath(files.AccessKeyID),
+				corev1ac.KeyToPath().WithKey(a.secretKey).WithPath(files.SecretAccessKey))))
 	}
 	if a.token != nil {
 		out = append(out, corev1ac.VolumeProjection().WithServiceAccountToken(corev1ac.ServiceAccountTokenProjection().
 			WithAudience(a.token.Audience).WithExpirationSeconds(*a.token.ExpirationSeconds).WithPath(a.token.Path)))
 	}
 	if a.ca != nil {
-		out = append(out, corev1ac.VolumeProjection().WithSecret(corev1ac.SecretProjection().WithName(a.ca.Name).
-			WithItems(corev1ac.KeyToPath().WithKey(cmp.Or(a.ca.Key, "ca.crt")).WithPath(instanceapi.SecretArchiveCA))))
+		out = append(out, secretFile(a.ca.Name, cmp.Or(a.ca.Key, "ca.crt"), files.CA))
 	}
 	return out
+}
+
+// secretFile projects key of Secret name as the file path.
+func secretFile(name, key, path string) *corev1ac.VolumeProjectionApplyConfiguration {
+	return corev1ac.VolumeProjection().WithSecret(corev1ac.SecretProjection().WithName(name).
+		WithItems(corev1ac.KeyToPath().WithKey(key).WithPath(path)))
 }
 
 // archiveVolumes and archiveMounts give a volume archive to the instances.

@@ -46,12 +46,12 @@ func TestArchivingReportedOnlyOnceThePrimaryRunsInArchiveMode(t *testing.T) {
 // and a private CA beside the S3 credentials, under the names the instance
 // manager reads.
 func TestArchiveProjectsItsKeyAndAPrivateCA(t *testing.T) {
-	volume := plan{archive: &archivePlan{claim: "archive", keySecret: "nightly-series-key", keyKey: "key"}}
+	volume := plan{archive: &archivePlan{storagePlan: storagePlan{claim: "archive", keySecret: "nightly-series-key", keyKey: "key"}}}
 	if got := archiveSecrets(volume); len(got) != 1 || *got[0].Secret.Name != "nightly-series-key" ||
 		*got[0].Secret.Items[0].Path != instanceapi.SecretArchiveSeriesKey {
 		t.Fatalf("volume archive projections %+v", got)
 	}
-	p := plan{archive: &archivePlan{s3Secret: "s3", idKey: "id", secretKey: "key", keySecret: "nightly-series-key", keyKey: "key"}}
+	p := plan{archive: &archivePlan{storagePlan: storagePlan{s3Secret: "s3", idKey: "id", secretKey: "key", keySecret: "nightly-series-key", keyKey: "key"}}}
 	if n := len(archiveSecrets(p)); n != 2 {
 		t.Fatalf("%d projections without a CA, want 2", n)
 	}

@@ -41,6 +41,8 @@ type plan struct {
 	syncRequired bool
 	// archive is where WAL is archived (resolveArchive), or nil.
 	archive *archivePlan
+	// replica is where a replica Database's source is (resolveReplica), or nil.
+	replica *replicaPlan
 }
 
 func newPlan(db *v1alpha1.Database) plan {

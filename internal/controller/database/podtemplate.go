@@ -163,6 +163,9 @@ func runFlags(db *v1alpha1.Database, in stsInputs) instanceapi.RunFlags {
 		// The storage is the restore init container's (restoreContainer).
 		fl.FromBackup, fl.RestoreID = true, b.FromBackup.BackupID
 	} else if b != nil && b.InitDB != nil {
+		// A replica Database's too: its data is the source's, and its
+		// application owner gets the password of its own Secret once
+		// it is promoted.
 		fl.Database, fl.Owner = db.AppDatabase()
 	} else if b != nil && b.Import != nil {
 		fl.ImportHost, fl.ImportPort, fl.ImportDatabases = b.Import.Host, int(b.Import.Port), b.Import.Databases
@@ -258,6 +261,9 @@ func copyBinaryContainer(image string) *corev1ac.ContainerApplyConfiguration {
 // bootstrapSource names how db's spec bootstraps, as the instance manager
 // records it in the data directory.
 func bootstrapSource(db *v1alpha1.Database) string {
+	if db.Spec.Replica != nil {
+		return instanceapi.BootstrapReplica
+	}
 	if b := db.Spec.Bootstrap; b != nil && b.FromBackup != nil {
 		return instanceapi.BootstrapFromBackup(b.FromBackup.BackupRef.Name)
 	}
@@ -361,7 +367,7 @@ func podVolumes(db *v1alpha1.Database, p plan) []*corev1ac.VolumeApplyConfigurat
 				// operator's client certificate with it.
 				corev1ac.VolumeProjection().WithSecret(corev1ac.SecretProjection().WithName(caSecretName(db)).
 					WithItems(corev1ac.KeyToPath().WithKey(pki.CACert).WithPath(instanceapi.SecretAPIClientCA))),
-			).WithSources(archiveSecrets(p)...)),
+			).WithSources(archiveSecrets(p)...).WithSources(sourceSecrets(p)...)),
 	}
 }
 

@@ -86,7 +86,7 @@ func instanceRoleBinding(db *v1alpha1.Database) *rbacv1ac.RoleBindingApplyConfig
 func primaryLease(db *v1alpha1.Database) *coordinationv1.Lease {
 	return &coordinationv1.Lease{
 		ObjectMeta: metav1.ObjectMeta{Name: leaseName(db), Namespace: db.Namespace, Labels: labels(db)},
-		Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To(podName(db, 0))},
+		Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To(firstHolder(db))},
 	}
 }
 
@@ -151,6 +151,9 @@ func configData(db *v1alpha1.Database, p plan) map[string]string {
 	data := map[string]string{
 		instanceapi.ParametersFile:  p.parametersConf(),
 		instanceapi.ReplicationFile: p.replicationConf(db),
+	}
+	if conf := p.replicaConf(); conf != "" {
+		data[instanceapi.ReplicaSourceFile] = conf
 	}
 	if conf := p.archiveConf(); conf != "" {
 		data[instanceapi.ArchiveFile] = conf

@@ -139,7 +139,11 @@ func setStatus(db *v1alpha1.Database, obs *observation) {
 	if obs.HolderIsReplica(obs.Primary) {
 		st.TargetPrimary = obs.Primary
 	}
+	st.Replica = replicaStatus(db, obs)
 	switch reason, msg := primaryError(obs.Pods, obs.Primary); {
+	case following(db):
+		st.Ready = st.ReadyInstances > 0
+		set(v1alpha1.ConditionReady, st.Ready, v1alpha1.ReasonFollowingSource, followingMessage(st))
 	case obs.found.hibernating != "":
 		reason := v1alpha1.ReasonHibernating
 		if obs.found.in.stopped && len(obs.Pods) == 0 {
@@ -244,6 +248,8 @@ func phase(db *v1alpha1.Database, obs *observation, primaryReady bool) v1alpha1.
 	st := &db.Status
 	rollingImage := obs.found.in.goodImage != "" && obs.found.templateImage != "" && obs.found.templateImage != obs.found.in.goodImage
 	switch {
+	case following(db):
+		return v1alpha1.DatabasePhaseReplica
 	case obs.found.hibernating != "":
 		return v1alpha1.DatabasePhaseHibernated
 	case obs.found.in.stopped:

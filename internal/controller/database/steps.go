@@ -56,6 +56,7 @@ func (r *Reconciler) steps() []step {
 		{"TLS", r.tlsPhase},
 		{"primary lease", just(r.ensurePrimaryLease)},
 		{"WAL archive", just(r.resolveArchive)},
+		{"replica source", just(r.resolveReplica)},
 		{"configuration and Services", just(func(ctx context.Context, db *v1alpha1.Database, obs *observation) error {
 			return r.applyConfigAndServices(ctx, db, obs.plan)
 		})},
@@ -74,14 +75,14 @@ func (r *Reconciler) steps() []step {
 		})},
 		{"hibernated", hibernatedPhase},
 		{"major upgrade", r.majorUpgradePhase},
-		{"failover", r.haPhase((*ha.Actor).Failover)},
-		{"switchover", r.haPhase((*ha.Actor).Switchover)},
-		{"switchover for a drain", r.haPhase((*ha.Actor).SwitchoverForDrain)},
-		{"switchover for a scale-down", r.haPhase((*ha.Actor).SwitchoverForScaleDown)},
+		{"failover", unlessFollowing(r.haPhase((*ha.Actor).Failover))},
+		{"switchover", unlessFollowing(r.haPhase((*ha.Actor).Switchover))},
+		{"switchover for a drain", unlessFollowing(r.haPhase((*ha.Actor).SwitchoverForDrain))},
+		{"switchover for a scale-down", unlessFollowing(r.haPhase((*ha.Actor).SwitchoverForScaleDown))},
 		{"role labels", just(r.roleLabels)},
-		{"roles", r.rolesPhase},
-		{"databases", r.databasesPhase},
-		{"pooler", r.poolerPhase},
+		{"roles", unlessFollowing(r.rolesPhase)},
+		{"databases", unlessFollowing(r.databasesPhase)},
+		{"pooler", unlessFollowing(r.poolerPhase)},
 		{"configuration nudge", just(func(ctx context.Context, db *v1alpha1.Database, obs *observation) error {
 			return r.nudgePods(ctx, obs.Pods, configHash(db, obs.plan)+"/"+obs.found.tls.version)
 		})},
@@ -105,8 +106,20 @@ func (r *Reconciler) availabilitySteps() []step {
 		{"primary lease", just(r.ensurePrimaryLease)},
 		{"observe", just(r.observe)},
 		{"image", just(r.chooseImage)},
-		{"failover", r.haPhase((*ha.Actor).Failover)},
+		{"failover", unlessFollowing(r.haPhase((*ha.Actor).Failover))},
 		{"role labels", just(r.roleLabels)},
+	}
+}
+
+// unlessFollowing skips a phase that acts on a primary while the
+// Database follows its source (spec.replica): it has none, and none may
+// be promoted.
+func unlessFollowing(run func(context.Context, *v1alpha1.Database, *observation) (stepResult, error)) func(context.Context, *v1alpha1.Database, *observation) (stepResult, error) {
+	return func(ctx context.Context, db *v1alpha1.Database, obs *observation) (stepResult, error) {
+		if following(db) {
+			return stepResult{}, nil
+		}
+		return run(ctx, db, obs)
 	}
 }
 

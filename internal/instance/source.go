@@ -1,0 +1,190 @@
+package instance
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/daytwo-dev/daytwo/internal/backup"
+	"github.com/daytwo-dev/daytwo/internal/instanceapi"
+	"github.com/daytwo-dev/daytwo/internal/postgres"
+	"github.com/daytwo-dev/daytwo/internal/wal"
+)
+
+// A replica Database's instances follow its source while the primary
+// lease names instanceapi.ExternalHolder (see the protocol in
+// internal/controller/database/replica.go): each is a standby whose
+// restore_command reads the source's archive at any time, and which
+// streams from the source's -rw address when it has one. The first start
+// restores the source's newest base backup rather than cloning a primary.
+// The instance that is promoted claims the source's archive first.
+
+// source is a replica Database's source, as this manager reaches it.
+type source struct {
+	conf    instanceapi.ReplicaSource
+	storage backup.Storage
+	keys    backup.Keys
+	// wal answers restore_command while the lease names the source.
+	wal *wal.Restorer
+}
+
+// following says whether the lease holder is the source outside: this
+// Database follows it, and no instance is its primary.
+func following(holder string) bool { return holder == instanceapi.ExternalHolder }
+
+// replicaSource reads what the operator says this replica Database
+// follows; nil for any other Database.
+func (c *Config) replicaSource() (*instanceapi.ReplicaSource, error) {
+	b, err := os.ReadFile(filepath.Join(filepath.Dir(c.ParametersFile), instanceapi.ReplicaSourceFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var s instanceapi.ReplicaSource
+	if err := json.Unmarshal(b, &s); err != nil {
+		return nil, fmt.Errorf("invalid %s: %w", instanceapi.ReplicaSourceFile, err)
+	}
+	if s.S3 == nil && s.Directory == "" {
+		return nil, fmt.Errorf("invalid %s: it names no storage", instanceapi.ReplicaSourceFile)
+	}
+	return &s, nil
+}
+
+// openSource opens a replica Database's source, once, before anything
+// else runs; the configuration never changes while the pod runs.
+func (m *Manager) openSource() error {
+	s, err := m.cfg.replicaSource()
+	if err != nil || s == nil {
+		return err
+	}
+	st, err := m.cfg.storageOf(&s.Archive, instanceapi.SourceFiles)
+	if err != nil {
+		return fmt.Errorf("failed to open the replica's source: %w", err)
+	}
+	keys := m.cfg.keysOf(instanceapi.SourceFiles)
+	if err := backup.CheckKeys(keys); err != nil {
+		return fmt.Errorf("failed to open the replica's source: %w", err)
+	}
+	m.cfg.Source = s
+	m.source = &source{conf: *s, storage: st, keys: keys,
+		// Kept short: postgres retries a missing file itself, and a
+		// standby that also streams must not stall on storage.
+		wal: &wal.Restorer{Storage: st, Prefix: s.Prefix, Keys: keys, Dir: filepath.Clean(m.cfg.PGData) + ".source-wal",
+			Ahead: 4, Retry: time.Second}}
+	return nil
+}
+
+// sourceUpstream is where a replica streams from while it follows the
+// source: the source's -rw address, or nowhere ("": archive only).
+func (c *Config) sourceUpstream() (string, int) {
+	if c.Source == nil || c.Source.Host == "" {
+		return "", 0
+	}
+	return c.Source.Host, c.Source.Port
+}
+
+// sourceSSLParams verify the source's server certificate with the CA the
+// operator projected for it.
+func (c *Config) sourceSSLParams() string {
+	return " sslmode=verify-full sslrootcert=" + filepath.Join(c.SecretsDir, instanceapi.SecretSourceServerCA)
+}
+
+// sourcePassLine is the password file's line for the source's
+// replication user, "" when the replica does not stream.
+func (c *Config) sourcePassLine() (string, error) {
+	host, port := c.sourceUpstream()
+	if host == "" {
+		return "", nil
+	}
+	pw, err := c.secret(instanceapi.SecretSourceReplicationPassword)
+	if err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("%s:%d:*:%s:%s\n", pgpassEscape(host), port, replicationUser, pgpassEscape(pw)), nil
+}
+
+// cloneFromSource restores the source's newest base backup into dir; the
+// standby started on it replays the source's archive from there.
+func (m *Manager) cloneFromSource(ctx context.Context, dir string) error {
+	if m.source == nil {
+		return permanentError{errors.New("the primary lease names the replica's source, but no source is configured")}
+	}
+	r := &Recovery{Storage: m.source.storage, Prefix: m.source.conf.Prefix, Keys: m.source.keys}
+	b, err := chooseBaseOf(ctx, r)
+	if err != nil {
+		return err
+	}
+	m.log.Info("Restoring the source's base backup", "id", b.ID, "endLSN", b.EndLSN, "finished", b.Finished)
+	if err := wal.ExtractBase(ctx, r.Storage, r.Prefix, b, dir, r.Keys); err != nil {
+		return err
+	}
+	// writeConfig writes standby.signal: this server never leaves
+	// recovery at the archive's end.
+	if err := os.Remove(filepath.Join(dir, "recovery.signal")); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return nil
+}
+
+// restoreFromSource answers restore_command from the source's archive
+// while the Database follows it. A storage error is answered as a file
+// not archived: postgres tries again (wal_retrieve_retry_interval), or
+// streams.
+func (m *Manager) restoreFromSource(w http.ResponseWriter, r *http.Request, name, dest string) {
+	ctx, cancel := context.WithTimeout(r.Context(), standbyFetchTimeout)
+	defer cancel()
+	err := m.source.wal.Restore(ctx, name, dest)
+	switch {
+	case errors.Is(err, wal.ErrNotArchived):
+		http.Error(w, err.Error(), http.StatusNotFound)
+	case err != nil:
+		m.log.Info("Could not restore WAL from the source's archive", "file", name, "reason", err.Error())
+		http.Error(w, err.Error(), http.StatusNotFound)
+	default:
+		w.WriteHeader(http.StatusNoContent)
+	}
+}
+
+// sourceProgress is how far this instance has followed the source (under
+// mu): nil unless it follows one.
+func (m *Manager) sourceProgress(s *instanceapi.Status) *instanceapi.SourceProgress {
+	if m.source == nil || !following(m.shared.holder) {
+		return nil
+	}
+	p := &instanceapi.SourceProgress{Streaming: s.Streaming, ReplayedTime: m.shared.replayedAt}
+	end, _ := postgres.ParseLSN(s.ReceivedLSN)
+	if last := m.source.wal.Stats().Last; len(last) == 24 {
+		end = max(end, wal.SegmentStart(last, 0)+16<<20)
+	}
+	if end > 0 {
+		p.EndLSN = postgres.FormatLSN(end)
+	}
+	return p
+}
+
+// claimSource, before a replica Database's instance is promoted, claims
+// the source's archive for this Database (wal.ClaimPromotion): the
+// source stops serving once it sees the claim, and no other Database may
+// be promoted from the same source. A Database that never followed a
+// source has nothing to claim.
+func (m *Manager) claimSource(ctx context.Context) error {
+	if m.source == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	c := instanceapi.PromotionClaim{Database: m.cfg.Namespace + "/" + m.cfg.Cluster, DatabaseUID: m.cfg.DatabaseUID,
+		Pod: m.cfg.Pod, Time: time.Now().UTC()}
+	if err := wal.ClaimPromotion(ctx, m.source.storage, m.source.conf.Prefix, c); err != nil {
+		return fmt.Errorf("failed to claim the source's WAL archive before the promotion: %w", err)
+	}
+	m.log.Info("Claimed the source's WAL archive for this Database's promotion", "prefix", m.source.conf.Prefix)
+	return nil
+}

@@ -1,0 +1,58 @@
+package wal
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/daytwo-dev/daytwo/internal/backup"
+	"github.com/daytwo-dev/daytwo/internal/instanceapi"
+)
+
+// ErrPromotedElsewhere means another Database was promoted from the
+// archive: a PromotionClaim not the caller's is stored there.
+var ErrPromotedElsewhere = errors.New("another Database was promoted from this WAL archive")
+
+func promotedKey(prefix string) string { return prefix + instanceapi.PromotedKey }
+
+// ClaimPromotion records, in the archive under prefix, that c's Database
+// is promoted from it. The write succeeds only where no claim is (a
+// conditional write), so of two Databases promoted from one archive at
+// once, one wins; the other, and any later one, gets ErrPromotedElsewhere.
+// A claim by c's Database already is success: a promotion tried again.
+func ClaimPromotion(ctx context.Context, st backup.Storage, prefix string, c instanceapi.PromotionClaim) error {
+	b, err := json.Marshal(c)
+	if err != nil {
+		return err
+	}
+	err = st.Create(ctx, promotedKey(prefix), b)
+	if !errors.Is(err, backup.ErrExists) {
+		return err
+	}
+	have, err := PromotionOf(ctx, st, prefix)
+	if err != nil {
+		return err
+	}
+	if have == nil || have.DatabaseUID == c.DatabaseUID {
+		return nil
+	}
+	return fmt.Errorf("%w: %s claimed it at %s", ErrPromotedElsewhere, have.Database, have.Time.UTC().Format(time.RFC3339))
+}
+
+// PromotionOf reads the claim under prefix: nil when there is none.
+func PromotionOf(ctx context.Context, st backup.Storage, prefix string) (*instanceapi.PromotionClaim, error) {
+	data, err := fetchPlain(ctx, st, promotedKey(prefix))
+	if errors.Is(err, backup.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("failed to read %s: %w", promotedKey(prefix), err)
+	}
+	var c instanceapi.PromotionClaim
+	if err := json.Unmarshal(data, &c); err != nil {
+		return nil, fmt.Errorf("%s is not valid: %w", promotedKey(prefix), err)
+	}
+	return &c, nil
+}
