@@ -125,6 +125,9 @@ const (
 	// ReasonFollowingSource means the Database is a replica of another
 	// (spec.replica.enabled): ready when an instance follows it.
 	ReasonFollowingSource = "FollowingSource"
+	// ReasonPromoting means spec.replica.enabled turned false, and no
+	// instance is promoted yet.
+	ReasonPromoting = "Promoting"
 	// ReasonHibernating means spec.hibernation is On and the instances
 	// are stopping (the primary first moves to the first instance).
 	ReasonHibernating = "Hibernating"

@@ -405,3 +405,39 @@ func TestBackupGivesUpOnALockedTable(t *testing.T) {
 	}
 	t.Logf("gave up after %s: %v", time.Since(start).Round(time.Millisecond), err)
 }
+
+// Create is a conditional write on both storages: of writers racing for
+// one key exactly one wins, the others get ErrExists, and the stored
+// object is the winner's (a promotion claim relies on it).
+func TestCreateIsWonOnce(t *testing.T) {
+	t.Parallel()
+	minio := testpg.StartMinIO(t)
+	for name, st := range map[string]backup.Storage{"s3": s3(t, minio, "claims"), "dir": backup.NewDir(t.TempDir())} {
+		var wg sync.WaitGroup
+		errs := make([]error, 8)
+		for i := range errs {
+			wg.Go(func() { errs[i] = st.Create(context.Background(), "orders/promoted.json", []byte(strconv.Itoa(i))) })
+		}
+		wg.Wait()
+		won := -1
+		for i, err := range errs {
+			switch {
+			case err == nil && won < 0:
+				won = i
+			case err == nil:
+				t.Fatalf("%s: writers %d and %d both won", name, won, i)
+			case !errors.Is(err, backup.ErrExists):
+				t.Fatalf("%s: writer %d: %v", name, i, err)
+			}
+		}
+		rc, err := st.Get(context.Background(), "orders/promoted.json")
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, _ := io.ReadAll(rc)
+		_ = rc.Close()
+		if won < 0 || string(got) != strconv.Itoa(won) {
+			t.Fatalf("%s: winner %d, stored %q", name, won, got)
+		}
+	}
+}

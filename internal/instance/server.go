@@ -80,7 +80,10 @@ func (m *Manager) ready(ctx context.Context, s instanceapi.Status) bool {
 	if m.restartingInPlace() || m.relaying() {
 		return true
 	}
-	if s.Phase != instanceapi.PhaseRunning || (s.Role == instanceapi.RoleReplica && !s.Streaming && !m.streamJustLost()) ||
+	// A replica Database's instance follows its source's archive, which
+	// is not streaming: it is ready once it runs.
+	replaying := s.Streaming || m.streamJustLost() || s.Source != nil
+	if s.Phase != instanceapi.PhaseRunning || (s.Role == instanceapi.RoleReplica && !replaying) ||
 		(s.Role == instanceapi.RolePrimary && !m.leaseFresh()) {
 		return false
 	}

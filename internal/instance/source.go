@@ -161,7 +161,7 @@ func (m *Manager) sourceProgress(s *instanceapi.Status) *instanceapi.SourceProgr
 	p := &instanceapi.SourceProgress{Streaming: s.Streaming, ReplayedTime: m.shared.replayedAt}
 	end, _ := postgres.ParseLSN(s.ReceivedLSN)
 	if last := m.source.wal.Stats().Last; len(last) == 24 {
-		end = max(end, wal.SegmentStart(last, 0)+16<<20)
+		end = max(end, wal.SegmentStart(last, 16<<20)+16<<20) // wal_segment_size as initdb leaves it
 	}
 	if end > 0 {
 		p.EndLSN = postgres.FormatLSN(end)

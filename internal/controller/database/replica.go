@@ -180,3 +180,13 @@ func firstHolder(db *v1alpha1.Database) string {
 	}
 	return podName(db, 0)
 }
+
+// promotingMessage says where a replica Database's promotion stands
+// before an instance serves: failover picks the instance.
+func promotingMessage(obs *observation) string {
+	msg := "spec.replica.enabled is false: the most advanced instance is promoted, once it claimed the source's WAL archive"
+	if obs.FailoverWaiting != "" {
+		msg += "; waiting: " + obs.FailoverWaiting
+	}
+	return msg
+}

@@ -150,6 +150,8 @@ func setStatus(db *v1alpha1.Database, obs *observation) {
 			reason = v1alpha1.ReasonHibernated
 		}
 		set(v1alpha1.ConditionReady, false, reason, obs.found.hibernating)
+	case obs.Primary == instanceapi.ExternalHolder:
+		set(v1alpha1.ConditionReady, false, v1alpha1.ReasonPromoting, promotingMessage(obs))
 	case obs.FailoverWaiting != "":
 		set(v1alpha1.ConditionReady, false, v1alpha1.ReasonFailingOver, obs.FailoverWaiting)
 	case obs.ServingOnPromises != "":
