@@ -128,6 +128,10 @@ const (
 	// ReasonPromoting means spec.replica.enabled turned false, and no
 	// instance is promoted yet.
 	ReasonPromoting = "Promoting"
+	// ReasonSuperseded means another Database was promoted from this
+	// one's WAL archive (or from its source's): none of its instances
+	// serves as primary again.
+	ReasonSuperseded = "Superseded"
 	// ReasonHibernating means spec.hibernation is On and the instances
 	// are stopping (the primary first moves to the first instance).
 	ReasonHibernating = "Hibernating"
@@ -632,6 +636,12 @@ type InstanceStatus struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=253
 	PromisedTo string `json:"promisedTo,omitempty"`
+	// superseded names the Database that was promoted from this one's WAL
+	// archive (or from the source this replica follows): the instance
+	// never serves as primary.
+	// +optional
+	// +kubebuilder:validation:MaxLength=512
+	Superseded string `json:"superseded,omitempty"`
 	// error says why the instance could not be asked.
 	// +optional
 	Error string `json:"error,omitempty"`

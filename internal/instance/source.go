@@ -183,6 +183,12 @@ func (m *Manager) claimSource(ctx context.Context) error {
 	c := instanceapi.PromotionClaim{Database: m.cfg.Namespace + "/" + m.cfg.Cluster, DatabaseUID: m.cfg.DatabaseUID,
 		Pod: m.cfg.Pod, Time: time.Now().UTC()}
 	if err := wal.ClaimPromotion(ctx, m.source.storage, m.source.conf.Prefix, c); err != nil {
+		if errors.Is(err, wal.ErrPromotedElsewhere) {
+			// For good: this Database is never promoted from this source.
+			if have, _ := wal.PromotionOf(ctx, m.source.storage, m.source.conf.Prefix); have != nil {
+				m.superseded(claimText(*have))
+			}
+		}
 		return fmt.Errorf("failed to claim the source's WAL archive before the promotion: %w", err)
 	}
 	m.log.Info("Claimed the source's WAL archive for this Database's promotion", "prefix", m.source.conf.Prefix)

@@ -44,7 +44,7 @@ func (m *Manager) watchPromotions(ctx context.Context, st backup.Storage, prefix
 		defer cancel()
 		c, err := wal.PromotionOf(rctx, st, prefix)
 		if err == nil && c != nil && c.DatabaseUID != m.cfg.DatabaseUID {
-			m.superseded(fmt.Sprintf("Database %s (promoted at %s by %s)", c.Database, c.Time.UTC().Format(time.RFC3339), c.Pod))
+			m.superseded(claimText(*c))
 		}
 	}
 	read(firstPromotedCheck)
@@ -90,4 +90,9 @@ func (m *Manager) ensureRolesAfterPromotion(conn *pgx.Conn) {
 	if err := m.ensureRoles(ctx, conn); err != nil {
 		m.log.Error(err, "Failed to set this Database's passwords after the promotion")
 	}
+}
+
+// claimText names the Database a claim was made for, and when.
+func claimText(c instanceapi.PromotionClaim) string {
+	return fmt.Sprintf("Database %s (promoted at %s by %s)", c.Database, c.Time.UTC().Format(time.RFC3339), c.Pod)
 }

@@ -190,3 +190,14 @@ func promotingMessage(obs *observation) string {
 	}
 	return msg
 }
+
+// supersededBy is the Database an instance says was promoted from this
+// one's archive or its source's, "" when none does.
+func supersededBy(obs *observation) string {
+	for _, s := range obs.InstanceStatuses {
+		if s.Superseded != "" {
+			return s.Superseded
+		}
+	}
+	return ""
+}

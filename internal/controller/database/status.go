@@ -150,6 +150,10 @@ func setStatus(db *v1alpha1.Database, obs *observation) {
 			reason = v1alpha1.ReasonHibernated
 		}
 		set(v1alpha1.ConditionReady, false, reason, obs.found.hibernating)
+	case supersededBy(obs) != "":
+		set(v1alpha1.ConditionReady, false, v1alpha1.ReasonSuperseded, supersededBy(obs)+" was promoted from this Database's WAL archive, "+
+			"or from the source it follows: no instance of this Database serves as primary again. Delete it; to follow the new primary, "+
+			"create a replica Database of it")
 	case obs.Primary == instanceapi.ExternalHolder:
 		set(v1alpha1.ConditionReady, false, v1alpha1.ReasonPromoting, promotingMessage(obs))
 	case obs.FailoverWaiting != "":

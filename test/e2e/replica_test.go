@@ -1,0 +1,219 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
+	"github.com/daytwo-dev/daytwo/internal/instanceapi"
+	"github.com/daytwo-dev/daytwo/test/e2e/framework"
+)
+
+// Disaster recovery in another region, two namespaces standing for two
+// regions: a source Database archives to MinIO while an application
+// writes to it; two replica Databases follow it, one from the archive
+// alone and one (two instances) streaming as well. The source is lost
+// (its Database deleted): the acknowledged writes each replica lacks then
+// are its RPO. The streaming one is promoted (spec.replica.enabled:
+// false): it takes writes with its own credentials, its second instance
+// follows it, and it claimed the source's archive, so the other replica's
+// promotion is refused, naming it: two replicas of one source are never
+// both writable.
+func TestReplicaDatabasesFollowAnotherNamespaceAndOneIsPromoted(t *testing.T) {
+	t.Parallel()
+	requireRealNode(t)
+	regionA, regionB := restrictedNamespace(t), restrictedNamespace(t)
+	cluster.ReserveCPU(t, regionA, 200)
+	cluster.ReserveCPU(t, regionB, 300)
+	minioInCluster(t, regionA)
+	endpoint := fmt.Sprintf("minio.%s.svc.cluster.local:9000", regionA)
+	createDatabase(t, regionA, "orders", func(db *v1alpha1.Database) {
+		db.Spec.Backup = &v1alpha1.DatabaseBackupPolicy{Storage: v1alpha1.BackupStorage{S3: &v1alpha1.S3Storage{
+			Endpoint: endpoint, Bucket: "wal", Insecure: true, CredentialsSecretRef: &v1alpha1.S3CredentialsSecretRef{Name: "s3"}}}}
+	})
+	waitDatabase(t, regionA, "orders", 4*time.Minute, "archiving WAL", func(db *v1alpha1.Database) bool {
+		return meta.IsStatusConditionTrue(db.Status.Conditions, v1alpha1.ConditionContinuousArchiving) && isReady(1, "")(db)
+	})
+	waitBackup(t, regionA, "orders-backup", 4*time.Minute, "a base backup", func(b *v1alpha1.DatabaseBackup) bool { return len(b.Status.Backups) == 1 })
+
+	// What region B is given: the bucket's credentials, the series key,
+	// and for streaming the replication password and the server's CA.
+	copySecret(t, regionA, "s3", regionB, "s3", nil)
+	copySecret(t, regionA, "orders-backup-series-key", regionB, "orders-series-key", nil)
+	copySecret(t, regionA, "orders-replication", regionB, "orders-replication", nil)
+	copySecret(t, regionA, "orders-credentials", regionB, "orders-ca", []string{"ca.crt"})
+	source := func(host string) v1alpha1.ReplicaSource {
+		s := v1alpha1.ReplicaSource{Storage: v1alpha1.BackupStorage{S3: &v1alpha1.S3Storage{Endpoint: endpoint, Bucket: "wal", Insecure: true,
+			Prefix: regionA + "/orders-backup", CredentialsSecretRef: &v1alpha1.S3CredentialsSecretRef{Name: "s3"}}},
+			SeriesKeySecretRef: v1alpha1.SecretKeyRef{Name: "orders-series-key"}}
+		if host != "" {
+			s.Host = host
+			s.ReplicationPasswordSecretRef = &v1alpha1.SecretKeyRef{Name: "orders-replication"}
+			s.CASecretRef = &v1alpha1.SecretKeyRef{Name: "orders-ca"}
+		}
+		return s
+	}
+	start := time.Now()
+	createDatabase(t, regionB, "archived", func(db *v1alpha1.Database) {
+		db.Spec.Replica = &v1alpha1.DatabaseReplica{Enabled: true, Source: source("")}
+	})
+	createDatabase(t, regionB, "streamed", func(db *v1alpha1.Database) {
+		db.Spec.Instances = ptr.To[int32](2)
+		db.Spec.Replica = &v1alpha1.DatabaseReplica{Enabled: true, Source: source("orders-rw." + regionA + ".svc.cluster.local")}
+	})
+	following := func(instances int32, streaming bool) func(*v1alpha1.Database) bool {
+		return func(db *v1alpha1.Database) bool {
+			r := db.Status.Replica
+			return db.Status.Phase == v1alpha1.DatabasePhaseReplica && db.Status.ReadyInstances == instances &&
+				r != nil && r.PromotableLSN != "" && r.Streaming == streaming
+		}
+	}
+	waitDatabase(t, regionB, "archived", 4*time.Minute, "following the archive", following(1, false))
+	db := waitDatabase(t, regionB, "streamed", 4*time.Minute, "streaming from the source", following(2, true))
+	t.Logf("replicas following in %s: %s", time.Since(start).Round(time.Second), meta.FindStatusCondition(db.Status.Conditions, v1alpha1.ConditionReady).Message)
+
+	// An application writes to the source for a while.
+	psqlPod(t, regionA, "psql", "orders")
+	writer := cluster.StartWriter(t, regionA, "psql", "client", "host=orders-rw."+regionA+".svc.cluster.local user=app dbname=app connect_timeout=2", "acks")
+	framework.Eventually(t, time.Minute, "a replica replaying the writes", func(ctx context.Context) (bool, error) {
+		return len(replicaIDs(t, regionB, "streamed-0")) > 100, nil
+	})
+	time.Sleep(15 * time.Second) // a steady writer, longer than a few segments' worth of streaming
+	lag := waitDatabase(t, regionB, "archived", time.Minute, "lag reported", func(db *v1alpha1.Database) bool {
+		return db.Status.Replica != nil && db.Status.Replica.PromotableTime != nil
+	}).Status.Replica
+	t.Logf("archive-only replica before the loss: promotable to %s (%s), %d s and %d bytes behind", lag.PromotableLSN,
+		lag.PromotableTime.Format(time.RFC3339), lag.LagSeconds, lag.LagBytes)
+
+	// Region A is lost.
+	lost := time.Now()
+	if err := cluster.Client.Delete(context.Background(), &v1alpha1.Database{ObjectMeta: metav1.ObjectMeta{Namespace: regionA, Name: "orders"}}); err != nil {
+		t.Fatal(err)
+	}
+	framework.Eventually(t, time.Minute, "the source's pods gone", func(ctx context.Context) (bool, error) {
+		pods := &corev1.PodList{}
+		err := cluster.Client.List(ctx, pods, client.InNamespace(regionA), client.MatchingLabels{"app.kubernetes.io/instance": "orders"})
+		return err == nil && len(pods.Items) == 0, err
+	})
+	writes := writer.Stop(t)
+	for _, r := range []string{"archived-0", "streamed-0", "streamed-1"} {
+		present := settledIDs(t, regionB, r)
+		missing := writes.Lost(present)
+		rpo := time.Duration(0)
+		if len(missing) > 0 {
+			rpo = writes.Times[len(writes.Times)-1].Sub(ackTime(writes, missing[0]))
+		}
+		t.Logf("RPO of %s: %d of %d acknowledged writes missing, %.1f s of the source's history (source lost at %s)", r, len(missing),
+			len(writes.Acked), rpo.Seconds(), lost.Format(time.RFC3339))
+		if strings.HasPrefix(r, "streamed") && len(missing) > 10 {
+			t.Errorf("the streaming replica %s lacks %d acknowledged writes: %v", r, len(missing), missing[:min(10, len(missing))])
+		}
+	}
+
+	// The promotion of the streaming replica.
+	promoted := time.Now()
+	updateDatabase(t, regionB, "streamed", func(db *v1alpha1.Database) { db.Spec.Replica.Enabled = false })
+	db = waitDatabase(t, regionB, "streamed", 3*time.Minute, "promoted", isReady(2, ""))
+	t.Logf("promoted in %s: %s is primary; %+v", time.Since(promoted).Round(100*time.Millisecond), db.Status.Primary, db.Status.Replica)
+	if db.Status.Replica == nil || db.Status.Replica.PromotedTime == nil {
+		t.Errorf("the promotion is not recorded: %+v", db.Status.Replica)
+	}
+	psqlPod(t, regionB, "psql", "streamed")
+	sql(t, regionB, "psql", "streamed-rw", "INSERT INTO acks VALUES (-1)")
+	framework.Eventually(t, time.Minute, "the other instance following the promoted one", func(ctx context.Context) (bool, error) {
+		other := "streamed-0"
+		if db.Status.Primary == other {
+			other = "streamed-1"
+		}
+		return slices.Contains(replicaIDs(t, regionB, other), -1), nil
+	})
+
+	// The other replica cannot be promoted from the same source.
+	updateDatabase(t, regionB, "archived", func(db *v1alpha1.Database) { db.Spec.Replica.Enabled = false })
+	db = waitDatabase(t, regionB, "archived", 2*time.Minute, "its promotion refused", func(db *v1alpha1.Database) bool {
+		c := meta.FindStatusCondition(db.Status.Conditions, v1alpha1.ConditionReady)
+		return c != nil && c.Reason == v1alpha1.ReasonSuperseded && strings.Contains(c.Message, regionB+"/streamed")
+	})
+	if db.Status.Ready {
+		t.Fatalf("the second replica is ready after its refused promotion: %+v", db.Status)
+	}
+	if err := execWrite(regionB, "archived-0"); err == nil {
+		t.Fatal("the second replica took a write")
+	}
+}
+
+// replicaIDs reads the writer's ids on an instance, through its socket.
+func replicaIDs(t *testing.T, ns, pod string) []int {
+	t.Helper()
+	out, _, err := cluster.Exec(context.Background(), ns, pod, "postgres", "psql", "-h", instanceapi.RunDir, "-p", strconv.Itoa(instanceapi.PostgresPort),
+		"-U", "postgres", "-d", "app", "-qtAc", "SELECT id FROM acks")
+	if err != nil {
+		return nil // not replayed yet
+	}
+	var ids []int
+	for _, f := range strings.Fields(out) {
+		if id, err := strconv.Atoi(f); err == nil {
+			ids = append(ids, id)
+		}
+	}
+	return ids
+}
+
+// settledIDs reads the writer's ids on an instance once two reads two
+// seconds apart agree: what it received is replayed.
+func settledIDs(t *testing.T, ns, pod string) []int {
+	t.Helper()
+	var ids []int
+	framework.Eventually(t, time.Minute, pod+" replaying all it received", func(ctx context.Context) (bool, error) {
+		before := replicaIDs(t, ns, pod)
+		time.Sleep(2 * time.Second)
+		ids = replicaIDs(t, ns, pod)
+		return len(ids) > 0 && len(ids) == len(before), nil
+	})
+	return ids
+}
+
+// execWrite tries a write on an instance, through its socket.
+func execWrite(ns, pod string) error {
+	_, _, err := cluster.Exec(context.Background(), ns, pod, "postgres", "psql", "-h", instanceapi.RunDir, "-p", strconv.Itoa(instanceapi.PostgresPort),
+		"-U", "postgres", "-d", "app", "-v", "ON_ERROR_STOP=1", "-qtAc", "INSERT INTO acks VALUES (-2)")
+	return err
+}
+
+// ackTime is when the writer's id was acknowledged.
+func ackTime(w framework.WriterResult, id int) time.Time {
+	if i := slices.Index(w.Acked, id); i >= 0 {
+		return w.Times[i]
+	}
+	return time.Time{}
+}
+
+// copySecret copies a Secret (only keys, when given) to another namespace
+// and name, as an operator of two clusters would.
+func copySecret(t *testing.T, fromNS, from, toNS, to string, keys []string) {
+	t.Helper()
+	s := &corev1.Secret{}
+	if err := cluster.Client.Get(context.Background(), client.ObjectKey{Namespace: fromNS, Name: from}, s); err != nil {
+		t.Fatal(err)
+	}
+	data := map[string]string{}
+	for k, v := range s.Data {
+		if keys == nil || slices.Contains(keys, k) {
+			data[k] = string(v)
+		}
+	}
+	secret(t, toNS, to, data)
+}
