@@ -18,10 +18,32 @@ type DatabaseReplica struct {
 	// +kubebuilder:default=true
 	Enabled bool `json:"enabled"`
 
+	// promotion says what a promotion needs of the source's archive.
+	// Claimed (the default) claims it first: the source stops serving
+	// once it sees the claim, and no other replica of it can be
+	// promoted; while the bucket cannot be written, the promotion waits.
+	// Unclaimed promotes without a claim: for a drill that must leave the
+	// source alone, or when the source's bucket went with its region.
+	// Nothing then stops a source that still runs from serving too.
+	// +optional
+	// +kubebuilder:default=Claimed
+	Promotion ReplicaPromotion `json:"promotion,omitempty"`
+
 	// source is where the source Database's WAL and base backups are.
 	// +required
 	Source ReplicaSource `json:"source"`
 }
+
+// ReplicaPromotion is what a replica Database's promotion needs of its
+// source's archive.
+// +kubebuilder:validation:Enum=Claimed;Unclaimed
+type ReplicaPromotion string
+
+// Replica promotions.
+const (
+	ReplicaPromotionClaimed   ReplicaPromotion = "Claimed"
+	ReplicaPromotionUnclaimed ReplicaPromotion = "Unclaimed"
+)
 
 // ReplicaSource is the source Database's continuous backup (its Physical
 // DatabaseBackup's storage), and optionally its -rw address to stream from.

@@ -183,6 +183,9 @@ func TestBadSpecsAreRefusedNamingTheField(t *testing.T) {
 		{"webapp bad maxSurge", goodWebApp, `spec: {rollout: {maxSurge: "lots"}}`, []string{"spec.rollout.maxSurge", "percentage"}},
 		{"webapp short progress deadline", goodWebApp, `spec: {rollout: {progressDeadlineSeconds: 1}}`, []string{"spec.rollout.progressDeadlineSeconds"}},
 		{"webapp configRef of a Pod", goodWebApp, `spec: {configRefs: [{kind: Pod, name: a}]}`, []string{"spec.configRefs[0].kind", "Unsupported value"}},
+		{"database replica source without prefix", goodDatabase, `spec: {replica: {source: {storage: {s3: {endpoint: e, bucket: b, credentialsSecretRef: {name: s}}}, seriesKeySecretRef: {name: k}}}}`, []string{"spec.replica.source", "with the prefix the source archives under"}},
+		{"database replica restored from a backup", goodDatabase, `spec: {bootstrap: {initdb: null, fromBackup: {backupRef: {name: b}}}, replica: {source: {storage: {s3: {endpoint: e, bucket: b, prefix: p, credentialsSecretRef: {name: s}}}, seriesKeySecretRef: {name: k}}}}`, []string{"spec.bootstrap", "takes its data from spec.replica.source"}},
+		{"database replica streaming without password", goodDatabase, `spec: {replica: {source: {host: src.example.com, caSecretRef: {name: ca}, storage: {s3: {endpoint: e, bucket: b, prefix: p, credentialsSecretRef: {name: s}}}, seriesKeySecretRef: {name: k}}}}`, []string{"spec.replica.source", "replicationPasswordSecretRef"}},
 		{"database unsupported version", goodDatabase, `spec: {version: "12"}`, []string{"spec.version", "Unsupported value"}},
 		{"database unknown size", goodDatabase, `spec: {size: huge}`, []string{"spec.size", "Unsupported value"}},
 		{"database zero instances", goodDatabase, `spec: {instances: 0}`, []string{"spec.instances"}},
@@ -279,6 +282,7 @@ func TestBadUpdatesAreRefusedNamingTheField(t *testing.T) {
 		{"database bootstrap swapped for a restore", goodDatabase, `spec: {bootstrap: {initdb: null, fromBackup: {backupRef: {name: b}}}}`, []string{"spec.bootstrap", "bootstrap is immutable"}},
 		{"database version downgrade", goodDatabase, `spec: {version: "15"}`, []string{"spec.version", "must not go down"}},
 		{"backup method changed", goodBackup, `spec: {method: Physical}`, []string{"spec", "method cannot change"}},
+		{"database made a replica", goodDatabase, `spec: {replica: {source: {storage: {s3: {endpoint: e, bucket: b, prefix: p, credentialsSecretRef: {name: s}}}, seriesKeySecretRef: {name: k}}}}`, []string{"spec.replica", "only be set when the Database is created"}},
 	}
 	for i, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -194,9 +194,11 @@ func (c *Config) managedConf(role instanceapi.Role, holder string, floors map[st
 	fmt.Fprintf(&b, "listen_addresses = '*'\nport = %d\nunix_socket_directories = '%s'\n", c.Port, c.RunDir)
 	fmt.Fprintf(&b, "cluster_name = '%s'\n", c.Cluster)
 	if role == instanceapi.RoleReplica && host != "" {
-		ssl := c.sslParams()
+		ssl, name := c.sslParams(), c.Pod
 		if following(holder) {
-			ssl = c.sourceSSLParams()
+			// A name no pod of the source can have: the source must never
+			// count this instance among its synchronous standbys.
+			ssl, name = c.sourceSSLParams(), sourceApplicationName(c.Namespace, c.Pod)
 		}
 		// Bounded: right after a failover the Service may still send a
 		// connection to the old primary's vanished address, where a TCP
@@ -206,10 +208,15 @@ func (c *Config) managedConf(role instanceapi.Role, holder string, floors map[st
 		// primary on a connection already open.
 		fmt.Fprintf(&b, "primary_conninfo = 'host=%s port=%d user=%s passfile=%s application_name=%s "+
 			"connect_timeout=3 tcp_user_timeout=5000 keepalives_idle=5 keepalives_interval=2 keepalives_count=3%s'\n",
-			host, port, replicationUser, c.passFile(), c.Pod, ssl+c.libpqClientParams())
+			host, port, replicationUser, c.passFile(), name, ssl+c.libpqClientParams())
 		if r, err := c.replication(); err == nil && slices.Contains(r.Instances, c.Pod) && !following(holder) {
 			fmt.Fprintf(&b, "primary_slot_name = '%s'\n", slotName(c.Pod))
 		}
+	}
+	if role == instanceapi.RoleReplica && following(holder) {
+		// The source's next WAL comes when it archives it (or streams):
+		// asking every 200 ms would log a line each time.
+		b.WriteString("wal_retrieve_retry_interval = '5s'\n")
 	}
 	if role == instanceapi.RoleReplica {
 		if len(floors) > 0 {

@@ -61,6 +61,10 @@ type LeaseView struct {
 	// ReleasedBy is the holder before this one, when it released the
 	// lease (instanceapi.AnnotationReleasedBy).
 	ReleasedBy string
+	// SourceClaim is a replica Database's word on its source's archive
+	// (instanceapi.AnnotationSourceClaim): "" (claim it before a
+	// promotion), claimed@<time> or waived.
+	SourceClaim string
 }
 
 // validUntil is when a holder must have stopped serving under this view's
@@ -168,7 +172,7 @@ func (k *KubeLease) View(ctx context.Context) (LeaseView, error) {
 		return LeaseView{}, err
 	}
 	v := LeaseView{Holder: ptr.Deref(l.Spec.HolderIdentity, ""), HandoverLSN: l.Annotations[instanceapi.AnnotationHandoverLSN],
-		ReleasedBy: l.Annotations[instanceapi.AnnotationReleasedBy]}
+		ReleasedBy: l.Annotations[instanceapi.AnnotationReleasedBy], SourceClaim: l.Annotations[instanceapi.AnnotationSourceClaim]}
 	if l.Spec.RenewTime != nil {
 		v.Renewed = l.Spec.RenewTime.Time
 	}
@@ -213,6 +217,23 @@ func (k *KubeLease) Renew(ctx context.Context, pod, lsn, sync string, vouchers [
 		delete(l.Annotations, instanceapi.AnnotationHandoverLSN)
 		delete(l.Annotations, instanceapi.AnnotationReleasedBy)
 	})
+}
+
+// RecordSourceClaim implements SourceClaimRecorder.
+func (k *KubeLease) RecordSourceClaim(ctx context.Context, pod, value string) error {
+	return k.renew(ctx, pod, "record the source's claim in", func(l *coordinationv1.Lease) {
+		if l.Annotations == nil {
+			l.Annotations = map[string]string{}
+		}
+		l.Annotations[instanceapi.AnnotationSourceClaim] = value
+	})
+}
+
+// SourceClaimRecorder is a Lease that records a replica Database's claim
+// of its source's archive (instanceapi.AnnotationSourceClaim), for pod
+// that holds it; the record extends the term as a renewal does.
+type SourceClaimRecorder interface {
+	RecordSourceClaim(ctx context.Context, pod, value string) error
 }
 
 // Extend implements Lease.

@@ -143,7 +143,7 @@ func (m *Manager) promote(ctx context.Context, waitLSN, how string) (int, error)
 	}
 	// A replica Database claims its source's archive: the source stops
 	// serving once it sees the claim.
-	if err := m.claimSource(ctx); err != nil {
+	if err := m.claimSource(ctx, v); err != nil {
 		return http.StatusConflict, err
 	}
 	// Once more just before the promotion, unless the first read still counts.

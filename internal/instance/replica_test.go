@@ -98,14 +98,25 @@ func TestReplicaDatabaseFollowsItsSourceAndItsPromotionFencesTheSource(t *testin
 	if err != nil || c == nil || c.DatabaseUID != "replica-uid" || c.Pod != "orders-0" {
 		t.Fatalf("the source's archive holds no claim of the promoted replica: %+v, %v", c, err)
 	}
+	// The claim is on the lease, and the promotion came sourceClaimWait
+	// (11 s) after it: time for the source to see it first.
+	claimed := dlt.get().Annotations[instanceapi.AnnotationSourceClaim]
+	at, err := time.Parse(time.RFC3339Nano, strings.TrimPrefix(claimed, instanceapi.SourceClaimed))
+	if err != nil || !at.Equal(c.Time) {
+		t.Fatalf("the lease records the claim as %q, the archive at %s", claimed, c.Time)
+	}
+	if promotedAt := time.Now(); promotedAt.Sub(at) < 11*time.Second {
+		t.Fatalf("promoted %s after the claim, before the source could see it", promotedAt.Sub(at))
+	}
 	if dr.status().Source != nil {
 		t.Fatal("the promoted instance still reports following its source")
 	}
 
-	// The source stops serving, and stays down.
-	eventually(t, 30*time.Second, func() bool {
-		return src.execWithin(ctx, 3*time.Second, "INSERT INTO items VALUES (2000)") != nil && src.status().Superseded != ""
-	}, "the source fencing itself on the claim")
+	// The source stopped serving before the promotion ended (it had
+	// sourceClaimWait to see the claim), and stays down.
+	if s := src.status(); s.Superseded == "" || src.execWithin(ctx, 3*time.Second, "INSERT INTO items VALUES (2000)") == nil {
+		t.Fatalf("the source still serves after the replica's promotion: %+v", s)
+	}
 	eventually(t, 30*time.Second, func() bool {
 		s := src.status()
 		return s.Phase != instanceapi.PhaseRunning && strings.Contains(s.Message, "does not start as its primary")

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/daytwo-dev/daytwo/internal/backup"
@@ -90,6 +91,16 @@ func (c *Config) sourceUpstream() (string, int) {
 	return c.Source.Host, c.Source.Port
 }
 
+// sourceApplicationName is how a replica Database's instance names
+// itself to the source: with a slash, which no pod name has, so the
+// source never takes it for one of its own standbys (synchronous
+// replication matches application_name); at most 63 bytes, as
+// PostgreSQL keeps.
+func sourceApplicationName(namespace, pod string) string {
+	name := "replica/" + namespace + "/" + pod
+	return name[:min(len(name), 63)]
+}
+
 // sourceSSLParams verify the source's server certificate with the CA the
 // operator projected for it.
 func (c *Config) sourceSSLParams() string {
@@ -169,28 +180,61 @@ func (m *Manager) sourceProgress(s *instanceapi.Status) *instanceapi.SourceProgr
 	return p
 }
 
+// sourceClaimWait is how long a promotion waits after its claim: the
+// source reads its archive's claim every promotedCheck, each read bounded
+// by promotedCheck, so a source that reaches its bucket has stopped
+// serving by then, before this instance serves a write.
+const sourceClaimWait = 2*promotedCheck + time.Second
+
 // claimSource, before a replica Database's instance is promoted, claims
-// the source's archive for this Database (wal.ClaimPromotion): the
-// source stops serving once it sees the claim, and no other Database may
-// be promoted from the same source. A Database that never followed a
-// source has nothing to claim.
-func (m *Manager) claimSource(ctx context.Context) error {
-	if m.source == nil {
+// the source's archive for this Database (wal.ClaimPromotion): no other
+// Database may then be promoted from the same source, and the source
+// stops serving once it sees the claim. The claim is made once: its time
+// is kept on the lease (v.SourceClaim), which a later promotion of any
+// instance of this Database reads, and every promotion waits until
+// sourceClaimWait has passed since it. A waived claim (the operator's,
+// for spec.replica.promotion: Unclaimed) and a Database that never
+// followed a source make none.
+func (m *Manager) claimSource(ctx context.Context, v LeaseView) error {
+	if m.source == nil || v.SourceClaim == instanceapi.SourceClaimWaived {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	at, err := time.Parse(time.RFC3339Nano, strings.TrimPrefix(v.SourceClaim, instanceapi.SourceClaimed))
+	if err != nil || !strings.HasPrefix(v.SourceClaim, instanceapi.SourceClaimed) {
+		if at, err = m.writeClaim(ctx); err != nil {
+			return err
+		}
+	}
+	if wait := time.Until(at.Add(sourceClaimWait)); wait > 0 {
+		m.setMessage("claimed the source's WAL archive; waiting " + wait.Round(time.Second).String() + " for the source to see it and stop serving")
+		if !sleepCtx(ctx, wait) {
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+// writeClaim writes the claim and records its time on the lease.
+func (m *Manager) writeClaim(ctx context.Context) (time.Time, error) {
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	c := instanceapi.PromotionClaim{Database: m.cfg.Namespace + "/" + m.cfg.Cluster, DatabaseUID: m.cfg.DatabaseUID,
 		Pod: m.cfg.Pod, Time: time.Now().UTC()}
-	if err := wal.ClaimPromotion(ctx, m.source.storage, m.source.conf.Prefix, c); err != nil {
+	if err := wal.ClaimPromotion(cctx, m.source.storage, m.source.conf.Prefix, c); err != nil {
 		if errors.Is(err, wal.ErrPromotedElsewhere) {
 			// For good: this Database is never promoted from this source.
-			if have, _ := wal.PromotionOf(ctx, m.source.storage, m.source.conf.Prefix); have != nil {
+			if have, _ := wal.PromotionOf(cctx, m.source.storage, m.source.conf.Prefix); have != nil {
 				m.superseded(claimText(*have))
 			}
 		}
-		return fmt.Errorf("failed to claim the source's WAL archive before the promotion: %w", err)
+		return time.Time{}, fmt.Errorf("failed to claim the source's WAL archive before the promotion: %w", err)
 	}
 	m.log.Info("Claimed the source's WAL archive for this Database's promotion", "prefix", m.source.conf.Prefix)
-	return nil
+	if rec, ok := m.lease.(SourceClaimRecorder); ok {
+		if err := rec.RecordSourceClaim(ctx, m.cfg.Pod, instanceapi.SourceClaimed+c.Time.Format(time.RFC3339Nano)); err != nil {
+			// The next promotion claims again (its own claim stands) and waits again.
+			m.log.Info("Could not record the claim on the primary lease", "reason", err.Error())
+		}
+	}
+	return c.Time, nil
 }

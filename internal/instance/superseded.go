@@ -3,6 +3,9 @@ package instance
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -25,12 +28,30 @@ import (
 // promoted from it.
 const promotedCheck = 5 * time.Second
 
+// supersededMark, in the data directory, keeps what superseded learnt
+// across restarts (a clone of the data inherits it: the whole Database
+// is superseded).
+const supersededMark = "daytwo-superseded"
+
 // supersededBy names the Database promoted from this one's archive, ""
-// while none was.
+// while none was: as learnt since the manager started, or as the data
+// directory's mark says.
 func (m *Manager) supersededBy() string {
 	m.shared.mu.Lock()
-	defer m.shared.mu.Unlock()
-	return m.shared.status.Superseded
+	by := m.shared.status.Superseded
+	m.shared.mu.Unlock()
+	if by != "" {
+		return by
+	}
+	b, err := os.ReadFile(filepath.Join(m.cfg.PGData, supersededMark))
+	if err != nil || len(b) == 0 {
+		return ""
+	}
+	by = strings.TrimSpace(string(b))
+	m.shared.mu.Lock()
+	m.shared.status.Superseded = by
+	m.shared.mu.Unlock()
+	return by
 }
 
 // watchPromotions reads the archive's claim once before it returns (an
@@ -67,6 +88,9 @@ func (m *Manager) superseded(by string) {
 	m.shared.mu.Unlock()
 	if first {
 		m.log.Info("Another Database was promoted from this one's WAL archive: no instance of this one serves as primary again", "by", by)
+		if err := writeFileAtomic(filepath.Join(m.cfg.PGData, supersededMark), by+"\n"); err != nil {
+			m.log.Error(err, "Failed to mark the data superseded; the mark is kept in memory only until the manager restarts")
+		}
 	}
 	if primary && fence != nil {
 		select {

@@ -212,6 +212,15 @@ const (
 	// holder: it serves no more, so the promises made to it do not hold
 	// the promotion up.
 	AnnotationReleasedBy = "daytwo.dev/released-by"
+	// AnnotationSourceClaim, on a replica Database's primary Lease, says
+	// its source's archive needs no claim before a promotion: "claimed"
+	// (the instance promoted first wrote it, after its claim) or "waived"
+	// (the operator, for spec.replica.promotion: Unclaimed).
+	AnnotationSourceClaim = "daytwo.dev/source-claim"
+	// SourceClaimed prefixes AnnotationSourceClaim's value with the claim's
+	// time (RFC 3339); SourceClaimWaived is the operator's value.
+	SourceClaimed     = "claimed@"
+	SourceClaimWaived = "waived"
 )
 
 // Serving through a control-plane outage. A holder that cannot renew its

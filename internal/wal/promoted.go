@@ -23,22 +23,32 @@ func promotedKey(prefix string) string { return prefix + instanceapi.PromotedKey
 // once, one wins; the other, and any later one, gets ErrPromotedElsewhere.
 // A claim by c's Database already is success: a promotion tried again.
 func ClaimPromotion(ctx context.Context, st backup.Storage, prefix string, c instanceapi.PromotionClaim) error {
+	if c.DatabaseUID == "" {
+		return errors.New("a promotion claim needs the Database's UID")
+	}
 	b, err := json.Marshal(c)
 	if err != nil {
 		return err
 	}
-	err = st.Create(ctx, promotedKey(prefix), b)
-	if !errors.Is(err, backup.ErrExists) {
-		return err
+	// A claim found and gone before it was read (deleted by hand): try again.
+	for range 3 {
+		err = st.Create(ctx, promotedKey(prefix), b)
+		if !errors.Is(err, backup.ErrExists) {
+			return err
+		}
+		have, err := PromotionOf(ctx, st, prefix)
+		switch {
+		case err != nil:
+			return err
+		case have == nil:
+			continue
+		case have.DatabaseUID == c.DatabaseUID:
+			return nil
+		default:
+			return fmt.Errorf("%w: %s claimed it at %s", ErrPromotedElsewhere, have.Database, have.Time.UTC().Format(time.RFC3339))
+		}
 	}
-	have, err := PromotionOf(ctx, st, prefix)
-	if err != nil {
-		return err
-	}
-	if have == nil || have.DatabaseUID == c.DatabaseUID {
-		return nil
-	}
-	return fmt.Errorf("%w: %s claimed it at %s", ErrPromotedElsewhere, have.Database, have.Time.UTC().Format(time.RFC3339))
+	return fmt.Errorf("the claim at %s came and went three times", promotedKey(prefix))
 }
 
 // PromotionOf reads the claim under prefix: nil when there is none.

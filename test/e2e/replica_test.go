@@ -13,7 +13,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -31,7 +30,8 @@ import (
 // false): it takes writes with its own credentials, its second instance
 // follows it, and it claimed the source's archive, so the other replica's
 // promotion is refused, naming it: two replicas of one source are never
-// both writable.
+// both writable. The source, frozen as its region is lost and thawed
+// after the promotion, reads the claim in its archive and stops serving.
 func TestReplicaDatabasesFollowAnotherNamespaceAndOneIsPromoted(t *testing.T) {
 	t.Parallel()
 	requireRealNode(t)
@@ -98,16 +98,10 @@ func TestReplicaDatabasesFollowAnotherNamespaceAndOneIsPromoted(t *testing.T) {
 	t.Logf("archive-only replica before the loss: promotable to %s (%s), %d s and %d bytes behind", lag.PromotableLSN,
 		lag.PromotableTime.Format(time.RFC3339), lag.LagSeconds, lag.LagBytes)
 
-	// Region A is lost.
+	// Region A is lost: its primary stops at once, shipping nothing more.
 	lost := time.Now()
-	if err := cluster.Client.Delete(context.Background(), &v1alpha1.Database{ObjectMeta: metav1.ObjectMeta{Namespace: regionA, Name: "orders"}}); err != nil {
-		t.Fatal(err)
-	}
-	framework.Eventually(t, time.Minute, "the source's pods gone", func(ctx context.Context) (bool, error) {
-		pods := &corev1.PodList{}
-		err := cluster.Client.List(ctx, pods, client.InNamespace(regionA), client.MatchingLabels{"app.kubernetes.io/instance": "orders"})
-		return err == nil && len(pods.Items) == 0, err
-	})
+	thaw := cluster.Freeze(t, regionA, "orders-0", "postgres")
+	defer thaw()
 	writes := writer.Stop(t)
 	for _, r := range []string{"archived-0", "streamed-0", "streamed-1"} {
 		present := settledIDs(t, regionB, r)
@@ -125,7 +119,7 @@ func TestReplicaDatabasesFollowAnotherNamespaceAndOneIsPromoted(t *testing.T) {
 
 	// The promotion of the streaming replica.
 	promoted := time.Now()
-	updateDatabase(t, regionB, "streamed", func(db *v1alpha1.Database) { db.Spec.Replica.Enabled = false })
+	t.Log(plugin(t, regionB, "promote", "streamed"))
 	db = waitDatabase(t, regionB, "streamed", 3*time.Minute, "promoted", isReady(2, ""))
 	t.Logf("promoted in %s: %s is primary; %+v", time.Since(promoted).Round(100*time.Millisecond), db.Status.Primary, db.Status.Replica)
 	if db.Status.Replica == nil || db.Status.Replica.PromotedTime == nil {
@@ -140,6 +134,20 @@ func TestReplicaDatabasesFollowAnotherNamespaceAndOneIsPromoted(t *testing.T) {
 		}
 		return slices.Contains(replicaIDs(t, regionB, other), -1), nil
 	})
+
+	// Region A comes back: its primary sees the claim in its archive and
+	// stops serving.
+	thaw()
+	framework.Eventually(t, time.Minute, "the old source refusing writes", func(ctx context.Context) (bool, error) {
+		_, _, err := cluster.Exec(ctx, regionA, "psql", "client", "psql", "host=orders-rw."+regionA+".svc.cluster.local user=app dbname=app connect_timeout=2",
+			"-v", "ON_ERROR_STOP=1", "-qtAc", "INSERT INTO acks VALUES (-3)")
+		return err != nil, nil
+	})
+	old := waitDatabase(t, regionA, "orders", time.Minute, "superseded", func(db *v1alpha1.Database) bool {
+		c := meta.FindStatusCondition(db.Status.Conditions, v1alpha1.ConditionReady)
+		return c != nil && c.Reason == v1alpha1.ReasonSuperseded && !db.Status.Ready
+	})
+	t.Logf("the old source: %s", meta.FindStatusCondition(old.Status.Conditions, v1alpha1.ConditionReady).Message)
 
 	// The other replica cannot be promoted from the same source.
 	updateDatabase(t, regionB, "archived", func(db *v1alpha1.Database) { db.Spec.Replica.Enabled = false })
@@ -181,7 +189,7 @@ func settledIDs(t *testing.T, ns, pod string) []int {
 		before := replicaIDs(t, ns, pod)
 		time.Sleep(2 * time.Second)
 		ids = replicaIDs(t, ns, pod)
-		return len(ids) > 0 && len(ids) == len(before), nil
+		return len(ids) == len(before), nil // none at all: the table itself was never archived
 	})
 	return ids
 }

@@ -5,10 +5,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
-	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 
 	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
 	"github.com/daytwo-dev/daytwo/internal/controller/series"
@@ -64,7 +65,7 @@ func sourceBackup(db *v1alpha1.Database) *v1alpha1.DatabaseBackup {
 // resolveReplica builds the replica plan of a Database with spec.replica:
 // its instances keep reaching the source's archive after a promotion too
 // (the template does not change, so nothing restarts).
-func (r *Reconciler) resolveReplica(_ context.Context, db *v1alpha1.Database, obs *observation) error {
+func (r *Reconciler) resolveReplica(ctx context.Context, db *v1alpha1.Database, obs *observation) error {
 	rp := db.Spec.Replica
 	if rp == nil {
 		return nil
@@ -75,6 +76,14 @@ func (r *Reconciler) resolveReplica(_ context.Context, db *v1alpha1.Database, ob
 		return nil
 	}
 	p := &replicaPlan{location: series.Location(b), storagePlan: storagePlanOf(b, instanceapi.SourceFiles)}
+	if a := obs.plan.archive; a != nil && (strings.HasPrefix(a.location, p.location) || strings.HasPrefix(p.location, a.location)) {
+		obs.found.restoreFailed = fmt.Sprintf("spec.replica.source: DatabaseBackup %s archives this Database's WAL to %s, where the source "+
+			"archives (%s): give it a prefix of its own", a.backup, a.location, p.location)
+		return nil
+	}
+	if err := r.waiveClaim(ctx, db, obs); err != nil {
+		return err
+	}
 	if rp.Source.Host != "" {
 		p.host, p.port = rp.Source.Host, int(cmp.Or(rp.Source.Port, instanceapi.PostgresPort))
 		p.password, p.ca = rp.Source.ReplicationPasswordSecretRef, rp.Source.CASecretRef
@@ -175,7 +184,9 @@ func followingMessage(st *v1alpha1.DatabaseStatus) string {
 // firstHolder is who the primary Lease names when it is made: the first
 // instance, or the source outside for a replica Database.
 func firstHolder(db *v1alpha1.Database) string {
-	if following(db) {
+	// Created promoted (enabled: false) too: its data still comes from
+	// the source, and failover promotes an instance at once.
+	if db.Spec.Replica != nil {
 		return instanceapi.ExternalHolder
 	}
 	return podName(db, 0)
@@ -200,4 +211,28 @@ func supersededBy(obs *observation) string {
 		}
 	}
 	return ""
+}
+
+// waiveClaim records on the primary Lease that a promotion of db makes no
+// claim on its source's archive (spec.replica.promotion: Unclaimed), once
+// it is declared, before an instance is promoted; a claim made already
+// stands.
+func (r *Reconciler) waiveClaim(ctx context.Context, db *v1alpha1.Database, obs *observation) error {
+	l := obs.Lease
+	if following(db) || db.Spec.Replica.Promotion != v1alpha1.ReplicaPromotionUnclaimed || l == nil ||
+		l.Annotations[instanceapi.AnnotationSourceClaim] != "" {
+		return nil
+	}
+	l = l.DeepCopy()
+	if l.Annotations == nil {
+		l.Annotations = map[string]string{}
+	}
+	l.Annotations[instanceapi.AnnotationSourceClaim] = instanceapi.SourceClaimWaived
+	// With the resourceVersion read: a move or a renewal in between wins,
+	// and the next reconcile tries again.
+	if err := r.Client.Update(ctx, l); err != nil {
+		return fmt.Errorf("failed to waive the source's claim on Lease %s: %w", l.Name, err)
+	}
+	obs.Lease = l
+	return nil
 }

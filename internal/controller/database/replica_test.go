@@ -105,8 +105,15 @@ func TestReplicaDatabaseFollowsUntilPromoted(t *testing.T) {
 
 	// The promotion: declared, then carried out by failover once an
 	// instance answers; it cannot be undone.
-	update(t, db, func(d *v1alpha1.Database) { d.Spec.Replica.Enabled = false })
+	// Unclaimed: the Lease says so to the instance that is promoted.
+	update(t, db, func(d *v1alpha1.Database) {
+		d.Spec.Replica.Enabled, d.Spec.Replica.Promotion = false, v1alpha1.ReplicaPromotionUnclaimed
+	})
 	db = waitCondition(t, ns, "dr", v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonPromoting)
+	eventually(t, "the claim waived on the Lease", func() (bool, error) {
+		l, err := get(ns, "dr-primary", &coordinationv1.Lease{})
+		return err == nil && l.Annotations[instanceapi.AnnotationSourceClaim] == instanceapi.SourceClaimWaived, err
+	})
 	if db.Status.Phase == v1alpha1.DatabasePhaseReplica {
 		t.Fatalf("promoting: phase %s, %+v", db.Status.Phase, condition(db, v1alpha1.ConditionReady))
 	}

@@ -151,6 +151,7 @@ func setStatus(db *v1alpha1.Database, obs *observation) {
 		}
 		set(v1alpha1.ConditionReady, false, reason, obs.found.hibernating)
 	case supersededBy(obs) != "":
+		st.Ready = false
 		set(v1alpha1.ConditionReady, false, v1alpha1.ReasonSuperseded, supersededBy(obs)+" was promoted from this Database's WAL archive, "+
 			"or from the source it follows: no instance of this Database serves as primary again. Delete it; to follow the new primary, "+
 			"create a replica Database of it")
@@ -254,8 +255,10 @@ func phase(db *v1alpha1.Database, obs *observation, primaryReady bool) v1alpha1.
 	st := &db.Status
 	rollingImage := obs.found.in.goodImage != "" && obs.found.templateImage != "" && obs.found.templateImage != obs.found.in.goodImage
 	switch {
-	case following(db):
+	case following(db) && supersededBy(obs) == "":
 		return v1alpha1.DatabasePhaseReplica
+	case supersededBy(obs) != "":
+		return v1alpha1.DatabasePhaseDegraded
 	case obs.found.hibernating != "":
 		return v1alpha1.DatabasePhaseHibernated
 	case obs.found.in.stopped:

@@ -112,11 +112,12 @@ func (r *Reconciler) availabilitySteps() []step {
 }
 
 // unlessFollowing skips a phase that acts on a primary while the
-// Database follows its source (spec.replica): it has none, and none may
-// be promoted.
+// Database follows its source (spec.replica), or was superseded (another
+// Database was promoted from its archive, or from its source): it has
+// none, and none may be promoted.
 func unlessFollowing(run func(context.Context, *v1alpha1.Database, *observation) (stepResult, error)) func(context.Context, *v1alpha1.Database, *observation) (stepResult, error) {
 	return func(ctx context.Context, db *v1alpha1.Database, obs *observation) (stepResult, error) {
-		if following(db) {
+		if following(db) || supersededBy(obs) != "" {
 			return stepResult{}, nil
 		}
 		return run(ctx, db, obs)
