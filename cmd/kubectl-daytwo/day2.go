@@ -57,17 +57,6 @@ func day2Cmds(e *env) []*cobra.Command {
 			delete(db.Annotations, v1alpha1.AnnotationReconcile)
 			return fmt.Sprintf("daytwo manages Database %s again", db.Name), nil
 		}),
-		verb("promote", "Promote a replica Database: it stops following its source and takes writes (spec.replica.enabled: false)", func(_ context.Context, db *v1alpha1.Database) (string, error) {
-			if db.Spec.Replica == nil {
-				return "", fmt.Errorf("Database %s is no replica: it has no spec.replica", db.Name)
-			}
-			if !db.Spec.Replica.Enabled {
-				return "", fmt.Errorf("Database %s is promoted already", db.Name)
-			}
-			db.Spec.Replica.Enabled = false
-			return fmt.Sprintf("Database %s is promoted: its most advanced instance claims the source's WAL archive and serves writes; "+
-				"the source stops serving once it sees the claim. This cannot be undone", db.Name), nil
-		}),
 		verb("approve-primary-update", "Let the primary's planned restart happen now, outside the maintenance window", func(ctx context.Context, db *v1alpha1.Database) (string, error) {
 			sts := &appsv1.StatefulSet{}
 			if err := e.c.Get(ctx, client.ObjectKey{Namespace: db.Namespace, Name: db.Name}, sts); err != nil {

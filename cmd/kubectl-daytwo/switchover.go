@@ -66,11 +66,36 @@ func switchoverCmd(e *env) *cobra.Command {
 
 func promoteCmd(e *env) *cobra.Command {
 	return &cobra.Command{
-		Use:   "promote DATABASE INSTANCE",
-		Short: "Make INSTANCE the primary: a switchover to it",
-		Args:  cobra.ExactArgs(2),
+		Use:   "promote DATABASE [INSTANCE]",
+		Short: "Make INSTANCE the primary (a switchover to it); without one, promote a replica Database (spec.replica.enabled: false)",
+		Args:  cobra.RangeArgs(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return requestSwitchover(cmd, e, args[0], args[1])
+			if len(args) == 2 {
+				return requestSwitchover(cmd, e, args[0], args[1])
+			}
+			return promoteReplica(cmd, e, args[0])
 		},
 	}
+}
+
+// promoteReplica declares a replica Database's promotion.
+func promoteReplica(cmd *cobra.Command, e *env, name string) error {
+	db, err := e.database(cmd.Context(), name)
+	if err != nil {
+		return err
+	}
+	switch {
+	case db.Spec.Replica == nil:
+		return fmt.Errorf("Database %s is no replica (it has no spec.replica): name the instance to switch over to", name)
+	case !db.Spec.Replica.Enabled:
+		return fmt.Errorf("Database %s is promoted already", name)
+	}
+	patch := client.MergeFrom(db.DeepCopy())
+	db.Spec.Replica.Enabled = false
+	if err := e.c.Patch(cmd.Context(), db, patch); err != nil {
+		return err
+	}
+	fmt.Fprintf(cmd.OutOrStdout(), "Database %s is promoted: its most advanced instance claims the source's WAL archive (promotion: %s) "+
+		"and serves writes; the source stops serving once it sees the claim. This cannot be undone\n", name, db.Spec.Replica.Promotion)
+	return nil
 }

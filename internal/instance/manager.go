@@ -119,6 +119,8 @@ type shared struct {
 	// replayedAt is when the newest transaction replayed here committed
 	// (nil on a primary, or before any).
 	replayedAt *time.Time
+	// releasedSuperseded: a superseded instance released its lease.
+	releasedSuperseded bool
 	// streamed says the last observation saw this replica streaming, and
 	// streamLost when one then saw it stop, until it streams again: a
 	// replica that just lost its primary stays ready for streamLossGrace

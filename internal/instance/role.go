@@ -77,6 +77,7 @@ func (m *Manager) mayStartAsPrimary(ctx context.Context, v LeaseView) bool {
 	}
 	if by := m.supersededBy(); by != "" {
 		m.setMessage(by + " was promoted from this Database's WAL archive: this instance does not start as its primary")
+		m.releaseSuperseded(ctx)
 		return false
 	}
 	if err := m.promise.claim(m.cfg.Pod, v.ReleasedBy, v.HandoverLSN != "", time.Now()); err != nil {

@@ -120,3 +120,22 @@ func (m *Manager) ensureRolesAfterPromotion(conn *pgx.Conn) {
 func claimText(c instanceapi.PromotionClaim) string {
 	return fmt.Sprintf("Database %s (promoted at %s by %s)", c.Database, c.Time.UTC().Format(time.RFC3339), c.Pod)
 }
+
+// releaseSuperseded releases the primary lease a superseded instance
+// holds, once: it will never serve under it, and the operator, which asks
+// no holder whose renewed lease ran out, then asks it and learns why.
+func (m *Manager) releaseSuperseded(ctx context.Context) {
+	m.shared.mu.Lock()
+	done := m.shared.releasedSuperseded
+	m.shared.releasedSuperseded = true
+	m.shared.mu.Unlock()
+	if done || m.lease == nil {
+		return
+	}
+	if err := m.lease.Release(ctx, m.cfg.Pod, ""); err != nil {
+		m.log.Info("Could not release the primary lease of a superseded Database", "reason", err.Error())
+		m.shared.mu.Lock()
+		m.shared.releasedSuperseded = false
+		m.shared.mu.Unlock()
+	}
+}

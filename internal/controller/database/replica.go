@@ -138,8 +138,9 @@ func replicaStatus(db *v1alpha1.Database, obs *observation) *v1alpha1.ReplicaSta
 		out.Source = obs.plan.replica.location
 	}
 	if !following(db) {
-		if s, ok := obs.Instances[obs.Primary]; ok && out.PromotedTime == nil && s.Role == instanceapi.RolePrimary && !s.InRecovery {
-			out.PromotedTime = &metav1.Time{Time: obs.now.UTC().Truncate(time.Second)}
+		// Failover promoted it, from the source outside.
+		if f := db.Status.LastFailover; out.PromotedTime == nil && f != nil && f.From == instanceapi.ExternalHolder && f.PromotedTime != nil {
+			out.PromotedTime = f.PromotedTime
 		}
 		return out
 	}
