@@ -86,9 +86,9 @@ func promoteReplica(cmd *cobra.Command, e *env, name string) error {
 	}
 	switch {
 	case db.Spec.Replica == nil:
-		return fmt.Errorf("Database %s is no replica (it has no spec.replica): name the instance to switch over to", name)
+		return fmt.Errorf("database %s is no replica (it has no spec.replica): name the instance to switch over to", name)
 	case !db.Spec.Replica.Enabled:
-		return fmt.Errorf("Database %s is promoted already", name)
+		return fmt.Errorf("database %s is promoted already", name)
 	}
 	patch := client.MergeFrom(db.DeepCopy())
 	db.Spec.Replica.Enabled = false

@@ -242,6 +242,22 @@ func (d *dirStorage) path(key string) (string, error) {
 
 // Put writes to a temporary name and renames, so a reader never sees half a file.
 func (d *dirStorage) Put(_ context.Context, key string, r io.Reader) error {
+	return d.place(key, r, os.Rename)
+}
+
+// Create implements Storage: the file is written aside and linked into
+// place, which fails if the name is taken.
+func (d *dirStorage) Create(_ context.Context, key string, data []byte) error {
+	err := d.place(key, bytes.NewReader(data), os.Link)
+	if errors.Is(err, fs.ErrExist) {
+		return fmt.Errorf("%s: %w", key, ErrExists)
+	}
+	return err
+}
+
+// place writes r under a temporary name beside key's file, synced, and
+// moves it into place with put (a rename replaces, a link does not).
+func (d *dirStorage) place(key string, r io.Reader, put func(from, to string) error) error {
 	p, err := d.path(key)
 	if err != nil {
 		return err
@@ -265,37 +281,7 @@ func (d *dirStorage) Put(_ context.Context, key string, r io.Reader) error {
 	if err := tmp.Close(); err != nil {
 		return err
 	}
-	return os.Rename(tmp.Name(), p)
-}
-
-// Create implements Storage: the file is written aside and linked into
-// place, which fails if the name is taken.
-func (d *dirStorage) Create(_ context.Context, key string, data []byte) error {
-	p, err := d.path(key)
-	if err != nil {
-		return err
-	}
-	if err := os.MkdirAll(filepath.Dir(p), 0o750); err != nil {
-		return fmt.Errorf("failed to create %s: %w", filepath.Dir(p), err)
-	}
-	tmp, err := os.CreateTemp(filepath.Dir(p), ".partial-*")
-	if err != nil {
-		return fmt.Errorf("failed to create a file in %s: %w", filepath.Dir(p), err)
-	}
-	defer func() { _ = os.Remove(tmp.Name()) }()
-	_, err = tmp.Write(data)
-	if err == nil {
-		err = tmp.Sync()
-	}
-	if err = errors.Join(err, tmp.Close()); err != nil {
-		return fmt.Errorf("failed to write %s: %w", key, err)
-	}
-	if err := os.Link(tmp.Name(), p); errors.Is(err, fs.ErrExist) {
-		return fmt.Errorf("%s: %w", key, ErrExists)
-	} else if err != nil {
-		return fmt.Errorf("failed to store %s: %w", key, err)
-	}
-	return nil
+	return put(tmp.Name(), p)
 }
 
 func (d *dirStorage) Get(_ context.Context, key string) (io.ReadCloser, error) {

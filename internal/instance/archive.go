@@ -45,27 +45,33 @@ func ArchiveSocket(runDir string) string { return filepath.Join(runDir, "wal.soc
 // ArchivePath is the socket's HTTP path for archiving a file.
 const ArchivePath = "/archive/"
 
-func (c *Config) archiveFile() string {
-	return filepath.Join(filepath.Dir(c.ParametersFile), instanceapi.ArchiveFile)
-}
-
 // archive reads where WAL goes; nil when the operator asks for no archiving.
 func (c *Config) archive() (*instanceapi.Archive, error) {
-	b, err := os.ReadFile(c.archiveFile())
+	a, err := readConfigJSON[instanceapi.Archive](c, instanceapi.ArchiveFile)
+	if err != nil || a == nil {
+		return nil, err
+	}
+	if (a.S3 == nil) == (a.Directory == "") {
+		return nil, fmt.Errorf("invalid %s: set exactly one of s3 or directory", instanceapi.ArchiveFile)
+	}
+	return a, nil
+}
+
+// readConfigJSON reads the operator's file name, beside the parameters
+// file, as JSON; nil when there is none.
+func readConfigJSON[T any](c *Config, name string) (*T, error) {
+	b, err := os.ReadFile(filepath.Join(filepath.Dir(c.ParametersFile), name))
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}
 	if err != nil {
 		return nil, err
 	}
-	var a instanceapi.Archive
-	if err := json.Unmarshal(b, &a); err != nil {
-		return nil, fmt.Errorf("invalid %s: %w", instanceapi.ArchiveFile, err)
+	var v T
+	if err := json.Unmarshal(b, &v); err != nil {
+		return nil, fmt.Errorf("invalid %s: %w", name, err)
 	}
-	if (a.S3 == nil) == (a.Directory == "") {
-		return nil, fmt.Errorf("invalid %s: set exactly one of s3 or directory", instanceapi.ArchiveFile)
-	}
-	return &a, nil
+	return &v, nil
 }
 
 // storageOf opens the storage a names, with the credentials projected as

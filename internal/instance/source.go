@@ -2,7 +2,6 @@ package instance
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -41,21 +40,14 @@ func following(holder string) bool { return holder == instanceapi.ExternalHolder
 // replicaSource reads what the operator says this replica Database
 // follows; nil for any other Database.
 func (c *Config) replicaSource() (*instanceapi.ReplicaSource, error) {
-	b, err := os.ReadFile(filepath.Join(filepath.Dir(c.ParametersFile), instanceapi.ReplicaSourceFile))
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
+	s, err := readConfigJSON[instanceapi.ReplicaSource](c, instanceapi.ReplicaSourceFile)
+	if err != nil || s == nil {
 		return nil, err
-	}
-	var s instanceapi.ReplicaSource
-	if err := json.Unmarshal(b, &s); err != nil {
-		return nil, fmt.Errorf("invalid %s: %w", instanceapi.ReplicaSourceFile, err)
 	}
 	if s.S3 == nil && s.Directory == "" {
 		return nil, fmt.Errorf("invalid %s: it names no storage", instanceapi.ReplicaSourceFile)
 	}
-	return &s, nil
+	return s, nil
 }
 
 // openSource opens a replica Database's source, once, before anything

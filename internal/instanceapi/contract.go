@@ -353,7 +353,7 @@ type ReplicaSource struct {
 // replica, and none renews the lease. It can never be a pod's name.
 const ExternalHolder = "daytwo.dev/source"
 
-// PromotedKey, under an archive's prefix, is the claim a replica Database
+// PromotedKey is, under an archive's prefix, the claim a replica Database
 // that was promoted from that archive writes before it serves (a
 // PromotionClaim): the Database that archives there stops serving once it
 // sees a claim not its own.

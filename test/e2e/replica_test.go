@@ -88,7 +88,7 @@ func TestReplicaDatabasesFollowAnotherNamespaceAndOneIsPromoted(t *testing.T) {
 	// An application writes to the source for a while.
 	psqlPod(t, regionA, "psql", "orders")
 	writer := cluster.StartWriter(t, regionA, "psql", "client", "host=orders-rw."+regionA+".svc.cluster.local user=app dbname=app connect_timeout=2", "acks")
-	framework.Eventually(t, time.Minute, "a replica replaying the writes", func(ctx context.Context) (bool, error) {
+	framework.Eventually(t, time.Minute, "a replica replaying the writes", func(context.Context) (bool, error) {
 		return len(replicaIDs(t, regionB, "streamed-0")) > 100, nil
 	})
 	time.Sleep(15 * time.Second) // a steady writer, longer than a few segments' worth of streaming
@@ -127,7 +127,7 @@ func TestReplicaDatabasesFollowAnotherNamespaceAndOneIsPromoted(t *testing.T) {
 	}
 	psqlPod(t, regionB, "psql", "streamed")
 	sql(t, regionB, "psql", "streamed-rw", "INSERT INTO acks VALUES (-1)")
-	framework.Eventually(t, time.Minute, "the other instance following the promoted one", func(ctx context.Context) (bool, error) {
+	framework.Eventually(t, time.Minute, "the other instance following the promoted one", func(context.Context) (bool, error) {
 		other := "streamed-0"
 		if db.Status.Primary == other {
 			other = "streamed-1"
@@ -185,7 +185,7 @@ func replicaIDs(t *testing.T, ns, pod string) []int {
 func settledIDs(t *testing.T, ns, pod string) []int {
 	t.Helper()
 	var ids []int
-	framework.Eventually(t, time.Minute, pod+" replaying all it received", func(ctx context.Context) (bool, error) {
+	framework.Eventually(t, time.Minute, pod+" replaying all it received", func(context.Context) (bool, error) {
 		before := replicaIDs(t, ns, pod)
 		time.Sleep(2 * time.Second)
 		ids = replicaIDs(t, ns, pod)
