@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -144,10 +146,13 @@ func replicaStatus(db *v1alpha1.Database, obs *observation) *v1alpha1.ReplicaSta
 		}
 		return out
 	}
-	best, bestLSN := instanceapi.Status{}, uint64(0)
-	for _, s := range obs.Instances {
-		if lsn, ok := postgres.ParseLSN(s.LSN); ok && lsn >= bestLSN {
-			best, bestLSN = s, lsn
+	// The most advanced instance; of equals, the first by name, so the
+	// status does not flap between them.
+	best, bestLSN, found := instanceapi.Status{}, uint64(0), false
+	for _, name := range slices.Sorted(maps.Keys(obs.Instances)) {
+		s := obs.Instances[name]
+		if lsn, ok := postgres.ParseLSN(s.LSN); ok && (!found || lsn > bestLSN) {
+			best, bestLSN, found = s, lsn, true
 		}
 	}
 	if best.Source == nil {
