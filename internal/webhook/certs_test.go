@@ -48,7 +48,12 @@ func TestWebhookCertificateRotatesWhileRunning(t *testing.T) {
 	if err := certs.Ensure(ctx); err != nil {
 		t.Fatal(err)
 	}
-	go func() { _ = certs.Run(ctx) }()
+	// The renewals write into dir: they end before the test's temporary
+	// directory is removed (a write after it was emptied failed its
+	// removal, seen in CI). Cleanups run last in first out.
+	renewing := make(chan struct{})
+	go func() { defer close(renewing); _ = certs.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-renewing })
 	watcher, err := certwatcher.New(filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key"))
 	if err != nil {
 		t.Fatal(err)
