@@ -60,10 +60,17 @@ func (m *Manager) supersededBy() string {
 // firstPromotedCheck: a bucket that does not answer must not hold up a
 // start for long.
 func (m *Manager) watchPromotions(ctx context.Context, st backup.Storage, prefix string) {
+	var logged time.Time
 	read := func(limit time.Duration) {
 		rctx, cancel := context.WithTimeout(ctx, limit)
 		defer cancel()
 		c, err := wal.PromotionOf(rctx, st, prefix)
+		if err != nil && ctx.Err() == nil && time.Since(logged) > time.Minute {
+			// Fail-open: a claim that cannot be read does not stop this
+			// Database. Said once a minute at most.
+			logged = time.Now()
+			m.log.Info("Could not read the WAL archive's promotion claim; a replica promoted meanwhile is not seen", "reason", err.Error())
+		}
 		if err == nil && c != nil && c.DatabaseUID != m.cfg.DatabaseUID {
 			m.superseded(claimText(*c))
 		}
