@@ -122,6 +122,14 @@ func (m *Manager) restoreForStandby(w http.ResponseWriter, r *http.Request, rs *
 		http.Error(w, "this replica's WAL comes from its primary now", http.StatusNotFound)
 		return
 	}
+	m.restoreNeverFailing(w, r, rs, name, dest, "the archive")
+}
+
+// restoreNeverFailing answers a standby's restore_command from the
+// archive rs reads (from names it): a storage error is logged and
+// answered as a file not archived, so recovery goes on, by streaming or
+// by asking again.
+func (m *Manager) restoreNeverFailing(w http.ResponseWriter, r *http.Request, rs *wal.Restorer, name, dest, from string) {
 	ctx, cancel := context.WithTimeout(r.Context(), standbyFetchTimeout)
 	defer cancel()
 	err := rs.Restore(ctx, name, dest)
@@ -129,10 +137,10 @@ func (m *Manager) restoreForStandby(w http.ResponseWriter, r *http.Request, rs *
 	case errors.Is(err, wal.ErrNotArchived):
 		http.Error(w, err.Error(), http.StatusNotFound)
 	case err != nil:
-		m.log.Info("Could not restore WAL from the archive for this replica", "file", name, "reason", err.Error())
+		m.log.Info("Could not restore WAL for this standby", "from", from, "file", name, "reason", err.Error())
 		http.Error(w, err.Error(), http.StatusNotFound)
 	default:
-		m.log.V(1).Info("Restored WAL from the archive", "file", name)
+		m.log.V(1).Info("Restored WAL for this standby", "from", from, "file", name)
 		w.WriteHeader(http.StatusNoContent)
 	}
 }

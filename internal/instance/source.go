@@ -26,7 +26,8 @@ import (
 
 // source is a replica Database's source, as this manager reaches it.
 type source struct {
-	conf    instanceapi.ReplicaSource
+	// prefix is the source's archive in storage (cfg.Source.Prefix).
+	prefix  string
 	storage backup.Storage
 	keys    backup.Keys
 	// wal answers restore_command while the lease names the source.
@@ -66,7 +67,7 @@ func (m *Manager) openSource() error {
 		return fmt.Errorf("failed to open the replica's source: %w", err)
 	}
 	m.cfg.Source = s
-	m.source = &source{conf: *s, storage: st, keys: keys,
+	m.source = &source{prefix: s.Prefix, storage: st, keys: keys,
 		// Kept short: postgres retries a missing file itself, and a
 		// standby that also streams must not stall on storage.
 		wal: &wal.Restorer{Storage: st, Prefix: s.Prefix, Keys: keys, Dir: filepath.Clean(m.cfg.PGData) + ".source-wal",
@@ -119,7 +120,7 @@ func (m *Manager) cloneFromSource(ctx context.Context, dir string) error {
 	if m.source == nil {
 		return permanentError{errors.New("the primary lease names the replica's source, but no source is configured")}
 	}
-	r := &Recovery{Storage: m.source.storage, Prefix: m.source.conf.Prefix, Keys: m.source.keys}
+	r := &Recovery{Storage: m.source.storage, Prefix: m.source.prefix, Keys: m.source.keys}
 	b, err := chooseBaseOf(ctx, r)
 	if err != nil {
 		return err
@@ -141,18 +142,7 @@ func (m *Manager) cloneFromSource(ctx context.Context, dir string) error {
 // not archived: postgres tries again (wal_retrieve_retry_interval), or
 // streams.
 func (m *Manager) restoreFromSource(w http.ResponseWriter, r *http.Request, name, dest string) {
-	ctx, cancel := context.WithTimeout(r.Context(), standbyFetchTimeout)
-	defer cancel()
-	err := m.source.wal.Restore(ctx, name, dest)
-	switch {
-	case errors.Is(err, wal.ErrNotArchived):
-		http.Error(w, err.Error(), http.StatusNotFound)
-	case err != nil:
-		m.log.Info("Could not restore WAL from the source's archive", "file", name, "reason", err.Error())
-		http.Error(w, err.Error(), http.StatusNotFound)
-	default:
-		w.WriteHeader(http.StatusNoContent)
-	}
+	m.restoreNeverFailing(w, r, m.source.wal, name, dest, "the source's archive")
 }
 
 // sourceProgress is how far this instance has followed the source (under
@@ -191,8 +181,8 @@ func (m *Manager) claimSource(ctx context.Context, v LeaseView) error {
 	if m.source == nil || v.SourceClaim == instanceapi.SourceClaimWaived {
 		return nil
 	}
-	at, err := time.Parse(time.RFC3339Nano, strings.TrimPrefix(v.SourceClaim, instanceapi.SourceClaimed))
-	if err != nil || !strings.HasPrefix(v.SourceClaim, instanceapi.SourceClaimed) {
+	at, err := claimedAt(v.SourceClaim)
+	if err != nil {
 		if at, err = m.writeClaim(ctx); err != nil {
 			return err
 		}
@@ -206,22 +196,32 @@ func (m *Manager) claimSource(ctx context.Context, v LeaseView) error {
 	return nil
 }
 
+// claimedAt is the time a lease's claim record holds; an error when it
+// holds none.
+func claimedAt(record string) (time.Time, error) {
+	t, ok := strings.CutPrefix(record, instanceapi.SourceClaimed)
+	if !ok {
+		return time.Time{}, errors.New("no claim recorded")
+	}
+	return time.Parse(time.RFC3339Nano, t)
+}
+
 // writeClaim writes the claim and records its time on the lease.
 func (m *Manager) writeClaim(ctx context.Context) (time.Time, error) {
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	c := instanceapi.PromotionClaim{Database: m.cfg.Namespace + "/" + m.cfg.Cluster, DatabaseUID: m.cfg.DatabaseUID,
 		Pod: m.cfg.Pod, Time: time.Now().UTC()}
-	if err := wal.ClaimPromotion(cctx, m.source.storage, m.source.conf.Prefix, c); err != nil {
+	if err := wal.ClaimPromotion(cctx, m.source.storage, m.source.prefix, c); err != nil {
 		if errors.Is(err, wal.ErrPromotedElsewhere) {
 			// For good: this Database is never promoted from this source.
-			if have, _ := wal.PromotionOf(cctx, m.source.storage, m.source.conf.Prefix); have != nil {
+			if have, _ := wal.PromotionOf(cctx, m.source.storage, m.source.prefix); have != nil {
 				m.superseded(claimText(*have))
 			}
 		}
 		return time.Time{}, fmt.Errorf("failed to claim the source's WAL archive before the promotion: %w", err)
 	}
-	m.log.Info("Claimed the source's WAL archive for this Database's promotion", "prefix", m.source.conf.Prefix)
+	m.log.Info("Claimed the source's WAL archive for this Database's promotion", "prefix", m.source.prefix)
 	if rec, ok := m.lease.(SourceClaimRecorder); ok {
 		if err := rec.RecordSourceClaim(ctx, m.cfg.Pod, instanceapi.SourceClaimed+c.Time.Format(time.RFC3339Nano)); err != nil {
 			// The next promotion claims again (its own claim stands) and waits again.

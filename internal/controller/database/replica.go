@@ -67,7 +67,7 @@ func sourceBackup(db *v1alpha1.Database) *v1alpha1.DatabaseBackup {
 // resolveReplica builds the replica plan of a Database with spec.replica:
 // its instances keep reaching the source's archive after a promotion too
 // (the template does not change, so nothing restarts).
-func (r *Reconciler) resolveReplica(ctx context.Context, db *v1alpha1.Database, obs *observation) error {
+func (r *Reconciler) resolveReplica(_ context.Context, db *v1alpha1.Database, obs *observation) error {
 	rp := db.Spec.Replica
 	if rp == nil {
 		return nil
@@ -82,9 +82,6 @@ func (r *Reconciler) resolveReplica(ctx context.Context, db *v1alpha1.Database, 
 		obs.found.restoreFailed = fmt.Sprintf("spec.replica.source: DatabaseBackup %s archives this Database's WAL to %s, where the source "+
 			"archives (%s): give it a prefix of its own", a.backup, a.location, p.location)
 		return nil
-	}
-	if err := r.waiveClaim(ctx, db, obs); err != nil {
-		return err
 	}
 	if rp.Source.Host != "" {
 		p.host, p.port = rp.Source.Host, int(cmp.Or(rp.Source.Port, instanceapi.PostgresPort))
@@ -126,8 +123,8 @@ func following(db *v1alpha1.Database) bool {
 }
 
 // replicaStatus is where a replica Database stands against its source,
-// from its most advanced instance; after the promotion, when and where
-// its timeline began.
+// from its most advanced instance; after the promotion, when it was
+// promoted.
 func replicaStatus(db *v1alpha1.Database, obs *observation) *v1alpha1.ReplicaStatus {
 	if db.Spec.Replica == nil {
 		return nil
@@ -169,22 +166,18 @@ func replicaStatus(db *v1alpha1.Database, obs *observation) *v1alpha1.ReplicaSta
 	return out
 }
 
-// followingMessage is the Ready condition's message of a replica Database.
+// followingMessage is the Ready condition's message of a replica
+// Database: stable while it replays (status.replica says how far).
 func followingMessage(st *v1alpha1.DatabaseStatus) string {
 	msg := fmt.Sprintf("%d of %d instances follow the source, read-only", st.ReadyInstances, st.Instances)
-	r := st.Replica
-	if r == nil || r.PromotableLSN == "" {
+	switch r := st.Replica; {
+	case r == nil || r.PromotableLSN == "":
 		return msg + "; none has replayed its WAL yet"
+	case r.Streaming:
+		return msg + ", streaming; status.replica says how far a promotion now would keep"
+	default:
+		return msg + ", from its archive; status.replica says how far a promotion now would keep"
 	}
-	how := "from its archive"
-	if r.Streaming {
-		how = "streaming"
-	}
-	msg += fmt.Sprintf(" (%s); a promotion now keeps the source's WAL to %s", how, r.PromotableLSN)
-	if r.PromotableTime != nil {
-		msg += ", committed up to " + r.PromotableTime.UTC().Format(time.RFC3339)
-	}
-	return msg
 }
 
 // firstHolder is who the primary Lease names when it is made: the first
@@ -225,7 +218,7 @@ func supersededBy(obs *observation) string {
 // stands.
 func (r *Reconciler) waiveClaim(ctx context.Context, db *v1alpha1.Database, obs *observation) error {
 	l := obs.Lease
-	if following(db) || db.Spec.Replica.Promotion != v1alpha1.ReplicaPromotionUnclaimed || l == nil ||
+	if db.Spec.Replica == nil || following(db) || db.Spec.Replica.Promotion != v1alpha1.ReplicaPromotionUnclaimed || l == nil ||
 		l.Annotations[instanceapi.AnnotationSourceClaim] != "" {
 		return nil
 	}

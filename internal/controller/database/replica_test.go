@@ -24,15 +24,13 @@ func replicaOf(prefix string) *v1alpha1.DatabaseReplica {
 
 // A replica Database: its Lease names the source outside, so no instance
 // is primary; its instances get the source's archive (config and
-// credentials) and nothing of a primary's (no roles applied); it says it
-// follows. Setting enabled to false starts the promotion, which waits
+// credentials); it says it follows. Setting enabled to false starts the promotion, which waits
 // for an instance to answer. The rules around it are refused by the API
 // server, naming the field.
 func TestReplicaDatabaseFollowsUntilPromoted(t *testing.T) {
 	ns := env.Namespace(t)
 	create(t, newDB(ns, "dr", func(d *v1alpha1.Database) {
 		d.Spec.Replica = replicaOf("region-a/orders-backup")
-		d.Spec.Roles = []v1alpha1.DatabaseRole{{Name: "reporting"}}
 	}))
 	db := waitCondition(t, ns, "dr", v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonFollowingSource)
 	if db.Status.Phase != v1alpha1.DatabasePhaseReplica || db.Status.Replica == nil || db.Status.Replica.Source != "s3://minio.region-a:9000/wal/region-a/orders-backup/" {
@@ -71,9 +69,6 @@ func TestReplicaDatabaseFollowsUntilPromoted(t *testing.T) {
 		if !projected[f] {
 			t.Errorf("the instances do not get %s: %v", f, projected)
 		}
-	}
-	if c := condition(db, v1alpha1.ConditionRolesReconciled); c != nil && c.Reason == v1alpha1.ReasonRolesApplied {
-		t.Fatalf("roles applied on a replica: %+v", c)
 	}
 
 	// Refused, each naming its field.

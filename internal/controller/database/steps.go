@@ -57,6 +57,7 @@ func (r *Reconciler) steps() []step {
 		{"primary lease", just(r.ensurePrimaryLease)},
 		{"WAL archive", just(r.resolveArchive)},
 		{"replica source", just(r.resolveReplica)},
+		{"replica promotion without a claim", just(r.waiveClaim)},
 		{"configuration and Services", just(func(ctx context.Context, db *v1alpha1.Database, obs *observation) error {
 			return r.applyConfigAndServices(ctx, db, obs.plan)
 		})},
