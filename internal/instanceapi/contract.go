@@ -339,35 +339,6 @@ var ArchiveFiles = StorageFiles{AccessKeyID: SecretArchiveAccessKeyID, SecretAcc
 var SourceFiles = StorageFiles{AccessKeyID: "source-access-key-id", SecretAccessKey: "source-secret-access-key",
 	CA: "source-ca.crt", Token: "source-web-identity-token", SeriesKey: "source-series-key", EncryptionKey: "source-encryption-key"}
 
-// ReplicaSource is what a replica Database follows: the source's WAL
-// archive and base backups (Archive's storage and prefix), and its -rw
-// address when it streams from it.
-type ReplicaSource struct {
-	Archive
-	Host string `json:"host,omitempty"`
-	Port int    `json:"port,omitempty"`
-}
-
-// ExternalHolder holds the primary Lease of a replica Database: its
-// primary is the source, outside the Database, so every instance is a
-// replica, and none renews the lease. It can never be a pod's name.
-const ExternalHolder = "daytwo.dev/source"
-
-// PromotedKey is, under an archive's prefix, the claim a replica Database
-// that was promoted from that archive writes before it serves (a
-// PromotionClaim): the Database that archives there stops serving once it
-// sees a claim not its own.
-const PromotedKey = "promoted.json"
-
-// PromotionClaim is what PromotedKey holds.
-type PromotionClaim struct {
-	// Database is the promoted Database (namespace/name), DatabaseUID its UID.
-	Database    string    `json:"database"`
-	DatabaseUID string    `json:"databaseUID"`
-	Pod         string    `json:"pod"`
-	Time        time.Time `json:"time"`
-}
-
 // ArchiveS3 is an S3-compatible bucket; static credentials are secret
 // files, a web identity token a file of its own.
 type ArchiveS3 struct {
