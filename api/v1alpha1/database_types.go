@@ -79,6 +79,8 @@ const (
 	// ConditionReconcilePaused is True while the annotation
 	// daytwo.dev/reconcile pauses daytwo's work on the Database.
 	ConditionReconcilePaused = "ReconcilePaused"
+	// ConditionFenced is True while spec.fencedInstances fences instances.
+	ConditionFenced = "Fenced"
 	// ReasonMajorUpgradeFailed means a major upgrade failed and the
 	// instances run the old version on the data as it was.
 	ReasonMajorUpgradeFailed = "MajorUpgradeFailed"
@@ -138,6 +140,8 @@ const (
 	// ReasonReconcilePaused means the annotation daytwo.dev/reconcile is
 	// "paused": daytwo leaves the Database as it is.
 	ReasonReconcilePaused = "ReconcilePaused"
+	// ReasonFencedOnRequest means spec.fencedInstances fences instances.
+	ReasonFencedOnRequest = "FencedOnRequest"
 	// ReasonExpansionUnsupported means the StorageClass does not allow volume expansion.
 	ReasonExpansionUnsupported = "ExpansionUnsupported"
 	// ReasonShrinkUnsupported means spec asks for smaller volumes; volumes never shrink.
@@ -303,6 +307,19 @@ type DatabaseSpec struct {
 	// Scheduled backups skip their runs meanwhile.
 	// +optional
 	Hibernation HibernationMode `json:"hibernation,omitempty"`
+
+	// fencedInstances fences instances for forensics: each named instance
+	// (<name>-<ordinal>), or every one for "*", stops PostgreSQL and keeps
+	// it stopped while its pod runs on (exec into it, read its data). A
+	// fenced primary stops serving, and failover promotes an instance
+	// that is not fenced. Removing an instance lifts its fence: it starts
+	// again, as a replica when another was promoted meanwhile.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=9
+	// +kubebuilder:validation:items:MaxLength=63
+	// +kubebuilder:validation:items:Pattern=`^(\*|[a-z0-9]([-a-z0-9]*[a-z0-9])?)$`
+	FencedInstances []string `json:"fencedInstances,omitempty"`
 
 	// maintenance holds planned restarts of the primary (a restart-only
 	// setting, a new image) for a window; without it they happen at once.

@@ -186,6 +186,7 @@ func TestBadSpecsAreRefusedNamingTheField(t *testing.T) {
 		{"database replica source without prefix", goodDatabase, `spec: {replica: {source: {storage: {s3: {endpoint: e, bucket: b, credentialsSecretRef: {name: s}}}, seriesKeySecretRef: {name: k}}}}`, []string{"spec.replica.source", "with the prefix the source archives under"}},
 		{"database replica restored from a backup", goodDatabase, `spec: {bootstrap: {initdb: null, fromBackup: {backupRef: {name: b}}}, replica: {source: {storage: {s3: {endpoint: e, bucket: b, prefix: p, credentialsSecretRef: {name: s}}}, seriesKeySecretRef: {name: k}}}}`, []string{"spec.bootstrap", "takes its data from spec.replica.source"}},
 		{"database replica streaming without password", goodDatabase, `spec: {replica: {source: {host: src.example.com, caSecretRef: {name: ca}, storage: {s3: {endpoint: e, bucket: b, prefix: p, credentialsSecretRef: {name: s}}}, seriesKeySecretRef: {name: k}}}}`, []string{"spec.replica.source", "replicationPasswordSecretRef"}},
+		{"database fenced instance of a bad name", goodDatabase, `spec: {fencedInstances: ["Orders_1"]}`, []string{"spec.fencedInstances[0]", "should match"}},
 		{"database unsupported version", goodDatabase, `spec: {version: "12"}`, []string{"spec.version", "Unsupported value"}},
 		{"database unknown size", goodDatabase, `spec: {size: huge}`, []string{"spec.size", "Unsupported value"}},
 		{"database zero instances", goodDatabase, `spec: {instances: 0}`, []string{"spec.instances"}},

@@ -746,6 +746,11 @@ func (in *DatabaseSpec) DeepCopyInto(out *DatabaseSpec) {
 			(*in)[i].DeepCopyInto(&(*out)[i])
 		}
 	}
+	if in.FencedInstances != nil {
+		in, out := &in.FencedInstances, &out.FencedInstances
+		*out = make([]string, len(*in))
+		copy(*out, *in)
+	}
 	if in.Maintenance != nil {
 		in, out := &in.Maintenance, &out.Maintenance
 		*out = new(DatabaseMaintenance)

@@ -47,6 +47,8 @@ type Manager struct {
 	promoteMu sync.Mutex
 	// restartReq carries a restart asked through the API to the supervisor.
 	restartReq chan struct{}
+	// unfenced wakes a supervisor that waits while fenced on request.
+	unfenced chan struct{}
 	// demote carries a switchover from the API to the supervisor.
 	demote chan demoteRequest
 
@@ -220,7 +222,7 @@ const (
 // New returns a manager for cfg. restore may be nil.
 func New(cfg *Config, log logr.Logger, restore RestoreFunc) *Manager {
 	m := &Manager{cfg: cfg, log: log, restore: restore, reload: make(chan struct{}, 1), named: make(chan struct{}, 1), demote: make(chan demoteRequest),
-		restartReq: make(chan struct{}), promise: promise{path: cfg.promiseFile()},
+		restartReq: make(chan struct{}), unfenced: make(chan struct{}, 1), promise: promise{path: cfg.promiseFile()},
 		shared: shared{status: instanceapi.Status{Pod: cfg.Pod, Role: cfg.Role, Phase: instanceapi.PhaseBootstrapping}}}
 	// A promise the last run made still binds this one.
 	m.promise.load(time.Now())
@@ -273,6 +275,9 @@ func (m *Manager) Run(ctx context.Context) error {
 	var crashes []time.Time
 	inPlace := false
 	for {
+		if err = m.waitWhileFenced(ctx); err != nil {
+			break
+		}
 		if inPlace {
 			err = m.prepareInPlace(ctx)
 		} else {

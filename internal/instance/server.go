@@ -49,7 +49,7 @@ func (m *Manager) Handler() http.Handler {
 		writeJSON(w, http.StatusOK, s)
 	}))
 	for path, h := range map[string]http.HandlerFunc{instanceapi.PathPromote: m.handlePromote, instanceapi.PathDemote: m.handleDemote,
-		instanceapi.PathRestart: m.handleRestart, instanceapi.PathCheckpoint: m.handleCheckpoint, instanceapi.PathRoles: m.handleRoles, instanceapi.PathDatabases: m.handleDatabases,
+		instanceapi.PathRestart: m.handleRestart, instanceapi.PathFence: m.handleFence, instanceapi.PathCheckpoint: m.handleCheckpoint, instanceapi.PathRoles: m.handleRoles, instanceapi.PathDatabases: m.handleDatabases,
 		instanceapi.PathPoolerAuth: m.handlePoolerAuth} {
 		mux.HandleFunc("POST "+path, m.withClientCertificate(m.withToken(h)))
 	}

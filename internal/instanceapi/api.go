@@ -41,6 +41,11 @@ const (
 	// with a fast shutdown, keeping the pod and, on a primary, the lease
 	// and its readiness (see Status.StandbySettings for why).
 	PathRestart = "/restart"
+	// PathFence (POST, authenticated, a FenceRequest) fences the
+	// instance on request, or lifts that fence: postgres stops and stays
+	// stopped, the instance manager and the pod keep running (for
+	// forensics), and a restart keeps it so, until it is lifted.
+	PathFence = "/fence"
 	// PathCheckpoint (POST, authenticated, no body) runs CHECKPOINT and
 	// answers when it is done. The operator asks for one before a planned
 	// stop of a primary (a switchover, a restart in place), so the shutdown
@@ -175,6 +180,8 @@ type Status struct {
 	// Source is how an instance of a replica Database follows its
 	// source, while the primary lease names the source (ExternalHolder).
 	Source *SourceProgress `json:"source,omitempty"`
+	// FencedOnRequest: the instance is fenced on request (PathFence).
+	FencedOnRequest bool `json:"fencedOnRequest,omitempty"`
 	// Superseded names the Database promoted from this one's WAL archive
 	// (a PromotionClaim not its own): this instance never serves as
 	// primary again.
@@ -243,4 +250,9 @@ type ArchiveStatus struct {
 // Error is the body of a non-2xx answer.
 type Error struct {
 	Message string `json:"message"`
+}
+
+// FenceRequest is PathFence's body.
+type FenceRequest struct {
+	Fenced bool `json:"fenced"`
 }

@@ -196,6 +196,12 @@ func (c *Client) Checkpoint(ctx context.Context, t Target, token string) error {
 	return c.post(ctx, t, PathCheckpoint, token, struct{}{}, nil, 40*time.Second)
 }
 
+// Fence asks the instance manager at t to fence its instance on request,
+// or to lift that fence.
+func (c *Client) Fence(ctx context.Context, t Target, token string, fenced bool) error {
+	return c.post(ctx, t, PathFence, token, FenceRequest{Fenced: fenced}, nil, 10*time.Second)
+}
+
 // Restart asks the instance manager at t to restart postgres in place.
 func (c *Client) Restart(ctx context.Context, t Target, token string) error {
 	return c.post(ctx, t, PathRestart, token, struct{}{}, nil, 10*time.Second)

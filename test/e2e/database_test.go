@@ -817,6 +817,7 @@ func TestDatabaseMediumUpgradeAndRollback(t *testing.T) {
 		t.Fatalf("acknowledged writes lost to the frozen primary: %v", lost)
 	}
 	t.Logf("writer through the freeze: %s", writes2)
+	checkFencing(t, ns, "shop")
 	checkHibernation(t, ns, "shop", "SELECT count(*) FROM orders")
 
 	// Delete removes the volumes too.
@@ -1020,6 +1021,42 @@ func checkOnUpdateRevision(t *testing.T, ns, db string) string {
 		return len(pods.Items) > 0 && sts.Status.UpdatedReplicas == *sts.Spec.Replicas, nil
 	})
 	return rev
+}
+
+// checkFencing fences a Database's replica on request: PostgreSQL stops
+// there and stays stopped while its pod runs on (its data can be read in
+// it), the primary goes on serving, and the condition says so; lifted,
+// the replica starts again and catches up with what was written meanwhile.
+func checkFencing(t *testing.T, ns, name string) {
+	t.Helper()
+	db := waitDatabase(t, ns, name, 2*time.Minute, "Ready before fencing", func(d *v1alpha1.Database) bool {
+		return d.Status.Ready && d.Status.ReadyInstances == 2
+	})
+	replica := name + "-0"
+	if db.Status.Primary == replica {
+		replica = name + "-1"
+	}
+	updateDatabase(t, ns, name, func(d *v1alpha1.Database) { d.Spec.FencedInstances = []string{replica} })
+	db = waitDatabase(t, ns, name, time.Minute, replica+" fenced", func(d *v1alpha1.Database) bool {
+		c := meta.FindStatusCondition(d.Status.Conditions, v1alpha1.ConditionFenced)
+		return c != nil && c.Status == metav1.ConditionTrue && strings.Contains(c.Message, replica) && d.Status.ReadyInstances == 1
+	})
+	t.Logf("fenced: %s", meta.FindStatusCondition(db.Status.Conditions, v1alpha1.ConditionFenced).Message)
+	if out := cluster.ExecOK(t, ns, replica, "postgres", "ls", instanceapi.PGData); !strings.Contains(out, "PG_VERSION") {
+		t.Fatalf("the fenced instance's data directory cannot be read in its pod: %q", out)
+	}
+	if out, _, err := cluster.Exec(context.Background(), ns, replica, "postgres", "pg_isready", "-h", instanceapi.RunDir); err == nil {
+		t.Fatalf("PostgreSQL answers in the fenced instance: %s", out)
+	}
+	sql(t, ns, "psql", name+"-rw", "CREATE TABLE written_while_fenced (id int); INSERT INTO written_while_fenced VALUES (1)")
+	updateDatabase(t, ns, name, func(d *v1alpha1.Database) { d.Spec.FencedInstances = nil })
+	waitDatabase(t, ns, name, 2*time.Minute, "the fence lifted", func(d *v1alpha1.Database) bool {
+		return d.Status.Ready && d.Status.ReadyInstances == 2 && meta.FindStatusCondition(d.Status.Conditions, v1alpha1.ConditionFenced) == nil
+	})
+	framework.Eventually(t, time.Minute, replica+" catching up", func(context.Context) (bool, error) {
+		return slices.Contains(replicaIDsOf(t, ns, replica, "written_while_fenced"), 1), nil
+	})
+	sql(t, ns, "psql", name+"-rw", "DROP TABLE written_while_fenced")
 }
 
 // checkHibernation hibernates a Database of two instances whose primary

@@ -164,10 +164,13 @@ func TestReplicaDatabasesFollowAnotherNamespaceAndOneIsPromoted(t *testing.T) {
 }
 
 // replicaIDs reads the writer's ids on an instance, through its socket.
-func replicaIDs(t *testing.T, ns, pod string) []int {
+func replicaIDs(t *testing.T, ns, pod string) []int { return replicaIDsOf(t, ns, pod, "acks") }
+
+// replicaIDsOf reads the ids of table on an instance, through its socket.
+func replicaIDsOf(t *testing.T, ns, pod, table string) []int {
 	t.Helper()
 	out, _, err := cluster.Exec(context.Background(), ns, pod, "postgres", "psql", "-h", instanceapi.RunDir, "-p", strconv.Itoa(instanceapi.PostgresPort),
-		"-U", "postgres", "-d", "app", "-qtAc", "SELECT id FROM acks")
+		"-U", "postgres", "-d", "app", "-qtAc", "SELECT id FROM "+table)
 	if err != nil {
 		return nil // not replayed yet
 	}

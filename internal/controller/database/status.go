@@ -175,6 +175,7 @@ func setStatus(db *v1alpha1.Database, obs *observation) {
 
 func setRolloutConditions(db *v1alpha1.Database, obs *observation, set func(string, bool, string, string)) {
 	setArchiveCondition(db, obs, set)
+	setFencedCondition(db, obs, set)
 	st := &db.Status
 	switch {
 	case obs.found.upgradeFailed != "":

@@ -63,6 +63,7 @@ func (r *Reconciler) steps() []step {
 		})},
 		{"observe", just(r.observe)},
 		{"image", just(r.chooseImage)},
+		{"fencing on request", just(r.fencePhase)},
 		{"WAL archive status", just(func(ctx context.Context, db *v1alpha1.Database, obs *observation) error {
 			r.archiveEvent(ctx, db, obs.Written, obs)
 			recordArchiveMetrics(db, obs)

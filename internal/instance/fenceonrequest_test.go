@@ -1,0 +1,62 @@
+package instance_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/daytwo-dev/daytwo/internal/instanceapi"
+)
+
+// Fencing on request, on real PostgreSQL and a real API server: a
+// primary told to fence stops serving at once and gives its lease up (so
+// failover may promote another, and the operator still asks it), its
+// manager stays up and says so, a restart keeps the fence (the data
+// directory holds it), and lifting it starts postgres again.
+func TestFenceOnRequestKeepsPostgresDownUntilLifted(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	lt := newLeaseTest(t, "orders-0")
+	in := lt.instance(0)
+	in.start("orders-0")
+	in.waitReady(90 * time.Second)
+	in.exec(ctx, "CREATE TABLE items (id int PRIMARY KEY)")
+
+	fence := func(on bool) {
+		t.Helper()
+		if code := post(t, in, instanceapi.PathFence, apiToken, instanceapi.FenceRequest{Fenced: on}, nil); code != 200 {
+			t.Fatalf("fence %t: HTTP %d", on, code)
+		}
+	}
+	if code := post(t, in, instanceapi.PathFence, "wrong-token", instanceapi.FenceRequest{Fenced: true}, nil); code != 401 {
+		t.Fatalf("a fence without the token: HTTP %d", code)
+	}
+	fence(true)
+	fencedAt := time.Now()
+	eventually(t, 10*time.Second, func() bool {
+		return in.execWithin(ctx, 2*time.Second, "INSERT INTO items VALUES (1)") != nil
+	}, "the fenced primary refusing writes")
+	t.Logf("writes stopped %s after the fence", time.Since(fencedAt).Round(10*time.Millisecond))
+	eventually(t, 10*time.Second, func() bool {
+		s := in.status()
+		return s.FencedOnRequest && s.Phase == instanceapi.PhaseStopping && !in.readyz() && lt.get().Spec.RenewTime == nil
+	}, "the fence in the status, and the lease released")
+
+	// A restart of the manager keeps the fence.
+	in.stop()
+	in.start("orders-0")
+	eventually(t, 30*time.Second, func() bool {
+		s, ok := in.tryStatus()
+		return ok && s.FencedOnRequest && s.Phase == instanceapi.PhaseStopping
+	}, "the fence kept across a restart")
+	if err := in.execWithin(ctx, 2*time.Second, "INSERT INTO items VALUES (2)"); err == nil {
+		t.Fatal("a write after the restart of a fenced instance")
+	}
+
+	fence(false)
+	in.waitReady(60 * time.Second)
+	in.exec(ctx, "INSERT INTO items VALUES (3)")
+	if s := in.status(); s.FencedOnRequest {
+		t.Fatalf("still fenced after the fence was lifted: %+v", s)
+	}
+}
