@@ -653,6 +653,10 @@ type InstanceStatus struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=253
 	PromisedTo string `json:"promisedTo,omitempty"`
+	// fencedOnRequest: spec.fencedInstances fences the instance, and it
+	// says so; it is never promoted.
+	// +optional
+	FencedOnRequest bool `json:"fencedOnRequest,omitempty"`
 	// superseded names the Database that was promoted from this one's WAL
 	// archive (or from the source this replica follows): the instance
 	// never serves as primary.

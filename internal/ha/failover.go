@@ -168,7 +168,7 @@ func DecideFailover(lease LeaseState, now time.Time, instances []v1alpha1.Instan
 	answering := map[string]bool{}
 	var behind, weighed, vouching []string
 	for _, in := range instances {
-		if in.Name == lease.Holder || in.Error != "" || in.Role != string(instanceapi.RoleReplica) {
+		if in.Name == lease.Holder || in.Error != "" || in.Role != string(instanceapi.RoleReplica) || in.FencedOnRequest {
 			continue
 		}
 		if lease.HasVouchers && !slices.Contains(lease.Vouchers, in.Name) {

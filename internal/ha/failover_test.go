@@ -38,6 +38,8 @@ func TestDecideFailover(t *testing.T) {
 			[]v1alpha1.InstanceStatus{replica("db-1", "0/5000000")}, "", 0, ""},
 		{"the replica with the most WAL", expired,
 			[]v1alpha1.InstanceStatus{replica("db-1", "0/4FFF000"), replica("db-2", "0/5000000")}, "db-2", 0, ""},
+		{"never a replica fenced on request, however far it got", expired,
+			[]v1alpha1.InstanceStatus{replica("db-1", "0/4FFF000"), {Name: "db-2", Role: "replica", ReceivedLSN: "0/5000000", FencedOnRequest: true}}, "db-1", 0x1000, ""},
 		{"the lag against the lease's LSN is recorded", expired,
 			[]v1alpha1.InstanceStatus{replica("db-1", "0/4FFF000")}, "db-1", 0x1000, ""},
 		{"released (never renewed) counts as expired", LeaseState{Holder: "db-0"},

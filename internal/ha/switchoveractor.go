@@ -87,7 +87,7 @@ func decideSwitchover(req switchoverRequest, lease LeaseState, now time.Time, po
 		switch {
 		case in.Name == lease.Holder && in.Error == "" && in.Role == string(instanceapi.RolePrimary):
 			primaryLSN, _ = postgres.ParseLSN(in.LSN)
-		case in.Name != lease.Holder && in.Error == "" && in.Role == string(instanceapi.RoleReplica) && in.Streaming:
+		case in.Name != lease.Holder && in.Error == "" && in.Role == string(instanceapi.RoleReplica) && in.Streaming && !in.FencedOnRequest:
 			replicas = append(replicas, in)
 		}
 	}

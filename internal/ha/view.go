@@ -70,7 +70,7 @@ func (v *View) PodIP(pod string) string {
 func (v *View) HolderIsReplica(holder string) bool {
 	for _, s := range v.InstanceStatuses {
 		if s.Name == holder {
-			return s.Error == "" && s.Role == string(instanceapi.RoleReplica)
+			return s.Error == "" && s.Role == string(instanceapi.RoleReplica) && !s.FencedOnRequest
 		}
 	}
 	return false

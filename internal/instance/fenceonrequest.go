@@ -16,13 +16,18 @@ import (
 // Fencing on request (spec.fencedInstances): the operator asks an
 // instance to stop postgres and keep it stopped, for forensics, while the
 // pod and its manager run on (exec into it, read the data directory).
-// The fence is kept in the data directory (fencedMark), so a restart of
-// the container or of the manager keeps it, until the operator lifts it.
-// A primary fenced so stops serving, and its lease runs out: failover
-// promotes a replica that is not fenced, as for any primary that stopped.
+// The fence is kept on the data volume beside the data directory
+// (fencedFile), so a restart of the container or of the manager keeps it,
+// and a clone or a rewind that replaces the data directory neither loses
+// nor copies it, until the operator lifts it. A primary fenced so shuts
+// down cleanly and releases its lease with its last checkpoint: failover
+// promotes an instance that is not fenced (a fenced one is never weighed),
+// as for any primary that stopped. Every start of postgres checks the
+// fence under the same lock its request takes, so a fence that arrives
+// between runs is never lost.
 
-// fencedMark, in the data directory, keeps a fence on request.
-const fencedMark = "daytwo-fenced"
+// fencedFile is where a fence on request is kept, beside PGDATA.
+func (c *Config) fencedFile() string { return filepath.Join(filepath.Dir(filepath.Clean(c.PGData)), "daytwo-fenced") }
 
 // errFencedOnRequest stops a run of postgres fenced on request.
 var errFencedOnRequest = errors.New("fenced on request (spec.fencedInstances)")
@@ -45,11 +50,16 @@ func (m *Manager) handleFence(w http.ResponseWriter, r *http.Request) {
 // first, then stops the run of postgres under way, or lets the supervisor
 // start it again.
 func (m *Manager) fenceOnRequest(on bool) error {
-	mark := filepath.Join(m.cfg.PGData, fencedMark)
+	m.fenceMu.Lock()
+	defer m.fenceMu.Unlock()
+	mark := m.cfg.fencedFile()
+	var kept error
 	switch {
 	case on:
-		if err := writeFileAtomic(mark, "fenced on request\n"); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return err
+		// Fenced all the same when the mark cannot be written (a full
+		// disk, say): in memory, until the manager restarts.
+		if kept = writeFileSynced(mark, "fenced on request\n"); kept != nil {
+			m.log.Error(kept, "Failed to keep the fence on the data volume; it holds until the manager restarts")
 		}
 	default:
 		if err := os.Remove(mark); err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -61,10 +71,11 @@ func (m *Manager) fenceOnRequest(on bool) error {
 	m.shared.status.FencedOnRequest = on
 	fence := m.shared.runFence
 	m.shared.mu.Unlock()
-	if !changed {
-		return nil
+	if changed {
+		m.log.Info("Fence on request", "fenced", on)
 	}
-	m.log.Info("Fence on request", "fenced", on)
+	// A run under way is stopped whether or not the flag changed: a run
+	// that started before the flag was set must not outlive it.
 	if on && fence != nil {
 		select {
 		case fence <- errFencedOnRequest:
@@ -89,7 +100,7 @@ func (m *Manager) fencedOnRequest() bool {
 	if on {
 		return true
 	}
-	if _, err := os.Stat(filepath.Join(m.cfg.PGData, fencedMark)); err != nil {
+	if _, err := os.Stat(m.cfg.fencedFile()); err != nil {
 		return false
 	}
 	m.shared.mu.Lock()
@@ -101,15 +112,18 @@ func (m *Manager) fencedOnRequest() bool {
 // waitWhileFenced keeps postgres from starting while the instance is
 // fenced on request.
 func (m *Manager) waitWhileFenced(ctx context.Context) error {
-	released := false
 	for m.fencedOnRequest() {
 		m.setPhase(instanceapi.PhaseStopping, "fenced on request (spec.fencedInstances): postgres stays stopped until the fence is lifted")
-		if !released && m.lease != nil {
-			// A primary fenced gives its lease up: failover promotes
-			// another at once, and the operator, which does not ask a
-			// holder whose renewed lease ran out, goes on asking this one.
-			// (Release leaves a lease this instance does not hold alone.)
-			released = m.lease.Release(ctx, m.cfg.Pod, "") == nil
+		m.shared.mu.Lock()
+		m.shared.restarting = false // a restart in place that the fence cut short is over
+		m.shared.mu.Unlock()
+		if m.lease != nil {
+			// On every pass: a lease that names this instance (a failover
+			// may still move it here) is given up, so failover promotes
+			// another, and the operator, which does not ask a holder whose
+			// renewed lease ran out, goes on asking this one. Release
+			// leaves a lease that names another alone.
+			_ = m.lease.Release(ctx, m.cfg.Pod, "")
 		}
 		select {
 		case <-ctx.Done():
@@ -119,4 +133,25 @@ func (m *Manager) waitWhileFenced(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// writeFileSynced writes path atomically and durably: the file and its
+// directory are synced.
+func writeFileSynced(path, content string) error {
+	tmp := path + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = f.WriteString(content)
+	if err == nil {
+		err = f.Sync()
+	}
+	if err = errors.Join(err, f.Close()); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return err
+	}
+	return syncDir(filepath.Dir(path))
 }

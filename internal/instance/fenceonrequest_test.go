@@ -60,3 +60,32 @@ func TestFenceOnRequestKeepsPostgresDownUntilLifted(t *testing.T) {
 		t.Fatalf("still fenced after the fence was lifted: %+v", s)
 	}
 }
+
+// A fenced replica is never promoted: the lease moved to it (as a
+// failover that read an old status would) finds it refusing, and it gives
+// the lease up at once so that failover can move it on.
+func TestFencedReplicaRefusesPromotion(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	lt := newLeaseTest(t, "orders-0")
+	prim, repl := lt.pair()
+	prim.start("orders-0")
+	prim.waitReady(90 * time.Second)
+	repl.start("orders-1")
+	repl.waitReady(90 * time.Second)
+	prim.exec(ctx, "CREATE TABLE items (id int PRIMARY KEY)")
+
+	if code := post(t, repl, instanceapi.PathFence, apiToken, instanceapi.FenceRequest{Fenced: true}, nil); code != 200 {
+		t.Fatalf("fence: HTTP %d", code)
+	}
+	eventually(t, 20*time.Second, func() bool { s := repl.status(); return s.FencedOnRequest && s.Phase == instanceapi.PhaseStopping },
+		"the replica fenced")
+	lt.transfer("orders-1")
+	if code := promote(t, repl, apiToken); code != 409 {
+		t.Fatalf("promoting a fenced replica: HTTP %d, want 409", code)
+	}
+	eventually(t, 20*time.Second, func() bool { return lt.get().Spec.RenewTime == nil }, "the fenced replica giving the lease it was moved up")
+	if err := repl.execWithin(ctx, 2*time.Second, "INSERT INTO items VALUES (1)"); err == nil {
+		t.Fatal("the fenced replica took a write")
+	}
+}

@@ -47,8 +47,10 @@ type Manager struct {
 	promoteMu sync.Mutex
 	// restartReq carries a restart asked through the API to the supervisor.
 	restartReq chan struct{}
-	// unfenced wakes a supervisor that waits while fenced on request.
+	// unfenced wakes a supervisor that waits while fenced on request;
+	// fenceMu orders fence requests.
 	unfenced chan struct{}
+	fenceMu  sync.Mutex
 	// demote carries a switchover from the API to the supervisor.
 	demote chan demoteRequest
 

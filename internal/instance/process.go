@@ -42,6 +42,10 @@ func (m *Manager) supervise(ctx context.Context) error {
 	if err := m.extendIfShort(ctx); err != nil {
 		return err
 	}
+	if m.fencedOnRequest() {
+		// Asked while this start was prepared: postgres does not start.
+		return fmt.Errorf("%w: %w", errFenced, errFencedOnRequest)
+	}
 	cmd := exec.Command(m.cfg.bin("postgres"), "-D", m.cfg.PGData)
 	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 	m.log.Info("Starting postgres", "role", m.role())
@@ -59,7 +63,19 @@ func (m *Manager) supervise(ctx context.Context) error {
 	fence := make(chan error, 1)
 	m.shared.mu.Lock()
 	m.shared.run, m.shared.runFence = runCtx, fence //nolint:fatcontext // held to cancel, not to pass down (see shared)
+	if m.shared.status.FencedOnRequest {
+		// Asked between the check above and now: under the same lock as
+		// the request, so one of the two sees the other.
+		fence <- errFencedOnRequest
+	}
 	m.shared.mu.Unlock()
+	defer func() {
+		m.shared.mu.Lock()
+		if m.shared.runFence == fence {
+			m.shared.runFence = nil
+		}
+		m.shared.mu.Unlock()
+	}()
 	// Armed before the server can take a write, whether or not this run
 	// ever renews.
 	m.guardLease(runCtx, fence)
@@ -82,6 +98,17 @@ func (m *Manager) supervise(ctx context.Context) error {
 		}
 	}()
 	fenced := func(err error) error {
+		if errors.Is(err, errFencedOnRequest) {
+			// Asked for: a clean shutdown, and a primary releases its
+			// lease with its last checkpoint, as at a pod's deletion.
+			m.log.Info("Stopping postgres: fenced on request")
+			cancel() // the heartbeat and its renewals stop with the server
+			if err := m.shutdown(cmd, exited); err != nil {
+				return err
+			}
+			m.releaseLease()
+			return fmt.Errorf("%w: %w", errFenced, err)
+		}
 		if errors.Is(err, errDiverged) {
 			// pg_rewind wants a replica shut down cleanly.
 			m.log.Info("Stopping postgres to rewind it", "reason", err.Error())

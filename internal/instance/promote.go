@@ -100,6 +100,9 @@ func (m *Manager) promote(ctx context.Context, waitLSN, how string) (int, error)
 	if !named {
 		return http.StatusConflict, errors.New("the primary lease does not name this instance")
 	}
+	if m.fencedOnRequest() {
+		return http.StatusConflict, errors.New("the instance is fenced on request (spec.fencedInstances)")
+	}
 	if by := m.supersededBy(); by != "" {
 		return http.StatusConflict, fmt.Errorf("%s was promoted from this Database's WAL archive: none of its instances serves again", by)
 	}

@@ -3,6 +3,7 @@ package database
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -22,37 +23,48 @@ func fencedBySpec(db *v1alpha1.Database, name string) bool {
 }
 
 // fencePhase asks every instance whose fence differs from the spec to
-// take it, or to lift it.
+// take it, or to lift it. An instance that cannot be asked (it does not
+// answer, or runs a manager without the fence) is named in the Fenced
+// condition and asked again at the next reconcile; nothing else waits on
+// it.
 func (r *Reconciler) fencePhase(ctx context.Context, db *v1alpha1.Database, obs *observation) error {
-	names := make([]string, 0, len(obs.Instances))
-	for name := range obs.Instances {
-		names = append(names, name)
-	}
-	slices.Sort(names)
+	names := slices.Sorted(maps.Keys(obs.Instances))
 	var token string
 	for _, name := range names {
 		want := fencedBySpec(db, name)
 		if obs.Instances[name].FencedOnRequest == want {
 			continue
 		}
-		if token == "" {
-			var err error
-			if token, err = r.apiToken(ctx, db); err != nil {
-				return err
-			}
-		}
-		t, err := r.targetOf(ctx, db, obs, name)
-		if err != nil {
-			return err
-		}
-		if err := r.Instances.Fence(ctx, t, token, want); err != nil {
-			return fmt.Errorf("failed to set the fence of %s to %t: %w", name, want, err)
+		if err := r.askFence(ctx, db, obs, name, want, &token); err != nil {
+			obs.found.fenceFailed = append(obs.found.fenceFailed, fmt.Sprintf("%s (%v)", name, err))
+			continue
 		}
 		s := obs.Instances[name]
 		s.FencedOnRequest = want
 		obs.Instances[name] = s
+		for i := range obs.InstanceStatuses {
+			if obs.InstanceStatuses[i].Name == name {
+				obs.InstanceStatuses[i].FencedOnRequest = want
+			}
+		}
 	}
 	return nil
+}
+
+// askFence asks the instance name to take its fence, or to lift it.
+func (r *Reconciler) askFence(ctx context.Context, db *v1alpha1.Database, obs *observation, name string, want bool, token *string) error {
+	if *token == "" {
+		t, err := r.apiToken(ctx, db)
+		if err != nil {
+			return err
+		}
+		*token = t
+	}
+	t, err := r.targetOf(ctx, db, obs, name)
+	if err != nil {
+		return err
+	}
+	return r.Instances.Fence(ctx, t, *token, want)
 }
 
 // setFencedCondition says which instances are fenced on request.
@@ -67,11 +79,15 @@ func setFencedCondition(db *v1alpha1.Database, obs *observation, set func(string
 			fenced = append(fenced, p.Name)
 		}
 	}
+	failed := ""
+	if len(obs.found.fenceFailed) > 0 {
+		failed = "; not fenced yet, asked again: " + strings.Join(obs.found.fenceFailed, ", ")
+	}
 	if len(fenced) == 0 {
-		set(v1alpha1.ConditionFenced, false, v1alpha1.ReasonFencedOnRequest, "spec.fencedInstances names no instance of this Database")
+		set(v1alpha1.ConditionFenced, false, v1alpha1.ReasonFencedOnRequest, "spec.fencedInstances names no instance of this Database"+failed)
 		return
 	}
 	slices.Sort(fenced)
 	set(v1alpha1.ConditionFenced, true, v1alpha1.ReasonFencedOnRequest, fmt.Sprintf("spec.fencedInstances fences %s: PostgreSQL stays stopped "+
-		"there while the pods run on; remove them to lift the fence", strings.Join(fenced, ", ")))
+		"there while the pods run on; remove them to lift the fence%s", strings.Join(fenced, ", "), failed))
 }

@@ -155,7 +155,7 @@ func (r *Reconciler) askInstances(ctx context.Context, db *v1alpha1.Database, po
 			answers[i] = &s
 			out[i] = v1alpha1.InstanceStatus{Name: pod.Name, Role: string(s.Role), PostgresVersion: s.PostgresVersion,
 				LSN: s.LSN, ReceivedLSN: s.ReceivedLSN, Timeline: int32(s.Timeline), Streaming: s.Streaming,
-				PendingRestart: s.PendingRestartSettings, PromisedTo: s.PromisedTo, Superseded: s.Superseded}
+				PendingRestart: s.PendingRestartSettings, PromisedTo: s.PromisedTo, Superseded: s.Superseded, FencedOnRequest: s.FencedOnRequest}
 		})
 	}
 	wg.Wait()

@@ -37,6 +37,8 @@ type findings struct {
 	// keepStatefulSet, that a restore's source went away once the
 	// instances were made, which then stay as they are.
 	restoreFailed   string
+	// fenceFailed names the instances whose fence could not be set, and why.
+	fenceFailed []string
 	keepStatefulSet bool
 	// rolloutWaiting says why a rollout holds (Progressing=True).
 	rolloutWaiting string
