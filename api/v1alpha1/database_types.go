@@ -653,8 +653,8 @@ type InstanceStatus struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=253
 	PromisedTo string `json:"promisedTo,omitempty"`
-	// fencedOnRequest: spec.fencedInstances fences the instance, and it
-	// says so; it is never promoted.
+	// fencedOnRequest is true while spec.fencedInstances fences the
+	// instance and it says so; it is never promoted.
 	// +optional
 	FencedOnRequest bool `json:"fencedOnRequest,omitempty"`
 	// superseded names the Database that was promoted from this one's WAL

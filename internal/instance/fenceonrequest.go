@@ -27,7 +27,9 @@ import (
 // between runs is never lost.
 
 // fencedFile is where a fence on request is kept, beside PGDATA.
-func (c *Config) fencedFile() string { return filepath.Join(filepath.Dir(filepath.Clean(c.PGData)), "daytwo-fenced") }
+func (c *Config) fencedFile() string {
+	return filepath.Join(filepath.Dir(filepath.Clean(c.PGData)), "daytwo-fenced")
+}
 
 // errFencedOnRequest stops a run of postgres fenced on request.
 var errFencedOnRequest = errors.New("fenced on request (spec.fencedInstances)")

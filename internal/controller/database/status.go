@@ -36,9 +36,9 @@ type findings struct {
 	// restoreFailed says why a restore's source cannot be found;
 	// keepStatefulSet, that a restore's source went away once the
 	// instances were made, which then stay as they are.
-	restoreFailed   string
+	restoreFailed string
 	// fenceFailed names the instances whose fence could not be set, and why.
-	fenceFailed []string
+	fenceFailed     []string
 	keepStatefulSet bool
 	// rolloutWaiting says why a rollout holds (Progressing=True).
 	rolloutWaiting string
