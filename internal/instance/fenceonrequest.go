@@ -71,6 +71,10 @@ func (m *Manager) fenceOnRequest(on bool) error {
 	m.shared.mu.Lock()
 	changed := m.shared.status.FencedOnRequest != on
 	m.shared.status.FencedOnRequest = on
+	if !on && m.shared.status.Phase == instanceapi.PhaseFenced {
+		// Not ready from now on (see ready), until postgres runs again.
+		m.shared.status.Phase, m.shared.status.Message = instanceapi.PhaseStarting, "the fence on request was lifted"
+	}
 	fence := m.shared.runFence
 	m.shared.mu.Unlock()
 	if changed {
@@ -115,7 +119,7 @@ func (m *Manager) fencedOnRequest() bool {
 // fenced on request.
 func (m *Manager) waitWhileFenced(ctx context.Context) error {
 	for m.fencedOnRequest() {
-		m.setPhase(instanceapi.PhaseStopping, "fenced on request (spec.fencedInstances): postgres stays stopped until the fence is lifted")
+		m.setPhase(instanceapi.PhaseFenced, "fenced on request (spec.fencedInstances): postgres stays stopped until the fence is lifted")
 		m.shared.mu.Lock()
 		m.shared.restarting = false // a restart in place that the fence cut short is over
 		m.shared.mu.Unlock()

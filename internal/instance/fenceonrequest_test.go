@@ -39,15 +39,21 @@ func TestFenceOnRequestKeepsPostgresDownUntilLifted(t *testing.T) {
 	t.Logf("writes stopped %s after the fence", time.Since(fencedAt).Round(10*time.Millisecond))
 	eventually(t, 10*time.Second, func() bool {
 		s := in.status()
-		return s.FencedOnRequest && s.Phase == instanceapi.PhaseStopping && !in.readyz() && lt.get().Spec.RenewTime == nil
+		return s.FencedOnRequest && s.Phase == instanceapi.PhaseFenced && lt.get().Spec.RenewTime == nil
 	}, "the fence in the status, and the lease released")
+	// Ready in the kubelet's sense (the operator's "fenced" label keeps
+	// the pod out of the Services): a fenced pod that never turned ready
+	// would hold up the StatefulSet's higher ordinals.
+	if !in.readyz() {
+		t.Fatal("the fenced instance is not ready")
+	}
 
 	// A restart of the manager keeps the fence.
 	in.stop()
 	in.start("orders-0")
 	eventually(t, 30*time.Second, func() bool {
 		s, ok := in.tryStatus()
-		return ok && s.FencedOnRequest && s.Phase == instanceapi.PhaseStopping
+		return ok && s.FencedOnRequest && s.Phase == instanceapi.PhaseFenced
 	}, "the fence kept across a restart")
 	if err := in.execWithin(ctx, 2*time.Second, "INSERT INTO items VALUES (2)"); err == nil {
 		t.Fatal("a write after the restart of a fenced instance")
@@ -78,7 +84,7 @@ func TestFencedReplicaRefusesPromotion(t *testing.T) {
 	if code := post(t, repl, instanceapi.PathFence, apiToken, instanceapi.FenceRequest{Fenced: true}, nil); code != 200 {
 		t.Fatalf("fence: HTTP %d", code)
 	}
-	eventually(t, 20*time.Second, func() bool { s := repl.status(); return s.FencedOnRequest && s.Phase == instanceapi.PhaseStopping },
+	eventually(t, 20*time.Second, func() bool { s := repl.status(); return s.FencedOnRequest && s.Phase == instanceapi.PhaseFenced },
 		"the replica fenced")
 	lt.transfer("orders-1")
 	if code := promote(t, repl, apiToken); code != 409 {

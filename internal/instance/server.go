@@ -76,9 +76,19 @@ func (m *Manager) withToken(h http.HandlerFunc) http.HandlerFunc {
 // deleted primary relays to the next one (relayToNextPrimary). A primary
 // that handed over in a switchover is not ready while it relays
 // (forwardTo): the operator moves -rw to the new primary at once.
+//
+// An instance fenced on request is ready once postgres is down: it is
+// where its Database asked it to be. The operator labels its pod
+// "fenced" before it asks, which keeps it out of the Services and of the
+// replicas' disruption budget; a fenced pod that never turned ready
+// would hold the StatefulSet (OrderedReady) from recreating or adding
+// any instance of a higher ordinal, and the rollout from going on.
 func (m *Manager) ready(ctx context.Context, s instanceapi.Status) bool {
 	if m.restartingInPlace() || m.relaying() {
 		return true
+	}
+	if s.Phase == instanceapi.PhaseFenced {
+		return s.FencedOnRequest // not once the fence is lifted
 	}
 	// A replica Database's instance follows its source's archive, which
 	// is not streaming: it is ready once it runs.

@@ -105,6 +105,9 @@ const (
 	PhaseFailed Phase = "Failed"
 	// PhaseStopping: a shutdown was asked for.
 	PhaseStopping Phase = "Stopping"
+	// PhaseFenced: postgres is stopped and stays so, fenced on request
+	// (PathFence); the instance manager answers on.
+	PhaseFenced Phase = "Fenced"
 )
 
 // Status is what GET /status returns.

@@ -1045,9 +1045,36 @@ func checkFencing(t *testing.T, ns, name string) {
 	if out := cluster.ExecOK(t, ns, replica, "postgres", "ls", instanceapi.PGData); !strings.Contains(out, "PG_VERSION") {
 		t.Fatalf("the fenced instance's data directory cannot be read in its pod: %q", out)
 	}
-	if out, _, err := cluster.Exec(context.Background(), ns, replica, "postgres", "pg_isready", "-h", instanceapi.RunDir); err == nil {
+	if out, _, err := cluster.Exec(context.Background(), ns, replica, "postgres", "pg_isready", "-h", instanceapi.RunDir, "-p", strconv.Itoa(instanceapi.PostgresPort)); err == nil {
 		t.Fatalf("PostgreSQL answers in the fenced instance: %s", out)
 	}
+	// Ready in the kubelet's sense, so the StatefulSet goes on with the
+	// other ordinals, and out of -ro by its role label.
+	cluster.WaitPodReady(t, ns, replica, time.Minute)
+	checkFencedPod := func() {
+		t.Helper()
+		pod, err := cluster.Kube.CoreV1().Pods(ns).Get(context.Background(), replica, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if role := pod.Labels["daytwo.dev/role"]; role != "fenced" {
+			t.Fatalf("the fenced pod's role label is %q", role)
+		}
+	}
+	checkFencedPod()
+	// A new pod keeps the fence: the data volume holds it.
+	if err := cluster.Kube.CoreV1().Pods(ns).Delete(context.Background(), replica, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	framework.Eventually(t, 2*time.Minute, replica+" back, still fenced", func(ctx context.Context) (bool, error) {
+		pod, err := cluster.Kube.CoreV1().Pods(ns).Get(ctx, replica, metav1.GetOptions{})
+		if err != nil || !pod.DeletionTimestamp.IsZero() || !podReady(*pod) {
+			return false, nil
+		}
+		_, _, err = cluster.Exec(ctx, ns, replica, "postgres", "pg_isready", "-h", instanceapi.RunDir, "-p", strconv.Itoa(instanceapi.PostgresPort))
+		return err != nil, nil
+	})
+	checkFencedPod()
 	sql(t, ns, "psql", name+"-rw", "CREATE TABLE written_while_fenced (id int); INSERT INTO written_while_fenced VALUES (1)")
 	updateDatabase(t, ns, name, func(d *v1alpha1.Database) { d.Spec.FencedInstances = nil })
 	waitDatabase(t, ns, name, 2*time.Minute, "the fence lifted", func(d *v1alpha1.Database) bool {

@@ -205,13 +205,15 @@ func (r *Reconciler) applyDisruptionBudget(ctx context.Context, db *v1alpha1.Dat
 }
 
 // labelRoles marks the lease holder as the primary and the others as
-// replicas, which is what the -rw and -ro Services select on.
+// replicas, which is what the -rw and -ro Services select on; a pod
+// fenced on request (fenced) is marked roleFenced, which neither Service
+// nor the replicas' disruption budget selects.
 //
 // The new primary is labelled first: relabelling the old one first would
 // leave -rw without endpoints for a moment, and kube-proxy, which syncs at
 // most once a second, could apply that and then keep -rw empty for up to a
 // second before it applies the new primary.
-func (r *Reconciler) labelRoles(ctx context.Context, pods []corev1.Pod, primary string) error {
+func (r *Reconciler) labelRoles(ctx context.Context, pods []corev1.Pod, primary string, fenced func(*corev1.Pod) bool) error {
 	for _, primaryPass := range []bool{true, false} {
 		for i := range pods {
 			pod := &pods[i]
@@ -219,7 +221,10 @@ func (r *Reconciler) labelRoles(ctx context.Context, pods []corev1.Pod, primary 
 				continue
 			}
 			want := "replica"
-			if pod.Name == primary {
+			switch {
+			case fenced(pod):
+				want = roleFenced
+			case pod.Name == primary:
 				want = "primary"
 			}
 			if pod.Labels[labelRole] == want || !pod.DeletionTimestamp.IsZero() {

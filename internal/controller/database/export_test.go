@@ -13,9 +13,13 @@ import (
 
 // Exported for the envtest suite, which runs as package database_test.
 var (
-	LabelRoles = (*Reconciler).labelRoles
-	LabelRole  = labelRole
+	LabelRoles     = (*Reconciler).labelRoles
+	LabelledFenced = labelledFenced
+	LabelRole      = labelRole
 )
+
+// RoleFenced is the role label of a pod fenced on request.
+const RoleFenced = roleFenced
 
 // AwaitRelease runs failover's wait for holder's release, among pods, and
 // returns the time waited and the lease it ended with.

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 
 	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
@@ -16,6 +17,20 @@ import (
 // is told whether it is fenced (internal/instance/fenceonrequest.go);
 // one that does not answer is told once it does, and keeps its fence
 // meanwhile (its data directory holds it).
+
+// roleFenced is the role label of a pod fenced on request (see
+// labelRoles): it is in no Service, and in neither disruption budget.
+const roleFenced = "fenced"
+
+// labelledFenced says whether pod carries the fenced role label.
+func labelledFenced(pod *corev1.Pod) bool { return pod.Labels[labelRole] == roleFenced }
+
+// fencedPod says whether pod is, or is to be, fenced on request: the spec
+// names it, or its instance still says it is (a lifted fence holds until
+// the instance lets postgres start again).
+func fencedPod(db *v1alpha1.Database, obs *observation, pod *corev1.Pod) bool {
+	return fencedBySpec(db, pod.Name) || obs.Instances[pod.Name].FencedOnRequest
+}
 
 // fencedBySpec says whether spec.fencedInstances fences the instance name.
 func fencedBySpec(db *v1alpha1.Database, name string) bool {
@@ -35,6 +50,13 @@ func (r *Reconciler) fencePhase(ctx context.Context, db *v1alpha1.Database, obs 
 		if obs.Instances[name].FencedOnRequest == want {
 			continue
 		}
+		if want {
+			// Out of the Services first: once postgres is down the pod
+			// turns ready again (see instance.Manager.ready).
+			if err := r.labelFenced(ctx, obs, name); err != nil {
+				return err
+			}
+		}
 		if err := r.askFence(ctx, db, obs, name, want, &token); err != nil {
 			obs.found.fenceFailed = append(obs.found.fenceFailed, fmt.Sprintf("%s (%v)", name, err))
 			continue
@@ -46,6 +68,16 @@ func (r *Reconciler) fencePhase(ctx context.Context, db *v1alpha1.Database, obs 
 			if obs.InstanceStatuses[i].Name == name {
 				obs.InstanceStatuses[i].FencedOnRequest = want
 			}
+		}
+	}
+	return nil
+}
+
+// labelFenced gives the pod name the fenced role label.
+func (r *Reconciler) labelFenced(ctx context.Context, obs *observation, name string) error {
+	for i := range obs.Pods {
+		if p := &obs.Pods[i]; p.Name == name && !labelledFenced(p) {
+			return r.patchPodMeta(ctx, p, "labels", labelRole, roleFenced)
 		}
 	}
 	return nil

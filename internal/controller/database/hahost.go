@@ -27,7 +27,9 @@ func (h haHost) ListPods(ctx context.Context, db *v1alpha1.Database) ([]corev1.P
 }
 
 func (h haHost) LabelRoles(ctx context.Context, pods []corev1.Pod, primary string) error {
-	return h.r.labelRoles(ctx, pods, primary)
+	// The HA actor knows nothing of fences: a pod labelled fenced stays so
+	// (the Database's own reconcile lifts the label with the fence).
+	return h.r.labelRoles(ctx, pods, primary, labelledFenced)
 }
 
 func (h haHost) Target(ctx context.Context, db *v1alpha1.Database, pod *corev1.Pod) (instanceapi.Target, error) {

@@ -126,7 +126,9 @@ func setStatus(db *v1alpha1.Database, obs *observation) {
 	primaryReady, primaryWhy := false, "the primary pod does not exist yet"
 	for i := range obs.Pods {
 		pod := &obs.Pods[i]
-		ready := podReady(pod) && pod.DeletionTimestamp.IsZero()
+		// A fenced pod is ready in the kubelet's sense only (see
+		// roleFenced): it serves nothing.
+		ready := podReady(pod) && pod.DeletionTimestamp.IsZero() && !fencedPod(db, obs, pod) && !labelledFenced(pod)
 		if ready {
 			st.ReadyInstances++
 		}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
@@ -195,8 +196,8 @@ func (r *Reconciler) haPhase(step func(*ha.Actor, context.Context, *v1alpha1.Dat
 }
 
 // roleLabels labels the pods by role, for the -rw and -ro Services.
-func (r *Reconciler) roleLabels(ctx context.Context, _ *v1alpha1.Database, obs *observation) error {
-	return r.labelRoles(ctx, obs.Pods, obs.Primary)
+func (r *Reconciler) roleLabels(ctx context.Context, db *v1alpha1.Database, obs *observation) error {
+	return r.labelRoles(ctx, obs.Pods, obs.Primary, func(p *corev1.Pod) bool { return fencedPod(db, obs, p) })
 }
 
 // rolloutPhase rolls the instances; spec.backup's DatabaseBackup comes
