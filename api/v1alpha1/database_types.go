@@ -364,6 +364,12 @@ type DatabaseSpec struct {
 	// (enabled: false). It can only be set when the Database is created.
 	// +optional
 	Replica *DatabaseReplica `json:"replica,omitempty"`
+
+	// ha tunes how fast a lost primary is replaced: its lease's term and
+	// a delay before failover. The defaults suit a cluster whose API
+	// server answers within a second; a slow or distant one wants longer.
+	// +optional
+	HA *DatabaseHA `json:"ha,omitempty"`
 }
 
 // DatabaseTLS is spec.tls.

@@ -56,6 +56,7 @@ func newInstanceRunCommand() *cobra.Command {
 				if lease, err = instance.NewKubeLease(cfg.Namespace, fl.Lease); err != nil {
 					return err
 				}
+				lease.Term = cfg.LeaseDuration
 			}
 			// SIGTERM (pod deletion) and SIGINT stop postgres fast; SIGHUP re-reads the configuration.
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, syscall.SIGINT)
@@ -121,8 +122,11 @@ func configFrom(f *pflag.FlagSet, fl *instanceapi.RunFlags) (*instance.Config, e
 		HTTPAddress: fl.HTTPAddress, MetricsAddress: fl.MetricsAddress, Port: fl.Port,
 		Cluster: fl.Cluster, Namespace: fl.Namespace, TLS: fl.TLS, Pod: fl.Pod, Role: fl.Role,
 		PrimaryHost: fl.PrimaryHost, PrimaryPort: fl.PrimaryPort, Database: fl.Database, Owner: fl.Owner,
-		FromBackup: fl.FromBackup, ShutdownTimeout: fl.ShutdownTimeout, BinDir: fl.BinDir, DatabaseUID: fl.DatabaseUID,
+		FromBackup: fl.FromBackup, ShutdownTimeout: fl.ShutdownTimeout, LeaseDuration: fl.LeaseDuration, BinDir: fl.BinDir, DatabaseUID: fl.DatabaseUID,
 		BootstrapSource: fl.BootstrapSource, ReuseData: fl.ReuseData, UpgradeFrom: fl.UpgradeFrom, UpgradeDeadline: fl.UpgradeDeadline,
+	}
+	if d := fl.LeaseDuration; d < instanceapi.MinLeaseDuration || d > instanceapi.MaxLeaseDuration {
+		return nil, fmt.Errorf("--%s: %s is outside %s to %s", instanceapi.FlagLeaseDuration, d, instanceapi.MinLeaseDuration, instanceapi.MaxLeaseDuration)
 	}
 	var err error
 	if f.Changed(instanceapi.FlagPeers) {

@@ -53,6 +53,11 @@ package ha
 // 23 s after the end), or the holder alone; half of those also cut the
 // holder from one replica meanwhile.
 //
+// spec.ha (simConfig.terms): each instance runs with a lease term of its
+// own, recorded at its renewals and fenced by, the operator records
+// another at a move and waits a failover delay after an expiry; the rule
+// is the same.
+//
 // Left out, so outside the rule as checked here: a pause of a whole node
 // (a VM stall, a long GC) that freezes the manager's timers with postgres
 // (the fence assumes the manager's clock runs while postgres serves);
@@ -81,7 +86,7 @@ import (
 // TestSimulatePrimaryLease runs; -sim.schedules sets it, for a longer sweep:
 //
 //	go test ./internal/ha -run TestSimulatePrimaryLease -sim.schedules=20000
-var simSchedules = flag.Int("sim.schedules", 1500, "schedules per durability mode of TestSimulatePrimaryLease")
+var simSchedules = flag.Int("sim.schedules", 1500, "schedules per family (asynchronous, required, required with mixed terms) of TestSimulatePrimaryLease")
 
 // simOutages is the share of those schedules that also lose the API server
 // for long (simConfig.outages).
@@ -128,7 +133,7 @@ func TestSimulatePrimaryLease(t *testing.T) {
 	start := time.Now()
 	var schedules, stuck, failed, onPromises, pastTerm int
 	var simulated time.Duration
-	for _, cfg := range []simConfig{{outages: simOutages}, {required: true, outages: simOutages}} {
+	for _, cfg := range []simConfig{{outages: simOutages}, {required: true, outages: simOutages}, {required: true, outages: simOutages, terms: true}} {
 		var failures []simResult
 		for _, r := range simSweep(cfg, 1, uint64(*simSchedules)+1) {
 			schedules++
@@ -232,6 +237,7 @@ func TestSimulationBites(t *testing.T) {
 		// expiry, hiding the skew: more seeds.
 		{"clocks 3 s apart", simConfig{skew: 3 * time.Second}, 3000, func(r simResult) bool { return r.splitAcks > 0 }},
 		{"no fence", simConfig{noFence: true}, 300, func(r simResult) bool { return r.splitAcks > 0 }},
+		{"an instance fences by a longer term than it records", simConfig{terms: true, fenceByLongest: true}, 300, func(r simResult) bool { return r.splitAcks > 0 }},
 		{"failover promotes the replica with the least WAL", simConfig{required: true, pickLeast: true}, 300,
 			func(r simResult) bool { return !r.linearizable }},
 		// Serving past the term on promises. The holder must count a promise

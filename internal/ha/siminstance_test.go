@@ -1,6 +1,7 @@
 package ha
 
 import (
+	"cmp"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -50,10 +51,13 @@ type simPending struct {
 }
 
 type simNode struct {
-	w    *simWorld
-	idx  int
-	name string
-	skew time.Duration
+	// leaseTerm is the lease term this instance records at its renewals
+	// and fences by (0: the contract's LeaseDuration).
+	leaseTerm time.Duration
+	w         *simWorld
+	idx       int
+	name      string
+	skew      time.Duration
 
 	// postgres
 	pg       pgState
@@ -106,6 +110,20 @@ func newSimNode(w *simWorld, i int, skew time.Duration) *simNode {
 
 func (n *simNode) clock() time.Time { return n.w.clock(n.skew) }
 
+// fenceTerm is the term the instance fences by: the one it records
+// (Manager.leaseTerm), unless the mutation fenceByLongest.
+func (n *simNode) fenceTerm() time.Duration {
+	if n.w.cfg.fenceByLongest {
+		return instanceapi.MaxLeaseDuration
+	}
+	return cmp.Or(n.leaseTerm, instanceapi.LeaseDuration)
+}
+
+// simSeconds is a term as a Lease records it (0: LeaseDuration).
+func simSeconds(d time.Duration) *int32 {
+	return ptr.To(int32(cmp.Or(d, instanceapi.LeaseDuration) / time.Second))
+}
+
 func (n *simNode) accepting() bool { return n.pg == pgUp && n.role == string(instanceapi.RolePrimary) }
 
 func (n *simNode) replica() bool { return n.role == string(instanceapi.RoleReplica) }
@@ -119,7 +137,7 @@ func (n *simNode) boot(p *simNode) {
 	n.syncRecord = n.w.syncNames(n.name) // writeStartConfig, replicas too
 	if n == p {
 		n.role, n.upstream = string(instanceapi.RolePrimary), -1
-		n.leaseUntil = ServeUntil(n.clock(), 0)
+		n.leaseUntil = ServeUntil(n.clock(), n.fenceTerm())
 		n.servingFrom(n.run)
 		n.guardLease(n.run)
 	}

@@ -136,7 +136,7 @@ func (n *simNode) counted(done func(ok, lost bool)) func(ok, lost bool) {
 	start := n.clock()
 	return func(ok, lost bool) {
 		if ok {
-			n.leaseUntil = later(n.leaseUntil, ServeUntil(start, 0))
+			n.leaseUntil = later(n.leaseUntil, ServeUntil(start, n.fenceTerm()))
 		}
 		done(ok, lost)
 	}
@@ -157,7 +157,7 @@ func (n *simNode) writeLease(run int, limit time.Duration, record func(*coordina
 			return
 		}
 		now := metav1.NewMicroTime(n.clock())
-		l.Spec.RenewTime, l.Spec.LeaseDurationSeconds = &now, ptr.To(int32(instanceapi.LeaseDuration/time.Second))
+		l.Spec.RenewTime, l.Spec.LeaseDurationSeconds = &now, simSeconds(n.leaseTerm)
 		if record != nil {
 			record(l)
 		}
@@ -207,7 +207,7 @@ func (v simLeaseView) validUntil() time.Time {
 // stillNamed is instance.stillNamed.
 func (v simLeaseView) stillNamed(read, now time.Time) bool {
 	return !v.renewed.IsZero() && v.duration > 0 && now.Sub(read) <= 500*time.Millisecond &&
-		now.Before(v.renewed.Add(min(v.duration, instanceapi.LeaseDuration)-instanceapi.LeaseFenceMargin))
+		now.Before(ServeUntil(v.renewed, v.duration))
 }
 
 // watch is the manager's informer on the lease: it sees the latest version
@@ -378,7 +378,7 @@ func (n *simNode) pgPromote(run int, term int32, renewed time.Time, signalled *b
 		w.logf("%s: pg_promote: replay holds the promotion for %.2fs", n.name, d.Seconds())
 	}
 	n.promoting = true
-	n.leaseUntil = later(n.leaseUntil, ServeUntil(renewed, 0))
+	n.leaseUntil = later(n.leaseUntil, ServeUntil(renewed, n.fenceTerm()))
 	n.guardLease(run)
 	*signalled = true
 	deadline, manager := w.now+30*time.Second, n.managers

@@ -30,6 +30,9 @@ type simOperator struct {
 	moves  int
 	// waiting is why failover last waited, logged when it changes.
 	waiting string
+	// term is what a move records (spec.ha.leaseDurationSeconds; 0:
+	// LeaseDuration); delay is spec.ha.failoverDelaySeconds.
+	term, delay time.Duration
 }
 
 func (o *simOperator) clock() time.Time { return o.w.clock(o.skew) }
@@ -120,6 +123,10 @@ func (o *simOperator) failover(lease *coordinationv1.Lease, statuses []v1alpha1.
 		o.schedule()
 		return
 	}
+	if o.delay > 0 && !st.Expires.IsZero() && now.Before(st.Expires.Add(o.delay)) && !simHolderIsReplica(statuses, st.Holder) {
+		o.schedule() // Actor.Failover's wait of spec.ha.failoverDelaySeconds
+		return
+	}
 	// No pod is deleted here, so failover never waited for a release:
 	// it asks again, for positions read after the expiry.
 	o.ask(st.Holder, true, func(fresh []v1alpha1.InstanceStatus, byPod map[string]instanceapi.Status) {
@@ -160,7 +167,7 @@ func (o *simOperator) move(lease *coordinationv1.Lease, st LeaseState, now time.
 	l := lease.DeepCopy()
 	t := metav1.NewMicroTime(now)
 	l.Spec.HolderIdentity, l.Spec.RenewTime, l.Spec.AcquireTime = ptr.To(d.Promote), &t, &t
-	l.Spec.LeaseDurationSeconds = ptr.To(int32(instanceapi.LeaseDuration / time.Second))
+	l.Spec.LeaseDurationSeconds = simSeconds(o.term)
 	l.Spec.LeaseTransitions = ptr.To(ptr.Deref(l.Spec.LeaseTransitions, 0) + 1)
 	delete(l.Annotations, instanceapi.AnnotationHandoverLSN)
 	// The old holder's vouchers bind the old term only; a holder that

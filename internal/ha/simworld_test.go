@@ -76,7 +76,19 @@ type simConfig struct {
 	// promiseReachingAPI: a replica promises though it reaches the API
 	// server (as ead3886 had it: a holder cut off alone serves on).
 	promiseReachingAPI bool
+	// terms: spec.ha. Each instance runs with a lease term of its own
+	// (as during the rollout of a new spec.ha.leaseDurationSeconds), the
+	// operator writes another at a move, and waits a failover delay,
+	// each drawn from a third source (trng): the other draws stay.
+	terms bool
+	// fenceByLongest: an instance records its term at each renewal but
+	// fences by the longest a Lease may record (MaxLeaseDuration).
+	fenceByLongest bool
 }
+
+// simTerms are the terms (spec.ha.leaseDurationSeconds) a schedule with
+// terms draws from; the settle bound leaves room for the longest.
+var simTerms = []time.Duration{5 * time.Second, 7 * time.Second, 10 * time.Second, 15 * time.Second}
 
 type simEvent struct {
 	at  time.Duration
@@ -325,6 +337,14 @@ func newSimWorld(seed uint64, cfg simConfig) *simWorld {
 		w.nodes[i] = newSimNode(w, i, skew())
 	}
 	w.op = &simOperator{w: w, skew: skew(), lag: w.between(5*time.Millisecond, 100*time.Millisecond)}
+	if cfg.terms {
+		trng := rand.New(rand.NewPCG(seed, 0x7e2a))
+		for _, n := range w.nodes {
+			n.leaseTerm = simTerms[trng.IntN(len(simTerms))]
+		}
+		w.op.term = simTerms[trng.IntN(len(simTerms))]
+		w.op.delay = time.Duration(trng.Int64N(int64(5 * time.Second)))
+	}
 	// db-0 starts as the primary, its lease just renewed, the replicas
 	// streaming from it.
 	p := w.nodes[0]
@@ -333,7 +353,7 @@ func newSimWorld(seed uint64, cfg simConfig) *simWorld {
 		ObjectMeta: metav1.ObjectMeta{Name: "db-primary", ResourceVersion: "1", Annotations: map[string]string{
 			instanceapi.AnnotationLeaseLSN: simLSN(0), instanceapi.AnnotationSync: w.syncNames(p.name)}},
 		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(p.name), RenewTime: &renewed, AcquireTime: &renewed,
-			LeaseDurationSeconds: ptr.To(int32(instanceapi.LeaseDuration / time.Second)), LeaseTransitions: ptr.To(int32(0))},
+			LeaseDurationSeconds: simSeconds(p.leaseTerm), LeaseTransitions: ptr.To(int32(0))},
 	}
 	w.rv = 1
 	w.timelines = 1

@@ -65,6 +65,9 @@ type Config struct {
 	Import *ImportSource
 	// ShutdownTimeout bounds the fast shutdown before an immediate one.
 	ShutdownTimeout time.Duration
+	// LeaseDuration is the primary lease's term this instance records at
+	// its renewals and fences by; 0 is instanceapi.LeaseDuration.
+	LeaseDuration time.Duration
 	// BinDir is where the PostgreSQL programs are; empty means $PATH.
 	BinDir string
 	// DatabaseUID is the Database's metadata.uid. With it, the data

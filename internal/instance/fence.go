@@ -198,7 +198,7 @@ func (m *Manager) renewBefore(ctx context.Context, until time.Time, lsn, sync st
 	m.shared.mu.Lock()
 	defer m.shared.mu.Unlock()
 	m.shared.lastRenew, m.shared.syncRecorded = start, sync
-	m.shared.leaseUntil = later(m.shared.leaseUntil, ha.ServeUntil(start, 0))
+	m.shared.leaseUntil = later(m.shared.leaseUntil, ha.ServeUntil(start, m.leaseTerm()))
 	if ctx.Err() == nil {
 		// A renewal that ends after its server was asked to stop (a
 		// restart in place) must not end the restart's hold on readiness.
@@ -233,7 +233,7 @@ func (m *Manager) extendBefore(ctx context.Context, limit time.Duration) error {
 		return err
 	}
 	m.shared.mu.Lock()
-	m.shared.leaseUntil = later(m.shared.leaseUntil, ha.ServeUntil(start, 0))
+	m.shared.leaseUntil = later(m.shared.leaseUntil, ha.ServeUntil(start, m.leaseTerm()))
 	m.shared.mu.Unlock()
 	return nil
 }
@@ -290,7 +290,7 @@ func (m *Manager) leaseFresh() bool {
 	}
 	m.shared.mu.Lock()
 	defer m.shared.mu.Unlock()
-	fresh := !m.shared.lastRenew.IsZero() && time.Since(m.shared.lastRenew) < instanceapi.LeaseDuration-instanceapi.LeaseFenceMargin
+	fresh := !m.shared.lastRenew.IsZero() && time.Since(m.shared.lastRenew) < m.leaseTerm()-instanceapi.LeaseFenceMargin
 	// Past the term, the promises that let the guard serve on (its
 	// heartbeat commits, or it fences within HeartbeatDeadline).
 	return fresh || (!m.shared.lastRenew.IsZero() && m.vouch.covers(time.Now()))
@@ -321,7 +321,7 @@ func (m *Manager) keepLeaseWhileRestarting(ctx context.Context, lsn, sync string
 		}
 		if err == nil {
 			m.shared.mu.Lock()
-			m.shared.leaseUntil = later(m.shared.leaseUntil, ha.ServeUntil(start, 0))
+			m.shared.leaseUntil = later(m.shared.leaseUntil, ha.ServeUntil(start, m.leaseTerm()))
 			m.shared.mu.Unlock()
 		}
 		select {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/ptr"
 
 	"github.com/daytwo-dev/daytwo/internal/instanceapi"
 )
@@ -168,21 +169,7 @@ func TestHungPrimaryStopsRenewing(t *testing.T) {
 	in := lt.instance(1)
 	in.start("orders-0")
 	in.waitReady(90 * time.Second)
-	pgid := 0 // the postmaster
-	for pid, p := range procs() {
-		if p.ppid == in.cmd.Process.Pid && p.comm == "postgres" {
-			pgid = pid
-		}
-	}
-	if pgid == 0 {
-		t.Fatal("no postmaster below the instance manager")
-	}
-	// Every backend is a session of its own: stop each one.
-	server := append(descendants(pgid, ""), pgid)
-	frozenAt := time.Now()
-	for _, pid := range server {
-		_ = syscall.Kill(pid, syscall.SIGSTOP)
-	}
+	server, frozenAt := in.freezeServer()
 	// A scrape of the hung server costs its figures, in bounded time, and
 	// never holds up the readiness probe.
 	readyzTook := make(chan time.Duration, 1)
@@ -202,15 +189,7 @@ func TestHungPrimaryStopsRenewing(t *testing.T) {
 	}
 	// While frozen, the lease is not renewed; the manager kills postgres
 	// before the last renewal expires.
-	eventually(t, instanceapi.HeartbeatDeadline+instanceapi.LeaseRenewPeriod+instanceapi.LeaseDuration, func() bool {
-		all := procs()
-		for _, pid := range server {
-			if p, ok := all[pid]; ok && p.state != "Z" {
-				return false
-			}
-		}
-		return true
-	}, fmt.Sprintf("the %d frozen postgres processes to be killed", len(server)))
+	waitKilled(t, server, instanceapi.LeaseDuration)
 	fenced := time.Since(frozenAt)
 	renewed := lt.get().Spec.RenewTime.Time
 	if expiry := renewed.Add(instanceapi.LeaseDuration); !time.Now().Before(expiry) {
@@ -222,5 +201,68 @@ func TestHungPrimaryStopsRenewing(t *testing.T) {
 	in.waitReady(90 * time.Second)
 	if l := lt.get(); !l.Spec.RenewTime.After(frozenAt) {
 		t.Fatal("the restarted primary does not renew its lease")
+	}
+}
+
+// freezeServer stops every postgres process of in (SIGSTOP), as a dead
+// disk would hang them, and says which and when.
+func (in *instance) freezeServer() ([]int, time.Time) {
+	pgid := in.postmaster()
+	if pgid == 0 {
+		in.t.Fatal("no postmaster below the instance manager")
+	}
+	// Every backend is a session of its own: stop each one.
+	server := append(descendants(pgid, ""), pgid)
+	frozenAt := time.Now()
+	for _, pid := range server {
+		_ = syscall.Kill(pid, syscall.SIGSTOP)
+	}
+	return server, frozenAt
+}
+
+// waitKilled waits until every process of server is gone, within a lease
+// of term past its heartbeat's deadline and a renewal.
+func waitKilled(t *testing.T, server []int, term time.Duration) {
+	t.Helper()
+	eventually(t, instanceapi.HeartbeatDeadline+instanceapi.LeaseRenewPeriod+term, func() bool {
+		all := procs()
+		for _, pid := range server {
+			if p, ok := all[pid]; ok && p.state != "Z" {
+				return false
+			}
+		}
+		return true
+	}, fmt.Sprintf("the %d frozen postgres processes to be killed", len(server)))
+}
+
+// spec.ha.leaseDurationSeconds: an instance run with a longer term records
+// it at each renewal, and a hung primary serves (keeps its postgres) until
+// that term, less the fence margin, runs out: not the default term's end.
+// The operator judges expiry by what the Lease records.
+func TestHungPrimaryFencesByTheTermItRecords(t *testing.T) {
+	// Serial: its deadlines are the lease's, measured on the wall clock (instance_test.go).
+	const term = 12 * time.Second
+	lt := newLeaseTest(t, "orders-0")
+	in := lt.instance(1)
+	in.extraFlags = append(in.extraFlags, instanceapi.Flag(instanceapi.FlagLeaseDuration, term.String()))
+	in.start("orders-0")
+	in.waitReady(90 * time.Second)
+	eventually(t, 5*time.Second, func() bool {
+		l := lt.get()
+		return l.Spec.RenewTime != nil && ptr.Deref(l.Spec.LeaseDurationSeconds, 0) == int32(term/time.Second)
+	}, "the lease recording a 12 s term")
+	server, frozenAt := in.freezeServer()
+	waitKilled(t, server, term)
+	// The last renewal started at most a renewal period and the heartbeat's
+	// deadline before the freeze, and the fence is due LeaseFenceMargin
+	// before that renewal's term ends: under the default term, 6.5 s after
+	// the freeze at the latest.
+	killed := time.Since(frozenAt)
+	t.Logf("frozen postgres killed %s after the freeze", killed.Round(time.Millisecond))
+	if killed < instanceapi.LeaseDuration {
+		t.Errorf("killed %s after the freeze: by the default term, not the %s recorded", killed.Round(time.Millisecond), term)
+	}
+	if killed >= term {
+		t.Errorf("killed %s after the freeze, past the %s term", killed.Round(time.Millisecond), term)
 	}
 }

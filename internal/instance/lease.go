@@ -100,6 +100,23 @@ type KubeLease struct {
 	// Watch lists and watches the Lease; its client has no request
 	// timeout, which would cut every watch short.
 	Watch cache.ListerWatcher
+	// Term is what each renewal records as the lease's duration; 0 is
+	// instanceapi.LeaseDuration. The Manager fences by the same
+	// (Config.LeaseDuration).
+	Term time.Duration
+}
+
+// term is the duration k's renewals record, in whole seconds.
+func (k *KubeLease) term() *int32 {
+	return ptr.To(int32(leaseTerm(k.Term) / time.Second))
+}
+
+// leaseTerm is d, or instanceapi.LeaseDuration for 0.
+func leaseTerm(d time.Duration) time.Duration {
+	if d <= 0 {
+		return instanceapi.LeaseDuration
+	}
+	return d
 }
 
 // NewKubeLease uses the pod's service account (in-cluster config), or
@@ -253,8 +270,7 @@ func (k *KubeLease) renew(ctx context.Context, pod, verb string, record func(*co
 		return ErrLeaseLost
 	}
 	now := metav1.NewMicroTime(time.Now())
-	seconds := int32(instanceapi.LeaseDuration / time.Second)
-	l.Spec.RenewTime, l.Spec.LeaseDurationSeconds = &now, &seconds
+	l.Spec.RenewTime, l.Spec.LeaseDurationSeconds = &now, k.term()
 	record(l)
 	if _, err := k.Client.Update(ctx, l, metav1.UpdateOptions{}); err != nil {
 		return fmt.Errorf("failed to %s Lease %s: %w", verb, k.Name, err)
@@ -296,8 +312,7 @@ func (k *KubeLease) HandOver(ctx context.Context, from, to, lsn, request string)
 		return ErrLeaseLost
 	}
 	now := metav1.NewMicroTime(time.Now())
-	seconds := int32(instanceapi.LeaseDuration / time.Second)
-	l.Spec.HolderIdentity, l.Spec.RenewTime, l.Spec.AcquireTime, l.Spec.LeaseDurationSeconds = &to, &now, &now, &seconds
+	l.Spec.HolderIdentity, l.Spec.RenewTime, l.Spec.AcquireTime, l.Spec.LeaseDurationSeconds = &to, &now, &now, k.term()
 	l.Spec.LeaseTransitions = ptr.To(ptr.Deref(l.Spec.LeaseTransitions, 0) + 1)
 	if l.Annotations == nil {
 		l.Annotations = map[string]string{}

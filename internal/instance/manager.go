@@ -202,6 +202,10 @@ type peerState struct {
 // runs as the primary while it can renew it, everyone else as a replica.
 func (m *Manager) UseLease(l Lease) { m.lease = l }
 
+// leaseTerm is the term this instance's renewals record, and the one it
+// fences by (Config.LeaseDuration).
+func (m *Manager) leaseTerm() time.Duration { return leaseTerm(m.cfg.LeaseDuration) }
+
 // errFenced: a primary lost its lease and stopped postgres; the next round
 // starts it again in the role the lease gives it.
 var errFenced = errors.New("fenced")

@@ -63,7 +63,7 @@ const reread = 500 * time.Millisecond
 // 0.1 to 0.25 s on a loaded node.
 func stillNamed(v LeaseView, read, now time.Time) bool {
 	return !v.Renewed.IsZero() && v.Duration > 0 && now.Sub(read) <= reread &&
-		now.Before(v.Renewed.Add(min(v.Duration, instanceapi.LeaseDuration)-instanceapi.LeaseFenceMargin))
+		now.Before(ha.ServeUntil(v.Renewed, v.Duration))
 }
 
 // promote promotes this replica, which the lease must name, once it has
@@ -186,7 +186,7 @@ func (m *Manager) promote(ctx context.Context, waitLSN, how string) (int, error)
 	// or fences at its end.
 	m.shared.mu.Lock()
 	m.shared.promoting = true
-	m.shared.leaseUntil = later(m.shared.leaseUntil, ha.ServeUntil(renewed, 0))
+	m.shared.leaseUntil = later(m.shared.leaseUntil, ha.ServeUntil(renewed, m.leaseTerm()))
 	m.shared.mu.Unlock()
 	m.guardRun()
 	signalled = true

@@ -66,7 +66,7 @@ func (m *Manager) mayStartAsPrimary(ctx context.Context, v LeaseView) bool {
 	m.shared.mu.Lock()
 	m.shared.leaseUntil = later(m.shared.leaseUntil, v.validUntil())
 	until := m.shared.leaseUntil
-	forFailover := m.shared.startFenced && time.Now().Before(until.Add(instanceapi.LeaseFenceMargin+instanceapi.LeaseDuration))
+	forFailover := m.shared.startFenced && time.Now().Before(until.Add(instanceapi.LeaseFenceMargin+m.leaseTerm()))
 	if m.shared.startFenced && !forFailover {
 		m.shared.startFenced, m.shared.startUnbounded = false, true
 	}

@@ -87,6 +87,7 @@ const (
 	FlagPGData          = "pgdata"
 	FlagRunDir          = "run-dir"
 	FlagShutdownTimeout = "shutdown-timeout"
+	FlagLeaseDuration   = "lease-duration"
 	FlagDatabaseUID     = "database-uid"
 	FlagBootstrapSource = "bootstrap-source"
 	FlagReuseData       = "reuse-data"
@@ -153,8 +154,19 @@ func Flag(name, value string) string { return "--" + name + "=" + value }
 // postgres before the lease can expire, so two primaries never accept writes
 // at once, whether the operator runs or not.
 const (
-	// LeaseDuration is how long a renewal is valid.
+	// LeaseDuration is how long a renewal is valid, unless the Database
+	// sets another term (FlagLeaseDuration, within MinLeaseDuration and
+	// MaxLeaseDuration). Each renewal records its term on the Lease; the
+	// holder fences by the term it recorded, and the operator judges
+	// expiry by the term the Lease records.
 	LeaseDuration = 7 * time.Second
+	// MinLeaseDuration and MaxLeaseDuration bound a Database's term. The
+	// floor leaves a holder three renewals (LeaseRenewPeriod) and its
+	// heartbeat's deadline before its fence (LeaseFenceMargin ahead of the
+	// term); the ceiling is also what a holder trusts of a term another
+	// renewer wrote.
+	MinLeaseDuration = 5 * time.Second
+	MaxLeaseDuration = 60 * time.Second
 	// LeaseRenewPeriod is how often the holder renews.
 	LeaseRenewPeriod = time.Second
 	// LeaseFenceMargin: the holder fences itself this long before its last

@@ -56,7 +56,10 @@ type RunFlags struct {
 	RestoreID       string
 	RestorePhysical bool
 	RecoveryTarget  RecoveryTarget
-	Restore         StorageFlags
+	// LeaseDuration is the primary lease's term (FlagLeaseDuration); 0
+	// renders no flag, and the binary takes LeaseDuration.
+	LeaseDuration time.Duration
+	Restore       StorageFlags
 }
 
 // RecoveryTarget is where a point-in-time recovery stops: a time (RFC 3339)
@@ -119,4 +122,5 @@ func (r *RunFlags) Bind(f *pflag.FlagSet) {
 	f.StringVar(&r.RecoveryTarget.Time, FlagRecoveryTargetTime, "", "With --restore-physical: replay up to this time (RFC 3339); empty means the end of the archive.")
 	f.StringVar(&r.RecoveryTarget.LSN, FlagRecoveryTargetLSN, "", "With --restore-physical: replay up to this LSN.")
 	r.Restore.Bind(f, RestorePrefix)
+	f.DurationVar(&r.LeaseDuration, FlagLeaseDuration, LeaseDuration, fmt.Sprintf("The primary lease's term, recorded at each renewal (%s to %s).", MinLeaseDuration, MaxLeaseDuration))
 }

@@ -158,7 +158,7 @@ func runFlags(db *v1alpha1.Database, in stsInputs) instanceapi.RunFlags {
 		Namespace: "$(POD_NAMESPACE)", Lease: leaseName(db), PrimaryHost: primaryHost(db),
 		PGData: instanceapi.PGData, RunDir: instanceapi.RunDir, ShutdownTimeout: (terminationGrace - 10) * time.Second,
 		DatabaseUID: string(db.UID), BootstrapSource: bootstrapSource(db), TLS: true,
-		ReuseData: db.Annotations[v1alpha1.AnnotationReuseData] == "true"}
+		ReuseData: db.Annotations[v1alpha1.AnnotationReuseData] == "true", LeaseDuration: db.LeaseDuration()}
 	if b := db.Spec.Bootstrap; b != nil && b.FromBackup != nil && in.restore != nil {
 		// The storage is the restore init container's (restoreContainer).
 		fl.FromBackup, fl.RestoreID = true, b.FromBackup.BackupID

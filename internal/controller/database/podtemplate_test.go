@@ -70,6 +70,16 @@ func TestStatefulSetShape(t *testing.T) {
 	if shm != "1Gi" {
 		t.Errorf("shm size = %q, want 1Gi", shm)
 	}
+	// No spec.ha: no term flag, so a Database made before spec.ha keeps
+	// its template (and its pods) through an operator upgrade.
+	if strings.Contains(args, "--lease-duration") {
+		t.Errorf("args %q carry a lease term without spec.ha", args)
+	}
+	db.Spec.HA = &v1alpha1.DatabaseHA{LeaseDurationSeconds: ptr.To[int32](15)}
+	withTerm := statefulSet(db, newPlan(db), stsInputs{instanceImage: "localhost/daytwo:dev", image: "postgres:15", major: "15"})
+	if args := strings.Join(withTerm.Spec.Template.Spec.Containers[0].Args, " "); !strings.Contains(args, "--lease-duration=15s") {
+		t.Errorf("args %q lack spec.ha's term", args)
+	}
 }
 
 // A restore from S3 storage with a private CA mounts the CA's Secret in
