@@ -33,10 +33,10 @@ type DatabaseHA struct {
 	FailoverDelaySeconds *int32 `json:"failoverDelaySeconds,omitempty"`
 }
 
-// LeaseDuration is spec.ha.leaseDurationSeconds, 0 when unset (the
-// instance manager's default term).
+// LeaseDuration is spec.ha.leaseDurationSeconds, 0 when unset or the
+// default (7 s, the instance manager's own: no flag, no restart).
 func (db *Database) LeaseDuration() time.Duration {
-	if db.Spec.HA == nil || db.Spec.HA.LeaseDurationSeconds == nil {
+	if db.Spec.HA == nil || db.Spec.HA.LeaseDurationSeconds == nil || *db.Spec.HA.LeaseDurationSeconds == 7 {
 		return 0
 	}
 	return time.Duration(*db.Spec.HA.LeaseDurationSeconds) * time.Second

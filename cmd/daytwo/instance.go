@@ -125,8 +125,9 @@ func configFrom(f *pflag.FlagSet, fl *instanceapi.RunFlags) (*instance.Config, e
 		FromBackup: fl.FromBackup, ShutdownTimeout: fl.ShutdownTimeout, LeaseDuration: fl.LeaseDuration, BinDir: fl.BinDir, DatabaseUID: fl.DatabaseUID,
 		BootstrapSource: fl.BootstrapSource, ReuseData: fl.ReuseData, UpgradeFrom: fl.UpgradeFrom, UpgradeDeadline: fl.UpgradeDeadline,
 	}
-	if d := fl.LeaseDuration; d < instanceapi.MinLeaseDuration || d > instanceapi.MaxLeaseDuration {
-		return nil, fmt.Errorf("--%s: %s is outside %s to %s", instanceapi.FlagLeaseDuration, d, instanceapi.MinLeaseDuration, instanceapi.MaxLeaseDuration)
+	if d := fl.LeaseDuration; d < instanceapi.MinLeaseDuration || d > instanceapi.MaxLeaseDuration || d%time.Second != 0 {
+		return nil, fmt.Errorf("--%s: %s is not whole seconds from %s to %s (the Lease records whole seconds)",
+			instanceapi.FlagLeaseDuration, d, instanceapi.MinLeaseDuration, instanceapi.MaxLeaseDuration)
 	}
 	var err error
 	if f.Changed(instanceapi.FlagPeers) {

@@ -1,7 +1,6 @@
 package ha
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -57,10 +56,12 @@ func (a *Actor) Failover(ctx context.Context, db *v1alpha1.Database, v *View) (r
 		}
 		return reconcile.Result{RequeueAfter: st.Expires.Sub(now) + 100*time.Millisecond}, nil
 	}
-	if delay := db.FailoverDelay(); delay > 0 && !st.Expires.IsZero() && now.Before(st.Expires.Add(delay)) && !v.HolderIsReplica(st.Holder) {
+	if delay := db.FailoverDelay(); delay > 0 && !st.Expires.IsZero() && now.Before(st.Expires.Add(delay)) && !v.HolderIsReplica(st.Holder) &&
+		handover == "" {
 		// spec.ha.failoverDelaySeconds: a holder that comes back renews
 		// its lease and serves on. A released lease (a clean stop) has
-		// no expiry and is not delayed.
+		// no expiry, and a switchover's target never served: neither is
+		// delayed.
 		v.FailoverWaiting = fmt.Sprintf("the lease of %s expired %s ago; failover waits spec.ha.failoverDelaySeconds (%s) for it to renew",
 			st.Holder, now.Sub(st.Expires).Round(time.Second), delay)
 		return reconcile.Result{RequeueAfter: st.Expires.Add(delay).Sub(now) + 100*time.Millisecond}, nil
@@ -93,7 +94,9 @@ func (a *Actor) Failover(ctx context.Context, db *v1alpha1.Database, v *View) (r
 	t := metav1.NewMicroTime(now)
 	// The term too: a lease made anew records none until its holder renews.
 	l.Spec.HolderIdentity, l.Spec.RenewTime, l.Spec.AcquireTime = ptr.To(d.Promote), &t, &t
-	l.Spec.LeaseDurationSeconds = ptr.To(int32(cmp.Or(db.LeaseDuration(), instanceapi.LeaseDuration) / time.Second))
+	// Never below the contract's default: an instance manager older than
+	// spec.ha fences by it, whatever the Lease records.
+	l.Spec.LeaseDurationSeconds = ptr.To(int32(max(db.LeaseDuration(), instanceapi.LeaseDuration) / time.Second))
 	l.Spec.LeaseTransitions = ptr.To(ptr.Deref(l.Spec.LeaseTransitions, 0) + 1)
 	// A failover accepts what the chosen replica lacks (lagBytes): an
 	// earlier handover's LSN must not block its promotion.

@@ -133,7 +133,7 @@ func TestSimulatePrimaryLease(t *testing.T) {
 	start := time.Now()
 	var schedules, stuck, failed, onPromises, pastTerm int
 	var simulated time.Duration
-	for _, cfg := range []simConfig{{outages: simOutages}, {required: true, outages: simOutages}, {required: true, outages: simOutages, terms: true}} {
+	for _, cfg := range []simConfig{{outages: simOutages}, {required: true, outages: simOutages}, {outages: simOutages, terms: true}, {required: true, outages: simOutages, terms: true}} {
 		var failures []simResult
 		for _, r := range simSweep(cfg, 1, uint64(*simSchedules)+1) {
 			schedules++

@@ -347,7 +347,13 @@ func (n *simNode) promoteNow(run int, v simLeaseView, checked time.Time, signall
 		renewed = v.renewed
 	}
 	if ServeUntil(renewed, v.duration).Sub(n.clock()) >= instanceapi.LeaseRenewPeriod {
-		n.pgPromote(run, v.transitions, renewed, signalled, finish)
+		// The term that renewal recorded bounds what this one counts on
+		// (instance.Manager.promote).
+		term := n.fenceTerm()
+		if v.duration > 0 {
+			term = min(term, v.duration)
+		}
+		n.pgPromote(run, v.transitions, renewed, term, signalled, finish)
 		return
 	}
 	start := n.clock()
@@ -358,7 +364,7 @@ func (n *simNode) promoteNow(run int, v simLeaseView, checked time.Time, signall
 			return
 		}
 		n.w.logf("%s: the term ran out; extended it to promote", n.name)
-		n.pgPromote(run, v.transitions, start, signalled, finish)
+		n.pgPromote(run, v.transitions, start, n.fenceTerm(), signalled, finish)
 	})
 }
 
@@ -368,7 +374,7 @@ func (n *simNode) promoteNow(run int, v simLeaseView, checked time.Time, signall
 // left recovery, the manager records a primary, its term kept. When the
 // run ends first, promoteNow polls a closed connection until its deadline
 // (promoteTimeout), promoting meanwhile, unless the manager restarted.
-func (n *simNode) pgPromote(run int, term int32, renewed time.Time, signalled *bool, finish func(bool)) {
+func (n *simNode) pgPromote(run int, term int32, renewed time.Time, leaseTerm time.Duration, signalled *bool, finish func(bool)) {
 	w := n.w
 	d := w.between(20*time.Millisecond, 300*time.Millisecond)
 	if w.chance(0.05) {
@@ -378,7 +384,7 @@ func (n *simNode) pgPromote(run int, term int32, renewed time.Time, signalled *b
 		w.logf("%s: pg_promote: replay holds the promotion for %.2fs", n.name, d.Seconds())
 	}
 	n.promoting = true
-	n.leaseUntil = later(n.leaseUntil, ServeUntil(renewed, n.fenceTerm()))
+	n.leaseUntil = later(n.leaseUntil, ServeUntil(renewed, leaseTerm))
 	n.guardLease(run)
 	*signalled = true
 	deadline, manager := w.now+30*time.Second, n.managers

@@ -197,7 +197,7 @@ func (m *Manager) renewBefore(ctx context.Context, until time.Time, lsn, sync st
 	}
 	m.shared.mu.Lock()
 	defer m.shared.mu.Unlock()
-	m.shared.lastRenew, m.shared.syncRecorded = start, sync
+	m.shared.lastRenew, m.shared.lastRenewTerm, m.shared.syncRecorded = start, m.leaseTerm(), sync
 	m.shared.leaseUntil = later(m.shared.leaseUntil, ha.ServeUntil(start, m.leaseTerm()))
 	if ctx.Err() == nil {
 		// A renewal that ends after its server was asked to stop (a
@@ -290,7 +290,7 @@ func (m *Manager) leaseFresh() bool {
 	}
 	m.shared.mu.Lock()
 	defer m.shared.mu.Unlock()
-	fresh := !m.shared.lastRenew.IsZero() && time.Since(m.shared.lastRenew) < m.leaseTerm()-instanceapi.LeaseFenceMargin
+	fresh := !m.shared.lastRenew.IsZero() && time.Now().Before(ha.ServeUntil(m.shared.lastRenew, m.shared.lastRenewTerm))
 	// Past the term, the promises that let the guard serve on (its
 	// heartbeat commits, or it fences within HeartbeatDeadline).
 	return fresh || (!m.shared.lastRenew.IsZero() && m.vouch.covers(time.Now()))

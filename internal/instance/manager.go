@@ -85,6 +85,9 @@ type shared struct {
 	// lastHeartbeat and lastRenew: the last heartbeat commit and lease
 	// renewal that succeeded.
 	lastHeartbeat, lastRenew time.Time
+	// lastRenewTerm is the term lastRenew counts for: the one its renewal
+	// recorded, or this instance's own if shorter.
+	lastRenewTerm time.Duration
 	// leaseUntil is when the last renewal known to this primary runs out,
 	// less the fence margin: its own, or the one read when it learnt its
 	// role or was promoted. Unlike lastRenew it outlives a postgres run;

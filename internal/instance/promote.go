@@ -162,9 +162,15 @@ func (m *Manager) promote(ctx context.Context, waitLSN, how string) (int, error)
 			return http.StatusConflict, errors.New("the primary lease moved to another instance while this one waited to promote")
 		}
 	}
-	renewed := checked
+	renewed, term := checked, m.leaseTerm()
 	if !v.Renewed.IsZero() && v.Renewed.Before(checked) {
 		renewed = v.Renewed // its renewer's clock: the fence margin absorbs the skew
+	}
+	if v.Duration > 0 {
+		// The term that renewal recorded (the operator's at a move, the
+		// old holder's at a handover) is what expiry is judged by: never
+		// count on more of it than that, whatever this instance's own.
+		term = min(term, v.Duration)
 	}
 	if time.Until(ha.ServeUntil(renewed, v.Duration)) < instanceapi.LeaseRenewPeriod {
 		// The term the move gave ran out, or nearly, while this replica
@@ -174,7 +180,7 @@ func (m *Manager) promote(ctx context.Context, waitLSN, how string) (int, error)
 		if err := m.extendBefore(ctx, instanceapi.LeaseRenewPeriod); err != nil {
 			return http.StatusConflict, fmt.Errorf("the primary lease's term ran out and could not be extended: %w", err)
 		}
-		renewed = start
+		renewed, term = start, m.leaseTerm()
 	}
 	// Its own deadline: a cancelled promotion may still finish, and then
 	// this instance must know it is a primary (and renew, or fence).
@@ -186,7 +192,7 @@ func (m *Manager) promote(ctx context.Context, waitLSN, how string) (int, error)
 	// or fences at its end.
 	m.shared.mu.Lock()
 	m.shared.promoting = true
-	m.shared.leaseUntil = later(m.shared.leaseUntil, ha.ServeUntil(renewed, m.leaseTerm()))
+	m.shared.leaseUntil = later(m.shared.leaseUntil, ha.ServeUntil(renewed, term))
 	m.shared.mu.Unlock()
 	m.guardRun()
 	signalled = true
@@ -205,7 +211,7 @@ func (m *Manager) promote(ctx context.Context, waitLSN, how string) (int, error)
 	// extended it, the old primary's as it handed it over, or the guard's
 	// while it promoted), not from now: a promotion that waited long must
 	// not count on more.
-	m.shared.lastRenew, m.shared.lastHeartbeat = renewed, time.Now()
+	m.shared.lastRenew, m.shared.lastRenewTerm, m.shared.lastHeartbeat = renewed, term, time.Now()
 	m.shared.status.InRecovery, m.shared.status.Streaming = false, false
 	m.shared.notStreamingSince, m.shared.streamed, m.shared.streamLost = time.Time{}, false, time.Time{}
 	if m.shared.standbyWAL != nil {

@@ -27,9 +27,12 @@ func labelledFenced(pod *corev1.Pod) bool { return pod.Labels[labelRole] == role
 
 // fencedPod says whether pod is, or is to be, fenced on request: the spec
 // names it, or its instance still says it is (a lifted fence holds until
-// the instance lets postgres start again).
+// the instance lets postgres start again), or it is labelled so and its
+// instance did not answer.
 func fencedPod(db *v1alpha1.Database, obs *observation, pod *corev1.Pod) bool {
-	return fencedBySpec(db, pod.Name) || obs.Instances[pod.Name].FencedOnRequest
+	s, answered := obs.Instances[pod.Name]
+	// One that did not answer keeps its label: it may still be fenced.
+	return fencedBySpec(db, pod.Name) || s.FencedOnRequest || (!answered && labelledFenced(pod))
 }
 
 // fencedBySpec says whether spec.fencedInstances fences the instance name.

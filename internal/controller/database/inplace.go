@@ -117,6 +117,9 @@ func inPlaceHealthy(obs *observation, victim string) bool {
 			continue
 		}
 		s, ok := obs.Instances[name]
+		if ok && s.Phase == instanceapi.PhaseFenced {
+			continue // fenced on request: it serves nothing to take down
+		}
 		if !ok || s.Phase != instanceapi.PhaseRunning || len(s.RaisedSettings) > 0 || !s.Streaming {
 			return false
 		}
@@ -156,7 +159,9 @@ func decideInPlace(s instanceapi.Status, known bool, wantHash string, askedRecen
 	switch {
 	case !known:
 		return inPlaceWait // a status call that timed out, mid-restart perhaps
-	case s.StartConfigHash == "":
+	case s.StartConfigHash == "", s.Phase == instanceapi.PhaseFenced:
+		// Fenced on request, postgres does not start: its pod is
+		// replaced, and comes back fenced on the new revision.
 		return inPlaceNo
 	case len(s.RaisedSettings) > 0:
 		return inPlaceWait // its manager restarts it once it replayed the primary's change
