@@ -23,7 +23,7 @@ func TestRunFlagsRoundTrip(t *testing.T) {
 		UpgradeFrom: "/upgrade", UpgradeOnly: true, UpgradeDeadline: time.Minute, BootstrapOnly: true,
 		ImportHost: "old", ImportPort: 6432, ImportUser: "me", ImportDatabases: []string{"a", "b"}, ImportRoles: true,
 		FromBackup: true, RestoreID: "20261129T010203Z", RestorePhysical: true,
-		RecoveryTarget: instanceapi.RecoveryTarget{Time: "2026-11-29T01:02:03Z", LSN: "0/3000000"},
+		RecoveryTarget: instanceapi.RecoveryTarget{Time: "2026-11-29T01:02:03Z", LSN: "0/3000000"}, LeaseDuration: 15 * time.Second,
 		Restore: instanceapi.StorageFlags{Endpoint: "minio:9000", Bucket: "b", Region: "r", Insecure: true, CAFile: "/ca",
 			Path: "/backups", Prefix: "p/", SeriesUID: "u", SeriesName: "ns/n", Database: "d", KeyRequired: true,
 			S3Access: instanceapi.S3Access{RoleARN: "arn", WebIdentityTokenFile: "/token", STSEndpoint: "https://sts", SSE: "aws:kms", SSEKMSKeyID: "k"}},
