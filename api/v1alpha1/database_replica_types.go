@@ -7,7 +7,15 @@ import metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 // source's WAL archive, and streams from it when it can reach it. Every
 // instance is a read-only standby of the source; none is promoted until
 // enabled turns false, the declared promotion.
-// +kubebuilder:validation:XValidation:rule="oldSelf.enabled || !self.enabled",message="spec.replica.enabled: a promoted Database cannot follow its source again; create a new replica Database"
+//
+// A planned switch between regions: set spec.replica (enabled: true,
+// the other Database as the source) on the primary Database, which
+// demotes it (its primary stops cleanly, ships its last WAL and records
+// status.replica.demotionToken); then set enabled: false and that token
+// as promotionToken on the other, which promotes once it has replayed
+// everything the demoted primary wrote. The demoted Database follows
+// the promoted one from then on.
+// +kubebuilder:validation:XValidation:rule="!has(self.promotionToken) || !self.enabled",message="spec.replica.promotionToken: a token is for the promotion (enabled: false)"
 type DatabaseReplica struct {
 	// enabled true (the default) keeps the Database a replica of its
 	// source. false promotes it: the most advanced instance becomes a
@@ -32,6 +40,13 @@ type DatabaseReplica struct {
 	// source is where the source Database's WAL and base backups are.
 	// +required
 	Source ReplicaSource `json:"source"`
+
+	// promotionToken is the source's status.replica.demotionToken, for a
+	// planned switch: the promotion waits until an instance has replayed
+	// all the demoted source wrote, so no acknowledged write is lost.
+	// +optional
+	// +kubebuilder:validation:MaxLength=512
+	PromotionToken string `json:"promotionToken,omitempty"`
 }
 
 // ReplicaPromotion is what a replica Database's promotion needs of its
@@ -131,4 +146,11 @@ type ReplicaStatus struct {
 	// promotedTime is when the Database was first seen promoted.
 	// +optional
 	PromotedTime *metav1.Time `json:"promotedTime,omitempty"`
+
+	// demotionToken says where the last primary of a demoted Database
+	// (spec.replica set on a primary one) stopped: give it to the
+	// Database to promote as spec.replica.promotionToken.
+	// +optional
+	// +kubebuilder:validation:MaxLength=512
+	DemotionToken string `json:"demotionToken,omitempty"`
 }

@@ -197,9 +197,9 @@ func (in Parameters) DeepCopy() Parameters { return maps.Clone(in) }
 // DatabaseSpec is what a user declares for a PostgreSQL database.
 // +kubebuilder:validation:XValidation:rule="self.deletionPolicy != 'Snapshot' || has(self.backupStorage) || has(self.backup)",message="deletionPolicy Snapshot needs spec.backupStorage or spec.backup to hold the final backup"
 // +kubebuilder:validation:XValidation:rule="has(oldSelf.bootstrap) == has(self.bootstrap)",message="bootstrap is immutable"
-// +kubebuilder:validation:XValidation:rule="has(oldSelf.replica) || !has(self.replica)",message="spec.replica can only be set when the Database is created: a running primary does not become a replica",fieldPath=".replica"
+// +kubebuilder:validation:XValidation:rule="has(oldSelf.replica) || !has(self.replica) || self.replica.enabled",message="spec.replica: set on a running Database it demotes it, so enabled must be true",fieldPath=".replica"
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.replica) || has(self.replica)",message="spec.replica cannot be removed: set spec.replica.enabled to false to promote",fieldPath=".replica"
-// +kubebuilder:validation:XValidation:rule="!has(self.replica) || !has(self.bootstrap) || has(self.bootstrap.initdb)",message="spec.bootstrap: a replica Database takes its data from spec.replica.source; fromBackup and import do not apply",fieldPath=".bootstrap"
+// +kubebuilder:validation:XValidation:rule="oldSelf.hasValue() || !has(self.replica) || !has(self.bootstrap) || has(self.bootstrap.initdb)",message="spec.bootstrap: a replica Database takes its data from spec.replica.source; fromBackup and import do not apply",fieldPath=".bootstrap",optionalOldSelf=true
 // +kubebuilder:validation:XValidation:rule="!has(self.replication) || !has(self.replication.synchronous) || !has(self.instances) || self.replication.synchronous.number < self.instances",message="spec.replication.synchronous.number must be below spec.instances: the primary does not count"
 type DatabaseSpec struct {
 	// version is the PostgreSQL major version.

@@ -187,6 +187,7 @@ func TestBadSpecsAreRefusedNamingTheField(t *testing.T) {
 		{"database replica restored from a backup", goodDatabase, `spec: {bootstrap: {initdb: null, fromBackup: {backupRef: {name: b}}}, replica: {source: {storage: {s3: {endpoint: e, bucket: b, prefix: p, credentialsSecretRef: {name: s}}}, seriesKeySecretRef: {name: k}}}}`, []string{"spec.bootstrap", "takes its data from spec.replica.source"}},
 		{"database replica streaming without password", goodDatabase, `spec: {replica: {source: {host: src.example.com, caSecretRef: {name: ca}, storage: {s3: {endpoint: e, bucket: b, prefix: p, credentialsSecretRef: {name: s}}}, seriesKeySecretRef: {name: k}}}}`, []string{"spec.replica.source", "replicationPasswordSecretRef"}},
 		{"database fenced instance of a bad name", goodDatabase, `spec: {fencedInstances: ["Orders_1"]}`, []string{"spec.fencedInstances[0]", "should match"}},
+		{"database promotion token while following", goodDatabase, `spec: {replica: {promotionToken: t, source: {storage: {s3: {endpoint: e, bucket: bkt, prefix: p, credentialsSecretRef: {name: s}}}, seriesKeySecretRef: {name: k}}}}`, []string{"spec.replica", "a token is for the promotion"}},
 		{"database lease term under its floor", goodDatabase, `spec: {ha: {leaseDurationSeconds: 4}}`, []string{"spec.ha.leaseDurationSeconds", "greater than or equal to 5"}},
 		{"database lease term over its ceiling", goodDatabase, `spec: {ha: {leaseDurationSeconds: 61}}`, []string{"spec.ha.leaseDurationSeconds", "less than or equal to 60"}},
 		{"database failover delay over its ceiling", goodDatabase, `spec: {ha: {failoverDelaySeconds: 301}}`, []string{"spec.ha.failoverDelaySeconds", "less than or equal to 300"}},
@@ -286,7 +287,7 @@ func TestBadUpdatesAreRefusedNamingTheField(t *testing.T) {
 		{"database bootstrap swapped for a restore", goodDatabase, `spec: {bootstrap: {initdb: null, fromBackup: {backupRef: {name: b}}}}`, []string{"spec.bootstrap", "bootstrap is immutable"}},
 		{"database version downgrade", goodDatabase, `spec: {version: "15"}`, []string{"spec.version", "must not go down"}},
 		{"backup method changed", goodBackup, `spec: {method: Physical}`, []string{"spec", "method cannot change"}},
-		{"database made a replica", goodDatabase, `spec: {replica: {source: {storage: {s3: {endpoint: e, bucket: b, prefix: p, credentialsSecretRef: {name: s}}}, seriesKeySecretRef: {name: k}}}}`, []string{"spec.replica", "only be set when the Database is created"}},
+		{"database demoted and promoted at once", goodDatabase, `spec: {replica: {enabled: false, source: {storage: {s3: {endpoint: e, bucket: bkt, prefix: p, credentialsSecretRef: {name: s}}}, seriesKeySecretRef: {name: k}}}}`, []string{"spec.replica", "demotes it, so enabled must be true"}},
 	}
 	for i, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

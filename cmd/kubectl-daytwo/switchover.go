@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
@@ -8,6 +9,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
+	"github.com/daytwo-dev/daytwo/internal/instanceapi"
 )
 
 // requestSwitchover writes the switchover annotations: the operator, and
@@ -65,21 +67,29 @@ func switchoverCmd(e *env) *cobra.Command {
 }
 
 func promoteCmd(e *env) *cobra.Command {
-	return &cobra.Command{
-		Use:   "promote DATABASE [INSTANCE]",
-		Short: "Make INSTANCE the primary (a switchover to it); without one, promote a replica Database (spec.replica.enabled: false)",
-		Args:  cobra.RangeArgs(1, 2),
+	var token string
+	cmd := &cobra.Command{
+		Use: "promote DATABASE [INSTANCE]",
+		Short: "Make INSTANCE the primary (a switchover to it); without one, promote a replica Database (spec.replica.enabled: false), " +
+			"with --token for a planned switch",
+		Args: cobra.RangeArgs(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 2 {
+				if token != "" {
+					return errors.New("--token promotes a replica Database: name no instance")
+				}
 				return requestSwitchover(cmd, e, args[0], args[1])
 			}
-			return promoteReplica(cmd, e, args[0])
+			return promoteReplica(cmd, e, args[0], token)
 		},
 	}
+	cmd.Flags().StringVar(&token, "token", "", "The demoted source's status.replica.demotionToken: a planned switch that loses nothing")
+	return cmd
 }
 
-// promoteReplica declares a replica Database's promotion.
-func promoteReplica(cmd *cobra.Command, e *env, name string) error {
+// promoteReplica declares a replica Database's promotion, with the
+// demoted source's token for a planned switch.
+func promoteReplica(cmd *cobra.Command, e *env, name, token string) error {
 	db, err := e.database(cmd.Context(), name)
 	if err != nil {
 		return err
@@ -90,12 +100,22 @@ func promoteReplica(cmd *cobra.Command, e *env, name string) error {
 	case !db.Spec.Replica.Enabled:
 		return fmt.Errorf("database %s is promoted already", name)
 	}
+	if token != "" {
+		if _, err := instanceapi.ParseDemotionToken(token); err != nil {
+			return fmt.Errorf("--token: %w", err)
+		}
+	}
 	patch := client.MergeFrom(db.DeepCopy())
-	db.Spec.Replica.Enabled = false
+	db.Spec.Replica.Enabled, db.Spec.Replica.PromotionToken = false, token
 	if err := e.c.Patch(cmd.Context(), db, patch); err != nil {
 		return err
 	}
+	if token != "" {
+		fmt.Fprintf(cmd.OutOrStdout(), "Database %s is promoted once an instance has replayed up to the demoted source's token; "+
+			"the source serves no more. To go back, demote %s the same way\n", name, name)
+		return nil
+	}
 	fmt.Fprintf(cmd.OutOrStdout(), "Database %s is promoted: its most advanced instance claims the source's WAL archive (promotion: %s) "+
-		"and serves writes; the source stops serving once it sees the claim. This cannot be undone\n", name, db.Spec.Replica.Promotion)
+		"and serves writes; the source stops serving once it sees the claim\n", name, db.Spec.Replica.Promotion)
 	return nil
 }

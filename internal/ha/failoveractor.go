@@ -105,6 +105,8 @@ func (a *Actor) Failover(ctx context.Context, db *v1alpha1.Database, v *View) (r
 	// released the lease stopped serving, so promises made to it do not
 	// hold the promotion up.
 	delete(l.Annotations, instanceapi.AnnotationVouchers)
+	// A demoted Database's token said where its last primary stopped.
+	delete(l.Annotations, instanceapi.AnnotationDemotionToken)
 	delete(l.Annotations, instanceapi.AnnotationReleasedBy)
 	if v.Lease.Spec.RenewTime == nil && l.Annotations != nil {
 		l.Annotations[instanceapi.AnnotationReleasedBy] = st.Holder

@@ -44,7 +44,7 @@ type Lease interface {
 	Release(ctx context.Context, pod, lsn string) error
 	// HandOver names to the holder, renewed now, if from holds the lease:
 	// a switchover (asked at request), after from shut down cleanly at lsn.
-	HandOver(ctx context.Context, from, to, lsn, request string) error
+	HandOver(ctx context.Context, from, to, lsn, request, token string) error
 	// View reads the lease once: its holder, a handover's WAL, its last renewal.
 	View(ctx context.Context) (LeaseView, error)
 }
@@ -303,7 +303,7 @@ func (k *KubeLease) Release(ctx context.Context, pod, lsn string) error {
 
 // HandOver implements Lease. Like Renew, it cannot overwrite a change made
 // in between.
-func (k *KubeLease) HandOver(ctx context.Context, from, to, lsn, request string) error {
+func (k *KubeLease) HandOver(ctx context.Context, from, to, lsn, request, token string) error {
 	l, err := k.get(ctx)
 	if err != nil {
 		return err
@@ -321,6 +321,14 @@ func (k *KubeLease) HandOver(ctx context.Context, from, to, lsn, request string)
 	l.Annotations[instanceapi.AnnotationHandoverLSN] = lsn
 	// The vouchers were the old holder's; the new one records its own.
 	delete(l.Annotations, instanceapi.AnnotationVouchers)
+	// A demotion (token set) records where this primary stopped, in the
+	// same write as the handover, and forgets how the Database was last
+	// promoted: its next promotion claims, or consumes a token, anew.
+	delete(l.Annotations, instanceapi.AnnotationDemotionToken)
+	if token != "" {
+		l.Annotations[instanceapi.AnnotationDemotionToken] = token
+		delete(l.Annotations, instanceapi.AnnotationSourceClaim)
+	}
 	delete(l.Annotations, instanceapi.AnnotationReleasedBy)
 	if request != "" {
 		l.Annotations[instanceapi.AnnotationSwitchoverRequest] = request

@@ -106,6 +106,13 @@ func (m *Manager) rejoin(ctx context.Context) error {
 	if _, err := os.Stat(filepath.Join(m.cfg.PGData, "standby.signal")); err == nil && !m.marked(rewindMark) {
 		return nil
 	}
+	if following(m.holderName()) {
+		// A demoted primary: it stopped cleanly where the source took
+		// over (the demotion token), so its data continues onto the
+		// source's timeline from its archive, and there is no server to
+		// rewind against.
+		return nil
+	}
 	if err := m.cfg.writePassFile(); err != nil {
 		return err
 	}

@@ -91,8 +91,9 @@ func (m *Manager) ready(ctx context.Context, s instanceapi.Status) bool {
 		return s.FencedOnRequest // not once the fence is lifted
 	}
 	// A replica Database's instance follows its source's archive, which
-	// is not streaming: it is ready once it runs.
-	replaying := s.Streaming || m.streamJustLost() || s.Source != nil
+	// is not streaming: it is ready once it runs (a demoted one too,
+	// before its restart gives it the source).
+	replaying := s.Streaming || m.streamJustLost() || s.Source != nil || following(m.holderName())
 	if s.Phase != instanceapi.PhaseRunning || (s.Role == instanceapi.RoleReplica && !replaying) ||
 		(s.Role == instanceapi.RolePrimary && !m.leaseFresh()) {
 		return false

@@ -71,7 +71,7 @@ func (m *Manager) openSource() error {
 		// Kept short: postgres retries a missing file itself, and a
 		// standby that also streams must not stall on storage.
 		wal: &wal.Restorer{Storage: st, Prefix: s.Prefix, Keys: keys, Dir: filepath.Clean(m.cfg.PGData) + ".source-wal",
-			Ahead: 4, Retry: time.Second}}
+			Ahead: 4, Retry: time.Second, Demoted: true}}
 	return nil
 }
 
@@ -181,6 +181,9 @@ func (m *Manager) claimSource(ctx context.Context, v LeaseView) error {
 	if m.source == nil || v.SourceClaim == instanceapi.SourceClaimWaived {
 		return nil
 	}
+	if enc, ok := strings.CutPrefix(v.SourceClaim, instanceapi.SourceClaimToken); ok {
+		return m.consumeToken(ctx, enc)
+	}
 	at, err := claimedAt(v.SourceClaim)
 	if err != nil {
 		if at, err = m.writeClaim(ctx); err != nil {
@@ -214,8 +217,14 @@ func (m *Manager) writeClaim(ctx context.Context) (time.Time, error) {
 		Pod: m.cfg.Pod, Time: time.Now().UTC()}
 	if err := wal.ClaimPromotion(cctx, m.source.storage, m.source.prefix, c); err != nil {
 		if errors.Is(err, wal.ErrPromotedElsewhere) {
+			have, _ := wal.PromotionOf(cctx, m.source.storage, m.source.prefix)
+			if have != nil && strings.HasPrefix(have.DatabaseUID, instanceapi.DemotedClaimUID("")) {
+				// A planned switch: its token promotes this Database.
+				return time.Time{}, fmt.Errorf("the source %s was demoted: promote this Database with the source's "+
+					"status.replica.demotionToken as spec.replica.promotionToken (or with spec.replica.promotion: Unclaimed)", have.Database)
+			}
 			// For good: this Database is never promoted from this source.
-			if have, _ := wal.PromotionOf(cctx, m.source.storage, m.source.prefix); have != nil {
+			if have != nil {
 				m.superseded(claimText(*have))
 			}
 		}
@@ -229,4 +238,34 @@ func (m *Manager) writeClaim(ctx context.Context) (time.Time, error) {
 		}
 	}
 	return c.Time, nil
+}
+
+// consumeToken, before a promotion with spec.replica.promotionToken,
+// checks that this instance has replayed up to the token (or is on a
+// later timeline, as after a failover once promoted), and consumes the
+// token in the source's archive: written only if absent, so one Database
+// is promoted by it, once. It makes no claim and does not wait: the
+// demoted source serves no more.
+func (m *Manager) consumeToken(ctx context.Context, enc string) error {
+	tok, err := instanceapi.ParseDemotionToken(enc)
+	if err != nil {
+		return err
+	}
+	want, ok := postgres.ParseLSN(tok.LSN)
+	if !ok {
+		return fmt.Errorf("the promotion token's LSN %q is not an LSN", tok.LSN)
+	}
+	s := m.Status()
+	at, _ := postgres.ParseLSN(s.LSN)
+	if s.Timeline < tok.Timeline || s.Timeline == tok.Timeline && at < want {
+		return fmt.Errorf("this instance replayed up to %s on timeline %d, short of the promotion token's %s on timeline %d",
+			s.LSN, s.Timeline, tok.LSN, tok.Timeline)
+	}
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	c := instanceapi.PromotionClaim{Database: m.cfg.Namespace + "/" + m.cfg.Cluster, DatabaseUID: m.cfg.DatabaseUID, Pod: m.cfg.Pod, Time: time.Now().UTC()}
+	if err := wal.ClaimKey(cctx, m.source.storage, m.source.prefix, tok.DemotionKey(), c); err != nil {
+		return fmt.Errorf("failed to consume the promotion token in the source's WAL archive: %w", err)
+	}
+	return nil
 }

@@ -71,7 +71,9 @@ func (m *Manager) watchPromotions(ctx context.Context, st backup.Storage, prefix
 			logged = time.Now()
 			m.log.Info("Could not read the WAL archive's promotion claim; a replica promoted meanwhile is not seen", "reason", err.Error())
 		}
-		if err == nil && c != nil && c.DatabaseUID != m.cfg.DatabaseUID {
+		// Its own claim, or the one it made as it was demoted, supersedes
+		// nothing.
+		if err == nil && c != nil && c.DatabaseUID != m.cfg.DatabaseUID && c.DatabaseUID != instanceapi.DemotedClaimUID(m.cfg.DatabaseUID) {
 			m.superseded(claimText(*c))
 		}
 	}

@@ -75,9 +75,17 @@ func (m *Manager) switchOver(d demoteRequest, stop func() error) error {
 		return err
 	}
 	lsn, err := m.shutdownCheckpoint()
+	token := ""
+	if err == nil && demoting(d.to) {
+		// Bounded: the operator's call waits for the answer. Failed, the
+		// instance starts again as the primary and the operator asks again.
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		token, err = m.shipLastWAL(ctx)
+		cancel()
+	}
 	if err == nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		err = m.lease.HandOver(ctx, m.cfg.Pod, d.to, lsn, d.request)
+		err = m.lease.HandOver(ctx, m.cfg.Pod, d.to, lsn, d.request, token)
 		cancel()
 	}
 	if err != nil {
@@ -86,8 +94,11 @@ func (m *Manager) switchOver(d demoteRequest, stop func() error) error {
 		return fmt.Errorf("%w: the handover to %s failed: %v", errSwitchedOver, d.to, err) //nolint:errorlint // errSwitchedOver alone decides what the caller does
 	}
 	m.log.Info("Handed the primary lease over", "to", d.to, "lsn", lsn)
-	// Before the answer: the operator promotes the new primary next.
-	m.forwardTo(d.to)
+	// Before the answer: the operator promotes the new primary next. A
+	// demoted Database has none here to forward to.
+	if !demoting(d.to) {
+		m.forwardTo(d.to)
+	}
 	d.done <- demoteResult{lsn: lsn}
 	return fmt.Errorf("%w to %s at %s", errSwitchedOver, d.to, lsn)
 }

@@ -233,6 +233,10 @@ const (
 	// time (RFC 3339); SourceClaimWaived is the operator's value.
 	SourceClaimed     = "claimed@"
 	SourceClaimWaived = "waived"
+	// SourceClaimToken prefixes the operator's value for a promotion with
+	// spec.replica.promotionToken: the token, encoded. The promoted
+	// instance consumes it in the source's archive instead of claiming it.
+	SourceClaimToken = "token:"
 )
 
 // Serving through a control-plane outage. A holder that cannot renew its

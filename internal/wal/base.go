@@ -656,10 +656,24 @@ func PruneArchive(ctx context.Context, st backup.Storage, prefix string, drop []
 	if err != nil {
 		return bases, segments, fmt.Errorf("failed to list the WAL archive: %w", err)
 	}
+	// The first segment of the newest timeline after the first stays: it
+	// holds the switchpoint, where a Database demoted in favour of this
+	// one (a planned switch) continues onto this timeline, though the
+	// first base backup on it starts later.
+	first := ""
+	for _, k := range keys {
+		seg, _, _ := strings.Cut(strings.TrimSuffix(path.Base(k), suffix), ".")
+		if segmentName.MatchString(seg) && (first == "" || seg[:8] > first[:8] || seg[:8] == first[:8] && seg < first) {
+			first = seg
+		}
+	}
+	if first != "" && first[:8] == "00000001" {
+		first = ""
+	}
 	for _, k := range keys {
 		name := strings.TrimSuffix(path.Base(k), suffix)
 		seg, _, _ := strings.Cut(name, ".")
-		if !segmentName.MatchString(seg) || seg[8:] >= oldest {
+		if !segmentName.MatchString(seg) || seg[8:] >= oldest || (seg == first && name == seg) {
 			continue
 		}
 		if err := st.Delete(ctx, k); err != nil {

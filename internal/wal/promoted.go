@@ -23,6 +23,12 @@ func promotedKey(prefix string) string { return prefix + instanceapi.PromotedKey
 // once, one wins; the other, and any later one, gets ErrPromotedElsewhere.
 // A claim by c's Database already is success: a promotion tried again.
 func ClaimPromotion(ctx context.Context, st backup.Storage, prefix string, c instanceapi.PromotionClaim) error {
+	return ClaimKey(ctx, st, prefix, instanceapi.PromotedKey, c)
+}
+
+// ClaimKey is ClaimPromotion for the record key under prefix (a demotion
+// token's: instanceapi.DemotionToken.DemotionKey).
+func ClaimKey(ctx context.Context, st backup.Storage, prefix, key string, c instanceapi.PromotionClaim) error {
 	if c.DatabaseUID == "" {
 		return errors.New("a promotion claim needs the Database's UID")
 	}
@@ -32,11 +38,11 @@ func ClaimPromotion(ctx context.Context, st backup.Storage, prefix string, c ins
 	}
 	// A claim found and gone before it was read (deleted by hand): try again.
 	for range 3 {
-		err = st.Create(ctx, promotedKey(prefix), b)
+		err = st.Create(ctx, prefix+key, b)
 		if !errors.Is(err, backup.ErrExists) {
 			return err
 		}
-		have, err := PromotionOf(ctx, st, prefix)
+		have, err := claimOf(ctx, st, prefix+key)
 		switch {
 		case err != nil:
 			return err
@@ -48,21 +54,26 @@ func ClaimPromotion(ctx context.Context, st backup.Storage, prefix string, c ins
 			return fmt.Errorf("%w: %s claimed it at %s", ErrPromotedElsewhere, have.Database, have.Time.UTC().Format(time.RFC3339))
 		}
 	}
-	return fmt.Errorf("the claim at %s came and went three times", promotedKey(prefix))
+	return fmt.Errorf("the claim at %s came and went three times", prefix+key)
 }
 
 // PromotionOf reads the claim under prefix: nil when there is none.
 func PromotionOf(ctx context.Context, st backup.Storage, prefix string) (*instanceapi.PromotionClaim, error) {
-	data, err := fetchPlain(ctx, st, promotedKey(prefix))
+	return claimOf(ctx, st, promotedKey(prefix))
+}
+
+// claimOf reads the claim at key: nil when there is none.
+func claimOf(ctx context.Context, st backup.Storage, key string) (*instanceapi.PromotionClaim, error) {
+	data, err := fetchPlain(ctx, st, key)
 	if errors.Is(err, backup.ErrNotFound) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("failed to read %s: %w", promotedKey(prefix), err)
+		return nil, fmt.Errorf("failed to read %s: %w", key, err)
 	}
 	var c instanceapi.PromotionClaim
 	if err := json.Unmarshal(data, &c); err != nil {
-		return nil, fmt.Errorf("%s is not valid: %w", promotedKey(prefix), err)
+		return nil, fmt.Errorf("%s is not valid: %w", key, err)
 	}
 	return &c, nil
 }

@@ -36,6 +36,11 @@ type Restorer struct {
 	// before Restore gives up (a minute when 0). A file the archive does
 	// not hold is answered at once with ErrNotArchived.
 	Retry time.Duration
+	// Demoted answers a segment the archive does not hold with its
+	// <segment>.demoted when it has one: the last WAL a demoted primary
+	// shipped (a planned switch), which a replica of it must replay.
+	// PostgreSQL's own <segment>.partial files are never handed out.
+	Demoted bool
 
 	mu    sync.Mutex
 	jobs  map[string]*fetchJob
@@ -196,6 +201,9 @@ func (r *Restorer) fetchRetrying(ctx context.Context, name string) error {
 	backoff := 200 * time.Millisecond
 	for {
 		err := Fetch(ctx, r.Storage, r.Prefix, name, filepath.Join(r.Dir, name), r.Keys)
+		if errors.Is(err, ErrNotArchived) && r.Demoted && segmentName.MatchString(name) {
+			err = Fetch(ctx, r.Storage, r.Prefix, name+".demoted", filepath.Join(r.Dir, name), r.Keys)
+		}
 		if err == nil || errors.Is(err, ErrNotArchived) || time.Now().After(deadline) {
 			return err
 		}

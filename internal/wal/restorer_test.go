@@ -87,6 +87,53 @@ func TestRestorerFetchesAhead(t *testing.T) {
 	}
 }
 
+// A demoted primary's last segment is archived as <segment>.demoted: a
+// Restorer with Demoted hands it over in the segment's place, and one
+// without does not, nor PostgreSQL's own <segment>.partial; a complete
+// segment archived later wins.
+func TestRestorerFallsBackToADemotedSegment(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st := backup.NewDir(t.TempDir())
+	src := t.TempDir()
+	const seg = "000000010000000000000005"
+	push := func(name string, content []byte) {
+		p := filepath.Join(src, name)
+		if err := os.WriteFile(p, content, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := wal.Push(ctx, st, "p/", p, backup.Keys{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	partial := bytes.Repeat([]byte("partial"), 100)
+	push(seg+".demoted", partial)
+	push("000000010000000000000006.partial", partial)
+	dest := filepath.Join(t.TempDir(), "RECOVERYXLOG")
+	without := &wal.Restorer{Storage: st, Prefix: "p/", Dir: filepath.Join(t.TempDir(), "a")}
+	if err := without.Restore(ctx, seg, dest); !errors.Is(err, wal.ErrNotArchived) {
+		t.Fatalf("without Demoted: %v, want ErrNotArchived", err)
+	}
+	with := &wal.Restorer{Storage: st, Prefix: "p/", Dir: filepath.Join(t.TempDir(), "b"), Demoted: true}
+	if err := with.Restore(ctx, "000000010000000000000006", dest); !errors.Is(err, wal.ErrNotArchived) {
+		t.Fatalf("PostgreSQL's own partial segment: %v, want ErrNotArchived", err)
+	}
+	if err := with.Restore(ctx, seg, dest); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := os.ReadFile(dest); !bytes.Equal(got, partial) {
+		t.Fatal("the partial segment restored with the wrong content")
+	}
+	whole := bytes.Repeat([]byte("whole"), 100)
+	push(seg, whole)
+	if err := with.Restore(ctx, seg, dest); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := os.ReadFile(dest); !bytes.Equal(got, whole) {
+		t.Fatal("the partial segment restored though the whole one is archived")
+	}
+}
+
 func TestNextSegment(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
@@ -161,7 +208,8 @@ func TestChooseBase(t *testing.T) {
 // Retention deletes the dropped base backups only (another series' stay)
 // and the WAL before the oldest base backup left, keeping every file a
 // remaining one needs (segments from its first on, of every timeline, and
-// all history files).
+// all history files), and the first segment of the newest timeline, where
+// a demoted Database continues onto it.
 func TestPruneArchiveKeepsWhatKeptBasesNeed(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -182,7 +230,8 @@ func TestPruneArchiveKeepsWhatKeptBasesNeed(t *testing.T) {
 	base("old", "000000010000000000000002", now.Add(-2*time.Hour))
 	base("new", "000000010000000000000005", now.Add(-time.Hour))
 	for _, name := range []string{"000000010000000000000002", "000000010000000000000003", "000000010000000000000003.00000028.backup",
-		"000000010000000000000004", "000000010000000000000005", "000000010000000000000006", "00000002.history", "000000020000000000000006"} {
+		"000000010000000000000004", "000000010000000000000005", "000000010000000000000006", "00000002.history", "000000020000000000000004",
+		"000000020000000000000006"} {
 		put(wal.Key("p/", name), name)
 	}
 	base("other-series", "000000010000000000000006", now.Add(-30*time.Minute))
@@ -194,7 +243,7 @@ func TestPruneArchiveKeepsWhatKeptBasesNeed(t *testing.T) {
 	if len(left) != 2 || left[0].ID != "new" || left[1].ID != "other-series" {
 		t.Fatalf("bases left: %+v", left)
 	}
-	for _, name := range []string{"000000010000000000000005", "000000010000000000000006", "00000002.history", "000000020000000000000006"} {
+	for _, name := range []string{"000000010000000000000005", "000000010000000000000006", "00000002.history", "000000020000000000000004", "000000020000000000000006"} {
 		if _, err := st.Size(ctx, wal.Key("p/", name)); err != nil {
 			t.Errorf("%s was pruned: %v", name, err)
 		}

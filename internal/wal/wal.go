@@ -35,7 +35,7 @@ var (
 	segmentName = regexp.MustCompile(`^[0-9A-F]{24}$`)
 	// otherName is a timeline history file, or a base backup's label
 	// (segment.offset.backup), or a partial segment left by a promotion.
-	otherName = regexp.MustCompile(`^([0-9A-F]{8}\.history|[0-9A-F]{24}\.[0-9A-F]{8}\.backup|[0-9A-F]{24}\.partial)$`)
+	otherName = regexp.MustCompile(`^([0-9A-F]{8}\.history|[0-9A-F]{24}\.[0-9A-F]{8}\.backup|[0-9A-F]{24}\.partial|[0-9A-F]{24}\.demoted)$`)
 )
 
 // ValidName says whether name is a file PostgreSQL archives.

@@ -228,3 +228,90 @@ func copySecret(t *testing.T, fromNS, from, toNS, to string, keys []string) {
 	}
 	secret(t, toNS, to, data)
 }
+
+// A planned switch between regions loses nothing: region A's Database
+// takes writes while region B's follows its archive alone; A is demoted
+// (spec.replica set on it, B as its source) while an application writes
+// to it, and B is promoted with A's demotion token. Every write A
+// acknowledged is on B, though B never streamed: A shipped the segment
+// holding its shutdown checkpoint. A then follows B.
+func TestPlannedSwitchBetweenRegionsLosesNothing(t *testing.T) {
+	t.Parallel()
+	requireRealNode(t)
+	regionA, regionB := restrictedNamespace(t), restrictedNamespace(t)
+	cluster.ReserveCPU(t, regionA, 200)
+	cluster.ReserveCPU(t, regionB, 200)
+	minioInCluster(t, regionA)
+	endpoint := fmt.Sprintf("minio.%s.svc.cluster.local:9000", regionA)
+	storage := func(prefix string) v1alpha1.BackupStorage {
+		return v1alpha1.BackupStorage{S3: &v1alpha1.S3Storage{Endpoint: endpoint, Bucket: "wal", Insecure: true, Prefix: prefix,
+			CredentialsSecretRef: &v1alpha1.S3CredentialsSecretRef{Name: "s3"}}}
+	}
+	backup := func(db *v1alpha1.Database) {
+		db.Spec.Backup = &v1alpha1.DatabaseBackupPolicy{Storage: storage("")}
+	}
+	createDatabase(t, regionA, "orders", backup)
+	waitDatabase(t, regionA, "orders", 4*time.Minute, "archiving WAL", func(db *v1alpha1.Database) bool {
+		return meta.IsStatusConditionTrue(db.Status.Conditions, v1alpha1.ConditionContinuousArchiving) && isReady(1, "")(db)
+	})
+	waitBackup(t, regionA, "orders-backup", 4*time.Minute, "a base backup", func(b *v1alpha1.DatabaseBackup) bool { return len(b.Status.Backups) == 1 })
+	copySecret(t, regionA, "s3", regionB, "s3", nil)
+	copySecret(t, regionA, "orders-backup-series-key", regionB, "orders-series-key", nil)
+	createDatabase(t, regionB, "orders", func(db *v1alpha1.Database) {
+		backup(db)
+		db.Spec.Replica = &v1alpha1.DatabaseReplica{Enabled: true, Source: v1alpha1.ReplicaSource{Storage: storage(regionA + "/orders-backup"),
+			SeriesKeySecretRef: v1alpha1.SecretKeyRef{Name: "orders-series-key"}}}
+	})
+	waitDatabase(t, regionB, "orders", 4*time.Minute, "following A's archive", func(db *v1alpha1.Database) bool {
+		return db.Status.Phase == v1alpha1.DatabasePhaseReplica && db.Status.ReadyInstances == 1 && db.Status.Replica != nil && db.Status.Replica.PromotableLSN != ""
+	})
+	// What A needs to follow B once B is promoted.
+	framework.Eventually(t, 2*time.Minute, "B's series key", func(ctx context.Context) (bool, error) {
+		err := cluster.Client.Get(ctx, client.ObjectKey{Namespace: regionB, Name: "orders-backup-series-key"}, &corev1.Secret{})
+		return err == nil, nil
+	})
+	copySecret(t, regionB, "orders-backup-series-key", regionA, "orders-b-series-key", nil)
+
+	psqlPod(t, regionA, "psql", "orders")
+	writer := cluster.StartWriter(t, regionA, "psql", "client", "host=orders-rw."+regionA+".svc.cluster.local user=app dbname=app connect_timeout=2", "acks")
+	framework.Eventually(t, time.Minute, "writes acknowledged", func(context.Context) (bool, error) {
+		return len(replicaIDs(t, regionA, "orders-0")) > 50, nil
+	})
+
+	// The switch: A demoted under its writer, then B promoted with A's token.
+	switched := time.Now()
+	updateDatabase(t, regionA, "orders", func(db *v1alpha1.Database) {
+		db.Spec.Replica = &v1alpha1.DatabaseReplica{Enabled: true, Source: v1alpha1.ReplicaSource{Storage: storage(regionB + "/orders-backup"),
+			SeriesKeySecretRef: v1alpha1.SecretKeyRef{Name: "orders-b-series-key"}}}
+	})
+	a := waitDatabase(t, regionA, "orders", 2*time.Minute, "demoted, with a token", func(db *v1alpha1.Database) bool {
+		return db.Status.Replica != nil && db.Status.Replica.DemotionToken != ""
+	})
+	token := a.Status.Replica.DemotionToken
+	writes := writer.Stop(t)
+	t.Logf("A demoted in %s; token %s; %d writes acknowledged by A", time.Since(switched).Round(100*time.Millisecond), token, len(writes.Acked))
+	t.Log(plugin(t, regionB, "promote", "orders", "--token", token))
+	b := waitDatabase(t, regionB, "orders", 3*time.Minute, "promoted", isReady(1, ""))
+	t.Logf("planned switch: B serving %s after A's demotion was asked", time.Since(switched).Round(100*time.Millisecond))
+	if missing := writes.Lost(settledIDs(t, regionB, b.Status.Primary)); len(missing) > 0 {
+		t.Fatalf("B lacks %d of A's %d acknowledged writes: %v", len(missing), len(writes.Acked), missing[:min(10, len(missing))])
+	}
+	t.Logf("B holds all %d writes A acknowledged", len(writes.Acked))
+
+	// A follows B: a write on B reaches A's instance once B archives it.
+	psqlPod(t, regionB, "psql", "orders")
+	sql(t, regionB, "psql", "orders-rw", "INSERT INTO acks VALUES (-1)")
+	cluster.ExecOK(t, regionB, b.Status.Primary, "postgres", "psql", "-h", instanceapi.RunDir, "-p", strconv.Itoa(instanceapi.PostgresPort),
+		"-U", "postgres", "-qtAc", "SELECT pg_switch_wal()")
+	framework.Eventually(t, 3*time.Minute, "A replaying B's write", func(context.Context) (bool, error) {
+		return slices.Contains(replicaIDs(t, regionA, "orders-0"), -1), nil
+	})
+	if err := execWrite(regionA, "orders-0"); err == nil {
+		t.Fatal("the demoted Database took a write")
+	}
+	a = waitDatabase(t, regionA, "orders", time.Minute, "following B", func(db *v1alpha1.Database) bool {
+		c := meta.FindStatusCondition(db.Status.Conditions, v1alpha1.ConditionReady)
+		return c != nil && c.Reason == v1alpha1.ReasonFollowingSource && db.Status.Phase == v1alpha1.DatabasePhaseReplica
+	})
+	t.Logf("A: %s", meta.FindStatusCondition(a.Status.Conditions, v1alpha1.ConditionReady).Message)
+}

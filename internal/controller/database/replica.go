@@ -136,6 +136,7 @@ func replicaStatus(db *v1alpha1.Database, obs *observation) *v1alpha1.ReplicaSta
 	if obs.plan.replica != nil {
 		out.Source = obs.plan.replica.location
 	}
+	out.DemotionToken = demotionToken(db, obs)
 	if !following(db) {
 		// Failover promoted it, from the source outside.
 		if f := db.Status.LastFailover; out.PromotedTime == nil && f != nil && f.From == instanceapi.ExternalHolder && f.PromotedTime != nil {
@@ -193,8 +194,11 @@ func firstHolder(db *v1alpha1.Database) string {
 
 // promotingMessage says where a replica Database's promotion stands
 // before an instance serves: failover picks the instance.
-func promotingMessage(obs *observation) string {
+func promotingMessage(db *v1alpha1.Database, obs *observation) string {
 	msg := "spec.replica.enabled is false: the most advanced instance is promoted, once it claimed the source's WAL archive"
+	if held := promotionHeld(db, obs); held != "" {
+		return "spec.replica.enabled is false: " + held
+	}
 	if obs.FailoverWaiting != "" {
 		msg += "; waiting: " + obs.FailoverWaiting
 	}
@@ -213,12 +217,12 @@ func supersededBy(obs *observation) string {
 }
 
 // waiveClaim records on the primary Lease that a promotion of db makes no
-// claim on its source's archive (spec.replica.promotion: Unclaimed), once
-// it is declared, before an instance is promoted; a claim made already
-// stands.
+// claim on its source's archive (spec.replica.promotion: Unclaimed), or
+// consumes its promotion token instead, once it is declared, before an
+// instance is promoted; a claim made already stands.
 func (r *Reconciler) waiveClaim(ctx context.Context, db *v1alpha1.Database, obs *observation) error {
 	l := obs.Lease
-	if db.Spec.Replica == nil || following(db) || db.Spec.Replica.Promotion != v1alpha1.ReplicaPromotionUnclaimed || l == nil ||
+	if db.Spec.Replica == nil || following(db) || (db.Spec.Replica.Promotion != v1alpha1.ReplicaPromotionUnclaimed && db.Spec.Replica.PromotionToken == "") || l == nil ||
 		l.Annotations[instanceapi.AnnotationSourceClaim] != "" {
 		return nil
 	}
@@ -227,6 +231,10 @@ func (r *Reconciler) waiveClaim(ctx context.Context, db *v1alpha1.Database, obs 
 		l.Annotations = map[string]string{}
 	}
 	l.Annotations[instanceapi.AnnotationSourceClaim] = instanceapi.SourceClaimWaived
+	if tok := db.Spec.Replica.PromotionToken; tok != "" {
+		// Consumed, not claimed: see instance.Manager.consumeToken.
+		l.Annotations[instanceapi.AnnotationSourceClaim] = instanceapi.SourceClaimToken + tok
+	}
 	// With the resourceVersion read: a move or a renewal in between wins,
 	// and the next reconcile tries again.
 	if err := r.Client.Update(ctx, l); err != nil {

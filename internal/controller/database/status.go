@@ -160,7 +160,7 @@ func setStatus(db *v1alpha1.Database, obs *observation) {
 			"or from the source it follows: no instance of this Database serves as primary again. Delete it; to follow the new primary, "+
 			"create a replica Database of it")
 	case obs.Primary == instanceapi.ExternalHolder:
-		set(v1alpha1.ConditionReady, false, v1alpha1.ReasonPromoting, promotingMessage(obs))
+		set(v1alpha1.ConditionReady, false, v1alpha1.ReasonPromoting, promotingMessage(db, obs))
 	case obs.FailoverWaiting != "":
 		set(v1alpha1.ConditionReady, false, v1alpha1.ReasonFailingOver, obs.FailoverWaiting)
 	case obs.ServingOnPromises != "":

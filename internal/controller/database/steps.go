@@ -65,6 +65,7 @@ func (r *Reconciler) steps() []step {
 		{"observe", just(r.observe)},
 		{"image", just(r.chooseImage)},
 		{"fencing on request", just(r.fencePhase)},
+		{"demotion", r.demotePhase},
 		{"WAL archive status", just(func(ctx context.Context, db *v1alpha1.Database, obs *observation) error {
 			r.archiveEvent(ctx, db, obs.Written, obs)
 			recordArchiveMetrics(db, obs)
@@ -117,10 +118,11 @@ func (r *Reconciler) availabilitySteps() []step {
 // unlessFollowing skips a phase that acts on a primary while the
 // Database follows its source (spec.replica), or was superseded (another
 // Database was promoted from its archive, or from its source): it has
-// none, and none may be promoted.
+// none, and none may be promoted; or its promotion waits to replay up to
+// its promotion token.
 func unlessFollowing(run func(context.Context, *v1alpha1.Database, *observation) (stepResult, error)) func(context.Context, *v1alpha1.Database, *observation) (stepResult, error) {
 	return func(ctx context.Context, db *v1alpha1.Database, obs *observation) (stepResult, error) {
-		if following(db) || supersededBy(obs) != "" {
+		if following(db) || supersededBy(obs) != "" || promotionHeld(db, obs) != "" {
 			return stepResult{}, nil
 		}
 		return run(ctx, db, obs)
