@@ -267,5 +267,16 @@ func (m *Manager) consumeToken(ctx context.Context, enc string) error {
 	if err := wal.ClaimKey(cctx, m.source.storage, m.source.prefix, tok.DemotionKey(), c); err != nil {
 		return fmt.Errorf("failed to consume the promotion token in the source's WAL archive: %w", err)
 	}
+	// Promoted again (a switch back): the claim this Database made on its
+	// own archive as it was demoted goes, so that its own replicas may be
+	// promoted from it by a claim. Best effort: it only refuses those.
+	m.shared.mu.Lock()
+	a := m.shared.archiver
+	m.shared.mu.Unlock()
+	if a != nil {
+		if err := wal.ReleaseDemoted(cctx, a.Storage, a.Prefix, m.cfg.DatabaseUID); err != nil {
+			m.log.Info("Could not remove this Database's demoted claim from its own archive", "reason", err.Error())
+		}
+	}
 	return nil
 }

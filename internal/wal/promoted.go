@@ -77,3 +77,17 @@ func claimOf(ctx context.Context, st backup.Storage, key string) (*instanceapi.P
 	}
 	return &c, nil
 }
+
+// ReleaseDemoted removes, from the archive under prefix, the claim uid's
+// Database made on it as it was demoted (instanceapi.DemotedClaimUID):
+// once that Database is promoted again, a replica of it may claim its
+// archive as of any primary's. Any other claim stays; none is success.
+func ReleaseDemoted(ctx context.Context, st backup.Storage, prefix, uid string) error {
+	have, err := PromotionOf(ctx, st, prefix)
+	if err != nil || have == nil || have.DatabaseUID != instanceapi.DemotedClaimUID(uid) {
+		return err
+	}
+	// Claims are only ever created, never replaced: the one read is
+	// still the one stored.
+	return st.Delete(ctx, promotedKey(prefix))
+}

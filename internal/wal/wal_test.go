@@ -14,6 +14,7 @@ import (
 	"github.com/go-logr/logr/testr"
 
 	"github.com/daytwo-dev/daytwo/internal/backup"
+	"github.com/daytwo-dev/daytwo/internal/instanceapi"
 	"github.com/daytwo-dev/daytwo/internal/testpg"
 	"github.com/daytwo-dev/daytwo/internal/wal"
 )
@@ -335,5 +336,45 @@ func TestSealedWALRefusesWhatTheKeyDidNotSeal(t *testing.T) {
 	}
 	if err := wal.Fetch(ctx, st, "p/", name, dest, backup.Keys{Seal: key}); !errors.Is(err, backup.ErrEncrypted) {
 		t.Fatalf("fetching an encrypted file without its key: %v", err)
+	}
+}
+
+// A demoted Database's claim on its own archive goes when it is promoted
+// again, and only its own: another Database's claim stays. A token is
+// consumed once.
+func TestDemotedClaimIsReleasedAndATokenConsumedOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st := backup.NewDir(t.TempDir())
+	claim := func(uid string) instanceapi.PromotionClaim {
+		return instanceapi.PromotionClaim{Database: "ns/" + uid, DatabaseUID: uid, Time: time.Now()}
+	}
+	if err := wal.ClaimPromotion(ctx, st, "a/", claim(instanceapi.DemotedClaimUID("uid-a"))); err != nil {
+		t.Fatal(err)
+	}
+	if err := wal.ClaimPromotion(ctx, st, "a/", claim("uid-c")); !errors.Is(err, wal.ErrPromotedElsewhere) {
+		t.Fatalf("a replica's claim on a demoted archive: %v, want ErrPromotedElsewhere", err)
+	}
+	if err := wal.ReleaseDemoted(ctx, st, "a/", "uid-other"); err != nil {
+		t.Fatal(err)
+	}
+	if c, _ := wal.PromotionOf(ctx, st, "a/"); c == nil {
+		t.Fatal("another Database's release removed the demoted claim")
+	}
+	if err := wal.ReleaseDemoted(ctx, st, "a/", "uid-a"); err != nil {
+		t.Fatal(err)
+	}
+	if c, err := wal.PromotionOf(ctx, st, "a/"); c != nil || err != nil {
+		t.Fatalf("the demoted claim after its release: %+v, %v", c, err)
+	}
+	tok := instanceapi.DemotionToken{Database: "ns/a", Timeline: 1, LSN: "0/5000028"}
+	if err := wal.ClaimKey(ctx, st, "a/", tok.DemotionKey(), claim("uid-b")); err != nil {
+		t.Fatal(err)
+	}
+	if err := wal.ClaimKey(ctx, st, "a/", tok.DemotionKey(), claim("uid-b")); err != nil {
+		t.Fatalf("the same Database consuming its token again: %v", err)
+	}
+	if err := wal.ClaimKey(ctx, st, "a/", tok.DemotionKey(), claim("uid-c")); !errors.Is(err, wal.ErrPromotedElsewhere) {
+		t.Fatalf("a token consumed twice: %v, want ErrPromotedElsewhere", err)
 	}
 }
