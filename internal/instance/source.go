@@ -241,8 +241,9 @@ func (m *Manager) writeClaim(ctx context.Context) (time.Time, error) {
 }
 
 // consumeToken, before a promotion with spec.replica.promotionToken,
-// checks that this instance has replayed up to the token (or is on a
-// later timeline, as after a failover once promoted), and consumes the
+// checks that this instance has replayed up to the token's LSN (the LSN
+// alone: a standby's reported timeline is its last restartpoint's, which
+// lags the one it replays), and consumes the
 // token in the source's archive: written only if absent, so one Database
 // is promoted by it, once. It makes no claim and does not wait: the
 // demoted source serves no more.
@@ -256,10 +257,8 @@ func (m *Manager) consumeToken(ctx context.Context, enc string) error {
 		return fmt.Errorf("the promotion token's LSN %q is not an LSN", tok.LSN)
 	}
 	s := m.Status()
-	at, _ := postgres.ParseLSN(s.LSN)
-	if s.Timeline < tok.Timeline || s.Timeline == tok.Timeline && at < want {
-		return fmt.Errorf("this instance replayed up to %s on timeline %d, short of the promotion token's %s on timeline %d",
-			s.LSN, s.Timeline, tok.LSN, tok.Timeline)
+	if at, _ := postgres.ParseLSN(s.LSN); at < want {
+		return fmt.Errorf("this instance replayed up to %s, short of the promotion token's %s", s.LSN, tok.LSN)
 	}
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()

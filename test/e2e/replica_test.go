@@ -234,7 +234,9 @@ func copySecret(t *testing.T, fromNS, from, toNS, to string, keys []string) {
 // (spec.replica set on it, B as its source) while an application writes
 // to it, and B is promoted with A's demotion token. Every write A
 // acknowledged is on B, though B never streamed: A shipped the segment
-// holding its shutdown checkpoint. A then follows B.
+// holding its shutdown checkpoint. A then follows B, and the switch back
+// (B demoted under its writer, A promoted with B's token) loses nothing
+// either.
 func TestPlannedSwitchBetweenRegionsLosesNothing(t *testing.T) {
 	t.Parallel()
 	requireRealNode(t)
@@ -314,4 +316,27 @@ func TestPlannedSwitchBetweenRegionsLosesNothing(t *testing.T) {
 		return c != nil && c.Reason == v1alpha1.ReasonFollowingSource && db.Status.Phase == v1alpha1.DatabasePhaseReplica
 	})
 	t.Logf("A: %s", meta.FindStatusCondition(a.Status.Conditions, v1alpha1.ConditionReady).Message)
+
+	// And back: B demoted under its own writer, A promoted with B's token.
+	back := cluster.StartWriter(t, regionB, "psql", "client", "host=orders-rw."+regionB+".svc.cluster.local user=app dbname=app connect_timeout=2", "acks_back")
+	framework.Eventually(t, time.Minute, "writes acknowledged by B", func(context.Context) (bool, error) {
+		return len(replicaIDsOf(t, regionB, b.Status.Primary, "acks_back")) > 20, nil
+	})
+	updateDatabase(t, regionB, "orders", func(db *v1alpha1.Database) { db.Spec.Replica.Enabled, db.Spec.Replica.PromotionToken = true, "" })
+	b = waitDatabase(t, regionB, "orders", 2*time.Minute, "B demoted, with a token", func(db *v1alpha1.Database) bool {
+		return db.Status.Replica != nil && db.Status.Replica.DemotionToken != ""
+	})
+	backWrites := back.Stop(t)
+	t.Log(plugin(t, regionA, "promote", "orders", "--token", b.Status.Replica.DemotionToken))
+	a = waitDatabase(t, regionA, "orders", 3*time.Minute, "A promoted again", isReady(1, ""))
+	framework.Eventually(t, 30*time.Second, "A holding every write B acknowledged", func(context.Context) (bool, error) {
+		return len(backWrites.Lost(replicaIDsOf(t, regionA, a.Status.Primary, "acks_back"))) == 0, nil
+	})
+	t.Logf("switched back: A holds all %d writes B acknowledged", len(backWrites.Acked))
+	sql(t, regionA, "psql", "orders-rw", "INSERT INTO acks VALUES (-5)")
+	cluster.ExecOK(t, regionA, a.Status.Primary, "postgres", "psql", "-h", instanceapi.RunDir, "-p", strconv.Itoa(instanceapi.PostgresPort),
+		"-U", "postgres", "-qtAc", "SELECT pg_switch_wal()")
+	framework.Eventually(t, 3*time.Minute, "B replaying A's write", func(context.Context) (bool, error) {
+		return slices.Contains(replicaIDs(t, regionB, "orders-0"), -5), nil
+	})
 }

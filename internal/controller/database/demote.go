@@ -109,11 +109,15 @@ func promotionHeld(db *v1alpha1.Database, obs *observation) string {
 		if !ok || s.Error != "" {
 			continue
 		}
-		if int(s.Timeline) == tok.Timeline && lsn >= want {
+		// The LSN alone: a standby reports the timeline of its last
+		// restartpoint, which lags the one it replays (one that replayed
+		// a switch of the source's, a round trip's, reports the old
+		// one), and what it follows is the source's history.
+		if lsn >= want {
 			return ""
 		}
 		best = fmt.Sprintf("%s is at %s on timeline %d", s.Name, s.LSN, s.Timeline)
 	}
-	return fmt.Sprintf("the promotion waits until an instance has replayed the demoted %s up to %s on timeline %d (spec.replica.promotionToken); %s",
+	return fmt.Sprintf("the promotion waits until an instance has replayed the demoted %s up to %s (timeline %d; spec.replica.promotionToken); %s",
 		tok.Database, tok.LSN, tok.Timeline, best)
 }

@@ -49,10 +49,12 @@ func TestPromotionWaitsForItsToken(t *testing.T) {
 		obs  *observation
 		want string // a part of the reason; "" for none
 	}{
-		{"behind the token", db(false, tok), obs("0/5000000", 1), "up to 0/5000028 on timeline 1"},
+		{"behind the token", db(false, tok), obs("0/5000000", 1), "up to 0/5000028 (timeline 1"},
 		{"at the token", db(false, tok), obs("0/5000028", 1), ""},
 		{"past it", db(false, tok), obs("0/6000000", 1), ""},
-		{"on another timeline", db(false, tok), obs("0/6000000", 2), "orders-0 is at 0/6000000 on timeline 2"},
+		// A standby reports its last restartpoint's timeline, which lags.
+		{"past it, reporting an earlier timeline", db(false, tok), obs("0/6000000", 0), ""},
+		{"behind it on a later timeline", db(false, tok), obs("0/4000000", 2), "orders-0 is at 0/4000000 on timeline 2"},
 		{"a token that does not parse", db(false, "not-a-token"), obs("0/6000000", 1), "spec.replica.promotionToken: not a demotion token"},
 		{"no token", db(false, ""), obs("0/1000000", 1), ""},
 		{"still following", db(true, tok), obs("0/1000000", 1), ""},
