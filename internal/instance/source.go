@@ -218,7 +218,7 @@ func (m *Manager) writeClaim(ctx context.Context) (time.Time, error) {
 	if err := wal.ClaimPromotion(cctx, m.source.storage, m.source.prefix, c); err != nil {
 		if errors.Is(err, wal.ErrPromotedElsewhere) {
 			have, _ := wal.PromotionOf(cctx, m.source.storage, m.source.prefix)
-			if have != nil && strings.HasPrefix(have.DatabaseUID, instanceapi.DemotedClaimUID("")) {
+			if have != nil && have.Demoted() {
 				// A planned switch: its token promotes this Database.
 				return time.Time{}, fmt.Errorf("the source %s was demoted: promote this Database with the source's "+
 					"status.replica.demotionToken as spec.replica.promotionToken (or with spec.replica.promotion: Unclaimed)", have.Database)
@@ -262,6 +262,17 @@ func (m *Manager) consumeToken(ctx context.Context, enc string) error {
 	}
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
+	// The source must be demoted now: a token kept from an earlier switch
+	// (consumed by this Database then, so its record would let it pass)
+	// must not promote this one while the source serves again.
+	have, err := wal.PromotionOf(cctx, m.source.storage, m.source.prefix)
+	if err != nil {
+		return err
+	}
+	if have == nil || !have.Demoted() {
+		return errors.New("the source's WAL archive says it is not demoted now (it holds no demoted claim): the promotion token is stale; " +
+			"demote the source again for a new token, or promote without one")
+	}
 	c := instanceapi.PromotionClaim{Database: m.cfg.Namespace + "/" + m.cfg.Cluster, DatabaseUID: m.cfg.DatabaseUID, Pod: m.cfg.Pod, Time: time.Now().UTC()}
 	if err := wal.ClaimKey(cctx, m.source.storage, m.source.prefix, tok.DemotionKey(), c); err != nil {
 		return fmt.Errorf("failed to consume the promotion token in the source's WAL archive: %w", err)

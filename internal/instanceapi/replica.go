@@ -76,6 +76,9 @@ func (t DemotionToken) DemotionKey() string {
 // nothing there, and no replica's claim can win over it.
 func DemotedClaimUID(uid string) string { return demotedClaimPrefix + uid }
 
+// Demoted says whether c is a demoted Database's claim on its own archive.
+func (c PromotionClaim) Demoted() bool { return strings.HasPrefix(c.DatabaseUID, demotedClaimPrefix) }
+
 // DemotionToken is where a demoted Database's last primary stopped.
 type DemotionToken struct {
 	// Database is the demoted Database, namespace/name.

@@ -352,6 +352,9 @@ func TestDemotedClaimIsReleasedAndATokenConsumedOnce(t *testing.T) {
 	if err := wal.ClaimPromotion(ctx, st, "a/", claim(instanceapi.DemotedClaimUID("uid-a"))); err != nil {
 		t.Fatal(err)
 	}
+	if c, _ := wal.PromotionOf(ctx, st, "a/"); c == nil || !c.Demoted() || claim("uid-a").Demoted() {
+		t.Fatalf("a demoted claim does not say so: %+v", c)
+	}
 	if err := wal.ClaimPromotion(ctx, st, "a/", claim("uid-c")); !errors.Is(err, wal.ErrPromotedElsewhere) {
 		t.Fatalf("a replica's claim on a demoted archive: %v, want ErrPromotedElsewhere", err)
 	}
