@@ -61,14 +61,9 @@ func emptyRecord(app *v1alpha1.WebApp, revision string) *corev1ac.ConfigMapApply
 // once and works later is not held back by an old record). It reads the
 // record from the metadata cache and writes only when it differs.
 func (r *Reconciler) syncFailedRecord(ctx context.Context, app *v1alpha1.WebApp, failed failure, good *corev1ac.PodTemplateSpecApplyConfiguration) error {
-	meta := controller.Named[metav1.PartialObjectMetadata](app.Namespace, failedRecordName(app))
-	meta.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("ConfigMap"))
-	err := r.Client.Get(ctx, client.ObjectKeyFromObject(meta), meta)
-	if client.IgnoreNotFound(err) != nil {
-		return fmt.Errorf("failed to read the failed-revision record: %w", err)
-	}
-	if meta.Annotations[annotationRecordRevision] == failed.revision {
-		return nil
+	recorded, err := r.recordedRevision(ctx, app)
+	if err != nil || recorded == failed.revision {
+		return err
 	}
 	cm := emptyRecord(app, "")
 	if failed.revision != "" {
@@ -81,7 +76,14 @@ func (r *Reconciler) syncFailedRecord(ctx context.Context, app *v1alpha1.WebApp,
 
 // recordedFailure reads the record when it names revision: the failure and
 // the good template, or a zero failure (no record, or another revision's).
+// The metadata cache says first whether the record names revision (its
+// annotation): a new WebApp, with no record, costs no read of the API
+// server. The record is written in the reconcile that applies the failed
+// revision's replacement, long before anyone deletes that Deployment.
 func (r *Reconciler) recordedFailure(ctx context.Context, app *v1alpha1.WebApp, revision string) (failure, *corev1ac.PodTemplateSpecApplyConfiguration, error) {
+	if recorded, err := r.recordedRevision(ctx, app); err != nil || recorded != revision {
+		return failure{}, nil, err
+	}
 	cm := &corev1.ConfigMap{}
 	err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: app.Namespace, Name: failedRecordName(app)}, cm)
 	if err != nil || cm.Annotations[annotationRecordRevision] != revision || cm.Data[recordRevision] != revision || !metav1.IsControlledBy(cm, app) {
@@ -92,4 +94,18 @@ func (r *Reconciler) recordedFailure(ctx context.Context, app *v1alpha1.WebApp, 
 		return failure{}, nil, nil //nolint:nilerr // a damaged record is no record: the Deployment is made from the spec
 	}
 	return failure{revision: revision, signal: cm.Data[recordSignal]}, good, nil
+}
+
+// recordedRevision is the failed revision the record names, from the
+// metadata cache: "" when there is no record or it names none.
+func (r *Reconciler) recordedRevision(ctx context.Context, app *v1alpha1.WebApp) (string, error) {
+	meta := controller.Named[metav1.PartialObjectMetadata](app.Namespace, failedRecordName(app))
+	meta.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("ConfigMap"))
+	if err := r.Client.Get(ctx, client.ObjectKeyFromObject(meta), meta); err != nil {
+		if client.IgnoreNotFound(err) != nil {
+			return "", fmt.Errorf("failed to read the failed-revision record: %w", err)
+		}
+		return "", nil
+	}
+	return meta.Annotations[annotationRecordRevision], nil
 }

@@ -63,6 +63,10 @@ func run(ctx context.Context) error {
 	if bin == "" {
 		return errors.New("DAYTWO_BIN is not set: run `make bench-database`")
 	}
+	// Served before the operator starts: its controllers look the kinds up once.
+	if err := kwokop.CRDsEstablished(ctx, time.Minute); err != nil {
+		return err
+	}
 	c, _, err := kwokop.Clients()
 	if err != nil {
 		return err

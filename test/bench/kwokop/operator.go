@@ -22,6 +22,8 @@ import (
 	"github.com/prometheus/common/model"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -284,15 +286,43 @@ func Namespace(ctx context.Context, c client.Client, name string) error {
 // nodes, with daytwo's CRDs served; the callers' clients must be made anew.
 func FreshCluster(ctx context.Context) error {
 	for _, args := range [][]string{{"hack/kwok-cluster.sh", "down"}, {"hack/kwok-cluster.sh", "up"},
-		{"kubectl", "--kubeconfig", os.Getenv("KUBECONFIG"), "apply", "--server-side", "-k", "config/crd"},
-		// Served before the operator starts: its controllers look the
-		// kinds up once.
-		{"kubectl", "--kubeconfig", os.Getenv("KUBECONFIG"), "wait", "--for=condition=Established", "--timeout=60s",
-			"crd/webapps.daytwo.dev", "crd/databases.daytwo.dev", "crd/databasebackups.daytwo.dev"}} {
+		{"kubectl", "--kubeconfig", os.Getenv("KUBECONFIG"), "apply", "--server-side", "-k", "config/crd"}} {
 		cmd := exec.CommandContext(ctx, args[0], args[1:]...)
 		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 		if err := cmd.Run(); err != nil {
 			return fmt.Errorf("%s: %w", strings.Join(args, " "), err)
+		}
+	}
+	// Served before the operator starts: its controllers look the kinds
+	// up once.
+	return CRDsEstablished(ctx, time.Minute)
+}
+
+// CRDsEstablished waits until daytwo's CRDs report Established. It reads
+// them itself: `kubectl wait --for=condition=Established` fails at once,
+// rather than waits, on a CRD whose status has no conditions yet.
+func CRDsEstablished(ctx context.Context, timeout time.Duration) error {
+	c, _, err := Clients()
+	if err != nil {
+		return err
+	}
+	for _, name := range []string{"webapps.daytwo.dev", "databases.daytwo.dev", "databasebackups.daytwo.dev"} {
+		crd := &unstructured.Unstructured{}
+		crd.SetGroupVersionKind(schema.GroupVersionKind{Group: "apiextensions.k8s.io", Version: "v1", Kind: "CustomResourceDefinition"})
+		established := func() bool {
+			if err := c.Get(ctx, client.ObjectKey{Name: name}, crd); err != nil {
+				return false
+			}
+			conds, _, _ := unstructured.NestedSlice(crd.Object, "status", "conditions")
+			return slices.ContainsFunc(conds, func(c any) bool {
+				m, _ := c.(map[string]any)
+				return m["type"] == "Established" && m["status"] == "True"
+			})
+		}
+		for deadline := time.Now().Add(timeout); !established(); time.Sleep(200 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				return fmt.Errorf("CRD %s not Established after %s", name, timeout)
+			}
 		}
 	}
 	return nil

@@ -661,24 +661,28 @@ func (b *bench) run(ctx context.Context) error {
 	fmt.Printf("latency: %d spec changes, p50 %dms p99 %dms\n", len(lat), p50.Milliseconds(), p99.Milliseconds())
 
 	ratio := op.Seconds() / bare.Seconds()
+	// The goal's ratio: the operator against the floor with the WebApp
+	// kind, 0 when that floor was skipped.
+	crdRatio := 0.0
 	if crdFloor > 0 {
-		fmt.Printf("floor with the WebApp kind: %.2fs, %.2f x the bare client; the operator took %.2f x that floor\n",
-			crdFloor.Seconds(), crdFloor.Seconds()/bare.Seconds(), op.Seconds()/crdFloor.Seconds())
+		crdRatio = op.Seconds() / crdFloor.Seconds()
 	}
 	fmt.Println()
 	fmt.Println("| measure                     | value        | goal     |")
 	fmt.Println("|-----------------------------|--------------|----------|")
 	fmt.Printf("| convergence, operator       | %9.2f s  |          |\n", op.Seconds())
 	fmt.Printf("| convergence, bare client    | %9.2f s  |          |\n", bare.Seconds())
-	fmt.Printf("| ratio operator / bare       | %9.2f    | <= 1.3   |\n", ratio)
+	fmt.Printf("| floor with the WebApp kind  | %9.2f s  |          |\n", crdFloor.Seconds())
+	fmt.Printf("| ratio operator / that floor | %9.2f    | <= 1.2   |\n", crdRatio)
+	fmt.Printf("| ratio operator / bare       | %9.2f    |          |\n", ratio)
 	fmt.Printf("| writes in a no-op resync    | %9.0f    | 0        |\n", noop)
-	fmt.Printf("| heap bytes per WebApp       | %9.0f    | <= 8192  |\n", perObject)
+	fmt.Printf("| heap bytes per WebApp       | %9.0f    | <= 6144  |\n", perObject)
 	fmt.Printf("|   same, from an empty heap  | %9.0f    |          |\n", (heap1-heapEmpty)/float64(n))
 	fmt.Printf("|   of which live objects     | %9.0f    |          |\n", livePerObject)
 	fmt.Printf("| spec-to-status p50          | %9d ms |          |\n", p50.Milliseconds())
 	fmt.Printf("| spec-to-status p99          | %9d ms | < 500 ms |\n", p99.Milliseconds())
 	fmt.Println(strings.Repeat("-", 58))
-	fmt.Printf("BENCH webapp n=%d operator_s=%.2f bare_s=%.2f ratio=%.2f noop_writes=%.0f bytes_per_object=%.0f live_bytes_per_object=%.0f p99_ms=%d crd_floor_s=%.2f\n",
-		n, op.Seconds(), bare.Seconds(), ratio, noop, perObject, livePerObject, p99.Milliseconds(), crdFloor.Seconds())
+	fmt.Printf("BENCH webapp n=%d operator_s=%.2f bare_s=%.2f ratio=%.2f crd_floor_s=%.2f crd_ratio=%.2f noop_writes=%.0f bytes_per_object=%.0f live_bytes_per_object=%.0f p99_ms=%d\n",
+		n, op.Seconds(), bare.Seconds(), ratio, crdFloor.Seconds(), crdRatio, noop, perObject, livePerObject, p99.Milliseconds())
 	return nil
 }
