@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -59,7 +60,8 @@ func ApplyIfChangedReading[O client.Object, AC runtime.ApplyConfiguration](ctx c
 // daytwo's part instead of its managed fields (CachedOwnedFingerprint); an
 // object read from the API server is extracted and compared.
 func Unchanged[O client.Object, AC runtime.ApplyConfiguration](live O, desired AC, extract func(O, string) (AC, error)) bool {
-	if fp, ok := live.GetAnnotations()[CachedOwnedFingerprint]; ok {
+	if v, ok := live.GetAnnotations()[CachedOwnedFingerprint]; ok {
+		fp, _, _ := strings.Cut(v, "/") // after the slash, what it was taken from
 		return fp == Fingerprint(desired)
 	}
 	current, err := extract(live, FieldOwner)

@@ -10,7 +10,6 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	appsv1ac "k8s.io/client-go/applyconfigurations/apps/v1"
 	autoscalingv2ac "k8s.io/client-go/applyconfigurations/autoscaling/v2"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 	networkingv1ac "k8s.io/client-go/applyconfigurations/networking/v1"
@@ -37,12 +36,7 @@ import (
 func transform(in any) (any, error) {
 	switch o := in.(type) {
 	case *appsv1.Deployment:
-		if len(o.Spec.Template.Spec.Containers) == 0 {
-			return in, nil // the cache's copy already: the API server requires a container
-		}
-		dropCacheAnnotations(o.Annotations)
-		fingerprint(o, appsv1ac.ExtractDeployment)
-		slimDeployment(o)
+		return transformDeployment(o, nil), nil
 	case *corev1.Service:
 		if o.Spec.Type == "" {
 			return in, nil // the cache's copy already: the API server always sets a type
@@ -73,6 +67,18 @@ func transform(in any) (any, error) {
 		return keepOwnManagedFields(in)
 	}
 	return in, nil
+}
+
+// transformDeployment is a Deployment's transform; previous is the
+// cache's copy it replaces, when known (fingerprintDeployment).
+func transformDeployment(d, previous *appsv1.Deployment) *appsv1.Deployment {
+	if len(d.Spec.Template.Spec.Containers) == 0 {
+		return d // the cache's copy already: the API server requires a container
+	}
+	dropCacheAnnotations(d.Annotations)
+	fingerprintDeployment(d, previous)
+	slimDeployment(d)
+	return d
 }
 
 // fingerprint replaces obj's managed fields with the fingerprint of what

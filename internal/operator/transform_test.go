@@ -9,6 +9,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	appsv1ac "k8s.io/client-go/applyconfigurations/apps/v1"
@@ -23,19 +24,7 @@ import (
 // fingerprint must survive, and one the server holds must not pass for
 // daytwo's, even on an object whose managed fields were stripped.
 func TestTransformIsIdempotentAndTrustsOnlyItself(t *testing.T) {
-	fields := `{"f:spec":{"f:replicas":{}}}`
-	served := func(annotations map[string]string) *appsv1.Deployment {
-		return &appsv1.Deployment{
-			ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "ns", Annotations: annotations,
-				ManagedFields: []metav1.ManagedFieldsEntry{{Manager: controller.FieldOwner, Operation: metav1.ManagedFieldsOperationApply,
-					APIVersion: "apps/v1", FieldsType: "FieldsV1", FieldsV1: metav1.NewFieldsV1(fields)}}},
-			Spec: appsv1.DeploymentSpec{Replicas: new(int32(3)), Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "web"}, Annotations: map[string]string{"daytwo.dev/template-hash": "abc"}},
-				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "shop:1", Args: []string{"--big"}}}}}},
-			Status: appsv1.DeploymentStatus{Conditions: []appsv1.DeploymentCondition{{Type: appsv1.DeploymentProgressing, Status: corev1.ConditionTrue,
-				Reason: "NewReplicaSetAvailable", Message: `ReplicaSet "web-5d9f" has successfully progressed.`}}},
-		}
-	}
+	served := servedDeployment
 	want := controller.Fingerprint(appsv1ac.Deployment("web", "ns").WithSpec(appsv1ac.DeploymentSpec().WithReplicas(3)))
 
 	d := served(nil)
@@ -43,7 +32,7 @@ func TestTransformIsIdempotentAndTrustsOnlyItself(t *testing.T) {
 		if _, err := transform(d); err != nil {
 			t.Fatal(err)
 		}
-		if got := d.Annotations[controller.CachedOwnedFingerprint]; got != want {
+		if got, _, _ := strings.Cut(d.Annotations[controller.CachedOwnedFingerprint], "/"); got != want {
 			t.Fatalf("fingerprint %q, want %q", got, want)
 		}
 	}
@@ -204,4 +193,85 @@ func TestTransformCompactsWhatRepeats(t *testing.T) {
 		t.Errorf("cached WebApp: managed fields %v, conditions %d of room %d", app.ManagedFields, len(app.Status.Conditions), cap(app.Status.Conditions))
 	}
 	same("url and serviceURL", app.Status.URL, app.Status.ServiceURL)
+}
+
+// servedDeployment is a Deployment as the API server sends it, daytwo's
+// apply owning its replicas.
+func servedDeployment(annotations map[string]string) *appsv1.Deployment {
+	fields := `{"f:spec":{"f:replicas":{}}}`
+	return &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "ns", Annotations: annotations,
+			ManagedFields: []metav1.ManagedFieldsEntry{{Manager: controller.FieldOwner, Operation: metav1.ManagedFieldsOperationApply,
+				APIVersion: "apps/v1", FieldsType: "FieldsV1", FieldsV1: metav1.NewFieldsV1(fields)}}},
+		Spec: appsv1.DeploymentSpec{Replicas: new(int32(3)), Template: corev1.PodTemplateSpec{
+			ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "web"}, Annotations: map[string]string{"daytwo.dev/template-hash": "abc"}},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "shop:1", Args: []string{"--big"},
+				Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("1Gi")}}}}}}},
+		Status: appsv1.DeploymentStatus{Conditions: []appsv1.DeploymentCondition{{Type: appsv1.DeploymentProgressing, Status: corev1.ConditionTrue,
+			Reason: "NewReplicaSetAvailable", Message: `ReplicaSet "web-5d9f" has successfully progressed.`}}},
+	}
+}
+
+// A status update keeps the cached copy's fingerprint, without extracting
+// daytwo's part again; anything daytwo's part is read from (the spec, by
+// its generation; the metadata; which fields daytwo owns; the object)
+// takes a new one.
+func TestDeploymentFingerprintIsKeptAcrossStatusUpdates(t *testing.T) {
+	first := servedDeployment(nil)
+	first.UID, first.Generation = "uid-1", 1
+	src := ownedSource(first)
+	if src == "" {
+		t.Fatal("no digest of daytwo's part")
+	}
+	// The cache's copy, as a sentinel: only a kept fingerprint reads it.
+	cached := servedDeployment(map[string]string{controller.CachedOwnedFingerprint: "sentinel/" + src})
+	cached.UID, cached.Generation = first.UID, first.Generation
+
+	status := servedDeployment(nil)
+	status.UID, status.Generation = first.UID, first.Generation
+	status.Status.ReadyReplicas = 3
+	transformDeployment(status, cached)
+	if got := status.Annotations[controller.CachedOwnedFingerprint]; got != "sentinel/"+src {
+		t.Fatalf("a status update took fingerprint %q, want the cached copy's", got)
+	}
+	if len(status.ManagedFields) != 0 {
+		t.Fatal("the managed fields stayed on a kept fingerprint")
+	}
+	if !strings.HasPrefix(cached.Annotations[controller.CachedOwnedFingerprint], "sentinel/") {
+		t.Fatal("the cached copy changed")
+	}
+
+	for name, change := range map[string]func(d *appsv1.Deployment){
+		"the spec": func(d *appsv1.Deployment) { d.Generation = 2; d.Spec.Replicas = new(int32(4)) },
+		"a quantity's format only (the API server keeps the generation)": func(d *appsv1.Deployment) {
+			d.Spec.Template.Spec.Containers[0].Resources.Limits = corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("1073741824")}
+		},
+		"a label":       func(d *appsv1.Deployment) { d.Labels = map[string]string{"team": "a"} },
+		"an annotation": func(d *appsv1.Deployment) { d.Annotations = map[string]string{"note": "x"} },
+		"an owner": func(d *appsv1.Deployment) {
+			d.OwnerReferences = []metav1.OwnerReference{{Kind: "WebApp", Name: "web", UID: "o"}}
+		},
+		"a finalizer": func(d *appsv1.Deployment) { d.Finalizers = []string{"x"} },
+		"daytwo's fields": func(d *appsv1.Deployment) {
+			d.ManagedFields[0].FieldsV1 = metav1.NewFieldsV1(`{"f:spec":{"f:paused":{}}}`)
+		},
+		"the object (made again)": func(d *appsv1.Deployment) { d.UID = "uid-2" },
+	} {
+		d := servedDeployment(nil)
+		d.UID, d.Generation = first.UID, first.Generation
+		change(d)
+		transformDeployment(d, cached)
+		if got := d.Annotations[controller.CachedOwnedFingerprint]; strings.HasPrefix(got, "sentinel/") || got == "" {
+			t.Errorf("a change of %s kept fingerprint %q", name, got)
+		}
+	}
+
+	// The fingerprint part is what a reconcile compares.
+	if !controller.Unchanged(first, appsv1ac.Deployment("web", "ns").WithSpec(appsv1ac.DeploymentSpec().WithReplicas(3)), appsv1ac.ExtractDeployment) {
+		t.Fatal("the served Deployment does not hold what daytwo applies")
+	}
+	transformDeployment(first, nil)
+	if !controller.Unchanged(first, appsv1ac.Deployment("web", "ns").WithSpec(appsv1ac.DeploymentSpec().WithReplicas(3)), appsv1ac.ExtractDeployment) {
+		t.Fatalf("the cached copy (%s) does not hold what daytwo applies", first.Annotations[controller.CachedOwnedFingerprint])
+	}
 }
