@@ -4,10 +4,12 @@ package backup
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -37,6 +39,40 @@ func timed(t *testing.T, what string, f func() error) time.Duration {
 	took := time.Since(start)
 	t.Logf("%-34s %8.2fs", what, took.Seconds())
 	return took
+}
+
+// busyCPU is the CPU time every process on the machine has spent so far
+// (/proc/stat's first line, all but idle and iowait, in USER_HZ ticks of
+// 1/100 s): what a phase used is the difference across it.
+func busyCPU(t *testing.T) time.Duration {
+	t.Helper()
+	raw, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		t.Fatalf("read /proc/stat: %v", err)
+	}
+	line, _, _ := strings.Cut(string(raw), "\n")
+	fields := strings.Fields(line)
+	var ticks int64
+	for i, f := range fields[1:min(len(fields), 9)] {
+		if i == 3 || i == 4 { // idle, iowait
+			continue
+		}
+		n, err := strconv.ParseInt(f, 10, 64)
+		if err != nil {
+			t.Fatalf("/proc/stat: %q: %v", line, err)
+		}
+		ticks += n
+	}
+	return time.Duration(ticks) * 10 * time.Millisecond
+}
+
+// timedCPU is timed, and also returns the CPU time the whole machine spent
+// meanwhile (busyCPU).
+func timedCPU(t *testing.T, what string, f func() error) (took, cpu time.Duration) {
+	t.Helper()
+	before := busyCPU(t)
+	took = timed(t, what, f)
+	return took, busyCPU(t) - before
 }
 
 func run(cmd *exec.Cmd) error {
@@ -111,7 +147,7 @@ func TestBenchBackup(t *testing.T) {
 		return clusterMB / d.Seconds()
 	}
 	src := wal.Source{Host: "127.0.0.1", Port: pg.Port, User: "postgres", Password: pg.Password, BinDir: pg.BinDir}
-	var rawBase, daytwoBase, daytwoExtract time.Duration
+	var rawBase, daytwoBase, daytwoExtract, extractCPU time.Duration
 	var base wal.BaseBackup
 	for round := 1; round <= 2; round++ {
 		rawBase = best(rawBase, timed(t, fmt.Sprintf("raw pg_basebackup -Ft -D - > /dev/null (%d)", round), func() error {
@@ -133,9 +169,10 @@ func TestBenchBackup(t *testing.T) {
 		if err := os.Mkdir(dir, 0o700); err != nil {
 			t.Fatal(err)
 		}
-		daytwoExtract = best(daytwoExtract, timed(t, fmt.Sprintf("daytwo base backup restore (%d)", round), func() error {
+		took, cpu := timedCPU(t, fmt.Sprintf("daytwo base backup restore (%d)", round), func() error {
 			return wal.ExtractBase(ctx, st, "physical/", base, dir, backup.Keys{})
-		}))
+		})
+		daytwoExtract, extractCPU = best(daytwoExtract, took), best(extractCPU, cpu)
 	}
 	// pgBackRest twice: as installed (one process, gzip level 6), and
 	// tuned for this machine (a process per core, zstd); the faster one is
@@ -159,6 +196,7 @@ func TestBenchBackup(t *testing.T) {
 			d     time.Duration
 			bytes int64
 		}{{"raw pg_dump -Fc > /dev/null (best of 2)", l.rawDump, l.rawBytes}, {"raw pg_dump -Fc -Z0 > /dev/null (best of 2)", l.uncompressedDump, 0},
+			{"raw pg_dump -Fc -Z0 -> MinIO as is (best of 2)", l.storeFloor, 0},
 			{"daytwo backup, zstd -> MinIO (best of 2)", l.daytwoBackup, l.storedBytes},
 			{"raw pg_restore <- local file (best of 2)", l.rawRestore, 0}, {"daytwo restore <- MinIO (best of 2)", l.daytwoRestore, 0}} {
 			fmt.Printf("%-46s %10.2f %10.1f %10s\n", row.name, row.d.Seconds(), l.sizeMB/row.d.Seconds(), storedMB(row.bytes))
@@ -197,14 +235,30 @@ func TestBenchBackup(t *testing.T) {
 	// COPY bound the backup, not the compression.
 	fmt.Printf("logical ceiling: raw pg_dump -Fc with no compression (-Z0) is %.2f (pgbench data), %.2f (random data) times as fast as pg_dump -Fc\n",
 		l.ceilingRatio(), n.ceilingRatio())
+	for _, x := range []logicalResult{l, n} {
+		fmt.Printf("logical CPU (%s): pg_dump -Z0 > /dev/null used %.1f CPU seconds in %.2fs; daytwo's backup %.1f in %.2fs, %.2f of the ceiling's speed (goal >= 0.95): "+
+			"its work on %d cores takes at least %.2fs, so at most %.2f; against the same dump put to MinIO uncompressed, %.2f\n", x.db, x.uncompressedCPU.Seconds(), x.uncompressedDump.Seconds(),
+			x.daytwoBackupCPU.Seconds(), x.daytwoBackup.Seconds(), x.ofCeiling(), runtime.NumCPU(),
+			x.daytwoBackupCPU.Seconds()/float64(runtime.NumCPU()), x.cpuBound(), x.ofStoreFloor())
+	}
+	// A restore downloads, decompresses and writes; MinIO reads and sends.
+	// That work over the cores is the least time any restore of this
+	// stored backup takes.
+	extractLeast := time.Duration(float64(extractCPU) / float64(runtime.NumCPU()))
+	restoreMax := ratio(clusterMBps(extractLeast), clusterMBps(peerRestore))
+	fmt.Printf("physical restore CPU: %.1f CPU seconds in %.2fs; on %d cores that work takes at least %.2fs: %.2f of pgBackRest's restore speed at most (goal >= 2)\n",
+		extractCPU.Seconds(), daytwoExtract.Seconds(), runtime.NumCPU(), extractLeast.Seconds(), restoreMax)
 	fmt.Printf("physical: daytwo/pgBackRest backup %.2f (goal >= 2), restore %.2f (goal >= 1.5); daytwo/raw pg_basebackup %.2f; base %d bytes stored\n",
 		physicalRatio, physicalRestoreRatio, ratio(clusterMBps(daytwoBase), clusterMBps(rawBase)), base.Size)
 	fmt.Printf("BENCH backup mb=%d dump_mbps=%.1f backup_mbps=%.1f backup_ratio=%.2f restore_raw_mbps=%.1f restore_mbps=%.1f restore_ratio=%.2f "+
 		"basebackup_raw_mbps=%.1f physical_mbps=%.1f pgbackrest_mbps=%.1f physical_ratio=%.2f pitr_restore_mbps=%.1f pgbackrest_restore_mbps=%.1f physical_restore_ratio=%.2f "+
-		"wal_max_mbps=%.1f wal_max_lag_segments=%d logical_zstd_ratio=%.2f logical_zstd_size_ratio=%.2f logical_zstd_random_ratio=%.2f logical_zstd_random_size_ratio=%.2f logical_ceiling_ratio=%.2f logical_random_ceiling_ratio=%.2f\n",
+		"wal_max_mbps=%.1f wal_max_lag_segments=%d logical_zstd_ratio=%.2f logical_zstd_size_ratio=%.2f logical_zstd_random_ratio=%.2f logical_zstd_random_size_ratio=%.2f logical_ceiling_ratio=%.2f logical_random_ceiling_ratio=%.2f "+
+		"logical_of_ceiling=%.2f logical_random_of_ceiling=%.2f logical_cpu_bound=%.2f logical_random_cpu_bound=%.2f "+
+		"logical_of_store_floor=%.2f logical_random_of_store_floor=%.2f physical_restore_cpu_bound=%.2f\n",
 		mb, l.mbps(l.rawDump), l.mbps(l.daytwoBackup), l.speedRatio(), l.mbps(l.rawRestore), l.mbps(l.daytwoRestore), l.restoreRatio(),
 		clusterMBps(rawBase), clusterMBps(daytwoBase), clusterMBps(peer), physicalRatio, clusterMBps(daytwoExtract), clusterMBps(peerRestore), physicalRestoreRatio,
-		walMax.keptUpMBps, walMax.maxLag, l.speedRatio(), l.sizeRatio(), n.speedRatio(), n.sizeRatio(), l.ceilingRatio(), n.ceilingRatio())
+		walMax.keptUpMBps, walMax.maxLag, l.speedRatio(), l.sizeRatio(), n.speedRatio(), n.sizeRatio(), l.ceilingRatio(), n.ceilingRatio(),
+		l.ofCeiling(), n.ofCeiling(), l.cpuBound(), n.cpuBound(), l.ofStoreFloor(), n.ofStoreFloor(), restoreMax)
 }
 
 // logicalCompression is daytwo's default, or zstd at BENCH_ZSTD_LEVEL.
@@ -233,6 +287,28 @@ type logicalResult struct {
 	// and its server with no compression at all, the bound of any design
 	// that compresses pg_dump's stream.
 	uncompressedDump time.Duration
+	// The machine's CPU time (every process's) during the uncompressed
+	// dump and during daytwo's backup, the least of the rounds.
+	uncompressedCPU, daytwoBackupCPU time.Duration
+	// storeFloor is pg_dump -Fc --compress=0 put to MinIO as it comes: the
+	// uncompressed dump and the storing, with no compression.
+	storeFloor time.Duration
+}
+
+// ofStoreFloor is daytwo's backup speed over that of the uncompressed dump
+// put to MinIO as is.
+func (l logicalResult) ofStoreFloor() float64 { return ratioOf(l.storeFloor, l.daytwoBackup) }
+
+// ofCeiling is daytwo's backup speed over the uncompressed dump's.
+func (l logicalResult) ofCeiling() float64 { return ratioOf(l.uncompressedDump, l.daytwoBackup) }
+
+// cpuBound is the most ofCeiling could be on this machine's cores given
+// the CPU time daytwo's backup took (pg_dump, its server, compression,
+// upload and MinIO): that work cannot finish in less than it divided by
+// the cores.
+func (l logicalResult) cpuBound() float64 {
+	least := time.Duration(float64(l.daytwoBackupCPU) / float64(runtime.NumCPU()))
+	return ratioOf(l.uncompressedDump, max(l.uncompressedDump, least))
 }
 
 func (l logicalResult) mbps(d time.Duration) float64 {
@@ -307,8 +383,9 @@ func benchLogical(t *testing.T, pg *testpg.Server, st backup.Storage, db string)
 			r.rawDump = best(r.rawDump, timed(t, fmt.Sprintf("raw pg_dump -Fc > /dev/null (%s, %d)", db, round), func() error { return dumpToNull() }))
 		}
 		uncompressed := func() {
-			r.uncompressedDump = best(r.uncompressedDump, timed(t, fmt.Sprintf("raw pg_dump -Fc -Z0 > /dev/null (%s, %d)", db, round),
-				func() error { return dumpToNull("--compress=0") }))
+			took, cpu := timedCPU(t, fmt.Sprintf("raw pg_dump -Fc -Z0 > /dev/null (%s, %d)", db, round),
+				func() error { return dumpToNull("--compress=0") })
+			r.uncompressedDump, r.uncompressedCPU = best(r.uncompressedDump, took), best(r.uncompressedCPU, cpu)
 		}
 		// In turn first: round 2 starts after a DROP DATABASE's checkpoint.
 		if round == 1 {
@@ -318,12 +395,28 @@ func benchLogical(t *testing.T, pg *testpg.Server, st backup.Storage, db string)
 			uncompressed()
 			plain()
 		}
+		// What any design that stores the dump must also do: pg_dump's
+		// uncompressed stream put to the same MinIO as it comes.
+		r.storeFloor = best(r.storeFloor, timed(t, fmt.Sprintf("raw pg_dump -Fc -Z0 -> MinIO, as is (%s, %d)", db, round), func() error {
+			cmd := exec.Command(filepath.Join(pg.BinDir, "pg_dump"), "--format=custom", "--compress=0")
+			cmd.Env = pg.Env(db)
+			out, err := cmd.StdoutPipe()
+			if err != nil {
+				return err
+			}
+			if err := cmd.Start(); err != nil {
+				return err
+			}
+			put := st.Put(ctx, fmt.Sprintf("floor/%s-%d.dump", db, round), out)
+			return errors.Join(put, cmd.Wait())
+		}))
 		var m backup.Manifest
-		r.daytwoBackup = best(r.daytwoBackup, timed(t, fmt.Sprintf("daytwo backup to MinIO (%s, %d)", db, round), func() error {
+		took, cpu := timedCPU(t, fmt.Sprintf("daytwo backup to MinIO (%s, %d)", db, round), func() error {
 			var err error
 			m, err = backup.Run(ctx, opts(db), fmt.Sprintf("%s-round-%d", db, round), "bench")
 			return err
-		}))
+		})
+		r.daytwoBackup, r.daytwoBackupCPU = best(r.daytwoBackup, took), best(r.daytwoBackupCPU, cpu)
 		r.storedBytes = m.Bytes
 		target := fmt.Sprintf("raw_restore_%d", round)
 		pg.Exec(t, "postgres", "CREATE DATABASE "+target)
