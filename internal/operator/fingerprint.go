@@ -62,7 +62,7 @@ func ownedSource(d *appsv1.Deployment) string {
 			count(2)
 		}
 	}
-	field(string(d.ManagedFields[i].FieldsV1.Raw))
+	field(d.ManagedFields[i].FieldsV1.GetRawString())
 	field(string(d.UID))
 	field(string(spec))
 	writeMap(h, field, d.Labels)
