@@ -134,12 +134,12 @@ test: tools deps vet verify-generated ## Unit, envtest and real-PostgreSQL integ
 	  && echo "=== make test: PostgreSQL $(PG_MAIN), every package: $$(( $$(date +%s) - start ))s"
 	@# The other versions side by side: each alone leaves a core idle while its
 	@# serial tests run. Each one's output is printed whole once it ends.
-	@start=$$(date +%s); logs=$$(mktemp -d); pids=; \
+	@start=$$(date +%s); logs=$$(mktemp -d); trap 'rm -rf $$logs' EXIT; pids=; \
 	for v in $(PG_OTHERS); do \
-	  ( DAYTWO_PG_BINDIR=$$(hack/pgroot.sh $$v) go test -count=1 -parallel $(TEST_PARALLEL) -timeout 20m -run '$(PG_VERSIONED)' $(PG_VERSIONED_PKGS) \
-	      > $$logs/$$v.log 2>&1; rc=$$?; cat $$logs/$$v.log; \
+	  ( rc=0; DAYTWO_PG_BINDIR=$$(hack/pgroot.sh $$v) go test -count=1 -parallel $(TEST_PARALLEL) -timeout 20m -run '$(PG_VERSIONED)' $(PG_VERSIONED_PKGS) \
+	      > $$logs/$$v.log 2>&1 || rc=$$?; cat $$logs/$$v.log; \
 	    echo "=== make test: PostgreSQL $$v, version-sensitive tests: $$(( $$(date +%s) - start ))s (exit $$rc)"; exit $$rc ) & pids="$$pids $$!"; \
-	done; rc=0; for p in $$pids; do wait $$p || rc=1; done; rm -rf $$logs; exit $$rc
+	done; rc=0; for p in $$pids; do wait $$p || rc=1; done; exit $$rc
 
 .PHONY: test-e2e
 test-e2e: tools ## End-to-end suites (build tag e2e) on the local cluster: the real node where it runs, kwok otherwise.

@@ -76,13 +76,16 @@ func (r *Reconciler) syncFailedRecord(ctx context.Context, app *v1alpha1.WebApp,
 
 // recordedFailure reads the record when it names revision: the failure and
 // the good template, or a zero failure (no record, or another revision's).
-// The metadata cache says first whether the record names revision (its
-// annotation): a new WebApp, with no record, costs no read of the API
-// server. The record is written in the reconcile that applies the failed
-// revision's replacement, long before anyone deletes that Deployment.
+// A WebApp no reconcile has reported on yet (no condition) has no record:
+// the record is the WebApp's, written by a reconcile, and every reconcile
+// reports. For it the metadata cache is asked, and a new WebApp costs no
+// read of the API server. Any other is read from the API server: the
+// metadata cache, a watch of its own, may lag behind the Deployment's.
 func (r *Reconciler) recordedFailure(ctx context.Context, app *v1alpha1.WebApp, revision string) (failure, *corev1ac.PodTemplateSpecApplyConfiguration, error) {
-	if recorded, err := r.recordedRevision(ctx, app); err != nil || recorded != revision {
-		return failure{}, nil, err
+	if len(app.Status.Conditions) == 0 {
+		if recorded, err := r.recordedRevision(ctx, app); err != nil || recorded != revision {
+			return failure{}, nil, err
+		}
 	}
 	cm := &corev1.ConfigMap{}
 	err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: app.Namespace, Name: failedRecordName(app)}, cm)

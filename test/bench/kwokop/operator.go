@@ -306,22 +306,31 @@ func CRDsEstablished(ctx context.Context, timeout time.Duration) error {
 	if err != nil {
 		return err
 	}
+	deadline := time.Now().Add(timeout)
 	for _, name := range []string{"webapps.daytwo.dev", "databases.daytwo.dev", "databasebackups.daytwo.dev"} {
 		crd := &unstructured.Unstructured{}
 		crd.SetGroupVersionKind(schema.GroupVersionKind{Group: "apiextensions.k8s.io", Version: "v1", Kind: "CustomResourceDefinition"})
-		established := func() bool {
-			if err := c.Get(ctx, client.ObjectKey{Name: name}, crd); err != nil {
-				return false
+		var last error
+		for {
+			if last = c.Get(ctx, client.ObjectKey{Name: name}, crd); last == nil {
+				conds, _, _ := unstructured.NestedSlice(crd.Object, "status", "conditions")
+				if slices.ContainsFunc(conds, func(c any) bool {
+					m, _ := c.(map[string]any)
+					return m["type"] == "Established" && m["status"] == "True"
+				}) {
+					break
+				}
 			}
-			conds, _, _ := unstructured.NestedSlice(crd.Object, "status", "conditions")
-			return slices.ContainsFunc(conds, func(c any) bool {
-				m, _ := c.(map[string]any)
-				return m["type"] == "Established" && m["status"] == "True"
-			})
-		}
-		for deadline := time.Now().Add(timeout); !established(); time.Sleep(200 * time.Millisecond) {
 			if time.Now().After(deadline) {
+				if last != nil {
+					return fmt.Errorf("CRD %s not read after %s: %w", name, timeout, last)
+				}
 				return fmt.Errorf("CRD %s not Established after %s", name, timeout)
+			}
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(200 * time.Millisecond):
 			}
 		}
 	}
