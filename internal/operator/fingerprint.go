@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"hash"
+	"maps"
 	"slices"
 	"strings"
 
@@ -86,13 +87,7 @@ func ownedSource(d *appsv1.Deployment) string {
 // writeMap writes m to h in key order, its size first.
 func writeMap(h hash.Hash, field func(string), m map[string]string) {
 	_ = binary.Write(h, binary.LittleEndian, uint64(len(m)))
-	for _, k := range slices.Sorted(func(yield func(string) bool) {
-		for k := range m {
-			if !yield(k) {
-				return
-			}
-		}
-	}) {
+	for _, k := range slices.Sorted(maps.Keys(m)) {
 		field(k)
 		field(m[k])
 	}
