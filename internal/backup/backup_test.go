@@ -4,11 +4,13 @@ package backup_test
 // and MinIO (make deps provides both).
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -439,5 +441,35 @@ func TestCreateIsWonOnce(t *testing.T) {
 		if won < 0 || string(got) != strconv.Itoa(won) {
 			t.Fatalf("%s: winner %d, stored %q", name, won, got)
 		}
+	}
+}
+
+// An object whose size is known (a WAL segment, a manifest) is stored in
+// one request, not buffered as a multipart upload of unknown length: the
+// instance manager archives every segment this way, and each upload once
+// allocated two default parts (128 MiB) for a few MiB of WAL. Not
+// parallel: it measures the process's allocations.
+func TestPutOfKnownSizeBuffersNoParts(t *testing.T) {
+	minio := testpg.StartMinIO(t)
+	st, err := backup.NewS3(backup.S3Config{Endpoint: minio.Endpoint, Bucket: "segments", AccessKeyID: minio.AccessKey,
+		SecretAccessKey: minio.SecretKey, Insecure: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := backup.EnsureBucket(ctx, st); err != nil {
+		t.Fatal(err)
+	}
+	data := []byte(strings.Repeat("0123456789abcdef", 1<<16)) // 1 MiB
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	if err := st.Put(ctx, "wal/000000010000000000000001", bytes.NewReader(data)); err != nil {
+		t.Fatal(err)
+	}
+	runtime.ReadMemStats(&after)
+	if grew := after.TotalAlloc - before.TotalAlloc; grew > 16<<20 {
+		t.Fatalf("storing 1 MiB allocated %d MiB", grew>>20)
+	}
+	if n, err := st.Size(ctx, "wal/000000010000000000000001"); err != nil || n != int64(len(data)) {
+		t.Fatalf("stored %d bytes (%v), want %d", n, err, len(data))
 	}
 }

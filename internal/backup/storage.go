@@ -23,6 +23,7 @@ import (
 // Storage is where backups live. Keys are slash-separated paths.
 type Storage interface {
 	// Put streams r to key; the object appears only when r is drained.
+	// A reader with a Len method (bytes.Reader) has that many bytes left.
 	Put(ctx context.Context, key string, r io.Reader) error
 	// Get reads key; a missing key is ErrNotFound.
 	Get(ctx context.Context, key string) (io.ReadCloser, error)
@@ -127,7 +128,15 @@ func caPool(caFile string) (*x509.CertPool, error) {
 }
 
 func (s *s3Storage) Put(ctx context.Context, key string, r io.Reader) error {
-	_, err := s.client.PutObject(ctx, s.cfg.Bucket, key, r, -1, minio.PutObjectOptions{
+	// A reader that knows how much is left (bytes.Reader, strings.Reader:
+	// a WAL segment, a manifest) is stored in one request, or in parts
+	// read straight from it; only a stream of unknown length is buffered,
+	// PartSize times Parallel.
+	size := int64(-1)
+	if l, ok := r.(interface{ Len() int }); ok {
+		size = int64(l.Len())
+	}
+	_, err := s.client.PutObject(ctx, s.cfg.Bucket, key, r, size, minio.PutObjectOptions{
 		PartSize: s.cfg.PartSize, NumThreads: s.cfg.Parallel, ConcurrentStreamParts: s.cfg.Parallel > 1,
 		ContentType: "application/octet-stream", ServerSideEncryption: s.sse,
 	})
