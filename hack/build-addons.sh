@@ -24,19 +24,27 @@ declare -A tags=(
   [prometheus]=remove_all_sd,enable_kubernetes_sd
   [promtool]=remove_all_sd,enable_kubernetes_sd
 )
+# What each project's own Makefile stamps in: Helm's version, and the
+# Kubernetes version that helm template and lint assume without a cluster
+# (its client-go's, 1.37; unset it is 1.20, older than charts/daytwo's
+# kubeVersion).
+declare -A ldflags=(
+  [helm]="-X helm.sh/helm/v3/internal/version.version=v3.22.0 -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor=37 -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=37"
+)
 
 want=("$@")
 [ ${#want[@]} -gt 0 ] || want=(coredns local-path-provisioner minio)
 for b in "${want[@]}"; do
   [ -n "${mod[$b]:-}" ] || { echo "build-addons: unknown add-on $b" >&2; exit 2; }
   stamp="$BIN_DIR/$b.version"
-  if [ -x "$BIN_DIR/$b" ] && [ "$(cat "$stamp" 2>/dev/null)" = "${mod[$b]}" ]; then
+  want_stamp="${mod[$b]}${ldflags[$b]:+ ${ldflags[$b]}}"
+  if [ -x "$BIN_DIR/$b" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$want_stamp" ]; then
     echo "build-addons: $b cached"
     continue
   fi
   echo "build-addons: building ${mod[$b]} (minutes on a cold cache)"
   start=$SECONDS
-  GOBIN="$BIN_DIR" CGO_ENABLED=0 GOFLAGS=-trimpath go install -tags "${tags[$b]:-}" -ldflags "-s -w" "${mod[$b]}"
-  echo "${mod[$b]}" >"$stamp"
+  GOBIN="$BIN_DIR" CGO_ENABLED=0 GOFLAGS=-trimpath go install -tags "${tags[$b]:-}" -ldflags "-s -w ${ldflags[$b]:-}" "${mod[$b]}"
+  echo "$want_stamp" >"$stamp"
   echo "build-addons: built $b in $((SECONDS - start))s"
 done

@@ -48,8 +48,8 @@ deploy_operator() {
 
 # deploy-operator namespaced NS...: the namespaced install, with the Helm
 # chart (charts/daytwo, watchNamespaces=NS...), in place of config/default:
-# NS... are made afresh, config/default's objects (but its CRDs and
-# namespace) are removed, and the chart installs a Role in each of NS...,
+# NS... are made afresh, config/default's objects (but its CRDs, which
+# stay kubectl's: crds.create=false, and namespace) are removed, and the chart installs a Role in each of NS...,
 # no cluster-wide grant and no webhook.
 deploy_namespaced() {
   local kcfg; kcfg=$("$(script)" kubeconfig)
@@ -67,7 +67,7 @@ deploy_namespaced() {
     "${k[@]}" label namespace "$ns" daytwo.dev/e2e=true pod-security.kubernetes.io/enforce=restricted >/dev/null
   done
   "$HELM" --kubeconfig "$kcfg" upgrade --install daytwo "$root/charts/daytwo" --namespace daytwo-system \
-    --set "watchNamespaces={$list}" --set image.tag=dev --wait --timeout 3m
+    --set "watchNamespaces={$list}" --set image.tag=dev --set crds.create=false --wait --timeout 3m
 }
 
 case "${1:-}" in

@@ -95,6 +95,21 @@ func Start() (*Env, error) {
 		WebhookInstallOptions: envtest.WebhookInstallOptions{Paths: []string{filepath.Join(RepoRoot(), "config", "webhook", "manifests.yaml")}},
 		BinaryAssetsDirectory: dir,
 	}
+	return start(e)
+}
+
+// StartEmpty starts a control plane with nothing installed: no CRDs, no
+// webhook. An install under test (the Helm chart) brings its own.
+func StartEmpty() (*Env, error) {
+	setLogger()
+	dir, err := assets()
+	if err != nil {
+		return nil, err
+	}
+	return start(&envtest.Environment{BinaryAssetsDirectory: dir})
+}
+
+func start(e *envtest.Environment) (*Env, error) {
 	cfg, err := e.Start()
 	if err != nil {
 		return nil, fmt.Errorf("failed to start envtest: %w", err)

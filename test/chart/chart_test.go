@@ -6,6 +6,7 @@ package chart_test
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -17,8 +18,13 @@ import (
 	"strings"
 	"testing"
 
+	appsv1 "k8s.io/api/apps/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
 	"github.com/daytwo-dev/daytwo/internal/testenv"
@@ -112,13 +118,27 @@ func TestChartRendersConfigDefault(t *testing.T) {
 	if _, err := helm(t, "lint", "--strict", "charts/daytwo"); err != nil {
 		t.Fatal(err)
 	}
-	rendered, err := helm(t, "template", "daytwo", "charts/daytwo", "--namespace", "daytwo-system", "--include-crds")
+	rendered, err := helm(t, "template", "daytwo", "charts/daytwo", "--namespace", "daytwo-system")
 	if err != nil {
 		t.Fatal(err)
 	}
 	chart := objects(t, rendered)
 	kust := objects(t, kustomize(t, "config/default"))
 	delete(kust, "Namespace//daytwo-system")
+	// The CRDs are templates, so helm upgrade upgrades them, and helm
+	// uninstall keeps them (it would delete every Database).
+	for key, obj := range chart {
+		if !strings.HasPrefix(key, "CustomResourceDefinition/") {
+			continue
+		}
+		u := unstructured.Unstructured{Object: obj}
+		ann := u.GetAnnotations()
+		if ann["helm.sh/resource-policy"] != "keep" {
+			t.Errorf("%s lacks helm.sh/resource-policy: keep", key)
+		}
+		delete(ann, "helm.sh/resource-policy")
+		u.SetAnnotations(ann)
+	}
 	if !slices.Equal(keys(chart), keys(kust)) {
 		t.Fatalf("the chart renders\n  %s\nconfig/default\n  %s", strings.Join(keys(chart), "\n  "), strings.Join(keys(kust), "\n  "))
 	}
@@ -219,11 +239,158 @@ func TestChartMonitoringAndSchema(t *testing.T) {
 			t.Errorf("%s lacks the label release=kps", key)
 		}
 	}
-	for value, field := range map[string]string{"logLevel=loud": "logLevel", "image.tag=": "tag", "monitoring.podmonitors=true": "podmonitors",
-		"watchNamespaces={Apps}": "watchNamespaces"} {
+	for value, field := range map[string]string{"logLevel=loud": "logLevel", "image.repository=": "repository", "monitoring.podmonitors=true": "podmonitors",
+		"watchNamespaces={Apps}": "watchNamespaces", "replicaCount=0": "replicaCount", "crds.install=true": "install",
+		"fullnameOverride=Daytwo": "fullnameOverride"} {
 		_, err := helm(t, "template", "daytwo", "charts/daytwo", "--set", value)
 		if err == nil || !strings.Contains(err.Error(), field) {
 			t.Errorf("--set %s: %v, want a refusal naming %s", value, err, field)
 		}
 	}
+}
+
+// Two releases get names of their own for everything they make, so two
+// namespaced installs can live in one cluster (Helm refuses an object
+// another release owns); a release named daytwo gets config/default's
+// names. The operator is told its webhook's names, the values reach its
+// pod, and the chart works as a subchart (global values).
+func TestChartReleasesDoNotShareNames(t *testing.T) {
+	render := func(release, ns string, set ...string) map[string]map[string]any {
+		args := []string{"template", release, "charts/daytwo", "--namespace", ns}
+		for _, s := range set {
+			args = append(args, "--set", s)
+		}
+		rendered, err := helm(t, args...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return objects(t, rendered)
+	}
+	a := render("team-a", "team-a", "watchNamespaces={apps-a}", "crds.create=false", "monitoring.podMonitors=true")
+	b := render("team-b", "team-b", "watchNamespaces={apps-b}", "crds.create=false", "monitoring.podMonitors=true")
+	for key := range a {
+		if _, shared := b[key]; shared {
+			t.Errorf("both releases render %s", key)
+		}
+		if strings.HasPrefix(key, "CustomResourceDefinition/") {
+			t.Errorf("crds.create=false renders %s", key)
+		}
+	}
+	// The token the operator's PodMonitor scrapes with is the chart's,
+	// of a ServiceAccount bound to the metrics reader only.
+	pm := a["PodMonitor/team-a/team-a-daytwo-operator"]
+	eps, _, _ := unstructured.NestedSlice(pm, "spec", "podMetricsEndpoints")
+	secret, _, _ := unstructured.NestedString(eps[0].(map[string]any), "authorization", "credentials", "name")
+	tok := unstructured.Unstructured{Object: a["Secret/team-a/"+secret]}
+	if tok.Object == nil || tok.GetAnnotations()["kubernetes.io/service-account.name"] != "team-a-daytwo-prometheus" {
+		t.Errorf("the operator's PodMonitor reads Secret %q, which the chart does not make for its ServiceAccount", secret)
+	}
+	if ref, _, _ := unstructured.NestedString(a["ClusterRoleBinding//team-a-daytwo-prometheus"], "roleRef", "name"); ref != "team-a-daytwo-metrics-reader" {
+		t.Errorf("the scraping ServiceAccount is bound to %q", ref)
+	}
+
+	c := render("platform", "ops", "fullnameOverride=dt", "replicaCount=2", "imagePullSecrets[0].name=regcred",
+		"podLabels.team=platform", "podAnnotations.note=x", "serviceAccount.annotations.iam=role", "global.imageRegistry=r.example")
+	dep := unstructured.Unstructured{Object: c["Deployment/ops/dt-operator"]}
+	if dep.Object == nil {
+		t.Fatalf("no Deployment dt-operator: %v", keys(c))
+	}
+	replicas, _, _ := unstructured.NestedFieldNoCopy(dep.Object, "spec", "replicas") // a float64, as JSON decodes it
+	pod, _, _ := unstructured.NestedMap(dep.Object, "spec", "template")
+	podObj := unstructured.Unstructured{Object: pod}
+	secrets, _, _ := unstructured.NestedSlice(pod, "spec", "imagePullSecrets")
+	sa, _, _ := unstructured.NestedString(pod, "spec", "serviceAccountName")
+	if fmt.Sprint(replicas) != "2" || len(secrets) != 1 || podObj.GetLabels()["team"] != "platform" || podObj.GetAnnotations()["note"] != "x" || sa != "dt-operator" {
+		t.Errorf("values did not reach the pod: replicas %v, pull secrets %v, labels %v, annotations %v, account %q",
+			replicas, secrets, podObj.GetLabels(), podObj.GetAnnotations(), sa)
+	}
+	if ann := (&unstructured.Unstructured{Object: c["ServiceAccount/ops/dt-operator"]}).GetAnnotations(); ann["iam"] != "role" {
+		t.Errorf("ServiceAccount annotations: %v", ann)
+	}
+	containers, _, _ := unstructured.NestedSlice(pod, "spec", "containers")
+	args, _, _ := unstructured.NestedStringSlice(containers[0].(map[string]any), "args")
+	for _, want := range []string{"--webhook-service=dt-webhook", "--webhook-secret=dt-webhook-cert", "--webhook-configuration=dt-validating-webhook"} {
+		if !slices.Contains(args, want) {
+			t.Errorf("operator args %v lack %s", args, want)
+		}
+	}
+	webhooks, _, _ := unstructured.NestedSlice(c["ValidatingWebhookConfiguration//dt-validating-webhook"], "webhooks")
+	for _, w := range webhooks {
+		if svc, _, _ := unstructured.NestedString(w.(map[string]any), "clientConfig", "service", "name"); svc != "dt-webhook" || c["Service/ops/dt-webhook"] == nil {
+			t.Errorf("webhook %v calls Service %q", w.(map[string]any)["name"], svc)
+		}
+	}
+	rules, _, _ := unstructured.NestedSlice(c["ClusterRole//dt-manager"], "rules")
+	found := false
+	for _, r := range rules {
+		names, _, _ := unstructured.NestedStringSlice(r.(map[string]any), "resourceNames")
+		found = found || slices.Contains(names, "dt-validating-webhook")
+	}
+	if !found {
+		t.Error("ClusterRole dt-manager may not update ValidatingWebhookConfiguration dt-validating-webhook")
+	}
+	if subj, _, _ := unstructured.NestedSlice(c["ClusterRoleBinding//dt-manager"], "subjects"); len(subj) != 1 || subj[0].(map[string]any)["name"] != "dt-operator" {
+		t.Errorf("ClusterRoleBinding dt-manager binds %v", subj)
+	}
+}
+
+// Installed on a real API server, the chart makes its CRDs; helm upgrade
+// brings a changed CRD (a chart's crds/ directory would not); helm
+// uninstall removes the operator and keeps the CRDs.
+func TestChartUpgradesAndKeepsItsCRDs(t *testing.T) {
+	env, err := testenv.StartEmpty()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Stop() })
+	kcfg := filepath.Join(t.TempDir(), "kubeconfig")
+	env.WriteKubeconfig(t, kcfg)
+	ctx := context.Background()
+	crd := func() *metav1.PartialObjectMetadata {
+		var c metav1.PartialObjectMetadata
+		c.SetGroupVersionKind(apiextensionsv1.SchemeGroupVersion.WithKind("CustomResourceDefinition"))
+		if err := env.Client.Get(ctx, client.ObjectKey{Name: "databases.daytwo.dev"}, &c); err != nil {
+			t.Fatalf("CRD databases.daytwo.dev: %v", err)
+		}
+		return &c
+	}
+	if _, err := helm(t, "install", "daytwo", "charts/daytwo", "--kubeconfig", kcfg, "--namespace", "daytwo-system", "--create-namespace"); err != nil {
+		t.Fatal(err)
+	}
+	if got := crd().Annotations["helm.sh/resource-policy"]; got != "keep" {
+		t.Fatalf("installed CRD's resource policy %q", got)
+	}
+
+	// The next version's chart: a CRD that changed.
+	next := filepath.Join(t.TempDir(), "daytwo")
+	if err := os.CopyFS(next, os.DirFS(filepath.Join(testenv.RepoRoot(), "charts/daytwo"))); err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(next, "files/crds/daytwo.dev_databases.yaml")
+	raw, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	changed := strings.Replace(string(raw), "  name: databases.daytwo.dev\n", "  name: databases.daytwo.dev\n  labels:\n    daytwo.dev/chart-test: next\n", 1)
+	if changed == string(raw) {
+		t.Fatal("the CRD file has no name line to change")
+	}
+	if err := os.WriteFile(file, []byte(changed), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := helm(t, "upgrade", "daytwo", next, "--kubeconfig", kcfg, "--namespace", "daytwo-system"); err != nil {
+		t.Fatal(err)
+	}
+	if got := crd().Labels["daytwo.dev/chart-test"]; got != "next" {
+		t.Fatalf("helm upgrade left the CRD as it was (label %q)", got)
+	}
+
+	if _, err := helm(t, "uninstall", "daytwo", "--kubeconfig", kcfg, "--namespace", "daytwo-system", "--wait"); err != nil {
+		t.Fatal(err)
+	}
+	var dep appsv1.Deployment
+	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: "daytwo-system", Name: "daytwo-operator"}, &dep); !apierrors.IsNotFound(err) {
+		t.Fatalf("after helm uninstall the operator's Deployment: %v", err)
+	}
+	crd() // kept
 }
