@@ -32,11 +32,13 @@ generate: ## Generate deepcopy code, and the CRD rule on the settings daytwo man
 	$(CONTROLLER_GEN) object paths=./api/...
 
 .PHONY: manifests
-manifests: ## Generate CRDs and RBAC from markers, the Argo CD ConfigMap from its health check, and the chart's copies of config/.
+manifests: ## Generate CRDs and RBAC from markers, the Argo CD ConfigMap from its health check, the chart's copies of config/ and its README.
 	$(CONTROLLER_GEN) crd paths=./api/... output:crd:artifacts:config=config/crd/bases
 	$(CONTROLLER_GEN) rbac:roleName=daytwo-manager paths=./internal/... output:rbac:artifacts:config=config/rbac
 	hack/argocd-cm.sh
 	hack/chart-sync.sh
+	hack/build-addons.sh helm-docs >/dev/null
+	$(DAYTWO_CACHE)/addons/helm-docs --chart-search-root charts --log-level warning
 
 .PHONY: verify-generated
 verify-generated: generate manifests ## Fail if generated files are stale.

@@ -2,7 +2,7 @@
 # Builds the real-node add-ons and MinIO from the Go module proxy into the
 # cache, once. Versions are pinned here.
 #
-# usage: hack/build-addons.sh [coredns|local-path-provisioner|minio|prometheus|promtool|helm ...]
+# usage: hack/build-addons.sh [coredns|local-path-provisioner|minio|prometheus|promtool|helm|helm-docs ...]
 set -euo pipefail
 
 CACHE=${DAYTWO_CACHE:-$HOME/.cache/daytwo}
@@ -19,6 +19,8 @@ declare -A mod=(
   [promtool]=github.com/prometheus/prometheus/cmd/promtool@v0.316.0
   # Helm 3: CI lints and renders charts/daytwo, and the e2e installs with it.
   [helm]=helm.sh/helm/v3/cmd/helm@v3.22.0
+  # The chart's README, from the comments of its values.yaml.
+  [helm-docs]=github.com/norwoodj/helm-docs/cmd/helm-docs@v1.14.2
 )
 declare -A tags=(
   [prometheus]=remove_all_sd,enable_kubernetes_sd
