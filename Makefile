@@ -32,13 +32,16 @@ generate: ## Generate deepcopy code, and the CRD rule on the settings daytwo man
 	$(CONTROLLER_GEN) object paths=./api/...
 
 .PHONY: manifests
-manifests: ## Generate CRDs and RBAC from markers, the Argo CD ConfigMap from its health check, the chart's copies of config/ and its README.
+manifests: ## Generate CRDs and RBAC from markers, the Argo CD ConfigMap from its health check, a runbook page per alert, the API reference, the chart's copies of config/ and its README.
 	$(CONTROLLER_GEN) crd paths=./api/... output:crd:artifacts:config=config/crd/bases
 	$(CONTROLLER_GEN) rbac:roleName=daytwo-manager paths=./internal/... output:rbac:artifacts:config=config/rbac
 	hack/argocd-cm.sh
+	go run ./hack/gen-runbooks
 	hack/chart-sync.sh
-	hack/build-addons.sh helm-docs >/dev/null
+	hack/build-addons.sh helm-docs crd-ref-docs >/dev/null
 	$(DAYTWO_CACHE)/addons/helm-docs --chart-search-root charts --log-level warning
+	$(DAYTWO_CACHE)/addons/crd-ref-docs --source-path=api/v1alpha1 --config=hack/crd-ref-docs.yaml --renderer=markdown \
+	  --output-path=docs/api-reference.md --log-level=WARN
 
 .PHONY: verify-generated
 verify-generated: generate manifests ## Fail if generated files are stale.
@@ -152,19 +155,19 @@ test-e2e: tools ## End-to-end suites (build tag e2e) on the local cluster: the r
 .PHONY: bench-backup
 bench-backup: deps ## Backup benchmark: daytwo vs raw pg_dump/pg_restore and pgBackRest on MinIO (BENCH_MB=1024).
 	hack/deps.sh pgbackrest
-	go test -tags bench -count=1 -run TestBenchBackup -v -timeout 60m ./test/bench/backup/
+	go test -tags bench -count=1 -run TestBenchBackup -v -timeout 60m ./test/bench/backup/ | hack/bench-record.sh backup
 
 .PHONY: bench-upgrade
 bench-upgrade: deps ## Major upgrade 15 to 17 of BENCH_MB (1024) of pgbench data: daytwo's copy mode vs cp -a (floor) and link mode.
-	go test -tags bench -count=1 -run TestBenchUpgrade -v -timeout 30m ./test/bench/upgrade/ | grep -vE '^(=== RUN|--- PASS)'
+	go test -tags bench -count=1 -run TestBenchUpgrade -v -timeout 30m ./test/bench/upgrade/ | grep -vE '^(=== RUN|--- PASS)' | hack/bench-record.sh upgrade
 
 .PHONY: bench-cache
 bench-cache: tools ## Operator heap with 1000 unrelated Secrets and ConfigMaps vs an empty cluster (BENCH_OBJECTS, BENCH_BYTES).
-	go test -tags bench -count=1 -run TestBenchCache -v ./test/bench/cache/ | grep -E '^(operator heap|BENCH)|FAIL|^ok'
+	go test -tags bench -count=1 -run TestBenchCache -v ./test/bench/cache/ | grep -E '^(operator heap|BENCH)|FAIL|^ok' | hack/bench-record.sh cache
 
 .PHONY: bench-failover
 bench-failover: tools ## Failover benchmark on the real node: write gaps for pod delete, freeze, postgres kill, switchover, planned restart, minor upgrade, real partitions (BENCH_ROUNDS=5, BENCH_CONFIGS=2,3,3s; 3s:10@delete+freeze = those faults, 10 rounds).
-	E2E_PKG=./test/bench/failover E2E_TAGS=e2e,bench E2E_RUN=TestBenchFailover E2E_TIMEOUT=80m hack/e2e.sh
+	E2E_PKG=./test/bench/failover E2E_TAGS=e2e,bench E2E_RUN=TestBenchFailover E2E_TIMEOUT=80m hack/e2e.sh | hack/bench-record.sh failover
 
 .PHONY: bench-webapp
 bench-webapp: tools build ## WebApp benchmark on the kwok cluster (BENCH_N=1000, BENCH_LATENCY_SECONDS=60).
@@ -174,7 +177,7 @@ bench-webapp: tools build ## WebApp benchmark on the kwok cluster (BENCH_N=1000,
 	export KWOK_NODES=$${KWOK_NODES:-$$(( $${BENCH_N:-1000} / 90 + 2 ))}; \
 	  hack/kwok-cluster.sh down && hack/kwok-cluster.sh up && \
 	  kubectl --kubeconfig $$(hack/kwok-cluster.sh kubeconfig) apply --server-side -k config/crd >/dev/null && \
-	  KUBECONFIG=$$(hack/kwok-cluster.sh kubeconfig) DAYTWO_BIN=$(CURDIR)/bin/daytwo go run ./test/bench/webapp
+	  KUBECONFIG=$$(hack/kwok-cluster.sh kubeconfig) DAYTWO_BIN=$(CURDIR)/bin/daytwo go run ./test/bench/webapp | hack/bench-record.sh webapp
 
 .PHONY: bench-database
 bench-database: tools build ## Database benchmark on the kwok cluster: heap, no-op writes, reconcile p99 and requests at rest per Database (BENCH_N=500, BENCH_REST_SECONDS=60).
@@ -182,7 +185,7 @@ bench-database: tools build ## Database benchmark on the kwok cluster: heap, no-
 	export KWOK_NODES=$${KWOK_NODES:-$$(( $${BENCH_N:-500} / 90 + 2 ))}; \
 	  hack/kwok-cluster.sh down && hack/kwok-cluster.sh up && \
 	  kubectl --kubeconfig $$(hack/kwok-cluster.sh kubeconfig) apply --server-side -k config/crd >/dev/null && \
-	  KUBECONFIG=$$(hack/kwok-cluster.sh kubeconfig) DAYTWO_BIN=$(CURDIR)/bin/daytwo go run ./test/bench/database
+	  KUBECONFIG=$$(hack/kwok-cluster.sh kubeconfig) DAYTWO_BIN=$(CURDIR)/bin/daytwo go run ./test/bench/database | hack/bench-record.sh database
 
 ##@ Local cluster
 

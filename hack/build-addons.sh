@@ -2,7 +2,7 @@
 # Builds the real-node add-ons and MinIO from the Go module proxy into the
 # cache, once. Versions are pinned here.
 #
-# usage: hack/build-addons.sh [coredns|local-path-provisioner|minio|prometheus|promtool|helm|helm-docs ...]
+# usage: hack/build-addons.sh [coredns|local-path-provisioner|minio|prometheus|promtool|helm|helm-docs|crd-ref-docs ...]
 set -euo pipefail
 
 CACHE=${DAYTWO_CACHE:-$HOME/.cache/daytwo}
@@ -21,6 +21,8 @@ declare -A mod=(
   [helm]=helm.sh/helm/v3/cmd/helm@v3.22.0
   # The chart's README, from the comments of its values.yaml.
   [helm-docs]=github.com/norwoodj/helm-docs/cmd/helm-docs@v1.14.2
+  # docs/api-reference.md, from the API's Go types.
+  [crd-ref-docs]=github.com/elastic/crd-ref-docs@v0.3.0
 )
 declare -A tags=(
   [prometheus]=remove_all_sd,enable_kubernetes_sd

@@ -4,7 +4,7 @@ import "time"
 
 // DatabaseHA is spec.ha: the timings of the primary lease and of
 // failover. The lease is the protocol that keeps two primaries from
-// accepting writes at once (README, "High availability"): the primary
+// accepting writes at once (docs/high-availability.md): the primary
 // renews it every second and stops serving before its term runs out,
 // and the operator promotes another instance only once it has.
 type DatabaseHA struct {

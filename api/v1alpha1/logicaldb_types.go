@@ -41,7 +41,7 @@ type LogicalDatabase struct {
 	// as the database's owner (in public by default); an untrusted one,
 	// whose scripts need a superuser, only in a schema of its own that a
 	// superuser owns (daytwo makes it, with USAGE for the owner). Which
-	// extensions an image has is listed in the README.
+	// extensions an image has is listed in docs/database.md.
 	// +optional
 	// +listType=map
 	// +listMapKey=name

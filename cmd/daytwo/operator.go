@@ -95,7 +95,7 @@ func newOperatorCommand() *cobra.Command {
 // not set: its heap is mostly the informer cache, long-lived objects that
 // each watch event replaces, and at Go's default of 100 the replacements
 // leave spans partly filled until the heap in use is about twice the live
-// objects. At 25 it stays near 1.4 times, for little CPU: the README's
+// objects. At 25 it stays near 1.4 times, for little CPU: docs/benchmarks.md's
 // WebApp benchmark has the figures.
 const operatorGOGC = 25
 

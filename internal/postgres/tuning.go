@@ -30,7 +30,7 @@ type Resources struct {
 }
 
 // Tune derives the memory, connection, WAL and parallelism settings from an
-// instance's resources. The formula (documented in the README) follows the
+// instance's resources. The formula (documented in docs/database.md) follows the
 // Spilo and PGTune rules of thumb:
 //
 //	shared_buffers        = memory / 4

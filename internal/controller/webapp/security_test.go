@@ -15,7 +15,7 @@ import (
 	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
 )
 
-// rootOverride is the README's override for an image that starts as root
+// rootOverride is docs/webapp.md's override for an image that starts as root
 // and binds port 80, as the official nginx does.
 func rootOverride() *corev1.SecurityContext {
 	return &corev1.SecurityContext{RunAsNonRoot: ptr.To(false), RunAsUser: ptr.To[int64](0),

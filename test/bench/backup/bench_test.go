@@ -250,7 +250,7 @@ func TestBenchBackup(t *testing.T) {
 	restoreMax := ratio(clusterMBps(extractLeast), clusterMBps(peerRestore))
 	fmt.Printf("physical restore CPU: %.1f CPU seconds in %.2fs; on %d cores that work takes at least %.2fs: %.2f of pgBackRest's restore speed at most (goal >= 2)\n",
 		extractCPU.Seconds(), daytwoExtract.Seconds(), runtime.NumCPU(), extractLeast.Seconds(), restoreMax)
-	fmt.Printf("physical: daytwo/pgBackRest backup %.2f (goal >= 2), restore %.2f (goal >= 1.5); daytwo/raw pg_basebackup %.2f; base %d bytes stored\n",
+	fmt.Printf("physical: daytwo/pgBackRest backup %.2f (goal >= 2), restore %.2f (goal >= 2); daytwo/raw pg_basebackup %.2f; base %d bytes stored\n",
 		physicalRatio, physicalRestoreRatio, ratio(clusterMBps(daytwoBase), clusterMBps(rawBase)), base.Size)
 	fmt.Printf("BENCH backup mb=%d dump_mbps=%.1f backup_mbps=%.1f backup_ratio=%.2f restore_raw_mbps=%.1f restore_mbps=%.1f restore_ratio=%.2f "+
 		"basebackup_raw_mbps=%.1f physical_mbps=%.1f pgbackrest_mbps=%.1f physical_ratio=%.2f pitr_restore_mbps=%.1f pgbackrest_restore_mbps=%.1f physical_restore_ratio=%.2f "+
