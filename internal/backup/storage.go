@@ -23,7 +23,8 @@ import (
 // Storage is where backups live. Keys are slash-separated paths.
 type Storage interface {
 	// Put streams r to key; the object appears only when r is drained.
-	// A reader with a Len method (bytes.Reader) has that many bytes left.
+	// A reader with a Len method (bytes.Reader) has that many bytes left,
+	// and no more are added while Put reads.
 	Put(ctx context.Context, key string, r io.Reader) error
 	// Get reads key; a missing key is ErrNotFound.
 	Get(ctx context.Context, key string) (io.ReadCloser, error)
@@ -129,11 +130,11 @@ func caPool(caFile string) (*x509.CertPool, error) {
 
 func (s *s3Storage) Put(ctx context.Context, key string, r io.Reader) error {
 	// A reader that knows how much is left (bytes.Reader, strings.Reader:
-	// a WAL segment, a manifest) is stored in one request, or in parts
-	// read straight from it; only a stream of unknown length is buffered,
-	// PartSize times Parallel.
+	// a WAL segment, a manifest) and fits in a part is stored in one
+	// request, read from where it stands. Anything else is streamed as
+	// parts of unknown length, each buffered (PartSize times Parallel).
 	size := int64(-1)
-	if l, ok := r.(interface{ Len() int }); ok {
+	if l, ok := r.(interface{ Len() int }); ok && uint64(l.Len()) <= s.cfg.PartSize {
 		size = int64(l.Len())
 	}
 	_, err := s.client.PutObject(ctx, s.cfg.Bucket, key, r, size, minio.PutObjectOptions{

@@ -240,8 +240,9 @@ func TestChartMonitoringAndSchema(t *testing.T) {
 		}
 	}
 	for value, field := range map[string]string{"logLevel=loud": "logLevel", "image.repository=": "repository", "monitoring.podmonitors=true": "podmonitors",
-		"watchNamespaces={Apps}": "watchNamespaces", "replicaCount=0": "replicaCount", "crds.install=true": "install",
-		"fullnameOverride=Daytwo": "fullnameOverride"} {
+		"watchNamespaces={Apps}": "watchNamespaces", "replicaCount=-1": "replicaCount", "crds.install=true": "install",
+		"fullnameOverride=1dt": "fullnameOverride", "logLevel=0": "logLevel", "metrics.port=9443": "port",
+		"podLabels.app\\.kubernetes\\.io/component=x": "podLabels"} {
 		_, err := helm(t, "template", "daytwo", "charts/daytwo", "--set", value)
 		if err == nil || !strings.Contains(err.Error(), field) {
 			t.Errorf("--set %s: %v, want a refusal naming %s", value, err, field)
@@ -287,6 +288,18 @@ func TestChartReleasesDoNotShareNames(t *testing.T) {
 	}
 	if ref, _, _ := unstructured.NestedString(a["ClusterRoleBinding//team-a-daytwo-prometheus"], "roleRef", "name"); ref != "team-a-daytwo-metrics-reader" {
 		t.Errorf("the scraping ServiceAccount is bound to %q", ref)
+	}
+
+	// With plain-HTTP metrics, the renamed operator PodMonitor scrapes HTTP
+	// with no token; a parent chart's condition value is accepted.
+	h := render("platform", "ops", "fullnameOverride=dt", "metrics.secure=false", "monitoring.podMonitors=true",
+		"monitoring.prometheusRule=true", "enabled=true")
+	eps, _, _ = unstructured.NestedSlice(h["PodMonitor/ops/dt-operator"], "spec", "podMetricsEndpoints")
+	if len(eps) != 1 || eps[0].(map[string]any)["scheme"] != "http" || eps[0].(map[string]any)["authorization"] != nil {
+		t.Errorf("PodMonitor dt-operator with metrics.secure=false: %v", eps)
+	}
+	if h["PrometheusRule/ops/dt"] == nil {
+		t.Errorf("no PrometheusRule dt: %v", keys(h))
 	}
 
 	c := render("platform", "ops", "fullnameOverride=dt", "replicaCount=2", "imagePullSecrets[0].name=regcred",
@@ -393,4 +406,17 @@ func TestChartUpgradesAndKeepsItsCRDs(t *testing.T) {
 		t.Fatalf("after helm uninstall the operator's Deployment: %v", err)
 	}
 	crd() // kept
+
+	// Another release cannot install over CRDs the first one kept, unless
+	// it takes them over (docs/installation.md says how).
+	if _, err := helm(t, "install", "other", "charts/daytwo", "--kubeconfig", kcfg, "--namespace", "other", "--create-namespace"); err == nil ||
+		!strings.Contains(err.Error(), "invalid ownership metadata") {
+		t.Fatalf("a second release over kept CRDs: %v, want Helm's ownership refusal", err)
+	}
+	if _, err := helm(t, "install", "other", "charts/daytwo", "--kubeconfig", kcfg, "--namespace", "other", "--create-namespace", "--take-ownership"); err != nil {
+		t.Fatal(err)
+	}
+	if got := crd().Annotations["meta.helm.sh/release-name"]; got != "other" {
+		t.Fatalf("the CRD belongs to release %q after --take-ownership", got)
+	}
 }
