@@ -125,6 +125,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (_ re
 	before := db.DeepCopy()
 	defer func() {
 		recordInstanceMetrics(db)
+		conditions.Summarize(&db.Status.Conditions, db.Generation)
 		err = controller.WriteStatus(ctx, r.Client, before, db, before.Status, db.Status, err)
 	}()
 	if !db.DeletionTimestamp.IsZero() {

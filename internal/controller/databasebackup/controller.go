@@ -72,6 +72,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (_ re
 	before := b.DeepCopy()
 	defer func() {
 		observeConditions(b)
+		conditions.Summarize(&b.Status.Conditions, b.Generation)
 		b.Status.ObservedGeneration = controller.ObservedGeneration(before.Status.ObservedGeneration, b.Generation, err)
 		err = controller.WriteStatus(ctx, r.Client, before, b, before.Status, b.Status, err)
 	}()

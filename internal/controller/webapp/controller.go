@@ -23,6 +23,7 @@ import (
 
 	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
 	"github.com/daytwo-dev/daytwo/internal/controller"
+	"github.com/daytwo-dev/daytwo/internal/controller/conditions"
 )
 
 // orphanFinalizer holds a WebApp with deletionPolicy Orphan until its
@@ -100,6 +101,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (res 
 			res, err = reconcile.Result{RequeueAfter: time.Second}, nil
 			return
 		}
+		conditions.Summarize(&app.Status.Conditions, app.Generation)
 		err = controller.WriteStatus(ctx, r.Client, before, app, before.Status, app.Status, err)
 	}()
 	return r.reconcileNormal(ctx, app)
