@@ -18,6 +18,12 @@ const (
 	ConditionProgressing = "Progressing"
 	// ConditionDegraded is True when the object works but not fully.
 	ConditionDegraded = "Degraded"
+	// ConditionReconciling is True while daytwo works toward the spec, and
+	// absent otherwise (kstatus); its reason is Ready's.
+	ConditionReconciling = "Reconciling"
+	// ConditionStalled is True while daytwo cannot go on without a change
+	// from someone, and absent otherwise (kstatus); its reason is Ready's.
+	ConditionStalled = "Stalled"
 )
 
 // Reasons shared by every kind.
