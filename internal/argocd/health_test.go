@@ -7,8 +7,6 @@ import (
 	"strings"
 	"testing"
 
-	"sigs.k8s.io/yaml"
-
 	"github.com/daytwo-dev/daytwo/internal/argocd"
 	"github.com/daytwo-dev/daytwo/internal/testenv"
 )
@@ -102,19 +100,10 @@ func TestHealthEdges(t *testing.T) {
 
 // The ConfigMap users merge into Argo CD holds the script, once per kind.
 func TestConfigMapHoldsTheScript(t *testing.T) {
-	b, err := os.ReadFile(filepath.Join(testenv.RepoRoot(), "config/argocd/argocd-cm.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var cm struct {
-		Data map[string]string `json:"data"`
-	}
-	if err := yaml.Unmarshal(b, &cm); err != nil {
-		t.Fatal(err)
-	}
+	cm := configMap(t)
 	lua := script(t)
 	for _, kind := range []string{"Database", "DatabaseBackup", "WebApp"} {
-		got := cm.Data["resource.customizations.health.daytwo.dev_"+kind]
+		got := cm.Health(kind)
 		if strings.TrimSpace(got) != strings.TrimSpace(lua) {
 			t.Errorf("argocd-cm.yaml's health check of %s differs from health.lua: run make manifests", kind)
 		}

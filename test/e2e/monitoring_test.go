@@ -14,12 +14,14 @@ import (
 	"testing"
 	"time"
 
+	jsonpatch "github.com/evanphx/json-patch/v5"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -326,13 +328,9 @@ func TestAlertsFireAndResolve(t *testing.T) {
 	if err := cluster.Client.Update(ctx, wrong); err != nil {
 		t.Fatal(err)
 	}
-	if err := cluster.Client.Get(ctx, client.ObjectKeyFromObject(backup), backup); err != nil {
-		t.Fatal(err)
-	}
-	backup.Annotations[v1alpha1.AnnotationBackupRequested] = time.Now().UTC().Format(time.RFC3339)
-	if err := cluster.Client.Update(ctx, backup); err != nil {
-		t.Fatal(err)
-	}
+	// The run is asked for with Argo CD's resource action, as Argo CD
+	// runs and applies it.
+	runArgoAction(t, backup, "DatabaseBackup", "backup-now")
 	waitBackup(t, ns, "nightly", 3*time.Minute, "a good run", func(b *v1alpha1.DatabaseBackup) bool {
 		return meta.IsStatusConditionFalse(b.Status.Conditions, v1alpha1.ConditionLastRunFailed)
 	})
@@ -342,6 +340,46 @@ func TestAlertsFireAndResolve(t *testing.T) {
 
 	// The same Database and backup serve the kubectl plugin's commands.
 	checkPlugin(t, ns, "watched", "nightly")
+}
+
+// runArgoAction runs kind's Argo CD resource action (config/argocd's
+// argocd-cm.yaml, by gopher-lua as Argo CD runs it) on the live obj and
+// applies what it returns as Argo CD does: a merge patch from the live
+// object to the returned one.
+func runArgoAction(t *testing.T, obj client.Object, kind, action string) {
+	t.Helper()
+	ctx := t.Context()
+	cm, err := argocd.LoadConfigMap(filepath.Join(framework.RepoRoot(), "config/argocd/argocd-cm.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	actions, err := cm.Actions(kind)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cluster.Client.Get(ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
+		t.Fatal(err)
+	}
+	out, err := argocd.Run(actions.Script(action), obj)
+	if err != nil {
+		t.Fatalf("Argo CD action %s of %s: %v", action, kind, err)
+	}
+	live, err := json.Marshal(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	changed, err := json.Marshal(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	patch, err := jsonpatch.CreateMergePatch(live, changed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cluster.Client.Patch(ctx, obj, client.RawPatch(types.MergePatchType, patch)); err != nil {
+		t.Fatalf("Argo CD action %s of %s: %s: %v", action, kind, patch, err)
+	}
+	t.Logf("Argo CD action %s of %s %s: %s", action, kind, obj.GetName(), patch)
 }
 
 // waitArgoHealth waits until Argo CD's health check (config/argocd/health.lua,
