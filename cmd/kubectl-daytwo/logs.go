@@ -25,7 +25,7 @@ func logsCmd(e *env) *cobra.Command {
 		Use:   "logs DATABASE",
 		Short: "The instance managers' and PostgreSQL's logs of every instance, one line each, labelled by pod",
 		Long: "Reads the postgres container of every instance. The instance manager's JSON lines become " +
-			"\"time pod level message key=value...\"; PostgreSQL's own lines are shown as they are, after the pod's name.",
+			"\"time pod level message key=value...\"; PostgreSQL's records (logger postgres) show who, the SQLSTATE, detail, hint and statement.",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
@@ -98,9 +98,9 @@ func (e *env) streamLogs(ctx context.Context, pod string, opts *corev1.PodLogOpt
 	return sc.Err()
 }
 
-// prettyLine renders an instance manager's JSON line as
-// "time pod level message key=value..."; any other line (PostgreSQL's)
-// follows the pod's name as it is.
+// prettyLine renders a JSON line of the stream as "time pod level message
+// key=value...", PostgreSQL's with the telling fields of its record; any
+// other line follows the pod's name as it is.
 func prettyLine(pod, line string) string {
 	var fields map[string]any
 	if !strings.HasPrefix(line, "{") || json.Unmarshal([]byte(line), &fields) != nil {
@@ -111,7 +111,7 @@ func prettyLine(pod, line string) string {
 	msg, _ := fields["msg"].(string)
 	var keys []string
 	for k := range fields {
-		if !slices.Contains([]string{"ts", "level", "msg", "logger", "caller"}, k) {
+		if !slices.Contains([]string{"ts", "level", "msg", "logger", "caller", "record"}, k) {
 			keys = append(keys, k)
 		}
 	}
@@ -123,6 +123,24 @@ func prettyLine(pod, line string) string {
 	fmt.Fprintf(&b, "%s %s %-5s %s", ts, pod, level, msg)
 	for _, k := range keys {
 		fmt.Fprintf(&b, " %s=%v", k, fields[k])
+	}
+	if rec, ok := fields["record"].(map[string]any); ok {
+		b.WriteString(pgRecordFields(rec))
+	}
+	return b.String()
+}
+
+// pgRecordFields are the parts of PostgreSQL's jsonlog record a reader
+// wants beside its message: who, the SQLSTATE of a problem, and the
+// detail, hint and statement.
+func pgRecordFields(rec map[string]any) string {
+	var b strings.Builder
+	for _, k := range []string{"user", "dbname", "backend_type", "state_code", "detail", "hint", "context", "statement"} {
+		v, ok := rec[k]
+		if !ok || v == "" || k == "state_code" && v == "00000" {
+			continue
+		}
+		fmt.Fprintf(&b, " %s=%q", k, fmt.Sprint(v))
 	}
 	return b.String()
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"os"
 	"slices"
 	"sync"
 	"time"
@@ -45,6 +46,8 @@ type Manager struct {
 	// promoteMu serializes promotions: the lease's naming and the
 	// operator's promote call race (see promote).
 	promoteMu sync.Mutex
+	// logs carries PostgreSQL's lines into the manager's stream (pglog.go).
+	logs *logRelay
 	// restartReq carries a restart asked through the API to the supervisor.
 	restartReq chan struct{}
 	// unfenced wakes a supervisor that waits while fenced on request;
@@ -231,7 +234,7 @@ const (
 // New returns a manager for cfg. restore may be nil.
 func New(cfg *Config, log logr.Logger, restore RestoreFunc) *Manager {
 	m := &Manager{cfg: cfg, log: log, restore: restore, reload: make(chan struct{}, 1), named: make(chan struct{}, 1), demote: make(chan demoteRequest),
-		restartReq: make(chan struct{}), unfenced: make(chan struct{}, 1), promise: promise{path: cfg.promiseFile()},
+		restartReq: make(chan struct{}), unfenced: make(chan struct{}, 1), promise: promise{path: cfg.promiseFile()}, logs: &logRelay{out: os.Stdout},
 		shared: shared{status: instanceapi.Status{Pod: cfg.Pod, Role: cfg.Role, Phase: instanceapi.PhaseBootstrapping}}}
 	// A promise the last run made still binds this one.
 	m.promise.load(time.Now())

@@ -4,8 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"os/exec"
+	"path/filepath"
 	"syscall"
 	"time"
 
@@ -46,13 +46,22 @@ func (m *Manager) supervise(ctx context.Context) error {
 		// Asked while this start was prepared: postgres does not start.
 		return fmt.Errorf("%w: %w", errFenced, errFencedOnRequest)
 	}
-	cmd := exec.Command(m.cfg.bin("postgres"), "-D", m.cfg.PGData)
-	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+	if err := m.logs.startPipes(filepath.Join(m.cfg.RunDir, logDirName)); err != nil {
+		return err
+	}
+	stderr, err := m.logs.stderr()
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(m.cfg.bin("postgres"), append([]string{"-D", m.cfg.PGData}, m.cfg.collectorArgs()...)...)
+	cmd.Stdout, cmd.Stderr = stderr, stderr
 	m.log.Info("Starting postgres", "role", m.role())
 	// Its own process group: a signal to the manager is not also delivered
 	// to postgres by a terminal; the manager decides what postgres gets.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
+	err = cmd.Start()
+	_ = stderr.Close() // postgres holds it now; the relay ends when it does
+	if err != nil {
 		return fmt.Errorf("failed to start postgres: %w", err)
 	}
 	exited := make(chan error, 1)

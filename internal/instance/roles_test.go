@@ -47,6 +47,10 @@ func TestDeclaredRolesAreMadeKeptAndDropped(t *testing.T) {
 	if err := in.execAs(ctx, "writer", "writer-pass-1", "INSERT INTO items VALUES (1)"); err != nil {
 		t.Fatalf("the writer cannot write: %v", err)
 	}
+	// An error, to find in the log at the end as PostgreSQL's own record.
+	if err := in.execAs(ctx, "writer", "writer-pass-1", "SELECT 1/0"); err == nil {
+		t.Fatal("1/0 answered")
+	}
 	if err := in.execAs(ctx, "analytics", "analytics-pass-1", "SELECT count(*) FROM items"); err != nil {
 		t.Fatalf("the read-only role cannot read: %v", err)
 	}
@@ -184,6 +188,39 @@ func TestDeclaredRolesAreMadeKeptAndDropped(t *testing.T) {
 		if strings.Contains(log, secret) {
 			t.Errorf("the log holds %q", secret)
 		}
+	}
+	checkOneJSONStream(t, log)
+}
+
+// checkOneJSONStream checks that the manager's output is one stream of
+// JSON lines, PostgreSQL's among them as its own jsonlog records: the
+// statements log_statement logs, and the error of SELECT 1/0 at level
+// error with its SQLSTATE and statement.
+func checkOneJSONStream(t *testing.T, log string) {
+	t.Helper()
+	var statements int
+	var divided bool
+	for _, line := range strings.Split(strings.TrimSpace(log), "\n") {
+		var l struct {
+			Level, TS, Logger, Msg string
+			Record                 map[string]any
+		}
+		if err := json.Unmarshal([]byte(line), &l); err != nil || l.Level == "" || l.TS == "" {
+			t.Errorf("not a line of the JSON stream: %s", line)
+			continue
+		}
+		if l.Logger != "postgres" || l.Record == nil {
+			continue
+		}
+		if strings.HasPrefix(l.Msg, "statement: ") && l.Record["error_severity"] == "LOG" && l.Level == "info" {
+			statements++
+		}
+		if l.Level == "error" && l.Record["state_code"] == "22012" && l.Record["statement"] == "SELECT 1/0" && l.Record["user"] == "writer" {
+			divided = true
+		}
+	}
+	if statements == 0 || !divided {
+		t.Errorf("PostgreSQL's records: %d statements logged, the division by zero found: %v", statements, divided)
 	}
 }
 

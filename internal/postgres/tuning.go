@@ -107,8 +107,6 @@ func Defaults() map[string]string {
 		// come a moment before the new primary made its slot.
 		"wal_retrieve_retry_interval": "200ms",
 		"wal_log_hints":               "on",
-		"log_destination":             "stderr",
-		"logging_collector":           "off",
 		"log_line_prefix":             "%m [%p] %q%u@%d ",
 		"log_checkpoints":             "on",
 		"log_lock_waits":              "on",
