@@ -3,13 +3,19 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
 
 	"github.com/spf13/cobra"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/client-go/kubernetes"
+	_ "k8s.io/client-go/plugin/pkg/client/auth" // kubeconfig auth providers (OIDC), as kubectl has them
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/daytwo-dev/daytwo/internal/scheme"
@@ -17,25 +23,27 @@ import (
 
 // env is what every command works with: the cluster and the namespace.
 type env struct {
-	flags     clientcmd.ConfigOverrides
-	loading   *clientcmd.ClientConfigLoadingRules
+	flags     *genericclioptions.ConfigFlags
+	streams   genericiooptions.IOStreams
 	config    *rest.Config
-	c         client.Client
+	c         client.WithWatch
 	kube      kubernetes.Interface
 	namespace string
 }
 
 func (e *env) connect() error {
-	cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(e.loading, &e.flags)
-	cfg, err := cc.ClientConfig()
+	if e.c != nil {
+		return nil
+	}
+	cfg, err := e.flags.ToRESTConfig()
 	if err != nil {
 		return err
 	}
-	ns, _, err := cc.Namespace()
+	ns, _, err := e.flags.ToRawKubeConfigLoader().Namespace()
 	if err != nil {
 		return err
 	}
-	c, err := client.New(cfg, client.Options{Scheme: scheme.New()})
+	c, err := client.NewWithWatch(cfg, client.Options{Scheme: pluginScheme()})
 	if err != nil {
 		return err
 	}
@@ -50,34 +58,106 @@ func (e *env) connect() error {
 // kubectlArgs passes the connection flags on to kubectl.
 func (e *env) kubectlArgs() []string {
 	args := []string{"--namespace", e.namespace}
-	if e.loading.ExplicitPath != "" {
-		args = append(args, "--kubeconfig", e.loading.ExplicitPath)
+	for flag, v := range map[string]*string{
+		"kubeconfig": e.flags.KubeConfig, "context": e.flags.Context, "cluster": e.flags.ClusterName, "user": e.flags.AuthInfoName,
+		"server": e.flags.APIServer, "token": e.flags.BearerToken, "as": e.flags.Impersonate, "as-uid": e.flags.ImpersonateUID,
+		"certificate-authority": e.flags.CAFile, "client-certificate": e.flags.CertFile, "client-key": e.flags.KeyFile,
+		"tls-server-name": e.flags.TLSServerName, "request-timeout": e.flags.Timeout,
+	} {
+		if v != nil && *v != "" && (flag != "request-timeout" || *v != "0") {
+			args = append(args, "--"+flag+"="+*v)
+		}
 	}
-	if e.flags.CurrentContext != "" {
-		args = append(args, "--context", e.flags.CurrentContext)
+	if g := e.flags.ImpersonateGroup; g != nil {
+		for _, group := range *g {
+			args = append(args, "--as-group="+group)
+		}
+	}
+	if v := e.flags.Insecure; v != nil && *v {
+		args = append(args, "--insecure-skip-tls-verify")
 	}
 	return args
 }
 
+// pluginScheme is daytwo's scheme and the CRDs' own kind, which the
+// operator's report reads.
+func pluginScheme() *runtime.Scheme {
+	s := scheme.New()
+	utilruntime.Must(apiextensionsv1.AddToScheme(s))
+	return s
+}
+
+// Command groups, as kubectl's help shows them.
+const (
+	groupDatabase = "database"
+	groupBackup   = "backup"
+	groupWebApp   = "webapp"
+	groupSupport  = "support"
+)
+
+// offline marks a command that needs no cluster.
+const offline = "daytwo.dev/offline"
+
 func main() {
-	e := &env{loading: clientcmd.NewDefaultClientConfigLoadingRules()}
+	root := newRootCmd(genericiooptions.IOStreams{In: os.Stdin, Out: os.Stdout, ErrOut: os.Stderr})
+	if err := root.ExecuteContext(context.Background()); err != nil {
+		if err.Error() != "" {
+			fmt.Fprintln(os.Stderr, "error:", err)
+		}
+		os.Exit(exitCode(err))
+	}
+}
+
+func newRootCmd(streams genericiooptions.IOStreams) *cobra.Command {
+	e := &env{flags: genericclioptions.NewConfigFlags(true), streams: streams}
 	root := &cobra.Command{
-		Use:           "kubectl-daytwo",
-		Short:         "Operate daytwo Databases, backups and WebApps from kubectl",
+		Use:   "kubectl-daytwo",
+		Short: "Operate daytwo Databases, backups and WebApps from kubectl",
+		Annotations: map[string]string{
+			cobra.CommandDisplayNameAnnotation: "kubectl daytwo",
+		},
 		SilenceUsage:  true,
 		SilenceErrors: true,
-		PersistentPreRunE: func(*cobra.Command, []string) error {
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			if cmd.Name() == cobra.ShellCompRequestCmd || cmd.Name() == cobra.ShellCompNoDescRequestCmd {
+				return nil // completion functions connect when they need to
+			}
+			for c := cmd; c != nil; c = c.Parent() {
+				if c.Annotations[offline] == "true" {
+					return nil
+				}
+			}
 			return e.connect()
 		},
 	}
-	f := root.PersistentFlags()
-	f.StringVar(&e.loading.ExplicitPath, "kubeconfig", "", "Path to the kubeconfig file.")
-	f.StringVar(&e.flags.CurrentContext, "context", "", "The kubeconfig context to use.")
-	f.StringVarP(&e.flags.Context.Namespace, "namespace", "n", "", "The namespace (default: the context's).")
-	root.AddCommand(statusCmd(e), psqlCmd(e), backupCmd(e), restoreCmd(e), switchoverCmd(e), promoteCmd(e), canaryCmd(e), reportCmd(e), logsCmd(e), rotatePasswordCmd(e))
-	root.AddCommand(day2Cmds(e)...)
-	if err := root.Execute(); err != nil {
-		fmt.Fprintln(os.Stderr, "error:", err)
-		os.Exit(1)
+	root.SetIn(streams.In)
+	root.SetOut(streams.Out)
+	root.SetErr(streams.ErrOut)
+	e.flags.AddFlags(root.PersistentFlags())
+	root.AddGroup(
+		&cobra.Group{ID: groupDatabase, Title: "Databases:"},
+		&cobra.Group{ID: groupBackup, Title: "Backups and restores:"},
+		&cobra.Group{ID: groupWebApp, Title: "WebApps:"},
+		&cobra.Group{ID: groupSupport, Title: "Troubleshooting and sizing:"},
+	)
+	in := func(group string, cmds ...*cobra.Command) {
+		for _, c := range cmds {
+			c.GroupID = group
+			root.AddCommand(c)
+		}
 	}
+	in(groupDatabase, statusCmd(e), psqlCmd(e), switchoverCmd(e), promoteCmd(e), restartCmd(e), upgradeCmd(e), rotatePasswordCmd(e))
+	in(groupDatabase, day2Cmds(e)...)
+	in(groupBackup, backupCmd(e), restoreCmd(e))
+	in(groupWebApp, canaryCmd(e))
+	in(groupSupport, reportCmd(e), logsCmd(e), pgbenchCmd(e))
+	root.AddCommand(versionCmd(e))
+	// cobra's completion command needs no cluster.
+	root.InitDefaultCompletionCmd()
+	for _, c := range root.Commands() {
+		if c.Name() == "completion" {
+			c.Annotations = map[string]string{offline: "true"}
+		}
+	}
+	return root
 }

@@ -34,7 +34,8 @@ func reportCmd(e *env) *cobra.Command {
 		Long: "Collects the Database, its DatabaseBackups, StatefulSet, pods, Services, PVCs, Jobs, ConfigMaps and the Events " +
 			"about them, and every container's log (and the previous one after a restart). Secrets appear by name and key " +
 			"only, and environment values of names that look secret are replaced.",
-		Args: cobra.ExactArgs(1),
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: e.completeNames(0, databases),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
 			db, err := e.database(ctx, args[0])
@@ -58,6 +59,7 @@ func reportCmd(e *env) *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVarP(&out, "output", "o", "", "The file to write (default daytwo-report-<namespace>-<database>-<time>.tar.gz).")
+	cmd.AddCommand(reportOperatorCmd(e))
 	return cmd
 }
 
@@ -168,10 +170,22 @@ func (e *env) writeReport(ctx context.Context, w io.Writer, db *v1alpha1.Databas
 	if err := b.addYAML("events.yaml", about); err != nil {
 		return b.n, err
 	}
-	for _, p := range pods.Items {
+	if err := e.addPodLogs(ctx, b, pods.Items); err != nil {
+		return b.n, err
+	}
+	if err := b.tw.Close(); err != nil {
+		return b.n, err
+	}
+	return b.n, gz.Close()
+}
+
+// addPodLogs adds every container's log of pods, and the previous one
+// after a restart.
+func (e *env) addPodLogs(ctx context.Context, b *bundle, pods []corev1.Pod) error {
+	for _, p := range pods {
 		for _, c := range append(append([]corev1.Container{}, p.Spec.InitContainers...), p.Spec.Containers...) {
 			for _, previous := range []bool{false, true} {
-				raw, err := e.kube.CoreV1().Pods(e.namespace).GetLogs(p.Name, &corev1.PodLogOptions{Container: c.Name, Previous: previous}).DoRaw(ctx)
+				raw, err := e.kube.CoreV1().Pods(p.Namespace).GetLogs(p.Name, &corev1.PodLogOptions{Container: c.Name, Previous: previous}).DoRaw(ctx)
 				if err != nil {
 					continue // no previous container, or not started
 				}
@@ -180,15 +194,12 @@ func (e *env) writeReport(ctx context.Context, w io.Writer, db *v1alpha1.Databas
 					name = fmt.Sprintf("logs/%s/%s.previous.log", p.Name, c.Name)
 				}
 				if err := b.add(name, raw); err != nil {
-					return b.n, err
+					return err
 				}
 			}
 		}
 	}
-	if err := b.tw.Close(); err != nil {
-		return b.n, err
-	}
-	return b.n, gz.Close()
+	return nil
 }
 
 func metaItems(list client.ObjectList) ([]client.Object, error) {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/duration"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -18,24 +19,51 @@ import (
 )
 
 func statusCmd(e *env) *cobra.Command {
-	return &cobra.Command{
+	var out outputFlag
+	var watch bool
+	cmd := &cobra.Command{
 		Use:   "status DATABASE",
 		Short: "Instances, roles, lag, backups, verification, pending restarts, certificate and conditions of a Database",
-		Args:  cobra.ExactArgs(1),
+		Long: "Prints the Database's status for a person, or with -o json|yaml the Database and its DatabaseBackups " +
+			"(a List) for a script. --watch prints it again at each change until interrupted.",
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: e.completeNames(0, databases),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := out.validate(); err != nil {
+				return err
+			}
 			ctx := cmd.Context()
-			db, err := e.database(ctx, args[0])
-			if err != nil {
-				return err
+			show := func(db *v1alpha1.Database) error {
+				backups, err := e.backupsOf(ctx, db.Name)
+				if err != nil {
+					return err
+				}
+				if out.format == "" {
+					if watch {
+						fmt.Fprintf(cmd.OutOrStdout(), "--- %s\n", time.Now().UTC().Format(time.RFC3339))
+					}
+					printStatus(cmd.OutOrStdout(), db, backups, time.Now())
+					return nil
+				}
+				objs := []runtime.Object{db}
+				for i := range backups {
+					objs = append(objs, &backups[i])
+				}
+				return out.print(cmd.OutOrStdout(), objs...)
 			}
-			backups, err := e.backupsOf(ctx, db.Name)
-			if err != nil {
-				return err
+			if !watch {
+				db, err := e.database(ctx, args[0])
+				if err != nil {
+					return err
+				}
+				return show(db)
 			}
-			printStatus(cmd.OutOrStdout(), db, backups, time.Now())
-			return nil
+			return e.watchDatabase(ctx, args[0], func(db *v1alpha1.Database) (bool, error) { return false, show(db) })
 		},
 	}
+	out.add(cmd)
+	cmd.Flags().BoolVarP(&watch, "watch", "w", false, "Print the status again at each change of the Database, until interrupted.")
+	return cmd
 }
 
 func (e *env) database(ctx context.Context, name string) (*v1alpha1.Database, error) {

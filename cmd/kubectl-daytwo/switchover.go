@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -14,7 +15,7 @@ import (
 
 // requestSwitchover writes the switchover annotations: the operator, and
 // only it, decides and answers in status.lastSwitchover.
-func requestSwitchover(cmd *cobra.Command, e *env, name, to string) error {
+func requestSwitchover(cmd *cobra.Command, e *env, name, to string, w waitFlags) error {
 	ctx := cmd.Context()
 	db, err := e.database(ctx, name)
 	if err != nil {
@@ -48,28 +49,64 @@ func requestSwitchover(cmd *cobra.Command, e *env, name, to string) error {
 		target = "the replica with the most WAL"
 	}
 	fmt.Fprintf(cmd.OutOrStdout(), "Requested a switchover of %s from %s to %s at %s; status.lastSwitchover answers\n", name, db.Status.Primary, target, at)
-	return nil
+	if !w.wait {
+		return nil
+	}
+	requested, _ := time.Parse(time.RFC3339, at)
+	_, err = waitSwitchover(cmd, e, w, name, requested)
+	return err
+}
+
+// waitSwitchover waits for status.lastSwitchover to answer the request
+// made at requested, and returns the new primary; a refusal or failure
+// exits 1.
+func waitSwitchover(cmd *cobra.Command, e *env, w waitFlags, name string, requested time.Time) (string, error) {
+	var primary string
+	err := w.until(cmd.Context(), "the switchover of "+name, func(ctx context.Context) error {
+		return e.watchDatabase(ctx, name, func(db *v1alpha1.Database) (bool, error) {
+			s := db.Status.LastSwitchover
+			if s == nil || !s.RequestedTime.Time.Equal(requested) {
+				return false, nil
+			}
+			if s.Result != v1alpha1.SwitchoverSucceeded {
+				return true, exitError{code: exitFailed, err: fmt.Errorf("the switchover of %s: %s: %s", name, s.Result, s.Message)}
+			}
+			if db.Status.Primary != s.To {
+				return false, nil // answered; the status names the new primary next
+			}
+			primary = s.To
+			fmt.Fprintf(cmd.OutOrStdout(), "Switched over from %s to %s: %s\n", s.From, s.To, s.Message)
+			return true, nil
+		})
+	})
+	return primary, err
 }
 
 func switchoverCmd(e *env) *cobra.Command {
-	return &cobra.Command{
-		Use:   "switchover DATABASE [INSTANCE]",
-		Short: "Move the primary to an instance (or the best replica) with no acknowledged write lost",
-		Args:  cobra.RangeArgs(1, 2),
+	var w waitFlags
+	cmd := &cobra.Command{
+		Use:               "switchover DATABASE [INSTANCE]",
+		Short:             "Move the primary to an instance (or the best replica) with no acknowledged write lost",
+		Args:              cobra.RangeArgs(1, 2),
+		ValidArgsFunction: e.completeNames(0, databases, instancesOf),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			to := ""
 			if len(args) == 2 {
 				to = args[1]
 			}
-			return requestSwitchover(cmd, e, args[0], to)
+			return requestSwitchover(cmd, e, args[0], to, w)
 		},
 	}
+	w.add(cmd, "the new primary serves (exit code 1 when the switchover was refused or failed, 2 on --timeout)")
+	return cmd
 }
 
 func promoteCmd(e *env) *cobra.Command {
 	var token string
+	var w waitFlags
 	cmd := &cobra.Command{
-		Use: "promote DATABASE [INSTANCE]",
+		Use:               "promote DATABASE [INSTANCE]",
+		ValidArgsFunction: e.completeNames(0, databases, instancesOf),
 		Short: "Make INSTANCE the primary (a switchover to it); without one, promote a replica Database (spec.replica.enabled: false), " +
 			"with --token for a planned switch",
 		Args: cobra.RangeArgs(1, 2),
@@ -78,12 +115,13 @@ func promoteCmd(e *env) *cobra.Command {
 				if token != "" {
 					return errors.New("--token promotes a replica Database: name no instance")
 				}
-				return requestSwitchover(cmd, e, args[0], args[1])
+				return requestSwitchover(cmd, e, args[0], args[1], w)
 			}
 			return promoteReplica(cmd, e, args[0], token)
 		},
 	}
 	cmd.Flags().StringVar(&token, "token", "", "The demoted source's status.replica.demotionToken: a planned switch that loses nothing")
+	w.add(cmd, "INSTANCE serves as the primary (with INSTANCE only)")
 	return cmd
 }
 

@@ -77,6 +77,10 @@ func TestWebAppCanary(t *testing.T) {
 	if !strings.Contains(out, "Requested to promote the canary of shop (image "+demoWebImageV2+", step 2 of 2)") {
 		t.Errorf("kubectl daytwo canary promote said %q", out)
 	}
+	// A pipeline's wait: exit code 0 once the revision runs everywhere.
+	if out, code := pluginExit(t, ns, "canary", "status", "shop", "--watch", "--timeout", "3m"); code != 0 {
+		t.Errorf("kubectl daytwo canary status --watch after the promotion: exit code %d\n%s", code, out)
+	}
 	waitApp(t, app, 3*time.Minute, "promoted", readyWith(3, demoWebImageV2))
 	t.Logf("canary of a good image: both steps and the promotion in %s", time.Since(start).Round(time.Second))
 	canaryGone(t, app)
@@ -89,6 +93,10 @@ func TestWebAppCanary(t *testing.T) {
 	before := stablePods(t, app, 3)
 	start = time.Now()
 	updateApp(t, app, func(a *v1alpha1.WebApp) { a.Spec.Image = demoWebImageCrash })
+	// The pipeline's wait fails with exit code 1 when the canary aborts.
+	if out, code := pluginExit(t, ns, "canary", "status", "shop", "--watch", "--timeout", "3m"); code != 1 {
+		t.Errorf("kubectl daytwo canary status --watch of a crashing canary: exit code %d, want 1\n%s", code, out)
+	}
 	aborted := waitAborted(t, app, "CRASH_AFTER=10s")
 	t.Logf("canary of a crashing image aborted %s after the change: %s", time.Since(start).Round(time.Second), aborted)
 	if !strings.Contains(aborted, "exit code 1") {

@@ -6,6 +6,7 @@ import (
 	"archive/tar"
 	"compress/gzip"
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"os"
@@ -34,6 +35,17 @@ var (
 // namespace ns, and returns its output; a failure fails the test.
 func plugin(t *testing.T, ns string, args ...string) string {
 	t.Helper()
+	out, code := pluginExit(t, ns, args...)
+	if code != 0 {
+		t.Fatalf("kubectl daytwo %s: exit code %d\n%s", strings.Join(args, " "), code, out)
+	}
+	return out
+}
+
+// pluginExit runs the plugin as plugin does and returns its output and
+// exit code, for the commands whose code a pipeline reads.
+func pluginExit(t *testing.T, ns string, args ...string) (string, int) {
+	t.Helper()
 	pluginOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "daytwo-e2e-plugin-") //nolint:usetesting // built once for every suite, not one test
 		if err != nil {
@@ -53,10 +65,11 @@ func plugin(t *testing.T, ns string, args ...string) string {
 	}
 	cmd := exec.Command(pluginPath, append([]string{"-n", ns}, args...)...)
 	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("kubectl daytwo %s: %v\n%s", strings.Join(args, " "), err, out)
+	var exit *exec.ExitError
+	if err != nil && !errors.As(err, &exit) {
+		t.Fatalf("kubectl daytwo %s: %v", strings.Join(args, " "), err)
 	}
-	return string(out)
+	return string(out), cmd.ProcessState.ExitCode()
 }
 
 // checkPlugin runs every command of the kubectl plugin against a Ready
@@ -71,6 +84,19 @@ func checkPlugin(t *testing.T, ns, db, backup string) {
 			t.Errorf("status lacks %q", want)
 		}
 	}
+	var list struct {
+		Items []struct {
+			Kind   string
+			Status struct{ Primary string }
+		}
+	}
+	if err := json.Unmarshal([]byte(plugin(t, ns, "status", db, "-o", "json")), &list); err != nil ||
+		len(list.Items) < 2 || list.Items[0].Kind != "Database" || list.Items[0].Status.Primary == "" {
+		t.Errorf("status -o json: %v %+v", err, list)
+	}
+	if v := plugin(t, ns, "version"); !strings.Contains(v, "Operator: ") || strings.Contains(v, "WARNING") {
+		t.Errorf("kubectl daytwo version:\n%s", v)
+	}
 	if got := strings.TrimSpace(plugin(t, ns, "psql", db, "--", "-tAc", "SELECT count(*) FROM ballast")); got != "300000" {
 		t.Errorf("psql counted %q rows in ballast, want 300000", got)
 	}
@@ -81,8 +107,8 @@ func checkPlugin(t *testing.T, ns, db, backup string) {
 		t.Fatal(err)
 	}
 	stored := len(b.Status.Backups)
-	t.Logf("kubectl daytwo backup %s: %s", db, strings.TrimSpace(plugin(t, ns, "backup", db)))
-	waitBackup(t, ns, backup, 3*time.Minute, "the requested run stored", func(b *v1alpha1.DatabaseBackup) bool {
+	t.Logf("kubectl daytwo backup %s --wait: %s", db, strings.TrimSpace(plugin(t, ns, "backup", db, "--wait", "--timeout", "3m")))
+	waitBackup(t, ns, backup, time.Second, "the requested run stored", func(b *v1alpha1.DatabaseBackup) bool {
 		return len(b.Status.Backups) > stored && meta.IsStatusConditionFalse(b.Status.Conditions, v1alpha1.ConditionLastRunFailed)
 	})
 
@@ -91,15 +117,15 @@ func checkPlugin(t *testing.T, ns, db, backup string) {
 	if !strings.Contains(dry, "backupRef") || !strings.Contains(dry, "name: "+backup) {
 		t.Errorf("restore --dry-run printed:\n%s", dry)
 	}
-	t.Logf("kubectl daytwo restore: %s", strings.TrimSpace(plugin(t, ns, "restore", backup, "--to", db+"-copy")))
-	waitDatabase(t, ns, db+"-copy", 4*time.Minute, "restored and Ready", isReady(1, ""))
+	t.Logf("kubectl daytwo restore --wait: %s", strings.TrimSpace(plugin(t, ns, "restore", backup, "--to", db+"-copy", "--instances", "1", "--wait", "--timeout", "4m")))
+	waitDatabase(t, ns, db+"-copy", time.Second, "restored and Ready", isReady(1, ""))
 	if got := strings.TrimSpace(plugin(t, ns, "psql", db+"-copy", "--", "-tAc", "SELECT count(*) FROM ballast")); got != "300000" {
 		t.Errorf("the restored copy holds %q rows, want 300000", got)
 	}
 
 	// switchover to the best replica, then promote the old primary back.
 	first := waitDatabase(t, ns, db, time.Minute, "Ready", isReady(2, "")).Status.Primary
-	t.Logf("kubectl daytwo switchover: %s", strings.TrimSpace(plugin(t, ns, "switchover", db)))
+	t.Logf("kubectl daytwo switchover --wait: %s", strings.TrimSpace(plugin(t, ns, "switchover", db, "--wait", "--timeout", "2m")))
 	waitDatabase(t, ns, db, 2*time.Minute, "a new primary", func(d *v1alpha1.Database) bool {
 		return d.Status.Primary != first && isReady(2, "")(d)
 	})

@@ -1,0 +1,60 @@
+package main
+
+import (
+	"context"
+	"strings"
+
+	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
+)
+
+// completeNames completes the argument at position n with the names of
+// the namespace's objects of list's kind; later positions complete with
+// then, when given. A cluster it cannot reach completes nothing.
+func (e *env) completeNames(n int, list func() client.ObjectList, then ...func(args []string) client.ObjectList) cobra.CompletionFunc {
+	return func(cmd *cobra.Command, args []string, prefix string) ([]cobra.Completion, cobra.ShellCompDirective) {
+		var l client.ObjectList
+		var opts []client.ListOption
+		switch i := len(args) - n; {
+		case i == 0:
+			l = list()
+		case i > 0 && i <= len(then):
+			l = then[i-1](args)
+			if _, ok := l.(*corev1.PodList); ok {
+				opts = append(opts, client.MatchingLabels{"daytwo.dev/database": args[n]})
+			}
+		default:
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		if e.connect() != nil {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		ctx := cmd.Context()
+		if ctx == nil {
+			ctx = context.Background()
+		}
+		if err := e.c.List(ctx, l, append(opts, client.InNamespace(e.namespace))...); err != nil {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		var names []cobra.Completion
+		_ = meta.EachListItem(l, func(o runtime.Object) error {
+			if name := o.(client.Object).GetName(); strings.HasPrefix(name, prefix) {
+				names = append(names, name)
+			}
+			return nil
+		})
+		return names, cobra.ShellCompDirectiveNoFileComp
+	}
+}
+
+func databases() client.ObjectList { return &v1alpha1.DatabaseList{} }
+func backups() client.ObjectList   { return &v1alpha1.DatabaseBackupList{} }
+func webApps() client.ObjectList   { return &v1alpha1.WebAppList{} }
+
+// instancesOf lists the pods of the Database named in the first argument.
+func instancesOf([]string) client.ObjectList { return &corev1.PodList{} }
