@@ -11,6 +11,7 @@ import (
 	"os"
 	"runtime/debug"
 	"strconv"
+	"time"
 
 	"github.com/spf13/cobra"
 	"k8s.io/client-go/rest"
@@ -36,15 +37,18 @@ type operatorOptions struct {
 	probeAddr               string
 	leaderElect             bool
 	leaderElectionNamespace string
-	qps                     float32
-	pprof                   bool
-	concurrency             int
-	burst                   int
-	instanceImage           string
-	poolerImage             string
-	watchNamespaces         []string
-	webhook                 webhookOptions
-	zap                     zap.Options
+	// lease, renew and retry time the leader election (controller-runtime's
+	// defaults: 15 s, 10 s, 2 s).
+	lease, renew, retry time.Duration
+	qps                 float32
+	pprof               bool
+	concurrency         int
+	burst               int
+	instanceImage       string
+	poolerImage         string
+	watchNamespaces     []string
+	webhook             webhookOptions
+	zap                 zap.Options
 }
 
 // webhookOptions configure the validating webhook and its certificate.
@@ -74,6 +78,9 @@ func newOperatorCommand() *cobra.Command {
 	f.StringVar(&o.probeAddr, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz endpoints.")
 	f.BoolVar(&o.leaderElect, "leader-elect", false, "Elect a leader so only one replica reconciles at a time.")
 	f.StringVar(&o.leaderElectionNamespace, "leader-election-namespace", "", "Namespace of the leader election Lease; defaults to the pod's namespace.")
+	f.DurationVar(&o.lease, "leader-election-lease-duration", 15*time.Second, "How long a standby waits after the leader's last renewal before it takes over.")
+	f.DurationVar(&o.renew, "leader-election-renew-deadline", 10*time.Second, "How long the leader retries renewing before it steps down; shorter than the lease duration.")
+	f.DurationVar(&o.retry, "leader-election-retry-period", 2*time.Second, "How often the replicas try to acquire or renew the Lease; shorter than the renew deadline.")
 	f.BoolVar(&o.pprof, "enable-pprof", false, "Serve Go's /debug/pprof/ on the metrics endpoint (for benchmarks and debugging).")
 	f.IntVar(&o.concurrency, "max-concurrent-reconciles", 4, "Objects of one kind reconciled in parallel.")
 	f.Float32Var(&o.qps, "kube-api-qps", 50, "Requests per second the operator may send to the API server.")
@@ -100,6 +107,10 @@ func newOperatorCommand() *cobra.Command {
 const operatorGOGC = 25
 
 func runOperator(cmd *cobra.Command, o *operatorOptions) error {
+	if !(0 < o.retry && o.retry < o.renew && o.renew < o.lease) {
+		return fmt.Errorf("--leader-election-retry-period (%s) < --leader-election-renew-deadline (%s) < --leader-election-lease-duration (%s) must hold, all above 0",
+			o.retry, o.renew, o.lease)
+	}
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&o.zap)))
 	log := ctrl.Log.WithName("setup")
 	gogc, set := os.LookupEnv("GOGC")
@@ -147,6 +158,9 @@ func runOperator(cmd *cobra.Command, o *operatorOptions) error {
 		LeaderElectionID:              "daytwo.daytwo.dev",
 		LeaderElectionNamespace:       o.leaderElectionNamespace,
 		LeaderElectionReleaseOnCancel: true,
+		LeaseDuration:                 &o.lease,
+		RenewDeadline:                 &o.renew,
+		RetryPeriod:                   &o.retry,
 	})
 	if err != nil {
 		return fmt.Errorf("failed to create the manager: %w", err)

@@ -98,6 +98,21 @@ func Start() (*Env, error) {
 	return start(e)
 }
 
+// StartCRDs starts a control plane with the CRDs and no webhook: for
+// operators run as their own processes, which then serve none.
+func StartCRDs() (*Env, error) {
+	setLogger()
+	dir, err := assets()
+	if err != nil {
+		return nil, err
+	}
+	return start(&envtest.Environment{
+		CRDDirectoryPaths:     []string{filepath.Join(RepoRoot(), "config", "crd", "bases")},
+		ErrorIfCRDPathMissing: true,
+		BinaryAssetsDirectory: dir,
+	})
+}
+
 // StartEmpty starts a control plane with nothing installed: no CRDs, no
 // webhook. An install under test (the Helm chart) brings its own.
 func StartEmpty() (*Env, error) {
