@@ -68,6 +68,13 @@ const (
 	rolloutFailed
 )
 
+// rolloutFailures are the reasons a rollout ends on without the spec's
+// revision: no waiting brings it.
+var rolloutFailures = map[string]bool{
+	v1alpha1.ReasonCanaryAborted: true, v1alpha1.ReasonRolledBack: true,
+	v1alpha1.ReasonProgressDeadlineExceeded: true, v1alpha1.ReasonPodSecurityViolation: true,
+}
+
 // rolloutOf reads app's status: done once the spec's revision runs on
 // every pod with no canary left, failed once its canary aborted or it
 // rolled back, running otherwise; and a line that says so.
@@ -80,7 +87,7 @@ func rolloutOf(app *v1alpha1.WebApp) (rolloutState, string) {
 	progressing := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionProgressing)
 	ready := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionReady)
 	for _, c := range []*metav1.Condition{degraded, progressing, ready} {
-		if c != nil && c.Status != metav1.ConditionUnknown && (c.Reason == v1alpha1.ReasonCanaryAborted || c.Reason == v1alpha1.ReasonRolledBack) &&
+		if c != nil && c.Status != metav1.ConditionUnknown && rolloutFailures[c.Reason] &&
 			(c.Type != v1alpha1.ConditionProgressing || c.Status == metav1.ConditionFalse) {
 			return rolloutFailed, fmt.Sprintf("%s: %s", c.Reason, c.Message)
 		}

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
@@ -38,6 +39,10 @@ func (e *env) completeNames(n int, list func() client.ObjectList, then ...func(a
 		if ctx == nil {
 			ctx = context.Background()
 		}
+		// A shell waits for the answer: a cluster that does not answer
+		// completes nothing.
+		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
 		if err := e.c.List(ctx, l, append(opts, client.InNamespace(e.namespace))...); err != nil {
 			return nil, cobra.ShellCompDirectiveNoFileComp
 		}

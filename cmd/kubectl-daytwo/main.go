@@ -152,10 +152,11 @@ func newRootCmd(streams genericiooptions.IOStreams) *cobra.Command {
 	in(groupWebApp, canaryCmd(e))
 	in(groupSupport, reportCmd(e), logsCmd(e), pgbenchCmd(e))
 	root.AddCommand(versionCmd(e))
-	// cobra's completion command needs no cluster.
+	// cobra's completion and help commands need no cluster.
 	root.InitDefaultCompletionCmd()
+	root.InitDefaultHelpCmd()
 	for _, c := range root.Commands() {
-		if c.Name() == "completion" {
+		if c.Name() == "completion" || c.Name() == "help" {
 			c.Annotations = map[string]string{offline: "true"}
 		}
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -45,7 +46,10 @@ func restoreCmd(e *env) *cobra.Command {
 			if src, err := e.database(ctx, b.Spec.DatabaseRef.Name); err == nil {
 				db.Spec = restoredSpec(src)
 			} else if len(b.Status.Backups) > 0 {
-				db.Spec.Version = b.Status.Backups[0].PGVersion // newest first
+				// Newest first; "17.6 (Debian 17.6-1)" is version 17.
+				if f := strings.FieldsFunc(b.Status.Backups[0].PGVersion, func(r rune) bool { return r == '.' || r == ' ' }); len(f) > 0 {
+					db.Spec.Version = f[0]
+				}
 			}
 			if db.Spec.Version == "" {
 				return fmt.Errorf("cannot tell the PostgreSQL version: Database %s is gone and the backup records none", b.Spec.DatabaseRef.Name)

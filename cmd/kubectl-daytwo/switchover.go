@@ -108,19 +108,19 @@ func promoteCmd(e *env) *cobra.Command {
 		Use:               "promote DATABASE [INSTANCE]",
 		ValidArgsFunction: e.completeNames(0, databases, instancesOf),
 		Short: "Make INSTANCE the primary (a switchover to it); without one, promote a replica Database (spec.replica.enabled: false), " +
-			"with --token for a planned switch",
+			"with --demotion-token for a planned switch",
 		Args: cobra.RangeArgs(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 2 {
 				if token != "" {
-					return errors.New("--token promotes a replica Database: name no instance")
+					return errors.New("--demotion-token promotes a replica Database: name no instance")
 				}
 				return requestSwitchover(cmd, e, args[0], args[1], w)
 			}
 			return promoteReplica(cmd, e, args[0], token)
 		},
 	}
-	cmd.Flags().StringVar(&token, "token", "", "The demoted source's status.replica.demotionToken: a planned switch that loses nothing")
+	cmd.Flags().StringVar(&token, "demotion-token", "", "The demoted source's status.replica.demotionToken: a planned switch that loses nothing")
 	w.add(cmd, "INSTANCE serves as the primary (with INSTANCE only)")
 	return cmd
 }
@@ -140,7 +140,7 @@ func promoteReplica(cmd *cobra.Command, e *env, name, token string) error {
 	}
 	if token != "" {
 		if _, err := instanceapi.ParseDemotionToken(token); err != nil {
-			return fmt.Errorf("--token: %w", err)
+			return fmt.Errorf("--demotion-token: %w", err)
 		}
 	}
 	patch := client.MergeFrom(db.DeepCopy())

@@ -25,7 +25,28 @@ func watchObject[T client.Object](ctx context.Context, e *env, obj T, list clien
 		return err
 	}
 	rv := obj.GetResourceVersion()
-	for {
+	for first := true; ; first = false {
+		if !first {
+			// Between two watches the object may change or go: read it
+			// again (a watch by name reports no deletion it did not see).
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(time.Second):
+			}
+			if err := e.c.Get(ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
+				if apierrors.IsNotFound(err) {
+					return fmt.Errorf("%s was deleted", obj.GetName())
+				}
+				return err
+			}
+			if obj.GetResourceVersion() != rv {
+				rv = obj.GetResourceVersion()
+				if done, err := fn(obj); done || err != nil {
+					return err
+				}
+			}
+		}
 		w, err := e.c.Watch(ctx, list, client.InNamespace(obj.GetNamespace()),
 			client.MatchingFields{"metadata.name": obj.GetName()})
 		if err != nil {

@@ -128,6 +128,11 @@ func TestActionsOffered(t *testing.T) {
 // else.
 func TestActionsSetWhatDaytwoReads(t *testing.T) {
 	db := with(captured(t, "database-ready.json"), []string{"metadata", "annotations"}, map[string]any{"team": "shop"})
+	// A target an earlier switchover named goes: it is the primary now.
+	targeted := with(db, []string{"metadata", "annotations", v1alpha1.AnnotationSwitchoverTo}, "orders-1")
+	if got := annotations(runAction(t, "Database", "switchover", targeted)); got[v1alpha1.AnnotationSwitchoverTo] != nil || got["team"] != "shop" {
+		t.Errorf("switchover kept %v", got)
+	}
 	for _, c := range []struct {
 		kind, action, annotation string
 		obj                      map[string]any

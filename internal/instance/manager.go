@@ -234,7 +234,7 @@ const (
 // New returns a manager for cfg. restore may be nil.
 func New(cfg *Config, log logr.Logger, restore RestoreFunc) *Manager {
 	m := &Manager{cfg: cfg, log: log, restore: restore, reload: make(chan struct{}, 1), named: make(chan struct{}, 1), demote: make(chan demoteRequest),
-		restartReq: make(chan struct{}), unfenced: make(chan struct{}, 1), promise: promise{path: cfg.promiseFile()}, logs: &logRelay{out: os.Stdout},
+		restartReq: make(chan struct{}), unfenced: make(chan struct{}, 1), promise: promise{path: cfg.promiseFile()}, logs: &logRelay{out: os.Stderr},
 		shared: shared{status: instanceapi.Status{Pod: cfg.Pod, Role: cfg.Role, Phase: instanceapi.PhaseBootstrapping}}}
 	// A promise the last run made still binds this one.
 	m.promise.load(time.Now())

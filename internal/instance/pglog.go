@@ -9,6 +9,8 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -36,8 +38,14 @@ const (
 	maxLogLine = 1 << 20
 )
 
-// collectorArgs are the supervised server's logging settings.
+// collectorArgs are the supervised server's logging settings. jsonlog
+// came with PostgreSQL 15: an older server logs to its stderr, whose lines
+// are wrapped.
 func (c *Config) collectorArgs() []string {
+	b, err := os.ReadFile(filepath.Join(c.PGData, "PG_VERSION"))
+	if major, perr := strconv.Atoi(strings.TrimSpace(string(b))); err != nil || perr != nil || major < 15 {
+		return nil
+	}
 	return []string{"-c", "logging_collector=on", "-c", "log_destination=jsonlog",
 		"-c", "log_directory=" + filepath.Join(c.RunDir, logDirName), "-c", "log_filename=" + logFileName,
 		"-c", "log_rotation_age=0", "-c", "log_rotation_size=0", "-c", "log_file_mode=0600"}
@@ -62,6 +70,14 @@ func (l *logRelay) startPipes(dir string) error {
 		}
 		for name, jsonlog := range map[string]bool{logFileName: false, logFileName + ".json": true} {
 			path := filepath.Join(dir, name)
+			if fi, err := os.Lstat(path); err == nil && fi.Mode()&os.ModeNamedPipe == 0 {
+				// Not a pipe (a file some earlier run left): the collector
+				// would append to it for ever.
+				if err := os.Remove(path); err != nil {
+					l.err = err
+					return
+				}
+			}
 			if err := syscall.Mkfifo(path, 0o600); err != nil && !errors.Is(err, os.ErrExist) {
 				l.err = fmt.Errorf("failed to make the log pipe %s: %w", path, err)
 				return
@@ -73,7 +89,11 @@ func (l *logRelay) startPipes(dir string) error {
 				l.err = fmt.Errorf("failed to open the log pipe %s: %w", path, err)
 				return
 			}
-			go l.relay(f, jsonlog)
+			go func() {
+				// Never ends: the pipe is open for writing here too.
+				l.relay(f, jsonlog)
+				_ = f.Close()
+			}()
 		}
 	})
 	return l.err
@@ -93,8 +113,10 @@ func (l *logRelay) stderr() (*os.File, error) {
 	return w, nil
 }
 
-// writer is an io.Writer whose lines join the stream, for a server whose
-// stderr exec copies (a local server, whose end is explained from it too).
+// writer is an io.Writer whose lines join the stream, for one output of a
+// server whose outputs exec copies (a local server, whose end is explained
+// from its stderr too): one writer per output, as exec copies each on its
+// own goroutine.
 func (l *logRelay) writer() io.Writer { return &lineWriter{l: l} }
 
 type lineWriter struct {
@@ -198,7 +220,7 @@ func formatLogLine(line []byte, jsonlog bool, now time.Time) []byte {
 // levelOf is a PostgreSQL severity as a zap level.
 func levelOf(severity string) string {
 	switch severity {
-	case "DEBUG1", "DEBUG2", "DEBUG3", "DEBUG4", "DEBUG5":
+	case "DEBUG": // jsonlog's name for DEBUG1 to DEBUG5
 		return "debug"
 	case "WARNING":
 		return "warn"

@@ -19,7 +19,7 @@ func TestFormatLogLine(t *testing.T) {
 		{strings.ReplaceAll(record, "%s", "ERROR"), true, `{"level":"error","ts":"2026-11-30T03:04:05Z","logger":"postgres","msg":"division by zero","record":` + strings.ReplaceAll(record, "%s", "ERROR") + `}`},
 		{strings.ReplaceAll(record, "%s", "WARNING"), true, `"level":"warn"`},
 		{strings.ReplaceAll(record, "%s", "LOG"), true, `"level":"info"`},
-		{strings.ReplaceAll(record, "%s", "DEBUG2"), true, `"level":"debug"`},
+		{strings.ReplaceAll(record, "%s", "DEBUG"), true, `"level":"debug"`},
 		{strings.ReplaceAll(record, "%s", "PANIC"), true, `"level":"error"`},
 		// A child's own JSON line passes as it is.
 		{`{"level":"info","ts":"x","logger":"wal-push","msg":"pushed"}`, false, `{"level":"info","ts":"x","logger":"wal-push","msg":"pushed"}`},

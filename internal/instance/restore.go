@@ -96,8 +96,7 @@ func (m *Manager) startLocalOnly(ctx context.Context, dir string, settings ...st
 	}
 	srv := &localServer{exited: make(chan error, 1), stderr: &tailWriter{max: 4096}}
 	srv.cmd = exec.CommandContext(ctx, m.cfg.bin("postgres"), args...)
-	out := m.logs.writer()
-	srv.cmd.Stdout, srv.cmd.Stderr = out, io.MultiWriter(out, srv.stderr)
+	srv.cmd.Stdout, srv.cmd.Stderr = m.logs.writer(), io.MultiWriter(m.logs.writer(), srv.stderr)
 	srv.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := srv.cmd.Start(); err != nil {
 		return nil, fmt.Errorf("failed to start postgres on the data being bootstrapped: %w", err)

@@ -292,7 +292,7 @@ func TestPlannedSwitchBetweenRegionsLosesNothing(t *testing.T) {
 	token := a.Status.Replica.DemotionToken
 	writes := writer.Stop(t)
 	t.Logf("A demoted in %s; token %s; %d writes acknowledged by A", time.Since(switched).Round(100*time.Millisecond), token, len(writes.Acked))
-	t.Log(plugin(t, regionB, "promote", "orders", "--token", token))
+	t.Log(plugin(t, regionB, "promote", "orders", "--demotion-token", token))
 	b := waitDatabase(t, regionB, "orders", 3*time.Minute, "promoted", isReady(1, ""))
 	t.Logf("planned switch: B serving %s after A's demotion was asked", time.Since(switched).Round(100*time.Millisecond))
 	if missing := writes.Lost(settledIDs(t, regionB, b.Status.Primary)); len(missing) > 0 {
@@ -327,7 +327,7 @@ func TestPlannedSwitchBetweenRegionsLosesNothing(t *testing.T) {
 		return db.Status.Replica != nil && db.Status.Replica.DemotionToken != ""
 	})
 	backWrites := back.Stop(t)
-	t.Log(plugin(t, regionA, "promote", "orders", "--token", b.Status.Replica.DemotionToken))
+	t.Log(plugin(t, regionA, "promote", "orders", "--demotion-token", b.Status.Replica.DemotionToken))
 	a = waitDatabase(t, regionA, "orders", 3*time.Minute, "A promoted again", isReady(1, ""))
 	framework.Eventually(t, 30*time.Second, "A holding every write B acknowledged", func(context.Context) (bool, error) {
 		return len(backWrites.Lost(replicaIDsOf(t, regionA, a.Status.Primary, "acks_back"))) == 0, nil

@@ -5,4 +5,6 @@ if obj.metadata.annotations == nil then
   obj.metadata.annotations = {}
 end
 obj.metadata.annotations["daytwo.dev/switchover-requested"] = os.date("!%Y-%m-%dT%XZ")
+-- Not to the target an earlier switchover named: that one is the primary now.
+obj.metadata.annotations["daytwo.dev/switchover-to"] = nil
 return obj
