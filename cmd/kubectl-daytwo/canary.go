@@ -24,8 +24,8 @@ func canaryCmd(e *env) *cobra.Command {
 		{"abort", "Abort the canary: the stable pods stay, its revision is held back", v1alpha1.AnnotationAbortRequested},
 	} {
 		cmd.AddCommand(&cobra.Command{
-			Use:   c.verb + " WEBAPP",
-			Short: c.short,
+			Use:               c.verb + " WEBAPP",
+			Short:             c.short,
 			Args:              cobra.ExactArgs(1),
 			ValidArgsFunction: e.completeNames(0, webApps),
 			RunE: func(cmd *cobra.Command, args []string) error {

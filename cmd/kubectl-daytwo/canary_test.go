@@ -36,7 +36,7 @@ func TestRolloutOf(t *testing.T) {
 		"rolled back": {app("shop:1", nil, cond(v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonRolledBack)), rolloutFailed},
 		"deadline": {app("shop:1", nil, ready, cond(v1alpha1.ConditionProgressing, metav1.ConditionFalse, v1alpha1.ReasonProgressDeadlineExceeded),
 			cond(v1alpha1.ConditionDegraded, metav1.ConditionTrue, v1alpha1.ReasonProgressDeadlineExceeded)), rolloutFailed},
-		"promoting":   {app("shop:1", nil, ready, cond(v1alpha1.ConditionProgressing, metav1.ConditionTrue, v1alpha1.ReasonCanaryPromoting)), rolloutRunning},
+		"promoting": {app("shop:1", nil, ready, cond(v1alpha1.ConditionProgressing, metav1.ConditionTrue, v1alpha1.ReasonCanaryPromoting)), rolloutRunning},
 	} {
 		got, line := rolloutOf(c.app)
 		if got != c.want || line == "" {

@@ -78,7 +78,7 @@ func orders(ns string) *v1alpha1.Database {
 	return &v1alpha1.Database{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "orders"}, Spec: v1alpha1.DatabaseSpec{
 		Version: "17", Instances: ptr.To[int32](3), Parameters: map[string]string{"work_mem": "64MB"},
 		Replication: &v1alpha1.DatabaseReplication{Synchronous: &v1alpha1.SynchronousReplication{Number: 1}},
-		Backup: &v1alpha1.DatabaseBackupPolicy{Schedule: "0 3 * * *", Storage: s3Storage()},
+		Backup:      &v1alpha1.DatabaseBackupPolicy{Schedule: "0 3 * * *", Storage: s3Storage()},
 	}}
 }
 

@@ -115,4 +115,3 @@ func podReady(p *corev1.Pod) bool {
 	}
 	return false
 }
-
