@@ -115,6 +115,10 @@ installer: ## Render dist/install.yaml from config/default.
 	mkdir -p dist
 	kubectl kustomize config/default > dist/install.yaml
 
+.PHONY: release
+release: ## Build a release into dist/ and push it to REGISTRY: images (amd64, arm64) with SBOMs, install.yaml, the chart, the plugin (VERSION=v0.1.0 REGISTRY=127.0.0.1:5000).
+	hack/release.sh
+
 ##@ Test
 
 # The PostgreSQL the data-path tests run on, and the other versions that

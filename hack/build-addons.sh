@@ -2,7 +2,7 @@
 # Builds the real-node add-ons and MinIO from the Go module proxy into the
 # cache, once. Versions are pinned here.
 #
-# usage: hack/build-addons.sh [coredns|local-path-provisioner|minio|prometheus|promtool|helm|helm-docs|crd-ref-docs ...]
+# usage: hack/build-addons.sh [coredns|local-path-provisioner|minio|prometheus|promtool|helm|helm-docs|crd-ref-docs|registry|goreleaser ...]
 set -euo pipefail
 
 CACHE=${DAYTWO_CACHE:-$HOME/.cache/daytwo}
@@ -23,6 +23,11 @@ declare -A mod=(
   [helm-docs]=github.com/norwoodj/helm-docs/cmd/helm-docs@v1.14.2
   # docs/api-reference.md, from the API's Go types.
   [crd-ref-docs]=github.com/elastic/crd-ref-docs@v0.3.0
+  # The OCI registry of the dev cluster: releases are pushed to it, and
+  # the node's containerd pulls from it.
+  [registry]=github.com/distribution/distribution/v3/cmd/registry@v3.1.2
+  # The kubectl plugin's release archives and krew manifest (make release).
+  [goreleaser]=github.com/goreleaser/goreleaser/v2@v2.15.1
 )
 declare -A tags=(
   [prometheus]=remove_all_sd,enable_kubernetes_sd

@@ -28,8 +28,11 @@ script() { if [ "$(mode)" = real ]; then echo "$here/realnode.sh"; else echo "$h
 
 HELM=$CACHE/addons/helm
 
-# deploy-operator installs config/default with the freshly built image (real
-# mode), so the operator runs in-cluster under the RBAC it ships. A Helm
+# deploy-operator installs daytwo (real mode) as a user installs a release:
+# a release of this tree is built and pushed to the node's registry
+# (hack/release.sh: the image for this machine's platform, install.yaml, the
+# chart), and its install.yaml applied, so the node pulls the operator and
+# instance images from the registry; nothing is loaded by hand. A Helm
 # release an earlier namespaced run left is uninstalled first (its CRDs
 # stay: Helm never deletes them).
 deploy_operator() {
@@ -39,15 +42,25 @@ deploy_operator() {
   if [ -x "$HELM" ] && "$HELM" --kubeconfig "$kcfg" -n daytwo-system status daytwo >/dev/null 2>&1; then
     "$HELM" --kubeconfig "$kcfg" -n daytwo-system uninstall daytwo --wait >/dev/null
   fi
-  "$here/images.sh" daytwo | grep -v '^\[images' || true
-  "$here/realnode.sh" load daytwo
-  kubectl --kubeconfig "$kcfg" apply --server-side --force-conflicts -k "$root/config/default" >/dev/null
-  kubectl --kubeconfig "$kcfg" -n daytwo-system rollout restart deploy/daytwo-operator >/dev/null
+  release_to_registry
+  kubectl --kubeconfig "$kcfg" apply --server-side --force-conflicts -f "$root/dist/install.yaml" >/dev/null
   kubectl --kubeconfig "$kcfg" -n daytwo-system rollout status deploy/daytwo-operator --timeout=120s
 }
 
+# release_to_registry builds and pushes a release of this tree to the
+# node's registry under a version of its own (so the node never runs a
+# stale image of the same tag), and records it in dist/version.txt.
+release_to_registry() {
+  local version registry
+  version=${DAYTWO_RELEASE_VERSION:-v0.0.0-dev.$(date +%s)}
+  registry=$("$here/realnode.sh" registry)
+  VERSION=$version REGISTRY=$registry PLATFORMS=linux/$(go env GOARCH) PLUGIN=0 "$here/release.sh" | { grep -v '^release: built' || true; }
+  echo "$version" >"$root/dist/version.txt"
+}
+
 # deploy-operator namespaced NS...: the namespaced install, with the Helm
-# chart (charts/daytwo, watchNamespaces=NS...), in place of config/default:
+# chart of the release deploy-operator pushed (helm install oci://...,
+# watchNamespaces=NS...), in place of config/default:
 # NS... are made afresh, config/default's objects (but its CRDs, which
 # stay kubectl's: crds.create=false, and namespace) are removed, and the chart installs a Role in each of NS...,
 # no cluster-wide grant and no webhook.
@@ -56,8 +69,10 @@ deploy_namespaced() {
   local k=(kubectl --kubeconfig "$kcfg") list
   list=$(IFS=,; echo "$*")
   "$here/build-addons.sh" helm >/dev/null
-  "$here/images.sh" daytwo | grep -v '^\[images' || true
-  "$here/realnode.sh" load daytwo
+  [ -f "$root/dist/version.txt" ] || release_to_registry
+  local version registry
+  version=$(cat "$root/dist/version.txt")
+  registry=$("$here/realnode.sh" registry)
   "${k[@]}" kustomize "$root/config/default" |
     "$here/drop-kinds.sh" CustomResourceDefinition Namespace |
     "${k[@]}" delete --ignore-not-found --wait=true -f - >/dev/null
@@ -66,8 +81,8 @@ deploy_namespaced() {
     "${k[@]}" create namespace "$ns" >/dev/null
     "${k[@]}" label namespace "$ns" daytwo.dev/e2e=true pod-security.kubernetes.io/enforce=restricted >/dev/null
   done
-  "$HELM" --kubeconfig "$kcfg" upgrade --install daytwo "$root/charts/daytwo" --namespace daytwo-system \
-    --set "watchNamespaces={$list}" --set image.tag=dev --set crds.create=false --wait --timeout 3m
+  "$HELM" --kubeconfig "$kcfg" upgrade --install daytwo "oci://$registry/charts/daytwo" --version "${version#v}" --plain-http \
+    --namespace daytwo-system --set "watchNamespaces={$list}" --set crds.create=false --wait --timeout 3m
 }
 
 case "${1:-}" in

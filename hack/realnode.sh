@@ -2,13 +2,14 @@
 # A real single-node Kubernetes without Docker: etcd, kube-apiserver,
 # kube-controller-manager and kube-scheduler (kwokctl's binary runtime, no
 # kwok-controller), a real kubelet on Debian's containerd and runc, bridge CNI,
-# kube-proxy in nftables mode, CoreDNS and local-path storage. Every binary is
-# built from the Go module proxy; images are loaded from tarballs.
+# kube-proxy in nftables mode, CoreDNS and local-path storage, and an OCI
+# registry the node pulls from. Every binary is built from the Go module
+# proxy; images are loaded from tarballs, or pushed to the registry.
 #
 # It shares the host, so it uses its own names, ports, bridge and directories,
 # and `down` removes every trace. Needs root on Linux.
 #
-# usage: hack/realnode.sh up|down [--purge]|load [image...]|kubeconfig|audit-log|status
+# usage: hack/realnode.sh up|down [--purge]|load [image...]|kubeconfig|registry|audit-log|status
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -25,6 +26,9 @@ export KWOK_WORKDIR=$R/kwok
 KCFG=$R/kubeconfig
 PKI=$KWOK_WORKDIR/clusters/$NAME/pki
 CTR=(ctr -a "$R/run/containerd.sock" -n k8s.io)
+# The dev cluster's registry: make release REGISTRY=127.0.0.1:5000 pushes
+# there, and the node pulls from it.
+REGISTRY=${DAYTWO_REGISTRY:-127.0.0.1:5000}
 export PATH=$BIN:$PATH
 
 T0=$(date +%s%N)
@@ -80,7 +84,29 @@ state = "$R/containerd/state"
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "/usr/lib/cni"
     conf_dir = "$R/cni/net.d"
+  # The dev cluster's registry (start_registry), over plain HTTP.
+  [plugins."io.containerd.grpc.v1.cri".registry]
+    config_path = "$R/containerd/certs.d"
 TOML
+  mkdir -p "$R/containerd/certs.d/$REGISTRY"
+  write_if_changed "$R/containerd/certs.d/$REGISTRY/hosts.toml" <<TOML
+server = "http://$REGISTRY"
+[host."http://$REGISTRY"]
+  capabilities = ["pull", "resolve"]
+TOML
+  mkdir -p "$R/registry"
+  write_if_changed "$R/registry/config.yml" <<YAML
+version: 0.1
+log:
+  level: warn
+storage:
+  filesystem:
+    rootdirectory: $R/registry/data
+  delete:
+    enabled: true
+http:
+  addr: $REGISTRY
+YAML
   write_if_changed "$R/cni/net.d/10-daytwo.conflist" <<JSON
 {"cniVersion": "0.4.0", "name": "$CNI_NET", "plugins": [
   {"type": "bridge", "bridge": "$BRIDGE", "isGateway": true, "ipMasq": true, "hairpinMode": true,
@@ -135,6 +161,19 @@ healthzBindAddress: 127.0.0.1:10356
 metricsBindAddress: 127.0.0.1:10349
 conntrack: {maxPerCore: 0, tcpEstablishedTimeout: 0s, tcpCloseWaitTimeout: 0s}
 YAML
+}
+
+# start_registry runs the dev cluster's OCI registry (distribution, built
+# from its Go module) on $REGISTRY: releases are pushed to it (make release
+# REGISTRY=...), and the node's containerd pulls from it.
+start_registry() {
+  if alive "$R/run/registry.pid"; then return; fi
+  "$root/hack/build-addons.sh" registry | grep -v cached || true
+  setsid "$CACHE/addons/registry" serve "$R/registry/config.yml" >"$R/logs/registry.log" 2>&1 < /dev/null &
+  echo $! >"$R/run/registry.pid"
+  for _ in $(seq 50); do curl -fsS "http://$REGISTRY/v2/" >/dev/null 2>&1 && break; sleep 0.2; done
+  curl -fsS "http://$REGISTRY/v2/" >/dev/null || { tail "$R/logs/registry.log"; exit 1; }
+  log "registry running on $REGISTRY"
 }
 
 start_containerd() {
@@ -280,6 +319,7 @@ up() {
   # Remember the host's ip_forward (the bridge plugin turns it on) to restore it on down.
   [ -f "$R/ip_forward.orig" ] || sysctl -n net.ipv4.ip_forward >"$R/ip_forward.orig"
   start_containerd
+  start_registry
   load pause busybox coredns local-path-provisioner
   start_control_plane
   supervise_control_plane
@@ -324,6 +364,7 @@ down() {
     for c in $("${CTR[@]}" containers ls -q 2>/dev/null); do "${CTR[@]}" containers delete "$c" >/dev/null 2>&1 || true; done
   fi
   stop_pid "$R/run/containerd.pid"
+  stop_pid "$R/run/registry.pid"
   # 3. Control plane, its supervisor first.
   stop_pid "$R/run/supervisor.pid"
   kwokctl delete cluster --name "$NAME" >>"$R/logs/kwokctl.log" 2>&1 || true
@@ -359,13 +400,13 @@ down() {
   done
   if [ "${1:-}" = --purge ]; then
     # Images, volumes and cluster state go too.
-    rm -rf "$R/containerd/root" "$R/loaded" "$R/pv" "$KWOK_WORKDIR"
+    rm -rf "$R/containerd/root" "$R/loaded" "$R/pv" "$R/registry/data" "$KWOK_WORKDIR"
   fi
   log "down"
 }
 
 status() {
-  for p in containerd kubelet kube-proxy; do
+  for p in containerd registry kubelet kube-proxy; do
     if alive "$R/run/$p.pid"; then echo "$p: running"; else echo "$p: stopped"; fi
   done
   k get nodes 2>/dev/null || echo "control plane: not answering"
@@ -376,10 +417,11 @@ case "${1:-}" in
   down) shift; down "$@" ;;
   load) shift; load "$@" ;;
   kubeconfig) echo "$KCFG" ;;
+  registry) echo "$REGISTRY" ;;
   # The API server's audit log: the operator's requests (hack/realnode/audit-policy.yaml).
   audit-log) echo "$KWOK_WORKDIR/clusters/$NAME/logs/audit.log" ;;
   status) status ;;
   # tag SRC DST: another name for a loaded image (the e2e's stand-in for a new release).
   tag) "${CTR[@]}" images tag --force "$2" "$3" >/dev/null ;;
-  *) echo "usage: $0 up|down [--purge]|load [image...]|kubeconfig|audit-log|status|tag SRC DST" >&2; exit 2 ;;
+  *) echo "usage: $0 up|down [--purge]|load [image...]|kubeconfig|registry|audit-log|status|tag SRC DST" >&2; exit 2 ;;
 esac

@@ -8,6 +8,10 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -18,6 +22,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -289,14 +294,12 @@ func TestDatabaseSmallLifecycle(t *testing.T) {
 		t.Fatalf("the re-created Database does not see the kept data: %q", got)
 	}
 
-	// Upgrading the operator restarts no PostgreSQL pod. The same image
-	// under a new tag stands in for a new release, in the operator's
-	// Deployment and as its instance image.
+	// Upgrading the operator restarts no PostgreSQL pod, as a user
+	// upgrades: a second release of this tree pushed to the node's
+	// registry, installed over the first from there with Helm.
 	before := postgresContainer(t, ns, "orders-0")
-	const next = "localhost/daytwo:e2e-next"
-	cluster.TagImage(t, operatorImage, next)
-	setOperatorImage(t, next)
-	t.Cleanup(func() { setOperatorImage(t, operatorImage) })
+	installed := operatorImage(t)
+	next := upgradeFromRegistry(t)
 	// A change outside the pod template: the new operator has reconciled
 	// the Database once its status shows the new generation.
 	updateDatabase(t, ns, "orders", func(d *v1alpha1.Database) { d.Spec.DeletionPolicy = v1alpha1.DatabaseDeletionDelete })
@@ -311,7 +314,7 @@ func TestDatabaseSmallLifecycle(t *testing.T) {
 	if err := cluster.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "orders"}, sts); err != nil {
 		t.Fatal(err)
 	}
-	if img := sts.Spec.Template.Spec.InitContainers[0].Image; img != operatorImage {
+	if img := sts.Spec.Template.Spec.InitContainers[0].Image; img != installed {
 		t.Errorf("the pod template took the new instance manager %s without a restart to carry it", img)
 	}
 	t.Logf("operator upgraded to %s; PostgreSQL container unchanged: %s", next, before)
@@ -361,7 +364,59 @@ func checkOrphan(t *testing.T, ns, name, container string) {
 	}
 }
 
-const operatorImage = "localhost/daytwo:dev"
+// operatorImage is the image the operator's Deployment runs.
+func operatorImage(t *testing.T) string {
+	t.Helper()
+	dep := &appsv1.Deployment{}
+	if err := cluster.Client.Get(context.Background(), client.ObjectKey{Namespace: framework.OperatorNamespace, Name: "daytwo-operator"}, dep); err != nil {
+		t.Fatal(err)
+	}
+	return dep.Spec.Template.Spec.Containers[0].Image
+}
+
+// upgradeFromRegistry releases this tree again under a new version, pushes
+// it to the node's registry (hack/release.sh), and upgrades the installed
+// operator to it as a user would: helm upgrade --install from the
+// registry's chart, taking over what install.yaml made. It checks the CRDs
+// were upgraded (each release stamps its version on them) and returns the
+// new operator image once the only operator pod runs it.
+func upgradeFromRegistry(t *testing.T) string {
+	t.Helper()
+	version := fmt.Sprintf("v0.0.1-e2e.%d", time.Now().Unix())
+	root := framework.RepoRoot()
+	out, err := exec.Command(filepath.Join(root, "hack", "realnode.sh"), "registry").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	registry := strings.TrimSpace(string(out))
+	release := exec.Command(filepath.Join(root, "hack", "release.sh"))
+	release.Env = append(os.Environ(), "VERSION="+version, "REGISTRY="+registry, "PLATFORMS=linux/"+runtime.GOARCH, "PLUGIN=0", "DIST="+t.TempDir())
+	if out, err := release.CombinedOutput(); err != nil {
+		t.Fatalf("hack/release.sh %s: %v\n%s", version, err, out)
+	}
+	start := time.Now()
+	helm := filepath.Join(framework.CacheDir(), "addons", "helm")
+	upgrade := exec.Command(helm, "upgrade", "--install", "daytwo", "oci://"+registry+"/charts/daytwo", "--version", strings.TrimPrefix(version, "v"),
+		"--plain-http", "--namespace", framework.OperatorNamespace, "--take-ownership", "--wait", "--timeout", "3m")
+	if out, err := upgrade.CombinedOutput(); err != nil {
+		t.Fatalf("helm upgrade to %s: %v\n%s", version, err, out)
+	}
+	image := registry + "/daytwo:" + version
+	changeOperator(t, "the operator running "+image, func(*appsv1.Deployment) {}, func(pods []corev1.Pod) bool {
+		return len(pods) == 1 && pods[0].Spec.Containers[0].Image == image && podReady(pods[0]) && pods[0].DeletionTimestamp.IsZero()
+	})
+	for _, name := range []string{"databases.daytwo.dev", "databasebackups.daytwo.dev", "webapps.daytwo.dev"} {
+		crd := &apiextensionsv1.CustomResourceDefinition{}
+		if err := cluster.Client.Get(context.Background(), client.ObjectKey{Name: name}, crd); err != nil {
+			t.Fatal(err)
+		}
+		if got := crd.Annotations["daytwo.dev/release"]; got != version {
+			t.Errorf("CRD %s is of release %q after the upgrade to %s", name, got, version)
+		}
+	}
+	t.Logf("released %s to %s and upgraded the operator with helm from the registry in %s", version, registry, time.Since(start).Round(time.Second))
+	return image
+}
 
 // checkTLS: the psql pod verified the server (sslmode=verify-full against
 // the credentials Secret's CA) for every query so far; here a plaintext
@@ -412,23 +467,6 @@ func postgresContainer(t *testing.T, ns, name string) string {
 	}
 	t.Fatalf("pod %s has no postgres container", name)
 	return ""
-}
-
-// setOperatorImage points the operator's Deployment and its instance image
-// at image and waits until the only operator pod runs it.
-func setOperatorImage(t *testing.T, image string) {
-	t.Helper()
-	changeOperator(t, "the operator running "+image, func(dep *appsv1.Deployment) {
-		c := &dep.Spec.Template.Spec.Containers[0]
-		c.Image = image
-		for i, a := range c.Args {
-			if strings.HasPrefix(a, "--instance-image=") {
-				c.Args[i] = "--instance-image=" + image
-			}
-		}
-	}, func(pods []corev1.Pod) bool {
-		return len(pods) == 1 && pods[0].Spec.Containers[0].Image == image && podReady(pods[0]) && pods[0].DeletionTimestamp.IsZero()
-	})
 }
 
 // setOperatorReplicas scales the operator and waits until that many run.

@@ -88,6 +88,16 @@ func RepoRoot() string {
 	return filepath.Join(filepath.Dir(file), "..", "..", "..")
 }
 
+// CacheDir is where make builds its tools: $DAYTWO_CACHE, else
+// ~/.cache/daytwo.
+func CacheDir() string {
+	if c := os.Getenv("DAYTWO_CACHE"); c != "" {
+		return c
+	}
+	home, _ := os.UserHomeDir()
+	return filepath.Join(home, ".cache", "daytwo")
+}
+
 // given are the namespaces a namespaced install watches
 // (DAYTWO_E2E_NAMESPACES), handed one to each suite: the operator reaches
 // no other.

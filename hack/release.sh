@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# make release VERSION=v0.1.0 [REGISTRY=127.0.0.1:5000] [PLATFORMS=...] [PLUGIN=0]
+#
+# Builds a release into dist/ and pushes it to REGISTRY:
+# - the operator image (also the instance manager's) for PLATFORMS
+#   (linux/amd64,linux/arm64), one index, with an SPDX SBOM per platform
+#   attached as an OCI referrer: REGISTRY/daytwo:VERSION (hack/release);
+# - dist/install.yaml, config/default with that image pinned by digest;
+# - the CRDs, in both, annotated daytwo.dev/release: VERSION;
+# - the Helm chart with version VERSION (without its v), appVersion VERSION
+#   and the image's repository, packaged and pushed to oci://REGISTRY/charts;
+# - the kubectl plugin for linux, darwin and windows on amd64 and arm64,
+#   archived with checksums and a krew manifest (goreleaser), unless PLUGIN=0.
+# REGISTRY on this machine (127.0.0.1, localhost) is spoken to over plain
+# HTTP. Without REGISTRY nothing is pushed: the images stay in dist/oci.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+CACHE=${DAYTWO_CACHE:-$HOME/.cache/daytwo}
+VERSION=${VERSION:?usage: make release VERSION=v0.1.0 [REGISTRY=host:port]}
+REGISTRY=${REGISTRY:-}
+PLATFORMS=${PLATFORMS:-linux/amd64,linux/arm64}
+PLUGIN=${PLUGIN:-1}
+DIST=${DIST:-$root/dist}
+log() { printf '[release %s] %s\n' "$(date +%T)" "$*"; }
+
+case "$REGISTRY" in
+  127.0.0.1:*|localhost:*|127.0.0.1|localhost) insecure=true; plain=(--plain-http) ;;
+  *) insecure=false; plain=() ;;
+esac
+repo=${REGISTRY:-localhost}/daytwo
+push=true
+[ -n "$REGISTRY" ] || push=false
+rm -rf "$DIST"
+mkdir -p "$DIST"
+
+log "images $repo:$VERSION for $PLATFORMS"
+(cd hack/release && go run . -version "$VERSION" -repository "$repo" -platforms "$PLATFORMS" \
+  -root "$root" -dist "$DIST" -insecure="$insecure" -push="$push")
+
+log "chart"
+"$root/hack/build-addons.sh" helm | grep -v cached || true
+HELM=$CACHE/addons/helm
+chart=$(mktemp -d)
+trap 'rm -rf "$chart"' EXIT
+cp -r charts/daytwo "$chart/daytwo"
+sed -i -e "s|^version:.*|version: ${VERSION#v}|" -e "s|^appVersion:.*|appVersion: $VERSION|" "$chart/daytwo/Chart.yaml"
+sed -i -e "s|^  repository: localhost/daytwo$|  repository: $repo|" "$chart/daytwo/values.yaml"
+# Each release's CRDs say which release they are, in install.yaml too.
+sed -i -e "s|^\(    controller-gen.kubebuilder.io/version: .*\)$|\1\n    daytwo.dev/release: $VERSION|" "$chart"/daytwo/files/crds/*.yaml
+[ "$(grep -c "daytwo.dev/release: $VERSION" "$chart"/daytwo/files/crds/*.yaml | awk -F: '{s+=$2} END {print s}')" = 3 ] ||
+  { echo "release: the CRDs were not stamped with the release" >&2; exit 1; }
+grep -q "^  repository: $repo$" "$chart/daytwo/values.yaml" || { echo "release: values.yaml's image.repository was not set" >&2; exit 1; }
+"$HELM" package "$chart/daytwo" --destination "$DIST" >/dev/null
+pkg=$DIST/daytwo-${VERSION#v}.tgz
+if $push; then
+  "$HELM" push "$pkg" "oci://$REGISTRY/charts" "${plain[@]}"
+fi
+
+if [ "$PLUGIN" != 0 ]; then
+  log "plugin"
+  "$root/hack/build-addons.sh" goreleaser | grep -v cached || true
+  GORELEASER_CURRENT_TAG=$VERSION "$CACHE/addons/goreleaser" release --clean --skip=validate,publish,announce >"$DIST/goreleaser.log" 2>&1 ||
+    { tail -30 "$DIST/goreleaser.log"; exit 1; }
+fi
+
+(cd "$DIST" && find . -maxdepth 1 -type f \( -name '*.tgz' -o -name '*.yaml' \) -printf '%P\n' | sort | xargs sha256sum >SHA256SUMS)
+log "done: $(cat "$DIST/image.txt"), chart ${VERSION#v}$($push && echo " in oci://$REGISTRY/charts")"
