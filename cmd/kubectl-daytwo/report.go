@@ -45,22 +45,27 @@ func reportCmd(e *env) *cobra.Command {
 			if out == "" {
 				out = fmt.Sprintf("daytwo-report-%s-%s-%s.tar.gz", e.namespace, db.Name, time.Now().UTC().Format("20060102T150405Z"))
 			}
-			f, err := os.Create(out)
-			if err != nil {
-				return err
-			}
-			defer func() { _ = f.Close() }()
-			n, err := e.writeReport(ctx, f, db)
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "Wrote %s: %d files\n", out, n)
-			return f.Close()
+			return writeBundleFile(cmd, out, func(w io.Writer) (int, error) { return e.writeReport(ctx, w, db) })
 		},
 	}
 	cmd.Flags().StringVarP(&out, "output", "o", "", "The file to write (default daytwo-report-<namespace>-<database>-<time>.tar.gz).")
 	cmd.AddCommand(reportOperatorCmd(e))
 	return cmd
+}
+
+// writeBundleFile writes a bundle into the file out and says so.
+func writeBundleFile(cmd *cobra.Command, out string, write func(io.Writer) (int, error)) error {
+	f, err := os.Create(out)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = f.Close() }()
+	n, err := write(f)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(cmd.OutOrStdout(), "Wrote %s: %d files\n", out, n)
+	return f.Close()
 }
 
 type bundle struct {

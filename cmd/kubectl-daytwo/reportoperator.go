@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 	"time"
 
@@ -36,17 +35,7 @@ func reportOperatorCmd(e *env) *cobra.Command {
 			if out == "" {
 				out = fmt.Sprintf("daytwo-report-operator-%s.tar.gz", time.Now().UTC().Format("20060102T150405Z"))
 			}
-			f, err := os.Create(out)
-			if err != nil {
-				return err
-			}
-			defer func() { _ = f.Close() }()
-			n, err := e.writeOperatorReport(cmd.Context(), f)
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "Wrote %s: %d files\n", out, n)
-			return f.Close()
+			return writeBundleFile(cmd, out, func(w io.Writer) (int, error) { return e.writeOperatorReport(cmd.Context(), w) })
 		},
 	}
 	cmd.Flags().StringVarP(&out, "output", "o", "", "The file to write (default daytwo-report-operator-<time>.tar.gz).")

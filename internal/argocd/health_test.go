@@ -1,7 +1,6 @@
 package argocd_test
 
 import (
-	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -35,14 +34,7 @@ func TestHealthOfCapturedStatuses(t *testing.T) {
 		"webapp-rolling-out.json":     "Progressing",
 		"webapp-rolled-back.json":     "Degraded",
 	} {
-		b, err := os.ReadFile(filepath.Join("testdata", file))
-		if err != nil {
-			t.Fatal(err)
-		}
-		var obj map[string]any
-		if err := json.Unmarshal(b, &obj); err != nil {
-			t.Fatal(err)
-		}
+		obj := captured(t, file)
 		h, err := argocd.Evaluate(lua, obj)
 		if err != nil {
 			t.Fatalf("%s: %v", file, err)
