@@ -2,7 +2,7 @@
 # Builds the real-node add-ons and MinIO from the Go module proxy into the
 # cache, once. Versions are pinned here.
 #
-# usage: hack/build-addons.sh [coredns|local-path-provisioner|minio|prometheus|promtool|helm|helm-docs|crd-ref-docs|registry|goreleaser ...]
+# usage: hack/build-addons.sh [coredns|local-path-provisioner|minio|prometheus|promtool|helm|helm-docs|crd-ref-docs|registry|goreleaser|cosign ...]
 set -euo pipefail
 
 CACHE=${DAYTWO_CACHE:-$HOME/.cache/daytwo}
@@ -28,6 +28,8 @@ declare -A mod=(
   [registry]=github.com/distribution/distribution/v3/cmd/registry@v3.1.2
   # The kubectl plugin's release archives and krew manifest (make release).
   [goreleaser]=github.com/goreleaser/goreleaser/v2@v2.15.1
+  # Signs and verifies the release's images with a key (make release).
+  [cosign]=github.com/sigstore/cosign/v2/cmd/cosign@v2.6.5
 )
 declare -A tags=(
   [prometheus]=remove_all_sd,enable_kubernetes_sd

@@ -9,6 +9,9 @@
 # - the CRDs, in both, annotated daytwo.dev/release: VERSION;
 # - the Helm chart with version VERSION (without its v), appVersion VERSION
 #   and the image's repository, packaged and pushed to oci://REGISTRY/charts;
+# - the image signed with cosign and a key (COSIGN_KEY and COSIGN_PASSWORD;
+#   for a registry on this machine, a key pair of the cache's own), its
+#   public key in dist/cosign.pub, unless SIGN=0;
 # - the kubectl plugin for linux, darwin and windows on amd64 and arm64,
 #   archived with checksums and a krew manifest (goreleaser), unless PLUGIN=0.
 # REGISTRY on this machine (127.0.0.1, localhost) is spoken to over plain
@@ -37,6 +40,30 @@ mkdir -p "$DIST"
 log "images $repo:$VERSION for $PLATFORMS"
 (cd hack/release && go run . -version "$VERSION" -repository "$repo" -platforms "$PLATFORMS" \
   -root "$root" -dist "$DIST" -insecure="$insecure" -push="$push")
+
+# Signed with a key (keyless signing needs the internet): COSIGN_KEY, or
+# the cache's own key pair, made once, for a registry on this machine.
+image=$(cat "$DIST/image.txt")
+if $push && [ "${SIGN:-1}" != 0 ]; then
+  "$root/hack/build-addons.sh" cosign | grep -v cached || true
+  COSIGN=$CACHE/addons/cosign
+  key=${COSIGN_KEY:-}
+  if [ -z "$key" ]; then
+    $insecure || { echo "release: set COSIGN_KEY (and COSIGN_PASSWORD) to sign for $REGISTRY" >&2; exit 1; }
+    mkdir -p "$CACHE/cosign"
+    [ -f "$CACHE/cosign/cosign.key" ] || (cd "$CACHE/cosign" && COSIGN_PASSWORD= "$COSIGN" generate-key-pair >/dev/null)
+    key=$CACHE/cosign/cosign.key
+    export COSIGN_PASSWORD=
+  fi
+  http=()
+  $insecure && http=(--allow-insecure-registry --allow-http-registry)
+  "$COSIGN" sign --key "$key" --tlog-upload=false --yes "${http[@]}" "$image" >/dev/null 2>"$DIST/cosign.log" ||
+    { cat "$DIST/cosign.log"; exit 1; }
+  "$COSIGN" public-key --key "$key" >"$DIST/cosign.pub"
+  "$COSIGN" verify --key "$DIST/cosign.pub" --insecure-ignore-tlog "${http[@]}" "$image" >/dev/null 2>>"$DIST/cosign.log" ||
+    { cat "$DIST/cosign.log"; exit 1; }
+  log "signed $image; verify with: cosign verify --key dist/cosign.pub --insecure-ignore-tlog $image"
+fi
 
 log "chart"
 "$root/hack/build-addons.sh" helm | grep -v cached || true
