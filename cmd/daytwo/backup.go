@@ -94,7 +94,7 @@ func connFromEnv() backup.Conn {
 
 func newBackupCommand() *cobra.Command {
 	cmd := &cobra.Command{Use: "backup", Short: "Backups: what backup Jobs run"}
-	cmd.AddCommand(newBackupRunCommand(), newBackupRestoreCommand(), newBackupCheckCommand())
+	cmd.AddCommand(newBackupRunCommand(), newBackupRestoreCommand(), newBackupCheckCommand(), newBackupListCommand())
 	return cmd
 }
 
@@ -268,6 +268,40 @@ func newBackupRestoreCommand() *cobra.Command {
 	sf.bind(cmd.Flags(), "")
 	cmd.Flags().StringVar(&id, "id", "", "Backup ID; empty means the newest.")
 	cmd.Flags().StringVar(&role, "role", "", "Role that owns the restored objects.")
+	return cmd
+}
+
+func newBackupListCommand() *cobra.Command {
+	var sf storageFlags
+	cmd := &cobra.Command{
+		Use:   "list",
+		Short: "Print the series' complete backups in its storage, newest first, as one line of JSON",
+		Long: "Reads the manifests of the series the storage flags name (the series key and encryption key from the " +
+			"environment, as a restore reads them): those whose MAC verifies. kubectl daytwo backup list runs it in a pod.",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, cancel := context.WithTimeout(cmd.Context(), 2*time.Minute)
+			defer cancel()
+			st, prefix, err := sf.open()
+			if err != nil {
+				return err
+			}
+			ms, err := backup.List(ctx, st, prefix, sf.series)
+			if err != nil {
+				return err
+			}
+			if ms == nil {
+				ms = []backup.Manifest{}
+			}
+			b, err := json.Marshal(ms)
+			if err != nil {
+				return err
+			}
+			_, err = fmt.Fprintf(cmd.OutOrStdout(), "%s\n", b)
+			return err
+		},
+	}
+	sf.bind(cmd.Flags(), "")
 	return cmd
 }
 

@@ -56,6 +56,7 @@ func backupCmd(e *env) *cobra.Command {
 		},
 	}
 	w.add(cmd, "the run ends (exit code 1 when it failed, 2 on --timeout)")
+	cmd.AddCommand(backupListCmd(e))
 	return cmd
 }
 

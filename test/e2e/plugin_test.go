@@ -108,9 +108,17 @@ func checkPlugin(t *testing.T, ns, db, backup string) {
 	}
 	stored := len(b.Status.Backups)
 	t.Logf("kubectl daytwo backup %s --wait: %s", db, strings.TrimSpace(plugin(t, ns, "backup", db, "--wait", "--timeout", "3m")))
-	waitBackup(t, ns, backup, time.Second, "the requested run stored", func(b *v1alpha1.DatabaseBackup) bool {
+	b = waitBackup(t, ns, backup, time.Second, "the requested run stored", func(b *v1alpha1.DatabaseBackup) bool {
 		return len(b.Status.Backups) > stored && meta.IsStatusConditionFalse(b.Status.Conditions, v1alpha1.ConditionLastRunFailed)
 	})
+	// backup list: what the bucket holds, read there by a pod.
+	listed := plugin(t, ns, "backup", "list", backup)
+	t.Logf("kubectl daytwo backup list %s:\n%s", backup, listed)
+	for _, s := range b.Status.Backups {
+		if !strings.Contains(listed, s.ID) {
+			t.Errorf("backup list lacks %s", s.ID)
+		}
+	}
 
 	// restore: a new Database from it, holding the same rows.
 	dry := plugin(t, ns, "restore", backup, "--to", db+"-copy", "--dry-run")
