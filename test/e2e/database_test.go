@@ -1021,6 +1021,9 @@ func checkRotationUnderLoad(t *testing.T, ns, db string, app *v1alpha1.WebApp, a
 		return load.Last() == "true:shop_reader:shop_reader_alt", nil
 	})
 	waitApp(t, app, 2*time.Minute, "Ready after the roll", readyWith(1, e2eClientImage))
+	// A rotation and roll can take under 2 s: the load goes on until it
+	// has answered enough requests to say something.
+	framework.Eventually(t, time.Minute, "20 requests answered", func(context.Context) (bool, error) { return load.Succeeded() >= 20, nil })
 	ok, failures := load.Stop()
 	if len(failures) > 0 || ok < 20 {
 		t.Errorf("during the rotation %d requests succeeded and %d failed: %q", ok, len(failures), failures)

@@ -98,6 +98,13 @@ func (l *HTTPLoad) Last() string {
 	return l.last
 }
 
+// Succeeded is how many requests have succeeded so far.
+func (l *HTTPLoad) Succeeded() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.ok
+}
+
 // Stop ends the load and says how many requests succeeded and how each
 // failure failed.
 func (l *HTTPLoad) Stop() (int, []string) {
