@@ -99,7 +99,7 @@ uninstall: ## Remove the CRDs, and every daytwo object with them.
 
 .PHONY: deploy
 deploy: ## Install daytwo (config/default) with image IMG into the current kubeconfig's cluster.
-	kubectl kustomize config/default | sed 's|localhost/daytwo:dev|$(IMG)|g' | kubectl apply --server-side -f -
+	kubectl kustomize config/default | sed 's|localhost/daytwo:dev|$(IMG)|g' | kubectl apply --server-side --force-conflicts -f -
 	kubectl -n daytwo-system rollout status deploy/daytwo-operator --timeout=120s
 
 .PHONY: undeploy
@@ -107,8 +107,14 @@ undeploy: ## Remove what make deploy installed, CRDs and daytwo objects included
 	kubectl kustomize config/default | kubectl delete --ignore-not-found -f -
 
 .PHONY: docker-build
-docker-build: ## Build image IMG with Docker, where Docker runs (this machine builds it without: make images).
-	docker build -t $(IMG) .
+docker-build: ## Build image IMG: with Docker where it runs, else without it (hack/release, this machine's platform, into dist/oci).
+	@if docker info >/dev/null 2>&1; then docker build -t $(IMG) .; \
+	else cd hack/release && go run . -image $(IMG) -platforms linux/$$(go env GOARCH) -root ../.. -dist ../../dist -push=false; fi
+
+.PHONY: docker-push
+docker-push: ## Push image IMG: with Docker where it runs, else build and push it without (hack/release; plain HTTP to 127.0.0.1 and localhost).
+	@if docker info >/dev/null 2>&1; then docker push $(IMG); \
+	else cd hack/release && go run . -image $(IMG) -platforms linux/$$(go env GOARCH) -root ../.. -dist ../../dist; fi
 
 .PHONY: installer
 installer: ## Render dist/install.yaml from config/default.

@@ -87,7 +87,10 @@ fi
 if [ "$PLUGIN" != 0 ]; then
   log "plugin"
   "$root/hack/build-addons.sh" goreleaser | grep -v cached || true
-  GORELEASER_CURRENT_TAG=$VERSION "$CACHE/addons/goreleaser" release --clean --skip=validate,publish,announce >"$DIST/goreleaser.log" 2>&1 ||
+  # goreleaser reads the remote's URL; a checkout without one names the project's.
+  remote=()
+  [ -n "$(git remote)" ] || remote=(GIT_CONFIG_COUNT=1 GIT_CONFIG_KEY_0=remote.origin.url GIT_CONFIG_VALUE_0=https://github.com/daytwo-dev/daytwo.git)
+  env "${remote[@]}" GORELEASER_CURRENT_TAG="$VERSION" "$CACHE/addons/goreleaser" release --clean --skip=validate,publish,announce >"$DIST/goreleaser.log" 2>&1 ||
     { tail -30 "$DIST/goreleaser.log"; exit 1; }
 fi
 

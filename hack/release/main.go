@@ -41,18 +41,20 @@ import (
 )
 
 type options struct {
-	version, repository, platforms, dist, root string
-	insecure, push                              bool
+	version, repository, image, platforms, dist, root string
+	insecure, push                                     bool
 }
 
 func main() {
 	var o options
 	flag.StringVar(&o.version, "version", "", "The release's version, v-prefixed semver (v0.1.0).")
 	flag.StringVar(&o.repository, "repository", "", "The image repository, e.g. ghcr.io/daytwo-dev/daytwo or 127.0.0.1:5000/daytwo.")
+	flag.StringVar(&o.image, "image", "", "Build this one image (repository:tag, any tag) instead of repository:version, "+
+		"with no install.yaml: make docker-build and docker-push IMG=... where Docker does not run.")
 	flag.StringVar(&o.platforms, "platforms", "linux/amd64,linux/arm64", "The images' platforms.")
 	flag.StringVar(&o.dist, "dist", "dist", "Where the release's files go.")
 	flag.StringVar(&o.root, "root", ".", "The repository's root.")
-	flag.BoolVar(&o.insecure, "insecure", false, "Push over plain HTTP (a registry on this machine).")
+	flag.BoolVar(&o.insecure, "insecure", false, "Push over plain HTTP (always for a registry on 127.0.0.1 or localhost).")
 	flag.BoolVar(&o.push, "push", true, "Push the images; false keeps them in <dist>/oci only.")
 	flag.Parse()
 	if err := run(context.Background(), o); err != nil {
@@ -62,19 +64,25 @@ func main() {
 }
 
 func run(ctx context.Context, o options) error {
-	if !semver(o.version) {
+	ref := o.repository + ":" + o.version
+	switch {
+	case o.image != "":
+		ref = o.image
+		if o.version == "" {
+			o.version = "dev"
+		}
+	case !semver(o.version):
 		return fmt.Errorf("--version %q: want a v-prefixed semantic version such as v0.1.0", o.version)
-	}
-	if o.repository == "" {
+	case o.repository == "":
 		return errors.New("--repository is required")
 	}
 	var opts []name.Option
-	if o.insecure {
+	if o.insecure || local(ref) {
 		opts = append(opts, name.Insecure)
 	}
-	tag, err := name.NewTag(o.repository+":"+o.version, opts...)
+	tag, err := name.NewTag(ref, opts...)
 	if err != nil {
-		return fmt.Errorf("--repository: %w", err)
+		return fmt.Errorf("the image %s: %w", ref, err)
 	}
 	created, revision, err := commit(o.root)
 	if err != nil {
@@ -134,7 +142,18 @@ func run(ctx context.Context, o options) error {
 	if err := os.WriteFile(filepath.Join(o.dist, "image.txt"), []byte(pinned+"\n"), 0o644); err != nil {
 		return err
 	}
+	if o.image != "" {
+		return nil
+	}
 	return installYAML(o, pinned)
+}
+
+// local is a reference to a registry on this machine, spoken to over
+// plain HTTP.
+func local(ref string) bool {
+	host, _, _ := strings.Cut(ref, "/")
+	host, _, _ = strings.Cut(host, ":")
+	return host == "localhost" || host == "127.0.0.1"
 }
 
 // semver is a v-prefixed semantic version.
