@@ -23,7 +23,7 @@ func backupCmd(e *env) *cobra.Command {
 		Long: "Asks a DatabaseBackup for one run now (annotation " + v1alpha1.AnnotationBackupRequested + "). " +
 			"Given a Database, its one DatabaseBackup runs (the one spec.backup manages, if several).",
 		Args:              cobra.ExactArgs(1),
-		ValidArgsFunction: e.completeNames(0, backups),
+		ValidArgsFunction: e.completeNames(backups),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
 			b, err := e.backupFor(ctx, args[0])

@@ -38,7 +38,7 @@ func backupListCmd(e *env) *cobra.Command {
 			"under that key, as a restore would find them: also those the status no longer lists, and after the " +
 			"DatabaseBackup's own records are gone. The pod is deleted after.",
 		Args:              cobra.ExactArgs(1),
-		ValidArgsFunction: e.completeNames(0, backups),
+		ValidArgsFunction: e.completeNames(backups),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := out.validate(); err != nil {
 				return err

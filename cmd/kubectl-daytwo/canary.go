@@ -27,7 +27,7 @@ func canaryCmd(e *env) *cobra.Command {
 			Use:               c.verb + " WEBAPP",
 			Short:             c.short,
 			Args:              cobra.ExactArgs(1),
-			ValidArgsFunction: e.completeNames(0, webApps),
+			ValidArgsFunction: e.completeNames(webApps),
 			RunE: func(cmd *cobra.Command, args []string) error {
 				return requestCanary(cmd, e, args[0], c.verb, c.annotation)
 			},
@@ -127,13 +127,13 @@ func canaryStatusCmd(e *env) *cobra.Command {
 			"spec's revision runs on every pod, 1 when its canary aborted or it was rolled back, 2 when --timeout runs out. " +
 			"Without --watch, the exit code says the same of the state now, and 3 means it still runs.",
 		Args:              cobra.ExactArgs(1),
-		ValidArgsFunction: e.completeNames(0, webApps),
+		ValidArgsFunction: e.completeNames(webApps),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			app := &v1alpha1.WebApp{}
 			app.Namespace, app.Name = e.namespace, args[0]
 			var last string
 			var state rolloutState
-			report := func(a *v1alpha1.WebApp) (bool, error) {
+			report := func(a *v1alpha1.WebApp) (bool, error) { //nolint:unparam // watchObject's callback; a report cannot fail
 				var line string
 				state, line = rolloutOf(a)
 				if line != last {

@@ -14,20 +14,21 @@ import (
 	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
 )
 
-// completeNames completes the argument at position n with the names of
-// the namespace's objects of list's kind; later positions complete with
-// then, when given. A cluster it cannot reach completes nothing.
-func (e *env) completeNames(n int, list func() client.ObjectList, then ...func(args []string) client.ObjectList) cobra.CompletionFunc {
+// completeNames completes the first argument with the names of the
+// namespace's objects of list's kind; later ones complete with then, when
+// given (the pods of the Database the first names). A cluster it cannot
+// reach completes nothing.
+func (e *env) completeNames(list func() client.ObjectList, then ...func(args []string) client.ObjectList) cobra.CompletionFunc {
 	return func(cmd *cobra.Command, args []string, prefix string) ([]cobra.Completion, cobra.ShellCompDirective) {
 		var l client.ObjectList
 		var opts []client.ListOption
-		switch i := len(args) - n; {
+		switch i := len(args); {
 		case i == 0:
 			l = list()
 		case i > 0 && i <= len(then):
 			l = then[i-1](args)
 			if _, ok := l.(*corev1.PodList); ok {
-				opts = append(opts, client.MatchingLabels{"daytwo.dev/database": args[n]})
+				opts = append(opts, client.MatchingLabels{"daytwo.dev/database": args[0]})
 			}
 		default:
 			return nil, cobra.ShellCompDirectiveNoFileComp

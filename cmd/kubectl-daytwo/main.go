@@ -14,11 +14,12 @@ import (
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/client-go/kubernetes"
-	_ "k8s.io/client-go/plugin/pkg/client/auth" // kubeconfig auth providers (OIDC), as kubectl has them
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/daytwo-dev/daytwo/internal/scheme"
+
+	_ "k8s.io/client-go/plugin/pkg/client/auth" // kubeconfig auth providers (OIDC), as kubectl has them
 )
 
 // env is what every command works with: the cluster and the namespace.

@@ -32,7 +32,7 @@ func pgbenchCmd(e *env) *cobra.Command {
 			"after -- go to pgbench: -i -s 50 to initialize, then -c 10 -j 2 -T 60 -P 10 to run, say. The Job meets the " +
 			"restricted Pod Security Standard and is deleted an hour after it ends. --wait prints its output.",
 		Args:              cobra.MinimumNArgs(1),
-		ValidArgsFunction: e.completeNames(0, databases),
+		ValidArgsFunction: e.completeNames(databases),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
 			db, err := e.database(ctx, args[0])

@@ -168,7 +168,7 @@ func readTarGz(t *testing.T, path string) map[string]string {
 	tr := tar.NewReader(gz)
 	for {
 		h, err := tr.Next()
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			return out
 		}
 		if err != nil {

@@ -35,7 +35,7 @@ func reportCmd(e *env) *cobra.Command {
 			"about them, and every container's log (and the previous one after a restart). Secrets appear by name and key " +
 			"only, and environment values of names that look secret are replaced.",
 		Args:              cobra.ExactArgs(1),
-		ValidArgsFunction: e.completeNames(0, databases),
+		ValidArgsFunction: e.completeNames(databases),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
 			db, err := e.database(ctx, args[0])

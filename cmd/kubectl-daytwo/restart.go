@@ -21,7 +21,7 @@ func restartCmd(e *env) *cobra.Command {
 			"only as long as a switchover. With INSTANCE, only that one (a switchover first when it is the primary). " +
 			"A single-instance Database restarts its only instance, and writes stop until it is ready again.",
 		Args:              cobra.RangeArgs(1, 2),
-		ValidArgsFunction: e.completeNames(0, databases, instancesOf),
+		ValidArgsFunction: e.completeNames(databases, instancesOf),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
 			db, err := e.database(ctx, args[0])

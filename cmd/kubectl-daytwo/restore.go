@@ -28,7 +28,7 @@ func restoreCmd(e *env) *cobra.Command {
 			"TLS, backup, roles, pooler, placement...), less what must not follow a copy: its bootstrap, replica source, " +
 			"hibernation and fenced instances. Without that Database, the version the backup recorded. --dry-run prints it to edit.",
 		Args:              cobra.ExactArgs(1),
-		ValidArgsFunction: e.completeNames(0, backups),
+		ValidArgsFunction: e.completeNames(backups),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
 			if to == "" {

@@ -27,7 +27,7 @@ func statusCmd(e *env) *cobra.Command {
 		Long: "Prints the Database's status for a person, or with -o json|yaml the Database and its DatabaseBackups " +
 			"(a List) for a script. --watch prints it again at each change until interrupted.",
 		Args:              cobra.ExactArgs(1),
-		ValidArgsFunction: e.completeNames(0, databases),
+		ValidArgsFunction: e.completeNames(databases),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := out.validate(); err != nil {
 				return err

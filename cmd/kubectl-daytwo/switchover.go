@@ -88,7 +88,7 @@ func switchoverCmd(e *env) *cobra.Command {
 		Use:               "switchover DATABASE [INSTANCE]",
 		Short:             "Move the primary to an instance (or the best replica) with no acknowledged write lost",
 		Args:              cobra.RangeArgs(1, 2),
-		ValidArgsFunction: e.completeNames(0, databases, instancesOf),
+		ValidArgsFunction: e.completeNames(databases, instancesOf),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			to := ""
 			if len(args) == 2 {
@@ -106,7 +106,7 @@ func promoteCmd(e *env) *cobra.Command {
 	var w waitFlags
 	cmd := &cobra.Command{
 		Use:               "promote DATABASE [INSTANCE]",
-		ValidArgsFunction: e.completeNames(0, databases, instancesOf),
+		ValidArgsFunction: e.completeNames(databases, instancesOf),
 		Short: "Make INSTANCE the primary (a switchover to it); without one, promote a replica Database (spec.replica.enabled: false), " +
 			"with --demotion-token for a planned switch",
 		Args: cobra.RangeArgs(1, 2),

@@ -21,7 +21,7 @@ func upgradeCmd(e *env) *cobra.Command {
 			"again, from its pre-upgrade backup on. Fix what failed first; the UpgradeFailed condition and the Ready " +
 			"message say what it was.",
 		Args:              cobra.ExactArgs(1),
-		ValidArgsFunction: e.completeNames(0, databases),
+		ValidArgsFunction: e.completeNames(databases),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
 			db, err := e.database(ctx, args[0])

@@ -132,8 +132,8 @@ func Run(script string, obj any) (map[string]any, error) {
 	return out, nil
 }
 
-// keepEmptyObjects gives each empty array of out that is an object in in
-// in's value back, through objects and arrays.
+// keepEmptyObjects gives each empty array of out that is an object in the
+// input the input's value back, through objects and arrays.
 func keepEmptyObjects(out, in any) {
 	switch o := out.(type) {
 	case map[string]any:
@@ -202,7 +202,7 @@ func newState() *lua.LState {
 		safe.RawSetString(fn, full.RawGetString(fn))
 	}
 	L.SetGlobal(lua.OsLibName, safe)
-	L.PreloadModule(lua.OsLibName, func(L *lua.LState) int { //nolint:gocritic // gopher-lua's own name for its state
+	L.PreloadModule(lua.OsLibName, func(L *lua.LState) int {
 		L.Push(safe)
 		return 1
 	})
