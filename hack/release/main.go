@@ -42,7 +42,7 @@ import (
 
 type options struct {
 	version, repository, image, platforms, dist, root string
-	insecure, push                                     bool
+	insecure, push                                    bool
 }
 
 func main() {

@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -101,4 +103,52 @@ func TestControlPlaneRunsADeployment(t *testing.T) {
 		}
 		return dep.Status.AvailableReplicas == 3, nil
 	})
+}
+
+// Every sample of config/samples, one per feature, is applied as it is
+// (each in a namespace of its own) and reconciled: its status observes its
+// spec and has a Ready condition, and daytwo finds nothing wrong with the
+// spec itself. A sample may wait for what it names and a user brings (the
+// S3 Secret, a certificate, a backup to restore, a server to import):
+// that is Ready=False with another reason. kwok only: there no pod runs,
+// so eleven samples cost seconds; the real node runs the three above, and
+// the suites every feature.
+func TestEverySampleIsReconciled(t *testing.T) {
+	if cluster.Mode != framework.ModeKwok {
+		t.Skip("applies every sample on kwok nodes, where CI runs it; the real node's suites run each feature")
+	}
+	t.Parallel()
+	files, err := filepath.Glob(filepath.Join(framework.RepoRoot(), "config", "samples", "*.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	applied := 0
+	for _, f := range files {
+		if filepath.Base(f) == "kustomization.yaml" {
+			continue
+		}
+		ns := cluster.Namespace(t)
+		for _, u := range cluster.ApplyFile(t, ns, f) {
+			applied++
+			framework.Eventually(t, time.Minute, filepath.Base(f)+": "+u.GetKind()+" "+u.GetName()+" reconciled", func(ctx context.Context) (bool, error) {
+				live := u.DeepCopy()
+				if err := cluster.Client.Get(ctx, client.ObjectKeyFromObject(u), live); err != nil {
+					return false, err
+				}
+				observed, _, _ := unstructured.NestedInt64(live.Object, "status", "observedGeneration")
+				conds, _, _ := unstructured.NestedSlice(live.Object, "status", "conditions")
+				for _, c := range conds {
+					c, _ := c.(map[string]any)
+					if c["type"] == v1alpha1.ConditionReady {
+						if c["reason"] == v1alpha1.ReasonInvalidSpec {
+							return false, fmt.Errorf("%s: %v", f, c["message"])
+						}
+						return observed == live.GetGeneration(), nil
+					}
+				}
+				return false, nil
+			})
+		}
+	}
+	t.Logf("%d objects of %d samples reconciled", applied, len(files)-1)
 }
