@@ -123,7 +123,7 @@ installer: ## Render dist/install.yaml from config/default.
 	kubectl kustomize config/default > dist/install.yaml
 
 .PHONY: release
-release: ## Build a release into dist/ and push it to REGISTRY: images (amd64, arm64) with SBOMs, install.yaml, the chart, the plugin (VERSION=v0.1.0 REGISTRY=127.0.0.1:5000).
+release: tools ## Build a release into dist/ and push it to REGISTRY: images (amd64, arm64) with SBOMs, install.yaml, the chart, the plugin (VERSION=v0.1.0 REGISTRY=127.0.0.1:5000).
 	hack/release.sh
 
 ##@ Test

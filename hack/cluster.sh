@@ -69,10 +69,14 @@ deploy_namespaced() {
   local k=(kubectl --kubeconfig "$kcfg") list
   list=$(IFS=,; echo "$*")
   "$here/build-addons.sh" helm >/dev/null
-  [ -f "$root/dist/version.txt" ] || release_to_registry
   local version registry
-  version=$(cat "$root/dist/version.txt")
   registry=$("$here/realnode.sh" registry)
+  version=$(cat "$root/dist/version.txt" 2>/dev/null || true)
+  # The release deploy-operator pushed, if the registry still holds it.
+  if [ -z "$version" ] || ! "$HELM" show chart "oci://$registry/charts/daytwo" --version "${version#v}" --plain-http >/dev/null 2>&1; then
+    release_to_registry
+    version=$(cat "$root/dist/version.txt")
+  fi
   "${k[@]}" kustomize "$root/config/default" |
     "$here/drop-kinds.sh" CustomResourceDefinition Namespace |
     "${k[@]}" delete --ignore-not-found --wait=true -f - >/dev/null

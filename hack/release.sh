@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# make release VERSION=v0.1.0 [REGISTRY=127.0.0.1:5000] [PLATFORMS=...] [PLUGIN=0]
+# make release VERSION=v0.1.0 [REGISTRY=127.0.0.1:5000] [PLATFORMS=...] [PLUGIN=0] [SIGN=0] [RELEASE_DIST=dir]
 #
 # Builds a release into dist/ and pushes it to REGISTRY:
 # - the operator image (also the instance manager's) for PLATFORMS
@@ -20,11 +20,13 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 CACHE=${DAYTWO_CACHE:-$HOME/.cache/daytwo}
+# kubectl (kustomize, for install.yaml), as make tools builds it.
+export PATH=$CACHE/k8s-${K8S_VERSION:-v1.36.3}:$PATH
 VERSION=${VERSION:?usage: make release VERSION=v0.1.0 [REGISTRY=host:port]}
 REGISTRY=${REGISTRY:-}
 PLATFORMS=${PLATFORMS:-linux/amd64,linux/arm64}
 PLUGIN=${PLUGIN:-1}
-DIST=${DIST:-$root/dist}
+DIST=${RELEASE_DIST:-$root/dist}
 log() { printf '[release %s] %s\n' "$(date +%T)" "$*"; }
 
 case "$REGISTRY" in
@@ -45,9 +47,12 @@ log "images $repo:$VERSION for $PLATFORMS"
 # the cache's own key pair, made once, for a registry on this machine.
 image=$(cat "$DIST/image.txt")
 if $push && [ "${SIGN:-1}" != 0 ]; then
-  "$root/hack/build-addons.sh" cosign | grep -v cached || true
+  "$root/hack/build-addons.sh" cosign | { grep -v cached || true; }
   COSIGN=$CACHE/addons/cosign
   key=${COSIGN_KEY:-}
+  if [ -n "$key" ] && [ -z "${COSIGN_PASSWORD+set}" ]; then
+    echo "release: COSIGN_KEY needs COSIGN_PASSWORD (empty for a key without one)" >&2; exit 1
+  fi
   if [ -z "$key" ]; then
     $insecure || { echo "release: set COSIGN_KEY (and COSIGN_PASSWORD) to sign for $REGISTRY" >&2; exit 1; }
     mkdir -p "$CACHE/cosign"
@@ -62,11 +67,11 @@ if $push && [ "${SIGN:-1}" != 0 ]; then
   "$COSIGN" public-key --key "$key" >"$DIST/cosign.pub"
   "$COSIGN" verify --key "$DIST/cosign.pub" --insecure-ignore-tlog "${http[@]}" "$image" >/dev/null 2>>"$DIST/cosign.log" ||
     { cat "$DIST/cosign.log"; exit 1; }
-  log "signed $image; verify with: cosign verify --key dist/cosign.pub --insecure-ignore-tlog $image"
+  log "signed $image; verify with: cosign verify --key $DIST/cosign.pub --insecure-ignore-tlog $image"
 fi
 
 log "chart"
-"$root/hack/build-addons.sh" helm | grep -v cached || true
+"$root/hack/build-addons.sh" helm | { grep -v cached || true; }
 HELM=$CACHE/addons/helm
 chart=$(mktemp -d)
 trap 'rm -rf "$chart"' EXIT
@@ -86,7 +91,7 @@ fi
 
 if [ "$PLUGIN" != 0 ]; then
   log "plugin"
-  "$root/hack/build-addons.sh" goreleaser | grep -v cached || true
+  "$root/hack/build-addons.sh" goreleaser | { grep -v cached || true; }
   # goreleaser reads the remote's URL; a checkout without one names the project's.
   remote=()
   [ -n "$(git remote)" ] || remote=(GIT_CONFIG_COUNT=1 GIT_CONFIG_KEY_0=remote.origin.url GIT_CONFIG_VALUE_0=https://github.com/daytwo-dev/daytwo.git)

@@ -107,9 +107,10 @@ func newOperatorCommand() *cobra.Command {
 const operatorGOGC = 25
 
 func runOperator(cmd *cobra.Command, o *operatorOptions) error {
-	if !(0 < o.retry && o.retry < o.renew && o.renew < o.lease) {
-		return fmt.Errorf("--leader-election-retry-period (%s) < --leader-election-renew-deadline (%s) < --leader-election-lease-duration (%s) must hold, all above 0",
-			o.retry, o.renew, o.lease)
+	// client-go's own rule: renew > 1.2 × retry, and lease > renew.
+	if !(0 < o.retry && float64(o.renew) > 1.2*float64(o.retry) && o.renew < o.lease) {
+		return fmt.Errorf("--leader-election-renew-deadline (%s) must exceed 1.2 × --leader-election-retry-period (%s) "+
+			"and stay below --leader-election-lease-duration (%s), all above 0", o.renew, o.retry, o.lease)
 	}
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&o.zap)))
 	log := ctrl.Log.WithName("setup")

@@ -71,8 +71,8 @@ func run(ctx context.Context, o options) error {
 		if o.version == "" {
 			o.version = "dev"
 		}
-	case !semver(o.version):
-		return fmt.Errorf("--version %q: want a v-prefixed semantic version such as v0.1.0", o.version)
+	case !semver(o.version) || strings.Contains(o.version, "+"):
+		return fmt.Errorf("--version %q: want a v-prefixed semantic version such as v0.1.0, without build metadata (+...: no image tag holds it)", o.version)
 	case o.repository == "":
 		return errors.New("--repository is required")
 	}

@@ -81,13 +81,13 @@ func spdx(bin, version string, created time.Time) ([]byte, error) {
 		LicenseConcluded: "NOASSERTION", ExternalRefs: []spdxRef{purl("stdlib", strings.TrimPrefix(info.GoVersion, "go"))}}
 	doc.Packages = append(doc.Packages, main, goPkg)
 	doc.Relationships = append(doc.Relationships, spdxRelationship{"SPDXRef-DOCUMENT", "DESCRIBES", main.SPDXID},
-		spdxRelationship{main.SPDXID, "BUILD_DEPENDENCY_OF", goPkg.SPDXID})
+		spdxRelationship{goPkg.SPDXID, "BUILD_TOOL_OF", main.SPDXID})
 	for i, d := range info.Deps {
 		if d.Replace != nil {
 			d = d.Replace
 		}
 		p := spdxPackage{SPDXID: fmt.Sprintf("SPDXRef-Package-%d", i), Name: d.Path, VersionInfo: d.Version,
-			DownloadLocation: "https://proxy.golang.org/" + strings.ToLower(d.Path) + "/@v/" + d.Version + ".zip",
+			DownloadLocation: "https://proxy.golang.org/" + escape(d.Path) + "/@v/" + escape(d.Version) + ".zip",
 			LicenseConcluded: "NOASSERTION", ExternalRefs: []spdxRef{purl(d.Path, d.Version)}}
 		doc.Packages = append(doc.Packages, p)
 		doc.Relationships = append(doc.Relationships, spdxRelationship{main.SPDXID, "DEPENDS_ON", p.SPDXID})
@@ -97,4 +97,18 @@ func spdx(bin, version string, created time.Time) ([]byte, error) {
 
 func purl(path, version string) spdxRef {
 	return spdxRef{Category: "PACKAGE-MANAGER", Type: "purl", Locator: "pkg:golang/" + path + "@" + version}
+}
+
+// escape is a module path or version as the module proxy spells it: each
+// capital letter as ! and the letter in lower case.
+func escape(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		if 'A' <= r && r <= 'Z' {
+			b.WriteByte('!')
+			r += 'a' - 'A'
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
 }
