@@ -44,6 +44,8 @@ declare -A TAG=(
   [nginx]=docker.io/library/nginx:1.25,docker.io/library/nginx:latest
   # Debian trixie's PgBouncer: a Database's pool (spec.pooler).
   [pgbouncer]=localhost/pgbouncer:1.24
+  # Debian trixie's fio: kubectl daytwo fio's default image.
+  [fio]=localhost/fio:3.39
 )
 # The release a Database runs when it names no image (postgres.DefaultImage):
 # one more tag of each postgres image.
@@ -53,7 +55,7 @@ for major in 15 17 18; do
   TAG[postgres-$major]+=",docker.io/library/postgres:$release"
   PG_RELEASE[$major]=$release
 done
-ALL=(pause busybox coredns local-path-provisioner postgres-15 postgres-17 postgres-18 daytwo demo-web demo-web-crash minio e2e-client nginx pgbouncer)
+ALL=(pause busybox coredns local-path-provisioner postgres-15 postgres-17 postgres-18 daytwo demo-web demo-web-crash minio e2e-client nginx pgbouncer fio)
 
 log() { printf '[images %s] %s\n' "$(date +%T)" "$*"; }
 
@@ -177,6 +179,8 @@ shape_nginx() {
   ln -sf /dev/stderr "$fs/var/log/nginx/error.log"
 }
 build_nginx() { debian_image nginx bookworm nginx-light recipe-1 shape_nginx null '["nginx","-g","daemon off;"]'; }
+shape_fio() { :; }
+build_fio() { debian_image fio trixie fio recipe-1 shape_fio '["fio"]' null '["PATH=/usr/bin:/bin"]'; }
 
 # pgbouncer: Debian trixie's PgBouncer (the tests' too: hack/pgroot.sh
 # pgbouncer). The pod runs daytwo's pooler manager, copied in by an init

@@ -151,7 +151,7 @@ func newRootCmd(streams genericiooptions.IOStreams) *cobra.Command {
 	in(groupDatabase, day2Cmds(e)...)
 	in(groupBackup, backupCmd(e), restoreCmd(e))
 	in(groupWebApp, canaryCmd(e))
-	in(groupSupport, reportCmd(e), logsCmd(e), pgbenchCmd(e))
+	in(groupSupport, reportCmd(e), logsCmd(e), pgbenchCmd(e), fioCmd(e))
 	root.AddCommand(versionCmd(e))
 	// cobra's completion and help commands need no cluster.
 	root.InitDefaultCompletionCmd()

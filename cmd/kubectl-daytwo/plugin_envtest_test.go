@@ -316,7 +316,8 @@ func finishJobFailed(t *testing.T, job *batchv1.Job, msg string) {
 }
 
 // upgrade retry sets the annotation only where an upgrade waits; pgbench
-// makes a restricted Job with the credentials by reference.
+// makes a restricted Job with the credentials by reference; fio a
+// restricted Job on a claim of the class measured.
 func TestUpgradeRetryAndPgbench(t *testing.T) {
 	ns := tenv.Namespace(t)
 	db := orders(ns)
@@ -348,5 +349,26 @@ func TestUpgradeRetryAndPgbench(t *testing.T) {
 		if e.Value != "" && e.Name == "PGPASSWORD" {
 			t.Errorf("the password is in the Job")
 		}
+	}
+
+	// fio: a claim of the class and a restricted Job on it, the claim
+	// owned by the Job.
+	if _, err := run(t, ns, "fio", "disk", "--size", "lots"); err == nil || !strings.Contains(err.Error(), "--size") {
+		t.Errorf("fio --size lots: %v", err)
+	}
+	mustRun(t, ns, "fio", "disk", "--storage-class", "fast", "--size", "4Gi", "--runtime", "10s")
+	claim := &corev1.PersistentVolumeClaim{}
+	if err := tenv.Client.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: "disk"}, claim); err != nil {
+		t.Fatal(err)
+	}
+	fio := &batchv1.Job{}
+	if err := tenv.Client.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: "disk"}, fio); err != nil {
+		t.Fatal(err)
+	}
+	args := strings.Join(fio.Spec.Template.Spec.Containers[0].Command, " ")
+	if *claim.Spec.StorageClassName != "fast" || claim.Spec.Resources.Requests.Storage().String() != "4Gi" ||
+		!metav1.IsControlledBy(claim, fio) || !strings.Contains(args, "--size=1073741824") || !strings.Contains(args, "--runtime=10s") ||
+		!*fio.Spec.Template.Spec.SecurityContext.RunAsNonRoot {
+		t.Errorf("fio: claim %v of %v, Job %s", claim.Spec.StorageClassName, claim.Spec.Resources.Requests, args)
 	}
 }

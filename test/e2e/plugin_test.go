@@ -94,7 +94,9 @@ func checkPlugin(t *testing.T, ns, db, backup string) {
 		len(list.Items) < 2 || list.Items[0].Kind != "Database" || list.Items[0].Status.Primary == "" {
 		t.Errorf("status -o json: %v %+v", err, list)
 	}
-	if v := plugin(t, ns, "version"); !strings.Contains(v, "Operator: ") || strings.Contains(v, "WARNING") {
+	// The operator is a release (hack/release.sh), the plugin a dev build:
+	// the skew is named.
+	if v := plugin(t, ns, "version"); !strings.Contains(v, "Operator: v") || !strings.Contains(v, "WARNING: the plugin (dev)") {
 		t.Errorf("kubectl daytwo version:\n%s", v)
 	}
 	if got := strings.TrimSpace(plugin(t, ns, "psql", db, "--", "-tAc", "SELECT count(*) FROM ballast")); got != "300000" {
@@ -150,6 +152,12 @@ func checkPlugin(t *testing.T, ns, db, backup string) {
 		if !strings.Contains(logs, want) {
 			t.Errorf("logs lack %q", want)
 		}
+	}
+
+	// fio: the node's local-path storage measured, briefly.
+	disk := plugin(t, ns, "fio", "disk", "--storage-class", "local-path", "--size", "64Mi", "--runtime", "2s", "--wait", "--timeout", "3m")
+	if !strings.Contains(disk, "data-8k-randrw") || !strings.Contains(disk, "wal-1m-write") || !strings.Contains(disk, "IOPS=") {
+		t.Errorf("kubectl daytwo fio printed:\n%s", disk)
 	}
 
 	// report: a bundle with the objects and logs, and no secret value.
