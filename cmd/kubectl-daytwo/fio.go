@@ -84,6 +84,13 @@ func fioCmd(e *env) *cobra.Command {
 	return cmd
 }
 
+// fioPodSecurity is restricted, and owns the claim's files (fsGroup).
+func fioPodSecurity() *corev1.PodSecurityContext {
+	sc := restrictedPod(65532)
+	sc.FSGroup = ptr.To[int64](65532)
+	return sc
+}
+
 func fioJob(ns string, o fioOptions) (*batchv1.Job, *corev1.PersistentVolumeClaim) {
 	size := resource.MustParse(o.size)
 	file := resource.NewQuantity(size.Value()/4, resource.BinarySI) // 2 data files and the WAL file
@@ -115,14 +122,11 @@ func fioJob(ns string, o fioOptions) (*batchv1.Job, *corev1.PersistentVolumeClai
 				Spec: corev1.PodSpec{
 					RestartPolicy:                corev1.RestartPolicyNever,
 					AutomountServiceAccountToken: ptr.To(false),
-					SecurityContext: &corev1.PodSecurityContext{RunAsNonRoot: ptr.To(true), RunAsUser: ptr.To[int64](65532),
-						RunAsGroup: ptr.To[int64](65532), FSGroup: ptr.To[int64](65532),
-						SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}},
+					SecurityContext:              fioPodSecurity(),
 					Containers: []corev1.Container{{
 						Name: "fio", Image: o.image, ImagePullPolicy: corev1.PullIfNotPresent, Command: append([]string{"fio"}, args...),
-						SecurityContext: &corev1.SecurityContext{AllowPrivilegeEscalation: ptr.To(false), ReadOnlyRootFilesystem: ptr.To(true),
-							Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}}},
-						VolumeMounts: []corev1.VolumeMount{{Name: "data", MountPath: "/data"}},
+						SecurityContext: restrictedContainer(),
+						VolumeMounts:    []corev1.VolumeMount{{Name: "data", MountPath: "/data"}},
 					}},
 					Volumes: []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{
 						PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: o.name}}}},

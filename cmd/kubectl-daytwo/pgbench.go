@@ -95,13 +95,11 @@ func pgbenchJob(db *v1alpha1.Database, name string, args []string) (*batchv1.Job
 					RestartPolicy:                corev1.RestartPolicyNever,
 					AutomountServiceAccountToken: ptr.To(false),
 					ImagePullSecrets:             db.Spec.ImagePullSecrets,
-					SecurityContext: &corev1.PodSecurityContext{RunAsNonRoot: ptr.To(true), RunAsUser: ptr.To[int64](999),
-						RunAsGroup: ptr.To[int64](999), SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}},
+					SecurityContext:              restrictedPod(999),
 					Containers: []corev1.Container{{
 						Name: "pgbench", Image: image, Command: append([]string{"pgbench"}, args...), Env: env,
-						SecurityContext: &corev1.SecurityContext{AllowPrivilegeEscalation: ptr.To(false), ReadOnlyRootFilesystem: ptr.To(true),
-							Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}}},
-						VolumeMounts: []corev1.VolumeMount{{Name: "database-ca", MountPath: caMount, ReadOnly: true}},
+						SecurityContext: restrictedContainer(),
+						VolumeMounts:    []corev1.VolumeMount{{Name: "database-ca", MountPath: caMount, ReadOnly: true}},
 					}},
 					Volumes: []corev1.Volume{{Name: "database-ca", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
 						SecretName: secret, Items: []corev1.KeyToPath{{Key: v1alpha1.CredentialsCA, Path: v1alpha1.CredentialsCA}}}}}},
