@@ -1,14 +1,11 @@
 package main
 
 import (
-	"archive/tar"
 	"bytes"
-	"compress/gzip"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"maps"
 	"os"
 	"path/filepath"
@@ -142,7 +139,7 @@ func TestUsageCompletionAndVersion(t *testing.T) {
 	// their schemas, and no Secret.
 	bundle := filepath.Join(t.TempDir(), "operator.tar.gz")
 	mustRun(t, ns, "report", "operator", "-o", bundle)
-	files := readTarGz(t, bundle)
+	files := testenv.ReadTarGz(t, bundle)
 	for _, want := range []string{ns + "/deployment-daytwo-operator.yaml", ns + "/pods.yaml", ns + "/leases.yaml", "versions.yaml", "crds.yaml", "webhookconfigurations.yaml"} {
 		if _, ok := files[want]; !ok {
 			t.Errorf("the operator report lacks %s (has %v)", want, slices.Collect(maps.Keys(files)))
@@ -150,35 +147,6 @@ func TestUsageCompletionAndVersion(t *testing.T) {
 	}
 	if crds := files["crds.yaml"]; !strings.Contains(crds, "databases.daytwo.dev") || strings.Contains(crds, "openAPIV3Schema") {
 		t.Errorf("crds.yaml: %.300s", crds)
-	}
-}
-
-func readTarGz(t *testing.T, path string) map[string]string {
-	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = f.Close() }()
-	gz, err := gzip.NewReader(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[string]string{}
-	tr := tar.NewReader(gz)
-	for {
-		h, err := tr.Next()
-		if errors.Is(err, io.EOF) {
-			return out
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, err := io.ReadAll(tr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out[h.Name] = string(b)
 	}
 }
 

@@ -3,12 +3,9 @@
 package e2e
 
 import (
-	"archive/tar"
-	"compress/gzip"
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -22,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
+	"github.com/daytwo-dev/daytwo/internal/testenv"
 	"github.com/daytwo-dev/daytwo/test/e2e/framework"
 )
 
@@ -163,7 +161,7 @@ func checkPlugin(t *testing.T, ns, db, backup string) {
 	// report: a bundle with the objects and logs, and no secret value.
 	file := filepath.Join(t.TempDir(), "report.tar.gz")
 	t.Logf("kubectl daytwo report: %s", strings.TrimSpace(plugin(t, ns, "report", db, "-o", file)))
-	files := readBundle(t, file)
+	files := testenv.ReadTarGz(t, file)
 	for _, want := range []string{"database.yaml", "databasebackups.yaml", "pods.yaml", "events.yaml", "statefulsets.yaml", "secrets.yaml",
 		"logs/" + db + "-0/postgres.log", "logs/" + db + "-1/postgres.log"} {
 		if _, ok := files[want]; !ok {
@@ -185,34 +183,5 @@ func checkPlugin(t *testing.T, ns, db, backup string) {
 				}
 			}
 		}
-	}
-}
-
-func readBundle(t *testing.T, path string) map[string]string {
-	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = f.Close() }()
-	gz, err := gzip.NewReader(f)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tr := tar.NewReader(gz)
-	files := map[string]string{}
-	for {
-		h, err := tr.Next()
-		if errors.Is(err, io.EOF) {
-			return files
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, err := io.ReadAll(tr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		files[h.Name] = string(b)
 	}
 }
