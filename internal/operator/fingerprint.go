@@ -12,6 +12,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	appsv1ac "k8s.io/client-go/applyconfigurations/apps/v1"
 	toolscache "k8s.io/client-go/tools/cache"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
@@ -33,8 +34,10 @@ import (
 // from: which fields daytwo's entry covers (its managed fields), the
 // object (its UID), its spec (as encoded: the generation would not do, as
 // the API server keeps it when a quantity changes only its format, 1Gi to
-// 1073741824) and its metadata (labels, annotations, owner references
-// and finalizers). A status update changes none of them. "" when daytwo
+// 1073741824) and its metadata (the labels and annotations daytwo's entry
+// names, owner references and finalizers). A status update changes none of
+// them, nor does the controller manager's revision annotation, which came
+// with every new Deployment and cost a second extraction. "" when daytwo
 // has no entry, or the spec cannot be encoded.
 func ownedSource(d *appsv1.Deployment) string {
 	i := slices.IndexFunc(d.ManagedFields, func(e metav1.ManagedFieldsEntry) bool {
@@ -63,11 +66,12 @@ func ownedSource(d *appsv1.Deployment) string {
 			count(2)
 		}
 	}
-	field(d.ManagedFields[i].FieldsV1.GetRawString())
-	field(string(d.UID))
+	owned := d.ManagedFields[i].FieldsV1.GetRawString()
+	field(owned)
 	field(string(spec))
-	writeMap(h, field, d.Labels)
-	writeMap(h, field, d.Annotations)
+	field(string(d.UID))
+	writeMap(h, field, d.Labels, owned)
+	writeMap(h, field, d.Annotations, owned)
 	count(len(d.OwnerReferences))
 	for _, o := range d.OwnerReferences {
 		field(o.APIVersion)
@@ -84,31 +88,45 @@ func ownedSource(d *appsv1.Deployment) string {
 	return hex.EncodeToString(h.Sum(nil)[:16])
 }
 
-// writeMap writes m to h in key order, its size first.
-func writeMap(h hash.Hash, field func(string), m map[string]string) {
-	_ = binary.Write(h, binary.LittleEndian, uint64(len(m)))
-	for _, k := range slices.Sorted(maps.Keys(m)) {
+// writeMap writes to h, in key order, the entries of m whose key the
+// managed fields owned name ("f:KEY"; a key that merely appears elsewhere
+// is written too, which costs only an extraction), their count first.
+func writeMap(h hash.Hash, field func(string), m map[string]string, owned string) {
+	keys := slices.DeleteFunc(slices.Sorted(maps.Keys(m)), func(k string) bool {
+		return !strings.Contains(owned, `"f:`+k+`"`)
+	})
+	_ = binary.Write(h, binary.LittleEndian, uint64(len(keys)))
+	for _, k := range keys {
 		field(k)
 		field(m[k])
 	}
 }
 
 // fingerprintDeployment replaces d's managed fields with the fingerprint
-// of daytwo's part and the digest it was taken from. It keeps the
-// fingerprint of previous (the cache's copy d replaces, nil if none) when
-// the digests are the same.
-func fingerprintDeployment(d, previous *appsv1.Deployment) {
+// of daytwo's part and the digest it was taken from. It takes the
+// fingerprint sent recorded for d's version (what daytwo applied, and the
+// API server answered with that version), else keeps the fingerprint of
+// previous (the cache's copy d replaces, nil if none) when the digests are
+// the same, else extracts.
+func fingerprintDeployment(d, previous *appsv1.Deployment, sent *controller.Sent) {
 	if len(d.ManagedFields) == 0 {
 		return
 	}
 	src := ownedSource(d)
+	keep := func(v string) {
+		if d.Annotations == nil {
+			d.Annotations = map[string]string{}
+		}
+		d.Annotations[controller.CachedOwnedFingerprint] = v
+		d.SetManagedFields(nil)
+	}
+	if fp, ok := sent.Take(types.NamespacedName{Namespace: d.Namespace, Name: d.Name}, d.ResourceVersion); ok && src != "" {
+		keep(fp + "/" + src)
+		return
+	}
 	if src != "" && previous != nil && previous.UID == d.UID {
 		if v := previous.Annotations[controller.CachedOwnedFingerprint]; strings.HasSuffix(v, "/"+src) {
-			if d.Annotations == nil {
-				d.Annotations = map[string]string{}
-			}
-			d.Annotations[controller.CachedOwnedFingerprint] = v // the same string: shared, not copied
-			d.SetManagedFields(nil)
+			keep(v) // the same string: shared, not copied
 			return
 		}
 	}
@@ -120,21 +138,23 @@ func fingerprintDeployment(d, previous *appsv1.Deployment) {
 
 // rememberDeploymentFingerprints gives mgr's Deployment informer a
 // transform that reads the copy an event replaces from the informer's own
-// store (see fingerprintDeployment). It is set before the informer starts;
-// an informer of another shape (a cache over several namespaces) keeps the
-// plain transform, which extracts every time.
-func rememberDeploymentFingerprints(ctx context.Context, mgr manager.Manager) error {
+// store, and what daytwo applied from the Sent it returns (see
+// fingerprintDeployment). It is set before the informer starts; an
+// informer of another shape (a cache over several namespaces) keeps the
+// plain transform, which extracts every time, and no Sent (nil) is needed.
+func rememberDeploymentFingerprints(ctx context.Context, mgr manager.Manager) (*controller.Sent, error) {
 	inf, err := mgr.GetCache().GetInformer(ctx, &appsv1.Deployment{})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	sii, ok := inf.(toolscache.SharedIndexInformer)
 	if !ok {
 		logf.FromContext(ctx).Info("The Deployment cache is not one informer (several namespaces): each watch event of a Deployment extracts daytwo's part again")
-		return nil
+		return nil, nil
 	}
 	store := sii.GetStore()
-	return sii.SetTransform(func(in any) (any, error) {
+	sent := &controller.Sent{}
+	return sent, sii.SetTransform(func(in any) (any, error) {
 		d, ok := in.(*appsv1.Deployment)
 		if !ok || len(d.Spec.Template.Spec.Containers) == 0 {
 			return transform(in)
@@ -143,6 +163,6 @@ func rememberDeploymentFingerprints(ctx context.Context, mgr manager.Manager) er
 		if o, exists, err := store.GetByKey(d.Namespace + "/" + d.Name); err == nil && exists {
 			previous, _ = o.(*appsv1.Deployment)
 		}
-		return transformDeployment(d, previous), nil
+		return transformDeployment(d, previous, sent), nil
 	})
 }

@@ -95,13 +95,14 @@ func SetupControllers(ctx context.Context, mgr manager.Manager, opts Options) er
 	if opts.PoolerImage == "" {
 		opts.PoolerImage = DefaultPoolerImage
 	}
-	if err := rememberDeploymentFingerprints(ctx, mgr); err != nil {
+	sent, err := rememberDeploymentFingerprints(ctx, mgr)
+	if err != nil {
 		return fmt.Errorf("failed to set up the Deployment cache: %w", err)
 	}
 	c := mgr.GetClient()
 	audiences := apiAudiences(mgr.GetConfig())
 	wa := &webapp.Reconciler{Client: c, APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("daytwo"),
-		Namespaces: opts.WatchNamespaces, Clock: opts.Clock}
+		Namespaces: opts.WatchNamespaces, Clock: opts.Clock, Sent: sent}
 	if err := wa.SetupWithManager(ctx, mgr); err != nil {
 		return fmt.Errorf("failed to set up the WebApp controller: %w", err)
 	}

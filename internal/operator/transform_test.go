@@ -212,10 +212,11 @@ func servedDeployment(annotations map[string]string) *appsv1.Deployment {
 	}
 }
 
-// A status update keeps the cached copy's fingerprint, without extracting
-// daytwo's part again; anything daytwo's part is read from (the spec, by
-// its generation; the metadata; which fields daytwo owns; the object)
-// takes a new one.
+// A status update, or a label or annotation daytwo does not own (the
+// controller manager's revision), keeps the cached copy's fingerprint,
+// without extracting daytwo's part again; anything daytwo's part is read
+// from (the spec; its labels and annotations, owner references and
+// finalizers; which fields daytwo owns; the object) takes a new one.
 func TestDeploymentFingerprintIsKeptAcrossStatusUpdates(t *testing.T) {
 	first := servedDeployment(nil)
 	first.UID, first.Generation = "uid-1", 1
@@ -230,9 +231,11 @@ func TestDeploymentFingerprintIsKeptAcrossStatusUpdates(t *testing.T) {
 	status := servedDeployment(nil)
 	status.UID, status.Generation = first.UID, first.Generation
 	status.Status.ReadyReplicas = 3
-	transformDeployment(status, cached)
+	status.Annotations = map[string]string{"deployment.kubernetes.io/revision": "1"}
+	status.Labels = map[string]string{"team": "a"}
+	transformDeployment(status, cached, nil)
 	if got := status.Annotations[controller.CachedOwnedFingerprint]; got != "sentinel/"+src {
-		t.Fatalf("a status update took fingerprint %q, want the cached copy's", got)
+		t.Fatalf("a status update and metadata daytwo does not own took fingerprint %q, want the cached copy's", got)
 	}
 	if len(status.ManagedFields) != 0 {
 		t.Fatal("the managed fields stayed on a kept fingerprint")
@@ -241,13 +244,22 @@ func TestDeploymentFingerprintIsKeptAcrossStatusUpdates(t *testing.T) {
 		t.Fatal("the cached copy changed")
 	}
 
+	// daytwo's entry names a label and an annotation from here on.
+	ownsMetadata := func(d *appsv1.Deployment) {
+		d.Labels, d.Annotations = map[string]string{"team": "a"}, map[string]string{"note": "x"}
+		d.ManagedFields[0].FieldsV1 = metav1.NewFieldsV1(`{"f:metadata":{"f:annotations":{"f:note":{}},"f:labels":{"f:team":{}}},"f:spec":{"f:replicas":{}}}`)
+	}
+	ownsMetadata(first)
+	src = ownedSource(first)
+	cached = servedDeployment(map[string]string{controller.CachedOwnedFingerprint: "sentinel/" + src})
+	cached.UID, cached.Generation = first.UID, first.Generation
 	for name, change := range map[string]func(d *appsv1.Deployment){
 		"the spec": func(d *appsv1.Deployment) { d.Generation = 2; d.Spec.Replicas = new(int32(4)) },
 		"a quantity's format only (the API server keeps the generation)": func(d *appsv1.Deployment) {
 			d.Spec.Template.Spec.Containers[0].Resources.Limits = corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("1073741824")}
 		},
-		"a label":       func(d *appsv1.Deployment) { d.Labels = map[string]string{"team": "a"} },
-		"an annotation": func(d *appsv1.Deployment) { d.Annotations = map[string]string{"note": "x"} },
+		"a label daytwo owns":       func(d *appsv1.Deployment) { d.Labels["team"] = "b" },
+		"an annotation daytwo owns": func(d *appsv1.Deployment) { d.Annotations["note"] = "y" },
 		"an owner": func(d *appsv1.Deployment) {
 			d.OwnerReferences = []metav1.OwnerReference{{Kind: "WebApp", Name: "web", UID: "o"}}
 		},
@@ -259,19 +271,66 @@ func TestDeploymentFingerprintIsKeptAcrossStatusUpdates(t *testing.T) {
 	} {
 		d := servedDeployment(nil)
 		d.UID, d.Generation = first.UID, first.Generation
+		ownsMetadata(d)
+		if ownedSource(d) != src {
+			t.Fatalf("%s: the unchanged copy has another digest", name)
+		}
 		change(d)
-		transformDeployment(d, cached)
+		transformDeployment(d, cached, nil)
 		if got := d.Annotations[controller.CachedOwnedFingerprint]; strings.HasPrefix(got, "sentinel/") || got == "" {
 			t.Errorf("a change of %s kept fingerprint %q", name, got)
 		}
 	}
 
 	// The fingerprint part is what a reconcile compares.
+	first = servedDeployment(nil)
 	if !controller.Unchanged(first, appsv1ac.Deployment("web", "ns").WithSpec(appsv1ac.DeploymentSpec().WithReplicas(3)), appsv1ac.ExtractDeployment) {
 		t.Fatal("the served Deployment does not hold what daytwo applies")
 	}
-	transformDeployment(first, nil)
+	transformDeployment(first, nil, nil)
 	if !controller.Unchanged(first, appsv1ac.Deployment("web", "ns").WithSpec(appsv1ac.DeploymentSpec().WithReplicas(3)), appsv1ac.ExtractDeployment) {
 		t.Fatalf("the cached copy (%s) does not hold what daytwo applies", first.Annotations[controller.CachedOwnedFingerprint])
+	}
+}
+
+// The watch event of the version an apply answered with takes the
+// fingerprint of what daytwo sent, without extracting; an earlier version
+// leaves the record for its own event, a later one drops it.
+func TestDeploymentFingerprintOfWhatWasSent(t *testing.T) {
+	sent := &controller.Sent{}
+	key := types.NamespacedName{Namespace: "ns", Name: "web"}
+	at := func(rv string) *appsv1.Deployment {
+		d := servedDeployment(nil)
+		d.UID, d.ResourceVersion = "uid-1", rv
+		return d
+	}
+	sent.Record(key, "120", "sentinel")
+
+	older := at("110")
+	transformDeployment(older, nil, sent)
+	if got := older.Annotations[controller.CachedOwnedFingerprint]; strings.HasPrefix(got, "sentinel/") {
+		t.Fatalf("an earlier version took what was sent later: %q", got)
+	}
+	answered := at("120")
+	src := ownedSource(answered)
+	transformDeployment(answered, nil, sent)
+	if got := answered.Annotations[controller.CachedOwnedFingerprint]; got != "sentinel/"+src {
+		t.Fatalf("the answered version took fingerprint %q, want what was sent", got)
+	}
+	if len(answered.ManagedFields) != 0 {
+		t.Fatal("the managed fields stayed")
+	}
+	if _, ok := sent.Take(key, "120"); ok {
+		t.Fatal("the record was taken twice")
+	}
+
+	sent.Record(key, "130", "sentinel")
+	later := at("140") // the watch beat the answer, and a later change too
+	transformDeployment(later, nil, sent)
+	if strings.HasPrefix(later.Annotations[controller.CachedOwnedFingerprint], "sentinel/") {
+		t.Fatal("a later version took what was sent before it")
+	}
+	if _, ok := sent.Take(key, "130"); ok {
+		t.Fatal("a later version left the record behind")
 	}
 }

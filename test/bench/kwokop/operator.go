@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -46,7 +47,9 @@ type Operator struct {
 // election is off so a restart does not wait out a lease, pprof is on, and
 // the client's QPS budget matches a bench's own. BENCH_OPERATOR_ARGS adds
 // flags (--zap-log-level=debug shows every write), BENCH_OPERATOR_GODEBUG
-// sets GODEBUG (memprofilerate=1: a heap profile that counts every object).
+// sets GODEBUG (memprofilerate=1: a heap profile that counts every object)
+// and BENCH_OPERATOR_GOGC its garbage collector's target (GOGC itself
+// would reach the kwok cluster's processes too).
 func (o *Operator) Start() error {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -63,8 +66,13 @@ func (o *Operator) Start() error {
 		strings.Fields(os.Getenv("BENCH_OPERATOR_ARGS"))...)
 	o.cmd = exec.Command(o.Bin, args...)
 	o.cmd.Stdout, o.cmd.Stderr = log, log
-	if g := os.Getenv("BENCH_OPERATOR_GODEBUG"); g != "" {
-		o.cmd.Env = append(os.Environ(), "GODEBUG="+g)
+	for from, to := range map[string]string{"BENCH_OPERATOR_GODEBUG": "GODEBUG", "BENCH_OPERATOR_GOGC": "GOGC"} {
+		if v := os.Getenv(from); v != "" {
+			if o.cmd.Env == nil {
+				o.cmd.Env = os.Environ()
+			}
+			o.cmd.Env = append(o.cmd.Env, to+"="+v)
+		}
 	}
 	err = o.cmd.Start()
 	_ = log.Close() // the operator holds its own descriptor
@@ -362,4 +370,97 @@ func Parallel(n, p int, f func(int) error) error {
 	close(next)
 	wg.Wait()
 	return first
+}
+
+// CPUProfile saves, when BENCH_CPU_PROFILE names a directory, a CPU
+// profile of seconds of the API server (raw is its REST client) and, when
+// o is not nil, of the operator, as DIR/NAME-apiserver.pprof and
+// DIR/NAME-operator.pprof. It returns at once; wait blocks until both are
+// written.
+func CPUProfile(ctx context.Context, raw rest.Interface, o *Operator, name string, seconds int) (wait func()) {
+	dir := os.Getenv("BENCH_CPU_PROFILE")
+	if dir == "" {
+		return func() {}
+	}
+	var wg sync.WaitGroup
+	save := func(file string, get func() ([]byte, error)) {
+		wg.Go(func() {
+			body, err := get()
+			if err == nil {
+				err = os.WriteFile(filepath.Join(dir, file), body, 0o600)
+			}
+			if err != nil {
+				fmt.Printf("  CPU profile %s: %v\n", file, err)
+			}
+		})
+	}
+	save(name+"-apiserver.pprof", func() ([]byte, error) {
+		return raw.Get().AbsPath("/debug/pprof/profile").Param("seconds", strconv.Itoa(seconds)).DoRaw(ctx)
+	})
+	if o != nil {
+		save(name+"-operator.pprof", func() ([]byte, error) { return o.get("/debug/pprof/profile?seconds=" + strconv.Itoa(seconds)) })
+	}
+	return wg.Wait
+}
+
+// ProcessCPU returns the CPU seconds (user and system) every process on
+// this machine has used so far, summed by command name: the kwok
+// cluster's parts (kube-apiserver, etcd, kwok, kube-controller-manager),
+// the operator and the bench run here, so the difference of two readings
+// says where a run's CPU went. A process that ended between two readings
+// is not counted.
+func ProcessCPU() map[string]float64 {
+	out := map[string]float64{}
+	dirs, _ := os.ReadDir("/proc")
+	for _, d := range dirs {
+		if _, err := strconv.Atoi(d.Name()); err != nil {
+			continue
+		}
+		raw, err := os.ReadFile(filepath.Join("/proc", d.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ... utime stime: fields 14 and 15, counted
+		// after the command name, which may hold spaces.
+		s := string(raw)
+		open, closing := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
+		if open < 0 || closing < open {
+			continue
+		}
+		f := strings.Fields(s[closing+1:])
+		if len(f) < 13 {
+			continue
+		}
+		user, _ := strconv.ParseFloat(f[11], 64)
+		sys, _ := strconv.ParseFloat(f[12], 64)
+		out[s[open+1:closing]] += (user + sys) / clockTicks
+	}
+	return out
+}
+
+// clockTicks is USER_HZ, the unit of /proc/PID/stat's times: 100 on
+// every Linux architecture Go builds for.
+const clockTicks = 100
+
+// PrintProcessCPU prints the CPU seconds by command between two
+// ProcessCPU readings, most first, leaving out less than 0.1 s.
+func PrintProcessCPU(phase string, before, after map[string]float64) {
+	type row struct {
+		name string
+		s    float64
+	}
+	var rows []row
+	total := 0.0
+	for name, s := range after {
+		if d := s - before[name]; d >= 0.1 {
+			rows = append(rows, row{name, d})
+			total += d
+		}
+	}
+	slices.SortFunc(rows, func(a, b row) int { return cmp.Compare(b.s, a.s) })
+	fmt.Printf("  CPU by process during %s: %.1f s;", phase, total)
+	for _, r := range rows {
+		fmt.Printf(" %s %.1f;", r.name, r.s)
+	}
+	fmt.Println()
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -18,7 +19,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
@@ -27,6 +27,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
+	"github.com/daytwo-dev/daytwo/internal/controller/webapp"
 	"github.com/daytwo-dev/daytwo/test/bench/kwokop"
 )
 
@@ -197,9 +198,11 @@ func (b *bench) freshCluster(ctx context.Context) error {
 
 // crdFloorRun times, on a fresh cluster, a bare client doing the least any
 // operator of a WebApp kind must have done for each WebApp: the WebApp
-// created, its Deployment and Service created (as children: owner
-// references, so the garbage collector tracks them), and one status written.
-// Creates, not server-side applies, and no reads or watches: a floor.
+// created, its Deployment and Service created (the operator's own, as
+// children: owner references, so the garbage collector tracks them), and
+// one status written. Creates, not server-side applies, and no reads or
+// watches of its own: a floor. The bench watches it converge as it
+// watches the operator.
 func (b *bench) crdFloorRun(ctx context.Context) (time.Duration, error) {
 	if err := b.freshCluster(ctx); err != nil {
 		return 0, err
@@ -212,39 +215,73 @@ func (b *bench) crdFloorRun(ctx context.Context) (time.Duration, error) {
 	if err != nil {
 		return 0, err
 	}
+	// Watched as the operator's run is: the same watches load the API
+	// server on both sides, and the same stopwatch stops both.
+	waitConverged, err := b.watchConvergence(ctx, ns, b.cfg.n)
+	if err != nil {
+		return 0, err
+	}
+	profiled := kwokop.CPUProfile(ctx, b.raw, nil, "floor", b.cfg.profileSeconds)
+	cpu0 := kwokop.ProcessCPU()
 	start := time.Now()
-	if err := kwokop.Parallel(b.cfg.n, b.cfg.parallel, func(i int) error {
+	// Two pools of BENCH_PARALLEL, as in the operator's run: one creates
+	// the WebApps (the bench's clients there), the other writes each one's
+	// children and status as soon as it exists (the operator's workers).
+	made := make(chan *v1alpha1.WebApp, b.cfg.n)
+	children := make(chan error, 1)
+	go func() {
+		children <- kwokop.Parallel(b.cfg.n, b.cfg.parallel, func(int) error { return b.floorChildren(ctx, <-made) })
+	}()
+	err = kwokop.Parallel(b.cfg.n, b.cfg.parallel, func(i int) error {
 		app := benchApp(ns, i)
 		if err := b.c.Create(ctx, app); err != nil {
 			return err
 		}
-		d, s := bareObjects(ns, i)
-		owner := []metav1.OwnerReference{*metav1.NewControllerRef(app, v1alpha1.GroupVersion.WithKind("WebApp"))}
-		d.OwnerReferences, s.OwnerReferences = owner, owner
-		if err := cmp.Or(b.c.Create(ctx, d), b.c.Create(ctx, s)); err != nil {
-			return err
-		}
-		base := app.DeepCopy()
-		app.Status = v1alpha1.WebAppStatus{ObservedGeneration: app.Generation, Replicas: 1, Selector: "daytwo.dev/webapp=" + app.Name,
-			ServiceURL: fmt.Sprintf("http://%s.%s.svc.cluster.local:%d", app.Name, ns, app.Spec.Port), CurrentImage: app.Spec.Image}
-		app.Status.URL = app.Status.ServiceURL
-		now := metav1.Now()
-		for _, c := range []string{"Ready", "Progressing", "Degraded"} {
-			app.Status.Conditions = append(app.Status.Conditions, metav1.Condition{Type: c, Status: metav1.ConditionFalse,
-				Reason: "Floor", Message: "written by the floor client", ObservedGeneration: app.Generation, LastTransitionTime: now})
-		}
-		return b.c.Status().Patch(ctx, app, client.MergeFrom(base))
-	}); err != nil {
+		made <- app
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("floor with the WebApp kind: %w", err) // the children's pool waits on made for ever, until the bench ends
+	}
+	if err := <-children; err != nil {
+		return 0, fmt.Errorf("floor with the WebApp kind: %w", err)
+	}
+	if err := waitConverged(limit(b.cfg.n, 10*time.Minute)); err != nil {
 		return 0, fmt.Errorf("floor with the WebApp kind: %w", err)
 	}
 	took := time.Since(start)
+	cpu1 := kwokop.ProcessCPU()
+	profiled()
 	fmt.Printf("floor with the WebApp kind: %d WebApps, Deployments, Services and statuses in %.2fs\n", b.cfg.n, took.Seconds())
 	w1, err := b.serverWrites(ctx)
 	if err != nil {
 		return 0, err
 	}
 	printWrites("the floor's run with the WebApp kind", w0, w1, b.cfg.n)
+	kwokop.PrintProcessCPU("the floor's run", cpu0, cpu1)
 	return took, nil
+}
+
+// floorChildren is what the floor writes for a WebApp it created: the
+// operator's Deployment and Service, then a status.
+func (b *bench) floorChildren(ctx context.Context, app *v1alpha1.WebApp) error {
+	d, s, err := bareObjects(app)
+	if err != nil {
+		return err
+	}
+	if err := cmp.Or(b.c.Create(ctx, d), b.c.Create(ctx, s)); err != nil {
+		return err
+	}
+	base := app.DeepCopy()
+	app.Status = v1alpha1.WebAppStatus{ObservedGeneration: app.Generation, Replicas: 1, Selector: "daytwo.dev/webapp=" + app.Name,
+		ServiceURL: fmt.Sprintf("http://%s.%s.svc.cluster.local:%d", app.Name, app.Namespace, app.Spec.Port), CurrentImage: app.Spec.Image}
+	app.Status.URL = app.Status.ServiceURL
+	now := metav1.Now()
+	for _, c := range []string{"Ready", "Progressing", "Degraded"} {
+		app.Status.Conditions = append(app.Status.Conditions, metav1.Condition{Type: c, Status: metav1.ConditionFalse,
+			Reason: "Floor", Message: "written by the floor client", ObservedGeneration: app.Generation, LastTransitionTime: now})
+	}
+	return b.c.Status().Patch(ctx, app, client.MergeFrom(base))
 }
 
 // limit is a wait's time limit at n WebApps, given the limit at 1000.
@@ -260,24 +297,25 @@ func benchApp(ns string, i int) *v1alpha1.WebApp {
 	}
 }
 
-// bareObjects are the Deployment and Service a bare client writes for app i:
-// what the operator writes, without reconciling or status.
-func bareObjects(ns string, i int) (*appsv1.Deployment, *corev1.Service) {
-	name := fmt.Sprintf("app-%04d", i)
-	sel := map[string]string{"daytwo.dev/webapp": name}
-	d := &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: sel},
-		Spec: appsv1.DeploymentSpec{Replicas: ptr.To[int32](1), Selector: &metav1.LabelSelector{MatchLabels: sel},
-			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: sel}, Spec: corev1.PodSpec{
-				Containers: []corev1.Container{{Name: "app", Image: "localhost/daytwo-demo-web:dev",
-					Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}},
-					Env:   []corev1.EnvVar{{Name: "GREETING", Value: "bench"}}}}}}},
+// bareObjects are the Deployment and Service the operator applies for app
+// (webapp.Children), as objects a client creates. Without a UID (the bare
+// client's run, which creates no WebApp) they have no owner.
+func bareObjects(app *v1alpha1.WebApp) (*appsv1.Deployment, *corev1.Service, error) {
+	dac, sac := webapp.Children(app)
+	d, s := &appsv1.Deployment{}, &corev1.Service{}
+	for _, p := range []struct{ from, to any }{{dac, d}, {sac, s}} {
+		raw, err := json.Marshal(p.from)
+		if err != nil {
+			return nil, nil, err
+		}
+		if err := json.Unmarshal(raw, p.to); err != nil {
+			return nil, nil, err
+		}
 	}
-	s := &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: sel},
-		Spec:       corev1.ServiceSpec{Selector: sel, Ports: []corev1.ServicePort{{Name: "http", Port: 8080, TargetPort: intstr.FromString("http")}}},
+	if app.UID == "" {
+		d.OwnerReferences, s.OwnerReferences = nil, nil
 	}
-	return d, s
+	return d, s, nil
 }
 
 // converged counts the WebApps in ns with a current status and both children.
@@ -533,20 +571,26 @@ func (b *bench) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	procs0 := kwokop.ProcessCPU()
 	start := time.Now()
 	if err := kwokop.Parallel(n, p, func(i int) error {
-		d, s := bareObjects("bench-bare", i)
+		d, s, err := bareObjects(benchApp("bench-bare", i))
+		if err != nil {
+			return err
+		}
 		return cmp.Or(b.c.Create(ctx, d), b.c.Create(ctx, s))
 	}); err != nil {
 		return fmt.Errorf("bare client: %w", err)
 	}
 	bare := time.Since(start)
+	procs1 := kwokop.ProcessCPU()
 	fmt.Printf("bare client: %d Deployments + Services in %.2fs\n", n, bare.Seconds())
 	w1, err := b.serverWrites(ctx)
 	if err != nil {
 		return err
 	}
 	printWrites("the bare client's run", w0, w1, n)
+	kwokop.PrintProcessCPU("the bare client's run", procs0, procs1)
 	var crdFloor time.Duration
 	if b.cfg.crdFloor {
 		if crdFloor, err = b.crdFloorRun(ctx); err != nil {
@@ -589,6 +633,8 @@ func (b *bench) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	profiled := kwokop.CPUProfile(ctx, b.raw, b.op, "operator", b.cfg.profileSeconds)
+	procs0 = kwokop.ProcessCPU()
 	start = time.Now()
 	if err := kwokop.Parallel(n, p, func(i int) error { return b.c.Create(ctx, benchApp("bench-op", i)) }); err != nil {
 		return fmt.Errorf("create WebApps: %w", err)
@@ -597,15 +643,20 @@ func (b *bench) run(ctx context.Context) error {
 		return err
 	}
 	op := time.Since(start)
+	procs1 = kwokop.ProcessCPU()
+	profiled()
 	fmt.Printf("operator:    %d WebApps converged in %.2fs\n", n, op.Seconds())
 	w3, err := b.serverWrites(ctx)
 	if err != nil {
 		return err
 	}
 	printWrites("the operator's run", w2, w3, n)
+	kwokop.PrintProcessCPU("the operator's run", procs0, procs1)
 	if cpu1, err := b.op.Scrape(); err == nil {
 		used := cpu1["process_cpu_seconds_total"] - cpu0["process_cpu_seconds_total"]
-		fmt.Printf("operator CPU during its run: %.1f s (%.0f%% of one core)\n", used, 100*used/op.Seconds())
+		const reconciles, requests = "controller_runtime_reconcile_total{controller=webapp}", "rest_client_requests_total"
+		fmt.Printf("operator CPU during its run: %.1f s (%.0f%% of one core); per WebApp %.2f reconciles, %.2f requests to the API server\n",
+			used, 100*used/op.Seconds(), (cpu1[reconciles]-cpu0[reconciles])/float64(n), (cpu1[requests]-cpu0[requests])/float64(n))
 	}
 	// Convergence counts a current status, not ready pods: kwok and the
 	// controller manager go on updating pods and Deployments, and each

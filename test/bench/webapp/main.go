@@ -39,16 +39,20 @@ type config struct {
 	duration    time.Duration
 	bin         string
 	crdFloor    bool
+	// profileSeconds is the length of the CPU profiles BENCH_CPU_PROFILE
+	// asks for, from the start of each side's run.
+	profileSeconds int
 }
 
 func run(ctx context.Context) error {
 	cfg := config{
-		n:        kwokop.EnvInt("BENCH_N", 1000),
-		parallel: kwokop.EnvInt("BENCH_PARALLEL", 16),
-		rate:     kwokop.EnvInt("BENCH_RATE", 20),
-		duration: time.Duration(kwokop.EnvInt("BENCH_LATENCY_SECONDS", 60)) * time.Second,
-		bin:      os.Getenv("DAYTWO_BIN"),
-		crdFloor: os.Getenv("BENCH_CRD_FLOOR") != "0",
+		n:              kwokop.EnvInt("BENCH_N", 1000),
+		parallel:       kwokop.EnvInt("BENCH_PARALLEL", 16),
+		rate:           kwokop.EnvInt("BENCH_RATE", 20),
+		duration:       time.Duration(kwokop.EnvInt("BENCH_LATENCY_SECONDS", 60)) * time.Second,
+		bin:            os.Getenv("DAYTWO_BIN"),
+		crdFloor:       os.Getenv("BENCH_CRD_FLOOR") != "0",
+		profileSeconds: kwokop.EnvInt("BENCH_PROFILE_SECONDS", 20),
 	}
 	b, err := newBench(cfg)
 	if err != nil {
