@@ -45,24 +45,11 @@ func ApplyIfChanged[O client.Object, AC runtime.ApplyConfiguration](ctx context.
 // API server, for a kind the operator caches only as metadata.
 func ApplyIfChangedReading[O client.Object, AC runtime.ApplyConfiguration](ctx context.Context, reader client.Reader, c client.Client,
 	live O, desired AC, extract func(O, string) (AC, error), what string) error {
-	return applyIfChanged(ctx, reader, c, live, desired, "", extract, what)
-}
-
-// ApplyIfChangedAs is ApplyIfChanged given fingerprint, the Fingerprint of
-// desired its caller took before (an apply replaces desired with the API
-// server's answer).
-func ApplyIfChangedAs[O client.Object, AC runtime.ApplyConfiguration](ctx context.Context, c client.Client, live O, desired AC,
-	fingerprint string, extract func(O, string) (AC, error), what string) error {
-	return applyIfChanged(ctx, c, c, live, desired, fingerprint, extract, what)
-}
-
-func applyIfChanged[O client.Object, AC runtime.ApplyConfiguration](ctx context.Context, reader client.Reader, c client.Client,
-	live O, desired AC, fingerprint string, extract func(O, string) (AC, error), what string) error {
 	err := reader.Get(ctx, client.ObjectKey{Namespace: live.GetNamespace(), Name: live.GetName()}, live)
 	if client.IgnoreNotFound(err) != nil {
 		return fmt.Errorf("failed to get %s: %w", what, err)
 	}
-	if err == nil && unchanged(live, desired, fingerprint, extract) {
+	if err == nil && Unchanged(live, desired, extract) {
 		return nil
 	}
 	return Apply(ctx, c, desired, what)
@@ -73,17 +60,9 @@ func applyIfChanged[O client.Object, AC runtime.ApplyConfiguration](ctx context.
 // daytwo's part instead of its managed fields (CachedOwnedFingerprint); an
 // object read from the API server is extracted and compared.
 func Unchanged[O client.Object, AC runtime.ApplyConfiguration](live O, desired AC, extract func(O, string) (AC, error)) bool {
-	return unchanged(live, desired, "", extract)
-}
-
-// unchanged is Unchanged given desired's Fingerprint, or "" to take it.
-func unchanged[O client.Object, AC runtime.ApplyConfiguration](live O, desired AC, fingerprint string, extract func(O, string) (AC, error)) bool {
 	if v, ok := live.GetAnnotations()[CachedOwnedFingerprint]; ok {
 		fp, _, _ := strings.Cut(v, "/") // after the slash, what it was taken from
-		if fingerprint == "" {
-			fingerprint = Fingerprint(desired)
-		}
-		return fp == fingerprint
+		return fp == Fingerprint(desired)
 	}
 	current, err := extract(live, FieldOwner)
 	return err == nil && equality.Semantic.DeepEqual(current, desired)

@@ -12,7 +12,6 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	appsv1ac "k8s.io/client-go/applyconfigurations/apps/v1"
 	toolscache "k8s.io/client-go/tools/cache"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
@@ -103,30 +102,21 @@ func writeMap(h hash.Hash, field func(string), m map[string]string, owned string
 }
 
 // fingerprintDeployment replaces d's managed fields with the fingerprint
-// of daytwo's part and the digest it was taken from. It takes the
-// fingerprint sent recorded for d's version (what daytwo applied, and the
-// API server answered with that version), else keeps the fingerprint of
-// previous (the cache's copy d replaces, nil if none) when the digests are
-// the same, else extracts.
-func fingerprintDeployment(d, previous *appsv1.Deployment, sent *controller.Sent) {
+// of daytwo's part and the digest it was taken from. It keeps the
+// fingerprint of previous (the cache's copy d replaces, nil if none) when
+// the digests are the same.
+func fingerprintDeployment(d, previous *appsv1.Deployment) {
 	if len(d.ManagedFields) == 0 {
 		return
 	}
 	src := ownedSource(d)
-	keep := func(v string) {
-		if d.Annotations == nil {
-			d.Annotations = map[string]string{}
-		}
-		d.Annotations[controller.CachedOwnedFingerprint] = v
-		d.SetManagedFields(nil)
-	}
-	if fp, ok := sent.Take(types.NamespacedName{Namespace: d.Namespace, Name: d.Name}, d.ResourceVersion); ok && src != "" {
-		keep(fp + "/" + src)
-		return
-	}
 	if src != "" && previous != nil && previous.UID == d.UID {
 		if v := previous.Annotations[controller.CachedOwnedFingerprint]; strings.HasSuffix(v, "/"+src) {
-			keep(v) // the same string: shared, not copied
+			if d.Annotations == nil {
+				d.Annotations = map[string]string{}
+			}
+			d.Annotations[controller.CachedOwnedFingerprint] = v // the same string: shared, not copied
+			d.SetManagedFields(nil)
 			return
 		}
 	}
@@ -138,23 +128,21 @@ func fingerprintDeployment(d, previous *appsv1.Deployment, sent *controller.Sent
 
 // rememberDeploymentFingerprints gives mgr's Deployment informer a
 // transform that reads the copy an event replaces from the informer's own
-// store, and what daytwo applied from the Sent it returns (see
-// fingerprintDeployment). It is set before the informer starts; an
-// informer of another shape (a cache over several namespaces) keeps the
-// plain transform, which extracts every time, and no Sent (nil) is needed.
-func rememberDeploymentFingerprints(ctx context.Context, mgr manager.Manager) (*controller.Sent, error) {
+// store (see fingerprintDeployment). It is set before the informer starts;
+// an informer of another shape (a cache over several namespaces) keeps the
+// plain transform, which extracts every time.
+func rememberDeploymentFingerprints(ctx context.Context, mgr manager.Manager) error {
 	inf, err := mgr.GetCache().GetInformer(ctx, &appsv1.Deployment{})
 	if err != nil {
-		return nil, err
+		return err
 	}
 	sii, ok := inf.(toolscache.SharedIndexInformer)
 	if !ok {
 		logf.FromContext(ctx).Info("The Deployment cache is not one informer (several namespaces): each watch event of a Deployment extracts daytwo's part again")
-		return nil, nil
+		return nil
 	}
 	store := sii.GetStore()
-	sent := &controller.Sent{}
-	return sent, sii.SetTransform(func(in any) (any, error) {
+	return sii.SetTransform(func(in any) (any, error) {
 		d, ok := in.(*appsv1.Deployment)
 		if !ok || len(d.Spec.Template.Spec.Containers) == 0 {
 			return transform(in)
@@ -163,6 +151,6 @@ func rememberDeploymentFingerprints(ctx context.Context, mgr manager.Manager) (*
 		if o, exists, err := store.GetByKey(d.Namespace + "/" + d.Name); err == nil && exists {
 			previous, _ = o.(*appsv1.Deployment)
 		}
-		return transformDeployment(d, previous, sent), nil
+		return transformDeployment(d, previous), nil
 	})
 }

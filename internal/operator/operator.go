@@ -95,14 +95,13 @@ func SetupControllers(ctx context.Context, mgr manager.Manager, opts Options) er
 	if opts.PoolerImage == "" {
 		opts.PoolerImage = DefaultPoolerImage
 	}
-	sent, err := rememberDeploymentFingerprints(ctx, mgr)
-	if err != nil {
+	if err := rememberDeploymentFingerprints(ctx, mgr); err != nil {
 		return fmt.Errorf("failed to set up the Deployment cache: %w", err)
 	}
 	c := mgr.GetClient()
 	audiences := apiAudiences(mgr.GetConfig())
 	wa := &webapp.Reconciler{Client: c, APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("daytwo"),
-		Namespaces: opts.WatchNamespaces, Clock: opts.Clock, Sent: sent}
+		Namespaces: opts.WatchNamespaces, Clock: opts.Clock}
 	if err := wa.SetupWithManager(ctx, mgr); err != nil {
 		return fmt.Errorf("failed to set up the WebApp controller: %w", err)
 	}

@@ -36,7 +36,7 @@ import (
 func transform(in any) (any, error) {
 	switch o := in.(type) {
 	case *appsv1.Deployment:
-		return transformDeployment(o, nil, nil), nil
+		return transformDeployment(o, nil), nil
 	case *corev1.Service:
 		if o.Spec.Type == "" {
 			return in, nil // the cache's copy already: the API server always sets a type
@@ -70,14 +70,13 @@ func transform(in any) (any, error) {
 }
 
 // transformDeployment is a Deployment's transform; previous is the
-// cache's copy it replaces, when known, and sent what daytwo applied
-// (fingerprintDeployment).
-func transformDeployment(d, previous *appsv1.Deployment, sent *controller.Sent) *appsv1.Deployment {
+// cache's copy it replaces, when known (fingerprintDeployment).
+func transformDeployment(d, previous *appsv1.Deployment) *appsv1.Deployment {
 	if len(d.Spec.Template.Spec.Containers) == 0 {
 		return d // the cache's copy already: the API server requires a container
 	}
 	dropCacheAnnotations(d.Annotations)
-	fingerprintDeployment(d, previous, sent)
+	fingerprintDeployment(d, previous)
 	slimDeployment(d)
 	return d
 }

@@ -233,7 +233,7 @@ func TestDeploymentFingerprintIsKeptAcrossStatusUpdates(t *testing.T) {
 	status.Status.ReadyReplicas = 3
 	status.Annotations = map[string]string{"deployment.kubernetes.io/revision": "1"}
 	status.Labels = map[string]string{"team": "a"}
-	transformDeployment(status, cached, nil)
+	transformDeployment(status, cached)
 	if got := status.Annotations[controller.CachedOwnedFingerprint]; got != "sentinel/"+src {
 		t.Fatalf("a status update and metadata daytwo does not own took fingerprint %q, want the cached copy's", got)
 	}
@@ -276,7 +276,7 @@ func TestDeploymentFingerprintIsKeptAcrossStatusUpdates(t *testing.T) {
 			t.Fatalf("%s: the unchanged copy has another digest", name)
 		}
 		change(d)
-		transformDeployment(d, cached, nil)
+		transformDeployment(d, cached)
 		if got := d.Annotations[controller.CachedOwnedFingerprint]; strings.HasPrefix(got, "sentinel/") || got == "" {
 			t.Errorf("a change of %s kept fingerprint %q", name, got)
 		}
@@ -287,50 +287,8 @@ func TestDeploymentFingerprintIsKeptAcrossStatusUpdates(t *testing.T) {
 	if !controller.Unchanged(first, appsv1ac.Deployment("web", "ns").WithSpec(appsv1ac.DeploymentSpec().WithReplicas(3)), appsv1ac.ExtractDeployment) {
 		t.Fatal("the served Deployment does not hold what daytwo applies")
 	}
-	transformDeployment(first, nil, nil)
+	transformDeployment(first, nil)
 	if !controller.Unchanged(first, appsv1ac.Deployment("web", "ns").WithSpec(appsv1ac.DeploymentSpec().WithReplicas(3)), appsv1ac.ExtractDeployment) {
 		t.Fatalf("the cached copy (%s) does not hold what daytwo applies", first.Annotations[controller.CachedOwnedFingerprint])
-	}
-}
-
-// The watch event of the version an apply answered with takes the
-// fingerprint of what daytwo sent, without extracting; an earlier version
-// leaves the record for its own event, a later one drops it.
-func TestDeploymentFingerprintOfWhatWasSent(t *testing.T) {
-	sent := &controller.Sent{}
-	key := types.NamespacedName{Namespace: "ns", Name: "web"}
-	at := func(rv string) *appsv1.Deployment {
-		d := servedDeployment(nil)
-		d.UID, d.ResourceVersion = "uid-1", rv
-		return d
-	}
-	sent.Record(key, "120", "sentinel")
-
-	older := at("110")
-	transformDeployment(older, nil, sent)
-	if got := older.Annotations[controller.CachedOwnedFingerprint]; strings.HasPrefix(got, "sentinel/") {
-		t.Fatalf("an earlier version took what was sent later: %q", got)
-	}
-	answered := at("120")
-	src := ownedSource(answered)
-	transformDeployment(answered, nil, sent)
-	if got := answered.Annotations[controller.CachedOwnedFingerprint]; got != "sentinel/"+src {
-		t.Fatalf("the answered version took fingerprint %q, want what was sent", got)
-	}
-	if len(answered.ManagedFields) != 0 {
-		t.Fatal("the managed fields stayed")
-	}
-	if _, ok := sent.Take(key, "120"); ok {
-		t.Fatal("the record was taken twice")
-	}
-
-	sent.Record(key, "130", "sentinel")
-	later := at("140") // the watch beat the answer, and a later change too
-	transformDeployment(later, nil, sent)
-	if strings.HasPrefix(later.Annotations[controller.CachedOwnedFingerprint], "sentinel/") {
-		t.Fatal("a later version took what was sent before it")
-	}
-	if _, ok := sent.Take(key, "130"); ok {
-		t.Fatal("a later version left the record behind")
 	}
 }

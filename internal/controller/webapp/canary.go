@@ -155,8 +155,11 @@ func (r *Reconciler) runCanary(ctx context.Context, app *v1alpha1.WebApp, in pod
 			"Canary of image %s at step %d of %d: %d pods", app.Spec.Image, d.state.step+1, len(steps), d.replicas)
 	}
 	ac := canaryDeployment(app, in.selector, desired, d.replicas, d.state, d.action == canaryHold)
-	_, err = r.applyDeploymentAs(ctx, cdKey, cd, ac, "canary Deployment")
-	return rep, err
+	if err := controller.ApplyIfChanged(ctx, r.Client, cd, ac, appsv1ac.ExtractDeployment, "canary Deployment"); err != nil {
+		return rep, err
+	}
+	r.recordApplied(cdKey, ac, now)
+	return rep, nil
 }
 
 // canarySignals reads the canary's pods (without the cache) and returns
@@ -271,7 +274,6 @@ func (r *Reconciler) forgetCanary(key client.ObjectKey) {
 	r.httpTallies.Delete(key)
 	// The canary Deployment goes: a later canary starts from none.
 	r.applied.Delete(canaryKey(key))
-	r.Sent.Forget(canaryKey(key))
 }
 
 // settleCanary removes a canary Deployment no longer needed: once the

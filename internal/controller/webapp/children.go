@@ -128,23 +128,6 @@ type appliedDeployment struct {
 	at              time.Time
 }
 
-// applyDeploymentAs applies ac, the Deployment of key (a WebApp's or its
-// canary's), unless the cache's copy already holds it; when it applied, it
-// remembers what the API server returned (see cacheBehind) and the
-// fingerprint of what was sent (see controller.Sent), and says so.
-func (r *Reconciler) applyDeploymentAs(ctx context.Context, key client.ObjectKey, live *appsv1.Deployment, ac *appsv1ac.DeploymentApplyConfiguration,
-	what string) (bool, error) {
-	fp := controller.Fingerprint(ac) // before the apply replaces ac with the API server's answer
-	if err := controller.ApplyIfChangedAs(ctx, r.Client, live, ac, fp, appsv1ac.ExtractDeployment, what); err != nil {
-		return false, err
-	}
-	if !r.recordApplied(key, ac, r.Clock.Now()) {
-		return false, nil
-	}
-	r.Sent.Record(key, ptr.Deref(ac.ResourceVersion, ""), fp)
-	return true, nil
-}
-
 // recordApplied remembers, when the apply configuration ac holds an API
 // server's answer (an apply was sent), the Deployment it returned for key,
 // and says whether it did.
@@ -288,11 +271,10 @@ func (r *Reconciler) applyDeployment(ctx context.Context, app *v1alpha1.WebApp, 
 	// library keeps each one.
 	live.Namespace, live.Name = app.Namespace, app.Name
 	dep := deployment(app, in.selector, template, failed, paused)
-	applied, err := r.applyDeploymentAs(ctx, key, live, dep, "Deployment")
-	if err != nil {
+	if err := controller.ApplyIfChanged(ctx, r.Client, live, dep, appsv1ac.ExtractDeployment, "Deployment"); err != nil {
 		return rollout{}, err
 	}
-	if applied {
+	if r.recordApplied(key, dep, r.Clock.Now()) {
 		// Applied: dep holds the API server's answer, which the cache has
 		// not seen yet. This reconcile goes on with the answer, and later
 		// ones wait until the cache holds it.

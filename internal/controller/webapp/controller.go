@@ -58,9 +58,6 @@ type Reconciler struct {
 	// applied holds, per Deployment (a WebApp's and its canary's), what
 	// the last apply returned, until the cache holds it (see cacheBehind).
 	applied sync.Map
-	// Sent passes the fingerprint of each Deployment applied to the
-	// informer's transform; nil passes nothing.
-	Sent *controller.Sent
 }
 
 // +kubebuilder:rbac:groups=daytwo.dev,resources=webapps,verbs=get;list;watch;patch
@@ -87,7 +84,6 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (res 
 		if apierrors.IsNotFound(err) {
 			r.unsettled.Delete(req.NamespacedName)
 			r.applied.Delete(req.NamespacedName)
-			r.Sent.Forget(req.NamespacedName)
 			r.forgetCanary(req.NamespacedName)
 		}
 		return reconcile.Result{}, client.IgnoreNotFound(err)

@@ -24,7 +24,6 @@ import (
 // removes the children.
 func (r *Reconciler) reconcileDelete(ctx context.Context, app *v1alpha1.WebApp) error {
 	r.applied.Delete(client.ObjectKeyFromObject(app))
-	r.Sent.Forget(client.ObjectKeyFromObject(app))
 	if !controllerutil.ContainsFinalizer(app, orphanFinalizer) {
 		return nil
 	}
