@@ -15,11 +15,14 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	appsv1ac "k8s.io/client-go/applyconfigurations/apps/v1"
+	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
+	"github.com/daytwo-dev/daytwo/internal/controller"
 	"github.com/daytwo-dev/daytwo/internal/controller/webapp"
 	"github.com/daytwo-dev/daytwo/internal/operator"
 	"github.com/daytwo-dev/daytwo/internal/testenv"
@@ -163,6 +166,13 @@ func TestCreateMakesChildrenWithSafeDefaults(t *testing.T) {
 	}
 	if !maps.Equal(d.Labels, wantD.Labels) || !maps.Equal(svc.Labels, wantS.Labels) || !maps.Equal(svc.Spec.Selector, wantS.Spec.Selector) {
 		t.Errorf("labels %v, %v and selector %v differ from webapp.Children's", d.Labels, svc.Labels, svc.Spec.Selector)
+	}
+	// Field for field: daytwo's part of each child is what Children renders.
+	if got, err := appsv1ac.ExtractDeployment(d, controller.FieldOwner); err != nil || controller.Fingerprint(got) != controller.Fingerprint(wantD) {
+		t.Errorf("daytwo's part of the Deployment differs from webapp.Children's (%v)", err)
+	}
+	if got, err := corev1ac.ExtractService(svc, controller.FieldOwner); err != nil || controller.Fingerprint(got) != controller.Fingerprint(wantS) {
+		t.Errorf("daytwo's part of the Service differs from webapp.Children's (%v)", err)
 	}
 	// One replica: no PDB, which would block node drains.
 	if err := env.Client.Get(ctx, key(ns, "shop"), &policyv1.PodDisruptionBudget{}); !apierrors.IsNotFound(err) {
