@@ -445,22 +445,35 @@ const clockTicks = 100
 // PrintProcessCPU prints the CPU seconds by command between two
 // ProcessCPU readings, most first, leaving out less than 0.1 s.
 func PrintProcessCPU(phase string, before, after map[string]float64) {
-	type row struct {
-		name string
-		s    float64
-	}
-	var rows []row
+	rows := Growth(before, after, func(name string) (string, bool) {
+		return name, after[name]-before[name] >= 0.1
+	})
 	total := 0.0
-	for name, s := range after {
-		if d := s - before[name]; d >= 0.1 {
-			rows = append(rows, row{name, d})
-			total += d
-		}
+	for _, r := range rows {
+		total += r.By
 	}
-	slices.SortFunc(rows, func(a, b row) int { return cmp.Compare(b.s, a.s) })
 	fmt.Printf("  CPU by process during %s: %.1f s;", phase, total)
 	for _, r := range rows {
-		fmt.Printf(" %s %.1f;", r.name, r.s)
+		fmt.Printf(" %s %.1f;", r.Key, r.By)
 	}
 	fmt.Println()
+}
+
+// Increase is how much a counter grew between two readings.
+type Increase struct {
+	Key string
+	By  float64
+}
+
+// Growth returns the counters of after that grew since before, most
+// first, among those keep passes, under the name it gives them.
+func Growth(before, after map[string]float64, keep func(key string) (string, bool)) []Increase {
+	var out []Increase
+	for k, v := range after {
+		if name, ok := keep(k); ok && v > before[k] {
+			out = append(out, Increase{name, v - before[k]})
+		}
+	}
+	slices.SortFunc(out, func(a, b Increase) int { return cmp.Compare(b.By, a.By) })
+	return out
 }

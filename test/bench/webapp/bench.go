@@ -106,48 +106,33 @@ const readPrefix = "read "
 // printWrites prints the API server's writes between two serverWrites
 // readings, per WebApp, most first.
 func printWrites(phase string, before, after map[string]float64, n int) {
-	type row struct {
-		key string
-		v   float64
-	}
-	var rows []row
+	writes := kwokop.Growth(before, after, func(k string) (string, bool) {
+		return k, k != serverCPU && !strings.HasPrefix(k, durationPrefix) && !strings.HasPrefix(k, readPrefix)
+	})
 	total := 0.0
-	for k, v := range after {
-		if d := v - before[k]; d > 0 && k != serverCPU && !strings.HasPrefix(k, durationPrefix) && !strings.HasPrefix(k, readPrefix) {
-			rows = append(rows, row{k, d})
-			total += d
-		}
+	for _, r := range writes {
+		total += r.By
 	}
-	slices.SortFunc(rows, func(a, b row) int { return int(b.v - a.v) })
 	fmt.Printf("API server during %s: %.1f CPU seconds, %.0f writes (%.1f per WebApp)", phase, after[serverCPU]-before[serverCPU], total, total/float64(n))
-	for _, r := range rows {
-		if r.v/float64(n) >= 0.05 {
-			fmt.Printf("; %s %.2f", r.key, r.v/float64(n))
+	for _, r := range writes {
+		if r.By/float64(n) >= 0.05 {
+			fmt.Printf("; %s %.2f", r.Key, r.By/float64(n))
 		}
 	}
 	fmt.Println()
-	var slow []row
-	for k, v := range after {
-		if name, ok := strings.CutPrefix(k, durationPrefix); ok && v-before[k] > 0 {
-			slow = append(slow, row{name, v - before[k]})
-		}
+	prefixed := func(prefix string) func(string) (string, bool) {
+		return func(k string) (string, bool) { return strings.CutPrefix(k, prefix) }
 	}
-	slices.SortFunc(slow, func(a, b row) int { return cmp.Compare(b.v, a.v) })
-	var reads []row
-	for k, v := range after {
-		if name, ok := strings.CutPrefix(k, readPrefix); ok && v-before[k] > 0 {
-			reads = append(reads, row{name, v - before[k]})
-		}
-	}
-	slices.SortFunc(reads, func(a, b row) int { return cmp.Compare(b.v, a.v) })
+	reads := kwokop.Growth(before, after, prefixed(readPrefix))
 	fmt.Printf("  reads per WebApp:")
 	for _, r := range reads[:min(6, len(reads))] {
-		fmt.Printf(" %s %.2f;", r.key, r.v/float64(n))
+		fmt.Printf(" %s %.2f;", r.Key, r.By/float64(n))
 	}
 	fmt.Println()
+	slow := kwokop.Growth(before, after, prefixed(durationPrefix))
 	fmt.Printf("  request seconds by verb and resource:")
 	for _, r := range slow[:min(8, len(slow))] {
-		fmt.Printf(" %s %.1f;", r.key, r.v)
+		fmt.Printf(" %s %.1f;", r.Key, r.By)
 	}
 	fmt.Println()
 }
