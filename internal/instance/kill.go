@@ -4,9 +4,10 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
+
+	"github.com/daytwo-dev/daytwo/internal/procfs"
 )
 
 // killServer SIGKILLs the postmaster and every process it forked. Each
@@ -66,28 +67,12 @@ type process struct {
 // processes reads every process from /proc.
 func processes() map[int]process {
 	out := map[int]process{}
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
+	for _, st := range procfs.Stats() {
+		ppid, err := strconv.Atoi(st.Field(4))
 		if err != nil {
 			continue
 		}
-		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-		if err != nil {
-			continue
-		}
-		// pid (comm) state ppid ...: comm may hold spaces and parentheses.
-		s := string(stat)
-		open, end := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
-		if open < 0 || end < open {
-			continue
-		}
-		fields := strings.Fields(s[end+1:])
-		if len(fields) < 2 {
-			continue
-		}
-		ppid, _ := strconv.Atoi(fields[1])
-		out[pid] = process{PPID: ppid, Comm: s[open+1 : end], State: fields[0]}
+		out[st.PID] = process{PPID: ppid, Comm: st.Comm, State: st.Field(3)}
 	}
 	return out
 }

@@ -30,6 +30,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/daytwo-dev/daytwo/internal/procfs"
 	"github.com/daytwo-dev/daytwo/internal/scheme"
 )
 
@@ -411,29 +412,12 @@ func CPUProfile(ctx context.Context, raw rest.Interface, o *Operator, name strin
 // is not counted.
 func ProcessCPU() map[string]float64 {
 	out := map[string]float64{}
-	dirs, _ := os.ReadDir("/proc")
-	for _, d := range dirs {
-		if _, err := strconv.Atoi(d.Name()); err != nil {
-			continue
+	for _, st := range procfs.Stats() {
+		user, err1 := strconv.ParseFloat(st.Field(14), 64)
+		sys, err2 := strconv.ParseFloat(st.Field(15), 64)
+		if err1 == nil && err2 == nil {
+			out[st.Comm] += (user + sys) / clockTicks
 		}
-		raw, err := os.ReadFile(filepath.Join("/proc", d.Name(), "stat"))
-		if err != nil {
-			continue
-		}
-		// pid (comm) state ppid ... utime stime: fields 14 and 15, counted
-		// after the command name, which may hold spaces.
-		s := string(raw)
-		open, closing := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
-		if open < 0 || closing < open {
-			continue
-		}
-		f := strings.Fields(s[closing+1:])
-		if len(f) < 13 {
-			continue
-		}
-		user, _ := strconv.ParseFloat(f[11], 64)
-		sys, _ := strconv.ParseFloat(f[12], 64)
-		out[s[open+1:closing]] += (user + sys) / clockTicks
 	}
 	return out
 }
