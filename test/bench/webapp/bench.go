@@ -3,31 +3,21 @@ package main
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/cache"
-	watchtools "k8s.io/client-go/tools/watch"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
-	"github.com/daytwo-dev/daytwo/internal/controller/webapp"
 	"github.com/daytwo-dev/daytwo/test/bench/kwokop"
 )
 
@@ -47,94 +37,6 @@ func newBench(cfg config) (*bench, error) {
 		return nil, err
 	}
 	return &bench{cfg: cfg, c: c, raw: raw, op: &kwokop.Operator{Bin: cfg.bin, Name: "bench-webapp", Parallel: cfg.parallel}}, nil
-}
-
-// serverWrites counts the API server's mutating requests so far by
-// "verb resource", its reads (GET, LIST) under readPrefix, its request
-// seconds under durationPrefix and its CPU seconds under serverCPU: every
-// client's, the operator's, the bench's, the controller manager's and
-// kwok's.
-func (b *bench) serverWrites(ctx context.Context) (map[string]float64, error) {
-	body, err := b.raw.Get().AbsPath("/metrics").DoRaw(ctx)
-	if err != nil {
-		return nil, err
-	}
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(strings.NewReader(string(body)))
-	if err != nil {
-		return nil, err
-	}
-	out := map[string]float64{}
-	for _, m := range families["process_cpu_seconds_total"].GetMetric() {
-		out[serverCPU] += m.GetCounter().GetValue()
-	}
-	for _, m := range families["apiserver_request_duration_seconds"].GetMetric() {
-		l := map[string]string{}
-		for _, p := range m.GetLabel() {
-			l[p.GetName()] = p.GetValue()
-		}
-		out[durationPrefix+l["verb"]+" "+l["resource"]+"/"+l["subresource"]] += m.GetHistogram().GetSampleSum()
-	}
-	for _, m := range families["apiserver_request_total"].GetMetric() {
-		l := map[string]string{}
-		for _, p := range m.GetLabel() {
-			l[p.GetName()] = p.GetValue()
-		}
-		key := l["verb"] + " " + l["resource"]
-		if l["subresource"] != "" {
-			key += "/" + l["subresource"]
-		}
-		switch l["verb"] {
-		case "POST", "PUT", "PATCH", "APPLY", "DELETE", "CREATE", "UPDATE":
-			out[key] += m.GetCounter().GetValue()
-		case "GET", "LIST":
-			out[readPrefix+key] += m.GetCounter().GetValue()
-		}
-	}
-	return out, nil
-}
-
-// serverCPU is the key of the API server's CPU seconds in serverWrites.
-const serverCPU = "cpu"
-
-// durationPrefix marks the API server's request seconds in serverWrites.
-const durationPrefix = "seconds "
-
-// readPrefix marks the API server's reads (GET, LIST) in serverWrites.
-const readPrefix = "read "
-
-// printWrites prints the API server's writes between two serverWrites
-// readings, per WebApp, most first.
-func printWrites(phase string, before, after map[string]float64, n int) {
-	writes := kwokop.Growth(before, after, func(k string) (string, bool) {
-		return k, k != serverCPU && !strings.HasPrefix(k, durationPrefix) && !strings.HasPrefix(k, readPrefix)
-	})
-	total := 0.0
-	for _, r := range writes {
-		total += r.By
-	}
-	fmt.Printf("API server during %s: %.1f CPU seconds, %.0f writes (%.1f per WebApp)", phase, after[serverCPU]-before[serverCPU], total, total/float64(n))
-	for _, r := range writes {
-		if r.By/float64(n) >= 0.05 {
-			fmt.Printf("; %s %.2f", r.Key, r.By/float64(n))
-		}
-	}
-	fmt.Println()
-	prefixed := func(prefix string) func(string) (string, bool) {
-		return func(k string) (string, bool) { return strings.CutPrefix(k, prefix) }
-	}
-	reads := kwokop.Growth(before, after, prefixed(readPrefix))
-	fmt.Printf("  reads per WebApp:")
-	for _, r := range reads[:min(6, len(reads))] {
-		fmt.Printf(" %s %.2f;", r.Key, r.By/float64(n))
-	}
-	fmt.Println()
-	slow := kwokop.Growth(before, after, prefixed(durationPrefix))
-	fmt.Printf("  request seconds by verb and resource:")
-	for _, r := range slow[:min(8, len(slow))] {
-		fmt.Printf(" %s %.1f;", r.Key, r.By)
-	}
-	fmt.Println()
 }
 
 // warmApps is how many WebApps the operator runs before its heap is first
@@ -181,154 +83,6 @@ func (b *bench) freshCluster(ctx context.Context) error {
 	return nil
 }
 
-// crdFloorRun times, on a fresh cluster warmed as the operator's is, the
-// least a client writing daytwo's objects must do for each WebApp: the
-// WebApp created, its Deployment and Service created (the operator's own,
-// as children: owner references, so the garbage collector tracks them),
-// and one status written. Creates, not server-side applies, and no reads
-// or watches of its own: a floor. The bench watches it converge as it
-// watches the operator.
-func (b *bench) crdFloorRun(ctx context.Context) (time.Duration, error) {
-	if err := b.freshCluster(ctx); err != nil {
-		return 0, err
-	}
-	ctx, cancel := context.WithCancel(ctx) // the watches, on every way out
-	defer cancel()
-	if err := b.floorWarmUp(ctx); err != nil {
-		return 0, err
-	}
-	const ns = "bench-crd"
-	if err := kwokop.Namespace(ctx, b.c, ns); err != nil {
-		return 0, err
-	}
-	w0, err := b.serverWrites(ctx)
-	if err != nil {
-		return 0, err
-	}
-	// Watched as the operator's run is: the same watches load the API
-	// server on both sides, and the same stopwatch stops both.
-	waitConverged, err := b.watchConvergence(ctx, ns, b.cfg.n)
-	if err != nil {
-		return 0, err
-	}
-	profiled := kwokop.CPUProfile(ctx, b.raw, nil, "floor", b.cfg.profileSeconds)
-	cpu0 := kwokop.ProcessCPU()
-	start := time.Now()
-	if err := b.floorWrites(ctx, ns, b.cfg.n); err != nil {
-		return 0, fmt.Errorf("floor with the WebApp kind: %w", err)
-	}
-	at, err := waitConverged(limit(b.cfg.n, 10*time.Minute))
-	if err != nil {
-		return 0, fmt.Errorf("floor with the WebApp kind: %w", err)
-	}
-	took := at.Sub(start)
-	cpu1 := kwokop.ProcessCPU()
-	profiled()
-	fmt.Printf("floor with the WebApp kind: %d WebApps, Deployments, Services and statuses in %.2fs\n", b.cfg.n, took.Seconds())
-	w1, err := b.serverWrites(ctx)
-	if err != nil {
-		return 0, err
-	}
-	printWrites("the floor's run with the WebApp kind", w0, w1, b.cfg.n)
-	kwokop.PrintProcessCPU("the floor's run", cpu0, cpu1)
-	return took, nil
-}
-
-// floorWrites writes n WebApps in ns as the floor does. Two pools of
-// BENCH_PARALLEL, as in the operator's run: one creates the WebApps (the
-// bench's clients there), the other writes each one's children and status
-// as soon as it exists (the operator's workers, which learn of it later,
-// through a watch).
-func (b *bench) floorWrites(ctx context.Context, ns string, n int) error {
-	made := make(chan *v1alpha1.WebApp, n)
-	children := make(chan error, 1)
-	go func() {
-		children <- kwokop.Parallel(n, b.cfg.parallel, func(int) error {
-			app, ok := <-made
-			if !ok {
-				return nil // its create failed
-			}
-			return b.floorChildren(ctx, app)
-		})
-	}()
-	err := kwokop.Parallel(n, b.cfg.parallel, func(i int) error {
-		app := benchApp(ns, i)
-		if err := b.c.Create(ctx, app); err != nil {
-			return err
-		}
-		made <- app
-		return nil
-	})
-	close(made)
-	return cmp.Or(err, <-children)
-}
-
-// floorWarmUp gives the floor's fresh cluster what the operator's has
-// before its stopwatch starts (see run and warmHeap): warmApps WebApps of a
-// namespace of their own, written as the floor writes them, with their
-// pods available, then as long a pause. The start-up work of a new cluster
-// (nodes registering, the controller manager's first syncs) then falls in
-// neither side's window.
-func (b *bench) floorWarmUp(ctx context.Context) error {
-	const ns = "bench-warm"
-	if err := kwokop.Namespace(ctx, b.c, ns); err != nil {
-		return err
-	}
-	time.Sleep(2 * time.Second) // as the operator's start
-	waitConverged, err := b.watchConvergence(ctx, ns, warmApps)
-	if err != nil {
-		return err
-	}
-	if err := b.floorWrites(ctx, ns, warmApps); err != nil {
-		return fmt.Errorf("the floor's warm-up: %w", err)
-	}
-	if _, err := waitConverged(time.Minute); err != nil {
-		return fmt.Errorf("the floor's warm-up: %w", err)
-	}
-	for deadline := time.Now().Add(time.Minute); ; time.Sleep(time.Second) {
-		deps := &appsv1.DeploymentList{}
-		if err := b.c.List(ctx, deps, client.InNamespace(ns)); err != nil {
-			return err
-		}
-		available := 0
-		for _, d := range deps.Items {
-			if d.Status.AvailableReplicas > 0 {
-				available++
-			}
-		}
-		if available == warmApps {
-			break
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("the floor's warm-up: %d of %d Deployments available after a minute", available, warmApps)
-		}
-	}
-	time.Sleep(3 * time.Second) // as warmHeap's
-	return nil
-}
-
-// floorChildren is what the floor writes for a WebApp it created: the
-// operator's Deployment and Service, then a status.
-func (b *bench) floorChildren(ctx context.Context, app *v1alpha1.WebApp) error {
-	d, s, err := bareObjects(app)
-	if err != nil {
-		return err
-	}
-	if err := cmp.Or(b.c.Create(ctx, d), b.c.Create(ctx, s)); err != nil {
-		return err
-	}
-	base := app.DeepCopy()
-	app.Status = v1alpha1.WebAppStatus{ObservedGeneration: app.Generation, Replicas: 1, Selector: "daytwo.dev/webapp=" + app.Name,
-		ServiceURL: fmt.Sprintf("http://%s.%s.svc.cluster.local:%d", app.Name, app.Namespace, app.Spec.Port), CurrentImage: app.Spec.Image}
-	app.Status.URL = app.Status.ServiceURL
-	now := metav1.Now()
-	for _, c := range []string{"Ready", "Progressing", "Degraded"} {
-		app.Status.Conditions = append(app.Status.Conditions, metav1.Condition{Type: c, Status: metav1.ConditionFalse,
-			Reason: "Floor", Message: "written by the floor client", ObservedGeneration: app.Generation, LastTransitionTime: now})
-	}
-	return b.c.Status().Patch(ctx, app, client.MergeFrom(base))
-}
-
 // limit is a wait's time limit at n WebApps, given the limit at 1000.
 func limit(n int, at1000 time.Duration) time.Duration {
 	return max(at1000, at1000*time.Duration(n)/1000)
@@ -340,202 +94,6 @@ func benchApp(ns string, i int) *v1alpha1.WebApp {
 		Spec: v1alpha1.WebAppSpec{Image: "localhost/daytwo-demo-web:dev", Port: 8080, Replicas: ptr.To[int32](1),
 			Env: []corev1.EnvVar{{Name: "GREETING", Value: "bench"}}},
 	}
-}
-
-// bareObjects are the Deployment and Service the operator applies for app
-// (webapp.Children), as objects a client creates. Without a UID (the bare
-// client's run, which creates no WebApp) they have no owner.
-func bareObjects(app *v1alpha1.WebApp) (*appsv1.Deployment, *corev1.Service, error) {
-	dac, sac := webapp.Children(app)
-	d, s := &appsv1.Deployment{}, &corev1.Service{}
-	for _, p := range []struct{ from, to any }{{dac, d}, {sac, s}} {
-		raw, err := json.Marshal(p.from)
-		if err != nil {
-			return nil, nil, err
-		}
-		if err := json.Unmarshal(raw, p.to); err != nil {
-			return nil, nil, err
-		}
-	}
-	if app.UID == "" {
-		d.OwnerReferences, s.OwnerReferences = nil, nil
-	}
-	return d, s, nil
-}
-
-// converged counts the WebApps in ns with a current status and both children.
-func (b *bench) converged(ctx context.Context, ns string) (int, error) {
-	apps := &v1alpha1.WebAppList{}
-	deps := &metav1.PartialObjectMetadataList{}
-	deps.SetGroupVersionKind(appsv1.SchemeGroupVersion.WithKind("DeploymentList"))
-	svcs := &metav1.PartialObjectMetadataList{}
-	svcs.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("ServiceList"))
-	for _, l := range []client.ObjectList{apps, deps, svcs} {
-		if err := b.c.List(ctx, l, client.InNamespace(ns)); err != nil {
-			return 0, err
-		}
-	}
-	has := func(l *metav1.PartialObjectMetadataList) map[string]bool {
-		m := map[string]bool{}
-		for _, o := range l.Items {
-			m[o.Name] = true
-		}
-		return m
-	}
-	d, s := has(deps), has(svcs)
-	n := 0
-	for _, a := range apps.Items {
-		if a.Status.ObservedGeneration == a.Generation && meta.FindStatusCondition(a.Status.Conditions, v1alpha1.ConditionReady) != nil &&
-			d[a.Name] && s[a.Name] {
-			n++
-		}
-	}
-	return n, nil
-}
-
-// waitAllReady waits until the n WebApps in ns all report Ready=True.
-func (b *bench) waitAllReady(ctx context.Context, ns string, n int, timeout time.Duration) error {
-	start := time.Now()
-	ready := 0
-	for time.Since(start) < timeout {
-		apps := &v1alpha1.WebAppList{}
-		if err := b.c.List(ctx, apps, client.InNamespace(ns)); err != nil {
-			return err
-		}
-		ready = 0
-		for _, a := range apps.Items {
-			if meta.IsStatusConditionTrue(a.Status.Conditions, v1alpha1.ConditionReady) {
-				ready++
-			}
-		}
-		if ready == n {
-			fmt.Printf("every WebApp Ready %.1fs after convergence\n", time.Since(start).Seconds())
-			return nil
-		}
-		time.Sleep(time.Second)
-	}
-	return fmt.Errorf("%d of %d WebApps Ready after %s", ready, n, timeout)
-}
-
-// watchConvergence starts watching ns and returns a wait that blocks until
-// n WebApps have a current status and their Deployment and Service exist,
-// and returns when the watches saw the last of them (not when the list
-// that confirms it returned).
-// It watches rather than lists: listing thousands of objects every few
-// hundred milliseconds would load the API server that both sides share,
-// and count against the operator only. A list confirms the result once.
-func (b *bench) watchConvergence(ctx context.Context, ns string, n int) (wait func(time.Duration) (time.Time, error), err error) {
-	ctx, cancel := context.WithCancel(ctx)
-	type seen struct {
-		kind, name string
-		ok, gone   bool
-	}
-	ch := make(chan seen, 1024)
-	follow := func(list client.ObjectList, kind string, ok func(runtime.Object) bool) error {
-		w, err := b.watchFrom(ctx, list, ns)
-		if err != nil {
-			return err
-		}
-		go func() {
-			defer w.Stop()
-			for ev := range w.ResultChan() {
-				o, isObj := ev.Object.(client.Object)
-				if !isObj {
-					fmt.Printf("  the watch of %ss ended: %v\n", kind, ev.Object)
-					continue
-				}
-				select {
-				case ch <- seen{kind, o.GetName(), ok(ev.Object), ev.Type == watch.Deleted}:
-				case <-ctx.Done():
-					return
-				}
-			}
-		}()
-		return nil
-	}
-	exists := func(runtime.Object) bool { return true }
-	deps := &metav1.PartialObjectMetadataList{}
-	deps.SetGroupVersionKind(appsv1.SchemeGroupVersion.WithKind("DeploymentList"))
-	svcs := &metav1.PartialObjectMetadataList{}
-	svcs.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("ServiceList"))
-	for _, err := range []error{
-		follow(&v1alpha1.WebAppList{}, "app", func(o runtime.Object) bool {
-			a, isApp := o.(*v1alpha1.WebApp)
-			return isApp && a.Status.ObservedGeneration == a.Generation && meta.FindStatusCondition(a.Status.Conditions, v1alpha1.ConditionReady) != nil
-		}),
-		follow(deps, "deployment", exists),
-		follow(svcs, "service", exists),
-	} {
-		if err != nil {
-			cancel()
-			return nil, err
-		}
-	}
-	// Events are counted as they come, so no watch is left unread (the
-	// API server ends a watch whose client falls behind).
-	var converged atomic.Int64
-	all := make(chan struct{})
-	var convergedAt time.Time // written before all closes, read after
-	go func() {
-		state := map[string]map[string]bool{"app": {}, "deployment": {}, "service": {}}
-		done := func(name string) bool {
-			return state["app"][name] && state["deployment"][name] && state["service"][name]
-		}
-		closed := false
-		for {
-			select {
-			case s := <-ch:
-				before := done(s.name)
-				state[s.kind][s.name] = s.ok && !s.gone
-				if after := done(s.name); after != before {
-					if after && converged.Add(1) == int64(n) && !closed {
-						closed = true
-						convergedAt = time.Now()
-						close(all)
-					} else if !after {
-						converged.Add(-1)
-					}
-				}
-			case <-ctx.Done():
-				return
-			}
-		}
-	}()
-	return func(timeout time.Duration) (time.Time, error) {
-		defer cancel()
-		tick := time.NewTicker(30 * time.Second)
-		defer tick.Stop()
-		for limit := time.After(timeout); ; {
-			select {
-			case <-all:
-			case <-tick.C:
-				fmt.Printf("  %d of %d WebApps converged\n", converged.Load(), n)
-				continue
-			case <-limit:
-				return time.Time{}, fmt.Errorf("%d of %d WebApps converged after %s", converged.Load(), n, timeout)
-			}
-			break
-		}
-		if got, err := b.converged(ctx, ns); err != nil || got != n {
-			return time.Time{}, fmt.Errorf("the watches saw %d WebApps converge, a list %d (%v)", n, got, err) //nolint:errorlint // err is nil when the counts differ
-		}
-		return convergedAt, nil
-	}, nil
-}
-
-// watchFrom watches list's kind in ns from now on, started again where it
-// was whenever the API server ends it (its timeout, or a client it finds
-// too slow, as at N=10,000): client-go's RetryWatcher, from the resource
-// version of a one-item list. A watch from no resource version would begin
-// with every object as added.
-func (b *bench) watchFrom(ctx context.Context, list client.ObjectList, ns string) (watch.Interface, error) {
-	if err := b.c.List(ctx, list, client.InNamespace(ns), client.Limit(1)); err != nil {
-		return nil, err
-	}
-	return watchtools.NewRetryWatcherWithContext(ctx, list.GetResourceVersion(), &cache.ListWatch{
-		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			return b.c.Watch(ctx, list, client.InNamespace(ns), &client.ListOptions{Raw: &o})
-		}})
 }
 
 // latency changes BENCH_RATE specs a second for the configured duration and
@@ -694,15 +252,16 @@ func (b *bench) run(ctx context.Context) error {
 	}
 	op := at.Sub(start)
 	procs1 = kwokop.ProcessCPU()
-	profiled()
-	fmt.Printf("operator:    %d WebApps converged in %.2fs\n", n, op.Seconds())
 	w3, err := b.serverWrites(ctx)
 	if err != nil {
 		return err
 	}
+	cpu1, cpuErr := b.op.Scrape()
+	profiled() // after the readings: a profile may outlast the run
+	fmt.Printf("operator:    %d WebApps converged in %.2fs\n", n, op.Seconds())
 	printWrites("the operator's run", w2, w3, n)
 	kwokop.PrintProcessCPU("the operator's run", procs0, procs1)
-	if cpu1, err := b.op.Scrape(); err == nil {
+	if cpuErr == nil {
 		used := cpu1["process_cpu_seconds_total"] - cpu0["process_cpu_seconds_total"]
 		const reconciles, requests = "controller_runtime_reconcile_total{controller=webapp}", "rest_client_requests_total"
 		fmt.Printf("operator CPU during its run: %.1f s (%.0f%% of one core); per WebApp %.2f reconciles, %.2f requests to the API server\n",

@@ -40,7 +40,7 @@ type config struct {
 	bin         string
 	crdFloor    bool
 	// profileSeconds is the length of the CPU profiles BENCH_CPU_PROFILE
-	// asks for, from the start of each side's run.
+	// asks for, from the start of the floor's run and the operator's.
 	profileSeconds int
 }
 
