@@ -11,7 +11,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
-	"sigs.k8s.io/yaml"
 )
 
 // DefaultFioImage is Debian's fio, built by make images (hack/images.sh)
@@ -47,16 +46,7 @@ func fioCmd(e *env) *cobra.Command {
 			}
 			job, pvc := fioJob(e.namespace, o)
 			if dryRun {
-				job.SetGroupVersionKind(batchv1.SchemeGroupVersion.WithKind("Job"))
-				pvc.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("PersistentVolumeClaim"))
-				for _, obj := range []any{pvc, job} {
-					out, err := yaml.Marshal(obj)
-					if err != nil {
-						return err
-					}
-					fmt.Fprintf(cmd.OutOrStdout(), "---\n%s", out)
-				}
-				return nil
+				return printDryRun(cmd.OutOrStdout(), pvc, job)
 			}
 			if err := e.c.Create(ctx, job); err != nil {
 				return err
@@ -94,9 +84,9 @@ func fioPodSecurity() *corev1.PodSecurityContext {
 func fioJob(ns string, o fioOptions) (*batchv1.Job, *corev1.PersistentVolumeClaim) {
 	size := resource.MustParse(o.size)
 	file := resource.NewQuantity(size.Value()/4, resource.BinarySI) // 2 data files and the WAL file
-	labels := map[string]string{"app.kubernetes.io/name": "daytwo-fio", "app.kubernetes.io/managed-by": "kubectl-daytwo"}
 	pvc := &corev1.PersistentVolumeClaim{
-		ObjectMeta: metav1.ObjectMeta{Name: o.name, Namespace: ns, Labels: labels},
+		ObjectMeta: metav1.ObjectMeta{Name: o.name, Namespace: ns,
+			Labels: map[string]string{"app.kubernetes.io/name": "daytwo-fio", "app.kubernetes.io/managed-by": "kubectl-daytwo"}},
 		Spec: corev1.PersistentVolumeClaimSpec{
 			AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
 			Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: size}},
@@ -112,27 +102,15 @@ func fioJob(ns string, o fioOptions) (*batchv1.Job, *corev1.PersistentVolumeClai
 		"--name=data-8k-randrw", "--rw=randrw", "--rwmixread=70", "--bs=8k", "--fsync=8", "--numjobs=2",
 		// Its WAL: sequential writes, flushed.
 		"--name=wal-1m-write", "--stonewall", "--rw=write", "--bs=1m", "--fdatasync=1", "--numjobs=1"}
-	job := &batchv1.Job{
-		ObjectMeta: metav1.ObjectMeta{Name: o.name, Namespace: ns, Labels: labels},
-		Spec: batchv1.JobSpec{
-			BackoffLimit:            ptr.To[int32](0),
-			TTLSecondsAfterFinished: ptr.To[int32](3600),
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec: corev1.PodSpec{
-					RestartPolicy:                corev1.RestartPolicyNever,
-					AutomountServiceAccountToken: ptr.To(false),
-					SecurityContext:              fioPodSecurity(),
-					Containers: []corev1.Container{{
-						Name: "fio", Image: o.image, ImagePullPolicy: corev1.PullIfNotPresent, Command: append([]string{"fio"}, args...),
-						SecurityContext: restrictedContainer(),
-						VolumeMounts:    []corev1.VolumeMount{{Name: "data", MountPath: "/data"}},
-					}},
-					Volumes: []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{
-						PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: o.name}}}},
-				},
-			},
-		},
-	}
+	job := toolJob(ns, o.name, "daytwo-fio", corev1.PodSpec{
+		SecurityContext: fioPodSecurity(),
+		Containers: []corev1.Container{{
+			Name: "fio", Image: o.image, ImagePullPolicy: corev1.PullIfNotPresent, Command: append([]string{"fio"}, args...),
+			SecurityContext: restrictedContainer(),
+			VolumeMounts:    []corev1.VolumeMount{{Name: "data", MountPath: "/data"}},
+		}},
+		Volumes: []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{
+			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: o.name}}}},
+	})
 	return job, pvc
 }

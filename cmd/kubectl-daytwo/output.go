@@ -35,12 +35,8 @@ func (o *outputFlag) print(w io.Writer, objs ...runtime.Object) error {
 	if o.format == "yaml" {
 		p = &printers.YAMLPrinter{}
 	}
-	for _, obj := range objs {
-		gvk, err := apiutil.GVKForObject(obj, pluginScheme())
-		if err != nil {
-			return err
-		}
-		obj.GetObjectKind().SetGroupVersionKind(gvk)
+	if err := setKinds(objs); err != nil {
+		return err
 	}
 	if len(objs) == 1 {
 		return p.PrintObj(objs[0], w)
@@ -50,4 +46,32 @@ func (o *outputFlag) print(w io.Writer, objs ...runtime.Object) error {
 		list.Items = append(list.Items, runtime.RawExtension{Object: obj})
 	}
 	return p.PrintObj(list, w)
+}
+
+// printDryRun writes objs as YAML documents a user can apply: what a
+// --dry-run would create.
+func printDryRun(w io.Writer, objs ...runtime.Object) error {
+	if err := setKinds(objs); err != nil {
+		return err
+	}
+	p := &printers.YAMLPrinter{}
+	for _, obj := range objs {
+		if err := p.PrintObj(obj, w); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// setKinds gives each of objs its kind and API version, which a typed
+// object read or built in Go leaves out.
+func setKinds(objs []runtime.Object) error {
+	for _, obj := range objs {
+		gvk, err := apiutil.GVKForObject(obj, pluginScheme())
+		if err != nil {
+			return err
+		}
+		obj.GetObjectKind().SetGroupVersionKind(gvk)
+	}
+	return nil
 }

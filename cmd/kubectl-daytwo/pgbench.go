@@ -9,10 +9,7 @@ import (
 	"github.com/spf13/cobra"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/yaml"
 
 	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
 )
@@ -47,13 +44,7 @@ func pgbenchCmd(e *env) *cobra.Command {
 				return err
 			}
 			if dryRun {
-				job.SetGroupVersionKind(batchv1.SchemeGroupVersion.WithKind("Job"))
-				out, err := yaml.Marshal(job)
-				if err != nil {
-					return err
-				}
-				_, err = cmd.OutOrStdout().Write(out)
-				return err
+				return printDryRun(cmd.OutOrStdout(), job)
 			}
 			if err := e.c.Create(ctx, job); err != nil {
 				return err
@@ -83,30 +74,17 @@ func pgbenchJob(db *v1alpha1.Database, name string, args []string) (*batchv1.Job
 		env = append(env, corev1.EnvVar{Name: kv[0], ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
 			LocalObjectReference: corev1.LocalObjectReference{Name: secret}, Key: kv[1]}}})
 	}
-	labels := map[string]string{"app.kubernetes.io/name": "daytwo-pgbench", "app.kubernetes.io/managed-by": "kubectl-daytwo"}
-	return &batchv1.Job{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: db.Namespace, Labels: labels},
-		Spec: batchv1.JobSpec{
-			BackoffLimit:            ptr.To[int32](0),
-			TTLSecondsAfterFinished: ptr.To[int32](3600),
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec: corev1.PodSpec{
-					RestartPolicy:                corev1.RestartPolicyNever,
-					AutomountServiceAccountToken: ptr.To(false),
-					ImagePullSecrets:             db.Spec.ImagePullSecrets,
-					SecurityContext:              restrictedPod(999),
-					Containers: []corev1.Container{{
-						Name: "pgbench", Image: image, Command: append([]string{"pgbench"}, args...), Env: env,
-						SecurityContext: restrictedContainer(),
-						VolumeMounts:    []corev1.VolumeMount{{Name: "database-ca", MountPath: caMount, ReadOnly: true}},
-					}},
-					Volumes: []corev1.Volume{{Name: "database-ca", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
-						SecretName: secret, Items: []corev1.KeyToPath{{Key: v1alpha1.CredentialsCA, Path: v1alpha1.CredentialsCA}}}}}},
-				},
-			},
-		},
-	}, nil
+	return toolJob(db.Namespace, name, "daytwo-pgbench", corev1.PodSpec{
+		ImagePullSecrets: db.Spec.ImagePullSecrets,
+		SecurityContext:  restrictedPod(999),
+		Containers: []corev1.Container{{
+			Name: "pgbench", Image: image, Command: append([]string{"pgbench"}, args...), Env: env,
+			SecurityContext: restrictedContainer(),
+			VolumeMounts:    []corev1.VolumeMount{{Name: "database-ca", MountPath: caMount, ReadOnly: true}},
+		}},
+		Volumes: []corev1.Volume{{Name: "database-ca", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
+			SecretName: secret, Items: []corev1.KeyToPath{{Key: v1alpha1.CredentialsCA, Path: v1alpha1.CredentialsCA}}}}}},
+	}), nil
 }
 
 // waitJob waits for job to end and copies its pod's output to out; a

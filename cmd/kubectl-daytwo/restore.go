@@ -10,7 +10,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/yaml"
 
 	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
 )
@@ -58,14 +57,8 @@ func restoreCmd(e *env) *cobra.Command {
 			if instances > 0 {
 				db.Spec.Instances = &instances
 			}
-			db.SetGroupVersionKind(v1alpha1.GroupVersion.WithKind("Database"))
 			if dryRun {
-				out, err := yaml.Marshal(db)
-				if err != nil {
-					return err
-				}
-				_, err = cmd.OutOrStdout().Write(out)
-				return err
+				return printDryRun(cmd.OutOrStdout(), db)
 			}
 			if err := e.c.Create(ctx, db); err != nil {
 				return err

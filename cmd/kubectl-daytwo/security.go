@@ -1,7 +1,9 @@
 package main
 
 import (
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 )
 
@@ -17,4 +19,21 @@ func restrictedPod(uid int64) *corev1.PodSecurityContext {
 func restrictedContainer() *corev1.SecurityContext {
 	return &corev1.SecurityContext{AllowPrivilegeEscalation: ptr.To(false), ReadOnlyRootFilesystem: ptr.To(true),
 		Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}}}
+}
+
+// toolJob is one of the plugin's Jobs (pgbench, fio): app names it in the
+// labels; its pod, spec, runs once, without an API token, and the Job is
+// deleted an hour after it ends.
+func toolJob(ns, name, app string, spec corev1.PodSpec) *batchv1.Job {
+	labels := map[string]string{"app.kubernetes.io/name": app, "app.kubernetes.io/managed-by": "kubectl-daytwo"}
+	spec.RestartPolicy = corev1.RestartPolicyNever
+	spec.AutomountServiceAccountToken = ptr.To(false)
+	return &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: labels},
+		Spec: batchv1.JobSpec{
+			BackoffLimit:            ptr.To[int32](0),
+			TTLSecondsAfterFinished: ptr.To[int32](3600),
+			Template:                corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: spec},
+		},
+	}
 }
