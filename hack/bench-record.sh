@@ -16,9 +16,12 @@ trap 'rm -f "$out"' EXIT
 tee "$out"
 grep -q '^BENCH ' "$out" || { echo "bench-record: no BENCH line, nothing recorded" >&2; exit 0; }
 mkdir -p "$root/docs/benchmarks"
+# Before the redirection below empties the record: that alone would make
+# the tree dirty.
+commit=$(git -C "$root" describe --always --dirty)
 {
   echo "# make bench-$name$(env | grep -E '^BENCH_[A-Z_]+=' | grep -v '^BENCH_RECORD=' | sort | sed 's/^/ /' | tr -d '\n')"
-  echo "# commit $(git -C "$root" describe --always --dirty), $(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo)"
+  echo "# commit $commit, $(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo)"
   grep -vE '^(=== RUN|--- PASS|PASS$|ok  )' "$out"
 } >"$root/docs/benchmarks/$name.txt"
 echo "bench-record: kept in docs/benchmarks/$name.txt" >&2
