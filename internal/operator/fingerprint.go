@@ -13,7 +13,6 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	appsv1ac "k8s.io/client-go/applyconfigurations/apps/v1"
-	toolscache "k8s.io/client-go/tools/cache"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
@@ -105,13 +104,13 @@ func writeMap(h hash.Hash, field func(string), m map[string]string, owned string
 // of daytwo's part and the digest it was taken from. It keeps the
 // fingerprint of previous (the cache's copy d replaces, nil if none) when
 // the digests are the same.
-func fingerprintDeployment(d, previous *appsv1.Deployment) {
+func fingerprintDeployment(d *appsv1.Deployment, previous metav1.Object) {
 	if len(d.ManagedFields) == 0 {
 		return
 	}
 	src := ownedSource(d)
-	if src != "" && previous != nil && previous.UID == d.UID {
-		if v := previous.Annotations[controller.CachedOwnedFingerprint]; strings.HasSuffix(v, "/"+src) {
+	if src != "" && previous != nil && previous.GetUID() == d.UID {
+		if v := previous.GetAnnotations()[controller.CachedOwnedFingerprint]; strings.HasSuffix(v, "/"+src) {
 			if d.Annotations == nil {
 				d.Annotations = map[string]string{}
 			}
@@ -136,21 +135,23 @@ func rememberDeploymentFingerprints(ctx context.Context, mgr manager.Manager) er
 	if err != nil {
 		return err
 	}
-	sii, ok := inf.(toolscache.SharedIndexInformer)
+	sii, ok := inf.(slimInformer)
 	if !ok {
 		logf.FromContext(ctx).Info("The Deployment cache is not one informer (several namespaces): each watch event of a Deployment extracts daytwo's part again")
 		return nil
 	}
-	store := sii.GetStore()
+	store := sii.slimStore()
 	return sii.SetTransform(func(in any) (any, error) {
 		d, ok := in.(*appsv1.Deployment)
 		if !ok || len(d.Spec.Template.Spec.Containers) == 0 {
 			return transform(in)
 		}
-		var previous *appsv1.Deployment
+		var previous metav1.Object
 		if o, exists, err := store.GetByKey(d.Namespace + "/" + d.Name); err == nil && exists {
-			previous, _ = o.(*appsv1.Deployment)
+			if c, ok := o.(*cachedDeployment); ok {
+				previous = c // never a nil *cachedDeployment in a non-nil interface
+			}
 		}
-		return transformDeployment(d, previous), nil
+		return slimDeploymentOf(transformDeployment(d, previous)), nil
 	})
 }

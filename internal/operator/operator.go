@@ -43,6 +43,7 @@ func CacheOptions(namespaces ...string) cache.Options {
 		// Namespaced objects are watched in these namespaces only; nil means all.
 		DefaultNamespaces: only,
 		DefaultTransform:  transform,
+		NewInformer:       newInformer,
 		ByObject: map[client.Object]cache.ByObject{
 			&corev1.Pod{}:                   {Label: ours},
 			&corev1.PersistentVolumeClaim{}: {Label: ours},

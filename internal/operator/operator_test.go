@@ -9,15 +9,21 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/wait"
+	appsv1ac "k8s.io/client-go/applyconfigurations/apps/v1"
+	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
+	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
 	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
+	"github.com/daytwo-dev/daytwo/internal/controller"
 	"github.com/daytwo-dev/daytwo/internal/testenv"
 )
 
@@ -156,5 +162,79 @@ func TestWebhookRefusesWhatTheSchemaCannotCheck(t *testing.T) {
 	})
 	if err == nil || !strings.Contains(err.Error(), "spec.schedule") {
 		t.Fatalf("an update to hour 25: %v", err)
+	}
+}
+
+// The cache stores daytwo's Deployments and Services slim (slim.go); a
+// read through it, Get or List, gives the full kind with what the
+// transform keeps, as the API server last sent it.
+func TestCacheReadsSlimChildrenWhole(t *testing.T) {
+	ns := env.Namespace(t)
+	ctx := context.Background()
+	labels := map[string]string{controller.ManagedByLabel: controller.ManagedBy}
+	// An apply fills its configuration with the server's answer: each use gets a fresh one.
+	dep := func() *appsv1ac.DeploymentApplyConfiguration {
+		return appsv1ac.Deployment("slim", ns).WithLabels(labels).WithSpec(appsv1ac.DeploymentSpec().WithReplicas(2).
+			WithSelector(metav1ac.LabelSelector().WithMatchLabels(map[string]string{"app": "slim"})).
+			WithTemplate(corev1ac.PodTemplateSpec().WithLabels(map[string]string{"app": "slim"}).
+				WithAnnotations(map[string]string{"daytwo.dev/template-hash": "h1"}).
+				WithSpec(corev1ac.PodSpec().WithContainers(corev1ac.Container().WithName("app").WithImage("shop:1")))))
+	}
+	svc := func() *corev1ac.ServiceApplyConfiguration {
+		return corev1ac.Service("slim", ns).WithLabels(labels).WithSpec(corev1ac.ServiceSpec().
+			WithSelector(map[string]string{"app": "slim"}).WithPorts(corev1ac.ServicePort().WithPort(80)))
+	}
+	if err := env.Client.Apply(ctx, dep(), client.FieldOwner(controller.FieldOwner)); err != nil {
+		t.Fatal(err)
+	}
+	live := &appsv1.Deployment{}
+	if err := env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "slim"}, live); err != nil {
+		t.Fatal(err)
+	}
+	live.Status = appsv1.DeploymentStatus{ObservedGeneration: live.Generation, Replicas: 2, ReadyReplicas: 1, UpdatedReplicas: 2,
+		Conditions: []appsv1.DeploymentCondition{{Type: appsv1.DeploymentProgressing, Status: corev1.ConditionTrue, Reason: "NewReplicaSetAvailable"}}}
+	if err := env.Client.Status().Update(ctx, live); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.Client.Apply(ctx, svc(), client.FieldOwner(controller.FieldOwner)); err != nil {
+		t.Fatal(err)
+	}
+
+	got := &appsv1.Deployment{}
+	err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
+		if err := env.Cache.Get(ctx, client.ObjectKey{Namespace: ns, Name: "slim"}, got); client.IgnoreNotFound(err) != nil {
+			return false, err
+		}
+		return got.Status.ReadyReplicas == 1, nil
+	})
+	if err != nil {
+		t.Fatalf("the cache never read the Deployment's status: %v (%+v)", err, got)
+	}
+	if got.UID != live.UID || *got.Spec.Replicas != 2 || got.Spec.Selector == nil || got.Status.UpdatedReplicas != 2 ||
+		got.Status.Conditions[0].Reason != "NewReplicaSetAvailable" || got.Kind != "Deployment" ||
+		got.Annotations[controller.CachedImagePrefix+"app"] != "shop:1" ||
+		got.Annotations[controller.CachedTemplatePrefix+"daytwo.dev/template-hash"] != "h1" ||
+		!controller.Unchanged(got, dep(), appsv1ac.ExtractDeployment) {
+		t.Fatalf("the cache's Deployment lost what controllers read: %+v", got)
+	}
+	// A caller's changes stay its own.
+	got.Annotations["mine"] = "x"
+	again := &appsv1.Deployment{}
+	if err := env.Cache.Get(ctx, client.ObjectKeyFromObject(got), again); err != nil || again.Annotations["mine"] != "" {
+		t.Fatalf("a read shares the cache's copy (%v): %v", err, again.Annotations)
+	}
+	list := &appsv1.DeploymentList{}
+	if err := env.Cache.List(ctx, list, client.InNamespace(ns)); err != nil || len(list.Items) != 1 || list.Items[0].Status.ReadyReplicas != 1 {
+		t.Fatalf("a List through the cache: %v, %+v", err, list.Items)
+	}
+	err = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
+		s := &corev1.Service{}
+		if err := env.Cache.Get(ctx, client.ObjectKey{Namespace: ns, Name: "slim"}, s); client.IgnoreNotFound(err) != nil || err != nil {
+			return false, client.IgnoreNotFound(err)
+		}
+		return controller.Unchanged(s, svc(), corev1ac.ExtractService), nil
+	})
+	if err != nil {
+		t.Fatalf("the cache's Service never held daytwo's fingerprint: %v", err)
 	}
 }

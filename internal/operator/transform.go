@@ -32,20 +32,21 @@ import (
 // labels. A StatefulSet keeps daytwo's entry: the Database controller
 // compares templates field by field (keepInstanceManager), and Databases
 // are few. WebApps, Deployments and Services share the strings they repeat
-// (compact.go).
+// (compact.go), and the cache stores the two children as structs of only
+// what is left of them (slim.go).
 func transform(in any) (any, error) {
 	switch o := in.(type) {
+	case *cachedDeployment, *cachedService:
+		return in, nil // the cache's copy already
 	case *appsv1.Deployment:
-		return transformDeployment(o, nil), nil
+		return slimDeploymentOf(transformDeployment(o, nil)), nil
 	case *corev1.Service:
-		if o.Spec.Type == "" {
-			return in, nil // the cache's copy already: the API server always sets a type
-		}
 		dropCacheAnnotations(o.Annotations)
 		fingerprint(o, corev1ac.ExtractService)
 		// No controller reads a Service beyond its metadata: whether it
 		// exists, who controls it and the fingerprint of daytwo's part.
 		compactService(o)
+		return &cachedService{ObjectMeta: o.ObjectMeta}, nil
 	case *v1alpha1.WebApp:
 		if _, err := keepOwnManagedFields(in); err != nil {
 			return nil, err
@@ -69,9 +70,9 @@ func transform(in any) (any, error) {
 	return in, nil
 }
 
-// transformDeployment is a Deployment's transform; previous is the
+// transformDeployment slims d for the cache, in place; previous is the
 // cache's copy it replaces, when known (fingerprintDeployment).
-func transformDeployment(d, previous *appsv1.Deployment) *appsv1.Deployment {
+func transformDeployment(d *appsv1.Deployment, previous metav1.Object) *appsv1.Deployment {
 	if len(d.Spec.Template.Spec.Containers) == 0 {
 		return d // the cache's copy already: the API server requires a container
 	}
