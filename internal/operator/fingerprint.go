@@ -1,7 +1,6 @@
 package operator
 
 import (
-	"context"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
@@ -13,8 +12,6 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	appsv1ac "k8s.io/client-go/applyconfigurations/apps/v1"
-	logf "sigs.k8s.io/controller-runtime/pkg/log"
-	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/daytwo-dev/daytwo/internal/controller"
 )
@@ -123,35 +120,4 @@ func fingerprintDeployment(d *appsv1.Deployment, previous metav1.Object) {
 	if fp, ok := d.Annotations[controller.CachedOwnedFingerprint]; ok && src != "" {
 		d.Annotations[controller.CachedOwnedFingerprint] = fp + "/" + src
 	}
-}
-
-// rememberDeploymentFingerprints gives mgr's Deployment informer a
-// transform that reads the copy an event replaces from the informer's own
-// store (see fingerprintDeployment). It is set before the informer starts;
-// an informer of another shape (a cache over several namespaces) keeps the
-// plain transform, which extracts every time.
-func rememberDeploymentFingerprints(ctx context.Context, mgr manager.Manager) error {
-	inf, err := mgr.GetCache().GetInformer(ctx, &appsv1.Deployment{})
-	if err != nil {
-		return err
-	}
-	sii, ok := inf.(slimInformer)
-	if !ok {
-		logf.FromContext(ctx).Info("The Deployment cache is not one informer (several namespaces): each watch event of a Deployment extracts daytwo's part again")
-		return nil
-	}
-	store := sii.slimStore()
-	return sii.SetTransform(func(in any) (any, error) {
-		d, ok := in.(*appsv1.Deployment)
-		if !ok || len(d.Spec.Template.Spec.Containers) == 0 {
-			return transform(in)
-		}
-		var previous metav1.Object
-		if o, exists, err := store.GetByKey(d.Namespace + "/" + d.Name); err == nil && exists {
-			if c, ok := o.(*cachedDeployment); ok {
-				previous = c // never a nil *cachedDeployment in a non-nil interface
-			}
-		}
-		return slimDeploymentOf(transformDeployment(d, previous)), nil
-	})
 }

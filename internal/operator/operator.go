@@ -96,9 +96,6 @@ func SetupControllers(ctx context.Context, mgr manager.Manager, opts Options) er
 	if opts.PoolerImage == "" {
 		opts.PoolerImage = DefaultPoolerImage
 	}
-	if err := rememberDeploymentFingerprints(ctx, mgr); err != nil {
-		return fmt.Errorf("failed to set up the Deployment cache: %w", err)
-	}
 	c := mgr.GetClient()
 	audiences := apiAudiences(mgr.GetConfig())
 	wa := &webapp.Reconciler{Client: c, APIReader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder("daytwo"),

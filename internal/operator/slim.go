@@ -17,10 +17,17 @@ import (
 // a corev1.Service keeps only metadata, in 640. So the cache stores each
 // as a struct of only what it keeps (cachedDeployment, 352 bytes;
 // cachedService, 240), and hands out the full type on every read: a
-// slimInformer's indexer expands what it holds, and controller-runtime's
-// cache reader copies the expansion as it copies any cached object. Event
-// handlers see the slim struct: they read metadata only (owner
-// references, labels), which it has.
+// slimInformer's indexer hands controller-runtime's cache reader views
+// whose deep copy (which the reader makes of any cached object) is the
+// full kind. Field indexes are given the full kind too.
+//
+// Event handlers are given the slim struct, as a client.Object: they read
+// metadata only (owner references, labels), which it has. A handler or
+// predicate typed on *appsv1.Deployment or *corev1.Service would never
+// match (controller-runtime logs "missing Object" and drops the event):
+// watch these kinds with client.Object handlers, as builder.Owns does.
+// The Deployment informer's transform is always transformDeployment's
+// (slimInformer.SetTransform), whatever cache.Options say.
 
 // cachedDeployment is the cache's copy of a Deployment: what
 // transformDeployment leaves of one.
@@ -71,23 +78,65 @@ func (c *cachedService) DeepCopyObject() runtime.Object {
 	return &cachedService{ObjectMeta: *c.ObjectMeta.DeepCopy()}
 }
 
-// expand is what the cache hands out for obj, one of its stored objects.
-func expand(obj any) any {
+// deploymentView and serviceView are stored slim structs as a reader of
+// the indexer gets them: their deep copy is the full kind, built at once
+// (one allocation, not an expansion and then its copy).
+type deploymentView struct{ *cachedDeployment }
+
+type serviceView struct{ *cachedService }
+
+// DeepCopyObject is a deep copy of the Deployment v stands for.
+func (v deploymentView) DeepCopyObject() runtime.Object {
+	out := &appsv1.Deployment{Spec: appsv1.DeploymentSpec{MinReadySeconds: v.minReadySeconds, Paused: v.paused}}
+	v.ObjectMeta.DeepCopyInto(&out.ObjectMeta)
+	if v.replicas != nil {
+		out.Spec.Replicas = new(*v.replicas)
+	}
+	out.Spec.Selector = v.selector.DeepCopy()
+	v.status.DeepCopyInto(&out.Status)
+	return out
+}
+
+// DeepCopyObject is a deep copy of the Service v stands for.
+func (v serviceView) DeepCopyObject() runtime.Object {
+	out := &corev1.Service{}
+	v.ObjectMeta.DeepCopyInto(&out.ObjectMeta)
+	return out
+}
+
+// view is what the indexer hands out for obj, one of its stored objects.
+func view(obj any) any {
 	switch o := obj.(type) {
 	case *cachedDeployment:
-		return o.deployment()
+		return deploymentView{o}
 	case *cachedService:
-		return o.service()
+		return serviceView{o}
 	}
 	return obj
 }
 
-func expandAll(objs []any) []any {
+func viewAll(objs []any) []any {
 	out := make([]any, len(objs))
 	for i, o := range objs {
-		out[i] = expand(o)
+		out[i] = view(o)
 	}
 	return out
+}
+
+// expand is the full kind obj, a stored slim struct or a view of one,
+// stands for, sharing its maps and slices; anything else is itself.
+func expand(obj any) any {
+	switch o := obj.(type) {
+	case *cachedDeployment:
+		return o.deployment()
+	case deploymentView:
+		return o.deployment()
+	case *cachedService:
+		return o.service()
+	case serviceView:
+		return o.service()
+	}
+	return obj
 }
 
 // newInformer is the cache's informer constructor (cache.Options.NewInformer):
@@ -107,41 +156,67 @@ type slimInformer struct {
 	toolscache.SharedIndexInformer
 }
 
-// GetIndexer is the informer's indexer, read as the full kind.
+// GetIndexer is the informer's indexer, its objects read as views.
 func (s slimInformer) GetIndexer() toolscache.Indexer {
-	return expandingIndexer{s.SharedIndexInformer.GetIndexer()}
+	return viewingIndexer{s.SharedIndexInformer.GetIndexer()}
 }
 
 // GetStore is GetIndexer.
 func (s slimInformer) GetStore() toolscache.Store { return s.GetIndexer() }
 
-// slimStore is the store as it is, slim structs and all.
-func (s slimInformer) slimStore() toolscache.Store { return s.SharedIndexInformer.GetStore() }
+// AddIndexers adds indexers that are given the full kind.
+func (s slimInformer) AddIndexers(indexers toolscache.Indexers) error {
+	full := make(toolscache.Indexers, len(indexers))
+	for name, f := range indexers {
+		full[name] = func(obj any) ([]string, error) { return f(expand(obj)) }
+	}
+	return s.SharedIndexInformer.AddIndexers(full)
+}
 
-// expandingIndexer reads an indexer of slim structs as the full kind.
-// Only reads: the informer alone writes to its store.
-type expandingIndexer struct {
+// SetTransform sets the informer's transform: for a Deployment,
+// transformDeployment, given the copy the event replaces from the
+// informer's own store (see fingerprintDeployment); for anything else, t.
+func (s slimInformer) SetTransform(t toolscache.TransformFunc) error {
+	store := s.SharedIndexInformer.GetStore()
+	return s.SharedIndexInformer.SetTransform(func(in any) (any, error) {
+		d, ok := in.(*appsv1.Deployment)
+		if !ok {
+			return t(in)
+		}
+		var previous metav1.Object
+		if o, exists, err := store.GetByKey(d.Namespace + "/" + d.Name); err == nil && exists {
+			if c, ok := o.(*cachedDeployment); ok {
+				previous = c // never a nil *cachedDeployment in a non-nil interface
+			}
+		}
+		return slimDeploymentOf(transformDeployment(d, previous)), nil
+	})
+}
+
+// viewingIndexer reads an indexer of slim structs as views. Only reads:
+// the informer alone writes to its store.
+type viewingIndexer struct {
 	toolscache.Indexer
 }
 
-func (x expandingIndexer) List() []any { return expandAll(x.Indexer.List()) }
+func (x viewingIndexer) List() []any { return viewAll(x.Indexer.List()) }
 
-func (x expandingIndexer) Get(obj any) (any, bool, error) {
+func (x viewingIndexer) Get(obj any) (any, bool, error) {
 	o, ok, err := x.Indexer.Get(obj)
-	return expand(o), ok, err
+	return view(o), ok, err
 }
 
-func (x expandingIndexer) GetByKey(key string) (any, bool, error) {
+func (x viewingIndexer) GetByKey(key string) (any, bool, error) {
 	o, ok, err := x.Indexer.GetByKey(key)
-	return expand(o), ok, err
+	return view(o), ok, err
 }
 
-func (x expandingIndexer) Index(name string, obj any) ([]any, error) {
+func (x viewingIndexer) Index(name string, obj any) ([]any, error) {
 	objs, err := x.Indexer.Index(name, obj)
-	return expandAll(objs), err
+	return viewAll(objs), err
 }
 
-func (x expandingIndexer) ByIndex(name, value string) ([]any, error) {
+func (x viewingIndexer) ByIndex(name, value string) ([]any, error) {
 	objs, err := x.Indexer.ByIndex(name, value)
-	return expandAll(objs), err
+	return viewAll(objs), err
 }

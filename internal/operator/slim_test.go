@@ -1,0 +1,90 @@
+package operator
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	toolscache "k8s.io/client-go/tools/cache"
+
+	"github.com/daytwo-dev/daytwo/internal/controller"
+)
+
+// listWatch serves a fixed list and then the events a test sends: the
+// informer under test is client-go's own, run without an API server.
+type listWatch struct {
+	*toolscache.ListWatch
+}
+
+// IsWatchListSemanticsUnSupported makes the reflector list, then watch.
+func (listWatch) IsWatchListSemanticsUnSupported() bool { return true }
+
+// A slimInformer runs client-go's informer over slim structs: field
+// indexes and readers get the full kind, and a Deployment's transform
+// reads the copy an event replaces from the informer's own store, so a
+// status update keeps the stored fingerprint without extracting again.
+func TestSlimInformerReadsWholeAndRemembersFingerprints(t *testing.T) {
+	served := servedDeployment(nil)
+	served.UID, served.Generation, served.ResourceVersion = "uid-1", 1, "1"
+	events := watch.NewFake()
+	lw := listWatch{&toolscache.ListWatch{
+		ListWithContextFunc: func(context.Context, metav1.ListOptions) (runtime.Object, error) {
+			return &appsv1.DeploymentList{ListMeta: metav1.ListMeta{ResourceVersion: "1"}, Items: []appsv1.Deployment{*served.DeepCopy()}}, nil
+		},
+		WatchFuncWithContext: func(context.Context, metav1.ListOptions) (watch.Interface, error) { return events, nil },
+	}}
+	inf := newInformer(lw, &appsv1.Deployment{}, 0, toolscache.Indexers{toolscache.NamespaceIndex: toolscache.MetaNamespaceIndexFunc})
+	if err := inf.AddIndexers(toolscache.Indexers{"image": func(obj any) ([]string, error) {
+		return []string{obj.(*appsv1.Deployment).Annotations[controller.CachedImagePrefix+"app"]}, nil // panics on anything but the full kind
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := inf.SetTransform(transform); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go inf.RunWithContext(ctx)
+	if !toolscache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+		t.Fatal("the informer never synced")
+	}
+	objs, err := inf.GetIndexer().ByIndex("image", "shop:1")
+	if err != nil || len(objs) != 1 {
+		t.Fatalf("by the image index: %v, %v", objs, err)
+	}
+	got, ok := objs[0].(runtime.Object).DeepCopyObject().(*appsv1.Deployment)
+	if !ok || got.UID != "uid-1" || *got.Spec.Replicas != 3 || got.Status.Conditions[0].Reason != "NewReplicaSetAvailable" {
+		t.Fatalf("a copy of what the indexer holds: %#v", objs[0])
+	}
+	fp := got.Annotations[controller.CachedOwnedFingerprint]
+	if fp == "" {
+		t.Fatal("the stored Deployment has no fingerprint")
+	}
+
+	// Plant a sentinel in the stored copy: only a fingerprint carried over
+	// from it, not a new extraction, reads it.
+	stored, _, _ := inf.(slimInformer).SharedIndexInformer.GetStore().GetByKey("ns/web")
+	_, src, _ := strings.Cut(fp, "/")
+	stored.(*cachedDeployment).Annotations[controller.CachedOwnedFingerprint] = "sentinel/" + src
+	status := served.DeepCopy()
+	status.ResourceVersion, status.Status.ReadyReplicas = "2", 3
+	events.Modify(status)
+	var now *appsv1.Deployment
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		o, _, _ := inf.GetStore().GetByKey("ns/web")
+		if now = o.(runtime.Object).DeepCopyObject().(*appsv1.Deployment); now.ResourceVersion == "2" {
+			break
+		}
+	}
+	if now.ResourceVersion != "2" || now.Status.ReadyReplicas != 3 {
+		t.Fatalf("the status update never reached the store: %+v", now.Status)
+	}
+	if got := now.Annotations[controller.CachedOwnedFingerprint]; got != "sentinel/"+src {
+		t.Fatalf("a status update took fingerprint %q, not the stored copy's", got)
+	}
+}
