@@ -5,35 +5,69 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/tools/cache"
+	watchtools "k8s.io/client-go/tools/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
+	"github.com/daytwo-dev/daytwo/internal/controller"
 	"github.com/daytwo-dev/daytwo/internal/controller/webapp"
 	"github.com/daytwo-dev/daytwo/test/bench/kwokop"
 )
 
-// crdFloorRun times, on a fresh cluster warmed as the operator's is, the
-// least a client writing daytwo's objects must do for each WebApp: the
-// WebApp created, its Deployment and Service created (the operator's own,
-// as children: owner references, so the garbage collector tracks them),
-// and one status written. Creates, not server-side applies, and no reads
-// or watches of its own: a floor. The bench watches it converge as it
-// watches the operator.
-func (b *bench) crdFloorRun(ctx context.Context) (time.Duration, error) {
+// A floor is a client that writes, for each WebApp, what the operator
+// writes, with nothing of its logic. Two are measured:
+//   - creates (the goal's floor): the WebApp created, its Deployment and
+//     Service created (the operator's own, as children: owner references,
+//     so the garbage collector tracks them) and one status written. No
+//     reads or watches of its own.
+//   - protocol: what any operator that is safe and declarative must send
+//     for a new WebApp. It reads the Deployment and the Service from the
+//     API server first (an object of that name someone else made must not
+//     be taken over), applies them server-side as daytwo's field manager
+//     (so a later apply removes what the spec drops), writes one status,
+//     and watches, as an operator's informers do, every WebApp and
+//     daytwo's Deployments and Services, whole. Not in it: the status a
+//     WebApp gets again once its pods are available, and the reconciles
+//     its Deployment's status updates bring.
+//
+// Each runs on a fresh cluster warmed as the operator's is, and the bench
+// watches it converge as it watches the operator.
+type floor struct {
+	name     string // as printed: "floor with the WebApp kind"
+	ns       string
+	protocol bool
+}
+
+var (
+	createsFloor  = floor{name: "floor with the WebApp kind", ns: "bench-crd"}
+	protocolFloor = floor{name: "protocol floor", ns: "bench-protocol", protocol: true}
+)
+
+// floorRun times f.
+func (b *bench) floorRun(ctx context.Context, f floor) (time.Duration, error) {
 	if err := b.freshCluster(ctx); err != nil {
 		return 0, err
 	}
 	ctx, cancel := context.WithCancel(ctx) // the watches, on every way out
 	defer cancel()
-	if err := b.floorWarmUp(ctx); err != nil {
+	if f.protocol {
+		if err := b.informerWatches(ctx); err != nil {
+			return 0, err
+		}
+	}
+	if err := b.floorWarmUp(ctx, f); err != nil {
 		return 0, err
 	}
-	const ns = "bench-crd"
+	ns := f.ns
 	if err := kwokop.Namespace(ctx, b.c, ns); err != nil {
 		return 0, err
 	}
@@ -47,15 +81,15 @@ func (b *bench) crdFloorRun(ctx context.Context) (time.Duration, error) {
 	if err != nil {
 		return 0, err
 	}
-	profiled := kwokop.CPUProfile(ctx, b.raw, nil, "floor", b.cfg.profileSeconds)
+	profiled := kwokop.CPUProfile(ctx, b.raw, nil, strings.ReplaceAll(f.name, " ", "-"), b.cfg.profileSeconds)
 	cpu0 := kwokop.ProcessCPU()
 	start := time.Now()
-	if err := b.floorWrites(ctx, ns, b.cfg.n); err != nil {
-		return 0, fmt.Errorf("floor with the WebApp kind: %w", err)
+	if err := b.floorWrites(ctx, f, ns, b.cfg.n); err != nil {
+		return 0, fmt.Errorf("%s: %w", f.name, err)
 	}
 	at, err := waitConverged(limit(b.cfg.n, 10*time.Minute))
 	if err != nil {
-		return 0, fmt.Errorf("floor with the WebApp kind: %w", err)
+		return 0, fmt.Errorf("%s: %w", f.name, err)
 	}
 	took := at.Sub(start)
 	cpu1 := kwokop.ProcessCPU()
@@ -64,9 +98,9 @@ func (b *bench) crdFloorRun(ctx context.Context) (time.Duration, error) {
 		return 0, err
 	}
 	profiled() // after the readings: a profile may outlast the run
-	fmt.Printf("floor with the WebApp kind: %d WebApps, Deployments, Services and statuses in %.2fs\n", b.cfg.n, took.Seconds())
-	printWrites("the floor's run with the WebApp kind", w0, w1, b.cfg.n)
-	kwokop.PrintProcessCPU("the floor's run", cpu0, cpu1)
+	fmt.Printf("%s: %d WebApps, Deployments, Services and statuses in %.2fs\n", f.name, b.cfg.n, took.Seconds())
+	printWrites("the "+f.name+"'s run", w0, w1, b.cfg.n)
+	kwokop.PrintProcessCPU("the "+f.name+"'s run", cpu0, cpu1)
 	return took, nil
 }
 
@@ -75,7 +109,7 @@ func (b *bench) crdFloorRun(ctx context.Context) (time.Duration, error) {
 // bench's clients there), the other writes each one's children and status
 // as soon as it exists (the operator's workers, which learn of it later,
 // through a watch).
-func (b *bench) floorWrites(ctx context.Context, ns string, n int) error {
+func (b *bench) floorWrites(ctx context.Context, f floor, ns string, n int) error {
 	made := make(chan *v1alpha1.WebApp, n)
 	children := make(chan error, 1)
 	go func() {
@@ -83,6 +117,9 @@ func (b *bench) floorWrites(ctx context.Context, ns string, n int) error {
 			app, ok := <-made
 			if !ok {
 				return nil // its create failed
+			}
+			if f.protocol {
+				return b.protocolChildren(ctx, app)
 			}
 			return b.floorChildren(ctx, app)
 		})
@@ -105,7 +142,7 @@ func (b *bench) floorWrites(ctx context.Context, ns string, n int) error {
 // pods available, then as long a pause. The start-up work of a new cluster
 // (nodes registering, the controller manager's first syncs) then falls in
 // neither side's window.
-func (b *bench) floorWarmUp(ctx context.Context) error {
+func (b *bench) floorWarmUp(ctx context.Context, f floor) error {
 	const ns = "bench-warm"
 	if err := kwokop.Namespace(ctx, b.c, ns); err != nil {
 		return err
@@ -115,7 +152,7 @@ func (b *bench) floorWarmUp(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := b.floorWrites(ctx, ns, warmApps); err != nil {
+	if err := b.floorWrites(ctx, f, ns, warmApps); err != nil {
 		return fmt.Errorf("the floor's warm-up: %w", err)
 	}
 	if _, err := waitConverged(time.Minute); err != nil {
@@ -153,6 +190,62 @@ func (b *bench) floorChildren(ctx context.Context, app *v1alpha1.WebApp) error {
 	if err := cmp.Or(b.c.Create(ctx, d), b.c.Create(ctx, s)); err != nil {
 		return err
 	}
+	return b.floorStatus(ctx, app)
+}
+
+// protocolChildren is what the protocol floor writes for a WebApp it
+// created: the ownership reads, the operator's Deployment and Service
+// applied, then a status.
+func (b *bench) protocolChildren(ctx context.Context, app *v1alpha1.WebApp) error {
+	key := client.ObjectKeyFromObject(app)
+	for _, obj := range []client.Object{&appsv1.Deployment{}, &corev1.Service{}} {
+		switch err := b.c.Get(ctx, key, obj); {
+		case err == nil:
+			return fmt.Errorf("%T %s exists before its apply", obj, key)
+		case !apierrors.IsNotFound(err):
+			return err
+		}
+	}
+	d, s := webapp.Children(app)
+	owner := []client.ApplyOption{client.FieldOwner(controller.FieldOwner), client.ForceOwnership}
+	if err := cmp.Or(b.c.Apply(ctx, d, owner...), b.c.Apply(ctx, s, owner...)); err != nil {
+		return err
+	}
+	return b.floorStatus(ctx, app)
+}
+
+// informerWatches watches, until ctx ends, what the operator's informers
+// watch for WebApps: every WebApp, and daytwo's Deployments and Services,
+// whole. Each event is decoded and dropped.
+func (b *bench) informerWatches(ctx context.Context) error {
+	ours := client.MatchingLabels{controller.ManagedByLabel: controller.ManagedBy}
+	for _, w := range []struct {
+		list client.ObjectList
+		opts []client.ListOption
+	}{{&v1alpha1.WebAppList{}, nil}, {&appsv1.DeploymentList{}, []client.ListOption{ours}}, {&corev1.ServiceList{}, []client.ListOption{ours}}} {
+		if err := b.c.List(ctx, w.list, w.opts...); err != nil {
+			return err
+		}
+		rv := w.list.GetResourceVersion()
+		ww, err := watchtools.NewRetryWatcherWithContext(ctx, rv, &cache.ListWatch{
+			WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+				return b.c.Watch(ctx, w.list, append([]client.ListOption{&client.ListOptions{Raw: &o}}, w.opts...)...)
+			}})
+		if err != nil {
+			return err
+		}
+		go func() {
+			for range ww.ResultChan() {
+			}
+		}()
+		context.AfterFunc(ctx, ww.Stop)
+	}
+	return nil
+}
+
+// floorStatus writes a status for app, as the operator's first reconcile
+// of it does.
+func (b *bench) floorStatus(ctx context.Context, app *v1alpha1.WebApp) error {
 	base := app.DeepCopy()
 	app.Status = v1alpha1.WebAppStatus{ObservedGeneration: app.Generation, Replicas: 1, Selector: "daytwo.dev/webapp=" + app.Name,
 		ServiceURL: fmt.Sprintf("http://%s.%s.svc.cluster.local:%d", app.Name, app.Namespace, app.Spec.Port), CurrentImage: app.Spec.Image}

@@ -8,8 +8,12 @@
 //   - no-op cost: the writes a restarted operator sends while it resyncs all N;
 //   - a second floor, the one the goal is set against (BENCH_CRD_FLOOR=0
 //     skips it): a bare client that also creates each WebApp and writes
-//     its status, the least any operator of a WebApp kind asks of the API
+//     its status, the least any client of a WebApp kind asks of the API
 //     server;
+//   - a third, the protocol floor (BENCH_PROTOCOL_FLOOR=0 skips it): as the
+//     second, with what a safe operator must add (its reads before each
+//     apply, server-side applies, its informers' watches), and nothing of
+//     daytwo's logic (floor.go);
 //   - memory: operator heap before and after N WebApps, per WebApp;
 //   - latency: spec changes at a fixed rate, from write to status observed.
 //
@@ -39,6 +43,8 @@ type config struct {
 	duration    time.Duration
 	bin         string
 	crdFloor    bool
+	// protocolFloor runs the protocol floor too (floor.go), with crdFloor.
+	protocolFloor bool
 	// profileSeconds is the length of the CPU profiles BENCH_CPU_PROFILE
 	// asks for, from the start of the floor's run and the operator's.
 	profileSeconds int
@@ -52,6 +58,7 @@ func run(ctx context.Context) error {
 		duration:       time.Duration(kwokop.EnvInt("BENCH_LATENCY_SECONDS", 60)) * time.Second,
 		bin:            os.Getenv("DAYTWO_BIN"),
 		crdFloor:       os.Getenv("BENCH_CRD_FLOOR") != "0",
+		protocolFloor:  os.Getenv("BENCH_PROTOCOL_FLOOR") != "0",
 		profileSeconds: kwokop.EnvInt("BENCH_PROFILE_SECONDS", 20),
 	}
 	b, err := newBench(cfg)
