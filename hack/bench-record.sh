@@ -11,14 +11,15 @@ if [ "${BENCH_RECORD:-0}" != 1 ]; then
   exec cat
 fi
 root=$(cd "$(dirname "$0")/.." && pwd)
+# Read as the run starts (its code is built from the tree now): an hour's
+# run outlasts the tree as it was, and the redirection below empties the
+# record, which alone would make the tree dirty.
+commit=$(git -C "$root" describe --always --dirty)
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 tee "$out"
 grep -q '^BENCH ' "$out" || { echo "bench-record: no BENCH line, nothing recorded" >&2; exit 0; }
 mkdir -p "$root/docs/benchmarks"
-# Before the redirection below empties the record: that alone would make
-# the tree dirty.
-commit=$(git -C "$root" describe --always --dirty)
 {
   echo "# make bench-$name$(env | grep -E '^BENCH_[A-Z_]+=' | grep -v '^BENCH_RECORD=' | sort | sed 's/^/ /' | tr -d '\n')"
   echo "# commit $commit, $(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo)"

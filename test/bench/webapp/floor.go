@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -59,8 +60,10 @@ func (b *bench) floorRun(ctx context.Context, f floor) (time.Duration, error) {
 	}
 	ctx, cancel := context.WithCancel(ctx) // the watches, on every way out
 	defer cancel()
+	watching := func() error { return nil }
 	if f.protocol {
-		if err := b.informerWatches(ctx); err != nil {
+		var err error
+		if watching, err = b.informerWatches(ctx); err != nil {
 			return 0, err
 		}
 	}
@@ -92,6 +95,9 @@ func (b *bench) floorRun(ctx context.Context, f floor) (time.Duration, error) {
 		return 0, fmt.Errorf("%s: %w", f.name, err)
 	}
 	took := at.Sub(start)
+	if err := watching(); err != nil {
+		return 0, fmt.Errorf("%s: %w", f.name, err) // a floor that stopped watching did less than it claims
+	}
 	cpu1 := kwokop.ProcessCPU()
 	w1, err := b.serverWrites(ctx)
 	if err != nil {
@@ -216,31 +222,46 @@ func (b *bench) protocolChildren(ctx context.Context, app *v1alpha1.WebApp) erro
 
 // informerWatches watches, until ctx ends, what the operator's informers
 // watch for WebApps: every WebApp, and daytwo's Deployments and Services,
-// whole. Each event is decoded and dropped.
-func (b *bench) informerWatches(ctx context.Context) error {
+// whole. Each event is decoded and dropped. The function it returns says
+// whether a watch has ended (client-go's RetryWatcher gives up on an
+// expired resource version or a refusal), which leaves the floor doing
+// less than it claims.
+func (b *bench) informerWatches(ctx context.Context) (func() error, error) {
+	c := b.c // freshCluster replaces b.c; a watch that resumes keeps its own cluster's
 	ours := client.MatchingLabels{controller.ManagedByLabel: controller.ManagedBy}
+	var ended atomic.Pointer[error]
 	for _, w := range []struct {
 		list client.ObjectList
 		opts []client.ListOption
 	}{{&v1alpha1.WebAppList{}, nil}, {&appsv1.DeploymentList{}, []client.ListOption{ours}}, {&corev1.ServiceList{}, []client.ListOption{ours}}} {
-		if err := b.c.List(ctx, w.list, w.opts...); err != nil {
-			return err
+		if err := c.List(ctx, w.list, w.opts...); err != nil {
+			return nil, err
 		}
-		rv := w.list.GetResourceVersion()
-		ww, err := watchtools.NewRetryWatcherWithContext(ctx, rv, &cache.ListWatch{
+		ww, err := watchtools.NewRetryWatcherWithContext(ctx, w.list.GetResourceVersion(), &cache.ListWatch{
 			WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-				return b.c.Watch(ctx, w.list, append([]client.ListOption{&client.ListOptions{Raw: &o}}, w.opts...)...)
+				return c.Watch(ctx, w.list, append([]client.ListOption{&client.ListOptions{Raw: &o}}, w.opts...)...)
 			}})
 		if err != nil {
-			return err
+			return nil, err
 		}
 		go func() {
-			for range ww.ResultChan() {
+			last := fmt.Errorf("the watch of %T ended", w.list)
+			for ev := range ww.ResultChan() {
+				if ev.Type == watch.Error {
+					last = fmt.Errorf("the watch of %T ended: %v", w.list, ev.Object)
+				}
+			}
+			if ctx.Err() == nil {
+				ended.CompareAndSwap(nil, &last)
 			}
 		}()
-		context.AfterFunc(ctx, ww.Stop)
 	}
-	return nil
+	return func() error {
+		if err := ended.Load(); err != nil {
+			return *err
+		}
+		return nil
+	}, nil
 }
 
 // floorStatus writes a status for app, as the operator's first reconcile
