@@ -226,36 +226,56 @@ func (s *Server) Env(db string) []string {
 		"PGPASSWORD="+s.Password, "PGDATABASE="+db)
 }
 
-// FreePort returns a loopback TCP port nobody listens on.
+// FreePort returns a loopback TCP port nobody listens on, and no other
+// test process was given. Test binaries of several packages run at once
+// (and make test runs one package against several PostgreSQL versions at
+// once): a port checked free here could be checked free there too, before
+// either binds it. So each port given is also claimed across processes, by
+// a lock (flock) on a file named after it, held until this process ends,
+// when the kernel releases it.
 func FreePort(t testing.TB) int {
 	portsMu.Lock()
 	defer portsMu.Unlock()
+	dir := filepath.Join(os.TempDir(), "daytwo-test-ports")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
 	for range 1000 {
 		// Below the kernel's ephemeral range (32768 and up on Linux):
 		// a port the kernel picked for us could be picked again, before
 		// our server binds it, for any outgoing connection on the machine.
 		port := freePortLow + rand.IntN(freePortHigh-freePortLow)
-		if portsGiven[port] {
+		if portsGiven[port] != nil {
+			continue
+		}
+		claim, err := os.OpenFile(filepath.Join(dir, strconv.Itoa(port)), os.O_CREATE|os.O_RDWR, 0o600)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := syscall.Flock(int(claim.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+			_ = claim.Close() // another test process holds it
 			continue
 		}
 		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
 		if err != nil {
+			_ = claim.Close()
 			continue
 		}
 		_ = l.Close()
-		portsGiven[port] = true
+		portsGiven[port] = claim
 		return port
 	}
 	t.Fatal("no free TCP port found")
 	return 0
 }
 
-// The range FreePort picks from, and the ports it gave this process.
+// The range FreePort picks from, and the ports it gave this process, each
+// with its claim, open for as long as the process runs.
 const freePortLow, freePortHigh = 15000, 32000
 
 var (
 	portsMu    sync.Mutex
-	portsGiven = map[int]bool{}
+	portsGiven = map[int]*os.File{}
 )
 
 // RunnerCredential runs a child as Debian's postgres user when the test runs
