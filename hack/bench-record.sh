@@ -14,7 +14,8 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 # Read as the run starts (its code is built from the tree now): an hour's
 # run outlasts the tree as it was, and the redirection below empties the
 # record, which alone would make the tree dirty.
-commit=$(git -C "$root" describe --always --dirty)
+commit=$(git -C "$root" describe --always --dirty 2>/dev/null || echo unknown)
+started=$(date -u +%Y-%m-%dT%H:%MZ)
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 tee "$out"
@@ -22,7 +23,7 @@ grep -q '^BENCH ' "$out" || { echo "bench-record: no BENCH line, nothing recorde
 mkdir -p "$root/docs/benchmarks"
 {
   echo "# make bench-$name$(env | grep -E '^BENCH_[A-Z_]+=' | grep -v '^BENCH_RECORD=' | sort | sed 's/^/ /' | tr -d '\n')"
-  echo "# commit $commit, $(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo)"
+  echo "# commit $commit, started $started, $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo)"
   grep -vE '^(=== RUN|--- PASS|PASS$|ok  )' "$out"
 } >"$root/docs/benchmarks/$name.txt"
 echo "bench-record: kept in docs/benchmarks/$name.txt" >&2

@@ -25,7 +25,10 @@ import (
 // Cached objects lose the managed fields of other managers, and children
 // daytwo applies keep only the fingerprint of daytwo's part (transform):
 // it is how a reconcile tells that a child already holds what it would
-// apply, and skips the write.
+// apply, and skips the write. The transform hands Deployments and
+// Services to the cache as slim structs that only NewInformer's informers
+// can serve (slim.go): the two settings go together, and a read with
+// UnsafeDisableDeepCopy fails for those kinds rather than share the cache's copy.
 // Pods and volumes are cached only when they belong to a Database: the
 // operator never needs any other, and a cluster has many.
 func CacheOptions(namespaces ...string) cache.Options {

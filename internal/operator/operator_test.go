@@ -229,7 +229,7 @@ func TestCacheReadsSlimChildrenWhole(t *testing.T) {
 	}
 	err = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
 		s := &corev1.Service{}
-		if err := env.Cache.Get(ctx, client.ObjectKey{Namespace: ns, Name: "slim"}, s); client.IgnoreNotFound(err) != nil || err != nil {
+		if err := env.Cache.Get(ctx, client.ObjectKey{Namespace: ns, Name: "slim"}, s); err != nil {
 			return false, client.IgnoreNotFound(err)
 		}
 		return controller.Unchanged(s, svc(), corev1ac.ExtractService), nil

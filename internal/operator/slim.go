@@ -11,7 +11,8 @@ import (
 	toolscache "k8s.io/client-go/tools/cache"
 )
 
-// The informer cache holds one Deployment and one Service per WebApp. Of
+// The informer cache holds one Deployment and one Service per WebApp (and
+// per Database pool). Of
 // an appsv1.Deployment the transform keeps only metadata, four spec fields
 // and the status, yet the struct alone is 1,208 bytes (1,280 allocated);
 // a corev1.Service keeps only metadata, in 640. So the cache stores each
@@ -180,7 +181,10 @@ func (s slimInformer) SetTransform(t toolscache.TransformFunc) error {
 	store := s.SharedIndexInformer.GetStore()
 	return s.SharedIndexInformer.SetTransform(func(in any) (any, error) {
 		d, ok := in.(*appsv1.Deployment)
-		if !ok {
+		switch {
+		case !ok && t == nil: // client-go's "no transform"
+			return in, nil
+		case !ok:
 			return t(in)
 		}
 		var previous metav1.Object

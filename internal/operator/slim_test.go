@@ -7,6 +7,7 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
@@ -86,5 +87,30 @@ func TestSlimInformerReadsWholeAndRemembersFingerprints(t *testing.T) {
 	}
 	if got := now.Annotations[controller.CachedOwnedFingerprint]; got != "sentinel/"+src {
 		t.Fatalf("a status update took fingerprint %q, not the stored copy's", got)
+	}
+}
+
+// An informer without a transform (client-go's nil) stores what the watch
+// sends, and a slimInformer's transform wrapper keeps that meaning.
+func TestSlimInformerWithoutTransform(t *testing.T) {
+	lw := listWatch{&toolscache.ListWatch{
+		ListWithContextFunc: func(context.Context, metav1.ListOptions) (runtime.Object, error) {
+			return &corev1.ServiceList{ListMeta: metav1.ListMeta{ResourceVersion: "1"},
+				Items: []corev1.Service{{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "ns"}}}}, nil
+		},
+		WatchFuncWithContext: func(context.Context, metav1.ListOptions) (watch.Interface, error) { return watch.NewFake(), nil },
+	}}
+	inf := newInformer(lw, &corev1.Service{}, 0, toolscache.Indexers{})
+	if err := inf.SetTransform(nil); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go inf.RunWithContext(ctx)
+	if !toolscache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+		t.Fatal("the informer never synced")
+	}
+	if o, ok, err := inf.GetStore().GetByKey("ns/web"); err != nil || !ok {
+		t.Fatalf("the Service was not stored: %v %v", o, err)
 	}
 }

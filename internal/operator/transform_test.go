@@ -20,10 +20,11 @@ import (
 	"github.com/daytwo-dev/daytwo/internal/controller/webapp"
 )
 
-// The transform may see an object it already transformed (client-go's
-// informers do not hand them back today, but nothing promises it): the
-// fingerprint must survive, and one the server holds must not pass for
-// daytwo's, even on an object whose managed fields were stripped.
+// A Deployment slimmed in place and given to the transform again keeps its
+// fingerprint (the cache's own copy, a *cachedDeployment, comes back with
+// a watch-list's Replace, and is kept as it is: TestCacheStoresChildrenSlim),
+// and a fingerprint the server holds must not pass for daytwo's, even on an
+// object whose managed fields were stripped.
 func TestTransformIsIdempotentAndTrustsOnlyItself(t *testing.T) {
 	served := servedDeployment
 	want := controller.Fingerprint(appsv1ac.Deployment("web", "ns").WithSpec(appsv1ac.DeploymentSpec().WithReplicas(3)))

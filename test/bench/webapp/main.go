@@ -46,7 +46,7 @@ type config struct {
 	// protocolFloor runs the protocol floor too (floor.go), with crdFloor.
 	protocolFloor bool
 	// profileSeconds is the length of the CPU profiles BENCH_CPU_PROFILE
-	// asks for, from the start of the floor's run and the operator's.
+	// asks for, from the start of each floor's run and the operator's.
 	profileSeconds int
 }
 
