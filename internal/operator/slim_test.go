@@ -25,6 +25,18 @@ type listWatch struct {
 // IsWatchListSemanticsUnSupported makes the reflector list, then watch.
 func (listWatch) IsWatchListSemanticsUnSupported() bool { return true }
 
+// run runs inf with transform t until the test ends, once it has synced.
+func run(t *testing.T, inf toolscache.SharedIndexInformer, transform toolscache.TransformFunc) {
+	t.Helper()
+	if err := inf.SetTransform(transform); err != nil {
+		t.Fatal(err)
+	}
+	go inf.RunWithContext(t.Context())
+	if !toolscache.WaitForCacheSync(t.Context().Done(), inf.HasSynced) {
+		t.Fatal("the informer never synced")
+	}
+}
+
 // A slimInformer runs client-go's informer over slim structs: field
 // indexes and readers get the full kind, and a Deployment's transform
 // reads the copy an event replaces from the informer's own store, so a
@@ -45,15 +57,7 @@ func TestSlimInformerReadsWholeAndRemembersFingerprints(t *testing.T) {
 	}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := inf.SetTransform(transform); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go inf.RunWithContext(ctx)
-	if !toolscache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
-		t.Fatal("the informer never synced")
-	}
+	run(t, inf, transform)
 	objs, err := inf.GetIndexer().ByIndex("image", "shop:1")
 	if err != nil || len(objs) != 1 {
 		t.Fatalf("by the image index: %v, %v", objs, err)
@@ -101,15 +105,7 @@ func TestSlimInformerWithoutTransform(t *testing.T) {
 		WatchFuncWithContext: func(context.Context, metav1.ListOptions) (watch.Interface, error) { return watch.NewFake(), nil },
 	}}
 	inf := newInformer(lw, &corev1.Service{}, 0, toolscache.Indexers{})
-	if err := inf.SetTransform(nil); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go inf.RunWithContext(ctx)
-	if !toolscache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
-		t.Fatal("the informer never synced")
-	}
+	run(t, inf, nil)
 	if o, ok, err := inf.GetStore().GetByKey("ns/web"); err != nil || !ok {
 		t.Fatalf("the Service was not stored: %v %v", o, err)
 	}
