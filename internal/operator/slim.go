@@ -12,9 +12,9 @@ import (
 )
 
 // The informer cache holds one Deployment and one Service per WebApp (and
-// per Database pool). Of
-// an appsv1.Deployment the transform keeps only metadata, four spec fields
-// and the status, yet the struct alone is 1,208 bytes (1,280 allocated);
+// per Database pool). Of an appsv1.Deployment the transform keeps only
+// metadata, four spec fields and the status, yet the struct alone is
+// 1,208 bytes (1,280 allocated);
 // a corev1.Service keeps only metadata, in 640. So the cache stores each
 // as a struct of only what it keeps (cachedDeployment, 352 bytes;
 // cachedService, 240), and hands out the full type on every read: a
@@ -60,8 +60,7 @@ func (c *cachedDeployment) GetObjectKind() schema.ObjectKind { return schema.Emp
 
 // DeepCopyObject copies c (client-go's mutation detector does, when on).
 func (c *cachedDeployment) DeepCopyObject() runtime.Object {
-	d := c.deployment().DeepCopy()
-	return slimDeploymentOf(d)
+	return slimDeploymentOf(deploymentView{c}.DeepCopyObject().(*appsv1.Deployment))
 }
 
 // cachedService is the cache's copy of a Service: its metadata.

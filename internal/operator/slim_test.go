@@ -17,7 +17,10 @@ import (
 )
 
 // listWatch serves a fixed list and then the events a test sends: the
-// informer under test is client-go's own, run without an API server.
+// informer under test is client-go's own, run without an API server (a
+// fake, and the only one here) because the test must plant a sentinel in
+// the store between the list and exactly one status event.
+// TestCacheReadsSlimChildrenWhole reads the same path through envtest.
 type listWatch struct {
 	*toolscache.ListWatch
 }

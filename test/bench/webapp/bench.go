@@ -102,7 +102,7 @@ func (b *bench) latency(ctx context.Context, ns string) ([]time.Duration, error)
 	// From now on, not from every WebApp as added: at N=10,000 that first
 	// burst got the watch ended by the API server, and 419 of 600 changes
 	// went unobserved.
-	w, err := b.watchFrom(ctx, &v1alpha1.WebAppList{}, ns)
+	w, err := watchFrom(ctx, b.c, &v1alpha1.WebAppList{}, client.InNamespace(ns))
 	if err != nil {
 		return nil, err
 	}

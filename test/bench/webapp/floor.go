@@ -14,8 +14,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/tools/cache"
-	watchtools "k8s.io/client-go/tools/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
@@ -37,8 +35,9 @@ import (
 //     (so a later apply removes what the spec drops), writes one status,
 //     and watches, as an operator's informers do, every WebApp and
 //     daytwo's Deployments and Services, whole. Not in it: the status a
-//     WebApp gets again once its pods are available, and the reconciles
-//     its Deployment's status updates bring.
+//     WebApp gets again once its pods are available, the reconciles its
+//     Deployment's status updates bring, and the watch delay before an
+//     operator learns of a new WebApp (its workers start from the create).
 //
 // Each runs on a fresh cluster warmed as the operator's is, and the bench
 // watches it converge as it watches the operator.
@@ -227,20 +226,13 @@ func (b *bench) protocolChildren(ctx context.Context, app *v1alpha1.WebApp) erro
 // expired resource version or a refusal), which leaves the floor doing
 // less than it claims.
 func (b *bench) informerWatches(ctx context.Context) (func() error, error) {
-	c := b.c // freshCluster replaces b.c; a watch that resumes keeps its own cluster's
 	ours := client.MatchingLabels{controller.ManagedByLabel: controller.ManagedBy}
 	var ended atomic.Pointer[error]
 	for _, w := range []struct {
 		list client.ObjectList
 		opts []client.ListOption
 	}{{&v1alpha1.WebAppList{}, nil}, {&appsv1.DeploymentList{}, []client.ListOption{ours}}, {&corev1.ServiceList{}, []client.ListOption{ours}}} {
-		if err := c.List(ctx, w.list, w.opts...); err != nil {
-			return nil, err
-		}
-		ww, err := watchtools.NewRetryWatcherWithContext(ctx, w.list.GetResourceVersion(), &cache.ListWatch{
-			WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-				return c.Watch(ctx, w.list, append([]client.ListOption{&client.ListOptions{Raw: &o}}, w.opts...)...)
-			}})
+		ww, err := watchFrom(ctx, b.c, w.list, w.opts...)
 		if err != nil {
 			return nil, err
 		}

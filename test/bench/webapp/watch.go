@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -82,13 +83,14 @@ func (b *bench) waitAllReady(ctx context.Context, ns string, n int, timeout time
 // shares. A list confirms the result once.
 func (b *bench) watchConvergence(ctx context.Context, ns string, n int) (wait func(time.Duration) (time.Time, error), err error) {
 	ctx, cancel := context.WithCancel(ctx)
+	c := b.c
 	type seen struct {
 		kind, name string
 		ok, gone   bool
 	}
 	ch := make(chan seen, 1024)
 	follow := func(list client.ObjectList, kind string, ok func(runtime.Object) bool) error {
-		w, err := b.watchFrom(ctx, list, ns)
+		w, err := watchFrom(ctx, c, list, client.InNamespace(ns))
 		if err != nil {
 			return err
 		}
@@ -179,17 +181,19 @@ func (b *bench) watchConvergence(ctx context.Context, ns string, n int) (wait fu
 	}, nil
 }
 
-// watchFrom watches list's kind in ns from now on, started again where it
-// was whenever the API server ends it (its timeout, or a client it finds
-// too slow, as at N=10,000): client-go's RetryWatcher, from the resource
-// version of a one-item list. A watch from no resource version would begin
-// with every object as added.
-func (b *bench) watchFrom(ctx context.Context, list client.ObjectList, ns string) (watch.Interface, error) {
-	if err := b.c.List(ctx, list, client.InNamespace(ns), client.Limit(1)); err != nil {
+// watchFrom watches list's kind through c (opts select which) from now
+// on, started again where it was whenever the API server ends it (its
+// timeout, or a client it finds too slow, as at N=10,000): client-go's
+// RetryWatcher, from the resource version of a one-item list. A watch from
+// no resource version would begin with every object as added. c is the
+// caller's: freshCluster replaces b.c, and a watch that resumes keeps its
+// own cluster's client.
+func watchFrom(ctx context.Context, c client.WithWatch, list client.ObjectList, opts ...client.ListOption) (watch.Interface, error) {
+	if err := c.List(ctx, list, append(slices.Clone(opts), client.Limit(1))...); err != nil {
 		return nil, err
 	}
 	return watchtools.NewRetryWatcherWithContext(ctx, list.GetResourceVersion(), &cache.ListWatch{
 		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			return b.c.Watch(ctx, list, client.InNamespace(ns), &client.ListOptions{Raw: &o})
+			return c.Watch(ctx, list, append(slices.Clone(opts), &client.ListOptions{Raw: &o})...)
 		}})
 }
