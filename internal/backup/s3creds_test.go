@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -41,7 +42,12 @@ func newIssuer(t *testing.T) *issuer {
 	is := &issuer{key: key}
 	b64 := base64.RawURLEncoding.EncodeToString
 	mux := http.NewServeMux()
+	var first sync.Once
 	mux.HandleFunc("/.well-known/openid-configuration", func(w http.ResponseWriter, _ *http.Request) {
+		// The first answer is slow, as an API server's may be while
+		// MinIO starts: MinIO then serves buckets before it knows the
+		// role, and the test must wait for it (it failed CI so once).
+		first.Do(func() { time.Sleep(time.Second) })
 		_ = json.NewEncoder(w).Encode(map[string]any{"issuer": is.URL, "jwks_uri": is.URL + "/openid/v1/jwks",
 			"response_types_supported": []string{"id_token"}, "subject_types_supported": []string{"public"},
 			"id_token_signing_alg_values_supported": []string{"RS256"}})
@@ -107,8 +113,18 @@ func TestS3WithoutStaticKeys(t *testing.T) {
 	}
 
 	st := withToken("good", is.token(t, clientID, is.key), instanceapi.S3Access{SSE: "AES256"})
-	if err := st.Put(ctx, "by-identity", strings.NewReader("web identity")); err != nil {
-		t.Fatalf("put with a web identity: %v", err)
+	// MinIO loads its OpenID provider in the background once it serves
+	// buckets; until then it knows no role. Wait for that, and only that.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		err := st.Put(ctx, "by-identity", strings.NewReader("web identity"))
+		if err == nil {
+			break
+		}
+		if !strings.Contains(err.Error(), "is not defined") || time.Now().After(deadline) {
+			t.Fatalf("put with a web identity: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 	rc, err := st.Get(ctx, "hello")
 	if err != nil {
