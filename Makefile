@@ -181,7 +181,7 @@ bench-failover: tools ## Failover benchmark on the real node: write gaps for pod
 	E2E_PKG=./test/bench/failover E2E_TAGS=e2e,bench E2E_RUN=TestBenchFailover E2E_TIMEOUT=80m hack/e2e.sh | hack/bench-record.sh failover
 
 .PHONY: bench-webapp
-bench-webapp: tools build ## WebApp benchmark on the kwok cluster (BENCH_N=1000, BENCH_LATENCY_SECONDS=60).
+bench-webapp: tools build ## WebApp benchmark on the kwok cluster (BENCH_N=1000, BENCH_ROUNDS=1, BENCH_LATENCY_SECONDS=60; BENCH_ROUNDS=3 for the medians the goals are read from).
 	@# A fresh cluster: an earlier run's thousands of objects would take minutes to delete.
 	@# The bench gives the operator a fresh one of the same nodes in turn.
 	@# 110 pods a node: room for N pods and rollout surges.

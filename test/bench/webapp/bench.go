@@ -160,6 +160,85 @@ func (b *bench) latency(ctx context.Context, ns string) ([]time.Duration, error)
 	return out, nil
 }
 
+// opRun is one convergence run of the operator, with the heap readings
+// and metrics the last round's measures start from.
+type opRun struct {
+	took                                     time.Duration
+	m0                                       map[string]float64
+	heapEmpty, liveEmpty, heapWarm, liveWarm float64
+}
+
+// operatorRun starts the operator on a fresh cluster, warms it (warmHeap)
+// and times its convergence on N new WebApps. The last round's operator
+// is left running; the others are stopped.
+func (b *bench) operatorRun(ctx context.Context, last bool) (opRun, error) {
+	var res opRun
+	// The operator gets a cluster as empty as the bare client had: on the
+	// same one it would pay for the bare client's objects (a Service's
+	// cluster IP allocation, for one, scans every allocated address).
+	if err := b.freshCluster(ctx); err != nil {
+		return res, err
+	}
+	if err := kwokop.Namespace(ctx, b.c, "bench-op"); err != nil {
+		return res, err
+	}
+	if err := b.op.Start(); err != nil {
+		return res, err
+	}
+	if !last {
+		defer b.op.Stop()
+	}
+	time.Sleep(2 * time.Second)
+	var err error
+	if res.m0, err = b.op.Scrape(); err != nil {
+		return res, err
+	}
+	if res.heapEmpty, res.liveEmpty, res.heapWarm, res.liveWarm, err = b.warmHeap(ctx); err != nil {
+		return res, err
+	}
+
+	w2, err := b.serverWrites(ctx)
+	if err != nil {
+		return res, err
+	}
+	cpu0, err := b.op.Scrape()
+	if err != nil {
+		return res, err
+	}
+	waitConverged, err := b.watchConvergence(ctx, "bench-op", b.cfg.n)
+	if err != nil {
+		return res, err
+	}
+	profiled := kwokop.CPUProfile(ctx, b.raw, b.op, "operator", b.cfg.profileSeconds)
+	procs0 := kwokop.ProcessCPU()
+	start := time.Now()
+	if err := kwokop.Parallel(b.cfg.n, b.cfg.parallel, func(i int) error { return b.c.Create(ctx, benchApp("bench-op", i)) }); err != nil {
+		return res, fmt.Errorf("create WebApps: %w", err)
+	}
+	at, err := waitConverged(limit(b.cfg.n, 10*time.Minute))
+	if err != nil {
+		return res, err
+	}
+	res.took = at.Sub(start)
+	procs1 := kwokop.ProcessCPU()
+	w3, err := b.serverWrites(ctx)
+	if err != nil {
+		return res, err
+	}
+	cpu1, cpuErr := b.op.Scrape()
+	profiled() // after the readings: a profile may outlast the run
+	fmt.Printf("operator:    %d WebApps converged in %.2fs\n", b.cfg.n, res.took.Seconds())
+	printWrites("the operator's run", w2, w3, b.cfg.n)
+	kwokop.PrintProcessCPU("the operator's run", procs0, procs1)
+	if cpuErr == nil {
+		used := cpu1["process_cpu_seconds_total"] - cpu0["process_cpu_seconds_total"]
+		const reconciles, requests = "controller_runtime_reconcile_total{controller=webapp}", "rest_client_requests_total"
+		fmt.Printf("operator CPU during its run: %.1f s (%.0f%% of one core); per WebApp %.2f reconciles, %.2f requests to the API server\n",
+			used, 100*used/res.took.Seconds(), (cpu1[reconciles]-cpu0[reconciles])/float64(b.cfg.n), (cpu1[requests]-cpu0[requests])/float64(b.cfg.n))
+	}
+	return res, nil
+}
+
 func percentile(d []time.Duration, p float64) time.Duration {
 	if len(d) == 0 {
 		return 0
@@ -198,80 +277,40 @@ func (b *bench) run(ctx context.Context) error {
 	}
 	printWrites("the bare client's run", w0, w1, n)
 	kwokop.PrintProcessCPU("the bare client's run", procs0, procs1)
-	var crdFloor, protoFloor time.Duration
-	if b.cfg.crdFloor {
-		if crdFloor, err = b.floorRun(ctx, createsFloor); err != nil {
-			return err
-		}
-		if b.cfg.protocolFloor {
-			if protoFloor, err = b.floorRun(ctx, protocolFloor); err != nil {
+	defer b.op.Stop() // the last round's, which goes on below
+	var rounds []round
+	for r := range b.cfg.rounds {
+		var rd round
+		if b.cfg.crdFloor {
+			if rd.creates, err = b.floorRun(ctx, createsFloor); err != nil {
 				return err
 			}
+			if b.cfg.protocolFloor {
+				if rd.protocol, err = b.floorRun(ctx, protocolFloor); err != nil {
+					return err
+				}
+			}
 		}
+		// The last round's operator goes on to the measures below.
+		if rd.op, err = b.operatorRun(ctx, r == b.cfg.rounds-1); err != nil {
+			return err
+		}
+		if b.cfg.rounds > 1 {
+			fmt.Printf("round %d of %d: crd_ratio %s, protocol_ratio %s\n", r+1, b.cfg.rounds,
+				floatText(ratio(rd.op.took, rd.creates)), floatText(ratio(rd.op.took, rd.protocol)))
+		}
+		rounds = append(rounds, rd)
 	}
+	last := rounds[len(rounds)-1].op
+	m0, heapEmpty, liveEmpty, heap0, live0 := last.m0, last.heapEmpty, last.liveEmpty, last.heapWarm, last.liveWarm
+	// Each figure is the median of the rounds', and each ratio the median
+	// of the rounds' own ratios, each against its round's floor.
+	op := median(rounds, func(rd round) time.Duration { return rd.op.took })
+	crdFloor := median(rounds, func(rd round) time.Duration { return rd.creates })
+	protoFloor := median(rounds, func(rd round) time.Duration { return rd.protocol })
+	crdRatio := medianRatio(rounds, func(rd round) time.Duration { return rd.creates })
+	protoRatio := medianRatio(rounds, func(rd round) time.Duration { return rd.protocol })
 
-	// The operator gets a cluster as empty as the bare client had: on the
-	// same one it would pay for the bare client's objects (a Service's
-	// cluster IP allocation, for one, scans every allocated address).
-	if err := b.freshCluster(ctx); err != nil {
-		return err
-	}
-	if err := kwokop.Namespace(ctx, b.c, "bench-op"); err != nil {
-		return err
-	}
-	if err := b.op.Start(); err != nil {
-		return err
-	}
-	defer func() { b.op.Stop() }()
-	time.Sleep(2 * time.Second)
-	m0, err := b.op.Scrape()
-	if err != nil {
-		return err
-	}
-	heapEmpty, liveEmpty, heap0, live0, err := b.warmHeap(ctx)
-	if err != nil {
-		return err
-	}
-
-	w2, err := b.serverWrites(ctx)
-	if err != nil {
-		return err
-	}
-	cpu0, err := b.op.Scrape()
-	if err != nil {
-		return err
-	}
-	waitConverged, err := b.watchConvergence(ctx, "bench-op", n)
-	if err != nil {
-		return err
-	}
-	profiled := kwokop.CPUProfile(ctx, b.raw, b.op, "operator", b.cfg.profileSeconds)
-	procs0 = kwokop.ProcessCPU()
-	start = time.Now()
-	if err := kwokop.Parallel(n, p, func(i int) error { return b.c.Create(ctx, benchApp("bench-op", i)) }); err != nil {
-		return fmt.Errorf("create WebApps: %w", err)
-	}
-	at, err := waitConverged(limit(n, 10*time.Minute))
-	if err != nil {
-		return err
-	}
-	op := at.Sub(start)
-	procs1 = kwokop.ProcessCPU()
-	w3, err := b.serverWrites(ctx)
-	if err != nil {
-		return err
-	}
-	cpu1, cpuErr := b.op.Scrape()
-	profiled() // after the readings: a profile may outlast the run
-	fmt.Printf("operator:    %d WebApps converged in %.2fs\n", n, op.Seconds())
-	printWrites("the operator's run", w2, w3, n)
-	kwokop.PrintProcessCPU("the operator's run", procs0, procs1)
-	if cpuErr == nil {
-		used := cpu1["process_cpu_seconds_total"] - cpu0["process_cpu_seconds_total"]
-		const reconciles, requests = "controller_runtime_reconcile_total{controller=webapp}", "rest_client_requests_total"
-		fmt.Printf("operator CPU during its run: %.1f s (%.0f%% of one core); per WebApp %.2f reconciles, %.2f requests to the API server\n",
-			used, 100*used/op.Seconds(), (cpu1[reconciles]-cpu0[reconciles])/float64(n), (cpu1[requests]-cpu0[requests])/float64(n))
-	}
 	// Convergence counts a current status, not ready pods: kwok and the
 	// controller manager go on updating pods and Deployments, and each
 	// WebApp's status with them. The memory and the no-op resync below are
@@ -325,14 +364,11 @@ func (b *bench) run(ctx context.Context) error {
 	p50, p99 := percentile(lat, 0.50), percentile(lat, 0.99)
 	fmt.Printf("latency: %d spec changes, p50 %dms p99 %dms\n", len(lat), p50.Milliseconds(), p99.Milliseconds())
 
-	ratio := op.Seconds() / bare.Seconds()
-	// The goal's ratio: the operator against the floor with the WebApp
-	// kind, 0 when that floor was skipped.
-	crdRatio := 0.0
-	if crdFloor > 0 {
-		crdRatio = op.Seconds() / crdFloor.Seconds()
-	}
+	bareRatio := op.Seconds() / bare.Seconds()
 	fmt.Println()
+	if len(rounds) > 1 {
+		fmt.Printf("Medians of %d rounds; each ratio is the median of the rounds' own, not the quotient of two medians.\n", len(rounds))
+	}
 	fmt.Println("| measure                     | value        | goal     |")
 	fmt.Println("|-----------------------------|--------------|----------|")
 	fmt.Printf("| convergence, operator       | %9.2f s  |          |\n", op.Seconds())
@@ -342,12 +378,12 @@ func (b *bench) run(ctx context.Context) error {
 		fmt.Printf("| ratio operator / that floor | %9.2f    | <= 1.2   |\n", crdRatio)
 		if protoFloor > 0 {
 			fmt.Printf("| protocol floor              | %9.2f s  |          |\n", protoFloor.Seconds())
-			fmt.Printf("| ratio operator / protocol   | %9.2f    |          |\n", op.Seconds()/protoFloor.Seconds())
+			fmt.Printf("| ratio operator / protocol   | %9.2f    |          |\n", protoRatio)
 		}
 	} else {
 		fmt.Println("| ratio operator / that floor |   skipped    | <= 1.2   |")
 	}
-	fmt.Printf("| ratio operator / bare       | %9.2f    |          |\n", ratio)
+	fmt.Printf("| ratio operator / bare       | %9.2f    |          |\n", bareRatio)
 	fmt.Printf("| writes in a no-op resync    | %9.0f    | 0        |\n", noop)
 	fmt.Printf("| heap bytes per WebApp       | %9.0f    | <= 6144  |\n", perObject)
 	fmt.Printf("|   same, from an empty heap  | %9.0f    |          |\n", (heap1-heapEmpty)/float64(n))
@@ -355,16 +391,8 @@ func (b *bench) run(ctx context.Context) error {
 	fmt.Printf("| spec-to-status p50          | %9d ms |          |\n", p50.Milliseconds())
 	fmt.Printf("| spec-to-status p99          | %9d ms | < 500 ms |\n", p99.Milliseconds())
 	fmt.Println(strings.Repeat("-", 58))
-	// A skipped floor prints n/a, not a ratio of 0 a reader could take for one.
-	floorS, crdRatioS := "n/a", "n/a"
-	if crdFloor > 0 {
-		floorS, crdRatioS = fmt.Sprintf("%.2f", crdFloor.Seconds()), fmt.Sprintf("%.2f", crdRatio)
-	}
-	protoS, protoRatioS := "n/a", "n/a"
-	if protoFloor > 0 {
-		protoS, protoRatioS = fmt.Sprintf("%.2f", protoFloor.Seconds()), fmt.Sprintf("%.2f", op.Seconds()/protoFloor.Seconds())
-	}
-	fmt.Printf("BENCH webapp n=%d operator_s=%.2f bare_s=%.2f ratio=%.2f crd_floor_s=%s crd_ratio=%s protocol_floor_s=%s protocol_ratio=%s noop_writes=%.0f bytes_per_object=%.0f live_bytes_per_object=%.0f p99_ms=%d\n",
-		n, op.Seconds(), bare.Seconds(), ratio, floorS, crdRatioS, protoS, protoRatioS, noop, perObject, livePerObject, p99.Milliseconds())
+	fmt.Printf("BENCH webapp n=%d rounds=%d operator_s=%.2f bare_s=%.2f ratio=%.2f crd_floor_s=%s crd_ratio=%s protocol_floor_s=%s protocol_ratio=%s noop_writes=%.0f bytes_per_object=%.0f live_bytes_per_object=%.0f p99_ms=%d\n",
+		n, len(rounds), op.Seconds(), bare.Seconds(), bareRatio, secondsText(crdFloor), floatText(crdRatio), secondsText(protoFloor), floatText(protoRatio),
+		noop, perObject, livePerObject, p99.Milliseconds())
 	return nil
 }

@@ -17,8 +17,10 @@
 //   - memory: operator heap before and after N WebApps, per WebApp;
 //   - latency: spec changes at a fixed rate, from write to status observed.
 //
-// The last line is machine-readable. It is a benchmark, not a test: it prints
-// figures and ratios and fails only when something does not work at all.
+// BENCH_ROUNDS repeats the two floors with the WebApp kind and the
+// operator's run (rounds.go). The last line, machine-readable, reports
+// their medians. It is a benchmark, not a test: it prints figures and
+// ratios and fails only when something does not work at all.
 package main
 
 import (
@@ -45,6 +47,9 @@ type config struct {
 	crdFloor    bool
 	// protocolFloor runs the protocol floor too (floor.go), with crdFloor.
 	protocolFloor bool
+	// rounds is how many times the floors and the operator each run,
+	// alternating, for the medians the BENCH line reports (BENCH_ROUNDS).
+	rounds int
 	// profileSeconds is the length of the CPU profiles BENCH_CPU_PROFILE
 	// asks for, from the start of each floor's run and the operator's.
 	profileSeconds int
@@ -60,6 +65,7 @@ func run(ctx context.Context) error {
 		crdFloor:       os.Getenv("BENCH_CRD_FLOOR") != "0",
 		protocolFloor:  os.Getenv("BENCH_PROTOCOL_FLOOR") != "0",
 		profileSeconds: kwokop.EnvInt("BENCH_PROFILE_SECONDS", 20),
+		rounds:         kwokop.EnvInt("BENCH_ROUNDS", 1),
 	}
 	b, err := newBench(cfg)
 	if err != nil {
