@@ -22,13 +22,13 @@ import (
 // whose deep copy (which the reader makes of any cached object) is the
 // full kind. Field indexes are given the full kind too.
 //
-// Event handlers are given the slim struct, as a client.Object: they read
-// metadata only (owner references, labels), which it has. A handler or
-// predicate typed on *appsv1.Deployment or *corev1.Service would never
-// match (controller-runtime logs "missing Object" and drops the event):
-// watch these kinds with client.Object handlers, as builder.Owns does.
-// The Deployment informer's transform is always transformDeployment's
-// (slimInformer.SetTransform), whatever cache.Options say.
+// Event handlers are given the full kind too (expandingHandler), so a
+// handler or predicate typed on *appsv1.Deployment or *corev1.Service
+// matches as it would without the slim cache: controller-runtime drops,
+// with a "missing Object" log, an event whose object is not of the
+// handler's type. The Deployment informer's transform is always
+// transformDeployment's (slimInformer.SetTransform), whatever
+// cache.Options say.
 
 // cachedDeployment is the cache's copy of a Deployment: what
 // transformDeployment leaves of one.
@@ -171,6 +171,44 @@ func (s slimInformer) AddIndexers(indexers toolscache.Indexers) error {
 		full[name] = func(obj any) ([]string, error) { return f(expand(obj)) }
 	}
 	return s.SharedIndexInformer.AddIndexers(full)
+}
+
+// AddEventHandler adds handler, given the full kind (expandingHandler).
+func (s slimInformer) AddEventHandler(handler toolscache.ResourceEventHandler) (toolscache.ResourceEventHandlerRegistration, error) {
+	return s.SharedIndexInformer.AddEventHandler(expandingHandler{handler})
+}
+
+// AddEventHandlerWithResyncPeriod adds handler, given the full kind.
+func (s slimInformer) AddEventHandlerWithResyncPeriod(handler toolscache.ResourceEventHandler, resync time.Duration) (toolscache.ResourceEventHandlerRegistration, error) {
+	return s.SharedIndexInformer.AddEventHandlerWithResyncPeriod(expandingHandler{handler}, resync)
+}
+
+// AddEventHandlerWithOptions adds handler, given the full kind.
+func (s slimInformer) AddEventHandlerWithOptions(handler toolscache.ResourceEventHandler, options toolscache.HandlerOptions) (toolscache.ResourceEventHandlerRegistration, error) {
+	return s.SharedIndexInformer.AddEventHandlerWithOptions(expandingHandler{handler}, options)
+}
+
+// expandingHandler hands its handler the full kind of each stored slim
+// struct (expand: one allocation per event, sharing the struct's maps and
+// slices, which handlers must not change, as with any informer's objects).
+type expandingHandler struct {
+	toolscache.ResourceEventHandler
+}
+
+func (h expandingHandler) OnAdd(obj any, isInInitialList bool) {
+	h.ResourceEventHandler.OnAdd(expand(obj), isInInitialList)
+}
+
+func (h expandingHandler) OnUpdate(oldObj, newObj any) {
+	h.ResourceEventHandler.OnUpdate(expand(oldObj), expand(newObj))
+}
+
+func (h expandingHandler) OnDelete(obj any) {
+	if gone, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+		gone.Obj = expand(gone.Obj)
+		obj = gone
+	}
+	h.ResourceEventHandler.OnDelete(expand(obj))
 }
 
 // SetTransform sets the informer's transform: for a Deployment,
