@@ -18,14 +18,10 @@ import (
 	appsv1ac "k8s.io/client-go/applyconfigurations/apps/v1"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
+	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/retry"
-	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/event"
-	"sigs.k8s.io/controller-runtime/pkg/handler"
-	"sigs.k8s.io/controller-runtime/pkg/reconcile"
-	"sigs.k8s.io/controller-runtime/pkg/source"
 	"sigs.k8s.io/yaml"
 
 	v1alpha1 "github.com/daytwo-dev/daytwo/api/v1alpha1"
@@ -174,7 +170,7 @@ func TestWebhookRefusesWhatTheSchemaCannotCheck(t *testing.T) {
 // The cache stores daytwo's Deployments and Services slim (slim.go); a
 // read through it, Get or List, gives the full kind with what the
 // transform keeps, as the API server last sent it, and so does an event
-// to a handler typed on the full kind.
+// to a handler.
 func TestCacheReadsSlimChildrenWhole(t *testing.T) {
 	ns := env.Namespace(t)
 	ctx := context.Background()
@@ -245,40 +241,42 @@ func TestCacheReadsSlimChildrenWhole(t *testing.T) {
 		t.Fatalf("the cache's Service never held daytwo's fingerprint: %v", err)
 	}
 
-	// Event handlers typed on the full kinds get their events, as a
-	// controller's Watches would set them up.
+	// Event handlers get the full kinds: controller-runtime's typed
+	// sources (source.Kind on *appsv1.Deployment) type-assert them.
 	informers, ok := env.Cache.(cache.Cache)
 	if !ok {
 		t.Fatalf("the test environment's cache is a %T", env.Cache)
 	}
-	watchCtx, stop := context.WithCancel(ctx)
-	defer stop()
-	q := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[reconcile.Request]())
-	defer q.ShutDown()
 	seen := make(chan string, 4)
-	created := func(kind string, o client.Object) {
-		if o.GetNamespace() == ns {
+	created := toolscache.ResourceEventHandlerFuncs{AddFunc: func(obj any) {
+		var got string
+		switch o := obj.(type) {
+		case *appsv1.Deployment:
+			if o.Namespace == ns && o.Spec.Replicas != nil && *o.Spec.Replicas == 2 {
+				got = "Deployment " + o.Name
+			}
+		case *corev1.Service:
+			if o.Namespace == ns {
+				got = "Service " + o.Name
+			}
+		}
+		if got != "" {
 			select {
-			case seen <- kind + " " + o.GetName():
+			case seen <- got:
 			default: // reported already
 			}
 		}
-	}
-	for _, src := range []source.TypedSource[reconcile.Request]{
-		source.Kind(informers, &appsv1.Deployment{}, handler.TypedFuncs[*appsv1.Deployment, reconcile.Request]{
-			CreateFunc: func(_ context.Context, e event.TypedCreateEvent[*appsv1.Deployment], _ workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-				if e.Object.Spec.Replicas != nil && *e.Object.Spec.Replicas == 2 {
-					created("Deployment", e.Object)
-				}
-			}}),
-		source.Kind(informers, &corev1.Service{}, handler.TypedFuncs[*corev1.Service, reconcile.Request]{
-			CreateFunc: func(_ context.Context, e event.TypedCreateEvent[*corev1.Service], _ workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-				created("Service", e.Object)
-			}}),
-	} {
-		if err := src.Start(watchCtx, q); err != nil {
+	}}
+	for _, kind := range []client.Object{&appsv1.Deployment{}, &corev1.Service{}} {
+		inf, err := informers.GetInformer(ctx, kind)
+		if err != nil {
 			t.Fatal(err)
 		}
+		reg, err := inf.AddEventHandlerWithOptions(created, toolscache.HandlerOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = inf.RemoveEventHandler(reg) }()
 	}
 	want := map[string]bool{"Deployment slim": true, "Service slim": true}
 	for len(want) > 0 {
@@ -286,7 +284,7 @@ func TestCacheReadsSlimChildrenWhole(t *testing.T) {
 		case got := <-seen:
 			delete(want, got)
 		case <-time.After(10 * time.Second):
-			t.Fatalf("handlers typed on the full kinds got no event for %v", want)
+			t.Fatalf("no event of the full kind for %v", want)
 		}
 	}
 }

@@ -22,13 +22,14 @@ import (
 // whose deep copy (which the reader makes of any cached object) is the
 // full kind. Field indexes are given the full kind too.
 //
-// Event handlers are given the full kind too (expandingHandler), so a
-// handler or predicate typed on *appsv1.Deployment or *corev1.Service
-// matches as it would without the slim cache: controller-runtime drops,
-// with a "missing Object" log, an event whose object is not of the
-// handler's type. The Deployment informer's transform is always
-// transformDeployment's (slimInformer.SetTransform), whatever
-// cache.Options say.
+// Event handlers are given the full kind too (expandingHandler), with
+// what the transform keeps, as readers are, so a handler or predicate
+// typed on *appsv1.Deployment or *corev1.Service gets its events:
+// controller-runtime drops, with a "missing Object" log, an event whose
+// object is not of the handler's type. (client-go names handlers by type
+// in its traces: on these informers each is an expandingHandler.) The
+// Deployment informer's transform is always transformDeployment's
+// (slimInformer.SetTransform), whatever cache.Options say.
 
 // cachedDeployment is the cache's copy of a Deployment: what
 // transformDeployment leaves of one.
@@ -189,8 +190,10 @@ func (s slimInformer) AddEventHandlerWithOptions(handler toolscache.ResourceEven
 }
 
 // expandingHandler hands its handler the full kind of each stored slim
-// struct (expand: one allocation per event, sharing the struct's maps and
-// slices, which handlers must not change, as with any informer's objects).
+// struct (expand: an allocation per object, per handler, sharing the
+// struct's maps and slices, which handlers must not change, as with any
+// informer's objects). A resync's update, of an object to itself, expands
+// it once.
 type expandingHandler struct {
 	toolscache.ResourceEventHandler
 }
@@ -200,7 +203,12 @@ func (h expandingHandler) OnAdd(obj any, isInInitialList bool) {
 }
 
 func (h expandingHandler) OnUpdate(oldObj, newObj any) {
-	h.ResourceEventHandler.OnUpdate(expand(oldObj), expand(newObj))
+	full := expand(newObj)
+	old := full
+	if oldObj != newObj {
+		old = expand(oldObj)
+	}
+	h.ResourceEventHandler.OnUpdate(old, full)
 }
 
 func (h expandingHandler) OnDelete(obj any) {

@@ -2,7 +2,10 @@ package operator
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -41,7 +44,7 @@ func run(t *testing.T, inf toolscache.SharedIndexInformer, transform toolscache.
 }
 
 // A slimInformer runs client-go's informer over slim structs: field
-// indexes and readers get the full kind, and a Deployment's transform
+// indexes, readers and event handlers get the full kind, and a Deployment's transform
 // reads the copy an event replaces from the informer's own store, so a
 // status update keeps the stored fingerprint without extracting again.
 func TestSlimInformerReadsWholeAndRemembersFingerprints(t *testing.T) {
@@ -58,6 +61,23 @@ func TestSlimInformerReadsWholeAndRemembersFingerprints(t *testing.T) {
 	if err := inf.AddIndexers(toolscache.Indexers{"image": func(obj any) ([]string, error) {
 		return []string{obj.(*appsv1.Deployment).Annotations[controller.CachedImagePrefix+"app"]}, nil // panics on anything but the full kind
 	}}); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var handled []string // what a handler was given, by event
+	record := func(event string, objs ...any) {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, o := range objs {
+			event += fmt.Sprintf(" %T", o)
+		}
+		handled = append(handled, event)
+	}
+	if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { record("add", obj) },
+		UpdateFunc: func(oldObj, newObj any) { record("update", oldObj, newObj) },
+		DeleteFunc: func(obj any) { record("delete", obj) },
+	}); err != nil {
 		t.Fatal(err)
 	}
 	run(t, inf, transform)
@@ -94,6 +114,34 @@ func TestSlimInformerReadsWholeAndRemembersFingerprints(t *testing.T) {
 	}
 	if got := now.Annotations[controller.CachedOwnedFingerprint]; got != "sentinel/"+src {
 		t.Fatalf("a status update took fingerprint %q, not the stored copy's", got)
+	}
+
+	// Handlers were given the full kind, and are for a delete.
+	events.Delete(status)
+	want := []string{"add *v1.Deployment", "update *v1.Deployment *v1.Deployment", "delete *v1.Deployment"}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		mu.Lock()
+		got := slices.Clone(handled)
+		mu.Unlock()
+		if slices.Equal(got, want) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("handlers were given %q, want %q", got, want)
+		}
+	}
+}
+
+// A delete the informer learns of only by a relist comes as a tombstone:
+// its object too is the full kind.
+func TestExpandingHandlerExpandsTombstones(t *testing.T) {
+	var got any
+	h := expandingHandler{toolscache.ResourceEventHandlerFuncs{DeleteFunc: func(obj any) { got = obj }}}
+	h.OnDelete(toolscache.DeletedFinalStateUnknown{Key: "ns/web", Obj: &cachedService{ObjectMeta: metav1.ObjectMeta{Name: "web"}}})
+	if gone, ok := got.(toolscache.DeletedFinalStateUnknown); !ok {
+		t.Fatalf("the handler was given a %T", got)
+	} else if s, ok := gone.Obj.(*corev1.Service); !ok || s.Name != "web" {
+		t.Fatalf("the tombstone holds a %T", gone.Obj)
 	}
 }
 
